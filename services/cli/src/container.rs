@@ -1,0 +1,261 @@
+//! The container commands: inspect, protect, unlock/unprotect, passwd, rotate-recovery-key.
+
+use std::{io::Write as _, path::Path};
+
+use serde_json::json;
+use snug_container::{ContainerInfo, Format, Limits, RecoveryKey, SlotKind};
+
+use crate::{
+    Outcome,
+    failure::{Exit, Failure},
+    files,
+    secrets::{self, SecretArgs},
+};
+
+/// The custody rule of §11.3, stated before a file is protected, never after.
+pub(crate) const CUSTODY_RULE: &str = "\
+Protection keeps your file readable only with your passphrase or your recovery key.
+Snug keeps no copy of either: there is no escrow and no reset. If you lose both,
+the file cannot be opened by anyone, ever. Write the recovery key down and keep it
+apart from the passphrase.";
+
+fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Sqlite => "sqlite",
+        Format::Container => "snugenc1",
+        Format::Unknown => "unknown",
+    }
+}
+
+fn slot_name(kind: SlotKind) -> String {
+    match kind {
+        SlotKind::Passphrase => "passphrase".to_owned(),
+        SlotKind::RecoveryKey => "recovery-key".to_owned(),
+        SlotKind::Unknown(byte) => format!("unknown-0x{byte:02x}"),
+    }
+}
+
+fn header_json(info: &ContainerInfo) -> serde_json::Value {
+    json!({
+        "version": info.header.version,
+        "kdf_id": info.header.kdf_id,
+        "kdf": "pbkdf2-hmac-sha256",
+        "iterations": info.header.iterations,
+        "salt": hex::encode(info.header.salt),
+        "slots": info.header.slots.iter().map(|s| json!({
+            "kind": slot_name(s.kind),
+            "iv": hex::encode(s.iv),
+        })).collect::<Vec<_>>(),
+        "header_checksum": format!("{:08x}", info.header.checksum),
+        "header_length": info.header_len,
+        "container_length": info.container_len,
+        "plaintext_length": info.plaintext_len,
+    })
+}
+
+/// `snug inspect FILE`.
+pub(crate) fn inspect(file: &Path, limits: &Limits) -> Result<Outcome, Failure> {
+    let bytes = files::read(file)?;
+    let format = snug_container::detect(&bytes);
+    match format {
+        Format::Sqlite => Ok(Outcome {
+            text: format!("{}: plain Snug user database (SQLite)", file.display()),
+            json: json!({ "ok": true, "file": file, "format": format_name(format), "length": bytes.len() }),
+        }),
+        Format::Unknown => Err(Failure::new(
+            Exit::Corrupt,
+            "UNKNOWN_FORMAT",
+            format!(
+                "{} is neither a SQLite user database nor a protected Snug file (by its leading bytes)",
+                file.display()
+            ),
+        )),
+        Format::Container => {
+            let info = snug_container::inspect(&bytes, limits)?;
+            let slots: Vec<String> = info.header.slots.iter().map(|s| slot_name(s.kind)).collect();
+            let text = format!(
+                "{}: protected Snug file (SNUGENC1 v{}), structurally sound\n  \
+                 kdf: PBKDF2-HMAC-SHA256, {} iterations\n  slots: {}\n  \
+                 protected contents: {} bytes",
+                file.display(),
+                info.header.version,
+                info.header.iterations,
+                slots.join(", "),
+                info.plaintext_len,
+            );
+            let mut json = header_json(&info);
+            json["ok"] = json!(true);
+            json["file"] = json!(file);
+            json["format"] = json!(format_name(format));
+            Ok(Outcome { text, json })
+        }
+    }
+}
+
+/// `snug protect IN --out OUT`.
+pub(crate) fn protect(
+    input: &Path,
+    out: &Path,
+    iterations: u32,
+    passphrase_file: Option<&Path>,
+    force: bool,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
+    files::check_output(input, out, force)?;
+    let plaintext = files::read(input)?;
+    match snug_container::detect(&plaintext) {
+        Format::Sqlite => {}
+        Format::Container => {
+            return Err(Failure::new(
+                Exit::Other,
+                "ALREADY_PROTECTED",
+                format!("{} is already a protected Snug file", input.display()),
+            ));
+        }
+        Format::Unknown => {
+            return Err(Failure::new(
+                Exit::Corrupt,
+                "NOT_A_USER_DATABASE",
+                format!("{} is not a SQLite user database", input.display()),
+            ));
+        }
+    }
+    // The custody rule comes first, before any secret is asked for or any byte is written.
+    eprintln!("{CUSTODY_RULE}\n");
+    let passphrase =
+        secrets::new_passphrase(passphrase_file, secrets::ENV_PASSPHRASE, "--passphrase-file")?;
+    let recovery_key = RecoveryKey::generate();
+    let container = snug_container::seal(&plaintext, &passphrase, &recovery_key, iterations, limits)?;
+    files::write(out, &container)?;
+    Ok(Outcome {
+        text: format!(
+            "Protected {} -> {}\n\nRecovery key (shown once; write it down now):\n\n    {}\n",
+            input.display(),
+            out.display(),
+            recovery_key.grouped()
+        ),
+        json: json!({
+            "ok": true,
+            "out": out,
+            "recovery_key": recovery_key.grouped(),
+            "container_length": container.len(),
+            "iterations": iterations,
+            "custody": CUSTODY_RULE,
+        }),
+    })
+}
+
+/// `snug unlock IN --out OUT` and `snug unprotect IN --out OUT`: the plaintext to OUT.
+pub(crate) fn unlock(
+    input: &Path,
+    out: &Path,
+    secret_args: &SecretArgs,
+    force: bool,
+    limits: &Limits,
+    verb: &str,
+) -> Result<Outcome, Failure> {
+    files::check_output(input, out, force)?;
+    let container = files::read(input)?;
+    // Structure first, so a damaged file is reported as damaged before anyone is asked for a secret.
+    snug_container::inspect(&container, limits)?;
+    let secrets = secrets::opening_secrets(secret_args)?;
+    let unlocked = snug_container::open_owned(container, &secrets, limits)?;
+    files::write(out, &unlocked.plaintext)?;
+    Ok(Outcome {
+        text: format!(
+            "{} {} -> {} ({} bytes, opened by the {})",
+            capitalized(verb),
+            input.display(),
+            out.display(),
+            unlocked.plaintext.len(),
+            slot_name(unlocked.opened_by).replace('-', " ")
+        ),
+        json: json!({
+            "ok": true,
+            "out": out,
+            "opened_by": slot_name(unlocked.opened_by),
+            "plaintext_length": unlocked.plaintext.len(),
+        }),
+    })
+}
+
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// `snug passwd FILE`: new passphrase, same payload, recovery key unchanged; replaced atomically.
+pub(crate) fn passwd(
+    file: &Path,
+    secret_args: &SecretArgs,
+    new_passphrase_file: Option<&Path>,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
+    let container = files::read(file)?;
+    snug_container::inspect(&container, limits)?;
+    let current = secrets::current_passphrase(secret_args)?;
+    let new = secrets::new_passphrase(
+        new_passphrase_file,
+        secrets::ENV_NEW_PASSPHRASE,
+        "--new-passphrase-file",
+    )?;
+    let changed = snug_container::change_passphrase(&container, &current, &new, limits)?;
+    files::write(file, &changed)?;
+    Ok(Outcome {
+        text: format!(
+            "Changed the passphrase of {}; the recovery key still opens it",
+            file.display()
+        ),
+        json: json!({ "ok": true, "file": file, "container_length": changed.len() }),
+    })
+}
+
+/// `snug rotate-recovery-key FILE`: a new recovery key, printed once; replaced atomically.
+pub(crate) fn rotate_recovery_key(
+    file: &Path,
+    secret_args: &SecretArgs,
+    limits: &Limits,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let container = files::read(file)?;
+    snug_container::inspect(&container, limits)?;
+    let secrets = secrets::opening_secrets(secret_args)?;
+    let (rotated, recovery_key) = snug_container::rotate_recovery_key(&container, &secrets, limits)?;
+    // The new key is shown before the file changes: if the write then fails, the old key still
+    // opens the unchanged file, so at no moment is the user left without a working key.
+    if !json {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(
+            stdout,
+            "New recovery key (shown once; write it down now):\n\n    {}\n",
+            recovery_key.grouped()
+        );
+        let _ = stdout.flush();
+    }
+    if let Err(failure) = files::write(file, &rotated) {
+        return Err(Failure::new(
+            failure.exit,
+            failure.code,
+            format!(
+                "{}; the file is unchanged and the key printed above is NOT in effect — the old \
+                 recovery key still opens it",
+                failure.message
+            ),
+        ));
+    }
+    Ok(Outcome {
+        text: format!(
+            "Replaced the recovery key of {}; the old recovery key no longer opens it",
+            file.display()
+        ),
+        json: json!({
+            "ok": true,
+            "file": file,
+            "recovery_key": recovery_key.grouped(),
+            "container_length": rotated.len(),
+        }),
+    })
+}

@@ -1,0 +1,197 @@
+//! `snug`: the offline command-line tool for Snug user files. No hub, no network.
+//!
+//! Every command works on local files through the domain crates directly (never through gRPC),
+//! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
+//! in-place commands (which replace it atomically), and reports failures with a message, a
+//! stable code (`--json`) and a distinct exit code:
+//! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported.
+
+mod container;
+mod failure;
+mod files;
+mod secrets;
+
+use std::{io::Write as _, path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use snug_container::{DEFAULT_ITERATIONS, Limits};
+
+use crate::{
+    failure::{Exit, Failure},
+    secrets::SecretArgs,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "snug",
+    version,
+    about = "Work with Snug user files (user.snug) offline: inspect, protect, unlock",
+    after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build).\n\
+                  Secrets are never taken from arguments: use --passphrase-file / --recovery-key-file,\n\
+                  SNUG_PASSPHRASE / SNUG_RECOVERY_KEY, or answer the prompt on a terminal."
+)]
+struct Cli {
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Smallest PBKDF2 iteration count accepted when opening a protected file. Files below it are
+    /// reported corrupt; lower it only for files you know were made with a weak setting.
+    #[arg(long, global = true, env = "SNUG_MIN_ITERATIONS", default_value_t = Limits::default().min_iterations)]
+    min_iterations: u32,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Reports a file's format and, for a protected file, its header — no secret needed.
+    Inspect {
+        /// The file to inspect.
+        file: PathBuf,
+    },
+    /// Protects a plain user database with a passphrase and a new recovery key (SNUGENC1).
+    Protect {
+        /// The plain user database.
+        input: PathBuf,
+        /// Where to write the protected file.
+        #[arg(long)]
+        out: PathBuf,
+        /// PBKDF2 iteration count.
+        #[arg(long, default_value_t = DEFAULT_ITERATIONS)]
+        iterations: u32,
+        /// A file holding the new passphrase. Also: SNUG_PASSPHRASE.
+        #[arg(long, value_name = "FILE")]
+        passphrase_file: Option<PathBuf>,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Writes the plaintext of a protected file to OUT; the protected file is unchanged.
+    Unlock {
+        /// The protected file.
+        input: PathBuf,
+        /// Where to write the plain user database.
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        secrets: SecretArgs,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Changes the passphrase of a protected file in place; the recovery key keeps working.
+    Passwd {
+        /// The protected file, replaced atomically.
+        file: PathBuf,
+        /// The current passphrase (file); also SNUG_PASSPHRASE.
+        #[command(flatten)]
+        secrets: SecretArgs,
+        /// A file holding the new passphrase. Also: SNUG_NEW_PASSPHRASE.
+        #[arg(long, value_name = "FILE")]
+        new_passphrase_file: Option<PathBuf>,
+    },
+    /// Replaces the recovery key of a protected file in place and prints the new one once.
+    RotateRecoveryKey {
+        /// The protected file, replaced atomically.
+        file: PathBuf,
+        #[command(flatten)]
+        secrets: SecretArgs,
+    },
+    /// Removes protection: writes the plain user database to OUT.
+    Unprotect {
+        /// The protected file.
+        input: PathBuf,
+        /// Where to write the plain user database.
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        secrets: SecretArgs,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// What a successful command reports: text for people, JSON for scripts.
+pub(crate) struct Outcome {
+    pub(crate) text: String,
+    pub(crate) json: serde_json::Value,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // Help and version are successes; everything else clap reports is a usage error.
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(Exit::Usage as u8)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let json = cli.json;
+    match run(cli) {
+        Ok(outcome) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = if json {
+                writeln!(stdout, "{}", outcome.json)
+            } else if outcome.text.is_empty() {
+                Ok(())
+            } else {
+                writeln!(stdout, "{}", outcome.text)
+            };
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            if json {
+                let body = serde_json::json!({
+                    "ok": false,
+                    "error": { "code": failure.code, "message": failure.message },
+                    "exit_code": failure.exit as u8,
+                });
+                let _ = writeln!(std::io::stdout().lock(), "{body}");
+            }
+            let _ = writeln!(std::io::stderr().lock(), "snug: {}", failure.message);
+            ExitCode::from(failure.exit as u8)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<Outcome, Failure> {
+    let limits = Limits {
+        min_iterations: cli.min_iterations,
+        ..Limits::default()
+    };
+    match cli.command {
+        Command::Inspect { file } => container::inspect(&file, &limits),
+        Command::Protect {
+            input,
+            out,
+            iterations,
+            passphrase_file,
+            force,
+        } => container::protect(&input, &out, iterations, passphrase_file.as_deref(), force, &limits),
+        Command::Unlock {
+            input,
+            out,
+            secrets,
+            force,
+        } => container::unlock(&input, &out, &secrets, force, &limits, "unlocked"),
+        Command::Unprotect {
+            input,
+            out,
+            secrets,
+            force,
+        } => container::unlock(&input, &out, &secrets, force, &limits, "unprotected"),
+        Command::Passwd {
+            file,
+            secrets,
+            new_passphrase_file,
+        } => container::passwd(&file, &secrets, new_passphrase_file.as_deref(), &limits),
+        Command::RotateRecoveryKey { file, secrets } => {
+            container::rotate_recovery_key(&file, &secrets, &limits, cli.json)
+        }
+    }
+}

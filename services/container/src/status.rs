@@ -1,0 +1,110 @@
+//! The one place `snug.container.v1` chooses a gRPC code: domain errors to `tonic::Status`.
+//!
+//! Every match is exhaustive, so a new error variant in `snug-container` does not compile until
+//! someone picks its code and reason here.
+
+use snug_container::{Corruption, OpenError, RewrapError, SealError};
+use snug_rpc::status::{error, too_large};
+use tonic::{Code, Status};
+
+use crate::reason::{self, DOMAIN};
+
+/// Maps a failed open (unlock, remove protection, and the open step of every rewrap).
+pub fn open_error(err: OpenError) -> Status {
+    match err {
+        OpenError::Locked => error(
+            Code::FailedPrecondition,
+            reason::LOCKED,
+            DOMAIN,
+            "this Snug file is protected and no supplied secret opened it; \
+             the file is healthy — try the passphrase or the recovery key",
+            [],
+        ),
+        OpenError::Corrupt(corruption) => corrupt(corruption),
+        OpenError::TooLarge { plaintext_len, max } => error(
+            Code::ResourceExhausted,
+            reason::TOO_LARGE,
+            DOMAIN,
+            format!("the protected contents are {plaintext_len} bytes, over the limit of {max}"),
+            [("limit", max.to_string())],
+        ),
+    }
+}
+
+/// Maps a structural problem found without (or after) a secret.
+pub fn corrupt(corruption: Corruption) -> Status {
+    let reason = match &corruption {
+        Corruption::NotAContainer => reason::NOT_A_CONTAINER,
+        Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
+            reason::UNSUPPORTED_FORMAT_VERSION
+        }
+        Corruption::TruncatedHeader
+        | Corruption::ImplausibleSlotCount(_)
+        | Corruption::TruncatedBody
+        | Corruption::HeaderChecksumMismatch { .. }
+        | Corruption::IterationsOutOfRange { .. }
+        | Corruption::PayloadAuthenticationFailed => reason::CORRUPT,
+    };
+    error(
+        Code::InvalidArgument,
+        reason,
+        DOMAIN,
+        corruption.to_string(),
+        [("detail", corruption.code().to_owned())],
+    )
+}
+
+/// Maps a failed seal (protect).
+pub fn seal_error(err: SealError) -> Status {
+    match err {
+        SealError::EmptyPassphrase => {
+            snug_rpc::status::invalid_argument(DOMAIN, "header.passphrase", "the passphrase is empty")
+        }
+        SealError::IterationsOutOfRange {
+            iterations,
+            min,
+            max,
+        } => snug_rpc::status::invalid_argument(
+            DOMAIN,
+            "header.iterations",
+            format!("iteration count {iterations} is outside the accepted range {min}..={max}"),
+        ),
+        SealError::TooLarge { max, .. } => too_large(DOMAIN, max),
+        // A freshly generated recovery key is always plausible; reaching this is a bug.
+        SealError::ImplausibleRecoveryKey => {
+            snug_rpc::status::internal(DOMAIN, &SealError::ImplausibleRecoveryKey)
+        }
+        SealError::Corrupt(corruption) => corrupt(corruption),
+        SealError::FileKeyMismatch => snug_rpc::status::internal(DOMAIN, &SealError::FileKeyMismatch),
+    }
+}
+
+/// Maps a failed passphrase change or recovery-key rotation.
+pub fn rewrap_error(err: RewrapError) -> Status {
+    match err {
+        RewrapError::Open(open) => open_error(open),
+        RewrapError::EmptyPassphrase => snug_rpc::status::invalid_argument(
+            DOMAIN,
+            "header.new_passphrase",
+            "the new passphrase is empty",
+        ),
+        RewrapError::NoPassphraseSlot => error(
+            Code::FailedPrecondition,
+            reason::NO_PASSPHRASE_SLOT,
+            DOMAIN,
+            "this container has no passphrase slot",
+            [],
+        ),
+        RewrapError::NoRecoverySlot => error(
+            Code::FailedPrecondition,
+            reason::NO_RECOVERY_SLOT,
+            DOMAIN,
+            "this container has no recovery-key slot",
+            [],
+        ),
+        // The service generates the new key itself, so an implausible one is a bug.
+        RewrapError::ImplausibleRecoveryKey => {
+            snug_rpc::status::internal(DOMAIN, &RewrapError::ImplausibleRecoveryKey)
+        }
+    }
+}

@@ -1,0 +1,520 @@
+//! In-process tests of `snug.container.v1`: a real server on loopback, a generated client.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+use snug_proto::container::v1::{self as pb, container_service_client::ContainerServiceClient};
+use snug_rpc::chunks::{self, CHUNK_SIZE, Part};
+use tonic::{Code, Status, transport::Channel};
+
+use super::*;
+
+const ITERATIONS: u32 = 1_000;
+const PASSPHRASE: &str = "correct horse battery staple";
+
+fn test_config() -> ContainerConfig {
+    ContainerConfig {
+        // Tests seal with 1,000 iterations; the 600,000 default is exercised by the c01 vector.
+        min_iterations: 1_000,
+        ..ContainerConfig::default()
+    }
+}
+
+async fn start(config: ContainerConfig) -> ContainerServiceClient<Channel> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server_config = ServerConfig::for_tests();
+    tokio::spawn(async move {
+        serve(&server_config, &config, listener, std::future::pending()).await
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    ContainerServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+fn sqlite_bytes(len: usize) -> Bytes {
+    let mut bytes = snug_container::SQLITE_MAGIC.to_vec();
+    bytes.extend((0..len).map(|i| (i * 7 % 251) as u8));
+    Bytes::from(bytes)
+}
+
+fn reason(status: &Status) -> String {
+    snug_rpc::status::reason_of(status).unwrap_or_default()
+}
+
+async fn protect(
+    client: &mut ContainerServiceClient<Channel>,
+    plaintext: Bytes,
+    passphrase: &str,
+) -> Result<(String, Bytes), Status> {
+    let header = pb::ProtectRequest {
+        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
+            passphrase: passphrase.to_owned(),
+            iterations: ITERATIONS,
+            custody_rule_acknowledged: true,
+            expected_length: Some(plaintext.len() as u64),
+        })),
+    };
+    let request = chunks::upload(header, plaintext, |c| pb::ProtectRequest {
+        message: Some(pb::protect_request::Message::Chunk(c)),
+    });
+    let mut stream = client.protect(request).await?.into_inner();
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |m: pb::ProtectResponse| {
+        m.message.map(|m| match m {
+            pb::protect_response::Message::Result(r) => Part::Header(r),
+            pb::protect_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    }, |r| r.container_length)
+    .await?;
+    assert_eq!(result.container_length, bytes.len() as u64);
+    Ok((result.recovery_key, bytes))
+}
+
+fn secrets(passphrase: Option<&str>, recovery_key: Option<&str>) -> pb::Secrets {
+    pb::Secrets {
+        passphrase: passphrase.map(str::to_owned),
+        recovery_key: recovery_key.map(str::to_owned),
+    }
+}
+
+async fn unlock(
+    client: &mut ContainerServiceClient<Channel>,
+    container: Bytes,
+    secrets: pb::Secrets,
+) -> Result<(pb::UnlockResult, Bytes), Status> {
+    let header = pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
+            secrets: Some(secrets),
+            expected_length: None,
+        })),
+    };
+    let request = chunks::upload(header, container, |c| pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Chunk(c)),
+    });
+    let mut stream = client.unlock(request).await?.into_inner();
+    chunks::download(&mut stream, u64::MAX, |m: pb::UnlockResponse| {
+        m.message.map(|m| match m {
+            pb::unlock_response::Message::Result(r) => Part::Header(r),
+            pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    }, |r| r.plaintext_length)
+    .await
+}
+
+#[tokio::test]
+async fn protect_then_unlock_with_either_secret() {
+    let mut client = start(test_config()).await;
+    // Larger than one chunk, so both directions stream several messages.
+    let plaintext = sqlite_bytes(3 * CHUNK_SIZE + 123);
+    let (recovery_key, container) = protect(&mut client, plaintext.clone(), PASSPHRASE)
+        .await
+        .expect("protect");
+    assert!(container.starts_with(snug_container::MAGIC));
+    assert_eq!(recovery_key.len(), 32, "grouped 27-symbol key: {recovery_key}");
+
+    let (result, bytes) = unlock(&mut client, container.clone(), secrets(Some(PASSPHRASE), None))
+        .await
+        .expect("unlock with passphrase");
+    assert_eq!(bytes, plaintext);
+    assert_eq!(result.opened_by(), pb::SlotKind::Passphrase);
+    assert_eq!(result.plaintext_format(), pb::Format::Sqlite);
+
+    let typed = recovery_key.to_lowercase().replace('-', " ");
+    let (result, bytes) = unlock(&mut client, container.clone(), secrets(None, Some(&typed)))
+        .await
+        .expect("unlock with recovery key");
+    assert_eq!(bytes, plaintext);
+    assert_eq!(result.opened_by(), pb::SlotKind::RecoveryKey);
+}
+
+#[tokio::test]
+async fn wrong_or_missing_secret_is_locked_not_corrupt() {
+    let mut client = start(test_config()).await;
+    let (_, container) = protect(&mut client, sqlite_bytes(100), PASSPHRASE)
+        .await
+        .expect("protect");
+    for secrets in [
+        secrets(Some("Correct horse battery staple"), None),
+        secrets(Some(""), None),
+        secrets(None, None),
+        secrets(None, Some(PASSPHRASE)),
+    ] {
+        let status = unlock(&mut client, container.clone(), secrets)
+            .await
+            .expect_err("locked");
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(reason(&status), reason::LOCKED);
+    }
+}
+
+#[tokio::test]
+async fn damaged_and_foreign_inputs_get_typed_reasons() {
+    let mut client = start(test_config()).await;
+    let (_, container) = protect(&mut client, sqlite_bytes(100), PASSPHRASE)
+        .await
+        .expect("protect");
+
+    // A flipped iteration byte fails the header checksum: corrupt, with the detail named.
+    let mut damaged = container.to_vec();
+    damaged[13] ^= 0x40;
+    let status = unlock(&mut client, Bytes::from(damaged), secrets(Some(PASSPHRASE), None))
+        .await
+        .expect_err("corrupt");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(
+        snug_rpc::status::metadata_of(&status, "detail").as_deref(),
+        Some("header_checksum_mismatch")
+    );
+
+    // A payload bit flip is found only after a slot opens: still corrupt, never locked.
+    let mut damaged = container.to_vec();
+    let last = damaged.len() - 20;
+    damaged[last] ^= 1;
+    let status = unlock(&mut client, Bytes::from(damaged), secrets(Some(PASSPHRASE), None))
+        .await
+        .expect_err("corrupt payload");
+    assert_eq!(reason(&status), reason::CORRUPT);
+
+    // A plain database is not a container.
+    let status = unlock(&mut client, sqlite_bytes(10), secrets(Some(PASSPHRASE), None))
+        .await
+        .expect_err("not a container");
+    assert_eq!(reason(&status), reason::NOT_A_CONTAINER);
+
+    // A newer container version is unsupported rather than damaged.
+    let mut newer = container.to_vec();
+    newer[9] = 2;
+    let status = unlock(&mut client, Bytes::from(newer), secrets(Some(PASSPHRASE), None))
+        .await
+        .expect_err("unsupported");
+    assert_eq!(reason(&status), reason::UNSUPPORTED_FORMAT_VERSION);
+}
+
+#[tokio::test]
+async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
+    let mut client = start(test_config()).await;
+    let (_, container) = protect(&mut client, sqlite_bytes(10), PASSPHRASE)
+        .await
+        .expect("protect");
+    let status = protect(&mut client, container, PASSPHRASE)
+        .await
+        .expect_err("already protected");
+    assert_eq!(reason(&status), reason::ALREADY_PROTECTED);
+
+    let status = protect(&mut client, Bytes::from_static(b"hello"), PASSPHRASE)
+        .await
+        .expect_err("not a database");
+    assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE);
+
+    let status = protect(&mut client, sqlite_bytes(10), "")
+        .await
+        .expect_err("empty passphrase");
+    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+
+    let header = pb::ProtectRequest {
+        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
+            passphrase: PASSPHRASE.to_owned(),
+            iterations: ITERATIONS,
+            custody_rule_acknowledged: false,
+            expected_length: None,
+        })),
+    };
+    let request = chunks::upload(header, sqlite_bytes(10), |c| pb::ProtectRequest {
+        message: Some(pb::protect_request::Message::Chunk(c)),
+    });
+    let status = client.protect(request).await.expect_err("custody");
+    assert_eq!(reason(&status), reason::CUSTODY_NOT_ACKNOWLEDGED);
+
+    // Below the configured minimum iteration count is refused, not silently raised.
+    let header = pb::ProtectRequest {
+        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
+            passphrase: PASSPHRASE.to_owned(),
+            iterations: 10,
+            custody_rule_acknowledged: true,
+            expected_length: None,
+        })),
+    };
+    let request = chunks::upload(header, sqlite_bytes(10), |c| pb::ProtectRequest {
+        message: Some(pb::protect_request::Message::Chunk(c)),
+    });
+    let status = client.protect(request).await.expect_err("weak kdf");
+    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+}
+
+#[tokio::test]
+async fn oversize_uploads_are_refused_early_with_resource_exhausted() {
+    let mut client = start(test_config()).await;
+    // Declared too large: refused after the header, before any chunk is needed.
+    let header = pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
+            secrets: Some(secrets(Some(PASSPHRASE), None)),
+            expected_length: Some(snug_container::MAX_USERDB_BYTES * 2),
+        })),
+    };
+    let status = client
+        .unlock(futures::stream::iter([header]))
+        .await
+        .expect_err("declared too large");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&status), reason::TOO_LARGE);
+
+    // Undeclared: the stream is cut off as soon as it crosses the cap.
+    let over = snug_container::MAX_USERDB_BYTES as usize + 2 * CHUNK_SIZE;
+    let status = protect(&mut client, sqlite_bytes(over), PASSPHRASE)
+        .await
+        .expect_err("streamed too large");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&status), reason::TOO_LARGE);
+}
+
+#[tokio::test]
+async fn malformed_streams_are_invalid_arguments() {
+    let mut client = start(test_config()).await;
+    // Chunks before any header.
+    let chunk = pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Chunk(Bytes::from_static(b"x"))),
+    };
+    let status = client
+        .unlock(futures::stream::iter([chunk]))
+        .await
+        .expect_err("headerless");
+    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    // An empty stream.
+    let status = client
+        .unlock(futures::stream::iter(Vec::<pb::UnlockRequest>::new()))
+        .await
+        .expect_err("empty");
+    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    // A message with no field set.
+    let status = client
+        .unlock(futures::stream::iter([pb::UnlockRequest { message: None }]))
+        .await
+        .expect_err("empty message");
+    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+}
+
+#[tokio::test]
+async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
+    let mut client = start(test_config()).await;
+    let plaintext = sqlite_bytes(2000);
+    let (recovery_key, container) = protect(&mut client, plaintext.clone(), PASSPHRASE)
+        .await
+        .expect("protect");
+
+    let header = pb::ChangePassphraseRequest {
+        message: Some(pb::change_passphrase_request::Message::Header(
+            pb::ChangePassphraseHeader {
+                current_passphrase: PASSPHRASE.to_owned(),
+                new_passphrase: "new passphrase".to_owned(),
+                expected_length: None,
+            },
+        )),
+    };
+    let request = chunks::upload(header, container.clone(), |c| pb::ChangePassphraseRequest {
+        message: Some(pb::change_passphrase_request::Message::Chunk(c)),
+    });
+    let mut stream = client
+        .change_passphrase(request)
+        .await
+        .expect("change")
+        .into_inner();
+    let (_, changed) = chunks::download(&mut stream, u64::MAX, |m: pb::ChangePassphraseResponse| {
+        m.message.map(|m| match m {
+            pb::change_passphrase_response::Message::Result(r) => Part::Header(r),
+            pb::change_passphrase_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    }, |r| r.container_length)
+    .await
+    .expect("changed");
+    assert_eq!(changed.len(), container.len());
+    // The payload (IV, ciphertext, tag) is untouched by a passphrase change.
+    assert_eq!(changed[256..], container[256..]);
+    assert!(unlock(&mut client, changed.clone(), secrets(Some(PASSPHRASE), None)).await.is_err());
+    assert!(unlock(&mut client, changed.clone(), secrets(Some("new passphrase"), None)).await.is_ok());
+    assert!(unlock(&mut client, changed.clone(), secrets(None, Some(&recovery_key))).await.is_ok());
+
+    let header = pb::RotateRecoveryKeyRequest {
+        message: Some(pb::rotate_recovery_key_request::Message::Header(
+            pb::RotateRecoveryKeyHeader {
+                secrets: Some(secrets(Some("new passphrase"), None)),
+                expected_length: None,
+            },
+        )),
+    };
+    let request = chunks::upload(header, changed.clone(), |c| pb::RotateRecoveryKeyRequest {
+        message: Some(pb::rotate_recovery_key_request::Message::Chunk(c)),
+    });
+    let mut stream = client
+        .rotate_recovery_key(request)
+        .await
+        .expect("rotate")
+        .into_inner();
+    let (result, rotated) = chunks::download(&mut stream, u64::MAX, |m: pb::RotateRecoveryKeyResponse| {
+        m.message.map(|m| match m {
+            pb::rotate_recovery_key_response::Message::Result(r) => Part::Header(r),
+            pb::rotate_recovery_key_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    }, |r| r.container_length)
+    .await
+    .expect("rotated");
+    assert_ne!(result.recovery_key, recovery_key);
+    assert_eq!(rotated[256..], changed[256..]);
+    let status = unlock(&mut client, rotated.clone(), secrets(None, Some(&recovery_key)))
+        .await
+        .expect_err("old recovery key");
+    assert_eq!(reason(&status), reason::LOCKED);
+    let (_, bytes) = unlock(&mut client, rotated.clone(), secrets(None, Some(&result.recovery_key)))
+        .await
+        .expect("new recovery key");
+    assert_eq!(bytes, plaintext);
+
+    let header = pb::RemoveProtectionRequest {
+        message: Some(pb::remove_protection_request::Message::Header(
+            pb::RemoveProtectionHeader {
+                secrets: Some(secrets(Some("new passphrase"), None)),
+                expected_length: None,
+            },
+        )),
+    };
+    let request = chunks::upload(header, rotated, |c| pb::RemoveProtectionRequest {
+        message: Some(pb::remove_protection_request::Message::Chunk(c)),
+    });
+    let mut stream = client
+        .remove_protection(request)
+        .await
+        .expect("remove")
+        .into_inner();
+    let (_, bytes) = chunks::download(&mut stream, u64::MAX, |m: pb::RemoveProtectionResponse| {
+        m.message.map(|m| match m {
+            pb::remove_protection_response::Message::Result(r) => Part::Header(r),
+            pb::remove_protection_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    }, |r| r.plaintext_length)
+    .await
+    .expect("plaintext");
+    assert_eq!(bytes, plaintext);
+}
+
+#[tokio::test]
+async fn detect_and_inspect_need_no_secret() {
+    let mut client = start(test_config()).await;
+    for (leading, expected) in [
+        (snug_container::SQLITE_MAGIC.to_vec(), pb::Format::Sqlite),
+        (snug_container::MAGIC.to_vec(), pb::Format::Snugenc1),
+        (b"PK\x03\x04".to_vec(), pb::Format::Unknown),
+        (Vec::new(), pb::Format::Unknown),
+    ] {
+        let response = client
+            .detect_format(pb::DetectFormatRequest {
+                leading_bytes: leading.into(),
+            })
+            .await
+            .expect("detect")
+            .into_inner();
+        assert_eq!(response.format(), expected);
+    }
+
+    let (_, container) = protect(&mut client, sqlite_bytes(500), PASSPHRASE)
+        .await
+        .expect("protect");
+    let request = futures::stream::iter(
+        chunks::split_into_chunks(container.clone())
+            .map(|chunk| pb::InspectContainerRequest { chunk })
+            .collect::<Vec<_>>(),
+    );
+    let info = client
+        .inspect_container(request)
+        .await
+        .expect("inspect")
+        .into_inner();
+    assert_eq!(info.version, 1);
+    assert_eq!(info.kdf_id, 1);
+    assert_eq!(info.iterations, ITERATIONS);
+    assert_eq!(info.header_length, 160);
+    assert_eq!(info.container_length, container.len() as u64);
+    assert_eq!(info.plaintext_length, 516);
+    let kinds: Vec<_> = info.slots.iter().map(|s| s.kind()).collect();
+    assert_eq!(kinds, [pb::SlotKind::Passphrase, pb::SlotKind::RecoveryKey]);
+
+    let truncated = container.slice(..200);
+    let status = client
+        .inspect_container(futures::stream::iter([pb::InspectContainerRequest {
+            chunk: truncated,
+        }]))
+        .await
+        .expect_err("truncated");
+    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(
+        snug_rpc::status::metadata_of(&status, "detail").as_deref(),
+        Some("truncated_body")
+    );
+}
+
+#[tokio::test]
+async fn reference_container_at_600k_iterations_unlocks_over_grpc() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/vectors/reference/containers");
+    let container = std::fs::read(dir.join("c01-reference-random-600k.snug"))
+        .expect("the shared reference vectors are beside the repository");
+    // The default configuration: 600,000 iterations is inside the accepted range.
+    let mut client = start(ContainerConfig::default()).await;
+    let (_, plaintext) = unlock(&mut client, Bytes::from(container), secrets(Some(PASSPHRASE), None))
+        .await
+        .expect("unlock");
+    assert_eq!(
+        hex::encode(Sha256::digest(&plaintext)),
+        "9ac4340874202fd7ac0acfee28019a90612430738c4d5311d3a9ae817f7ed6ea"
+    );
+}
+
+#[tokio::test]
+async fn a_burst_beyond_the_kdf_pool_is_refused_as_overloaded() {
+    let config = ContainerConfig {
+        min_iterations: 1_000,
+        kdf_concurrency: Some(1),
+        kdf_queue_timeout: Duration::from_millis(1),
+        ..ContainerConfig::default()
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/vectors/reference/containers");
+    let container = Bytes::from(
+        std::fs::read(dir.join("c01-reference-random-600k.snug")).expect("vector"),
+    );
+    let client = start(config).await;
+    // Eight 600k-iteration unlocks against one slot with a 1 ms queue: most must be shed with a
+    // typed, retryable reason, and none may hang or fail any other way.
+    let results = futures::future::join_all((0..8).map(|_| {
+        let mut client = client.clone();
+        let container = container.clone();
+        async move { unlock(&mut client, container, secrets(Some(PASSPHRASE), None)).await }
+    }))
+    .await;
+    let overloaded = results
+        .iter()
+        .filter(|r| matches!(r, Err(s) if s.code() == Code::Unavailable && reason(s) == reason::OVERLOADED))
+        .count();
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert!(ok >= 1, "at least one unlock runs");
+    assert!(overloaded >= 1, "the burst is shed");
+    assert_eq!(ok + overloaded, 8);
+}
+
+#[test]
+fn reasons_are_upper_snake_unique_and_short() {
+    let mut seen = std::collections::HashSet::new();
+    for reason in reason::ALL {
+        assert!(reason.len() <= 63, "{reason}");
+        assert!(
+            reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
+            "{reason}"
+        );
+        assert!(seen.insert(reason), "duplicate {reason}");
+    }
+}

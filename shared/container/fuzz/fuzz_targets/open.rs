@@ -1,0 +1,55 @@
+//! Fuzz target: arbitrary bytes through `inspect`, `open` and `open_owned`, as they are and with the structural fields made plausible so the fuzzer gets past the checksum to the slots and the payload.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use snug_container::{
+    Limits, MAGIC, OpenError, Passphrase, RecoveryKey, Secrets, header_checksum, inspect, open,
+    open_owned,
+};
+
+/// A header may ask for at most 2,000 iterations, so no input turns fuzzing into key derivation.
+const LIMITS: Limits = Limits {
+    min_iterations: 1,
+    max_iterations: 2_000,
+    max_plaintext: 1 << 20,
+};
+
+fuzz_target!(|data: &[u8]| {
+    let secrets = Secrets {
+        passphrase: Some(Passphrase::new("correct horse battery staple")),
+        recovery_key: Some(RecoveryKey::parse("ABCDE-FGHJK-MNPQR-STVWX-YZ234-56")),
+    };
+    check(data, &secrets);
+    // The first byte picks a repair: the rest becomes a container with a valid magic, version,
+    // KDF, slot count, cheap iteration count and checksum, whatever its slots and payload hold.
+    if let Some((&selector, rest)) = data.split_first() {
+        let mut repaired = MAGIC.to_vec();
+        repaired.extend_from_slice(rest);
+        repaired.resize(repaired.len().max(38), 0);
+        repaired[9] = 1;
+        repaired[10..12].copy_from_slice(&[0, 1]);
+        let iterations = u32::from(selector & 0x0f) + 1;
+        repaired[12..16].copy_from_slice(&iterations.to_be_bytes());
+        let n_slots = u16::from(selector >> 4) % 8 + 1;
+        repaired[32..34].copy_from_slice(&n_slots.to_be_bytes());
+        let header_len = (38 + 61 * usize::from(n_slots)).min(repaired.len());
+        let checksum = header_checksum(&repaired[..header_len]);
+        repaired[34..38].copy_from_slice(&checksum.to_be_bytes());
+        check(&repaired, &secrets);
+    }
+});
+
+fn check(bytes: &[u8], secrets: &Secrets) {
+    let inspected = inspect(bytes, &LIMITS);
+    let opened = open(bytes, secrets, &LIMITS);
+    let owned = open_owned(bytes.to_vec(), secrets, &LIMITS);
+    // Both open paths must agree, and with inspect on whether the container is corrupt.
+    match (&opened, &owned) {
+        (Ok(a), Ok(b)) => assert_eq!(a.plaintext, b.plaintext),
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        _ => panic!("open and open_owned disagree: {opened:?} / {owned:?}"),
+    }
+    if let Err(corruption) = inspected {
+        assert_eq!(opened.unwrap_err(), OpenError::Corrupt(corruption));
+    }
+}

@@ -1,0 +1,117 @@
+//! Streaming ingest: quota, whole-image SHA-256, and cutting the stream into fixed-size chunks.
+//!
+//! Chunks are fixed-size and aligned to the start of the image. SQLite pages never move within a
+//! file, so with a chunk size equal to the page size a revision that rewrote 1% of the pages
+//! shares 99% of its chunks with its base; content-defined chunking would buy nothing here and
+//! cost a rolling hash over every byte.
+
+use std::{future::Future, io, pin::pin};
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use sha2::{Digest as _, Sha256};
+
+use crate::{error::PutError, types::Digest};
+
+/// How many bytes of chunks are handed to a backend at once: large enough that per-batch work
+/// (a channel send, a dedupe query) is amortised, small enough to keep memory per put bounded.
+pub(crate) const BATCH_BYTES: usize = 1 << 20;
+
+/// Where a backend receives the chunks of a put, in image order.
+pub(crate) trait ChunkSink {
+    /// Takes the next chunks; every chunk but the image's last is exactly the chunk size.
+    fn accept(&mut self, chunks: Vec<Bytes>) -> impl Future<Output = Result<(), PutError>> + Send;
+}
+
+/// What ingest learned about the image.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ingested {
+    pub(crate) digest: Digest,
+    pub(crate) size: u64,
+}
+
+/// Reads `body` to its end, enforcing `quota` as the bytes arrive, hashing the whole image, and
+/// passing chunk-aligned batches to `sink`.
+///
+/// An over-quota image is refused as soon as the byte that crosses the quota arrives; the rest of
+/// the stream is never polled.
+pub(crate) async fn ingest<B, S>(
+    body: B,
+    quota: u64,
+    chunk_size: usize,
+    sink: &mut S,
+) -> Result<Ingested, PutError>
+where
+    B: Stream<Item = io::Result<Bytes>> + Send,
+    S: ChunkSink + Send,
+{
+    let mut body = pin!(body);
+    let mut hasher = Sha256::new();
+    let mut size: u64 = 0;
+    let mut partial = BytesMut::new();
+    let mut batch: Vec<Bytes> = Vec::new();
+    let mut batch_bytes = 0usize;
+    while let Some(piece) = body.next().await {
+        let mut piece = piece.map_err(PutError::BodyAborted)?;
+        size += piece.len() as u64;
+        if size > quota {
+            return Err(PutError::QuotaExceeded { quota });
+        }
+        hasher.update(&piece);
+        if !partial.is_empty() {
+            let take = (chunk_size - partial.len()).min(piece.len());
+            partial.extend_from_slice(&piece.split_to(take));
+            if partial.len() == chunk_size {
+                batch_bytes += chunk_size;
+                batch.push(partial.split().freeze());
+            }
+        }
+        // Whole chunks are sliced out of the caller's buffer without copying.
+        while piece.len() >= chunk_size {
+            batch_bytes += chunk_size;
+            batch.push(piece.split_to(chunk_size));
+        }
+        if !piece.is_empty() {
+            partial.extend_from_slice(&piece);
+        }
+        if batch_bytes >= BATCH_BYTES {
+            batch_bytes = 0;
+            sink.accept(std::mem::take(&mut batch)).await?;
+        }
+    }
+    if !partial.is_empty() {
+        batch.push(partial.freeze());
+    }
+    if !batch.is_empty() {
+        sink.accept(batch).await?;
+    }
+    Ok(Ingested {
+        digest: Digest(hasher.finalize().into()),
+        size,
+    })
+}
+
+/// Encodes a manifest: the chunk digests in image order, 32 bytes each.
+pub(crate) fn encode_manifest(chunks: &[Digest]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(chunks.len() * 32);
+    for c in chunks {
+        out.extend_from_slice(&c.0);
+    }
+    out
+}
+
+/// Decodes a manifest; `None` if its length is not a multiple of 32.
+pub(crate) fn decode_manifest(bytes: &[u8]) -> Option<Vec<Digest>> {
+    if !bytes.len().is_multiple_of(32) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(32)
+            .filter_map(Digest::from_slice)
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests;

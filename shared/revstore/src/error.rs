@@ -1,0 +1,354 @@
+//! One error enum per operation family, each with a machine-readable `reason()`.
+//!
+//! Reasons are UPPER_SNAKE constants that service adapters copy into gRPC `ErrorInfo` and the
+//! gateway into JSON; nobody switches on message text. The messages of the denial variants are
+//! fixed strings so that a missing user, a reclaimed image and another user's image read the same.
+
+use std::{error::Error as StdError, io};
+
+use crate::types::{Digest, Revision};
+
+/// Reason constants, one per cause, shared by every backend.
+pub mod reason {
+    /// A value failed validation.
+    pub const INVALID_FIELD: &str = "INVALID_FIELD";
+    /// A put arrived without a precondition.
+    pub const PRECONDITION_REQUIRED: &str = "PRECONDITION_REQUIRED";
+    /// The precondition named a revision that is not current and never was this user's.
+    pub const REVISION_MISMATCH: &str = "REVISION_MISMATCH";
+    /// The precondition named an earlier revision of this user.
+    pub const STALE_REVISION: &str = "STALE_REVISION";
+    /// The image exceeds the per-user quota.
+    pub const QUOTA_EXCEEDED: &str = "QUOTA_EXCEEDED";
+    /// Nothing the caller may see exists under that name.
+    pub const NOT_FOUND: &str = "NOT_FOUND";
+    /// Different bytes already occupy a content-addressed identity.
+    pub const IMAGE_CONFLICT: &str = "IMAGE_CONFLICT";
+    /// An idempotency key was reused for a different write.
+    pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
+    /// The client's byte stream failed before it ended.
+    pub const BODY_ABORTED: &str = "BODY_ABORTED";
+    /// The storage backend could not be reached or failed an I/O operation.
+    pub const STORAGE_UNAVAILABLE: &str = "STORAGE_UNAVAILABLE";
+    /// Stored bytes failed verification.
+    pub const STORAGE_CORRUPT: &str = "STORAGE_CORRUPT";
+    /// Reclamation refused: the object listing was incomplete.
+    pub const LISTING_INCOMPLETE: &str = "LISTING_INCOMPLETE";
+    /// Reclamation refused: an object in the listing could not be identified.
+    pub const UNREADABLE_CANDIDATE: &str = "UNREADABLE_CANDIDATE";
+    /// The store's schema is newer than this binary.
+    pub const SCHEMA_TOO_NEW: &str = "SCHEMA_TOO_NEW";
+    /// An applied migration differs from the one this binary carries.
+    pub const MIGRATION_CHANGED: &str = "MIGRATION_CHANGED";
+    /// Another process holds the embedded store's directory.
+    pub const STORE_LOCKED: &str = "STORE_LOCKED";
+}
+
+/// The fixed message of every denial, so that no variant of "not yours" leaks through wording.
+pub(crate) const NOT_FOUND_MESSAGE: &str = "no such image";
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A value that failed validation (user id, principal, revision, key or digest).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind}: {problem}")]
+pub struct InvalidToken {
+    /// What was being parsed.
+    pub kind: &'static str,
+    /// What is wrong with it.
+    pub problem: &'static str,
+}
+
+impl InvalidToken {
+    /// Always [`reason::INVALID_FIELD`].
+    pub fn reason(&self) -> &'static str {
+        reason::INVALID_FIELD
+    }
+}
+
+/// A failure of the storage itself, as opposed to a refusal by the store's rules.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The backend could not be reached or an I/O operation failed; retrying later may succeed.
+    #[error("storage unavailable")]
+    Unavailable(#[source] BoxError),
+    /// Stored bytes failed verification against their content address.
+    #[error("stored {object} failed verification")]
+    Corrupt {
+        /// Which object: e.g. `chunk <hex>` or `pack <name>`.
+        object: String,
+    },
+}
+
+impl StorageError {
+    /// [`reason::STORAGE_UNAVAILABLE`] or [`reason::STORAGE_CORRUPT`].
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StorageError::Unavailable(_) => reason::STORAGE_UNAVAILABLE,
+            StorageError::Corrupt { .. } => reason::STORAGE_CORRUPT,
+        }
+    }
+
+    pub(crate) fn unavailable(e: impl Into<BoxError>) -> Self {
+        StorageError::Unavailable(e.into())
+    }
+}
+
+impl From<io::Error> for StorageError {
+    fn from(e: io::Error) -> Self {
+        StorageError::Unavailable(Box::new(e))
+    }
+}
+
+impl From<rusqlite::Error> for StorageError {
+    fn from(e: rusqlite::Error) -> Self {
+        StorageError::Unavailable(Box::new(e))
+    }
+}
+
+impl From<getrandom::Error> for StorageError {
+    fn from(e: getrandom::Error) -> Self {
+        StorageError::Unavailable(Box::new(io::Error::other(e.to_string())))
+    }
+}
+
+impl From<tokio::task::JoinError> for StorageError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        StorageError::Unavailable(Box::new(e))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<tokio_postgres::Error> for StorageError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StorageError::Unavailable(Box::new(e))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<deadpool_postgres::PoolError> for StorageError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        StorageError::Unavailable(Box::new(e))
+    }
+}
+
+/// Why a put or restore was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum PutError {
+    /// The request carried no precondition. Returned by [`crate::Precondition::required`]; the
+    /// store's API cannot express a put without one.
+    #[error(
+        "a put requires a precondition: must-match a revision, or must-not-exist for the first write"
+    )]
+    PreconditionRequired,
+    /// The user is not provisioned, or (restore) the source revision is not one the caller may see.
+    #[error("{}", NOT_FOUND_MESSAGE)]
+    NotFound,
+    /// The precondition does not hold and names no earlier revision of this user:
+    /// must-not-exist while an image exists, or must-match a revision the user never had.
+    #[error("revision mismatch")]
+    Conflict {
+        /// The user's current revision, if any.
+        current: Option<Revision>,
+    },
+    /// The precondition names an earlier revision of this user: the writer's base is stale.
+    #[error("stale revision: the image changed since {base}")]
+    Stale {
+        /// The revision the writer built on.
+        base: Revision,
+        /// The user's current revision.
+        current: Revision,
+    },
+    /// The image is larger than the per-user quota; refused before the rest was read.
+    #[error("image exceeds the per-user quota of {quota} bytes")]
+    QuotaExceeded {
+        /// The quota in bytes.
+        quota: u64,
+    },
+    /// Different bytes already occupy this content-addressed identity.
+    #[error("different bytes already stored under {identity}")]
+    ImageConflict {
+        /// The occupied identity (image digest or pack name).
+        identity: String,
+    },
+    /// The idempotency key was used before for a different write (other bytes or another base).
+    #[error("idempotency key reused for a different write")]
+    IdempotencyKeyReused {
+        /// The revision that key produced.
+        revision: Revision,
+    },
+    /// The caller's byte stream failed before its end; nothing was written.
+    #[error("the image stream failed")]
+    BodyAborted(#[source] io::Error),
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl PutError {
+    /// The UPPER_SNAKE reason for this cause.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PutError::PreconditionRequired => reason::PRECONDITION_REQUIRED,
+            PutError::NotFound => reason::NOT_FOUND,
+            PutError::Conflict { .. } => reason::REVISION_MISMATCH,
+            PutError::Stale { .. } => reason::STALE_REVISION,
+            PutError::QuotaExceeded { .. } => reason::QUOTA_EXCEEDED,
+            PutError::ImageConflict { .. } => reason::IMAGE_CONFLICT,
+            PutError::IdempotencyKeyReused { .. } => reason::IDEMPOTENCY_KEY_REUSED,
+            PutError::BodyAborted(_) => reason::BODY_ABORTED,
+            PutError::Storage(e) => e.reason(),
+        }
+    }
+
+    /// The user's current revision where the refusal reports one.
+    pub fn current(&self) -> Option<&Revision> {
+        match self {
+            PutError::Conflict { current } => current.as_ref(),
+            PutError::Stale { current, .. } => Some(current),
+            _ => None,
+        }
+    }
+
+    /// Whether the refusal is worth recording in the put ledger (every rule-based refusal is;
+    /// storage failures are logged, not ledgered, because the ledger lives in the same storage).
+    pub(crate) fn is_ledgered(&self) -> bool {
+        !matches!(self, PutError::Storage(_) | PutError::PreconditionRequired)
+    }
+}
+
+impl From<rusqlite::Error> for PutError {
+    fn from(e: rusqlite::Error) -> Self {
+        PutError::Storage(e.into())
+    }
+}
+
+impl From<io::Error> for PutError {
+    fn from(e: io::Error) -> Self {
+        PutError::Storage(e.into())
+    }
+}
+
+/// Why a read (head, get, get_revision) produced nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Uniform denial: no such user, no image yet, a reclaimed revision, or another user's
+    /// revision. One variant, one message.
+    #[error("{}", NOT_FOUND_MESSAGE)]
+    NotFound,
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl ReadError {
+    /// [`reason::NOT_FOUND`] or the storage reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReadError::NotFound => reason::NOT_FOUND,
+            ReadError::Storage(e) => e.reason(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for ReadError {
+    fn from(e: rusqlite::Error) -> Self {
+        ReadError::Storage(e.into())
+    }
+}
+
+/// Why a reclamation pass deleted nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReclaimError {
+    /// The listing of stored objects did not complete; nothing was reclaimed.
+    #[error("object listing incomplete; nothing reclaimed")]
+    IncompleteListing,
+    /// An object in the listing could not be identified; nothing was reclaimed.
+    #[error("unreadable candidate {name:?}; nothing reclaimed")]
+    UnreadableCandidate {
+        /// The object's name as listed.
+        name: String,
+    },
+    /// The storage failed; nothing was reclaimed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl ReclaimError {
+    /// The UPPER_SNAKE reason for this cause.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReclaimError::IncompleteListing => reason::LISTING_INCOMPLETE,
+            ReclaimError::UnreadableCandidate { .. } => reason::UNREADABLE_CANDIDATE,
+            ReclaimError::Storage(e) => e.reason(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for ReclaimError {
+    fn from(e: rusqlite::Error) -> Self {
+        ReclaimError::Storage(e.into())
+    }
+}
+
+impl From<io::Error> for ReclaimError {
+    fn from(e: io::Error) -> Self {
+        ReclaimError::Storage(e.into())
+    }
+}
+
+/// Why a store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The store was written by a newer binary.
+    #[error("store schema version {found} is newer than this binary's {supported}")]
+    SchemaTooNew {
+        /// Highest applied migration.
+        found: i64,
+        /// Highest migration this binary knows.
+        supported: i64,
+    },
+    /// An applied migration's text differs from this binary's copy.
+    #[error("applied migration {version} differs from this binary's")]
+    MigrationChanged {
+        /// The migration's version.
+        version: i64,
+    },
+    /// Another process has the embedded store open.
+    #[error("the store directory is in use by another process")]
+    Locked,
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl OpenError {
+    /// The UPPER_SNAKE reason for this cause.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            OpenError::SchemaTooNew { .. } => reason::SCHEMA_TOO_NEW,
+            OpenError::MigrationChanged { .. } => reason::MIGRATION_CHANGED,
+            OpenError::Locked => reason::STORE_LOCKED,
+            OpenError::Storage(e) => e.reason(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for OpenError {
+    fn from(e: rusqlite::Error) -> Self {
+        OpenError::Storage(e.into())
+    }
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Storage(e.into())
+    }
+}
+
+/// Reports an identity by its hex digest, for [`PutError::ImageConflict`].
+pub(crate) fn image_conflict(digest: &Digest) -> PutError {
+    PutError::ImageConflict {
+        identity: format!("image {digest}"),
+    }
+}

@@ -1,0 +1,689 @@
+//! `MemStore`: the whole store in process memory, for tests and for services under test.
+//!
+//! It follows the same rules as the durable backends (the same [`crate::cas`] decision, content
+//! addressing, create-once, retention) so the conformance suite holds it to the same contract;
+//! it simply has nothing to make durable.
+
+use std::{
+    collections::{HashMap, HashSet},
+    io,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use bytes::Bytes;
+use futures::Stream;
+
+use crate::{
+    cas::{self, Accepted, Decision, Facts},
+    chunk::{self, ChunkSink},
+    config::StoreConfig,
+    error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
+    types::{
+        Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
+        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId,
+        Verdict,
+    },
+};
+
+/// A store kept entirely in memory.
+#[derive(Clone, Debug)]
+pub struct MemStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: StoreConfig,
+    state: Mutex<State>,
+    leases: Leases,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    users: HashMap<UserId, UserRec>,
+    images: HashMap<Digest, ImageRec>,
+    chunks: HashMap<Digest, Bytes>,
+    publications: HashMap<u64, Publication>,
+    next_publication: u64,
+    served: Vec<(UserId, ServedEntry)>,
+    puts: Vec<(UserId, PutLedgerEntry)>,
+    journal: Vec<JournalEntry>,
+}
+
+#[derive(Debug, Default)]
+struct UserRec {
+    current: Option<usize>,
+    revisions: Vec<RevRow>,
+}
+
+#[derive(Debug)]
+struct RevRow {
+    info: RevisionInfo,
+    key: Option<IdempotencyKey>,
+}
+
+#[derive(Debug)]
+struct ImageRec {
+    size: u64,
+    manifest: Vec<Digest>,
+}
+
+#[derive(Debug)]
+struct Publication {
+    base: Option<Revision>,
+    digest: Option<Digest>,
+    started_at: Timestamp,
+    user: UserId,
+}
+
+impl MemStore {
+    /// Creates an empty store.
+    pub fn new(config: StoreConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::default(),
+                leases: Leases::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every mutation below completes before the guard is dropped, so a poisoned state is
+        // still consistent.
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Timestamp {
+        self.inner.config.clock.now()
+    }
+}
+
+impl UserRec {
+    fn current_row(&self) -> Option<&RevRow> {
+        self.current.map(|i| &self.revisions[i])
+    }
+
+    fn facts(&self, precondition: &Precondition, key: Option<&IdempotencyKey>) -> Facts {
+        let to_accepted = |r: &RevRow| Accepted {
+            revision: r.info.revision.clone(),
+            base: r.info.base.clone(),
+            digest: r.info.digest,
+        };
+        Facts {
+            current: self.current_row().map(to_accepted),
+            base_known: precondition
+                .base()
+                .is_some_and(|b| self.revisions.iter().any(|r| r.info.revision == *b)),
+            keyed: key.and_then(|k| {
+                self.revisions
+                    .iter()
+                    .rev()
+                    .find(|r| r.key.as_ref() == Some(k))
+                    .map(to_accepted)
+            }),
+        }
+    }
+
+    fn find(&self, revision: &Revision) -> Option<&RevRow> {
+        self.revisions.iter().find(|r| r.info.revision == *revision)
+    }
+}
+
+impl State {
+    fn ledger(
+        &mut self,
+        user: &UserId,
+        verdict: Verdict,
+        revision: Option<Revision>,
+        principal: &Principal,
+        at: Timestamp,
+    ) {
+        self.puts.push((
+            user.clone(),
+            PutLedgerEntry {
+                verdict,
+                revision,
+                at,
+                principal: principal.clone(),
+            },
+        ));
+    }
+
+    fn refuse(
+        &mut self,
+        user: &UserId,
+        principal: &Principal,
+        at: Timestamp,
+        err: PutError,
+    ) -> PutError {
+        if err.is_ledgered() {
+            self.ledger(
+                user,
+                Verdict::Refused {
+                    reason: err.reason().to_owned(),
+                },
+                None,
+                principal,
+                at,
+            );
+        }
+        err
+    }
+
+    /// Reassembles an image from its chunks, verifying each against its address.
+    fn read_back(&self, digest: &Digest) -> Result<Vec<Bytes>, StorageError> {
+        let image = self
+            .images
+            .get(digest)
+            .ok_or_else(|| StorageError::Corrupt {
+                object: format!("image {digest}"),
+            })?;
+        image
+            .manifest
+            .iter()
+            .map(|c| match self.chunks.get(c) {
+                Some(bytes) if Digest::of(bytes) == *c => Ok(bytes.clone()),
+                _ => Err(StorageError::Corrupt {
+                    object: format!("chunk {c}"),
+                }),
+            })
+            .collect()
+    }
+
+    /// The common tail of put and restore: decide, then swap the pointer and append history and
+    /// ledger rows, all under one lock (the in-memory counterpart of one transaction).
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &mut self,
+        user: &UserId,
+        precondition: &Precondition,
+        key: Option<&IdempotencyKey>,
+        principal: &Principal,
+        digest: Digest,
+        size: u64,
+        restored_from: Option<Revision>,
+        now: Timestamp,
+    ) -> Result<PutOutcome, PutError> {
+        let Some(rec) = self.users.get(user) else {
+            return Err(self.refuse(user, principal, now, PutError::NotFound));
+        };
+        match cas::decide(precondition, &rec.facts(precondition, key), &digest) {
+            Decision::Refuse(err) => Err(self.refuse(user, principal, now, err)),
+            Decision::Replay(revision) => {
+                let info = rec.find(&revision).map(|r| r.info.clone()).ok_or_else(|| {
+                    StorageError::Corrupt {
+                        object: format!("revision {revision}"),
+                    }
+                })?;
+                self.ledger(user, Verdict::Accepted, Some(revision), principal, now);
+                Ok(PutOutcome {
+                    info,
+                    replayed: true,
+                })
+            }
+            Decision::Accept => {
+                let seq = rec.revisions.len() as u64 + 1;
+                let revision = Revision::generate(seq).map_err(StorageError::from)?;
+                let info = RevisionInfo {
+                    revision: revision.clone(),
+                    digest,
+                    size,
+                    accepted_at: now,
+                    principal: principal.clone(),
+                    base: precondition.base().cloned(),
+                    restored_from,
+                    retained: true,
+                };
+                let rec = self.users.get_mut(user).ok_or(PutError::NotFound)?;
+                rec.revisions.push(RevRow {
+                    info: info.clone(),
+                    key: key.cloned(),
+                });
+                rec.current = Some(rec.revisions.len() - 1);
+                self.ledger(user, Verdict::Accepted, Some(revision), principal, now);
+                Ok(PutOutcome {
+                    info,
+                    replayed: false,
+                })
+            }
+        }
+    }
+}
+
+struct MemSink(Vec<(Digest, Bytes)>);
+
+impl ChunkSink for MemSink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        self.0
+            .extend(chunks.into_iter().map(|c| (Digest::of(&c), c)));
+        Ok(())
+    }
+}
+
+impl MemStore {
+    fn begin(
+        &self,
+        request: &PutRequest,
+        base: Option<Revision>,
+        digest: Option<Digest>,
+    ) -> Result<u64, PutError> {
+        let now = self.now();
+        let mut state = self.lock();
+        let Some(rec) = state.users.get(&request.user) else {
+            return Err(state.refuse(&request.user, &request.principal, now, PutError::NotFound));
+        };
+        let facts = rec.facts(&request.precondition, request.idempotency_key.as_ref());
+        if let Some(err) = cas::early(&request.precondition, &facts) {
+            return Err(state.refuse(&request.user, &request.principal, now, err));
+        }
+        let id = state.next_publication;
+        state.next_publication += 1;
+        state.publications.insert(
+            id,
+            Publication {
+                base,
+                digest,
+                started_at: now,
+                user: request.user.clone(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn download(
+        &self,
+        user: &UserId,
+        revision: Option<&Revision>,
+        principal: &Principal,
+    ) -> Result<ImageDownload, ReadError> {
+        let now = self.now();
+        let mut state = self.lock();
+        let info = {
+            let rec = state.users.get(user).ok_or(ReadError::NotFound)?;
+            let row = match revision {
+                None => rec.current_row(),
+                Some(r) => rec.find(r),
+            };
+            match row {
+                Some(row) if row.info.retained => row.info.clone(),
+                _ => return Err(ReadError::NotFound),
+            }
+        };
+        let pieces = state.read_back(&info.digest)?;
+        let lease = self.inner.leases.take(info.digest);
+        state.served.push((
+            user.clone(),
+            ServedEntry {
+                revision: info.revision.clone(),
+                at: now,
+                principal: principal.clone(),
+            },
+        ));
+        let body = Guarded::new(futures::stream::iter(pieces.into_iter().map(Ok)), lease);
+        Ok(ImageDownload {
+            info,
+            body: ImageBody::new(body),
+        })
+    }
+}
+
+impl RevStore for MemStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn health(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
+        let mut state = self.lock();
+        if state.users.contains_key(user) {
+            return Ok(false);
+        }
+        state.users.insert(user.clone(), UserRec::default());
+        Ok(true)
+    }
+
+    async fn put<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send,
+    {
+        let publication = self.begin(&request, request.precondition.base().cloned(), None)?;
+        let mut sink = MemSink(Vec::new());
+        let ingested = chunk::ingest(
+            body,
+            self.inner.config.quota_bytes,
+            self.inner.config.chunk_size as usize,
+            &mut sink,
+        )
+        .await;
+        let now = self.now();
+        let mut state = self.lock();
+        state.publications.remove(&publication);
+        let ingested = match ingested {
+            Ok(i) => i,
+            Err(err) => return Err(state.refuse(&request.user, &request.principal, now, err)),
+        };
+        // Create-once: an occupied address must hold the same bytes.
+        for (digest, bytes) in &sink.0 {
+            match state.chunks.get(digest) {
+                Some(existing) if existing != bytes => {
+                    return Err(PutError::ImageConflict {
+                        identity: format!("chunk {digest}"),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    state.chunks.insert(*digest, bytes.clone());
+                }
+            }
+        }
+        let manifest: Vec<Digest> = sink.0.iter().map(|(d, _)| *d).collect();
+        match state.images.get(&ingested.digest) {
+            Some(image) if image.manifest != manifest || image.size != ingested.size => {
+                return Err(image_conflict(&ingested.digest));
+            }
+            Some(_) => {}
+            None => {
+                state.images.insert(
+                    ingested.digest,
+                    ImageRec {
+                        size: ingested.size,
+                        manifest,
+                    },
+                );
+            }
+        }
+        state.read_back(&ingested.digest)?;
+        state.commit(
+            &request.user,
+            &request.precondition,
+            request.idempotency_key.as_ref(),
+            &request.principal,
+            ingested.digest,
+            ingested.size,
+            None,
+            now,
+        )
+    }
+
+    async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {
+        let now = self.now();
+        let mut state = self.lock();
+        let source = state
+            .users
+            .get(&request.user)
+            .and_then(|rec| rec.find(&request.from))
+            .filter(|row| row.info.retained)
+            .map(|row| (row.info.digest, row.info.size));
+        let Some((digest, size)) = source else {
+            return Err(state.refuse(&request.user, &request.principal, now, PutError::NotFound));
+        };
+        state.read_back(&digest)?;
+        state.commit(
+            &request.user,
+            &request.precondition,
+            request.idempotency_key.as_ref(),
+            &request.principal,
+            digest,
+            size,
+            Some(request.from.clone()),
+            now,
+        )
+    }
+
+    async fn head(&self, user: &UserId) -> Result<RevisionInfo, ReadError> {
+        let state = self.lock();
+        state
+            .users
+            .get(user)
+            .and_then(UserRec::current_row)
+            .map(|r| r.info.clone())
+            .ok_or(ReadError::NotFound)
+    }
+
+    async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
+        self.download(user, None, principal)
+    }
+
+    async fn get_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+        principal: &Principal,
+    ) -> Result<ImageDownload, ReadError> {
+        self.download(user, Some(revision), principal)
+    }
+
+    async fn list_revisions(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<RevisionInfo>, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .users
+            .get(user)
+            .map(|rec| {
+                rec.revisions
+                    .iter()
+                    .rev()
+                    .take(limit)
+                    .map(|r| r.info.clone())
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn served_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<ServedEntry>, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .served
+            .iter()
+            .rev()
+            .filter(|(u, _)| u == user)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn put_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<PutLedgerEntry>, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .puts
+            .iter()
+            .rev()
+            .filter(|(u, _)| u == user)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
+        // Listing first, deleting after: an incomplete listing leaves everything in place.
+        if self.inner.config.faults.incomplete_listing() {
+            return Err(ReclaimError::IncompleteListing);
+        }
+        let now = self.now();
+        let retention = &self.inner.config.retention;
+        let cutoff = now.minus(retention.grace);
+        let orphan_cutoff = now.minus(retention.orphan_after);
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut report = ReclaimReport::default();
+        let in_flight: Vec<&Publication> = state
+            .publications
+            .values()
+            .filter(|p| p.started_at > orphan_cutoff)
+            .collect();
+        let protected_bases: HashSet<(UserId, Revision)> = in_flight
+            .iter()
+            .filter_map(|p| p.base.clone().map(|b| (p.user.clone(), b)))
+            .collect();
+        let protected_images: HashSet<Digest> = in_flight.iter().filter_map(|p| p.digest).collect();
+
+        for (user, rec) in state.users.iter_mut() {
+            let accepted_at: Vec<Timestamp> =
+                rec.revisions.iter().map(|r| r.info.accepted_at).collect();
+            let n = rec.revisions.len();
+            for (idx, row) in rec.revisions.iter_mut().enumerate() {
+                let newest_rank = n - 1 - idx;
+                let superseded_at = accepted_at.get(idx + 1).copied();
+                let keep = !row.info.retained
+                    || newest_rank < retention.keep_newest
+                    || rec.current == Some(idx)
+                    || superseded_at.is_none_or(|t| t > cutoff)
+                    || protected_bases.contains(&(user.clone(), row.info.revision.clone()))
+                    || self.inner.leases.is_leased(&row.info.digest);
+                if !keep {
+                    row.info.retained = false;
+                    report.revisions += 1;
+                    state.journal.push(JournalEntry {
+                        at: now,
+                        kind: ReclaimedKind::Revision,
+                        subject: row.info.revision.to_string(),
+                        user: Some(user.clone()),
+                    });
+                }
+            }
+        }
+        let live_images: HashSet<Digest> = state
+            .users
+            .values()
+            .flat_map(|rec| {
+                rec.revisions
+                    .iter()
+                    .filter(|r| r.info.retained)
+                    .map(|r| r.info.digest)
+            })
+            .chain(protected_images)
+            .collect();
+        let dead_images: Vec<Digest> = state
+            .images
+            .keys()
+            .filter(|d| !live_images.contains(d) && !self.inner.leases.is_leased(d))
+            .copied()
+            .collect();
+        for digest in dead_images {
+            state.images.remove(&digest);
+            report.images += 1;
+            state.journal.push(JournalEntry {
+                at: now,
+                kind: ReclaimedKind::Image,
+                subject: digest.to_hex(),
+                user: None,
+            });
+        }
+        let orphans: Vec<u64> = state
+            .publications
+            .iter()
+            .filter(|(_, p)| p.started_at <= orphan_cutoff)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in orphans {
+            if let Some(p) = state.publications.remove(&id) {
+                report.publications += 1;
+                state.journal.push(JournalEntry {
+                    at: now,
+                    kind: ReclaimedKind::Publication,
+                    subject: id.to_string(),
+                    user: Some(p.user),
+                });
+            }
+        }
+        let live_chunks: HashSet<Digest> = state
+            .images
+            .values()
+            .flat_map(|i| i.manifest.iter().copied())
+            .collect();
+        let dead_chunks: Vec<Digest> = state
+            .chunks
+            .keys()
+            .filter(|c| !live_chunks.contains(c))
+            .copied()
+            .collect();
+        for chunk in dead_chunks {
+            state.chunks.remove(&chunk);
+            report.chunks += 1;
+            state.journal.push(JournalEntry {
+                at: now,
+                kind: ReclaimedKind::Chunk,
+                subject: chunk.to_hex(),
+                user: None,
+            });
+        }
+        Ok(report)
+    }
+
+    async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {
+        let state = self.lock();
+        Ok(state.journal.iter().rev().take(limit).cloned().collect())
+    }
+
+    async fn stats(&self) -> Result<StorageStats, StorageError> {
+        let state = self.lock();
+        Ok(StorageStats {
+            images: state.images.len() as u64,
+            chunks: state.chunks.len() as u64,
+            chunk_bytes: state.chunks.values().map(|c| c.len() as u64).sum(),
+        })
+    }
+
+    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
+        let state = self.lock();
+        let mut report = IntegrityReport::default();
+        let mut images = HashSet::new();
+        for (user, rec) in &state.users {
+            if let Some(idx) = rec.current
+                && !rec.revisions.get(idx).is_some_and(|r| r.info.retained)
+            {
+                report
+                    .problems
+                    .push(IntegrityProblem::DanglingPointer { user: user.clone() });
+            }
+            images.extend(
+                rec.revisions
+                    .iter()
+                    .filter(|r| r.info.retained)
+                    .map(|r| r.info.digest),
+            );
+        }
+        for digest in images {
+            let Some(image) = state.images.get(&digest) else {
+                report
+                    .problems
+                    .push(IntegrityProblem::MissingImage { image: digest });
+                continue;
+            };
+            report.images_checked += 1;
+            let mut whole = Vec::new();
+            for c in &image.manifest {
+                match state.chunks.get(c) {
+                    None => report.problems.push(IntegrityProblem::MissingChunk {
+                        image: digest,
+                        chunk: *c,
+                    }),
+                    Some(b) => whole.extend_from_slice(b),
+                }
+            }
+            if Digest::of(&whole) != digest || whole.len() as u64 != image.size {
+                report
+                    .problems
+                    .push(IntegrityProblem::ImageMismatch { image: digest });
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,1240 @@
+//! `PgStore`: the store in PostgreSQL, for hubs that run several replicas (feature `postgres`).
+//!
+//! Everything lives in the database, chunk bytes included (`bytea`), so replicas are stateless and
+//! any number of them can share one store. The compare-and-swap is a transaction that locks the
+//! user's pointer row (`SELECT … FOR UPDATE`). Reclamation and commits are ordered by one advisory
+//! lock per schema: every commit holds it shared while it checks that its chunks exist and swaps
+//! the pointer; reclamation holds it exclusively while it decides and deletes.
+
+use std::{collections::HashSet, io, sync::Arc};
+
+use bytes::{Bytes, BytesMut};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use futures::Stream;
+use sha2::{Digest as _, Sha256};
+use tokio_postgres::{GenericClient, NoTls, Row};
+
+use crate::{
+    cas::{self, Accepted, Decision, Facts},
+    chunk::{self, ChunkSink},
+    config::StoreConfig,
+    error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    migrate,
+    store::{ImageBody, ImageDownload, RevStore},
+    types::{
+        Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
+        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId,
+        Verdict,
+    },
+};
+
+/// Chunks fetched or inserted per statement.
+const CHUNK_BATCH: usize = 256;
+
+/// How to reach the database.
+#[derive(Clone, Debug)]
+pub struct PgConfig {
+    /// A libpq-style URL or key/value string, e.g. `postgresql://hub@127.0.0.1:5432/hub`.
+    pub url: String,
+    /// The schema holding the store's tables (created if missing); `None` uses the server's
+    /// default search path.
+    pub schema: Option<String>,
+    /// Maximum pooled connections per replica.
+    pub pool_size: usize,
+}
+
+/// The PostgreSQL store.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.inner.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    pool: Pool,
+    config: StoreConfig,
+    chunk_size: usize,
+    schema: Option<String>,
+    /// The advisory lock that orders commits (shared) against reclamation (exclusive).
+    lock_key: i64,
+}
+
+fn valid_schema(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !s.as_bytes()[0].is_ascii_digit()
+}
+
+impl PgStore {
+    /// Connects, creates the schema if needed and migrates the store's tables forward.
+    ///
+    /// Several replicas may call this at once: migrations run under an advisory lock.
+    pub async fn connect(pg: PgConfig, config: StoreConfig) -> Result<Self, OpenError> {
+        let mut pg_config: tokio_postgres::Config = pg.url.parse().map_err(StorageError::from)?;
+        if let Some(schema) = &pg.schema {
+            if !valid_schema(schema) {
+                return Err(
+                    StorageError::unavailable(format!("invalid schema name {schema:?}")).into(),
+                );
+            }
+            pg_config.options(format!("-c search_path={schema}"));
+        }
+        let manager = Manager::from_config(
+            pg_config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pg.pool_size.max(2))
+            .build()
+            .map_err(StorageError::unavailable)?;
+        let key_source = format!("snug-revstore:{}", pg.schema.as_deref().unwrap_or(""));
+        let digest = Sha256::digest(key_source.as_bytes());
+        let lock_key = i64::from_le_bytes(
+            <[u8; 8]>::try_from(&digest[..8]).map_err(StorageError::unavailable)?,
+        );
+        let mut client = pool.get().await.map_err(StorageError::from)?;
+        if let Some(schema) = &pg.schema {
+            // Concurrent CREATE SCHEMA IF NOT EXISTS can race on the catalog; the advisory lock
+            // serialises replicas starting together.
+            let tx = client.transaction().await.map_err(StorageError::from)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key])
+                .await
+                .map_err(StorageError::from)?;
+            tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .await
+                .map_err(StorageError::from)?;
+            tx.commit().await.map_err(StorageError::from)?;
+        }
+        {
+            let tx = client.transaction().await.map_err(StorageError::from)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key])
+                .await
+                .map_err(StorageError::from)?;
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS revstore_migrations (version BIGINT PRIMARY KEY, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(StorageError::from)?;
+            let applied: Vec<(i64, String)> = tx
+                .query("SELECT version, checksum FROM revstore_migrations", &[])
+                .await
+                .map_err(StorageError::from)?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            for m in migrate::plan(&applied, migrate::POSTGRES)? {
+                tx.batch_execute(m.sql).await.map_err(StorageError::from)?;
+                tx.execute(
+                    "INSERT INTO revstore_migrations (version, checksum) VALUES ($1, $2)",
+                    &[&m.version, &migrate::checksum(m.sql)],
+                )
+                .await
+                .map_err(StorageError::from)?;
+            }
+            tx.execute(
+                "INSERT INTO store_meta (key, value) VALUES ('chunk_size', $1) ON CONFLICT (key) DO NOTHING",
+                &[&config.chunk_size.to_string()],
+            )
+            .await
+            .map_err(StorageError::from)?;
+            tx.commit().await.map_err(StorageError::from)?;
+        }
+        let chunk_size: String = client
+            .query_one("SELECT value FROM store_meta WHERE key = 'chunk_size'", &[])
+            .await
+            .map_err(StorageError::from)?
+            .get(0);
+        let chunk_size = chunk_size
+            .parse::<usize>()
+            .map_err(StorageError::unavailable)?;
+        drop(client);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                config,
+                chunk_size,
+                schema: pg.schema,
+                lock_key,
+            }),
+        })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StorageError> {
+        Ok(self.inner.pool.get().await?)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.inner.config.clock.now()
+    }
+
+    /// Names of the tables in the store's schema, for the table-class completeness test.
+    #[doc(hidden)]
+    pub async fn table_names(&self) -> Result<Vec<String>, StorageError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'", &[])
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+impl From<tokio_postgres::Error> for PutError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        PutError::Storage(e.into())
+    }
+}
+
+impl From<tokio_postgres::Error> for ReadError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        ReadError::Storage(e.into())
+    }
+}
+
+impl From<tokio_postgres::Error> for ReclaimError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        ReclaimError::Storage(e.into())
+    }
+}
+
+fn corrupt(what: &str) -> StorageError {
+    StorageError::Corrupt {
+        object: what.to_owned(),
+    }
+}
+
+fn digest_of(bytes: &[u8]) -> Result<Digest, StorageError> {
+    Digest::from_slice(bytes).ok_or_else(|| corrupt("digest column"))
+}
+
+fn parse<T: std::str::FromStr>(s: &str) -> Result<T, StorageError> {
+    s.parse().map_err(|_| corrupt("token column"))
+}
+
+fn parse_opt<T: std::str::FromStr>(s: Option<&str>) -> Result<Option<T>, StorageError> {
+    s.map(parse).transpose()
+}
+
+const INFO_COLUMNS: &str =
+    "revision, digest, size, accepted_at, principal, base, restored_from, retained";
+
+fn info_row(r: &Row) -> Result<RevisionInfo, StorageError> {
+    Ok(RevisionInfo {
+        revision: parse(r.get::<_, &str>(0))?,
+        digest: digest_of(r.get::<_, &[u8]>(1))?,
+        size: r.get::<_, i64>(2) as u64,
+        accepted_at: Timestamp::from_unix_millis(r.get(3)),
+        principal: parse(r.get::<_, &str>(4))?,
+        base: parse_opt(r.get::<_, Option<&str>>(5))?,
+        restored_from: parse_opt(r.get::<_, Option<&str>>(6))?,
+        retained: r.get(7),
+    })
+}
+
+fn accepted_row(r: &Row) -> Result<Accepted, StorageError> {
+    Ok(Accepted {
+        revision: parse(r.get::<_, &str>(0))?,
+        base: parse_opt(r.get::<_, Option<&str>>(1))?,
+        digest: digest_of(r.get::<_, &[u8]>(2))?,
+    })
+}
+
+/// Gathers what the compare-and-swap decision needs; `None` if the user is not provisioned.
+/// With `lock`, the user's pointer row is locked until the transaction ends.
+async fn load_facts<C: GenericClient + Sync>(
+    c: &C,
+    user: &UserId,
+    precondition: &Precondition,
+    key: Option<&IdempotencyKey>,
+    lock: bool,
+) -> Result<Option<Facts>, StorageError> {
+    let sql = if lock {
+        "SELECT current_seq FROM users WHERE user_id = $1 FOR UPDATE"
+    } else {
+        "SELECT current_seq FROM users WHERE user_id = $1"
+    };
+    let Some(row) = c.query_opt(sql, &[&user.as_str()]).await? else {
+        return Ok(None);
+    };
+    let current_seq: Option<i64> = row.get(0);
+    let current = match current_seq {
+        None => None,
+        Some(seq) => c
+            .query_opt(
+                "SELECT revision, base, digest FROM revisions WHERE user_id = $1 AND seq = $2",
+                &[&user.as_str(), &seq],
+            )
+            .await?
+            .map(|r| accepted_row(&r))
+            .transpose()?,
+    };
+    let base_known = match precondition.base() {
+        None => false,
+        Some(base) => c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM revisions WHERE user_id = $1 AND revision = $2)",
+                &[&user.as_str(), &base.as_str()],
+            )
+            .await?
+            .get(0),
+    };
+    let keyed = match key {
+        None => None,
+        Some(key) => c
+            .query_opt(
+                "SELECT revision, base, digest FROM revisions WHERE user_id = $1 AND idempotency_key = $2 ORDER BY seq DESC LIMIT 1",
+                &[&user.as_str(), &key.as_str()],
+            )
+            .await?
+            .map(|r| accepted_row(&r))
+            .transpose()?,
+    };
+    Ok(Some(Facts {
+        current,
+        base_known,
+        keyed,
+    }))
+}
+
+async fn record_verdict<C: GenericClient + Sync>(
+    c: &C,
+    user: &UserId,
+    principal: &Principal,
+    at: Timestamp,
+    verdict: Result<&Revision, &PutError>,
+) -> Result<(), StorageError> {
+    let (v, reason, revision) = match verdict {
+        Ok(r) => ("accepted", None, Some(r.as_str())),
+        Err(e) => ("refused", Some(e.reason()), None),
+    };
+    c.execute(
+        "INSERT INTO put_verdicts (user_id, verdict, reason, revision, at, principal) VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&user.as_str(), &v, &reason, &revision, &at.unix_millis(), &principal.as_str()],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn journal<C: GenericClient + Sync>(
+    c: &C,
+    at: Timestamp,
+    kind: ReclaimedKind,
+    subjects: &[String],
+    user: Option<&str>,
+) -> Result<(), StorageError> {
+    if subjects.is_empty() {
+        return Ok(());
+    }
+    c.execute(
+        "INSERT INTO reclamations (at, kind, subject, user_id) SELECT $1, $2, s, $4 FROM unnest($3::text[]) AS s",
+        &[&at.unix_millis(), &kind.as_str(), &subjects, &user],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Fetches chunks by digest, in the order given, verifying each against its address.
+async fn fetch_chunks<C: GenericClient + Sync>(
+    c: &C,
+    wanted: &[Digest],
+) -> Result<Vec<Bytes>, StorageError> {
+    let keys: Vec<&[u8]> = wanted.iter().map(|d| d.as_bytes().as_slice()).collect();
+    let rows = c
+        .query(
+            "SELECT hash, data FROM chunks WHERE hash = ANY($1)",
+            &[&keys],
+        )
+        .await?;
+    let mut found = std::collections::HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let hash = digest_of(r.get::<_, &[u8]>(0))?;
+        let data: &[u8] = r.get(1);
+        if Digest::of(data) != hash {
+            return Err(corrupt(&format!("chunk {hash}")));
+        }
+        found.insert(hash, Bytes::copy_from_slice(data));
+    }
+    wanted
+        .iter()
+        .map(|d| {
+            found
+                .get(d)
+                .cloned()
+                .ok_or_else(|| corrupt(&format!("chunk {d} (missing)")))
+        })
+        .collect()
+}
+
+/// Inserts chunks create-once as they stream in.
+struct PgSink {
+    pool: Pool,
+    manifest: Vec<Digest>,
+    seen: HashSet<Digest>,
+    now: i64,
+}
+
+impl ChunkSink for PgSink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        let mut hashes: Vec<&[u8]> = Vec::new();
+        let mut datas: Vec<&[u8]> = Vec::new();
+        let digests: Vec<Digest> = chunks.iter().map(|c| Digest::of(c)).collect();
+        for (digest, data) in digests.iter().zip(&chunks) {
+            self.manifest.push(*digest);
+            if self.seen.insert(*digest) {
+                hashes.push(digest.as_bytes().as_slice());
+                datas.push(data.as_ref());
+            }
+        }
+        if hashes.is_empty() {
+            return Ok(());
+        }
+        let client = self.pool.get().await.map_err(StorageError::from)?;
+        // Fresh chunks carry their creation time; reclamation leaves chunks younger than the
+        // orphan period alone, which protects those of puts still streaming.
+        client
+            .execute(
+                "INSERT INTO chunks (hash, data, created_at) SELECT h, d, $3 FROM unnest($1::bytea[], $2::bytea[]) AS t(h, d) ON CONFLICT (hash) DO NOTHING",
+                &[&hashes, &datas, &self.now],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl PgStore {
+    async fn begin(
+        &self,
+        user: &UserId,
+        precondition: &Precondition,
+        key: Option<&IdempotencyKey>,
+        principal: &Principal,
+        digest: Option<Digest>,
+    ) -> Result<i64, PutError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let refusal = match load_facts(&*tx, user, precondition, key, false).await? {
+            None => Some(PutError::NotFound),
+            Some(facts) => cas::early(precondition, &facts),
+        };
+        if let Some(err) = refusal {
+            record_verdict(&*tx, user, principal, now, Err(&err)).await?;
+            tx.commit().await?;
+            return Err(err);
+        }
+        let digest_bytes = digest.as_ref().map(|d| d.as_bytes().as_slice());
+        let id: i64 = tx
+            .query_one(
+                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                &[&user.as_str(), &precondition.base().map(Revision::as_str), &key.map(IdempotencyKey::as_str), &now.unix_millis(), &digest_bytes],
+            )
+            .await?
+            .get(0);
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn abandon(
+        &self,
+        publication: i64,
+        user: &UserId,
+        principal: &Principal,
+        err: &PutError,
+    ) {
+        let now = self.now();
+        let result = async {
+            let client = self.client().await?;
+            client
+                .execute("DELETE FROM publications WHERE id = $1", &[&publication])
+                .await?;
+            if err.is_ledgered() {
+                record_verdict(&**client, user, principal, now, Err(err)).await?;
+            }
+            Ok::<_, StorageError>(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "could not clear the publication record of a failed put");
+        }
+    }
+
+    /// The commit transaction: decide under the pointer row lock, check the image's chunks are
+    /// all present (reclamation cannot run concurrently: the advisory lock is held shared),
+    /// create the image row create-once, swap the pointer, append history and ledger rows, and
+    /// clear the publication record.
+    #[allow(clippy::too_many_arguments)]
+    async fn commit(
+        &self,
+        publication: i64,
+        user: &UserId,
+        precondition: &Precondition,
+        key: Option<&IdempotencyKey>,
+        principal: &Principal,
+        digest: Digest,
+        size: u64,
+        manifest: Option<&[Digest]>,
+        restored_from: Option<&Revision>,
+    ) -> Result<PutOutcome, PutError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // The pointer table is written with full durability whatever the server default is.
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[&self.inner.lock_key],
+        )
+        .await?;
+        if tx
+            .execute("DELETE FROM publications WHERE id = $1", &[&publication])
+            .await?
+            == 0
+        {
+            return Err(StorageError::unavailable("put outlived its grace period; retry").into());
+        }
+        let Some(facts) = load_facts(&*tx, user, precondition, key, true).await? else {
+            return Err(PutError::NotFound);
+        };
+        match cas::decide(precondition, &facts, &digest) {
+            Decision::Refuse(err) => return Err(err),
+            Decision::Replay(revision) => {
+                let row = tx
+                    .query_one(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"), &[&user.as_str(), &revision.as_str()])
+                    .await?;
+                let info = info_row(&row)?;
+                record_verdict(&*tx, user, principal, now, Ok(&revision)).await?;
+                tx.commit().await?;
+                return Ok(PutOutcome {
+                    info,
+                    replayed: true,
+                });
+            }
+            Decision::Accept => {}
+        }
+        let digest_bytes = digest.as_bytes().as_slice();
+        match manifest {
+            Some(manifest) => {
+                let distinct: HashSet<&Digest> = manifest.iter().collect();
+                let keys: Vec<&[u8]> = distinct.iter().map(|d| d.as_bytes().as_slice()).collect();
+                let present: i64 = tx
+                    .query_one("SELECT count(*) FROM chunks WHERE hash = ANY($1)", &[&keys])
+                    .await?
+                    .get(0);
+                if present as usize != keys.len() {
+                    return Err(StorageError::unavailable(
+                        "a chunk was reclaimed during the put; retry",
+                    )
+                    .into());
+                }
+                let encoded = chunk::encode_manifest(manifest);
+                let existing = tx
+                    .query_opt(
+                        "SELECT size, manifest FROM images WHERE digest = $1",
+                        &[&digest_bytes],
+                    )
+                    .await?;
+                match existing {
+                    Some(row) => {
+                        if row.get::<_, i64>(0) as u64 != size
+                            || row.get::<_, &[u8]>(1) != encoded.as_slice()
+                        {
+                            return Err(image_conflict(&digest));
+                        }
+                    }
+                    None => {
+                        tx.execute(
+                            "INSERT INTO images (digest, size, manifest, created_at) VALUES ($1, $2, $3, $4)",
+                            &[&digest_bytes, &(size as i64), &encoded, &now.unix_millis()],
+                        )
+                        .await?;
+                    }
+                }
+            }
+            None => {
+                let present: bool = tx
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM images WHERE digest = $1)",
+                        &[&digest_bytes],
+                    )
+                    .await?
+                    .get(0);
+                if !present {
+                    return Err(PutError::NotFound);
+                }
+            }
+        }
+        let last_seq: i64 = tx
+            .query_one(
+                "SELECT last_seq FROM users WHERE user_id = $1",
+                &[&user.as_str()],
+            )
+            .await?
+            .get(0);
+        let seq = last_seq + 1;
+        let revision = Revision::generate(seq as u64).map_err(StorageError::from)?;
+        let base = precondition.base();
+        tx.execute(
+            "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            &[
+                &user.as_str(),
+                &seq,
+                &revision.as_str(),
+                &digest_bytes,
+                &(size as i64),
+                &now.unix_millis(),
+                &principal.as_str(),
+                &base.map(Revision::as_str),
+                &restored_from.map(Revision::as_str),
+                &key.map(IdempotencyKey::as_str),
+            ],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE users SET last_seq = $2, current_seq = $2 WHERE user_id = $1",
+            &[&user.as_str(), &seq],
+        )
+        .await?;
+        record_verdict(&*tx, user, principal, now, Ok(&revision)).await?;
+        tx.commit().await?;
+        Ok(PutOutcome {
+            info: RevisionInfo {
+                revision,
+                digest,
+                size,
+                accepted_at: now,
+                principal: principal.clone(),
+                base: base.cloned(),
+                restored_from: restored_from.cloned(),
+                retained: true,
+            },
+            replayed: false,
+        })
+    }
+
+    async fn put_after_begin<B>(
+        &self,
+        publication: i64,
+        request: &PutRequest,
+        body: B,
+    ) -> Result<PutOutcome, PutError>
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send,
+    {
+        let mut sink = PgSink {
+            pool: self.inner.pool.clone(),
+            manifest: Vec::new(),
+            seen: HashSet::new(),
+            now: self.now().unix_millis(),
+        };
+        let ingested = chunk::ingest(
+            body,
+            self.inner.config.quota_bytes,
+            self.inner.chunk_size,
+            &mut sink,
+        )
+        .await?;
+        {
+            // Record the digest: from here the image is what the put publishes.
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE publications SET digest = $1 WHERE id = $2",
+                    &[&ingested.digest.as_bytes().as_slice(), &publication],
+                )
+                .await?;
+        }
+        self.verify(&sink.manifest).await?;
+        self.commit(
+            publication,
+            &request.user,
+            &request.precondition,
+            request.idempotency_key.as_ref(),
+            &request.principal,
+            ingested.digest,
+            ingested.size,
+            Some(&sink.manifest),
+            None,
+        )
+        .await
+    }
+
+    /// Reads every chunk back from the database and checks it against its address.
+    async fn verify(&self, manifest: &[Digest]) -> Result<(), PutError> {
+        let client = self.client().await?;
+        let distinct: Vec<Digest> = manifest
+            .iter()
+            .copied()
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        for batch in distinct.chunks(CHUNK_BATCH) {
+            fetch_chunks(&**client, batch).await?;
+        }
+        Ok(())
+    }
+
+    async fn manifest_of(
+        &self,
+        digest: &Digest,
+    ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT size, manifest FROM images WHERE digest = $1",
+                &[&digest.as_bytes().as_slice()],
+            )
+            .await?;
+        match row {
+            None => Ok(None),
+            Some(r) => {
+                let manifest = chunk::decode_manifest(r.get::<_, &[u8]>(1))
+                    .ok_or_else(|| corrupt(&format!("image {digest}")))?;
+                Ok(Some((r.get::<_, i64>(0) as u64, manifest)))
+            }
+        }
+    }
+
+    async fn download(
+        &self,
+        user: &UserId,
+        revision: Option<&Revision>,
+        principal: &Principal,
+    ) -> Result<ImageDownload, ReadError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // The lease is inserted under the advisory lock (shared), so a reclamation pass either
+        // ran before (and the revision is not found) or runs after and sees the lease.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[&self.inner.lock_key],
+        )
+        .await?;
+        let row = match revision {
+            None => {
+                tx.query_opt(
+                    &format!("SELECT {INFO_COLUMNS} FROM users u JOIN revisions r ON r.user_id = u.user_id AND r.seq = u.current_seq WHERE u.user_id = $1"),
+                    &[&user.as_str()],
+                )
+                .await?
+            }
+            Some(rev) => {
+                tx.query_opt(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"), &[&user.as_str(), &rev.as_str()])
+                    .await?
+            }
+        };
+        let info = match row.map(|r| info_row(&r)).transpose()? {
+            Some(info) if info.retained => info,
+            _ => return Err(ReadError::NotFound),
+        };
+        let expires = now.plus(self.inner.config.lease_ttl).unix_millis();
+        let lease: i64 = tx
+            .query_one(
+                "INSERT INTO leases (digest, expires_at) VALUES ($1, $2) RETURNING id",
+                &[&info.digest.as_bytes().as_slice(), &expires],
+            )
+            .await?
+            .get(0);
+        tx.execute(
+            "INSERT INTO served (user_id, revision, at, principal) VALUES ($1, $2, $3, $4)",
+            &[
+                &user.as_str(),
+                &info.revision.as_str(),
+                &now.unix_millis(),
+                &principal.as_str(),
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        drop(client);
+        let lease = PgLease {
+            pool: Some(self.inner.pool.clone()),
+            id: lease,
+        };
+        let (_, manifest) = self
+            .manifest_of(&info.digest)
+            .await?
+            .ok_or_else(|| corrupt(&format!("image {}", info.digest)))?;
+        let batches: Vec<Vec<Digest>> = manifest
+            .chunks(CHUNK_BATCH)
+            .map(<[Digest]>::to_vec)
+            .collect();
+        let pool = self.inner.pool.clone();
+        let body = futures::stream::unfold(
+            (batches.into_iter(), Some(lease), pool),
+            |(mut batches, mut lease, pool)| async move {
+                match batches.next() {
+                    Some(batch) => {
+                        let piece = async {
+                            let client = pool.get().await?;
+                            let chunks = fetch_chunks(&**client, &batch).await?;
+                            let mut out =
+                                BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+                            for c in chunks {
+                                out.extend_from_slice(&c);
+                            }
+                            Ok::<_, StorageError>(out.freeze())
+                        }
+                        .await;
+                        Some((piece, (batches, lease, pool)))
+                    }
+                    None => {
+                        // Read to the end: release the lease before reporting the end, so a caller
+                        // that reclaims next finds the image unprotected.
+                        if let Some(l) = lease.as_mut() {
+                            l.release().await;
+                        }
+                        None
+                    }
+                }
+            },
+        );
+        Ok(ImageDownload {
+            info,
+            body: ImageBody::new(Box::pin(body)),
+        })
+    }
+}
+
+/// A download lease row; deleted when the download ends, or by a spawned task if it is dropped
+/// early. A lease that is never deleted (a crashed replica) expires after `lease_ttl`.
+struct PgLease {
+    pool: Option<Pool>,
+    id: i64,
+}
+
+impl PgLease {
+    async fn release(&mut self) {
+        if let Some(pool) = self.pool.take()
+            && let Ok(client) = pool.get().await
+        {
+            let _ = client
+                .execute("DELETE FROM leases WHERE id = $1", &[&self.id])
+                .await;
+        }
+    }
+}
+
+impl Drop for PgLease {
+    fn drop(&mut self) {
+        if let (Some(pool), Ok(handle)) = (self.pool.take(), tokio::runtime::Handle::try_current())
+        {
+            let id = self.id;
+            handle.spawn(async move {
+                if let Ok(client) = pool.get().await {
+                    let _ = client
+                        .execute("DELETE FROM leases WHERE id = $1", &[&id])
+                        .await;
+                }
+            });
+        }
+    }
+}
+
+impl RevStore for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn health(&self) -> Result<(), StorageError> {
+        self.client().await?.query_one("SELECT 1", &[]).await?;
+        Ok(())
+    }
+
+    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
+        let client = self.client().await?;
+        let n = client
+            .execute("INSERT INTO users (user_id, created_at) VALUES ($1, $2) ON CONFLICT (user_id) DO NOTHING", &[&user.as_str(), &self.now().unix_millis()])
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn put<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send,
+    {
+        let publication = self
+            .begin(
+                &request.user,
+                &request.precondition,
+                request.idempotency_key.as_ref(),
+                &request.principal,
+                None,
+            )
+            .await?;
+        let result = self.put_after_begin(publication, &request, body).await;
+        if let Err(err) = &result {
+            self.abandon(publication, &request.user, &request.principal, err)
+                .await;
+        }
+        result
+    }
+
+    async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {
+        let source = {
+            let client = self.client().await?;
+            client
+                .query_opt(
+                    &format!(
+                        "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"
+                    ),
+                    &[&request.user.as_str(), &request.from.as_str()],
+                )
+                .await?
+                .map(|r| info_row(&r))
+                .transpose()?
+        };
+        let Some(source) = source.filter(|s| s.retained) else {
+            let client = self.client().await?;
+            record_verdict(
+                &**client,
+                &request.user,
+                &request.principal,
+                self.now(),
+                Err(&PutError::NotFound),
+            )
+            .await?;
+            return Err(PutError::NotFound);
+        };
+        let publication = self
+            .begin(
+                &request.user,
+                &request.precondition,
+                request.idempotency_key.as_ref(),
+                &request.principal,
+                Some(source.digest),
+            )
+            .await?;
+        let result = async {
+            let (_, manifest) = self
+                .manifest_of(&source.digest)
+                .await?
+                .ok_or(PutError::NotFound)?;
+            self.verify(&manifest).await?;
+            self.commit(
+                publication,
+                &request.user,
+                &request.precondition,
+                request.idempotency_key.as_ref(),
+                &request.principal,
+                source.digest,
+                source.size,
+                None,
+                Some(&request.from),
+            )
+            .await
+        }
+        .await;
+        if let Err(err) = &result {
+            self.abandon(publication, &request.user, &request.principal, err)
+                .await;
+        }
+        result
+    }
+
+    async fn head(&self, user: &UserId) -> Result<RevisionInfo, ReadError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {INFO_COLUMNS} FROM users u JOIN revisions r ON r.user_id = u.user_id AND r.seq = u.current_seq WHERE u.user_id = $1"),
+                &[&user.as_str()],
+            )
+            .await?;
+        row.map(|r| info_row(&r))
+            .transpose()?
+            .ok_or(ReadError::NotFound)
+    }
+
+    async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
+        self.download(user, None, principal).await
+    }
+
+    async fn get_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+        principal: &Principal,
+    ) -> Result<ImageDownload, ReadError> {
+        self.download(user, Some(revision), principal).await
+    }
+
+    async fn list_revisions(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<RevisionInfo>, StorageError> {
+        let client = self.client().await?;
+        client
+            .query(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 ORDER BY seq DESC LIMIT $2"), &[&user.as_str(), &(limit as i64)])
+            .await?
+            .iter()
+            .map(info_row)
+            .collect()
+    }
+
+    async fn served_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<ServedEntry>, StorageError> {
+        let client = self.client().await?;
+        client
+            .query("SELECT revision, at, principal FROM served WHERE user_id = $1 ORDER BY id DESC LIMIT $2", &[&user.as_str(), &(limit as i64)])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(ServedEntry { revision: parse(r.get::<_, &str>(0))?, at: Timestamp::from_unix_millis(r.get(1)), principal: parse(r.get::<_, &str>(2))? })
+            })
+            .collect()
+    }
+
+    async fn put_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<PutLedgerEntry>, StorageError> {
+        let client = self.client().await?;
+        client
+            .query(
+                "SELECT verdict, reason, revision, at, principal FROM put_verdicts WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
+                &[&user.as_str(), &(limit as i64)],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                let verdict: &str = r.get(0);
+                Ok(PutLedgerEntry {
+                    verdict: if verdict == "accepted" {
+                        Verdict::Accepted
+                    } else {
+                        Verdict::Refused { reason: r.get::<_, Option<String>>(1).unwrap_or_default() }
+                    },
+                    revision: parse_opt(r.get::<_, Option<&str>>(2))?,
+                    at: Timestamp::from_unix_millis(r.get(3)),
+                    principal: parse(r.get::<_, &str>(4))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
+        if self.inner.config.faults.incomplete_listing() {
+            return Err(ReclaimError::IncompleteListing);
+        }
+        let now = self.now();
+        let retention = &self.inner.config.retention;
+        let cutoff = now.minus(retention.grace).unix_millis();
+        let orphan_cutoff = now.minus(retention.orphan_after).unix_millis();
+        let mut report = ReclaimReport::default();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Exclusive: no commit checks its chunks and no download takes a lease while this runs.
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&self.inner.lock_key])
+            .await?;
+        // 1. Orphaned publication records.
+        let orphans = tx
+            .query(
+                "DELETE FROM publications WHERE started_at <= $1 RETURNING id, user_id",
+                &[&orphan_cutoff],
+            )
+            .await?;
+        for r in &orphans {
+            let id: i64 = r.get(0);
+            let user: &str = r.get(1);
+            journal(
+                &*tx,
+                now,
+                ReclaimedKind::Publication,
+                &[id.to_string()],
+                Some(user),
+            )
+            .await?;
+            report.publications += 1;
+        }
+        // 2. Revisions past the newest N and the grace period, unless a lease or a put in flight
+        //    protects them.
+        let reclaimed = tx
+            .query(
+                "UPDATE revisions r SET retained = FALSE, reclaimed_at = $3
+                 FROM users u
+                 WHERE u.user_id = r.user_id AND r.retained
+                   AND u.last_seq - r.seq >= $1
+                   AND r.seq IS DISTINCT FROM u.current_seq
+                   AND (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1) <= $2
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.digest = r.digest AND l.expires_at > $3)
+                   AND NOT EXISTS (SELECT 1 FROM publications p WHERE p.user_id = r.user_id AND p.base = r.revision)
+                 RETURNING r.user_id, r.revision",
+                &[&(retention.keep_newest as i64), &cutoff, &now.unix_millis()],
+            )
+            .await?;
+        for r in &reclaimed {
+            journal(
+                &*tx,
+                now,
+                ReclaimedKind::Revision,
+                &[r.get::<_, String>(1)],
+                Some(r.get::<_, &str>(0)),
+            )
+            .await?;
+            report.revisions += 1;
+        }
+        // 3. Images nothing retained, leased or in flight refers to.
+        let images = tx
+            .query(
+                "DELETE FROM images i
+                 WHERE NOT EXISTS (SELECT 1 FROM revisions r WHERE r.digest = i.digest AND r.retained)
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.digest = i.digest AND l.expires_at > $1)
+                   AND NOT EXISTS (SELECT 1 FROM publications p WHERE p.digest = i.digest)
+                 RETURNING digest",
+                &[&now.unix_millis()],
+            )
+            .await?;
+        let subjects: Vec<String> = images
+            .iter()
+            .map(|r| hex::encode(r.get::<_, &[u8]>(0)))
+            .collect();
+        journal(&*tx, now, ReclaimedKind::Image, &subjects, None).await?;
+        report.images += subjects.len() as u64;
+        // 4. Chunks no image refers to, older than the orphan period (younger ones may belong to
+        //    a put still streaming).
+        let mut live: HashSet<Vec<u8>> = HashSet::new();
+        for r in tx.query("SELECT manifest FROM images", &[]).await? {
+            let m: &[u8] = r.get(0);
+            live.extend(m.chunks_exact(32).map(<[u8]>::to_vec));
+        }
+        let candidates = tx
+            .query(
+                "SELECT hash FROM chunks WHERE created_at <= $1",
+                &[&orphan_cutoff],
+            )
+            .await?;
+        let dead: Vec<Vec<u8>> = candidates
+            .iter()
+            .map(|r| r.get::<_, Vec<u8>>(0))
+            .filter(|h| !live.contains(h))
+            .collect();
+        for batch in dead.chunks(1024) {
+            tx.execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&batch])
+                .await?;
+            let subjects: Vec<String> = batch.iter().map(hex::encode).collect();
+            journal(&*tx, now, ReclaimedKind::Chunk, &subjects, None).await?;
+        }
+        report.chunks = dead.len() as u64;
+        tx.execute(
+            "DELETE FROM leases WHERE expires_at <= $1",
+            &[&now.unix_millis()],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(report)
+    }
+
+    async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {
+        let client = self.client().await?;
+        client
+            .query(
+                "SELECT at, kind, subject, user_id FROM reclamations ORDER BY id DESC LIMIT $1",
+                &[&(limit as i64)],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(JournalEntry {
+                    at: Timestamp::from_unix_millis(r.get(0)),
+                    kind: ReclaimedKind::parse(r.get(1)).ok_or_else(|| corrupt("journal kind"))?,
+                    subject: r.get(2),
+                    user: parse_opt(r.get::<_, Option<&str>>(3))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn stats(&self) -> Result<StorageStats, StorageError> {
+        let client = self.client().await?;
+        let r = client
+            .query_one("SELECT (SELECT count(*) FROM images), (SELECT count(*) FROM chunks), (SELECT coalesce(sum(length(data)), 0)::bigint FROM chunks)", &[])
+            .await?;
+        Ok(StorageStats {
+            images: r.get::<_, i64>(0) as u64,
+            chunks: r.get::<_, i64>(1) as u64,
+            chunk_bytes: r.get::<_, i64>(2) as u64,
+        })
+    }
+
+    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
+        let mut report = IntegrityReport::default();
+        let client = self.client().await?;
+        let dangling = client
+            .query(
+                "SELECT u.user_id FROM users u WHERE u.current_seq IS NOT NULL AND NOT EXISTS
+                 (SELECT 1 FROM revisions r WHERE r.user_id = u.user_id AND r.seq = u.current_seq AND r.retained)",
+                &[],
+            )
+            .await?;
+        for r in &dangling {
+            report.problems.push(IntegrityProblem::DanglingPointer {
+                user: parse(r.get::<_, &str>(0))?,
+            });
+        }
+        let digests = client
+            .query("SELECT DISTINCT digest FROM revisions WHERE retained", &[])
+            .await?;
+        drop(client);
+        for r in &digests {
+            let digest = digest_of(r.get::<_, &[u8]>(0))?;
+            let Some((size, manifest)) = self.manifest_of(&digest).await? else {
+                report
+                    .problems
+                    .push(IntegrityProblem::MissingImage { image: digest });
+                continue;
+            };
+            report.images_checked += 1;
+            let client = self.client().await?;
+            let mut hasher = Sha256::new();
+            let mut total = 0u64;
+            let mut failed = false;
+            for batch in manifest.chunks(CHUNK_BATCH) {
+                match fetch_chunks(&**client, batch).await {
+                    Ok(chunks) => {
+                        for c in chunks {
+                            total += c.len() as u64;
+                            hasher.update(&c);
+                        }
+                    }
+                    Err(_) => {
+                        report.problems.push(IntegrityProblem::MissingChunk {
+                            image: digest,
+                            chunk: batch[0],
+                        });
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if !failed && (Digest::from_bytes(hasher.finalize().into()) != digest || total != size)
+            {
+                report
+                    .problems
+                    .push(IntegrityProblem::ImageMismatch { image: digest });
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests;

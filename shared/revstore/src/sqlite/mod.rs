@@ -1,0 +1,1666 @@
+//! `SqliteStore`: the embedded default for a single node.
+//!
+//! Layout of the data directory:
+//!
+//! - `meta.sqlite` (WAL): users and their pointers, history, images (manifest and extents), the
+//!   chunk index, packs, publication records, ledgers and the reclamation journal. One writer
+//!   connection behind a mutex, a small pool of read-only connections, `foreign_keys=ON`,
+//!   `synchronous=NORMAL` except for the commits a put depends on, which run with `FULL`.
+//! - `packs/<sha256>.pack`: the new chunks of one put, written once and never modified.
+//! - `tmp/`: packs being written; emptied on open (the directory lock proves no one else writes).
+//! - `LOCK`: held with an exclusive file lock for as long as the store is open.
+//!
+//! All blocking work (SQLite, file I/O, hashing) runs on Tokio's blocking pool.
+
+mod packs;
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs::{self, File, OpenOptions},
+    io,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use bytes::Bytes;
+use futures::Stream;
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+use tokio::sync::mpsc;
+
+use self::packs::{ChunkLoc, TempPack};
+use crate::{
+    cas::{self, Accepted, Decision, Facts},
+    chunk::{self, ChunkSink, Ingested},
+    config::StoreConfig,
+    error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    migrate,
+    store::{Guarded, ImageBody, ImageDownload, LeaseGuard, Leases, RevStore},
+    types::{
+        Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
+        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId,
+        Verdict,
+    },
+};
+
+/// Rows per multi-row insert into the chunk index (4 bound values each, well under SQLite's limit).
+const INSERT_ROWS: usize = 128;
+
+/// Read-only connections kept for reuse; more are opened on demand and closed after use.
+const MAX_IDLE_READERS: usize = 8;
+
+/// The embedded store: SQLite metadata plus pack files under one data directory.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: StoreConfig,
+    chunk_size: usize,
+    db_path: PathBuf,
+    packs_dir: PathBuf,
+    tmp_dir: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    leases: Leases,
+    /// Bumped by every reclamation that deletes chunks, so a put that deduplicated against the
+    /// chunk index re-checks its chunks at commit only when one might have gone.
+    sweep_epoch: AtomicU64,
+    _dir_lock: File,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `dir`, migrating its tables forward.
+    ///
+    /// Fails with [`OpenError::Locked`] if another process (or another handle in this one) has it
+    /// open.
+    pub fn open(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self, OpenError> {
+        let dir = dir.as_ref();
+        let packs_dir = dir.join("packs");
+        let tmp_dir = dir.join("tmp");
+        fs::create_dir_all(&packs_dir)?;
+        fs::create_dir_all(&tmp_dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("LOCK"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(OpenError::Locked),
+            Err(fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        // Holding the lock, anything in tmp/ belongs to a process that died mid-put.
+        for entry in fs::read_dir(&tmp_dir)? {
+            fs::remove_file(entry?.path())?;
+        }
+        let db_path = dir.join("meta.sqlite");
+        let mut conn = Connection::open(&db_path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(
+                StorageError::unavailable(format!("journal_mode is {mode}, not wal")).into(),
+            );
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Manifests make the WAL grow by a few hundred KiB per put; cap what a checkpoint leaves.
+        conn.pragma_update(None, "journal_size_limit", 16 * 1024 * 1024)?;
+        // The chunk index of a 64 MiB image is 16,384 rows; keep a few images' worth in memory.
+        conn.pragma_update(None, "cache_size", -65_536)?;
+        migrate_sqlite(&mut conn)?;
+        let chunk_size = {
+            conn.execute(
+                "INSERT OR IGNORE INTO store_meta (key, value) VALUES ('chunk_size', ?1)",
+                [config.chunk_size.to_string()],
+            )?;
+            let v: String = conn.query_row(
+                "SELECT value FROM store_meta WHERE key = 'chunk_size'",
+                [],
+                |r| r.get(0),
+            )?;
+            v.parse::<usize>().map_err(StorageError::unavailable)?
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                chunk_size,
+                db_path,
+                packs_dir,
+                tmp_dir,
+                writer: Mutex::new(conn),
+                readers: Mutex::new(Vec::new()),
+                leases: Leases::default(),
+                sweep_epoch: AtomicU64::new(0),
+                _dir_lock: lock,
+            }),
+        })
+    }
+
+    /// The chunk size this store was created with.
+    pub fn chunk_size(&self) -> usize {
+        self.inner.chunk_size
+    }
+
+    /// Checkpoints and truncates the WAL, so the database file holds everything (used before
+    /// measuring storage, and by operators before a file-level backup).
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        let conn = self.inner.writer();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    async fn blocking<T, E>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StorageError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| E::from(StorageError::from(e)))?
+    }
+}
+
+fn migrate_sqlite(conn: &mut Connection) -> Result<(), OpenError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS revstore_migrations (
+            version INTEGER PRIMARY KEY,
+            checksum TEXT NOT NULL,
+            applied_at INTEGER NOT NULL
+        )",
+    )?;
+    let applied: Vec<(i64, String)> = tx
+        .prepare("SELECT version, checksum FROM revstore_migrations")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for m in migrate::plan(&applied, migrate::SQLITE)? {
+        tx.execute_batch(m.sql)?;
+        tx.execute(
+            "INSERT INTO revstore_migrations (version, checksum, applied_at) VALUES (?1, ?2, strftime('%s','now'))",
+            params![m.version, migrate::checksum(m.sql)],
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+impl Inner {
+    fn now(&self) -> Timestamp {
+        self.config.clock.now()
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the writer leaves at worst an open transaction, which rusqlite
+        // rolls back when the Transaction value is dropped during unwinding.
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn with_reader<T, E: From<rusqlite::Error>>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => {
+                let c = Connection::open_with_flags(
+                    &self.db_path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                c.busy_timeout(std::time::Duration::from_secs(10))?;
+                c.pragma_update(None, "cache_size", -16_384)?;
+                c
+            }
+        };
+        let result = f(&conn);
+        let mut idle = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+
+    fn pack_path(&self, name: &str) -> PathBuf {
+        self.packs_dir.join(name)
+    }
+
+    fn pack_paths(
+        conn: &Connection,
+        ids: impl IntoIterator<Item = i64>,
+        dir: &Path,
+    ) -> Result<HashMap<i64, PathBuf>, rusqlite::Error> {
+        let mut stmt = conn.prepare_cached("SELECT name FROM packs WHERE id = ?1")?;
+        let mut out = HashMap::new();
+        for id in ids.into_iter().collect::<HashSet<_>>() {
+            if let Some(name) = stmt.query_row([id], |r| r.get::<_, String>(0)).optional()? {
+                out.insert(id, dir.join(name));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `f` in an immediate transaction committed with `synchronous=FULL`, for the commits that
+/// acknowledge or enable an acknowledged write.
+fn durable<T, E: From<rusqlite::Error>>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E> {
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    let result = (|| -> Result<T, E> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    })();
+    let reset = conn.pragma_update(None, "synchronous", "NORMAL");
+    let value = result?;
+    reset?;
+    Ok(value)
+}
+
+fn digest_col(bytes: Vec<u8>) -> Result<Digest, rusqlite::Error> {
+    Digest::from_slice(&bytes).ok_or_else(|| {
+        rusqlite::Error::InvalidColumnType(0, "digest".into(), rusqlite::types::Type::Blob)
+    })
+}
+
+fn token<T: std::str::FromStr>(s: String) -> Result<T, rusqlite::Error> {
+    s.parse().map_err(|_| {
+        rusqlite::Error::InvalidColumnType(0, "token".into(), rusqlite::types::Type::Text)
+    })
+}
+
+fn opt_token<T: std::str::FromStr>(s: Option<String>) -> Result<Option<T>, rusqlite::Error> {
+    s.map(token).transpose()
+}
+
+const INFO_COLUMNS: &str =
+    "revision, digest, size, accepted_at, principal, base, restored_from, retained";
+
+fn info_row(r: &rusqlite::Row<'_>) -> Result<RevisionInfo, rusqlite::Error> {
+    Ok(RevisionInfo {
+        revision: token(r.get(0)?)?,
+        digest: digest_col(r.get(1)?)?,
+        size: r.get::<_, i64>(2)? as u64,
+        accepted_at: Timestamp::from_unix_millis(r.get(3)?),
+        principal: token(r.get(4)?)?,
+        base: opt_token(r.get(5)?)?,
+        restored_from: opt_token(r.get(6)?)?,
+        retained: r.get::<_, i64>(7)? != 0,
+    })
+}
+
+fn accepted_row(r: &rusqlite::Row<'_>) -> Result<Accepted, rusqlite::Error> {
+    Ok(Accepted {
+        revision: token(r.get(0)?)?,
+        base: opt_token(r.get(1)?)?,
+        digest: digest_col(r.get(2)?)?,
+    })
+}
+
+/// Gathers what the compare-and-swap decision needs; `None` if the user is not provisioned.
+fn load_facts(
+    conn: &Connection,
+    user: &UserId,
+    precondition: &Precondition,
+    key: Option<&IdempotencyKey>,
+) -> Result<Option<Facts>, rusqlite::Error> {
+    let Some(current_seq) = conn
+        .prepare_cached("SELECT current_seq FROM users WHERE user_id = ?1")?
+        .query_row([user.as_str()], |r| r.get::<_, Option<i64>>(0))
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let current = match current_seq {
+        None => None,
+        Some(seq) => conn
+            .prepare_cached(
+                "SELECT revision, base, digest FROM revisions WHERE user_id = ?1 AND seq = ?2",
+            )?
+            .query_row(params![user.as_str(), seq], accepted_row)
+            .optional()?,
+    };
+    let base_known = match precondition.base() {
+        None => false,
+        Some(base) => conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM revisions WHERE user_id = ?1 AND revision = ?2)",
+            )?
+            .query_row(params![user.as_str(), base.as_str()], |r| r.get(0))?,
+    };
+    let keyed = match key {
+        None => None,
+        Some(key) => conn
+            .prepare_cached(
+                "SELECT revision, base, digest FROM revisions WHERE user_id = ?1 AND idempotency_key = ?2 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row(params![user.as_str(), key.as_str()], accepted_row)
+            .optional()?,
+    };
+    Ok(Some(Facts {
+        current,
+        base_known,
+        keyed,
+    }))
+}
+
+fn record_verdict(
+    conn: &Connection,
+    user: &UserId,
+    principal: &Principal,
+    at: Timestamp,
+    verdict: Result<&Revision, &PutError>,
+) -> Result<(), rusqlite::Error> {
+    let (v, reason, revision) = match verdict {
+        Ok(r) => ("accepted", None, Some(r.as_str())),
+        Err(e) => ("refused", Some(e.reason()), None),
+    };
+    conn.prepare_cached(
+        "INSERT INTO put_verdicts (user_id, verdict, reason, revision, at, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![user.as_str(), v, reason, revision, at.unix_millis(), principal.as_str()])?;
+    Ok(())
+}
+
+fn journal(
+    conn: &Connection,
+    at: Timestamp,
+    kind: ReclaimedKind,
+    subject: &str,
+    user: Option<&str>,
+) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(
+        "INSERT INTO reclamations (at, kind, subject, user_id) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![at.unix_millis(), kind.as_str(), subject, user])?;
+    Ok(())
+}
+
+/// What the chunk writer produced for one put.
+struct Absorbed {
+    manifest: Vec<Digest>,
+    /// Per chunk: where it already is (`pack >= 0`) or its offset in the new pack (`pack == NEW`).
+    locs: Vec<ChunkLoc>,
+    pack: Option<NewPack>,
+}
+
+struct NewPack {
+    temp: TempPack,
+    chunks: Vec<(Digest, u64, u32)>,
+}
+
+/// Pseudo pack id for chunks in the pack this put is writing.
+const NEW: i64 = -1;
+
+/// Hands chunk batches to the blocking chunk writer.
+struct ChannelSink(mpsc::Sender<Vec<Bytes>>);
+
+impl ChunkSink for ChannelSink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        // A closed channel means the writer failed; its own error is reported by the caller.
+        self.0
+            .send(chunks)
+            .await
+            .map_err(|_| PutError::Storage(StorageError::unavailable("chunk writer stopped")))
+    }
+}
+
+impl Inner {
+    /// Hashes chunks, deduplicates them against the chunk index and this put, and appends the new
+    /// ones to a temporary pack. Runs on a blocking thread while the async side keeps reading.
+    fn absorb(&self, mut rx: mpsc::Receiver<Vec<Bytes>>) -> Result<Absorbed, PutError> {
+        // Two stages on two threads: one hashes chunks, the other deduplicates and writes them.
+        // With the whole-image digest computed on the async side, the three passes over the bytes
+        // run side by side instead of one after another.
+        let (hashed_tx, hashed_rx) = std::sync::mpsc::sync_channel::<(Vec<Bytes>, Vec<Digest>)>(2);
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                while let Some(batch) = rx.blocking_recv() {
+                    let hashes: Vec<Digest> = batch.iter().map(|c| Digest::of(c)).collect();
+                    if hashed_tx.send((batch, hashes)).is_err() {
+                        break;
+                    }
+                }
+            });
+            self.with_reader(|conn| {
+                let mut manifest = Vec::new();
+                let mut locs = Vec::new();
+                let mut pack: Option<NewPack> = None;
+                let mut in_pack: HashMap<Digest, (u64, u32)> = HashMap::new();
+                for (batch, hashes) in hashed_rx {
+                    let unknown: Vec<&Digest> = hashes
+                        .iter()
+                        .filter(|h| !in_pack.contains_key(*h))
+                        .collect();
+                    let found = lookup_chunks(conn, &unknown)?;
+                    for (bytes, hash) in batch.iter().zip(&hashes) {
+                        let len = bytes.len() as u32;
+                        let loc = if let Some(loc) = found.get(hash) {
+                            *loc
+                        } else if let Some((offset, len)) = in_pack.get(hash) {
+                            ChunkLoc {
+                                pack: NEW,
+                                offset: *offset,
+                                len: *len,
+                            }
+                        } else {
+                            if pack.is_none() {
+                                pack = Some(NewPack {
+                                    temp: TempPack::create(&self.tmp_dir)?,
+                                    chunks: Vec::new(),
+                                });
+                            }
+                            let p = pack.as_mut().ok_or_else(|| io::Error::other("no pack"))?;
+                            let offset = p.temp.append(bytes)?;
+                            p.chunks.push((*hash, offset, len));
+                            in_pack.insert(*hash, (offset, len));
+                            ChunkLoc {
+                                pack: NEW,
+                                offset,
+                                len,
+                            }
+                        };
+                        manifest.push(*hash);
+                        locs.push(loc);
+                    }
+                }
+                if let Some(p) = pack.as_mut() {
+                    let file = p.temp.finish_writes()?;
+                    // Read the new chunks back while the fsync runs: both must succeed before the
+                    // pack is published, and neither needs the other.
+                    let files = HashMap::from([(NEW, Arc::new(file.try_clone()?))]);
+                    let new_locs: Vec<ChunkLoc> = p
+                        .chunks
+                        .iter()
+                        .map(|(_, offset, len)| ChunkLoc {
+                            pack: NEW,
+                            offset: *offset,
+                            len: *len,
+                        })
+                        .collect();
+                    let new_digests: Vec<Digest> = p.chunks.iter().map(|(d, _, _)| *d).collect();
+                    let (synced, verified) = std::thread::scope(|s| {
+                        let sync = s.spawn(|| file.sync_all());
+                        let verified = packs::verify_chunks(&files, &new_locs, &new_digests);
+                        (
+                            sync.join()
+                                .unwrap_or_else(|_| Err(io::Error::other("fsync thread panicked"))),
+                            verified,
+                        )
+                    });
+                    synced?;
+                    if let Err(chunk) = verified {
+                        return Err(StorageError::Corrupt {
+                            object: format!("chunk {chunk}"),
+                        }
+                        .into());
+                    }
+                }
+                Ok(Absorbed {
+                    manifest,
+                    locs,
+                    pack,
+                })
+            })
+        })
+    }
+}
+
+/// Looks up where the given chunks are stored, in batches of bound parameters.
+fn lookup_chunks(
+    conn: &Connection,
+    hashes: &[&Digest],
+) -> Result<HashMap<Digest, ChunkLoc>, rusqlite::Error> {
+    let mut out = HashMap::new();
+    for group in hashes.chunks(256) {
+        let placeholders = vec!["?"; group.len()].join(",");
+        let sql =
+            format!("SELECT hash, pack_id, offset, len FROM chunks WHERE hash IN ({placeholders})");
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(
+            rusqlite::params_from_iter(group.iter().map(|h| h.as_bytes().as_slice())),
+            |r| {
+                Ok((
+                    digest_col(r.get(0)?)?,
+                    ChunkLoc {
+                        pack: r.get(1)?,
+                        offset: r.get::<_, i64>(2)? as u64,
+                        len: r.get::<_, i64>(3)? as u32,
+                    },
+                ))
+            },
+        )?;
+        for row in rows {
+            let (h, loc) = row?;
+            out.insert(h, loc);
+        }
+    }
+    Ok(out)
+}
+
+/// The identity of a put in flight between its steps.
+#[derive(Clone, Copy, Debug)]
+struct Begun {
+    publication: i64,
+    epoch: u64,
+}
+
+/// Where the image of a commit comes from.
+enum Source {
+    /// Streamed by this put: the chunk writer's output and the pack name, if any.
+    Streamed {
+        absorbed: Absorbed,
+        pack_name: Option<String>,
+    },
+    /// An existing image (restore).
+    Existing { restored_from: Revision },
+}
+
+impl Inner {
+    /// Refuses early or writes the durable publication record that marks the put as in flight.
+    fn begin(
+        &self,
+        user: &UserId,
+        precondition: &Precondition,
+        key: Option<&IdempotencyKey>,
+        principal: &Principal,
+        digest: Option<Digest>,
+    ) -> Result<Begun, PutError> {
+        let now = self.now();
+        let mut conn = self.writer();
+        let epoch = self.sweep_epoch.load(Ordering::SeqCst);
+
+        durable(&mut conn, |tx| {
+            let refusal = match load_facts(tx, user, precondition, key)? {
+                None => Some(PutError::NotFound),
+                Some(facts) => cas::early(precondition, &facts),
+            };
+            if let Some(err) = refusal {
+                record_verdict(tx, user, principal, now, Err(&err))?;
+                return Ok::<_, PutError>(Err(err));
+            }
+            tx.prepare_cached(
+                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                user.as_str(),
+                precondition.base().map(Revision::as_str),
+                key.map(IdempotencyKey::as_str),
+                now.unix_millis(),
+                digest.as_ref().map(|d| d.as_bytes().as_slice()),
+            ])?;
+            Ok(Ok(Begun {
+                publication: tx.last_insert_rowid(),
+                epoch,
+            }))
+        })?
+    }
+
+    /// Clears the publication record of a put that stopped before its commit, ledgering the
+    /// refusal when it was one.
+    fn abandon(&self, begun: Begun, user: &UserId, principal: &Principal, err: &PutError) {
+        let now = self.now();
+        let conn = self.writer();
+        let result = (|| -> Result<(), rusqlite::Error> {
+            conn.execute(
+                "DELETE FROM publications WHERE id = ?1",
+                [begun.publication],
+            )?;
+            if err.is_ledgered() {
+                record_verdict(&conn, user, principal, now, Err(err))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // The record stays; reclamation clears it as an orphan after the grace period.
+            tracing::warn!(error = %e, "could not clear the publication record of a failed put");
+        }
+    }
+
+    /// Makes the new pack durable and visible create-once, then verifies the image's chunks.
+    fn publish(
+        &self,
+        begun: Begun,
+        ingested: &Ingested,
+        absorbed: &mut Absorbed,
+    ) -> Result<Option<String>, PutError> {
+        let pack_name = absorbed.pack.as_ref().map(|p| packs::pack_name(&p.chunks));
+        {
+            // The record names the pack before the pack exists under that name, so reclamation
+            // always knows an in-flight pack from an orphan.
+            let mut conn = self.writer();
+            durable(&mut conn, |tx| {
+                tx.execute(
+                    "UPDATE publications SET digest = ?1, size = ?2, pack = ?3 WHERE id = ?4",
+                    params![
+                        ingested.digest.as_bytes().as_slice(),
+                        ingested.size as i64,
+                        pack_name,
+                        begun.publication
+                    ],
+                )
+            })?;
+        }
+        let mut paths: HashMap<i64, PathBuf> = HashMap::new();
+        if let (Some(pack), Some(name)) = (&absorbed.pack, &pack_name) {
+            let dest = self.pack_path(name);
+            match fs::hard_link(pack.temp.path(), &dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // Create-once: the occupant must hold exactly our bytes.
+                    let occupant = File::open(&dest)?;
+                    let same_len = occupant.metadata()?.len() == pack.temp.len;
+                    let files = HashMap::from([(NEW, Arc::new(occupant))]);
+                    let locs: Vec<ChunkLoc> = pack
+                        .chunks
+                        .iter()
+                        .map(|(_, offset, len)| ChunkLoc {
+                            pack: NEW,
+                            offset: *offset,
+                            len: *len,
+                        })
+                        .collect();
+                    let digests: Vec<Digest> = pack.chunks.iter().map(|(d, _, _)| *d).collect();
+                    if !same_len || packs::verify_chunks(&files, &locs, &digests).is_err() {
+                        return Err(PutError::ImageConflict {
+                            identity: format!("pack {name}"),
+                        });
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+            snug_files::sync_parent_dir(&dest)?;
+            paths.insert(NEW, dest);
+        }
+        // Read back the deduplicated chunks and check them against their addresses; the chunks
+        // this put wrote were read back from its pack before the pack was published, and a pack
+        // that was already in place was compared chunk by chunk above.
+        let (old_locs, old_digests): (Vec<ChunkLoc>, Vec<Digest>) = absorbed
+            .locs
+            .iter()
+            .zip(&absorbed.manifest)
+            .filter(|(l, _)| l.pack != NEW)
+            .map(|(l, d)| (*l, *d))
+            .unzip();
+        if !old_locs.is_empty() {
+            let existing: Vec<i64> = old_locs.iter().map(|l| l.pack).collect();
+            paths.extend(
+                self.with_reader(|conn| Inner::pack_paths(conn, existing, &self.packs_dir))?,
+            );
+            let files = packs::open_packs(&paths).map_err(|_| {
+                StorageError::unavailable("a pack was reclaimed during the put; retry")
+            })?;
+            if let Err(chunk) = packs::verify_chunks(&files, &old_locs, &old_digests) {
+                return Err(StorageError::Corrupt {
+                    object: format!("chunk {chunk}"),
+                }
+                .into());
+            }
+        }
+        if let Some(p) = absorbed.pack.as_mut() {
+            // Linked into place; the temporary name is no longer needed.
+            let _ = fs::remove_file(p.temp.path());
+        }
+        Ok(pack_name)
+    }
+
+    /// The one transaction that decides, creates the image row, swaps the pointer, appends
+    /// history and ledger, and clears the publication record.
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &self,
+        begun: Begun,
+        user: &UserId,
+        precondition: &Precondition,
+        key: Option<&IdempotencyKey>,
+        principal: &Principal,
+        digest: Digest,
+        size: u64,
+        source: &Source,
+    ) -> Result<PutOutcome, PutError> {
+        let now = self.now();
+        let mut conn = self.writer();
+        let epoch_moved = self.sweep_epoch.load(Ordering::SeqCst) != begun.epoch;
+        // A refusal returns an error, which rolls the transaction back; the caller then clears
+        // the publication record and ledgers the refusal (`abandon`).
+        durable(&mut conn, |tx| {
+            if tx.execute(
+                "DELETE FROM publications WHERE id = ?1",
+                [begun.publication],
+            )? == 0
+            {
+                return Err(PutError::Storage(StorageError::unavailable(
+                    "put outlived its grace period; retry",
+                )));
+            }
+            let Some(facts) = load_facts(tx, user, precondition, key)? else {
+                return Err(PutError::NotFound);
+            };
+            let decision = cas::decide(precondition, &facts, &digest);
+            let (base, restored_from) = match (&decision, source) {
+                (
+                    Decision::Accept,
+                    Source::Streamed {
+                        absorbed,
+                        pack_name,
+                    },
+                ) => {
+                    self.ensure_image(
+                        tx,
+                        digest,
+                        size,
+                        absorbed,
+                        pack_name.as_deref(),
+                        epoch_moved,
+                        now,
+                    )?;
+                    (precondition.base(), None)
+                }
+                (Decision::Accept, Source::Existing { restored_from }) => {
+                    let present: bool = tx.query_row(
+                        "SELECT EXISTS (SELECT 1 FROM images WHERE digest = ?1)",
+                        [digest.as_bytes().as_slice()],
+                        |r| r.get(0),
+                    )?;
+                    if !present {
+                        return Err(PutError::NotFound);
+                    }
+                    (precondition.base(), Some(restored_from))
+                }
+                (Decision::Replay(revision), _) => {
+                    let info = tx
+                        .prepare_cached(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"))?
+                        .query_row(params![user.as_str(), revision.as_str()], info_row)?;
+                    record_verdict(tx, user, principal, now, Ok(revision))?;
+                    return Ok(PutOutcome {
+                        info,
+                        replayed: true,
+                    });
+                }
+                (Decision::Refuse(err), _) => return Err(refusal_clone(err)),
+            };
+            let last_seq: i64 = tx.query_row(
+                "SELECT last_seq FROM users WHERE user_id = ?1",
+                [user.as_str()],
+                |r| r.get(0),
+            )?;
+            let seq = last_seq + 1;
+            let revision = Revision::generate(seq as u64).map_err(StorageError::from)?;
+            tx.prepare_cached(
+                "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                user.as_str(),
+                seq,
+                revision.as_str(),
+                digest.as_bytes().as_slice(),
+                size as i64,
+                now.unix_millis(),
+                principal.as_str(),
+                base.map(Revision::as_str),
+                restored_from.map(Revision::as_str),
+                key.map(IdempotencyKey::as_str),
+            ])?;
+            tx.prepare_cached(
+                "UPDATE users SET last_seq = ?2, current_seq = ?2 WHERE user_id = ?1",
+            )?
+            .execute(params![user.as_str(), seq])?;
+            record_verdict(tx, user, principal, now, Ok(&revision))?;
+            Ok(PutOutcome {
+                info: RevisionInfo {
+                    revision,
+                    digest,
+                    size,
+                    accepted_at: now,
+                    principal: principal.clone(),
+                    base: base.cloned(),
+                    restored_from: restored_from.cloned(),
+                    retained: true,
+                },
+                replayed: false,
+            })
+        })
+    }
+
+    /// Registers the new pack and chunks and creates the image row, create-once.
+    #[allow(clippy::too_many_arguments)]
+    fn ensure_image(
+        &self,
+        tx: &Transaction<'_>,
+        digest: Digest,
+        size: u64,
+        absorbed: &Absorbed,
+        pack_name: Option<&str>,
+        epoch_moved: bool,
+        now: Timestamp,
+    ) -> Result<(), PutError> {
+        let manifest = chunk::encode_manifest(&absorbed.manifest);
+        let existing: Option<(i64, Vec<u8>)> = tx
+            .prepare_cached("SELECT size, manifest FROM images WHERE digest = ?1")?
+            .query_row([digest.as_bytes().as_slice()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        if let Some((existing_size, existing_manifest)) = existing {
+            if existing_size as u64 != size || existing_manifest != manifest {
+                return Err(image_conflict(&digest));
+            }
+            return Ok(());
+        }
+        if epoch_moved {
+            // A reclamation ran while the bytes streamed in: make sure every deduplicated chunk
+            // is still where the read-back found it.
+            let mut stmt = tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1 AND pack_id = ?2 AND offset = ?3)")?;
+            for (loc, hash) in absorbed.locs.iter().zip(&absorbed.manifest) {
+                if loc.pack != NEW
+                    && !stmt.query_row(
+                        params![hash.as_bytes().as_slice(), loc.pack, loc.offset as i64],
+                        |r| r.get::<_, bool>(0),
+                    )?
+                {
+                    return Err(StorageError::unavailable(
+                        "a chunk was reclaimed during the put; retry",
+                    )
+                    .into());
+                }
+            }
+        }
+        let mut moved: HashMap<Digest, ChunkLoc> = HashMap::new();
+        let mut pack_id = NEW;
+        if let (Some(pack), Some(name)) = (&absorbed.pack, pack_name) {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO packs (name, size, created_at) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![name, pack.temp.len as i64, now.unix_millis()])?;
+            pack_id = tx.query_row("SELECT id FROM packs WHERE name = ?1", [name], |r| r.get(0))?;
+            let mut locate =
+                tx.prepare_cached("SELECT pack_id, offset, len FROM chunks WHERE hash = ?1")?;
+            // Inserting in key order keeps the B-tree writes local, and many rows per statement
+            // keep the per-statement overhead off a 16,384-chunk image.
+            let mut sorted: Vec<&(Digest, u64, u32)> = pack.chunks.iter().collect();
+            sorted.sort_unstable_by_key(|(hash, _, _)| *hash);
+            for group in sorted.chunks(INSERT_ROWS) {
+                let sql = format!(
+                    "INSERT OR IGNORE INTO chunks (hash, pack_id, offset, len) VALUES {}",
+                    vec!["(?, ?, ?, ?)"; group.len()].join(", ")
+                );
+                let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(group.len() * 4);
+                for (hash, offset, len) in group {
+                    values.push(rusqlite::types::Value::Blob(hash.as_bytes().to_vec()));
+                    values.push(rusqlite::types::Value::Integer(pack_id));
+                    values.push(rusqlite::types::Value::Integer(*offset as i64));
+                    values.push(rusqlite::types::Value::Integer(i64::from(*len)));
+                }
+                let inserted = tx
+                    .prepare_cached(&sql)?
+                    .execute(rusqlite::params_from_iter(values))?;
+                if inserted < group.len() {
+                    // Another put indexed some of these chunks first; the image must point where
+                    // the index points, or reclaiming our copy's pack would strand it.
+                    for (hash, offset, _) in group {
+                        let loc = locate.query_row([hash.as_bytes().as_slice()], |r| {
+                            Ok(ChunkLoc {
+                                pack: r.get(0)?,
+                                offset: r.get::<_, i64>(1)? as u64,
+                                len: r.get::<_, i64>(2)? as u32,
+                            })
+                        })?;
+                        if loc.pack != pack_id || loc.offset != *offset {
+                            moved.insert(*hash, loc);
+                        }
+                    }
+                }
+            }
+        }
+        let locs: Vec<ChunkLoc> = absorbed
+            .locs
+            .iter()
+            .zip(&absorbed.manifest)
+            .map(|(loc, hash)| match (loc.pack, moved.get(hash)) {
+                (NEW, Some(m)) => *m,
+                (NEW, None) => ChunkLoc {
+                    pack: pack_id,
+                    ..*loc
+                },
+                _ => *loc,
+            })
+            .collect();
+        let extents = packs::encode_extents(&packs::coalesce(&locs));
+        tx.prepare_cached("INSERT INTO images (digest, size, manifest, extents, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
+            .execute(params![digest.as_bytes().as_slice(), size as i64, manifest, extents, now.unix_millis()])?;
+        Ok(())
+    }
+}
+
+/// Copies a put error for the cleanup path; `PutError` holds non-clonable sources in some variants,
+/// which are carried over as their kind and message.
+fn refusal_clone(err: &PutError) -> PutError {
+    match err {
+        PutError::Conflict { current } => PutError::Conflict {
+            current: current.clone(),
+        },
+        PutError::Stale { base, current } => PutError::Stale {
+            base: base.clone(),
+            current: current.clone(),
+        },
+        PutError::IdempotencyKeyReused { revision } => PutError::IdempotencyKeyReused {
+            revision: revision.clone(),
+        },
+        PutError::QuotaExceeded { quota } => PutError::QuotaExceeded { quota: *quota },
+        PutError::ImageConflict { identity } => PutError::ImageConflict {
+            identity: identity.clone(),
+        },
+        PutError::PreconditionRequired => PutError::PreconditionRequired,
+        PutError::NotFound => PutError::NotFound,
+        PutError::BodyAborted(e) => PutError::BodyAborted(io::Error::new(e.kind(), e.to_string())),
+        PutError::Storage(e) => PutError::Storage(StorageError::unavailable(e.to_string())),
+    }
+}
+
+/// What a download needs once the rows are read.
+struct Opened {
+    info: RevisionInfo,
+    tasks: Vec<packs::ReadTask>,
+    lease: LeaseGuard,
+}
+
+impl Inner {
+    fn open_download(
+        &self,
+        user: &UserId,
+        revision: Option<&Revision>,
+        principal: &Principal,
+    ) -> Result<Opened, ReadError> {
+        let now = self.now();
+        // Under the writer lock, which reclamation also holds: either the revision was already
+        // reclaimed (and is not found), or the lease taken here protects it from the next pass.
+        let conn = self.writer();
+        let row = match revision {
+            None => conn
+                .prepare_cached(&format!(
+                    "SELECT {INFO_COLUMNS} FROM users u JOIN revisions r ON r.user_id = u.user_id AND r.seq = u.current_seq WHERE u.user_id = ?1"
+                ))?
+                .query_row([user.as_str()], info_row)
+                .optional()?,
+            Some(rev) => conn
+                .prepare_cached(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"))?
+                .query_row(params![user.as_str(), rev.as_str()], info_row)
+                .optional()?,
+        };
+        let info = match row {
+            Some(info) if info.retained => info,
+            _ => return Err(ReadError::NotFound),
+        };
+        let extents: Vec<u8> = conn
+            .prepare_cached("SELECT extents FROM images WHERE digest = ?1")?
+            .query_row([info.digest.as_bytes().as_slice()], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| StorageError::Corrupt {
+                object: format!("image {}", info.digest),
+            })?;
+        let extents = packs::decode_extents(&extents).ok_or_else(|| StorageError::Corrupt {
+            object: format!("image {}", info.digest),
+        })?;
+        let paths = Inner::pack_paths(&conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
+        let lease = self.leases.take(info.digest);
+        conn.prepare_cached(
+            "INSERT INTO served (user_id, revision, at, principal) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![
+            user.as_str(),
+            info.revision.as_str(),
+            now.unix_millis(),
+            principal.as_str()
+        ])?;
+        drop(conn);
+        let files = packs::open_packs(&paths).map_err(StorageError::from)?;
+        let tasks = packs::read_tasks(&extents, &files).map_err(StorageError::from)?;
+        Ok(Opened { info, tasks, lease })
+    }
+}
+
+impl SqliteStore {
+    async fn download(
+        &self,
+        user: &UserId,
+        revision: Option<&Revision>,
+        principal: &Principal,
+    ) -> Result<ImageDownload, ReadError> {
+        let (user, revision, principal) = (user.clone(), revision.cloned(), principal.clone());
+        let opened = self
+            .blocking(move |inner| inner.open_download(&user, revision.as_ref(), &principal))
+            .await?;
+        // One blocking reader per download runs ahead of the caller by up to two pieces.
+        let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
+        tokio::task::spawn_blocking(move || {
+            for task in opened.tasks {
+                let piece = task.read().map_err(StorageError::from);
+                let failed = piece.is_err();
+                // A closed channel means the caller dropped the download.
+                if tx.blocking_send(piece).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        let pieces = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|piece| (piece, rx))
+        }));
+        Ok(ImageDownload {
+            info: opened.info,
+            body: ImageBody::new(Guarded::new(pieces, opened.lease)),
+        })
+    }
+
+    async fn put_inner<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send,
+    {
+        let req = Arc::new(request);
+        let r = req.clone();
+        let begun = self
+            .blocking(move |inner| {
+                inner.begin(
+                    &r.user,
+                    &r.precondition,
+                    r.idempotency_key.as_ref(),
+                    &r.principal,
+                    None,
+                )
+            })
+            .await?;
+        let result = self.put_after_begin(begun, req.clone(), body).await;
+        if let Err(err) = &result {
+            let err = refusal_clone(err);
+            let _ = self
+                .blocking(move |inner| {
+                    inner.abandon(begun, &req.user, &req.principal, &err);
+                    Ok::<_, StorageError>(())
+                })
+                .await;
+        }
+        result
+    }
+
+    async fn put_after_begin<B>(
+        &self,
+        begun: Begun,
+        req: Arc<PutRequest>,
+        body: B,
+    ) -> Result<PutOutcome, PutError>
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send,
+    {
+        let (tx, rx) = mpsc::channel::<Vec<Bytes>>(4);
+        let inner = self.inner.clone();
+        let writer = tokio::task::spawn_blocking(move || inner.absorb(rx));
+        let mut sink = ChannelSink(tx);
+        let ingested = chunk::ingest(
+            body,
+            self.inner.config.quota_bytes,
+            self.inner.chunk_size,
+            &mut sink,
+        )
+        .await;
+        drop(sink);
+        let absorbed = writer.await.map_err(StorageError::from)?;
+        // The writer's own failure explains a closed channel better than the channel does.
+        let (ingested, mut absorbed) = match (ingested, absorbed) {
+            (Ok(i), Ok(a)) => (i, a),
+            (Err(e), Ok(_)) => return Err(e),
+            (_, Err(e)) => return Err(e),
+        };
+        self.blocking(move |inner| {
+            let pack_name = inner.publish(begun, &ingested, &mut absorbed)?;
+            let source = Source::Streamed {
+                absorbed,
+                pack_name,
+            };
+            inner.commit(
+                begun,
+                &req.user,
+                &req.precondition,
+                req.idempotency_key.as_ref(),
+                &req.principal,
+                ingested.digest,
+                ingested.size,
+                &source,
+            )
+        })
+        .await
+    }
+}
+
+impl RevStore for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn health(&self) -> Result<(), StorageError> {
+        self.blocking(|inner| {
+            inner.with_reader(|c| {
+                c.query_row("SELECT 1", [], |_| Ok(()))
+                    .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
+        let user = user.clone();
+        self.blocking(move |inner| {
+            let now = inner.now();
+            let mut conn = inner.writer();
+            durable(&mut conn, |tx| {
+                let n = tx.execute(
+                    "INSERT OR IGNORE INTO users (user_id, created_at) VALUES (?1, ?2)",
+                    params![user.as_str(), now.unix_millis()],
+                )?;
+                Ok::<_, StorageError>(n == 1)
+            })
+        })
+        .await
+    }
+
+    async fn put<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send,
+    {
+        self.put_inner(request, body).await
+    }
+
+    async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {
+        self.blocking(move |inner| {
+            let now = inner.now();
+            let source = inner.with_reader(|conn| {
+                conn.prepare_cached(&format!(
+                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"
+                ))?
+                .query_row(
+                    params![request.user.as_str(), request.from.as_str()],
+                    info_row,
+                )
+                .optional()
+            })?;
+            let Some(source) = source.filter(|s| s.retained) else {
+                let conn = inner.writer();
+                record_verdict(
+                    &conn,
+                    &request.user,
+                    &request.principal,
+                    now,
+                    Err(&PutError::NotFound),
+                )?;
+                return Err(PutError::NotFound);
+            };
+            let begun = inner.begin(
+                &request.user,
+                &request.precondition,
+                request.idempotency_key.as_ref(),
+                &request.principal,
+                Some(source.digest),
+            )?;
+            let result = (|| {
+                inner.verify_image(&source.digest)?;
+                let src = Source::Existing {
+                    restored_from: request.from.clone(),
+                };
+                inner.commit(
+                    begun,
+                    &request.user,
+                    &request.precondition,
+                    request.idempotency_key.as_ref(),
+                    &request.principal,
+                    source.digest,
+                    source.size,
+                    &src,
+                )
+            })();
+            if let Err(err) = &result {
+                inner.abandon(begun, &request.user, &request.principal, err);
+            }
+            result
+        })
+        .await
+    }
+
+    async fn head(&self, user: &UserId) -> Result<RevisionInfo, ReadError> {
+        let user = user.clone();
+        self.blocking(move |inner| {
+            inner
+                .with_reader(|conn| {
+                    conn.prepare_cached(&format!(
+                        "SELECT {INFO_COLUMNS} FROM users u JOIN revisions r ON r.user_id = u.user_id AND r.seq = u.current_seq WHERE u.user_id = ?1"
+                    ))?
+                    .query_row([user.as_str()], info_row)
+                    .optional()
+                })?
+                .ok_or(ReadError::NotFound)
+        })
+        .await
+    }
+
+    async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
+        self.download(user, None, principal).await
+    }
+
+    async fn get_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+        principal: &Principal,
+    ) -> Result<ImageDownload, ReadError> {
+        self.download(user, Some(revision), principal).await
+    }
+
+    async fn list_revisions(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<RevisionInfo>, StorageError> {
+        let user = user.clone();
+        self.blocking(move |inner| {
+            inner.with_reader(|conn| {
+                conn.prepare_cached(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 ORDER BY seq DESC LIMIT ?2"))?
+                    .query_map(params![user.as_str(), limit as i64], info_row)?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn served_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<ServedEntry>, StorageError> {
+        let user = user.clone();
+        self.blocking(move |inner| {
+            inner.with_reader(|conn| {
+                conn.prepare_cached("SELECT revision, at, principal FROM served WHERE user_id = ?1 ORDER BY id DESC LIMIT ?2")?
+                    .query_map(params![user.as_str(), limit as i64], |r| {
+                        Ok(ServedEntry { revision: token(r.get(0)?)?, at: Timestamp::from_unix_millis(r.get(1)?), principal: token(r.get(2)?)? })
+                    })?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn put_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<PutLedgerEntry>, StorageError> {
+        let user = user.clone();
+        self.blocking(move |inner| {
+            inner.with_reader(|conn| {
+                conn.prepare_cached("SELECT verdict, reason, revision, at, principal FROM put_verdicts WHERE user_id = ?1 ORDER BY id DESC LIMIT ?2")?
+                    .query_map(params![user.as_str(), limit as i64], |r| {
+                        let verdict: String = r.get(0)?;
+                        let reason: Option<String> = r.get(1)?;
+                        Ok(PutLedgerEntry {
+                            verdict: if verdict == "accepted" { Verdict::Accepted } else { Verdict::Refused { reason: reason.unwrap_or_default() } },
+                            revision: opt_token(r.get(2)?)?,
+                            at: Timestamp::from_unix_millis(r.get(3)?),
+                            principal: token(r.get(4)?)?,
+                        })
+                    })?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
+        self.blocking(|inner| inner.reclaim()).await
+    }
+
+    async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {
+        self.blocking(move |inner| {
+            inner.with_reader(|conn| {
+                conn.prepare_cached(
+                    "SELECT at, kind, subject, user_id FROM reclamations ORDER BY id DESC LIMIT ?1",
+                )?
+                .query_map([limit as i64], |r| {
+                    let kind: String = r.get(1)?;
+                    Ok(JournalEntry {
+                        at: Timestamp::from_unix_millis(r.get(0)?),
+                        kind: ReclaimedKind::parse(&kind).ok_or_else(|| {
+                            rusqlite::Error::InvalidColumnType(
+                                1,
+                                "kind".into(),
+                                rusqlite::types::Type::Text,
+                            )
+                        })?,
+                        subject: r.get(2)?,
+                        user: opt_token(r.get(3)?)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn stats(&self) -> Result<StorageStats, StorageError> {
+        self.blocking(|inner| {
+            inner.with_reader(|conn| {
+                conn.query_row(
+                    "SELECT (SELECT count(*) FROM images), (SELECT count(*) FROM chunks), (SELECT coalesce(sum(len), 0) FROM chunks)",
+                    [],
+                    |r| Ok(StorageStats { images: r.get::<_, i64>(0)? as u64, chunks: r.get::<_, i64>(1)? as u64, chunk_bytes: r.get::<_, i64>(2)? as u64 }),
+                )
+                .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
+        self.blocking(|inner| inner.check_integrity()).await
+    }
+}
+
+impl Inner {
+    /// Reads an image back and checks every chunk against its address.
+    fn verify_image(&self, digest: &Digest) -> Result<(), PutError> {
+        let (manifest, locs, paths) = self.with_reader(|conn| -> Result<_, PutError> {
+            let (manifest, extents): (Vec<u8>, Vec<u8>) = conn
+                .prepare_cached("SELECT manifest, extents FROM images WHERE digest = ?1")?
+                .query_row([digest.as_bytes().as_slice()], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?
+                .ok_or(PutError::NotFound)?;
+            let corrupt = || StorageError::Corrupt {
+                object: format!("image {digest}"),
+            };
+            let manifest = chunk::decode_manifest(&manifest).ok_or_else(corrupt)?;
+            let extents = packs::decode_extents(&extents).ok_or_else(corrupt)?;
+            let locs = packs::expand(&extents, self.chunk_size as u64);
+            let paths = Inner::pack_paths(conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
+            Ok((manifest, locs, paths))
+        })?;
+        if locs.len() != manifest.len() {
+            return Err(StorageError::Corrupt {
+                object: format!("image {digest}"),
+            }
+            .into());
+        }
+        let files = packs::open_packs(&paths).map_err(StorageError::from)?;
+        packs::verify_chunks(&files, &locs, &manifest).map_err(|c| StorageError::Corrupt {
+            object: format!("chunk {c}"),
+        })?;
+        Ok(())
+    }
+
+    fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
+        let now = self.now();
+        let retention = &self.config.retention;
+        let cutoff = now.minus(retention.grace).unix_millis();
+        let orphan_cutoff = now.minus(retention.orphan_after).unix_millis();
+        let mut conn = self.writer();
+        // 1. The listing, complete or nothing. It is taken before the publication records are
+        //    read: a put names its pack in its record before the pack appears, so any pack seen
+        //    here that belongs to a put in flight is named by a record read below.
+        if self.config.faults.incomplete_listing() {
+            return Err(ReclaimError::IncompleteListing);
+        }
+        let mut on_disk: HashSet<String> = HashSet::new();
+        for entry in fs::read_dir(&self.packs_dir).map_err(|_| ReclaimError::IncompleteListing)? {
+            let entry = entry.map_err(|_| ReclaimError::IncompleteListing)?;
+            let name =
+                entry
+                    .file_name()
+                    .into_string()
+                    .map_err(|n| ReclaimError::UnreadableCandidate {
+                        name: n.to_string_lossy().into_owned(),
+                    })?;
+            if !packs::is_pack_name(&name) {
+                return Err(ReclaimError::UnreadableCandidate { name });
+            }
+            on_disk.insert(name);
+        }
+        let mut report = ReclaimReport::default();
+        let mut doomed_files: Vec<String> = Vec::new();
+        let chunks_deleted = durable(&mut conn, |tx| -> Result<bool, ReclaimError> {
+            // 2. Orphaned publication records (puts that never finished) past the grace period.
+            let orphans: Vec<(i64, String)> = tx
+                .prepare("SELECT id, user_id FROM publications WHERE started_at <= ?1")?
+                .query_map([orphan_cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            for (id, user) in &orphans {
+                tx.execute("DELETE FROM publications WHERE id = ?1", [id])?;
+                journal(
+                    tx,
+                    now,
+                    ReclaimedKind::Publication,
+                    &id.to_string(),
+                    Some(user),
+                )?;
+                report.publications += 1;
+            }
+            // What the remaining (in-flight) puts protect.
+            let mut protected_bases: HashSet<(String, String)> = HashSet::new();
+            let mut protected_images: HashSet<Vec<u8>> = HashSet::new();
+            let mut protected_packs: HashSet<String> = HashSet::new();
+            {
+                let mut stmt =
+                    tx.prepare("SELECT user_id, base, digest, pack FROM publications")?;
+                let mut rows = stmt.query([])?;
+                while let Some(r) = rows.next()? {
+                    let user: String = r.get(0)?;
+                    if let Some(base) = r.get::<_, Option<String>>(1)? {
+                        protected_bases.insert((user, base));
+                    }
+                    if let Some(d) = r.get::<_, Option<Vec<u8>>>(2)? {
+                        protected_images.insert(d);
+                    }
+                    if let Some(p) = r.get::<_, Option<String>>(3)? {
+                        protected_packs.insert(p);
+                    }
+                }
+            }
+            // 3. Revisions beyond the newest N, superseded longer ago than the grace period.
+            let candidates: Vec<(String, i64, String, Vec<u8>)> = tx
+                .prepare(
+                    "SELECT r.user_id, r.seq, r.revision, r.digest
+                     FROM revisions r JOIN users u ON u.user_id = r.user_id
+                     WHERE r.retained = 1
+                       AND u.last_seq - r.seq >= ?1
+                       AND r.seq IS NOT u.current_seq
+                       AND (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1) <= ?2",
+                )?
+                .query_map(params![retention.keep_newest as i64, cutoff], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect::<Result<_, _>>()?;
+            for (user, seq, revision, digest) in candidates {
+                let leased = Digest::from_slice(&digest).is_some_and(|d| self.leases.is_leased(&d));
+                if leased || protected_bases.contains(&(user.clone(), revision.clone())) {
+                    continue;
+                }
+                tx.execute("UPDATE revisions SET retained = 0, reclaimed_at = ?3 WHERE user_id = ?1 AND seq = ?2", params![user, seq, now.unix_millis()])?;
+                journal(tx, now, ReclaimedKind::Revision, &revision, Some(&user))?;
+                report.revisions += 1;
+            }
+            // 4. Images no retained revision, lease or put in flight refers to.
+            let images: Vec<(i64, Vec<u8>)> = tx
+                .prepare("SELECT id, digest FROM images i WHERE NOT EXISTS (SELECT 1 FROM revisions r WHERE r.digest = i.digest AND r.retained = 1)")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            for (id, digest) in images {
+                let leased = Digest::from_slice(&digest).is_some_and(|d| self.leases.is_leased(&d));
+                if leased || protected_images.contains(&digest) {
+                    continue;
+                }
+                tx.execute("DELETE FROM images WHERE id = ?1", [id])?;
+                journal(tx, now, ReclaimedKind::Image, &hex::encode(&digest), None)?;
+                report.images += 1;
+            }
+            // 5. Chunks no remaining image refers to.
+            let mut live: HashSet<Digest> = HashSet::new();
+            {
+                let mut stmt = tx.prepare("SELECT manifest FROM images")?;
+                let mut rows = stmt.query([])?;
+                while let Some(r) = rows.next()? {
+                    let m: Vec<u8> = r.get(0)?;
+                    live.extend(chunk::decode_manifest(&m).ok_or_else(|| {
+                        StorageError::Corrupt {
+                            object: "manifest".into(),
+                        }
+                    })?);
+                }
+            }
+            let dead: Vec<Vec<u8>> = {
+                let mut stmt = tx.prepare("SELECT hash FROM chunks")?;
+                let mut rows = stmt.query([])?;
+                let mut dead = Vec::new();
+                while let Some(r) = rows.next()? {
+                    let h: Vec<u8> = r.get(0)?;
+                    if !Digest::from_slice(&h).is_some_and(|d| live.contains(&d)) {
+                        dead.push(h);
+                    }
+                }
+                dead
+            };
+            for h in &dead {
+                tx.execute("DELETE FROM chunks WHERE hash = ?1", [h])?;
+                journal(tx, now, ReclaimedKind::Chunk, &hex::encode(h), None)?;
+                report.chunks += 1;
+            }
+            // 6. Registered packs left without chunks, then pack files nothing registers or names.
+            let empty: Vec<(i64, String)> = tx
+                .prepare("SELECT id, name FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id)")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            for (id, name) in empty {
+                if protected_packs.contains(&name) {
+                    continue;
+                }
+                tx.execute("DELETE FROM packs WHERE id = ?1", [id])?;
+                journal(tx, now, ReclaimedKind::Pack, &name, None)?;
+                report.packs += 1;
+                doomed_files.push(name);
+            }
+            let registered: HashSet<String> = tx
+                .prepare("SELECT name FROM packs")?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            for name in &on_disk {
+                if !registered.contains(name)
+                    && !protected_packs.contains(name)
+                    && !doomed_files.contains(name)
+                {
+                    journal(tx, now, ReclaimedKind::Pack, name, None)?;
+                    report.packs += 1;
+                    doomed_files.push(name.clone());
+                }
+            }
+            Ok(!dead.is_empty())
+        })?;
+        if chunks_deleted {
+            self.sweep_epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        // Files go after the metadata that referenced them is gone; a crash in between leaves
+        // unregistered files, which the next pass deletes.
+        for name in &doomed_files {
+            match fs::remove_file(self.pack_path(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !doomed_files.is_empty() {
+            File::open(&self.packs_dir)?.sync_all()?;
+        }
+        drop(conn);
+        Ok(report)
+    }
+
+    fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
+        self.with_reader(|conn| {
+            let mut report = IntegrityReport::default();
+            let dangling: Vec<String> = conn
+                .prepare(
+                    "SELECT u.user_id FROM users u WHERE u.current_seq IS NOT NULL AND NOT EXISTS
+                     (SELECT 1 FROM revisions r WHERE r.user_id = u.user_id AND r.seq = u.current_seq AND r.retained = 1)",
+                )?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            for user in dangling {
+                report.problems.push(IntegrityProblem::DanglingPointer { user: token(user)? });
+            }
+            let digests: Vec<Vec<u8>> = conn.prepare("SELECT DISTINCT digest FROM revisions WHERE retained = 1")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            for d in digests {
+                let digest = digest_col(d)?;
+                let row: Option<(i64, Vec<u8>, Vec<u8>)> = conn
+                    .prepare_cached("SELECT size, manifest, extents FROM images WHERE digest = ?1")?
+                    .query_row([digest.as_bytes().as_slice()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                let Some((size, manifest, extents)) = row else {
+                    report.problems.push(IntegrityProblem::MissingImage { image: digest });
+                    continue;
+                };
+                report.images_checked += 1;
+                let (Some(manifest), Some(extents)) = (chunk::decode_manifest(&manifest), packs::decode_extents(&extents)) else {
+                    report.problems.push(IntegrityProblem::ImageMismatch { image: digest });
+                    continue;
+                };
+                let mut indexed = conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1)")?;
+                for c in &manifest {
+                    if !indexed.query_row([c.as_bytes().as_slice()], |r| r.get::<_, bool>(0))? {
+                        report.problems.push(IntegrityProblem::MissingChunk { image: digest, chunk: *c });
+                    }
+                }
+                let paths = Inner::pack_paths(conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
+                let Ok(files) = packs::open_packs(&paths) else {
+                    report.problems.push(IntegrityProblem::MissingChunk { image: digest, chunk: manifest.first().copied().unwrap_or(digest) });
+                    continue;
+                };
+                let locs = packs::expand(&extents, self.chunk_size as u64);
+                if locs.len() != manifest.len() {
+                    report.problems.push(IntegrityProblem::ImageMismatch { image: digest });
+                    continue;
+                }
+                if let Err(chunk) = packs::verify_chunks(&files, &locs, &manifest) {
+                    report.problems.push(IntegrityProblem::ChunkMismatch { chunk });
+                    continue;
+                }
+                // Whole-image check: the chunks reassemble to the digest the revision carries.
+                let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+                let mut total = 0u64;
+                for task in packs::read_tasks(&extents, &files)? {
+                    let piece = task.read()?;
+                    total += piece.len() as u64;
+                    sha2::Digest::update(&mut hasher, &piece);
+                }
+                if Digest::from_bytes(sha2::Digest::finalize(hasher).into()) != digest || total != size as u64 {
+                    report.problems.push(IntegrityProblem::ImageMismatch { image: digest });
+                }
+            }
+            Ok(report)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

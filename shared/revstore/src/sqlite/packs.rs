@@ -1,0 +1,322 @@
+//! Pack files of the embedded store: writing them create-once, reading ranges, verifying chunks.
+//!
+//! One put writes all of its new chunks into one temporary file, fsyncs it once, and links it into
+//! `packs/<name>.pack`, where the name is the SHA-256 of the chunk digests it holds in order (so the
+//! name determines the content). One fsync per put instead of one per chunk is what keeps a durable
+//! 64 MiB put close to a plain atomic file write.
+
+use std::{
+    collections::HashMap,
+    fs::{self, File, OpenOptions},
+    io::{self, BufWriter, Read, Seek, SeekFrom, Write},
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+
+use crate::types::Digest;
+
+/// Suffix of pack files; anything else in `packs/` makes reclamation refuse.
+pub(crate) const PACK_SUFFIX: &str = ".pack";
+
+/// The largest read a verification issues at once.
+pub(crate) const READ_PIECE: usize = 1 << 20;
+
+/// The size of the pieces a download yields. Small enough that the allocator recycles their
+/// buffers instead of mapping fresh pages for each (first touch of new pages dominates otherwise).
+pub(crate) const DOWNLOAD_PIECE: usize = 256 << 10;
+
+/// A pack being written in `tmp/`; the file is removed on drop unless it was linked into place.
+#[derive(Debug)]
+pub(crate) struct TempPack {
+    path: PathBuf,
+    writer: Option<BufWriter<File>>,
+    pub(crate) len: u64,
+}
+
+impl TempPack {
+    pub(crate) fn create(tmp_dir: &Path) -> io::Result<Self> {
+        let mut suffix = [0u8; 12];
+        getrandom::fill(&mut suffix).map_err(|e| io::Error::other(e.to_string()))?;
+        let path = tmp_dir.join(format!("{}.tmp", hex::encode(suffix)));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok(Self {
+            path,
+            writer: Some(BufWriter::with_capacity(READ_PIECE, file)),
+            len: 0,
+        })
+    }
+
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> io::Result<u64> {
+        let offset = self.len;
+        self.writer
+            .as_mut()
+            .ok_or_else(|| io::Error::other("pack already sealed"))?
+            .write_all(bytes)?;
+        self.len += bytes.len() as u64;
+        Ok(offset)
+    }
+
+    /// Flushes buffered writes and hands back the file for its fsync and read-back.
+    pub(crate) fn finish_writes(&mut self) -> io::Result<File> {
+        let writer = self
+            .writer
+            .take()
+            .ok_or_else(|| io::Error::other("pack already finished"))?;
+        writer.into_inner().map_err(|e| e.into_error())
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempPack {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// The content address of a pack holding `chunks` in this order.
+pub(crate) fn pack_name(chunks: &[(Digest, u64, u32)]) -> String {
+    let mut h = Sha256::new();
+    for (digest, _, _) in chunks {
+        h.update(digest.as_bytes());
+    }
+    format!("{}{PACK_SUFFIX}", hex::encode(h.finalize()))
+}
+
+/// Whether `name` is a well-formed pack file name.
+pub(crate) fn is_pack_name(name: &str) -> bool {
+    name.strip_suffix(PACK_SUFFIX)
+        .is_some_and(|stem| stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Where one chunk of an image is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkLoc {
+    pub(crate) pack: i64,
+    pub(crate) offset: u64,
+    pub(crate) len: u32,
+}
+
+/// A run of consecutive bytes in one pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub(crate) pack: i64,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+/// Merges per-chunk locations into runs: a first revision is a single extent, and a revision with
+/// 1% of its pages changed is a few hundred.
+pub(crate) fn coalesce(locs: &[ChunkLoc]) -> Vec<Extent> {
+    let mut out: Vec<Extent> = Vec::new();
+    for loc in locs {
+        match out.last_mut() {
+            Some(last) if last.pack == loc.pack && last.offset + last.len == loc.offset => {
+                last.len += u64::from(loc.len)
+            }
+            _ => out.push(Extent {
+                pack: loc.pack,
+                offset: loc.offset,
+                len: u64::from(loc.len),
+            }),
+        }
+    }
+    out
+}
+
+pub(crate) fn encode_extents(extents: &[Extent]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(extents.len() * 24);
+    for e in extents {
+        out.extend_from_slice(&e.pack.to_le_bytes());
+        out.extend_from_slice(&e.offset.to_le_bytes());
+        out.extend_from_slice(&e.len.to_le_bytes());
+    }
+    out
+}
+
+pub(crate) fn decode_extents(bytes: &[u8]) -> Option<Vec<Extent>> {
+    if !bytes.len().is_multiple_of(24) {
+        return None;
+    }
+    let word = |b: &[u8]| <[u8; 8]>::try_from(b).ok();
+    bytes
+        .chunks_exact(24)
+        .map(|c| {
+            Some(Extent {
+                pack: i64::from_le_bytes(word(&c[0..8])?),
+                offset: u64::from_le_bytes(word(&c[8..16])?),
+                len: u64::from_le_bytes(word(&c[16..24])?),
+            })
+        })
+        .collect()
+}
+
+/// Splits extents back into per-chunk locations, given the chunk size and the image size.
+pub(crate) fn expand(extents: &[Extent], chunk_size: u64) -> Vec<ChunkLoc> {
+    let mut out = Vec::new();
+    for e in extents {
+        let mut off = 0;
+        while off < e.len {
+            let len = chunk_size.min(e.len - off);
+            out.push(ChunkLoc {
+                pack: e.pack,
+                offset: e.offset + off,
+                len: len as u32,
+            });
+            off += len;
+        }
+    }
+    out
+}
+
+/// Open pack files by id.
+pub(crate) type PackFiles = HashMap<i64, Arc<File>>;
+
+pub(crate) fn open_packs(paths: &HashMap<i64, PathBuf>) -> io::Result<PackFiles> {
+    paths
+        .iter()
+        .map(|(id, p)| Ok((*id, Arc::new(File::open(p)?))))
+        .collect()
+}
+
+/// One piece of a download: up to [`DOWNLOAD_PIECE`] bytes gathered from consecutive extents.
+#[derive(Debug)]
+pub(crate) struct ReadTask {
+    ranges: Vec<(Arc<File>, u64, usize)>,
+    len: usize,
+}
+
+impl ReadTask {
+    /// Reads the piece. The file handles must belong to this download alone: reads go through
+    /// the handle's offset so that the buffer is filled without being zeroed first.
+    pub(crate) fn read(self) -> io::Result<Bytes> {
+        let mut buf = Vec::with_capacity(self.len);
+        for (file, offset, len) in &self.ranges {
+            let mut f: &File = file;
+            f.seek(SeekFrom::Start(*offset))?;
+            let before = buf.len();
+            f.take(*len as u64).read_to_end(&mut buf)?;
+            if buf.len() - before != *len {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "pack shorter than its extents",
+                ));
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// Plans the reads of a download.
+pub(crate) fn read_tasks(extents: &[Extent], files: &PackFiles) -> io::Result<Vec<ReadTask>> {
+    let mut tasks = Vec::new();
+    let mut current = ReadTask {
+        ranges: Vec::new(),
+        len: 0,
+    };
+    for e in extents {
+        let file = files
+            .get(&e.pack)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "pack missing"))?;
+        let mut off = 0u64;
+        while off < e.len {
+            let room = DOWNLOAD_PIECE - current.len;
+            let n = (e.len - off).min(room as u64) as usize;
+            current.ranges.push((file.clone(), e.offset + off, n));
+            current.len += n;
+            off += n as u64;
+            if current.len == DOWNLOAD_PIECE {
+                tasks.push(std::mem::replace(
+                    &mut current,
+                    ReadTask {
+                        ranges: Vec::new(),
+                        len: 0,
+                    },
+                ));
+            }
+        }
+    }
+    if current.len > 0 {
+        tasks.push(current);
+    }
+    Ok(tasks)
+}
+
+/// Reads every chunk back and checks it against its address, spreading the work over a few
+/// threads. Returns the first chunk that is missing or does not match.
+pub(crate) fn verify_chunks(
+    files: &PackFiles,
+    locs: &[ChunkLoc],
+    manifest: &[Digest],
+) -> Result<(), Digest> {
+    debug_assert_eq!(locs.len(), manifest.len());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    let per = locs.len().div_ceil(threads).max(256);
+    let pairs: Vec<(&[ChunkLoc], &[Digest])> = locs.chunks(per).zip(manifest.chunks(per)).collect();
+    if pairs.len() <= 1 {
+        return pairs
+            .first()
+            .map_or(Ok(()), |(l, m)| verify_range(files, l, m));
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pairs
+            .into_iter()
+            .map(|(l, m)| s.spawn(move || verify_range(files, l, m)))
+            .collect();
+        let mut result = Ok(());
+        for h in handles {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(Digest::from_bytes([0; 32])));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    })
+}
+
+fn verify_range(files: &PackFiles, locs: &[ChunkLoc], manifest: &[Digest]) -> Result<(), Digest> {
+    let mut buf = vec![0u8; READ_PIECE];
+    let mut i = 0;
+    while i < locs.len() {
+        // Gather a run of chunks that are consecutive in one pack and read it with one call.
+        let first = locs[i];
+        let mut j = i + 1;
+        let mut run = u64::from(first.len);
+        while j < locs.len()
+            && locs[j].pack == first.pack
+            && locs[j].offset == first.offset + run
+            && run + u64::from(locs[j].len) <= READ_PIECE as u64
+        {
+            run += u64::from(locs[j].len);
+            j += 1;
+        }
+        let file = files.get(&first.pack).ok_or(manifest[i])?;
+        let bytes = &mut buf[..run as usize];
+        file.read_exact_at(bytes, first.offset)
+            .map_err(|_| manifest[i])?;
+        let mut at = 0usize;
+        for k in i..j {
+            let len = locs[k].len as usize;
+            if Digest::of(&bytes[at..at + len]) != manifest[k] {
+                return Err(manifest[k]);
+            }
+            at += len;
+        }
+        i = j;
+    }
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! The one trait every backend implements, and the streamed download it returns.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    io,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
+use crate::{
+    error::{PutError, ReadError, ReclaimError, StorageError},
+    types::{
+        Digest, IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome, PutRequest,
+        ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, UserId,
+    },
+};
+
+/// A revisioned compare-and-swap store of users' database images.
+///
+/// Every method is async and returns a `Send` future, so a service can hold a store in an `Arc` and
+/// call it from any task. The trait is used generically (or through [`crate::AnyStore`], which picks
+/// a backend at run time); it is not object-safe, by design, so that no future is boxed.
+pub trait RevStore: Send + Sync + 'static {
+    /// The backend's name for health reports: `memory`, `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Checks that the backend answers.
+    fn health(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
+
+    /// Records the user on first contact. Creates no image; returns whether the user was new.
+    fn provision_user(
+        &self,
+        user: &UserId,
+    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
+
+    /// Streams a new image in and, if the precondition holds, makes it the user's current revision.
+    ///
+    /// The body is read to its end unless the put is refused early (a precondition that cannot
+    /// hold, or a byte past the quota). Durability: the returned revision survives a crash.
+    fn put<B>(
+        &self,
+        request: PutRequest,
+        body: B,
+    ) -> impl Future<Output = Result<PutOutcome, PutError>> + Send
+    where
+        B: Stream<Item = io::Result<Bytes>> + Send;
+
+    /// Copies a retained revision's bytes forward as a new revision, under its own precondition.
+    fn restore(
+        &self,
+        request: RestoreRequest,
+    ) -> impl Future<Output = Result<PutOutcome, PutError>> + Send;
+
+    /// The user's current revision, without bytes.
+    fn head(&self, user: &UserId) -> impl Future<Output = Result<RevisionInfo, ReadError>> + Send;
+
+    /// Streams the user's current image to `principal`, recording it in the served ledger.
+    fn get(
+        &self,
+        user: &UserId,
+        principal: &Principal,
+    ) -> impl Future<Output = Result<ImageDownload, ReadError>> + Send;
+
+    /// Streams one retained revision of the user's image to `principal`.
+    fn get_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+        principal: &Principal,
+    ) -> impl Future<Output = Result<ImageDownload, ReadError>> + Send;
+
+    /// The user's revisions, newest first, at most `limit`; empty for an unknown user.
+    fn list_revisions(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RevisionInfo>, StorageError>> + Send;
+
+    /// What was served from this user's images, newest first.
+    fn served_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ServedEntry>, StorageError>> + Send;
+
+    /// Which writes to this user's image were accepted or refused, newest first.
+    fn put_ledger(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<PutLedgerEntry>, StorageError>> + Send;
+
+    /// Runs one reclamation pass under the configured retention.
+    fn reclaim(&self) -> impl Future<Output = Result<ReclaimReport, ReclaimError>> + Send;
+
+    /// The reclamation journal, newest first.
+    fn journal(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<JournalEntry>, StorageError>> + Send;
+
+    /// Counts what the store holds.
+    fn stats(&self) -> impl Future<Output = Result<StorageStats, StorageError>> + Send;
+
+    /// Reassembles every retained image and checks every chunk against its address and every
+    /// image against its digest.
+    fn check_integrity(&self)
+    -> impl Future<Output = Result<IntegrityReport, StorageError>> + Send;
+}
+
+/// A download: the revision's metadata, then its bytes.
+pub struct ImageDownload {
+    /// The revision being served.
+    pub info: RevisionInfo,
+    /// The bytes, in order. Holds a lease on the image until dropped or read to the end.
+    pub body: ImageBody,
+}
+
+impl std::fmt::Debug for ImageDownload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageDownload")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The bytes of an image as a stream of pieces.
+pub struct ImageBody {
+    inner: Pin<Box<dyn Stream<Item = Result<Bytes, StorageError>> + Send>>,
+}
+
+impl ImageBody {
+    pub(crate) fn new(
+        inner: impl Stream<Item = Result<Bytes, StorageError>> + Send + 'static,
+    ) -> Self {
+        Self {
+            inner: Box::pin(inner),
+        }
+    }
+
+    /// Reads the whole image into memory.
+    pub async fn read_to_vec(mut self) -> Result<Vec<u8>, StorageError> {
+        let mut out = Vec::new();
+        while let Some(piece) = self.inner.next().await {
+            out.extend_from_slice(&piece?);
+        }
+        Ok(out)
+    }
+}
+
+impl Stream for ImageBody {
+    type Item = Result<Bytes, StorageError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// Process-local download leases, for the backends that live in one process.
+///
+/// Reclamation skips any image with a live lease, so a download never loses its bytes halfway.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Leases(Arc<Mutex<HashMap<Digest, usize>>>);
+
+impl Leases {
+    pub(crate) fn take(&self, digest: Digest) -> LeaseGuard {
+        *self.lock().entry(digest).or_insert(0) += 1;
+        LeaseGuard {
+            leases: self.clone(),
+            digest,
+        }
+    }
+
+    pub(crate) fn is_leased(&self, digest: &Digest) -> bool {
+        self.lock().contains_key(digest)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest, usize>> {
+        // A poisoned map is still a correct map: every mutation is a single insert or remove.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Releases its lease when dropped.
+#[derive(Debug)]
+pub(crate) struct LeaseGuard {
+    leases: Leases,
+    digest: Digest,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let mut map = self.leases.lock();
+        if let Some(n) = map.get_mut(&self.digest) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.digest);
+            }
+        }
+    }
+}
+
+/// A stream that keeps a guard (a download lease) alive until it is read to the end or dropped.
+pub(crate) struct Guarded<S, G> {
+    inner: S,
+    guard: Option<G>,
+}
+
+impl<S, G> Guarded<S, G> {
+    pub(crate) fn new(inner: S, guard: G) -> Self {
+        Self {
+            inner,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl<S: Stream + Unpin, G: Unpin> Stream for Guarded<S, G> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
+        if let Poll::Ready(None) = polled {
+            // Read to the end: the image no longer needs protecting.
+            self.guard = None;
+        }
+        polled
+    }
+}

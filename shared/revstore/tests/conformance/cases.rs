@@ -1,0 +1,1036 @@
+//! The cases of the conformance suite, generic over the backend.
+
+use std::{
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use snug_revstore::{
+    Digest, IdempotencyKey, Precondition, PutError, PutRequest, ReadError, ReclaimError,
+    ReclaimedKind, RestoreRequest, Retention, RevStore, Revision, Verdict,
+};
+
+use crate::support::*;
+
+fn rev(s: &str) -> Revision {
+    Revision::new(s).expect("revision")
+}
+
+async fn provisioned<S, F, Fut>(
+    open: F,
+    tune: Tune,
+    name: &str,
+) -> Option<(Fixture<S>, snug_revstore::UserId)>
+where
+    S: RevStore,
+    F: FnOnce(Tune) -> Fut,
+    Fut: Future<Output = Option<Fixture<S>>>,
+{
+    let fx = open(tune).await?;
+    let u = user(name);
+    assert!(fx.store.provision_user(&u).await.expect("provision"));
+    Some((fx, u))
+}
+
+pub(crate) async fn first_write_requires_must_not_exist<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    match put(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(rev("r1-0000000000000000")),
+        b"x",
+    )
+    .await
+    {
+        Err(PutError::Conflict { current: None }) => {}
+        other => panic!("expected Conflict without current, got {other:?}"),
+    }
+    let bytes = image(1, 10_000);
+    let first = put_ok(&fx.store, &u, Precondition::MustNotExist, &bytes).await;
+    assert!(!first.replayed);
+    assert_eq!(first.info.digest, Digest::of(&bytes));
+    assert_eq!(first.info.size, 10_000);
+    assert_eq!(first.info.base, None);
+    assert_eq!(fx.store.head(&u).await.expect("head"), first.info);
+    let download = fx.store.get(&u, &who("device-b")).await.expect("get");
+    assert_eq!(download.info, first.info);
+    let got = download.body.read_to_vec().await.expect("body");
+    assert_eq!(Digest::of(&got), first.info.digest);
+    assert_eq!(got, bytes);
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn must_not_exist_on_existing_reports_current<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &image(1, 3000))
+        .await
+        .info
+        .revision;
+    let err = put(&fx.store, &u, Precondition::MustNotExist, &image(2, 3000))
+        .await
+        .expect_err("must refuse");
+    assert_eq!(err.reason(), "REVISION_MISMATCH");
+    match err {
+        PutError::Conflict { current } => assert_eq!(current, Some(r1.clone())),
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+    assert_eq!(fx.store.head(&u).await.expect("head").revision, r1);
+}
+
+pub(crate) async fn stale_and_unknown_revisions_are_distinct<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision bob");
+    let bob_r1 = put_ok(&fx.store, &bob, Precondition::MustNotExist, &image(9, 2000))
+        .await
+        .info
+        .revision;
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &image(1, 2000))
+        .await
+        .info
+        .revision;
+    let r2 = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r1.clone()),
+        &image(2, 2000),
+    )
+    .await
+    .info
+    .revision;
+    match put(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r1.clone()),
+        &image(3, 2000),
+    )
+    .await
+    {
+        Err(PutError::Stale { base, current }) => assert_eq!((base, current), (r1, r2.clone())),
+        other => panic!("expected Stale, got {other:?}"),
+    }
+    // Another user's revision is as unknown to alice as one that never existed.
+    for unknown in [bob_r1, rev("r7-ffffffffffffffff")] {
+        let err = put(
+            &fx.store,
+            &u,
+            Precondition::MustMatch(unknown),
+            &image(4, 2000),
+        )
+        .await
+        .expect_err("must refuse");
+        assert_eq!(err.reason(), "REVISION_MISMATCH");
+        assert_eq!(err.current(), Some(&r2));
+    }
+    assert_eq!(fx.store.head(&u).await.expect("head").revision, r2);
+}
+
+pub(crate) async fn revision_tokens_are_unique_and_etag_safe<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut pre = Precondition::MustNotExist;
+    for i in 0..20u64 {
+        let r = put_ok(&fx.store, &u, pre, &image(i % 3, 1500))
+            .await
+            .info
+            .revision;
+        let s = r.as_str();
+        assert!(
+            !s.contains('"') && !s.contains(' ') && !s.contains(','),
+            "{s} is not ETag-safe"
+        );
+        assert_eq!(Revision::new(s).expect("parses back"), r);
+        assert!(seen.insert(r.clone()), "revision {r} reused");
+        pre = Precondition::MustMatch(r);
+    }
+}
+
+pub(crate) async fn quota_boundary_is_exact_and_refused_early<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        quota: 50_000,
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let exact = image(1, 50_000);
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &exact)
+        .await
+        .info
+        .revision;
+    // One byte over, followed by more pieces that must never be pulled.
+    let over = image(2, 50_001);
+    let pulled_after = Arc::new(AtomicBool::new(false));
+    let flag = pulled_after.clone();
+    let mut pieces: Vec<Bytes> = over.chunks(10_000).map(Bytes::copy_from_slice).collect();
+    pieces.push(Bytes::from_static(b"sentinel"));
+    let n = pieces.len();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let stream = futures::stream::iter(pieces).map(move |p| {
+        if counter.fetch_add(1, Ordering::SeqCst) == n - 1 {
+            flag.store(true, Ordering::SeqCst);
+        }
+        Ok(p)
+    });
+    let request = PutRequest {
+        user: u.clone(),
+        precondition: Precondition::MustMatch(r1.clone()),
+        principal: who("device-a"),
+        idempotency_key: None,
+    };
+    match fx.store.put(request, stream).await {
+        Err(PutError::QuotaExceeded { quota: 50_000 }) => {}
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    assert!(
+        !pulled_after.load(Ordering::SeqCst),
+        "the stream was read past the byte that crossed the quota"
+    );
+    assert_eq!(fx.store.head(&u).await.expect("head").revision, r1);
+    let ledger = fx.store.put_ledger(&u, 10).await.expect("ledger");
+    assert_eq!(
+        ledger[0].verdict,
+        Verdict::Refused {
+            reason: "QUOTA_EXCEEDED".into()
+        }
+    );
+    assert_eq!(fetch(&fx.store, &u).await, exact);
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn body_failure_writes_nothing<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let pieces: Vec<std::io::Result<Bytes>> = vec![
+        Ok(Bytes::from(image(1, 5000))),
+        Err(std::io::Error::other("client went away")),
+    ];
+    let request = PutRequest {
+        user: u.clone(),
+        precondition: Precondition::MustNotExist,
+        principal: who("device-a"),
+        idempotency_key: None,
+    };
+    let err = fx
+        .store
+        .put(request, futures::stream::iter(pieces))
+        .await
+        .expect_err("must fail");
+    assert_eq!(err.reason(), "BODY_ABORTED");
+    assert!(matches!(fx.store.head(&u).await, Err(ReadError::NotFound)));
+    assert!(
+        fx.store
+            .list_revisions(&u, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    // Nothing half-made is left behind for an orphan sweep: the publication record is gone.
+    fx.clock.advance(Duration::from_secs(2 * 3600));
+    assert_eq!(fx.store.reclaim().await.expect("reclaim").publications, 0);
+}
+
+pub(crate) async fn retry_of_the_same_put_is_idempotent<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let a = image(1, 4000);
+    let first = put_ok(&fx.store, &u, Precondition::MustNotExist, &a).await;
+    let again = put_ok(&fx.store, &u, Precondition::MustNotExist, &a).await;
+    assert!(again.replayed);
+    assert_eq!(again.info, first.info);
+    let b = image(2, 4000);
+    let second = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(first.info.revision.clone()),
+        &b,
+    )
+    .await;
+    let retry = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(first.info.revision.clone()),
+        &b,
+    )
+    .await;
+    assert!(retry.replayed);
+    assert_eq!(retry.info.revision, second.info.revision);
+    assert_eq!(
+        fx.store.list_revisions(&u, 10).await.expect("list").len(),
+        2
+    );
+    // Same base, different bytes: not a retry but a stale write.
+    let err = put(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(first.info.revision.clone()),
+        &image(3, 4000),
+    )
+    .await
+    .expect_err("stale");
+    assert_eq!(err.reason(), "STALE_REVISION");
+}
+
+pub(crate) async fn idempotency_key_replays_and_refuses_reuse<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &image(1, 3000))
+        .await
+        .info
+        .revision;
+    let key = IdempotencyKey::new("upload-42").expect("key");
+    let keyed = |bytes: Vec<u8>, base: Revision| {
+        let request = PutRequest {
+            user: u.clone(),
+            precondition: Precondition::MustMatch(base),
+            principal: who("device-a"),
+            idempotency_key: Some(key.clone()),
+        };
+        fx.store.put(request, body(&bytes))
+    };
+    let r2 = keyed(image(2, 3000), r1.clone())
+        .await
+        .expect("keyed put")
+        .info
+        .revision;
+    let r3 = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r2.clone()),
+        &image(3, 3000),
+    )
+    .await
+    .info
+    .revision;
+    // The retry arrives after another write landed: the key still identifies it.
+    let replay = keyed(image(2, 3000), r1.clone()).await.expect("replay");
+    assert!(replay.replayed);
+    assert_eq!(replay.info.revision, r2);
+    match keyed(image(4, 3000), r1.clone()).await {
+        Err(PutError::IdempotencyKeyReused { revision }) => assert_eq!(revision, r2),
+        other => panic!("expected IdempotencyKeyReused, got {other:?}"),
+    }
+    assert_eq!(fx.store.head(&u).await.expect("head").revision, r3);
+}
+
+pub(crate) async fn history_lists_newest_first_and_restore_copies_forward<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let (a, b, c) = (image(1, 6000), image(2, 6000), image(3, 6000));
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &a)
+        .await
+        .info;
+    fx.clock.advance(Duration::from_secs(1));
+    let r2 = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r1.revision.clone()),
+        &b,
+    )
+    .await
+    .info;
+    fx.clock.advance(Duration::from_secs(1));
+    let r3 = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r2.revision.clone()),
+        &c,
+    )
+    .await
+    .info;
+    let history = fx.store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(history, vec![r3.clone(), r2.clone(), r1.clone()]);
+    assert!(
+        history[0].accepted_at > history[1].accepted_at
+            && history[1].accepted_at > history[2].accepted_at
+    );
+    assert_eq!(history[1].base.as_ref(), Some(&r1.revision));
+    assert_eq!(fx.store.list_revisions(&u, 1).await.expect("list").len(), 1);
+
+    let restore = |from: Revision, precondition: Precondition| {
+        fx.store.restore(RestoreRequest {
+            user: u.clone(),
+            from,
+            precondition,
+            principal: who("operator"),
+            idempotency_key: None,
+        })
+    };
+    let err = restore(
+        r1.revision.clone(),
+        Precondition::MustMatch(r2.revision.clone()),
+    )
+    .await
+    .expect_err("stale restore");
+    assert_eq!(err.reason(), "STALE_REVISION");
+    let r4 = restore(
+        r1.revision.clone(),
+        Precondition::MustMatch(r3.revision.clone()),
+    )
+    .await
+    .expect("restore")
+    .info;
+    assert_ne!(r4.revision, r1.revision);
+    assert_eq!(r4.digest, r1.digest);
+    assert_eq!(r4.restored_from.as_ref(), Some(&r1.revision));
+    assert_eq!(r4.base.as_ref(), Some(&r3.revision));
+    assert_eq!(r4.principal, who("operator"));
+    assert_eq!(fetch(&fx.store, &u).await, a);
+    let err = restore(
+        rev("r99-0123456789abcdef"),
+        Precondition::MustMatch(r4.revision.clone()),
+    )
+    .await
+    .expect_err("unknown");
+    assert_eq!(err.reason(), "NOT_FOUND");
+    assert_eq!(
+        fx.store.list_revisions(&u, 10).await.expect("list").len(),
+        4
+    );
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn uniform_denial<S: RevStore, Fut: Future<Output = Option<Fixture<S>>>>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 1,
+            grace: Duration::ZERO,
+            orphan_after: Duration::from_secs(3600),
+        },
+        ..Tune::default()
+    };
+    let Some((fx, alice)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision");
+    let r1 = put_ok(
+        &fx.store,
+        &alice,
+        Precondition::MustNotExist,
+        &image(1, 3000),
+    )
+    .await
+    .info
+    .revision;
+    let r2 = put_ok(
+        &fx.store,
+        &alice,
+        Precondition::MustMatch(r1.clone()),
+        &image(2, 3000),
+    )
+    .await
+    .info
+    .revision;
+    fx.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        fx.store.reclaim().await.expect("reclaim").revisions,
+        1,
+        "r1 is reclaimed"
+    );
+    let viewer = who("device-b");
+    let denials: Vec<ReadError> = vec![
+        fx.store
+            .get(&user("nobody"), &viewer)
+            .await
+            .expect_err("unknown user"),
+        fx.store.get(&bob, &viewer).await.expect_err("no image yet"),
+        fx.store
+            .get_revision(&alice, &r1, &viewer)
+            .await
+            .expect_err("reclaimed"),
+        fx.store
+            .get_revision(&bob, &r2, &viewer)
+            .await
+            .expect_err("someone else's"),
+        fx.store
+            .get_revision(&user("nobody"), &r2, &viewer)
+            .await
+            .expect_err("unknown user, real revision"),
+        fx.store.head(&bob).await.expect_err("head, no image"),
+        fx.store
+            .head(&user("nobody"))
+            .await
+            .expect_err("head, unknown user"),
+    ];
+    for d in &denials {
+        assert!(matches!(d, ReadError::NotFound), "{d:?}");
+        assert_eq!(
+            (d.to_string(), d.reason()),
+            (denials[0].to_string(), "NOT_FOUND")
+        );
+    }
+    let restore_other = fx
+        .store
+        .restore(RestoreRequest {
+            user: bob.clone(),
+            from: r2.clone(),
+            precondition: Precondition::MustNotExist,
+            principal: who("bob"),
+            idempotency_key: None,
+        })
+        .await
+        .expect_err("restore of someone else's revision");
+    let restore_reclaimed = fx
+        .store
+        .restore(RestoreRequest {
+            user: alice.clone(),
+            from: r1.clone(),
+            precondition: Precondition::MustMatch(r2.clone()),
+            principal: who("alice"),
+            idempotency_key: None,
+        })
+        .await
+        .expect_err("restore of a reclaimed revision");
+    let put_unknown = put(&fx.store, &user("nobody"), Precondition::MustNotExist, b"x")
+        .await
+        .expect_err("unprovisioned");
+    for e in [&restore_other, &restore_reclaimed, &put_unknown] {
+        assert!(matches!(e, PutError::NotFound), "{e:?}");
+        assert_eq!(e.to_string(), denials[0].to_string());
+    }
+}
+
+pub(crate) async fn first_contact_provisions_only<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    assert!(
+        !fx.store.provision_user(&u).await.expect("again"),
+        "provisioning twice reports an existing user"
+    );
+    assert!(matches!(fx.store.head(&u).await, Err(ReadError::NotFound)));
+    assert!(
+        fx.store
+            .list_revisions(&u, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    assert_eq!(fx.store.stats().await.expect("stats").images, 0);
+    assert_eq!(
+        fx.store
+            .check_integrity()
+            .await
+            .expect("check")
+            .images_checked,
+        0
+    );
+}
+
+async fn chain<S: RevStore>(
+    store: &S,
+    u: &snug_revstore::UserId,
+    clock: &snug_revstore::ManualClock,
+    n: u64,
+) -> Vec<Revision> {
+    let mut revs: Vec<Revision> = Vec::new();
+    for i in 0..n {
+        let pre = revs
+            .last()
+            .cloned()
+            .map_or(Precondition::MustNotExist, Precondition::MustMatch);
+        revs.push(
+            put_ok(store, u, pre, &image(100 + i, 5000))
+                .await
+                .info
+                .revision,
+        );
+        clock.advance(Duration::from_secs(1));
+    }
+    revs
+}
+
+fn retained(history: &[snug_revstore::RevisionInfo]) -> Vec<bool> {
+    // Oldest first, for readable assertions.
+    history.iter().rev().map(|r| r.retained).collect()
+}
+
+pub(crate) async fn reclaim_keeps_newest_and_grace_and_journals<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let revs = chain(&fx.store, &u, &fx.clock, 5).await;
+    // Within the grace period nothing goes.
+    let report = fx.store.reclaim().await.expect("reclaim");
+    assert_eq!(report.revisions, 0);
+    fx.clock.advance(Duration::from_secs(120));
+    let report = fx.store.reclaim().await.expect("reclaim");
+    assert_eq!(report.revisions, 3);
+    assert_eq!(report.images, 3);
+    // Unreferenced chunks go at the latest once they are older than the orphan period (a backend
+    // that cannot tell them from a streaming put's chunks waits that long).
+    fx.clock.advance(Duration::from_secs(2 * 3600));
+    let later = fx.store.reclaim().await.expect("reclaim");
+    assert_eq!(later.revisions, 0);
+    let chunks = report.chunks + later.chunks;
+    assert!(chunks > 0);
+    let history = fx.store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(retained(&history), vec![false, false, false, true, true]);
+    let journal = fx.store.journal(1000).await.expect("journal");
+    let journaled: std::collections::HashSet<String> = journal
+        .iter()
+        .filter(|j| j.kind == ReclaimedKind::Revision)
+        .map(|j| j.subject.clone())
+        .collect();
+    assert_eq!(journaled, revs[..3].iter().map(|r| r.to_string()).collect());
+    assert_eq!(
+        journal
+            .iter()
+            .filter(|j| j.kind == ReclaimedKind::Chunk)
+            .count() as u64,
+        chunks
+    );
+    // A put based on a reclaimed revision is stale, not unknown.
+    let err = put(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(revs[0].clone()),
+        b"x",
+    )
+    .await
+    .expect_err("stale");
+    assert_eq!(err.reason(), "STALE_REVISION");
+    assert_eq!(
+        fx.store.reclaim().await.expect("again"),
+        Default::default(),
+        "a second pass finds nothing"
+    );
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn reclaim_never_takes_the_current_image<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 0,
+            grace: Duration::ZERO,
+            orphan_after: Duration::from_secs(3600),
+        },
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let revs = chain(&fx.store, &u, &fx.clock, 3).await;
+    fx.clock.advance(Duration::from_secs(3600 * 24 * 365));
+    fx.store.reclaim().await.expect("reclaim");
+    let history = fx.store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(retained(&history), vec![false, false, true]);
+    assert_eq!(fx.store.head(&u).await.expect("head").revision, revs[2]);
+    assert_eq!(fetch(&fx.store, &u).await, image(102, 5000));
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn reclaim_spares_the_base_of_a_put_in_flight<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 0,
+            grace: Duration::from_secs(60),
+            orphan_after: Duration::from_secs(3600),
+        },
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let store = Arc::new(fx.store);
+    let revs = chain(&*store, &u, &fx.clock, 2).await;
+    // A put based on r2 starts and stalls halfway through its body.
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let first_half = Bytes::from(image(7, 3000));
+    let stalled = futures::stream::once(async move {
+        let _ = started_tx.send(());
+        Ok(first_half)
+    })
+    .chain(futures::stream::once(async move {
+        let _ = release_rx.await;
+        Ok(Bytes::from(image(8, 3000)))
+    }));
+    let request = PutRequest {
+        user: u.clone(),
+        precondition: Precondition::MustMatch(revs[1].clone()),
+        principal: who("slow-device"),
+        idempotency_key: None,
+    };
+    let in_flight = {
+        let store = store.clone();
+        tokio::spawn(async move { store.put(request, stalled).await })
+    };
+    started_rx.await.expect("put started");
+    // Meanwhile another device lands r3, so r2 is no longer current, and time passes the grace.
+    let r3 = put_ok(
+        &*store,
+        &u,
+        Precondition::MustMatch(revs[1].clone()),
+        &image(9, 3000),
+    )
+    .await
+    .info
+    .revision;
+    fx.clock.advance(Duration::from_secs(600));
+    store.reclaim().await.expect("reclaim");
+    let history = store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(
+        retained(&history),
+        vec![false, true, true],
+        "r2 is the base of a put in flight"
+    );
+    release_tx.send(()).expect("release");
+    match in_flight.await.expect("join") {
+        Err(PutError::Stale { base, current }) => {
+            assert_eq!((base, current), (revs[1].clone(), r3))
+        }
+        other => panic!("expected Stale, got {other:?}"),
+    }
+    store.reclaim().await.expect("reclaim");
+    let history = store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(
+        retained(&history),
+        vec![false, false, true],
+        "with the put gone, r2 goes too"
+    );
+    assert_clean(&*store).await;
+}
+
+pub(crate) async fn reclaim_spares_a_leased_download<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 0,
+            grace: Duration::ZERO,
+            orphan_after: Duration::from_secs(3600),
+        },
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let revs = chain(&fx.store, &u, &fx.clock, 2).await;
+    let download = fx
+        .store
+        .get_revision(&u, &revs[0], &who("device-b"))
+        .await
+        .expect("get r1");
+    fx.store.reclaim().await.expect("reclaim");
+    let history = fx.store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(
+        retained(&history),
+        vec![true, true],
+        "r1 is being downloaded"
+    );
+    assert_eq!(
+        download.body.read_to_vec().await.expect("body"),
+        image(100, 5000)
+    );
+    fx.store.reclaim().await.expect("reclaim");
+    let history = fx.store.list_revisions(&u, 10).await.expect("list");
+    assert_eq!(
+        retained(&history),
+        vec![false, true],
+        "the finished download no longer holds r1"
+    );
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn reclaim_refuses_on_incomplete_listing<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 0,
+            grace: Duration::ZERO,
+            orphan_after: Duration::ZERO,
+        },
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    chain(&fx.store, &u, &fx.clock, 3).await;
+    let before = fx.store.stats().await.expect("stats");
+    fx.faults.set_incomplete_listing(true);
+    match fx.store.reclaim().await {
+        Err(e @ ReclaimError::IncompleteListing) => assert_eq!(e.reason(), "LISTING_INCOMPLETE"),
+        other => panic!("expected IncompleteListing, got {other:?}"),
+    }
+    assert_eq!(
+        fx.store.stats().await.expect("stats"),
+        before,
+        "nothing reclaimed"
+    );
+    assert!(
+        fx.store.journal(10).await.expect("journal").is_empty(),
+        "nothing journaled"
+    );
+    assert!(
+        fx.store
+            .list_revisions(&u, 10)
+            .await
+            .expect("list")
+            .iter()
+            .all(|r| r.retained)
+    );
+    fx.faults.set_incomplete_listing(false);
+    assert_eq!(fx.store.reclaim().await.expect("reclaim").revisions, 2);
+}
+
+pub(crate) async fn orphans_are_reclaimed_after_grace<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &image(1, 4000))
+        .await
+        .info
+        .revision;
+    // A put that is abandoned mid-stream without any cleanup running (its future is dropped, as
+    // when a process dies): its publication record stays behind.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let never_ending = futures::stream::once(async move {
+        let _ = started_tx.send(());
+        Ok(Bytes::from(image(2, 4000)))
+    })
+    .chain(futures::stream::pending());
+    let request = PutRequest {
+        user: u.clone(),
+        precondition: Precondition::MustMatch(r1.clone()),
+        principal: who("device-a"),
+        idempotency_key: None,
+    };
+    let store = Arc::new(fx.store);
+    let task = {
+        let store = store.clone();
+        tokio::spawn(async move { store.put(request, never_ending).await })
+    };
+    started_rx.await.expect("started");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    task.abort();
+    let _ = task.await;
+    assert_eq!(
+        store.reclaim().await.expect("reclaim").publications,
+        0,
+        "not an orphan within the grace period"
+    );
+    fx.clock.advance(Duration::from_secs(2 * 3600));
+    let report = store.reclaim().await.expect("reclaim");
+    assert_eq!(report.publications, 1);
+    assert!(
+        store
+            .journal(100)
+            .await
+            .expect("journal")
+            .iter()
+            .any(|j| j.kind == ReclaimedKind::Publication)
+    );
+    assert_eq!(store.head(&u).await.expect("head").revision, r1);
+    assert_clean(&*store).await;
+}
+
+pub(crate) async fn chunks_are_deduplicated_across_revisions<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let chunk = CHUNK as usize;
+    let mut bytes = image(1, 64 * chunk);
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &bytes)
+        .await
+        .info
+        .revision;
+    let s1 = fx.store.stats().await.expect("stats");
+    assert_eq!((s1.chunks, s1.chunk_bytes), (64, 64 * chunk as u64));
+    // Change one byte in one "page": one new chunk.
+    bytes[10 * chunk + 5] ^= 0xff;
+    let r2 = put_ok(&fx.store, &u, Precondition::MustMatch(r1), &bytes)
+        .await
+        .info
+        .revision;
+    let s2 = fx.store.stats().await.expect("stats");
+    assert_eq!(
+        (s2.images, s2.chunks, s2.chunk_bytes),
+        (2, 65, 65 * chunk as u64)
+    );
+    // A second user with the same bytes adds an image row at most, and no chunks.
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision");
+    put_ok(&fx.store, &bob, Precondition::MustNotExist, &bytes).await;
+    assert_eq!(fx.store.stats().await.expect("stats").chunks, 65);
+    // Repeated content inside one image is stored once.
+    let zeros = vec![0u8; 16 * chunk];
+    put_ok(&fx.store, &u, Precondition::MustMatch(r2), &zeros).await;
+    assert_eq!(fx.store.stats().await.expect("stats").chunks, 66);
+    assert_eq!(fetch(&fx.store, &u).await, zeros);
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn ledgers_record_served_and_verdicts<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &image(1, 2000))
+        .await
+        .info
+        .revision;
+    fx.clock.advance(Duration::from_secs(5));
+    let _ = put(&fx.store, &u, Precondition::MustNotExist, &image(2, 2000))
+        .await
+        .expect_err("conflict");
+    fx.clock.advance(Duration::from_secs(5));
+    let download = fx.store.get(&u, &who("laptop")).await.expect("get");
+    drop(download);
+    let served = fx.store.served_ledger(&u, 10).await.expect("served");
+    assert_eq!(served.len(), 1);
+    assert_eq!(
+        (
+            served[0].revision.clone(),
+            served[0].principal.clone(),
+            served[0].at
+        ),
+        (r1.clone(), who("laptop"), T0.plus(Duration::from_secs(10)))
+    );
+    let verdicts = fx.store.put_ledger(&u, 10).await.expect("verdicts");
+    assert_eq!(verdicts.len(), 2);
+    assert_eq!(
+        verdicts[0].verdict,
+        Verdict::Refused {
+            reason: "REVISION_MISMATCH".into()
+        }
+    );
+    assert_eq!(verdicts[0].revision, None);
+    assert_eq!(verdicts[1].verdict, Verdict::Accepted);
+    assert_eq!(
+        (
+            verdicts[1].revision.clone(),
+            verdicts[1].principal.clone(),
+            verdicts[1].at
+        ),
+        (Some(r1), who("device-a"), T0)
+    );
+    assert!(
+        fx.store
+            .served_ledger(&user("bob"), 10)
+            .await
+            .expect("served")
+            .is_empty()
+    );
+}
+
+pub(crate) async fn health_reports_the_backend<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some(fx) = open(Tune::default()).await else {
+        return;
+    };
+    fx.store.health().await.expect("healthy");
+    assert!(["memory", "sqlite", "postgres"].contains(&fx.store.backend()));
+}

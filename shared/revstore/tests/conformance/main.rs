@@ -1,0 +1,53 @@
+//! The conformance suite: one set of cases, run against every backend.
+//!
+//! `conformance_suite!(name, opener)` instantiates every case for one backend. The PostgreSQL
+//! instance runs when the crate is built with `--features postgres` and `SNUG_TEST_POSTGRES_URL`
+//! names a server; without the URL its cases return at once, so a default test run needs nothing
+//! external.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cases;
+
+macro_rules! conformance_suite {
+    ($backend:ident, $open:path) => {
+        mod $backend {
+            conformance_suite!(@cases $open;
+                first_write_requires_must_not_exist,
+                must_not_exist_on_existing_reports_current,
+                stale_and_unknown_revisions_are_distinct,
+                revision_tokens_are_unique_and_etag_safe,
+                quota_boundary_is_exact_and_refused_early,
+                body_failure_writes_nothing,
+                retry_of_the_same_put_is_idempotent,
+                idempotency_key_replays_and_refuses_reuse,
+                history_lists_newest_first_and_restore_copies_forward,
+                uniform_denial,
+                first_contact_provisions_only,
+                reclaim_keeps_newest_and_grace_and_journals,
+                reclaim_never_takes_the_current_image,
+                reclaim_spares_the_base_of_a_put_in_flight,
+                reclaim_spares_a_leased_download,
+                reclaim_refuses_on_incomplete_listing,
+                orphans_are_reclaimed_after_grace,
+                chunks_are_deduplicated_across_revisions,
+                ledgers_record_served_and_verdicts,
+                health_reports_the_backend,
+            );
+        }
+    };
+    (@cases $open:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                crate::cases::$case(|tune| $open(tune)).await;
+            }
+        )*
+    };
+}
+
+conformance_suite!(memory, crate::support::mem);
+conformance_suite!(sqlite, crate::support::sqlite);
+#[cfg(feature = "postgres")]
+conformance_suite!(postgres, crate::support::pg);

@@ -1,0 +1,218 @@
+//! A child process doing puts in a loop is SIGKILLed at random points, again and again; after each
+//! kill the store must reopen with no torn image, the pointer at an acknowledged revision (or at
+//! the one whose put was in flight), and every crashed put's leftovers reclaimable after grace.
+//!
+//! The child is this test binary re-invoked with `SNUG_REVSTORE_CRASH_CHILD` naming the store
+//! directory; it prints `ACK <revision>` after each put returns, before starting the next.
+
+mod support;
+
+use std::{
+    collections::HashSet,
+    io::{BufRead, BufReader, Write},
+    path::Path,
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use snug_revstore::{
+    Clock, ManualClock, Precondition, ReadError, RevStore, SqliteStore, StoreConfig, SystemClock,
+};
+use support::*;
+
+const CHILD_ENV: &str = "SNUG_REVSTORE_CRASH_CHILD";
+const ITERATIONS: u64 = 8;
+
+fn child(dir: &Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let store = SqliteStore::open(dir, StoreConfig::default()).expect("child opens the store");
+        let u = user("crash");
+        store.provision_user(&u).await.expect("provision");
+        let mut stdout = std::io::stdout();
+        writeln!(stdout, "READY")
+            .and_then(|_| stdout.flush())
+            .expect("stdout");
+        let seed = std::process::id() as u64;
+        let mut bytes = image(seed, 2 << 20);
+        for i in 0u64.. {
+            let precondition = match store.head(&u).await {
+                Ok(info) => Precondition::MustMatch(info.revision),
+                Err(ReadError::NotFound) => Precondition::MustNotExist,
+                Err(e) => panic!("head: {e:?}"),
+            };
+            // Rewrite a few "pages" so that every put has new chunks to publish.
+            for k in 0..8u64 {
+                let at = ((i * 131 + k * 977) as usize * 4096) % bytes.len();
+                bytes[at] = bytes[at].wrapping_add(1);
+            }
+            let outcome = put_ok(&store, &u, precondition, &bytes).await;
+            writeln!(stdout, "ACK {}", outcome.info.revision)
+                .and_then(|_| stdout.flush())
+                .expect("stdout");
+        }
+    });
+}
+
+fn random_delay(iteration: u64) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(7);
+    Duration::from_millis(30 + (u64::from(nanos) ^ iteration.wrapping_mul(0x9E37)) % 400)
+}
+
+#[test]
+fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
+    if let Some(dir) = std::env::var_os(CHILD_ENV) {
+        child(Path::new(&dir));
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut all_acked: Vec<String> = Vec::new();
+    for iteration in 0..ITERATIONS {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "sigkill_during_puts_loses_nothing_and_tears_nothing",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("stdout");
+        let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let reader = {
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    // libtest prints its own "test … " prefix on the first line.
+                    if line.ends_with("READY") {
+                        let _ = ready_tx.send(());
+                    } else if let Some(at) = line.find("ACK ") {
+                        acked
+                            .lock()
+                            .expect("acked")
+                            .push(line[at + 4..].trim().to_owned());
+                    }
+                }
+            })
+        };
+        ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("child ready");
+        std::thread::sleep(random_delay(iteration));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        reader.join().expect("reader");
+        let acked = acked.lock().expect("acked").clone();
+        all_acked.extend(acked);
+
+        // Reopen as the next process would, and check.
+        let store =
+            SqliteStore::open(dir.path(), StoreConfig::default()).expect("reopen after kill");
+        rt.block_on(async {
+            assert_clean(&store).await;
+            let u = user("crash");
+            let history = store.list_revisions(&u, 1_000_000).await.expect("history");
+            let in_history: HashSet<String> = history.iter().map(|r| r.revision.to_string()).collect();
+            for rev in &all_acked {
+                assert!(in_history.contains(rev), "acknowledged revision {rev} was lost");
+            }
+            if let Some(last) = all_acked.last() {
+                let head = store.head(&u).await.expect("head");
+                let at_last = head.revision.to_string() == *last;
+                let in_flight = head.base.as_ref().map(|b| b.to_string()).as_ref() == Some(last)
+                    && !all_acked.contains(&head.revision.to_string());
+                assert!(at_last || in_flight, "pointer {} is neither the last acknowledged revision {last} nor its in-flight successor", head.revision);
+                if in_flight {
+                    // The write landed but its answer was lost with the process; count it as
+                    // acknowledged from here on, as a retrying client would learn.
+                    all_acked.push(head.revision.to_string());
+                }
+            }
+        });
+        eprintln!(
+            "iteration {iteration}: {} acknowledged so far",
+            all_acked.len()
+        );
+    }
+    assert!(
+        all_acked.len() >= 2,
+        "the child made progress ({} puts)",
+        all_acked.len()
+    );
+
+    // Orphans of the crashed puts: kept within the grace period, reclaimed after it.
+    let meta = dir.path().join("meta.sqlite");
+    let count = |sql: &str| -> i64 {
+        let conn = rusqlite::Connection::open_with_flags(
+            &meta,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("inspect");
+        conn.query_row(sql, [], |r| r.get(0)).expect("count")
+    };
+    let later = Arc::new(ManualClock::new(
+        SystemClock.now().plus(Duration::from_secs(3 * 24 * 3600)),
+    ));
+    let config = StoreConfig {
+        clock: later,
+        ..StoreConfig::default()
+    };
+    let store = SqliteStore::open(dir.path(), config).expect("reopen for reclamation");
+    let orphans_before = count("SELECT count(*) FROM publications");
+    let report = rt.block_on(store.reclaim()).expect("reclaim");
+    assert_eq!(report.publications as i64, orphans_before);
+    assert_eq!(
+        count("SELECT count(*) FROM publications"),
+        0,
+        "no publication record outlives the grace period"
+    );
+    let registered: HashSet<String> = {
+        let conn = rusqlite::Connection::open_with_flags(
+            &meta,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("inspect");
+        let mut stmt = conn.prepare("SELECT name FROM packs").expect("prepare");
+        stmt.query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    let on_disk: HashSet<String> = std::fs::read_dir(dir.path().join("packs"))
+        .expect("packs")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    assert_eq!(
+        on_disk, registered,
+        "every pack file left by a crashed put was reclaimed"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp"))
+            .expect("tmp")
+            .count(),
+        0
+    );
+    rt.block_on(assert_clean(&store));
+    eprintln!(
+        "orphan publication records reclaimed: {orphans_before}; packs reclaimed: {}",
+        report.packs
+    );
+}

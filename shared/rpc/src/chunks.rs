@@ -1,0 +1,209 @@
+//! Payloads as streams of chunks: one header message, then the bytes in pieces of at most 1 MiB.
+//!
+//! gRPC messages are capped (4 MiB by default) and a 64 MiB user file must never be one message,
+//! so every capability that moves a file uses the same shape: a `oneof { Header header; bytes
+//! chunk; }` request stream and a `oneof { Result result; bytes chunk; }` response stream. This
+//! module holds both directions for servers and for clients, with the size cap enforced while the
+//! bytes arrive — an oversize upload is refused as soon as it crosses the cap, not after it has
+//! been buffered.
+
+use std::pin::Pin;
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt as _};
+use tonic::{Status, Streaming};
+
+use crate::status;
+
+/// The largest chunk a sender may put in one message, and the size senders use.
+pub const CHUNK_SIZE: usize = 1024 * 1024;
+
+/// The gRPC message size servers and clients accept: one chunk plus room for framing.
+pub const MAX_MESSAGE_SIZE: usize = CHUNK_SIZE + 64 * 1024;
+
+/// A boxed response stream, as tonic's server-streaming handlers return it.
+pub type ResponseStream<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send + 'static>>;
+
+/// One message of an upload, as a service's `split` function classifies it.
+#[derive(Debug)]
+pub enum Part<H> {
+    /// The header, which must come first and only once.
+    Header(H),
+    /// A piece of the payload.
+    Chunk(Bytes),
+}
+
+/// A received upload: the header and the payload, whole.
+#[derive(Debug)]
+pub struct Upload<H> {
+    /// The first message.
+    pub header: H,
+    /// Every chunk after it, concatenated.
+    pub bytes: Vec<u8>,
+}
+
+/// Receives a header-then-chunks upload, enforcing `limit` on the payload as it arrives.
+///
+/// `split` classifies each message (`None` for a message with no `oneof` set); `declared_len`
+/// reads the header's optional `expected_length`, which lets an oversize upload be refused
+/// before any chunk is sent and sizes the buffer once.
+pub async fn receive<M, H>(
+    stream: &mut Streaming<M>,
+    domain: &'static str,
+    limit: u64,
+    split: impl Fn(M) -> Option<Part<H>>,
+    declared_len: impl Fn(&H) -> Option<u64>,
+) -> Result<Upload<H>, Status> {
+    let header = match next(stream, &split, domain).await? {
+        Some(Part::Header(header)) => header,
+        Some(Part::Chunk(_)) => {
+            return Err(status::invalid_argument(
+                domain,
+                "header",
+                "the first message of the stream must be the header",
+            ));
+        }
+        None => {
+            return Err(status::invalid_argument(
+                domain,
+                "header",
+                "the stream ended before its header",
+            ));
+        }
+    };
+    let declared = declared_len(&header);
+    if let Some(len) = declared {
+        if len > limit {
+            return Err(status::too_large(domain, limit));
+        }
+    }
+    // The declared length is only a hint for the allocation; the bytes received are what count.
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(part) = next(stream, &split, domain).await? {
+        match part {
+            Part::Chunk(chunk) => {
+                if chunk.len() > CHUNK_SIZE {
+                    return Err(status::invalid_argument(
+                        domain,
+                        "chunk",
+                        format!("a chunk may hold at most {CHUNK_SIZE} bytes"),
+                    ));
+                }
+                if (bytes.len() + chunk.len()) as u64 > limit {
+                    return Err(status::too_large(domain, limit));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Part::Header(_) => {
+                return Err(status::invalid_argument(
+                    domain,
+                    "header",
+                    "the header may only be sent once, first",
+                ));
+            }
+        }
+    }
+    if let Some(len) = declared {
+        if len != bytes.len() as u64 {
+            return Err(status::invalid_argument(
+                domain,
+                "expected_length",
+                format!(
+                    "the header declared {len} bytes but {} arrived",
+                    bytes.len()
+                ),
+            ));
+        }
+    }
+    Ok(Upload { header, bytes })
+}
+
+async fn next<M, H>(
+    stream: &mut Streaming<M>,
+    split: &impl Fn(M) -> Option<Part<H>>,
+    domain: &'static str,
+) -> Result<Option<Part<H>>, Status> {
+    match stream.message().await? {
+        None => Ok(None),
+        Some(message) => split(message).map(Some).ok_or_else(|| {
+            status::invalid_argument(domain, "message", "a stream message carried no field")
+        }),
+    }
+}
+
+/// Splits `bytes` into chunks of at most [`CHUNK_SIZE`] without copying.
+pub fn split_into_chunks(bytes: Bytes) -> impl Iterator<Item = Bytes> + Send + 'static {
+    let len = bytes.len();
+    (0..len)
+        .step_by(CHUNK_SIZE)
+        .map(move |start| bytes.slice(start..(start + CHUNK_SIZE).min(len)))
+}
+
+/// Builds a result-then-chunks response stream.
+pub fn respond<M: Send + 'static>(
+    result: M,
+    payload: Bytes,
+    chunk: impl Fn(Bytes) -> M + Send + 'static,
+) -> ResponseStream<M> {
+    let chunks = split_into_chunks(payload).map(move |c| Ok(chunk(c)));
+    Box::pin(futures::stream::once(async move { Ok(result) }).chain(futures::stream::iter(chunks)))
+}
+
+/// Builds a header-then-chunks request stream, for clients.
+pub fn upload<M: Send + 'static>(
+    header: M,
+    payload: Bytes,
+    chunk: impl Fn(Bytes) -> M + Send + 'static,
+) -> impl Stream<Item = M> + Send + 'static {
+    futures::stream::once(async move { header })
+        .chain(futures::stream::iter(split_into_chunks(payload).map(chunk)))
+}
+
+/// Receives a result-then-chunks response, for clients. `limit` bounds what the client buffers;
+/// `declared_len` reads the payload length the result announces, so the buffer is sized once.
+pub async fn download<M, R>(
+    stream: &mut Streaming<M>,
+    limit: u64,
+    split: impl Fn(M) -> Option<Part<R>>,
+    declared_len: impl Fn(&R) -> u64,
+) -> Result<(R, Bytes), Status> {
+    let result = match stream.message().await?.and_then(&split) {
+        Some(Part::Header(result)) => result,
+        _ => {
+            return Err(Status::internal(
+                "the response stream did not start with its result",
+            ));
+        }
+    };
+    let mut bytes = BytesMut::with_capacity(declared_len(&result).min(limit) as usize);
+    while let Some(message) = stream.message().await? {
+        match split(message) {
+            Some(Part::Chunk(chunk)) => {
+                if (bytes.len() + chunk.len()) as u64 > limit {
+                    return Err(Status::resource_exhausted(format!(
+                        "the response exceeds the client's limit of {limit} bytes"
+                    )));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            _ => return Err(Status::internal("the response stream repeated its result")),
+        }
+    }
+    Ok((result, bytes.freeze()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_payload_in_order_without_exceeding_the_size() {
+        for len in [0, 1, CHUNK_SIZE - 1, CHUNK_SIZE, CHUNK_SIZE + 1, 3 * CHUNK_SIZE + 7] {
+            let payload = Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+            let chunks: Vec<Bytes> = split_into_chunks(payload.clone()).collect();
+            assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK_SIZE));
+            assert_eq!(chunks.len(), len.div_ceil(CHUNK_SIZE));
+            assert_eq!(chunks.concat(), payload.to_vec(), "len {len}");
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The Snug user database (spec §8–§10): one SQLite file per user, `user.snug`, at storage version 6.
+//!
+//! This crate owns the file's hub-namespace schema and everything that keeps it sound:
+//!
+//! - [`ddl`]: the 13 `CREATE TABLE IF NOT EXISTS` statements and the partial unique index, text
+//!   identical to the reference's, each table with its [`TableClass`] (what leaves the machine
+//!   in an export), and [`classify_table`] for every name a file may hold.
+//! - The open pipeline ([`UserDb::open_path`], [`UserDb::open_dir`], [`UserDb::from_bytes`],
+//!   [`UserDb::create_in_memory`], [`migrate_file`], [`migrate_bytes`]): defensive connection
+//!   settings, refusal of newer files ([`OpenError::SchemaTooNew`], bytes untouched) and hostile
+//!   schemas, the forward-only ladder 0→6, the self-heal (tables, migration-added columns and the
+//!   index; never `snug_auth_specs`), the legacy credential wipe on version advance, and
+//!   `snug_meta` seeding. A healthy current file is opened with zero bytes written.
+//! - Hub-namespace operations as methods on [`UserDb`]: apps and versions (install, save with
+//!   retention, revert, reset-to-factory, delete), docs, chat, settings/profile/sync/secrets,
+//!   namespaced settings keys, and [`UserDb::delete_app`].
+//! - [`export_file`] / [`export_bytes`]: default-deny by class, secrets stripped with no byte
+//!   left in free pages; [`import`]: containers, caps, defensive open, `quick_check`, identity and
+//!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch.
+//! - [`resolve_user_file`] / [`resolve_derived`]: the §10 read-and-adopt naming rule, and
+//!   [`app_data_token`] / [`app_rest_table_name`]: the §8.2 per-app namespace functions.
+//!
+//! Every fallible operation family has its own error enum with a stable
+//! [`reason`](OpenError::reason) string for services and the CLI to map.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use snug_schema::{ExportOptions, ImportOptions, NewApp, SaveVersion, SteppingClock, UserDb};
+//!
+//! let clock = Arc::new(SteppingClock::frozen_at_unix_ms(1_767_225_600_000));
+//! let (mut db, report) = UserDb::create_in_memory(clock.clone()).unwrap();
+//! assert!(report.seeded_meta);
+//! let new = NewApp { display_name: "Notes".into(), html: "<p>v1</p>".into(), ..NewApp::default() };
+//! let app = db.install_app(&new).unwrap();
+//! db.save_app_version(&app.app_id, "<p>v2</p>", &SaveVersion::default()).unwrap();
+//! db.set_secret("byok:anthropic", "sk-ant-example").unwrap();
+//!
+//! // A default export carries no secret, not even in free pages.
+//! let (bytes, export) = snug_schema::export_bytes(&mut db, ExportOptions::default()).unwrap();
+//! assert_eq!(export.secrets_removed, 1);
+//! assert!(!bytes.windows(14).any(|w| w == b"sk-ant-example"));
+//!
+//! // Importing it re-arms the endpoint confirmation latch.
+//! let (imported, _) = snug_schema::import(&bytes, Some(&db), &ImportOptions::default(), clock).unwrap();
+//! assert!(imported.needs_endpoint_confirm().unwrap());
+//! assert_eq!(imported.app(&app.app_id).unwrap().current_version, 2);
+//! ```
+//!
+//! What this crate deliberately does not do:
+//! - No network, no gRPC, no CLI: services and the `snug` binary wrap it.
+//! - No per-app materialization: reading and writing `app_<token>__*` tables and
+//!   `snug_app_schemas` is the materializer's job; this crate only names, classifies, exports
+//!   and deletes them.
+//! - No container cryptography: SNUGENC1 files are opened through `snug-container`, and sealing a
+//!   saved or exported image is the caller's choice.
+//! - No persistence policy: an in-memory [`UserDb`] is written where and when the caller says
+//!   ([`UserDb::save_to`], [`write_atomically`]); there is no debounce, no quarantine of corrupt
+//!   files and no sync loop.
+//! - No full validation of connection requirements or runtime contracts: import checks a
+//!   requirement's structure ([`check_requirement`]) and compares contracts by canonical form;
+//!   field-level lints belong to the connection and contract capabilities.
+//! - It reads no clock of its own: times come from the [`Clock`] passed in.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod apps;
+mod chat;
+mod clock;
+mod db;
+pub mod ddl;
+mod docs;
+mod error;
+mod export;
+mod import;
+mod kv;
+mod naming;
+mod open;
+mod token;
+mod wipe;
+
+#[cfg(test)]
+mod test_support;
+
+pub use apps::{
+    App, AppMetaUpdate, AppVersion, ContractSource, DeletedApp, Installed, NewApp, SaveVersion,
+    VersionSummary, is_app_setting_key,
+};
+pub use chat::{ChatMessage, ChatRole, ChatThread, NewChatMessage};
+pub use clock::{
+    Clock, ManualClock, SteppingClock, SystemClock, format_uuid_v4, iso_timestamp, uuid_v4,
+};
+pub use db::{UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file, write_atomically};
+pub use ddl::{
+    Column, MAX_USERDB_BYTES, STORAGE_VERSION, TABLES, TableClass, TableDef, TableKind,
+    VERSIONS_RETAINED, classify_table,
+};
+pub use docs::{ADVISORY_DOC_SLUGS, BUILD_PROMPT_SLUG, Doc, DocSeed, starter_doc_seeds};
+pub use error::{
+    AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
+    OpenError, SaveError, ShapeProblem,
+};
+pub use export::{ExportOptions, ExportReport, export_bytes, export_file};
+pub use import::{
+    DroppedConnection, DroppedContract, ImportOptions, ImportReport, RequirementProblem,
+    check_requirement, derive_allowed_hosts, https_url_host, import, import_check, normalize_host,
+};
+pub use kv::{
+    KvTable, NEEDS_ENDPOINT_CONFIRM_KEY, SIDECAR_HOST, SIDECAR_IDENTITY_DIRECTORY_KEY,
+    app_model_key, canonical_json, encode_json,
+};
+pub use naming::{
+    EXPORT_FILE, FileFormat, LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX,
+    USER_FILE, USER_FILE_EXTENSION, UserFile, detect_format, has_user_file_extension,
+    resolve_derived, resolve_user_file,
+};
+pub use open::{
+    HealPlan, HealReport, Inspection, OpenReport, RefusalSummary, SQLITE_MAGIC, SchemaObject,
+    TableSummary, schema_objects,
+};
+pub use token::{
+    MAX_APP_OBJECT_NAME_LEN, SNUG_KV, app_data_token, app_rest_table_name, app_rest_table_prefix,
+    is_uuid_shaped, is_valid_app_object_name, is_valid_token, parse_rest_table_name,
+};
+pub use wipe::{is_app_credential_key, is_legacy_credential_key};

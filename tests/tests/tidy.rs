@@ -1,0 +1,161 @@
+//! Workspace invariants, checked as tests (rust-analyzer's tidy): the crate graph, file headers,
+//! and the error-reason table in ARCHITECTURE.md.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Every workspace package's name and the names of its normal (non-dev) dependencies, direct and
+/// transitive.
+fn dependency_closure() -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let names: BTreeMap<String, String> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| (p["id"].as_str().expect("id").to_owned(), p["name"].as_str().expect("name").to_owned()))
+        .collect();
+    let mut direct: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in metadata["resolve"]["nodes"].as_array().expect("nodes") {
+        let id = node["id"].as_str().expect("id").to_owned();
+        let deps = node["deps"]
+            .as_array()
+            .expect("deps")
+            .iter()
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .expect("kinds")
+                    .iter()
+                    .any(|k| k["kind"].is_null())
+            })
+            .map(|d| d["pkg"].as_str().expect("pkg").to_owned())
+            .collect();
+        direct.insert(id, deps);
+    }
+    let members: Vec<String> = metadata["workspace_members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m.as_str().expect("member").to_owned())
+        .collect();
+    members
+        .iter()
+        .map(|member| {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![member.clone()];
+            while let Some(id) = stack.pop() {
+                for dep in direct.get(&id).into_iter().flatten() {
+                    if seen.insert(dep.clone()) {
+                        stack.push(dep.clone());
+                    }
+                }
+            }
+            (
+                names[member].clone(),
+                seen.into_iter().map(|id| names[&id].clone()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn domain_crates_and_the_cli_stay_free_of_rpc_and_http() {
+    let closure = dependency_closure();
+    let domain = ["snug-container", "snug-schema", "snug-materialize", "snug-revstore"];
+    let rpc = ["tonic", "prost", "axum", "hyper", "snug-proto", "snug-rpc"];
+    let mut violations = Vec::new();
+    for (package, deps) in &closure {
+        let forbidden: &[&str] = if domain.contains(&package.as_str()) {
+            &rpc
+        } else if package == "snug-cli" {
+            &["tonic", "prost", "snug-proto", "snug-rpc"]
+        } else {
+            &[]
+        };
+        for name in forbidden {
+            if deps.contains(*name) {
+                violations.push(format!("{package} depends on {name}"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert!(closure.contains_key("snug-container"), "the check sees the workspace");
+}
+
+#[test]
+fn the_container_crate_is_sans_io() {
+    // No clock, sockets or files: bytes in, values out (rustls, quinn-proto).
+    let forbidden = ["std::fs", "std::net", "SystemTime", "Instant::now", "tokio"];
+    let mut violations = Vec::new();
+    for file in rust_files(&root().join("shared/container/src")) {
+        let text = std::fs::read_to_string(&file).expect("read");
+        for word in forbidden {
+            if text.contains(word) && !file.ends_with("tests.rs") {
+                violations.push(format!("{} uses {word}", file.display()));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if !matches!(name, "target" | "corpus" | "artifacts" | "gen") {
+                    stack.push(path);
+                }
+            } else if name.ends_with(".rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn every_rust_file_opens_with_a_doc_line() {
+    let mut missing = Vec::new();
+    for top in ["shared", "services", "tests"] {
+        for file in rust_files(&root().join(top)) {
+            let text = std::fs::read_to_string(&file).expect("read");
+            if !text.starts_with("//!") {
+                missing.push(file.strip_prefix(root()).unwrap_or(&file).display().to_string());
+            }
+        }
+    }
+    assert!(missing.is_empty(), "files without a leading //! line: {missing:#?}");
+}
+
+#[test]
+fn every_container_reason_is_documented_in_architecture_md() {
+    let architecture = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let proto = std::fs::read_to_string(root().join("proto/snug/container/v1/container.proto")).expect("proto");
+    for reason in snug_container_service::reason::ALL {
+        assert!(architecture.contains(&format!("`{reason}`")), "ARCHITECTURE.md lacks `{reason}`");
+        assert!(proto.contains(reason), "container.proto lacks {reason}");
+    }
+}
