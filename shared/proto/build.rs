@@ -6,6 +6,9 @@ use std::{env, path::PathBuf};
 /// Every package this crate exposes, as paths under `proto/`.
 const PROTOS: &[&str] = &[
     "snug/container/v1/container.proto",
+    "snug/schema/v1/schema.proto",
+    "snug/materialize/v1/materialize.proto",
+    "snug/sync/v1/sync.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

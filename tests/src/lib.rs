@@ -1,1 +1,277 @@
-//! Snug Hub's cross-crate tests live in `tests/tests/`; this library is intentionally empty.
+//! Snug Hub's cross-crate tests live in `tests/tests/`; this library holds what they share: the
+//! whole hub started in-process (the schema, sync and materialize services over gRPC on loopback, the HTTP
+//! gateway in front, composed as `snug-hub serve` composes them) and a small HTTP client that
+//! checks every answer against the served OpenAPI document.
+//!
+//! Other crates' tests use it too (the `snug sync` client's tests in `services/cli`).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use hyper::body::Frame;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use snug_gateway::{
+    config::{AuthMode, GatewayConfig},
+    users::UserStore,
+};
+use snug_rpc::server::{ServerConfig, Services};
+use snug_sync_service::{SyncConfig, SyncServer};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+
+/// The reference vectors (`../shared/vectors/reference`, or `SNUG_VECTORS_DIR`).
+pub fn vectors_dir() -> PathBuf {
+    let dir = std::env::var_os("SNUG_VECTORS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/reference"));
+    assert!(dir.is_dir(), "reference vectors not found at {} (set SNUG_VECTORS_DIR)", dir.display());
+    dir
+}
+
+/// Reads a user-database vector by file name.
+pub fn userdb_vector(name: &str) -> Vec<u8> {
+    std::fs::read(vectors_dir().join("userdb").join(name)).expect("vector file")
+}
+
+/// How to start a hub.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Authentication on (tokens, sessions) or off (the local user).
+    pub auth: AuthMode,
+    /// Allowed browser origins.
+    pub origins: Vec<String>,
+    /// The per-user quota.
+    pub quota_bytes: u64,
+    /// The gateway's per-call deadline.
+    pub deadline: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            auth: AuthMode::On,
+            origins: vec!["https://app.example".to_owned()],
+            quota_bytes: 64 * 1024 * 1024,
+            deadline: Duration::from_secs(20),
+        }
+    }
+}
+
+/// A running hub.
+pub struct Hub {
+    /// The gateway's address.
+    pub http: SocketAddr,
+    /// The services' gRPC address.
+    pub grpc: SocketAddr,
+    /// The gateway's users file (auth on).
+    pub users: Option<UserStore>,
+    sync: SyncServer,
+    grpc_task: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    _http_task: JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Hub {
+    /// Starts the services and the gateway on ephemeral loopback ports, with data in a new
+    /// temporary directory.
+    pub async fn start(options: Options) -> Hub {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sync_config = SyncConfig {
+            data_dir: dir.path().to_path_buf(),
+            quota_bytes: options.quota_bytes,
+            reclaim_interval: Duration::ZERO,
+            ..SyncConfig::default()
+        };
+        let store = snug_sync_service::open_store(&sync_config).await.expect("sync store");
+        let sync = SyncServer::new(store, &sync_config);
+        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let grpc = grpc_listener.local_addr().expect("addr");
+        let grpc_task = Some(spawn_services(grpc_listener, sync.clone()));
+
+        let gateway_dir = dir.path().join("gateway");
+        let config = GatewayConfig {
+            auth: Some(options.auth),
+            cors_origins: options.origins.clone(),
+            rpc_deadline: options.deadline,
+            rpc_connect_timeout: Duration::from_millis(500),
+            session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
+            ..GatewayConfig::for_tests()
+        };
+        let url = format!("http://{grpc}");
+        let state = snug_gateway::build(&config, gateway_dir.clone(), snug_gateway::Addresses::all(&url)).expect("gateway");
+        let users = (options.auth == AuthMode::On).then(|| UserStore::open(&gateway_dir).expect("users"));
+        let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let http = http_listener.local_addr().expect("addr");
+        let http_task = tokio::spawn(async move {
+            let _ = snug_gateway::serve(state, http_listener, std::future::pending()).await;
+        });
+        Hub { http, grpc, users, sync, grpc_task, _http_task: http_task, _dir: dir }
+    }
+
+    /// Adds a user and returns their bearer token.
+    pub fn add_user(&self, name: &str) -> String {
+        self.users.as_ref().expect("auth on").add(name).expect("add user").1.token
+    }
+
+    /// The gateway's base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// Stops the gRPC services (the gateway keeps running): a killed service.
+    pub async fn stop_services(&mut self) {
+        if let Some((stop, task)) = self.grpc_task.take() {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+    }
+
+    /// Starts the services again on the same port, over the same store.
+    pub async fn restart_services(&mut self) {
+        let listener = loop {
+            // The old listener's port is free once its task ended; binding can still race the
+            // kernel briefly.
+            match TcpListener::bind(self.grpc).await {
+                Ok(listener) => break listener,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        self.grpc_task = Some(spawn_services(listener, self.sync.clone()));
+    }
+}
+
+fn spawn_services(listener: TcpListener, sync: SyncServer) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let mut services: Services = snug_schema_service::services(&Default::default());
+    services.routes = services.routes.add_service(snug_sync_service::service(sync));
+    services.names.push(snug_sync_service::SERVICE_NAME);
+    services.routes = services.routes.add_service(snug_materialize_service::service(
+        snug_materialize_service::MaterializeServer::new(&Default::default()),
+    ));
+    services.names.push(snug_materialize_service::SERVICE_NAME);
+    let config = ServerConfig { shutdown_grace: Duration::from_millis(200), ..ServerConfig::for_tests() };
+    let task = tokio::spawn(async move {
+        let _ = snug_rpc::server::serve(&config, listener, services, async {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    (stop, task)
+}
+
+/// An HTTP answer, whole.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The headers.
+    pub headers: http::HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// A header's value as text ("" when absent).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The JSON error `code`.
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or("").to_owned()
+    }
+}
+
+/// A request body: whole (with `Content-Length`) or streamed in pieces (chunked, no length).
+pub enum Payload {
+    /// No body.
+    Empty,
+    /// The bytes, with their length declared.
+    Whole(Vec<u8>),
+    /// The bytes sent as a stream of pieces of this size, length undeclared.
+    Streamed(Vec<u8>, usize),
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+/// An HTTP/1.1 client that checks each answer's status against the OpenAPI document.
+#[derive(Clone)]
+pub struct Http {
+    base: String,
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, Body>,
+    openapi: Arc<serde_json::Value>,
+}
+
+impl Http {
+    /// A client for the gateway at `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            base: format!("http://{addr}"),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            openapi: Arc::new(serde_json::from_str(snug_gateway::routes::OPENAPI).expect("openapi")),
+        }
+    }
+
+    /// Sends a request and reads the whole answer.
+    pub async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], payload: Payload) -> Answer {
+        let body: Body = match payload {
+            Payload::Empty => Full::new(Bytes::new()).boxed(),
+            Payload::Whole(bytes) => Full::new(Bytes::from(bytes)).boxed(),
+            Payload::Streamed(bytes, piece) => {
+                let pieces: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = bytes
+                    .chunks(piece.max(1))
+                    .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                    .collect();
+                StreamBody::new(futures::stream::iter(pieces)).boxed()
+            }
+        };
+        let mut request = http::Request::builder().method(method).uri(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self.client.request(request.body(body).expect("request")).await.expect("HTTP request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.expect("body").to_bytes();
+        let answer = Answer { status, headers, body };
+        self.check_documented(method, path, &answer);
+        answer
+    }
+
+    /// Asserts the answer's status is one the OpenAPI document lists for the operation.
+    fn check_documented(&self, method: &str, path: &str, answer: &Answer) {
+        let method = method.to_ascii_lowercase();
+        let path = path.split('?').next().unwrap_or(path);
+        let template = if path.strip_prefix("/userdb/revisions/").and_then(|rest| rest.strip_suffix("/restore")).is_some() {
+            "/userdb/revisions/{rev}/restore"
+        } else if path.strip_prefix("/userdb/apps/").and_then(|rest| rest.strip_suffix("/export")).is_some() {
+            "/userdb/apps/{appId}/export"
+        } else {
+            path
+        };
+        // Preflights and unrouted paths are not operations of the API.
+        if method == "options" {
+            return;
+        }
+        let Some(operation) = self.openapi["paths"].get(template).and_then(|p| p.get(&method)) else {
+            assert!(
+                answer.status == 404 || answer.status == 405,
+                "{method} {path}: not in the OpenAPI document, yet answered {}",
+                answer.status
+            );
+            return;
+        };
+        let documented = operation["responses"].get(answer.status.to_string()).is_some();
+        assert!(documented, "{method} {template} answered {} which the OpenAPI document does not list", answer.status);
+    }
+}

@@ -35,7 +35,7 @@ fn slot_name(kind: SlotKind) -> String {
     }
 }
 
-fn header_json(info: &ContainerInfo) -> serde_json::Value {
+pub(crate) fn header_json(info: &ContainerInfo) -> serde_json::Value {
     json!({
         "version": info.header.version,
         "kdf_id": info.header.kdf_id,
@@ -58,10 +58,31 @@ pub(crate) fn inspect(file: &Path, limits: &Limits) -> Result<Outcome, Failure> 
     let bytes = files::read(file)?;
     let format = snug_container::detect(&bytes);
     match format {
-        Format::Sqlite => Ok(Outcome {
-            text: format!("{}: plain Snug user database (SQLite)", file.display()),
-            json: json!({ "ok": true, "file": file, "format": format_name(format), "length": bytes.len() }),
-        }),
+        Format::Sqlite => {
+            // The storage version comes from the schema crate's read-only inspection; a file it
+            // cannot inspect is still reported by format, and `snug check` says why.
+            let version = snug_schema::inspect_bytes(&bytes).ok().map(|i| i.storage_version);
+            let text = match version {
+                Some(version) => format!(
+                    "{}: plain Snug user database (SQLite), storage version {version}",
+                    file.display()
+                ),
+                None => format!(
+                    "{}: plain SQLite file; `snug check` reports its health",
+                    file.display()
+                ),
+            };
+            Ok(Outcome {
+                text,
+                json: json!({
+                    "ok": true,
+                    "file": file,
+                    "format": format_name(format),
+                    "length": bytes.len(),
+                    "storage_version": version,
+                }),
+            })
+        }
         Format::Unknown => Err(Failure::new(
             Exit::Corrupt,
             "UNKNOWN_FORMAT",

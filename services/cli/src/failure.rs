@@ -1,6 +1,7 @@
 //! The CLI's errors: a message for people, a stable code for scripts, and a distinct exit code.
 
 use snug_container::{Corruption, OpenError, RewrapError, SealError};
+use snug_schema::{ExportError, OpenError as DbOpenError};
 
 /// Exit codes, shared by every `snug` command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +16,9 @@ pub(crate) enum Exit {
     Corrupt = 4,
     /// The input is newer than this build understands.
     Unsupported = 5,
+    /// `snug sync`: the origin and the local file both changed since the last sync (or another
+    /// device won a race). Nothing was overwritten; pull, or repeat with `--force`.
+    Diverged = 6,
 }
 
 /// A failed command.
@@ -116,6 +120,151 @@ impl From<RewrapError> for Failure {
             }
             RewrapError::ImplausibleRecoveryKey => {
                 Failure::new(Exit::Other, "INTERNAL", err.to_string())
+            }
+        }
+    }
+}
+
+/// Joins an error and its sources, so a message says why (`damaged SQLite file: database disk
+/// image is malformed`), not only what.
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+impl From<DbOpenError> for Failure {
+    fn from(err: DbOpenError) -> Self {
+        // The code is the library's stable reason, the same string the schema service sends.
+        let code = err.reason();
+        let (exit, hint) = match &err {
+            DbOpenError::NotSqlite
+            | DbOpenError::Malformed { .. }
+            | DbOpenError::Unreadable(_)
+            | DbOpenError::NotAUserDatabase
+            | DbOpenError::HostileSchema { .. } => (Exit::Corrupt, ""),
+            // A protected file is healthy: like a locked one, it needs its secret first.
+            DbOpenError::Protected => (
+                Exit::Locked,
+                " (snug unlock FILE --out PLAIN, then work on PLAIN)",
+            ),
+            DbOpenError::SchemaTooNew { .. } => (Exit::Unsupported, ""),
+            DbOpenError::Io { .. } | DbOpenError::Entropy(_) | DbOpenError::Sqlite(_) => {
+                (Exit::Other, "")
+            }
+        };
+        Failure::new(exit, code, format!("{}{hint}", with_causes(&err)))
+    }
+}
+
+impl From<ExportError> for Failure {
+    fn from(err: ExportError) -> Self {
+        match err {
+            ExportError::Source(open) => open.into(),
+            ExportError::TooLarge { .. }
+            | ExportError::OutputExists { .. }
+            | ExportError::Io { .. }
+            | ExportError::Sqlite(_) => Failure::new(Exit::Other, err.reason(), with_causes(&err)),
+        }
+    }
+}
+
+// --- `snug app`: per-app tables (snug-materialize) --------------------------------------------
+//
+// One library reason can mean a bad command line or a bad file, so the exit code follows the
+// cause, not the word (the JSON code is always the library's `reason()`):
+// - SQL the user typed (`snug app sql`) that the sandbox or SQLite refuses, and an `--app` that
+//   names no app, are usage errors (2): the file is fine, the command line is not.
+// - A stored schema that cannot be replayed, and a runtime file (`snug app persist --from`) whose
+//   schema a conforming app never writes, are damaged or hostile inputs (4), like a malformed
+//   user database.
+// - Caps and host failures are 1.
+
+/// The exit code of a failed materialization: a wrong `--app` is usage, a stored schema that
+/// cannot be replayed is a damaged file.
+fn materialize_exit(err: &snug_materialize::MaterializeError) -> Exit {
+    use snug_materialize::MaterializeError as E;
+    match err {
+        E::AppNotFound { .. } => Exit::Usage,
+        E::CorruptSchema { .. }
+        | E::StoredObjectRefused { .. }
+        | E::Replay { .. }
+        | E::SchemaMismatch { .. }
+        | E::RestTableMismatch { .. } => Exit::Corrupt,
+        E::Sqlite(_) => Exit::Other,
+    }
+}
+
+impl From<snug_materialize::MaterializeError> for Failure {
+    fn from(err: snug_materialize::MaterializeError) -> Self {
+        Failure::new(materialize_exit(&err), err.reason(), with_causes(&err))
+    }
+}
+
+impl From<snug_materialize::ExecuteError> for Failure {
+    fn from(err: snug_materialize::ExecuteError) -> Self {
+        use snug_materialize::{ExecuteError as E, PersistError as P, StatementProblem as S};
+        let exit = match &err {
+            E::Materialize(inner) => materialize_exit(inner),
+            E::Statement { problem, .. } => match problem {
+                S::NotOneStatement
+                | S::Forbidden(_)
+                | S::Failed(_)
+                | S::BudgetExceeded { .. }
+                | S::ResultTooLarge { .. } => Exit::Usage,
+                S::TooLarge { .. } => Exit::Other,
+            },
+            // The runtime being written back is the product of the user's own statements, so a
+            // refusal of its schema is the statements' fault, not the file's.
+            E::Persist(persist) => match persist {
+                P::AppNotFound { .. } | P::Refused(_) | P::CreateFailed { .. } => Exit::Usage,
+                // The CLI opens user databases from bytes, so no legacy file is ever adopted.
+                P::NameCollision { .. } | P::TooLarge { .. } | P::Adopt(_) | P::Sqlite(_) => {
+                    Exit::Other
+                }
+            },
+            E::Sqlite(_) => Exit::Other,
+        };
+        Failure::new(exit, err.reason(), with_causes(&err))
+    }
+}
+
+impl From<snug_materialize::PersistError> for Failure {
+    /// For `snug app persist`, where the runtime is an input file.
+    fn from(err: snug_materialize::PersistError) -> Self {
+        use snug_materialize::PersistError as P;
+        let exit = match &err {
+            P::AppNotFound { .. } => Exit::Usage,
+            P::Refused(_) | P::CreateFailed { .. } => Exit::Corrupt,
+            // The CLI opens user databases from bytes, so no legacy file is ever adopted.
+            P::NameCollision { .. } | P::TooLarge { .. } | P::Adopt(_) | P::Sqlite(_) => {
+                Exit::Other
+            }
+        };
+        Failure::new(exit, err.reason(), with_causes(&err))
+    }
+}
+impl From<snug_materialize::LoadError> for Failure {
+    fn from(err: snug_materialize::LoadError) -> Self {
+        use snug_materialize::LoadError as L;
+        let exit = match &err {
+            L::NotSqlite | L::Malformed { .. } => Exit::Corrupt,
+            L::TooLarge { .. } | L::Sqlite(_) => Exit::Other,
+        };
+        Failure::new(exit, err.reason(), format!("the runtime database: {}", with_causes(&err)))
+    }
+}
+
+impl From<snug_materialize::ListError> for Failure {
+    fn from(err: snug_materialize::ListError) -> Self {
+        match err {
+            snug_materialize::ListError::Sqlite(_) => {
+                Failure::new(Exit::Other, err.reason(), with_causes(&err))
             }
         }
     }

@@ -33,6 +33,11 @@ pub(crate) fn check_output(input: &Path, out: &Path, force: bool) -> Result<(), 
             out.display()
         )));
     }
+    check_new_output(out, force)
+}
+
+/// Checks that writing `out` cannot clobber a file by accident (for outputs with no input).
+pub(crate) fn check_new_output(out: &Path, force: bool) -> Result<(), Failure> {
     if !force && out.exists() {
         return Err(Failure::new(
             Exit::Other,

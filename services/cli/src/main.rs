@@ -1,15 +1,24 @@
-//! `snug`: the offline command-line tool for Snug user files. No hub, no network.
+//! `snug`: the offline command-line tool for Snug user files. No hub needed; only `snug sync`
+//! talks to a network (a hub origin over HTTP).
+//!
+//! Container commands (inspect, protect, unlock, passwd, rotate-recovery-key, unprotect) live in
+//! `container.rs`; user-database commands (check, migrate, export, init) in `schema.rs`; the sync
+//! client (push, pull, origin) in `sync.rs`; per-app tables (list, export, sql, persist) in
+//! `app.rs`.
 //!
 //! Every command works on local files through the domain crates directly (never through gRPC),
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
 //! in-place commands (which replace it atomically), and reports failures with a message, a
 //! stable code (`--json`) and a distinct exit code:
-//! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported.
+//! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported, 6 diverged (sync).
 
+mod app;
 mod container;
 mod failure;
 mod files;
+mod schema;
 mod secrets;
+mod sync;
 
 use std::{io::Write as _, path::PathBuf, process::ExitCode};
 
@@ -25,8 +34,9 @@ use crate::{
 #[command(
     name = "snug",
     version,
-    about = "Work with Snug user files (user.snug) offline: inspect, protect, unlock",
-    after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build).\n\
+    about = "Work with Snug user files (user.snug) offline: check, migrate, export, protect, unlock",
+    after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build),\n\
+                  6 diverged (snug sync: both sides changed; nothing was overwritten).\n\
                   Secrets are never taken from arguments: use --passphrase-file / --recovery-key-file,\n\
                   SNUG_PASSPHRASE / SNUG_RECOVERY_KEY, or answer the prompt on a terminal."
 )]
@@ -110,6 +120,58 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Reports a user database's storage version, tables and health, and what opening it would
+    /// change (migration, heal, legacy credential wipe), without writing anything.
+    Check {
+        /// The user database (or a protected file, whose container header is checked).
+        file: PathBuf,
+    },
+    /// Writes the user database brought to storage version 6 (migrated and healed) to OUT; the
+    /// input is only read.
+    Migrate {
+        /// The user database.
+        input: PathBuf,
+        /// Where to write the migrated database.
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Writes a portable export to OUT: credentials stripped (unless --include-secrets) and no
+    /// stripped byte left in free pages. A protected input is opened with its secret; the export
+    /// is plain.
+    Export {
+        /// The user database, plain or protected.
+        input: PathBuf,
+        /// Where to write the export.
+        #[arg(long)]
+        out: PathBuf,
+        /// Keep the credentials in `snug_secrets` (for your own backups only).
+        #[arg(long)]
+        include_secrets: bool,
+        #[command(flatten)]
+        secrets: SecretArgs,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Creates a new, empty user database at storage version 6.
+    Init {
+        /// Where to write it.
+        out: PathBuf,
+        /// Replace OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Syncs a user database with an origin: a hub (https://…) or a plain directory (exit 6:
+    /// diverged).
+    #[command(subcommand)]
+    Sync(sync::SyncCommand),
+    /// One app's tables in a user database: list, export, sql, persist (exit 2: bad SQL or
+    /// unknown app).
+    #[command(subcommand)]
+    App(app::AppCommand),
 }
 
 /// What a successful command reports: text for people, JSON for scripts.
@@ -193,5 +255,17 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::RotateRecoveryKey { file, secrets } => {
             container::rotate_recovery_key(&file, &secrets, &limits, cli.json)
         }
+        Command::Check { file } => schema::check(&file, &limits),
+        Command::Migrate { input, out, force } => schema::migrate(&input, &out, force),
+        Command::Export {
+            input,
+            out,
+            include_secrets,
+            secrets,
+            force,
+        } => schema::export(&input, &out, include_secrets, &secrets, force, &limits),
+        Command::Init { out, force } => schema::init(&out, force),
+        Command::Sync(command) => sync::run(command, &limits),
+        Command::App(command) => app::run(command, &limits),
     }
 }

@@ -15,21 +15,25 @@
 pub mod reason;
 pub mod status;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use snug_container::{Format, Limits, Passphrase, RecoveryKey, Secrets, SlotKind};
+use snug_container::{
+    Format, Limits, OpenError, Opening, Passphrase, PayloadDecryptor, RecoveryKey, Secrets,
+    SlotKind, Unlocked,
+};
 use snug_proto::container::v1::{
     self as pb,
     container_service_server::{ContainerService, ContainerServiceServer},
 };
 use snug_rpc::{
-    chunks::{self, MAX_MESSAGE_SIZE, Part, ResponseStream},
+    chunks::{self, MAX_MESSAGE_SIZE, Part, Receiver, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
     status::error,
 };
 use tokio::{net::TcpListener, sync::Semaphore};
 use tonic::{Code, Request, Response, Status, Streaming};
+use zeroize::Zeroize as _;
 
 use crate::reason::DOMAIN;
 
@@ -52,6 +56,10 @@ pub struct ContainerConfig {
     /// How long a request waits for a key-derivation slot before it is refused as OVERLOADED.
     #[arg(long, env = "SNUG_CONTAINER_KDF_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub kdf_queue_timeout: Duration,
+    /// Unlock buffers (up to 64 MiB each) kept for reuse between requests; 0 keeps none. A
+    /// reused buffer's pages are already mapped, which saves faulting in 64 MiB per unlock.
+    #[arg(long, env = "SNUG_CONTAINER_BUFFER_POOL", default_value_t = 2)]
+    pub buffer_pool: usize,
 }
 
 impl Default for ContainerConfig {
@@ -61,6 +69,7 @@ impl Default for ContainerConfig {
             max_iterations: Limits::default().max_iterations,
             kdf_concurrency: None,
             kdf_queue_timeout: Duration::from_secs(10),
+            buffer_pool: 2,
         }
     }
 }
@@ -78,7 +87,7 @@ impl ContainerConfig {
 /// Runs CPU-heavy crypto on the blocking pool, at most `permits` jobs at a time.
 #[derive(Debug)]
 pub struct KdfPool {
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     queue_timeout: Duration,
 }
 
@@ -86,7 +95,7 @@ impl KdfPool {
     /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
     pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
         Self {
-            permits: Semaphore::new(concurrency.max(1)),
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
             queue_timeout,
         }
     }
@@ -95,15 +104,94 @@ impl KdfPool {
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Status> {
-        let permit = tokio::time::timeout(self.queue_timeout, self.permits.acquire())
-            .await
-            .map_err(|_| overloaded())?
-            .map_err(|_| overloaded())?;
-        let result = tokio::task::spawn_blocking(job)
-            .await
-            .map_err(|join| snug_rpc::status::internal(DOMAIN, &join));
-        drop(permit);
-        result
+        let permit = tokio::time::timeout(
+            self.queue_timeout,
+            Arc::clone(&self.permits).acquire_owned(),
+        )
+        .await
+        .map_err(|_| overloaded())?
+        .map_err(|_| overloaded())?;
+        // The permit travels with the job: a request cancelled mid-derivation (a client gone, an
+        // upload refused) stops waiting for it, but the thread still works until PBKDF2 ends and
+        // must count against the limit until then.
+        tokio::task::spawn_blocking(move || {
+            let result = job();
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|join| snug_rpc::status::internal(DOMAIN, &join))
+    }
+}
+
+/// Unlock buffers kept between requests, so the pages that receive an upload are already mapped.
+///
+/// A fresh 64 MiB allocation is its own `mmap`, and the kernel faults in and zeroes every page
+/// on first touch (30–65 ms of CPU on the reference machine, STACK.md §14), then unmaps it on
+/// free; reusing the allocation skips both. A buffer that carried plaintext is zeroized before
+/// it is kept, so no user's data outlives the response that carried it.
+#[derive(Debug)]
+struct BufferPool {
+    buffers: std::sync::Mutex<Vec<Vec<u8>>>,
+    max_buffers: usize,
+}
+
+impl BufferPool {
+    fn new(max_buffers: usize) -> Self {
+        Self {
+            buffers: std::sync::Mutex::new(Vec::new()),
+            max_buffers,
+        }
+    }
+
+    /// Returns a kept buffer, or an empty one (which grows on first use).
+    fn take(&self) -> Vec<u8> {
+        self.buffers
+            .lock()
+            .ok()
+            .and_then(|mut buffers| buffers.pop())
+            .unwrap_or_default()
+    }
+
+    /// Wipes `buffer` and keeps it if there is room.
+    fn give_back(&self, mut buffer: Vec<u8>) {
+        if self.max_buffers == 0 {
+            return;
+        }
+        // The whole capacity: bytes past `len` may hold ciphertext or an earlier plaintext.
+        buffer.zeroize();
+        if let Ok(mut buffers) = self.buffers.lock()
+            && buffers.len() < self.max_buffers
+        {
+            buffers.push(buffer);
+        }
+    }
+}
+
+/// A plaintext on its way out as response chunks; its buffer goes back to the pool once the last
+/// chunk has been encoded (tonic copies each chunk into its own frame buffer).
+struct Pooled {
+    plaintext: Vec<u8>,
+    pool: Arc<BufferPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.plaintext
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let plaintext = std::mem::take(&mut self.plaintext);
+        let pool = Arc::clone(&self.pool);
+        // Wiping 64 MiB takes milliseconds: not on an async worker when one is at hand.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || pool.give_back(plaintext));
+            }
+            Err(_) => pool.give_back(plaintext),
+        }
     }
 }
 
@@ -122,6 +210,7 @@ fn overloaded() -> Status {
 pub struct ContainerServer {
     limits: Limits,
     pool: Arc<KdfPool>,
+    buffers: Arc<BufferPool>,
 }
 
 impl ContainerServer {
@@ -135,7 +224,119 @@ impl ContainerServer {
         Self {
             limits: config.limits(),
             pool: Arc::new(KdfPool::new(concurrency, config.kdf_queue_timeout)),
+            buffers: Arc::new(BufferPool::new(config.buffer_pool)),
         }
+    }
+}
+
+/// What an unlock derivation running on the [`KdfPool`] resolves to.
+type Derivation = Pin<Box<dyn Future<Output = Result<Result<PayloadDecryptor, OpenError>, Status>> + Send>>;
+
+impl ContainerServer {
+    /// Receives a container upload and opens it while it arrives, with the verdict
+    /// `open_owned` would give for the whole upload.
+    ///
+    /// The key derivation starts on the [`KdfPool`] as soon as the header, wrapped keys and
+    /// payload IV are in (the first chunk), so PBKDF2 runs while the rest of the upload streams
+    /// in. Once the key is known, each arriving chunk is decrypted into the one buffer that
+    /// receives the upload, so when the last chunk lands only its own bytes and the tag remain.
+    /// Chunks are handed to the [`Opening`] in batches on the blocking pool, never on the async
+    /// runtime: catching up the chunks that arrived during PBKDF2 is tens of milliseconds of AES.
+    /// Nothing decrypted leaves the `Opening` before the tag verifies.
+    async fn open_upload<M, H, S>(
+        &self,
+        mut receiver: Receiver<'_, M, H, S>,
+        secrets: Secrets,
+    ) -> Result<Unlocked, Status>
+    where
+        S: Fn(M) -> Option<Part<H>>,
+    {
+        // `None` while a batch job has it.
+        let mut opening = Some(Opening::with_buffer(
+            secrets,
+            &self.limits,
+            receiver.declared_len(),
+            self.buffers.take(),
+        ));
+        let mut queued: Vec<Bytes> = Vec::new();
+        let mut derivation: Option<Derivation> = None;
+        let mut derived: Option<Result<PayloadDecryptor, OpenError>> = None;
+        let mut batch: Option<tokio::task::JoinHandle<Opening>> = None;
+        let mut ended = false;
+        let t0 = std::time::Instant::now();
+        let mut n_batches = 0;
+        let opening = loop {
+            if let Some(mut current) = opening.take() {
+                if let Some(unlocker) = current.take_unlocker() {
+                    eprintln!("TT unlocker at {:?}", t0.elapsed());
+                    let pool = Arc::clone(&self.pool);
+                    derivation =
+                        Some(Box::pin(async move { pool.run(move || unlocker.unlock()).await }));
+                }
+                if queued.is_empty() && derived.is_none() {
+                    if ended && derivation.is_none() {
+                        break current;
+                    }
+                    opening = Some(current);
+                } else {
+                    let chunks = std::mem::take(&mut queued);
+                    let result = derived.take();
+                    n_batches += 1;
+                    if result.is_some() { eprintln!("TT key at {:?} batch {} chunks {}", t0.elapsed(), n_batches, chunks.len()); }
+                    batch = Some(tokio::task::spawn_blocking(move || {
+                        if let Some(result) = result {
+                            current.set_decryptor(result);
+                        }
+                        for chunk in &chunks {
+                            current.push(chunk);
+                        }
+                        current
+                    }));
+                }
+            }
+            // At least one branch is live here: either a batch holds the opening, or the
+            // upload or the derivation is still running (otherwise the loop ended above).
+            tokio::select! {
+                chunk = receiver.next_chunk(), if !ended => match chunk? {
+                    Some(chunk) => queued.push(chunk),
+                    None => { ended = true; eprintln!("TT ended at {:?}", t0.elapsed()); }
+                },
+                result = poll_some(&mut derivation), if derivation.is_some() => {
+                    derivation = None;
+                    derived = Some(result?);
+                }
+                current = poll_some(&mut batch), if batch.is_some() => {
+                    batch = None;
+                    opening = Some(current.map_err(|join| snug_rpc::status::internal(DOMAIN, &join))?);
+                }
+            }
+        };
+        // Only the tail (under one chunk) and the tag are left; the key was derived above.
+        eprintln!("TT loop done at {:?} batches {}", t0.elapsed(), n_batches);
+        let r = tokio::task::spawn_blocking(move || opening.finish())
+            .await
+            .map_err(|join| snug_rpc::status::internal(DOMAIN, &join))?
+            .map_err(status::open_error);
+        eprintln!("TT finished at {:?}", t0.elapsed());
+        r
+    }
+}
+
+impl ContainerServer {
+    /// Wraps a plaintext for the response so that its buffer returns to the pool afterwards.
+    fn pooled(&self, plaintext: Vec<u8>) -> Bytes {
+        Bytes::from_owner(Pooled {
+            plaintext,
+            pool: Arc::clone(&self.buffers),
+        })
+    }
+}
+
+/// Awaits the future in `slot`, which the caller's `select!` guard has checked is there.
+async fn poll_some<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(future) => future.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -318,7 +519,8 @@ impl ContainerService for ContainerServer {
             .pool
             .run(move || {
                 let recovery_key = RecoveryKey::generate();
-                snug_container::seal(&upload.bytes, &passphrase, &recovery_key, iterations, &limits)
+                // The upload buffer becomes the container: no second copy of the plaintext.
+                snug_container::seal_owned(upload.bytes, &passphrase, &recovery_key, iterations, &limits)
                     .map(|container| (container, recovery_key))
             })
             .await?
@@ -344,7 +546,7 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<Response<Self::UnlockStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(
+        let (header, receiver) = Receiver::start(
             &mut stream,
             DOMAIN,
             self.limits.max_container_len(),
@@ -352,13 +554,7 @@ impl ContainerService for ContainerServer {
             |h| h.expected_length,
         )
         .await?;
-        let secrets = secrets(upload.header.secrets);
-        let limits = self.limits;
-        let unlocked = self
-            .pool
-            .run(move || snug_container::open_owned(upload.bytes, &secrets, &limits))
-            .await?
-            .map_err(status::open_error)?;
+        let unlocked = self.open_upload(receiver, secrets(header.secrets)).await?;
         let result = pb::UnlockResponse {
             message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
                 opened_by: slot_kind(unlocked.opened_by).into(),
@@ -368,7 +564,7 @@ impl ContainerService for ContainerServer {
         };
         Ok(Response::new(chunks::respond(
             result,
-            Bytes::from(unlocked.plaintext),
+            self.pooled(unlocked.plaintext),
             |c| pb::UnlockResponse {
                 message: Some(pb::unlock_response::Message::Chunk(c)),
             },
@@ -460,7 +656,7 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::RemoveProtectionRequest>>,
     ) -> Result<Response<Self::RemoveProtectionStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(
+        let (header, receiver) = Receiver::start(
             &mut stream,
             DOMAIN,
             self.limits.max_container_len(),
@@ -468,13 +664,7 @@ impl ContainerService for ContainerServer {
             |h| h.expected_length,
         )
         .await?;
-        let secrets = secrets(upload.header.secrets);
-        let limits = self.limits;
-        let unlocked = self
-            .pool
-            .run(move || snug_container::open_owned(upload.bytes, &secrets, &limits))
-            .await?
-            .map_err(status::open_error)?;
+        let unlocked = self.open_upload(receiver, secrets(header.secrets)).await?;
         let result = pb::RemoveProtectionResponse {
             message: Some(pb::remove_protection_response::Message::Result(
                 pb::RemoveProtectionResult {
@@ -485,7 +675,7 @@ impl ContainerService for ContainerServer {
         };
         Ok(Response::new(chunks::respond(
             result,
-            Bytes::from(unlocked.plaintext),
+            self.pooled(unlocked.plaintext),
             |c| pb::RemoveProtectionResponse {
                 message: Some(pb::remove_protection_response::Message::Chunk(c)),
             },

@@ -1,15 +1,23 @@
 //! `snug-hub`: runs Snug Hub's services, all in one process or one by name.
 //!
-//! `snug-hub serve` is the whole hub on its embedded defaults; `snug-hub serve container` runs only
-//! the container service, for deployments that split the capabilities into separate processes or
-//! pods. Both use the same service code (`services/*` crates), so there is no second
-//! implementation of anything here: this file only parses configuration and composes routes.
+//! `snug-hub serve` is the whole hub on its embedded defaults; `snug-hub serve container` (or
+//! `schema`, `materialize`, `sync`) runs only that service, for deployments that split the
+//! capabilities into separate processes or pods. Both use the same service code (`services/*`
+//! crates), so there is no second implementation of anything here: this file only parses
+//! configuration and composes routes.
+//! The whole hub also serves the HTTP gateway (`gateway.rs`); `snug-hub serve gateway` runs the
+//! gateway alone against services elsewhere, and `snug-hub users` manages who may call it.
+
+mod gateway;
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use snug_container_service::ContainerConfig;
+use snug_materialize_service::{MaterializeConfig, MaterializeServer};
+use snug_schema_service::{SchemaConfig, SchemaServer};
+use snug_sync_service::{SyncConfig, SyncServer};
 use snug_rpc::server::{ServerConfig, Services, serve, shutdown_signal};
 
 #[derive(Debug, Parser)]
@@ -20,6 +28,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once at startup; boxing the configs buys nothing")]
 enum Command {
     /// Serves the hub: every service in one process, or the one named.
     Serve {
@@ -30,6 +39,22 @@ enum Command {
         server: ServerConfig,
         #[command(flatten)]
         container: ContainerConfig,
+        #[command(flatten)]
+        schema: SchemaConfig,
+        #[command(flatten)]
+        materialize: MaterializeConfig,
+        #[command(flatten)]
+        sync: SyncConfig,
+        #[command(flatten)]
+        gateway: snug_gateway::config::GatewayConfig,
+    },
+    /// Manages the users and bearer tokens of the HTTP gateway (in <data-dir>/gateway/users.db).
+    Users {
+        /// The hub's data directory.
+        #[arg(long, env = "SNUG_DATA_DIR", default_value = "./snug-data")]
+        data_dir: std::path::PathBuf,
+        #[command(subcommand)]
+        command: gateway::UsersCommand,
     },
     /// Asks a running server's grpc.health.v1 endpoint whether it is serving; exits 0 if so.
     ///
@@ -48,6 +73,14 @@ enum Command {
 enum ServiceName {
     /// snug.container.v1: the SNUGENC1 container capability.
     Container,
+    /// snug.schema.v1: the user database at storage version 6 (migration, export, hub namespace).
+    Schema,
+    /// snug.materialize.v1: per-app native tables (materialize, persist, DDL, export, sandboxed SQL).
+    Materialize,
+    /// snug.sync.v1: the hub as a user's sync origin (revisions with compare-and-swap).
+    Sync,
+    /// The HTTP gateway (/userdb) alone, against services at SNUG_SCHEMA_ADDR and SNUG_SYNC_ADDR.
+    Gateway,
 }
 
 fn main() -> ExitCode {
@@ -75,9 +108,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             service,
             server,
             container,
+            schema,
+            materialize,
+            sync,
+            gateway,
         } => {
             snug_rpc::telemetry::init(server.log_format);
-            let services = compose(service, &container);
+            if service == Some(ServiceName::Gateway) {
+                gateway::serve_gateway(&gateway, &sync.data_dir).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let services = compose(service, &container, &schema, &materialize, &sync).await?;
+            if service.is_none() {
+                gateway::serve_with_gateway(&server, services, &gateway, &sync.data_dir).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let listener = tokio::net::TcpListener::bind(server.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", server.listen))?;
@@ -87,15 +132,49 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Healthcheck { addr, service } => healthcheck(&addr, &service).await,
+        Command::Users { data_dir, command } => gateway::users(command, &data_dir),
     }
 }
 
-/// Chooses the services one process hosts.
-fn compose(only: Option<ServiceName>, container: &ContainerConfig) -> Services {
-    match only {
-        // Until the other capabilities land, the whole hub is the container service.
-        None | Some(ServiceName::Container) => snug_container_service::services(container),
-    }
+/// Chooses the services one process hosts; opens the sync store when sync is among them.
+async fn compose(
+    only: Option<ServiceName>,
+    container: &ContainerConfig,
+    schema: &SchemaConfig,
+    materialize: &MaterializeConfig,
+    sync: &SyncConfig,
+) -> anyhow::Result<Services> {
+    Ok(match only {
+        Some(ServiceName::Gateway) => anyhow::bail!("the gateway is served over HTTP, not composed into gRPC"),
+        Some(ServiceName::Container) => snug_container_service::services(container),
+        Some(ServiceName::Schema) => snug_schema_service::services(schema),
+        Some(ServiceName::Materialize) => snug_materialize_service::services(materialize),
+        Some(ServiceName::Sync) => {
+            snug_sync_service::services(snug_sync_service::open_store(sync).await?, sync)
+        }
+        None => {
+            // One router for every service: tonic routes by the service name in the path, so the
+            // services are added to the same `Routes` rather than merging two routers (each has
+            // its own fallback, and axum refuses to merge two fallbacks).
+            let mut all = snug_container_service::services(container);
+            all.routes = all
+                .routes
+                .add_service(snug_schema_service::service(SchemaServer::new(schema)));
+            all.names.push(snug_schema_service::SERVICE_NAME);
+            all.routes = all.routes.add_service(snug_materialize_service::service(
+                MaterializeServer::new(materialize),
+            ));
+            all.names.push(snug_materialize_service::SERVICE_NAME);
+            // With no configuration this is the embedded store under ./snug-data/sync.
+            let sync_server = SyncServer::new(snug_sync_service::open_store(sync).await?, sync);
+            sync_server.spawn_reclaimer();
+            all.routes = all
+                .routes
+                .add_service(snug_sync_service::service(sync_server));
+            all.names.push(snug_sync_service::SERVICE_NAME);
+            all
+        }
+    })
 }
 
 async fn healthcheck(addr: &str, service: &str) -> anyhow::Result<ExitCode> {

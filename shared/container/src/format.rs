@@ -294,10 +294,44 @@ impl Corruption {
 /// Nothing here costs more than one pass over the header, so a hostile file is refused before any
 /// PBKDF2 runs. Trailing bytes cannot be detected: they are the end of the payload.
 pub fn inspect(container: &[u8], limits: &Limits) -> Result<ContainerInfo, Corruption> {
-    if !container.starts_with(MAGIC) {
+    inspect_prefix(container, container.len(), limits)
+}
+
+/// Returns how many leading bytes [`inspect_prefix`] reads from a container starting with
+/// `leading`: the header, the wrapped keys and the payload IV, or just the fixed header when its
+/// slot count is out of range. `None` while fewer than the 38 fixed-header bytes are known.
+pub(crate) fn prefix_len(leading: &[u8]) -> Option<usize> {
+    let fixed = leading.first_chunk::<FIXED_HEADER_LEN>()?;
+    let n_slots = u16::from_be_bytes([fixed[32], fixed[33]]);
+    Some(if n_slots == 0 || n_slots > MAX_SLOTS {
+        FIXED_HEADER_LEN
+    } else {
+        payload_iv_end(usize::from(n_slots))
+    })
+}
+
+/// Returns where the payload IV of a container with `n_slots` slots ends.
+fn payload_iv_end(n_slots: usize) -> usize {
+    header_len(n_slots) + WRAPPED_KEY_LEN * n_slots + IV_LEN
+}
+
+/// [`inspect`] for a container of `container_len` bytes of which only the first are at hand.
+///
+/// Every check reads at most the first [`prefix_len`] bytes, plus the length, so an upload can be
+/// judged as soon as its prefix has arrived. `prefix` must hold at least
+/// `min(container_len, prefix_len(prefix))` bytes; any bytes beyond that are ignored.
+pub(crate) fn inspect_prefix(
+    prefix: &[u8],
+    container_len: usize,
+    limits: &Limits,
+) -> Result<ContainerInfo, Corruption> {
+    if container_len < MAGIC.len() || !prefix.starts_with(MAGIC) {
         return Err(Corruption::NotAContainer);
     }
-    let Some(fixed) = container.first_chunk::<FIXED_HEADER_LEN>() else {
+    let Some(fixed) = prefix
+        .first_chunk::<FIXED_HEADER_LEN>()
+        .filter(|_| container_len >= FIXED_HEADER_LEN)
+    else {
         return Err(Corruption::TruncatedHeader);
     };
     let version = fixed[9];
@@ -317,18 +351,20 @@ pub fn inspect(container: &[u8], limits: &Limits) -> Result<ContainerInfo, Corru
     }
     let n_slots = usize::from(n_slots);
     let header_len = header_len(n_slots);
-    let min_len = header_len + WRAPPED_KEY_LEN * n_slots + IV_LEN + TAG_LEN;
-    if container.len() < min_len {
+    let payload_iv_at = header_len + WRAPPED_KEY_LEN * n_slots;
+    let min_len = payload_iv_end(n_slots) + TAG_LEN;
+    // The second test only fires when a caller breaks the precondition; reading on would panic.
+    if container_len < min_len || prefix.len() < payload_iv_at + IV_LEN {
         return Err(Corruption::TruncatedBody);
     }
     let stored = u32::from_be_bytes([fixed[34], fixed[35], fixed[36], fixed[37]]);
-    let computed = header_checksum(&container[..header_len]);
+    let computed = header_checksum(&prefix[..header_len]);
     if stored != computed {
         return Err(Corruption::HeaderChecksumMismatch { stored, computed });
     }
     limits.check_iterations(iterations)?;
 
-    let slots = container[FIXED_HEADER_LEN..header_len]
+    let slots = prefix[FIXED_HEADER_LEN..header_len]
         .chunks_exact(SLOT_ENTRY_LEN)
         .map(|entry| {
             let mut iv = [0; IV_LEN];
@@ -339,9 +375,8 @@ pub fn inspect(container: &[u8], limits: &Limits) -> Result<ContainerInfo, Corru
             }
         })
         .collect();
-    let payload_iv_at = header_len + WRAPPED_KEY_LEN * n_slots;
     let mut payload_iv = [0; IV_LEN];
-    payload_iv.copy_from_slice(&container[payload_iv_at..payload_iv_at + IV_LEN]);
+    payload_iv.copy_from_slice(&prefix[payload_iv_at..payload_iv_at + IV_LEN]);
     Ok(ContainerInfo {
         header: Header {
             version,
@@ -353,7 +388,7 @@ pub fn inspect(container: &[u8], limits: &Limits) -> Result<ContainerInfo, Corru
         },
         header_len,
         payload_iv,
-        container_len: container.len() as u64,
-        plaintext_len: (container.len() - min_len) as u64,
+        container_len: container_len as u64,
+        plaintext_len: (container_len - min_len) as u64,
     })
 }

@@ -21,6 +21,10 @@
 //!   [`change_passphrase`] and [`rotate_recovery_key`] re-wrap one slot and change only its 48
 //!   bytes; [`remove_protection`] returns the plaintext to be written back as a plain database.
 //! - [`seal_owned`] and [`reseal_owned`] take the plaintext by value and encrypt it where it lies.
+//! - [`Opening`] opens a container whose bytes arrive in pieces (an upload) with the verdict of
+//!   [`open`]: it hands out an [`Unlocker`] as soon as the header, wrapped keys and payload IV
+//!   are in, so the key derivation overlaps the rest of the transfer, then decrypts each piece
+//!   as it arrives with the [`PayloadDecryptor`] the unlocker returns.
 //!
 //! Byte layout, checksum, AAD span, KDF input and recovery-key alphabet match the reference
 //! implementation exactly, so files move between the two in both directions.
@@ -31,9 +35,10 @@
 //! - No policy about *when* to protect, quarantine or prompt: a [`OpenError::Locked`] file is
 //!   healthy (§11.2 rule 7) and what to do with it is the caller's business.
 //! - No SQLite: the payload is opaque bytes; validating it as a user database happens elsewhere.
-//! - No streaming: the format has one GCM tag over the whole payload, so nothing may be released
-//!   before the whole payload authenticates. Instead, [`open_owned`] decrypts in place so peak
-//!   memory stays about one container.
+//! - No streaming output: the format has one GCM tag over the whole payload, so no plaintext may
+//!   be released before the whole payload authenticates. Input may arrive in pieces
+//!   ([`Opening`]), but decrypted bytes stay inside this crate until the tag verifies.
+//!   [`open_owned`] and [`Opening`] decrypt in place, so peak memory stays about one container.
 //! - No logging, and no `Debug` output of any secret: passphrases, recovery keys and file keys
 //!   print as redacted and are zeroized on drop.
 //!
@@ -57,6 +62,7 @@
 
 mod aead;
 mod format;
+mod incremental;
 mod kdf;
 mod open;
 mod rewrap;
@@ -70,6 +76,7 @@ pub use format::{
     ContainerInfo, Corruption, Format, Header, Limits, Slot, SlotKind, detect, header_checksum,
     inspect,
 };
+pub use incremental::{Opening, PayloadDecryptor, Unlocker};
 pub use kdf::derive_kek;
 pub use open::{
     OpenError, Unlocked, open, open_file_key, open_owned, open_owned_with_file_key,

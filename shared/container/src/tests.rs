@@ -209,3 +209,201 @@ fn sealing_in_place_gives_the_same_bytes_as_sealing_a_copy() {
         assert_eq!(copied, in_place, "{len} bytes");
     }
 }
+
+/// Decrypts `ciphertext` with the streaming decryptor, cut at `cuts` (offsets, any order), and
+/// returns the plaintext if `tag` verifies.
+fn gcm_in_pieces(
+    key: &[u8; 32],
+    iv: &[u8; 12],
+    aad: &[u8],
+    ciphertext: &[u8],
+    tag: &[u8],
+    cuts: &[usize],
+) -> Option<Vec<u8>> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (ciphertext.len() + 1)).collect();
+    cuts.push(ciphertext.len());
+    cuts.sort_unstable();
+    let mut decryptor = crate::aead::GcmDecryptor::new(&crate::FileKey::from_bytes(*key), iv, aad);
+    let mut buffer = ciphertext.to_vec();
+    let mut start = 0;
+    for cut in cuts {
+        decryptor.decrypt_in_place(&mut buffer[start..cut]);
+        start = cut;
+    }
+    decryptor.verify(tag).ok().map(|()| buffer)
+}
+
+fn aes_gcm_seal(key: &[u8; 32], iv: &[u8; 12], aad: &[u8], plaintext: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    use aes_gcm::{AeadInOut, Aes256Gcm, KeyInit, Nonce};
+    let mut ciphertext = plaintext.to_vec();
+    let tag = Aes256Gcm::new(key.into())
+        .encrypt_inout_detached(&Nonce::from(*iv), aad, ciphertext.as_mut_slice().into())
+        .unwrap();
+    (ciphertext, tag.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn streaming_gcm_matches_aes_gcm_for_any_split(
+        key in any::<[u8; 32]>(),
+        iv in any::<[u8; 12]>(),
+        aad in proptest::collection::vec(any::<u8>(), 0..600),
+        plaintext in proptest::collection::vec(any::<u8>(), 0..3000),
+        cuts in proptest::collection::vec(any::<usize>(), 0..12),
+        flip in any::<(usize, u8)>(),
+    ) {
+        let (ciphertext, tag) = aes_gcm_seal(&key, &iv, &aad, &plaintext);
+        let opened = gcm_in_pieces(&key, &iv, &aad, &ciphertext, &tag, &cuts);
+        prop_assert_eq!(opened.as_deref(), Some(plaintext.as_slice()));
+
+        // Any change to the AAD, the ciphertext or the tag fails, wherever it is cut.
+        let xor = flip.1.max(1);
+        let mut aad_changed = aad.clone();
+        if !aad_changed.is_empty() {
+            let idx = flip.0 % aad_changed.len();
+            aad_changed[idx] ^= xor;
+            prop_assert!(gcm_in_pieces(&key, &iv, &aad_changed, &ciphertext, &tag, &cuts).is_none());
+        }
+        let mut sealed = [ciphertext.as_slice(), &tag].concat();
+        let idx = flip.0 % sealed.len();
+        sealed[idx] ^= xor;
+        let (changed_ciphertext, changed_tag) = sealed.split_at(ciphertext.len());
+        prop_assert!(gcm_in_pieces(&key, &iv, &aad, changed_ciphertext, changed_tag, &cuts).is_none());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Pieces of 4 MiB and more are split between two threads; cuts anywhere around them.
+    #[test]
+    fn streaming_gcm_on_two_threads_matches_aes_gcm(
+        len in 8_000_000usize..9_500_000,
+        cuts in proptest::collection::vec(any::<usize>(), 0..3),
+        aad_len in 0usize..600,
+    ) {
+        let key = [0x11; 32];
+        let iv = [0x22; 12];
+        let aad = vec![0x33; aad_len];
+        let plaintext: Vec<u8> = (0..len).map(|i| (i * 131 % 251) as u8).collect();
+        let (ciphertext, tag) = aes_gcm_seal(&key, &iv, &aad, &plaintext);
+        let opened = gcm_in_pieces(&key, &iv, &aad, &ciphertext, &tag, &cuts);
+        prop_assert!(opened.as_deref() == Some(plaintext.as_slice()));
+        let mut wrong_tag = tag.clone();
+        wrong_tag[len % 16] ^= 1;
+        prop_assert!(gcm_in_pieces(&key, &iv, &aad, &ciphertext, &wrong_tag, &cuts).is_none());
+    }
+}
+
+#[test]
+fn field_arithmetic_through_ghash_is_gcm_multiplication() {
+    use ghash::universal_hash::UniversalHash;
+    let h = ghash::Block::from([0x66, 0xe9, 0x4b, 0xd4, 0xef, 0x8a, 0x2c, 0x3b, 0x88, 0x4c, 0xfa, 0x59, 0xca, 0x34, 0x2b, 0x2e]);
+    let mut one = ghash::Block::default();
+    one[0] = 0x80;
+    assert_eq!(crate::aead::gf_mul(&h, &one), h);
+    assert_eq!(crate::aead::gf_pow(&h, 0), one);
+    assert_eq!(crate::aead::gf_pow(&h, 1), h);
+    // GHASH of k zero blocks after a block X is X·H^(k+1).
+    let x = ghash::Block::from([0x5a; 16]);
+    for k in [0u64, 1, 2, 7, 100] {
+        let mut ghash = ghash::GHash::new(&h);
+        ghash.update(&[x]);
+        for _ in 0..k {
+            ghash.update(&[ghash::Block::default()]);
+        }
+        let expected = ghash.finalize();
+        assert_eq!(crate::aead::gf_mul(&x, &crate::aead::gf_pow(&h, k + 1)), expected, "k = {k}");
+    }
+}
+
+#[test]
+fn streaming_gcm_matches_aes_gcm_across_strides_and_odd_lengths() {
+    let key = [7u8; 32];
+    let iv = [9u8; 12];
+    let aad = [3u8; 160];
+    // Around the 32 KiB stride, the 16-byte block and the 4 MiB two-thread threshold, cut at
+    // awkward places.
+    for len in [0, 1, 15, 16, 17, 32 * 1024 - 1, 32 * 1024, 32 * 1024 + 1, 200_003, 9_000_017] {
+        let plaintext: Vec<u8> = (0..len).map(|i| (i * 31 % 253) as u8).collect();
+        let (ciphertext, tag) = aes_gcm_seal(&key, &iv, &aad, &plaintext);
+        let cuts_of = [
+            vec![],
+            vec![1],
+            vec![7, 23, 40_000],
+            vec![32 * 1024 + 5, 65_536 + 3],
+            vec![5, 4 * 1024 * 1024 + 5, 4 * 1024 * 1024 + 13],
+        ];
+        for cuts in cuts_of {
+            let opened = gcm_in_pieces(&key, &iv, &aad, &ciphertext, &tag, &cuts);
+            assert_eq!(opened.as_deref(), Some(plaintext.as_slice()), "{len} bytes, cuts {cuts:?}");
+        }
+        assert!(gcm_in_pieces(&key, &iv, &aad, &ciphertext, &tag[..15], &[]).is_none());
+        assert!(gcm_in_pieces(&key, &[8; 12], &aad, &ciphertext, &tag, &[]).is_none());
+    }
+}
+
+#[test]
+fn zz_scratch_kdf_parallel() {
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let _ = crate::derive_kek(b"a", &[1; 16], 600_000);
+        let one = t.elapsed();
+        let t = std::time::Instant::now();
+        std::thread::scope(|s| {
+            let a = s.spawn(|| crate::derive_kek(b"a", &[1; 16], 600_000));
+            let _ = crate::derive_kek(b"b", &[1; 16], 600_000);
+            let _ = a.join();
+        });
+        let two = t.elapsed();
+        eprintln!("kdf one {one:?} two in parallel {two:?}");
+    }
+}
+
+#[test]
+fn zz_scratch_zeroize() {
+    use zeroize::Zeroize;
+    let mut v: Vec<u8> = vec![1u8; 64 << 20];
+    for _ in 0..3 {
+        v.resize(64 << 20, 1);
+        let t = std::time::Instant::now();
+        v.zeroize();
+        let z = t.elapsed();
+        v.resize(64 << 20, 1);
+        let t = std::time::Instant::now();
+        v.fill(0);
+        std::hint::black_box(&v);
+        eprintln!("zeroize {z:?} fill {:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn zz_scratch_speed() {
+    let key = [7u8; 32];
+    let iv = [9u8; 12];
+    let aad = [3u8; 160];
+    let plaintext: Vec<u8> = (0..64usize << 20).map(|i| (i * 31 % 253) as u8).collect();
+    let (ciphertext, tag) = aes_gcm_seal(&key, &iv, &aad, &plaintext);
+    let mut buf = ciphertext.clone();
+    for _ in 0..5 {
+        buf.copy_from_slice(&ciphertext);
+        let t = std::time::Instant::now();
+        let mut d = crate::aead::GcmDecryptor::new(&crate::FileKey::from_bytes(key), &iv, &aad);
+        for piece in buf.chunks_mut(1 << 20) { d.decrypt_in_place(piece); }
+        d.verify(&tag).unwrap();
+        let seq = t.elapsed();
+        buf.copy_from_slice(&ciphertext);
+        let t = std::time::Instant::now();
+        let mut d = crate::aead::GcmDecryptor::new(&crate::FileKey::from_bytes(key), &iv, &aad);
+        d.decrypt_in_place(&mut buf);
+        d.verify(&tag).unwrap();
+        let par = t.elapsed();
+        buf.copy_from_slice(&ciphertext);
+        let t = std::time::Instant::now();
+        crate::aead::decrypt_payload_in_place(&crate::FileKey::from_bytes(key), &iv, &aad, &mut buf, &tag).unwrap();
+        let one = t.elapsed();
+        eprintln!("sequential {seq:?} two threads {par:?} aes-gcm one call {one:?}");
+    }
+}

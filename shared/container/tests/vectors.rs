@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use snug_container::{
-    Corruption, FileKey, Limits, OpenError, Passphrase, RecoveryKey, SealMaterial, Secrets,
-    SlotKind, change_passphrase, inspect, open, open_owned, seal_with,
+    Corruption, FileKey, Limits, OpenError, Opening, Passphrase, RecoveryKey, SealMaterial,
+    Secrets, SlotKind, change_passphrase, inspect, open, open_owned, seal_with,
 };
 
 /// The vectors use 1,000 iterations so that tests run fast; everything else is the default.
@@ -131,6 +131,18 @@ fn every_check_gets_its_expected_verdict() {
                         .map(|u| u.plaintext),
                 );
                 assert_eq!(owned, expected, "{label} (open_owned)");
+                // So must an upload opened as it arrives, cut into uneven pieces.
+                let mut opening = Opening::new(secrets.clone(), &VECTOR_LIMITS, None);
+                let mut unlockers = Vec::new();
+                for piece in vector.container.chunks(97) {
+                    opening.push(piece);
+                    unlockers.extend(opening.take_unlocker());
+                }
+                for unlocker in unlockers {
+                    opening.set_decryptor(unlocker.unlock());
+                }
+                let incremental = verdict(opening.finish().map(|u| u.plaintext));
+                assert_eq!(incremental, expected, "{label} (Opening)");
             }
             n_checks += 1;
         }

@@ -14,6 +14,30 @@ pub mod container {
     }
 }
 
+/// `snug.schema.v1`: the user database at storage version 6 (schema, migration, hub namespace).
+pub mod schema {
+    /// Version 1 of the package; stable.
+    pub mod v1 {
+        tonic::include_proto!("snug.schema.v1");
+    }
+}
+
+/// `snug.materialize.v1`: per-app native tables (materialize, persist, DDL, export, sandboxed SQL).
+pub mod materialize {
+    /// Version 1 of the package; stable.
+    pub mod v1 {
+        tonic::include_proto!("snug.materialize.v1");
+    }
+}
+
+/// `snug.sync.v1`: the hub as a user's sync origin (revisions with compare-and-swap, §9.3).
+pub mod sync {
+    /// Version 1 of the package; stable.
+    pub mod v1 {
+        tonic::include_proto!("snug.sync.v1");
+    }
+}
+
 /// The encoded `FileDescriptorSet` of every package, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/snug_descriptor.bin"));

@@ -1,0 +1,346 @@
+//! The gateway against nginx, measured in the same run (issue 6): GET of a 64 MiB image, PUT of a
+//! 64 MiB image (validated by the schema service and durable in the sync store, against nginx
+//! DAV's PUT, which neither validates nor fsyncs), and GET of a ~100 KiB image with 32 concurrent
+//! connections (requests per second and p99 latency).
+//!
+//! The hub runs in this process (schema, sync and materialize services over gRPC on loopback,
+//! the gateway in front, auth off); nginx (Debian's package; `apt-get install nginx`) runs as a
+//! child on a loopback port with a generated configuration in a temporary directory. One load
+//! generator, on its own thread, drives both. Every loop is bounded in count and time.
+//!
+//! Run: `cargo bench -p snug-gateway --bench gateway`.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::{Child, Command},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use snug_e2e::{Hub, Options};
+
+const BIG: usize = 64 * 1024 * 1024;
+const CONNECTIONS: usize = 32;
+const LOAD_SECONDS: u64 = 5;
+
+fn main() {
+    let Some(nginx) = which("nginx") else {
+        eprintln!("nginx is not installed (apt-get install -y nginx); the benchmark needs it as its peer");
+        std::process::exit(1);
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (big, filler_at) = big_image(dir.path());
+    let big_len = big.len();
+    let small = snug_e2e::userdb_vector("fresh-v6.export.snug");
+    let small_body = Bytes::from(small.clone());
+
+    let hub_runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let hub = hub_runtime.block_on(Hub::start(Options {
+        auth: snug_gateway::config::AuthMode::Off,
+        origins: vec![],
+        quota_bytes: BIG as u64,
+        deadline: Duration::from_secs(60),
+    }));
+    let nginx = Nginx::start(&nginx, dir.path(), &big, &small);
+
+    // The load generator has its own runtime on its own thread, so the hub's runtime does not
+    // schedule the client's work (nginx's workers are separate processes anyway).
+    let client = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let gateway = hub.http;
+    let results = client.block_on(async move {
+        let mut rows = Vec::new();
+
+        // First write, then the 64 MiB GET.
+        let first = request(gateway, "PUT", "/userdb", &[("content-type", "application/octet-stream"), ("if-none-match", "*")], big.clone()).await;
+        assert_eq!(first.0, 204, "first write");
+        let mut etag = first.1.clone();
+        let snug_get = best_of(5, || async {
+            let (status, _, len) = request(gateway, "GET", "/userdb", &[], Bytes::new()).await;
+            assert_eq!((status, len), (200, big_len));
+        })
+        .await;
+        let nginx_get = best_of(5, || async {
+            let (status, _, len) = request(nginx.addr, "GET", "/big.snug", &[], Bytes::new()).await;
+            assert_eq!((status, len), (200, big_len));
+        })
+        .await;
+        rows.push(Row::time("GET 64 MiB", snug_get, nginx_get, 2.0));
+
+        // PUT 64 MiB: each write changes one byte of a filler value (a user's edit touches a few
+        // pages), under If-Match of the previous revision.
+        let mut snug_puts = Vec::new();
+        let mut nginx_puts = Vec::new();
+        for round in 0..5u8 {
+            let mut body = big.to_vec();
+            body[filler_at] = b'a' + round;
+            let body = Bytes::from(body);
+            let started = Instant::now();
+            let (status, new_etag, _) = request(gateway, "PUT", "/userdb", &[("content-type", "application/octet-stream"), ("if-match", &etag)], body.clone()).await;
+            snug_puts.push(started.elapsed());
+            assert_eq!(status, 204, "validated put");
+            etag = new_etag;
+            let started = Instant::now();
+            let (status, _, _) = request(nginx.addr, "PUT", "/dav/put.snug", &[("content-type", "application/octet-stream")], body).await;
+            nginx_puts.push(started.elapsed());
+            assert!(status == 201 || status == 204, "nginx DAV PUT answered {status}");
+        }
+        rows.push(Row::time("PUT 64 MiB (validated, durable)", median(&mut snug_puts), median(&mut nginx_puts), 4.0));
+
+        // GET ~100 KiB with 32 connections.
+        let small_put = request(gateway, "PUT", "/userdb", &[("content-type", "application/octet-stream"), ("if-match", &etag)], small_body).await;
+        assert_eq!(small_put.0, 204);
+        let snug_load = load(gateway, "/userdb").await;
+        let nginx_load = load(nginx.addr, "/small.snug").await;
+        rows.push(Row::rate("GET 112 KiB x32 conns: req/s", snug_load.rate, nginx_load.rate, 0.5));
+        rows.push(Row::time("GET 112 KiB x32 conns: p99", snug_load.p99, nginx_load.p99, 2.0));
+        rows
+    });
+    drop(nginx);
+
+    println!();
+    println!("{:<36} {:>14} {:>14} {:>8} {:>10} {:>6}", "case", "snug", "nginx", "ratio", "target", "ok");
+    for row in &results {
+        println!(
+            "{:<36} {:>14} {:>14} {:>8.2} {:>10} {:>6}",
+            row.name,
+            row.snug,
+            row.nginx,
+            row.ratio,
+            row.target,
+            if row.ok { "yes" } else { "NO" }
+        );
+    }
+    drop(hub);
+    drop(hub_runtime);
+}
+
+struct Row {
+    name: &'static str,
+    snug: String,
+    nginx: String,
+    ratio: f64,
+    target: String,
+    ok: bool,
+}
+
+impl Row {
+    fn time(name: &'static str, snug: Duration, nginx: Duration, limit: f64) -> Self {
+        let ratio = snug.as_secs_f64() / nginx.as_secs_f64().max(1e-9);
+        Self {
+            name,
+            snug: format!("{:.1} ms", snug.as_secs_f64() * 1e3),
+            nginx: format!("{:.1} ms", nginx.as_secs_f64() * 1e3),
+            ratio,
+            target: format!("<= {limit}x"),
+            ok: ratio <= limit,
+        }
+    }
+
+    fn rate(name: &'static str, snug: f64, nginx: f64, floor: f64) -> Self {
+        let ratio = snug / nginx.max(1e-9);
+        Self {
+            name,
+            snug: format!("{snug:.0}/s"),
+            nginx: format!("{nginx:.0}/s"),
+            ratio,
+            target: format!(">= {floor}x"),
+            ok: ratio >= floor,
+        }
+    }
+}
+
+fn which(name: &str) -> Option<String> {
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin"] {
+        let path = format!("{dir}/{name}");
+        if Path::new(&path).exists() {
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// A valid, secrets-free user database of just under 64 MiB: the reference's fresh export with
+/// settings rows of filler JSON strings. Also records where a filler byte sits, so a PUT can
+/// change one byte and stay a valid database.
+fn big_image(dir: &Path) -> (Bytes, usize) {
+    let path = dir.join("big.snug");
+    std::fs::write(&path, snug_e2e::userdb_vector("fresh-v6.export.snug")).expect("write");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;").expect("pragmas");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut row = 0;
+    loop {
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
+        if pages * 4096 > (BIG as i64) - 256 * 1024 {
+            break;
+        }
+        let mut text = String::with_capacity(60_000);
+        while text.len() < 60_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            text.push_str(&format!("{seed:016x}"));
+        }
+        conn.execute("INSERT INTO snug_settings (key, value) VALUES (?1, ?2)", (format!("bench:{row}"), format!("\"{text}\"")))
+            .expect("insert");
+        row += 1;
+    }
+    drop(conn);
+    let bytes = std::fs::read(&path).expect("read");
+    assert!(bytes.len() <= BIG, "{} bytes", bytes.len());
+    // A filler character in the middle of the file: a hex digit inside a JSON string.
+    let mid = bytes.len() / 2;
+    let at = (mid..bytes.len()).find(|&i| bytes[i..i + 8].iter().all(u8::is_ascii_hexdigit)).expect("filler");
+    eprintln!("image: {} bytes ({row} filler rows)", bytes.len());
+    (Bytes::from(bytes), at)
+}
+
+/// nginx on a loopback port, serving the same files, with DAV PUT under /dav/.
+struct Nginx {
+    addr: SocketAddr,
+    child: Child,
+}
+
+impl Nginx {
+    fn start(binary: &str, dir: &Path, big: &[u8], small: &[u8]) -> Self {
+        let root = dir.join("www");
+        std::fs::create_dir_all(root.join("dav")).expect("www");
+        std::fs::write(root.join("big.snug"), big).expect("write");
+        std::fs::write(root.join("small.snug"), small).expect("write");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let d = dir.display();
+        let config = format!(
+            "worker_processes 2;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\ndaemon off;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+               sendfile on;\n  tcp_nopush on;\n  tcp_nodelay on;\n  keepalive_requests 1000000;\n  types {{ application/octet-stream snug; }}\n\
+               server {{\n    listen {addr};\n    root {root};\n    client_max_body_size 100m;\n\
+                 location /dav/ {{ dav_methods PUT; create_full_put_path on; }}\n  }}\n}}\n",
+            root = root.display()
+        );
+        let conf = dir.join("nginx.conf");
+        std::fs::write(&conf, config).expect("conf");
+        let child = Command::new(binary).arg("-c").arg(&conf).arg("-p").arg(dir).spawn().expect("start nginx");
+        // Wait until it answers (bounded).
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(addr).is_ok() {
+                return Self { addr, child };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("nginx did not start; see {}/error.log", dir.display());
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request on a fresh connection: (status, ETag, body length).
+async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Bytes) -> (u16, String, usize) {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("handshake");
+    tokio::spawn(connection);
+    send(&mut sender, addr, method, path, headers, body).await
+}
+
+async fn send(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> (u16, String, usize) {
+    let mut builder = http::Request::builder().method(method).uri(path).header("host", addr.to_string());
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    let response = sender.send_request(builder.body(Full::new(body)).expect("request")).await.expect("response");
+    let status = response.status().as_u16();
+    let etag = response.headers().get("etag").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let mut body = response.into_body();
+    let mut len = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("frame").into_data() {
+            len += data.len();
+        }
+    }
+    (status, etag, len)
+}
+
+async fn best_of<F, Fut>(n: usize, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut best = Duration::MAX;
+    for _ in 0..n {
+        let started = Instant::now();
+        f().await;
+        best = best.min(started.elapsed());
+    }
+    best
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+struct Load {
+    rate: f64,
+    p99: Duration,
+}
+
+/// 32 keep-alive connections issuing GETs back to back for LOAD_SECONDS (after a 1 s warm-up).
+async fn load(addr: SocketAddr, path: &'static str) -> Load {
+    let stop = Arc::new(AtomicBool::new(false));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let stop = stop.clone();
+        let measuring = measuring.clone();
+        tasks.push(tokio::spawn(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("handshake");
+            tokio::spawn(connection);
+            let mut latencies = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let (status, _, _) = send(&mut sender, addr, "GET", path, &[], Bytes::new()).await;
+                assert_eq!(status, 200);
+                if measuring.load(Ordering::Relaxed) {
+                    latencies.push(started.elapsed());
+                }
+            }
+            latencies
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(LOAD_SECONDS)).await;
+    measuring.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("task"));
+    }
+    all.sort();
+    let p99 = all[(all.len() * 99 / 100).min(all.len() - 1)];
+    Load { rate: all.len() as f64 / elapsed.as_secs_f64(), p99 }
+}

@@ -1,0 +1,142 @@
+//! Who is calling: a bearer token, a session cookie, or (auth off) the local user.
+//!
+//! A request with an `Authorization` header is judged by it alone: a bad token is 401 even if a
+//! valid cookie rides along, so a client never silently acts as someone else. Cookie-authenticated
+//! writes must pass the CSRF double-submit check; bearer requests are exempt, because a browser
+//! never attaches a bearer token by itself, so a cross-site page cannot make it send one.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, header};
+
+use crate::{
+    backend::Caller,
+    config::AuthMode,
+    error::{ApiError, reason},
+    session::{self, SESSION_COOKIE, SessionKey},
+    users::UserStore,
+};
+
+/// The one user of a gateway with auth off.
+pub const LOCAL_USER: &str = "local";
+
+/// How the caller proved who they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// A bearer token; the token's short id.
+    Bearer(String),
+    /// The session cookie.
+    Session,
+    /// Auth is off.
+    Local,
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The stable user id the sync service keys the image by.
+    pub user_id: String,
+    /// The user's name.
+    pub name: String,
+    /// How they authenticated.
+    pub via: Via,
+}
+
+impl Identity {
+    /// The caller as the sync service records it: the user, and which credential acted.
+    pub fn caller(&self) -> Caller {
+        let principal = match &self.via {
+            Via::Bearer(token) => format!("token:{token}"),
+            Via::Session => "session".to_owned(),
+            Via::Local => LOCAL_USER.to_owned(),
+        };
+        Caller { user_id: self.user_id.clone(), principal: format!("{}/{principal}", self.name) }
+    }
+
+    /// Whether a write by this caller needs the CSRF header.
+    pub fn needs_csrf(&self) -> bool {
+        self.via == Via::Session
+    }
+}
+
+/// The authenticator: the mode, the users file and the session key.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    mode: AuthMode,
+    users: Option<Arc<UserStore>>,
+    key: Option<SessionKey>,
+}
+
+fn unauthenticated(message: &str) -> ApiError {
+    ApiError::from_reason(reason::UNAUTHENTICATED, message)
+}
+
+impl Auth {
+    /// Auth off: everyone is [`LOCAL_USER`].
+    pub fn off() -> Self {
+        Self { mode: AuthMode::Off, users: None, key: None }
+    }
+
+    /// Auth on, against `users`, with sessions signed by `key`.
+    pub fn on(users: Arc<UserStore>, key: SessionKey) -> Self {
+        Self { mode: AuthMode::On, users: Some(users), key: Some(key) }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    /// The session key (auth on).
+    pub fn key(&self) -> Option<&SessionKey> {
+        self.key.as_ref()
+    }
+
+    /// Identifies the caller, or answers 401.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let (Some(users), Some(key)) = (&self.users, &self.key) else {
+            return Ok(Identity { user_id: LOCAL_USER.to_owned(), name: LOCAL_USER.to_owned(), via: Via::Local });
+        };
+        let store_failed = |err: crate::users::UsersError| {
+            tracing::error!(error = %err, "the users file failed");
+            ApiError::unavailable("the hub cannot check credentials right now; retry shortly")
+        };
+        if let Some(value) = headers.get(header::AUTHORIZATION) {
+            let token = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+                .map(str::trim)
+                .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
+            let (user, token_id) = users
+                .authenticate_token(token)
+                .map_err(store_failed)?
+                .ok_or_else(|| unauthenticated("the bearer token is not valid"))?;
+            return Ok(Identity { user_id: user.id, name: user.name, via: Via::Bearer(token_id) });
+        }
+        if let Some(value) = session::cookie(headers, SESSION_COOKIE) {
+            let user_id = key
+                .verify(value, session::now_ms())
+                .ok_or_else(|| unauthenticated("no valid session"))?;
+            let user = users
+                .user_by_id(&user_id)
+                .map_err(store_failed)?
+                .ok_or_else(|| unauthenticated("no valid session"))?;
+            return Ok(Identity { user_id: user.id, name: user.name, via: Via::Session });
+        }
+        Err(unauthenticated("no valid session or bearer token"))
+    }
+
+    /// Identifies the caller of a write: as [`Auth::identify`], plus the CSRF check (403) for a
+    /// cookie session.
+    pub fn identify_for_write(&self, headers: &HeaderMap, what: &str) -> Result<Identity, ApiError> {
+        let identity = self.identify(headers)?;
+        if identity.needs_csrf() && !session::csrf_ok(headers) {
+            return Err(ApiError::from_reason(
+                reason::CSRF_REJECTED,
+                format!("{what} requires the x-snug-csrf header matching the snug_csrf cookie"),
+            ));
+        }
+        Ok(identity)
+    }
+}

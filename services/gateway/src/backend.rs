@@ -1,0 +1,519 @@
+//! The services behind the gateway, reached only through their gRPC contracts, every call under a
+//! deadline.
+//!
+//! Channels connect lazily and reconnect by themselves, so a service that is down when the
+//! gateway starts, or restarts later, is picked up on the next request; meanwhile every call
+//! fails within its deadline (`tokio::time::timeout` around the whole call, because a server that
+//! accepts TCP and never answers would otherwise hold a request for as long as the client waits)
+//! and the route answers 503.
+
+use std::{
+    collections::HashSet,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
+use snug_proto::{
+    materialize::v1::{self as materialize_pb, materialize_service_client::MaterializeServiceClient},
+    schema::v1::{self as schema_pb, schema_service_client::SchemaServiceClient},
+    sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
+};
+use snug_rpc::chunks::{self, MAX_MESSAGE_SIZE};
+use tonic::{Code, transport::Channel};
+
+use crate::{
+    config::ConfigError,
+    error::{ApiError, reason},
+};
+
+/// How long the quota read from the sync service is trusted before it is asked again.
+const QUOTA_TTL: Duration = Duration::from_secs(60);
+
+/// The schema service's largest message (its 8 MiB header limit plus framing).
+const SCHEMA_MAX_MESSAGE: usize = 8 * 1024 * 1024 + 64 * 1024;
+
+/// Opens a lazily connecting channel to `addr`.
+pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigError> {
+    let endpoint = Channel::from_shared(addr.to_owned())
+        .map_err(|_| ConfigError::BadAddress(addr.to_owned()))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        // Windows large enough that a 64 MiB image streams without stalling on flow control (the
+        // services' servers are configured the same way).
+        .initial_stream_window_size(32 * 1024 * 1024)
+        .initial_connection_window_size(64 * 1024 * 1024)
+        // A connection whose peer vanished without a FIN is noticed and replaced.
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10));
+    Ok(endpoint.connect_lazy())
+}
+
+/// The gRPC clients of the services the routes use.
+#[derive(Debug)]
+pub struct Backends {
+    schema: SchemaServiceClient<Channel>,
+    sync: SyncServiceClient<Channel>,
+    /// Absent when the deployment runs no materialization service.
+    materialize: Option<MaterializeServiceClient<Channel>>,
+    schema_channel: Channel,
+    sync_channel: Channel,
+    deadline: Duration,
+    /// Users this process has already provisioned (ProvisionUser is idempotent; this only saves
+    /// the round trip).
+    provisioned: Mutex<HashSet<String>>,
+    quota: Mutex<Option<(Instant, u64)>>,
+}
+
+/// Who a call is for, as the sync service's `Caller`.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The user whose image it is.
+    pub user_id: String,
+    /// Who acts (recorded in the ledgers).
+    pub principal: String,
+}
+
+impl Caller {
+    fn pb(&self) -> sync_pb::Caller {
+        sync_pb::Caller { user_id: self.user_id.clone(), principal: self.principal.clone() }
+    }
+}
+
+/// What a write requires of the user's current revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    /// The first write: no image yet.
+    MustNotExist,
+    /// The current revision is exactly this one.
+    MustMatch(String),
+}
+
+impl Precondition {
+    fn pb(&self) -> sync_pb::Precondition {
+        use sync_pb::precondition::Condition;
+        sync_pb::Precondition {
+            condition: Some(match self {
+                Precondition::MustNotExist => Condition::MustNotExist(sync_pb::MustNotExist {}),
+                Precondition::MustMatch(revision) => Condition::MustMatch(revision.clone()),
+            }),
+        }
+    }
+}
+
+/// A download in progress: the revision, then its bytes.
+pub type ImageBody = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+impl Backends {
+    /// Clients over the given channels.
+    pub fn new(schema: Channel, sync: Channel, materialize: Option<Channel>, deadline: Duration) -> Self {
+        Self {
+            schema: SchemaServiceClient::new(schema.clone())
+                .max_decoding_message_size(SCHEMA_MAX_MESSAGE)
+                .max_encoding_message_size(SCHEMA_MAX_MESSAGE),
+            sync: SyncServiceClient::new(sync.clone())
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            materialize: materialize.map(|channel| {
+                MaterializeServiceClient::new(channel)
+                    .max_decoding_message_size(SCHEMA_MAX_MESSAGE)
+                    .max_encoding_message_size(SCHEMA_MAX_MESSAGE)
+            }),
+            schema_channel: schema,
+            sync_channel: sync,
+            deadline,
+            provisioned: Mutex::new(HashSet::new()),
+            quota: Mutex::new(None),
+        }
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        // The service learns the deadline too (grpc-timeout), so it stops work nobody awaits.
+        request.set_timeout(self.deadline);
+        request
+    }
+
+    /// Runs `call` under the deadline, mapping a status through the error table and a missed
+    /// deadline to 503.
+    async fn within<T>(
+        &self,
+        call: impl Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, ApiError> {
+        within(self.deadline, call).await
+    }
+
+    /// Makes sure the sync service knows the user (first contact provisions the record only; no
+    /// image is created).
+    pub async fn provision(&self, caller: &Caller) -> Result<(), ApiError> {
+        if self.lock_provisioned().contains(&caller.user_id) {
+            return Ok(());
+        }
+        let mut sync = self.sync.clone();
+        let request = self.request(sync_pb::ProvisionUserRequest { caller: Some(caller.pb()) });
+        self.within(sync.provision_user(request)).await?;
+        self.lock_provisioned().insert(caller.user_id.clone());
+        Ok(())
+    }
+
+    fn lock_provisioned(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.provisioned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The per-user quota the sync service enforces, so an upload can be refused from its
+    /// `Content-Length` before a byte is read.
+    pub async fn quota(&self) -> Result<u64, ApiError> {
+        if let Some((at, quota)) = *self.quota.lock().unwrap_or_else(|p| p.into_inner())
+            && at.elapsed() < QUOTA_TTL
+        {
+            return Ok(quota);
+        }
+        let mut sync = self.sync.clone();
+        let status = self
+            .within(sync.get_store_status(self.request(sync_pb::GetStoreStatusRequest {})))
+            .await?
+            .into_inner();
+        *self.quota.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), status.quota_bytes));
+        Ok(status.quota_bytes)
+    }
+
+    /// The user's current revision, or `None` when there is no image (or no such user: the same
+    /// answer, by the sync service's uniform denial).
+    pub async fn head(&self, caller: &Caller) -> Result<Option<sync_pb::RevisionInfo>, ApiError> {
+        let mut sync = self.sync.clone();
+        let request = self.request(sync_pb::HeadImageRequest { caller: Some(caller.pb()) });
+        match within(self.deadline, sync.head_image(request)).await {
+            Ok(response) => Ok(response.into_inner().revision),
+            Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Starts a download of the user's current image: its revision and a body stream, or `None`
+    /// when there is no image. The deadline covers the wait for the first message; after that
+    /// each chunk must arrive within the deadline, so a stalled service ends the body (the client
+    /// sees a short response against `Content-Length`, never a silent success).
+    pub async fn get(&self, caller: &Caller) -> Result<Option<(sync_pb::RevisionInfo, ImageBody)>, ApiError> {
+        start_download(self.sync.clone(), self.request(sync_pb::GetImageRequest { caller: Some(caller.pb()), revision: None }), self.deadline).await
+    }
+
+    /// Validates `image` with the schema service and writes it with the sync service, from one
+    /// buffer.
+    ///
+    /// Both calls stream the same bytes at the same time (zero-copy slices of `image`), so the
+    /// transfer and storage of the image overlap its validation. The write cannot land before the
+    /// validation says yes: the PutImage header declares the image's length, and the last chunk is
+    /// held back until the verdict. On a refusal the stream ends one chunk short, and the sync
+    /// service refuses a stream shorter than its declared length and writes nothing (sync.proto,
+    /// `expected_length`); the same happens if this future is dropped because the client went away.
+    pub async fn put(
+        &self,
+        caller: &Caller,
+        precondition: &Precondition,
+        image: Bytes,
+    ) -> Result<sync_pb::RevisionInfo, ApiError> {
+        let length = image.len() as u64;
+        let (verdict_tx, verdict_rx) = tokio::sync::oneshot::channel::<bool>();
+
+        let validate_stream = chunks::upload(
+            schema_pb::ValidateSyncImageRequest {
+                message: Some(schema_pb::validate_sync_image_request::Message::Header(
+                    schema_pb::ValidateSyncImageHeader { expected_length: Some(length) },
+                )),
+            },
+            image.clone(),
+            |chunk| schema_pb::ValidateSyncImageRequest {
+                message: Some(schema_pb::validate_sync_image_request::Message::Chunk(chunk)),
+            },
+        );
+        let mut schema = self.schema.clone();
+        let validate_request = self.request(validate_stream);
+        let validate = async move {
+            let result = schema.validate_sync_image(validate_request).await;
+            let _ = verdict_tx.send(result.is_ok());
+            result
+        };
+
+        let put_chunk = |chunk| sync_pb::PutImageRequest { message: Some(sync_pb::put_image_request::Message::Chunk(chunk)) };
+        let mut pieces: Vec<Bytes> = chunks::split_into_chunks(image).collect();
+        let last = pieces.pop();
+        let header = sync_pb::PutImageRequest {
+            message: Some(sync_pb::put_image_request::Message::Header(sync_pb::PutImageHeader {
+                caller: Some(caller.pb()),
+                precondition: Some(precondition.pb()),
+                idempotency_key: None,
+                expected_length: Some(length),
+            })),
+        };
+        let held_back = futures::stream::once(async move {
+            match (verdict_rx.await, last) {
+                (Ok(true), Some(last)) => Some(put_chunk(last)),
+                _ => None,
+            }
+        })
+        .filter_map(std::future::ready);
+        let put_stream = futures::stream::iter(std::iter::once(header).chain(pieces.into_iter().map(put_chunk))).chain(held_back);
+        let mut sync = self.sync.clone();
+        let put_request = self.request(put_stream);
+        let put = sync.put_image(put_request);
+
+        let (validation, put) = tokio::time::timeout(self.deadline, async { tokio::join!(validate, put) })
+            .await
+            .map_err(|_| ApiError::unavailable("validating and storing the image took longer than the deadline; retry shortly"))?;
+        // A refused image is reported as such even if the store refused too (it always does, for
+        // the short stream): the reference server checks the body before the precondition.
+        validation.map_err(|status| ApiError::from_status(&status))?;
+        let response = put.map_err(|status| ApiError::from_status(&status))?.into_inner();
+        response
+            .revision
+            .ok_or_else(|| ApiError::from_reason(reason::BAD_GATEWAY, "the sync service accepted an image without a revision"))
+    }
+
+    /// Exports one app of the user's current image as a standalone database with natural names:
+    /// the download from the sync service is piped chunk by chunk into the materialization
+    /// service's ExportApp, and its answer is streamed on, so the gateway never holds either file.
+    /// `None` when the user has no image.
+    pub fn export_app(
+        &self,
+        caller: &Caller,
+        app_id: &str,
+    ) -> impl Future<Output = Result<Option<(materialize_pb::ExportAppResult, ImageBody)>, ApiError>> + Send + 'static {
+        // Everything the call needs is cloned up front, so the future borrows nothing: a borrowed
+        // `&self` held across this pipeline's awaits defeats the compiler's `Send` proof
+        // (rust-lang/rust#102211).
+        let materialize = self.materialize.clone();
+        let sync = self.sync.clone();
+        let download = self.request(sync_pb::GetImageRequest { caller: Some(caller.pb()), revision: None });
+        let deadline = self.deadline;
+        let app_id = app_id.to_owned();
+        async move {
+            let Some(mut materialize) = materialize else {
+                return Err(ApiError::from_reason(
+                    reason::NOT_DEPLOYED,
+                    "this hub runs no materialization service (SNUG_MATERIALIZE_ADDR), so it cannot export apps",
+                ));
+            };
+            let Some((info, download)) = start_download(sync, download, deadline).await? else {
+                return Ok(None);
+            };
+            // A download that breaks off must not look like a short upload (the service would
+            // call it a malformed request): remember it, and answer 503 instead.
+            let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let header = materialize_pb::ExportAppRequest {
+                message: Some(materialize_pb::export_app_request::Message::Header(materialize_pb::UserDatabaseHeader {
+                    app_id,
+                    expected_length: Some(info.size),
+                })),
+            };
+            let mut request = tonic::Request::new(export_upload(header, download, broken.clone()));
+            request.set_timeout(deadline);
+            let started = within(deadline, async move {
+                let mut stream = materialize.export_app(request).await?.into_inner();
+                let first = stream.message().await?;
+                Ok((first, stream))
+            })
+            .await;
+            if broken.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(ApiError::unavailable("the image download broke off; retry shortly"));
+            }
+            let (first, stream) = started?;
+            let result = match first {
+                Some(materialize_pb::ExportAppResponse { message: Some(materialize_pb::export_app_response::Message::Result(result)) }) => result,
+                _ => return Err(ApiError::from_reason(reason::BAD_GATEWAY, "the materialization service answered an export without its result")),
+            };
+            Ok(Some((result, export_body(stream, deadline))))
+        }
+    }
+
+    /// The user's revisions, newest first.
+    pub async fn list_revisions(&self, caller: &Caller, limit: u32) -> Result<Vec<sync_pb::RevisionInfo>, ApiError> {
+        let mut sync = self.sync.clone();
+        let request = self.request(sync_pb::ListRevisionsRequest { caller: Some(caller.pb()), limit });
+        Ok(self.within(sync.list_revisions(request)).await?.into_inner().revisions)
+    }
+
+    /// Copies a retained revision forward as a new current revision.
+    pub async fn restore(
+        &self,
+        caller: &Caller,
+        from: &str,
+        precondition: &Precondition,
+    ) -> Result<sync_pb::RevisionInfo, ApiError> {
+        let mut sync = self.sync.clone();
+        let request = self.request(sync_pb::RestoreRevisionRequest {
+            caller: Some(caller.pb()),
+            from_revision: from.to_owned(),
+            precondition: Some(precondition.pb()),
+            idempotency_key: None,
+        });
+        self.within(sync.restore_revision(request))
+            .await?
+            .into_inner()
+            .revision
+            .ok_or_else(|| ApiError::from_reason(reason::BAD_GATEWAY, "the sync service restored without a revision"))
+    }
+
+    /// Whether each service answers its health check and the sync store answers its probe.
+    pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
+        use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+        let check = |channel: Channel, service: &'static str| {
+            let deadline = self.deadline;
+            async move {
+                let mut client = HealthClient::new(channel);
+                let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
+                request.set_timeout(deadline);
+                match tokio::time::timeout(deadline, client.check(request)).await {
+                    Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => Ok(()),
+                    Ok(Ok(response)) => Err(response.get_ref().status().as_str_name().to_owned()),
+                    Ok(Err(status)) => Err(format!("{:?}", status.code())),
+                    Err(_) => Err("no answer within the deadline".to_owned()),
+                }
+            }
+        };
+        let mut sync = self.sync.clone();
+        let store = async {
+            match within(self.deadline, sync.get_store_status(self.request(sync_pb::GetStoreStatusRequest {}))).await {
+                Ok(response) if response.get_ref().health() == sync_pb::StoreHealth::Serving => Ok(()),
+                Ok(response) => Err(response.get_ref().reason.clone()),
+                Err(err) => Err(err.code.to_owned()),
+            }
+        };
+        let (schema, sync_health, store) = tokio::join!(
+            check(self.schema_channel.clone(), "snug.schema.v1.SchemaService"),
+            check(self.sync_channel.clone(), "snug.sync.v1.SyncService"),
+            store,
+        );
+        vec![("schema", schema), ("sync", sync_health), ("syncStore", store)]
+    }
+}
+
+/// Runs `call` under `deadline`; see [`Backends::within`].
+async fn within<T>(
+    deadline: Duration,
+    call: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(status)) => {
+            if status.code() == Code::Unavailable && snug_rpc::status::reason_of(&status).is_none() {
+                tracing::warn!(message = status.message(), "a service is unreachable");
+            }
+            Err(ApiError::from_status(&status))
+        }
+        Err(_) => Err(ApiError::unavailable("a service the hub needs did not answer in time; retry shortly")),
+    }
+}
+
+/// The ExportApp request stream: the header, then the download's chunks. A download that breaks
+/// off ends the stream and sets `broken`.
+///
+/// A hand-written `Stream` rather than combinators: an `async` block awaiting a boxed `dyn Stream`
+/// inside a closure trips the compiler's higher-ranked `Send` inference (rust-lang/rust#102211).
+fn export_upload(
+    header: materialize_pb::ExportAppRequest,
+    download: ImageBody,
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> ExportUpload {
+    ExportUpload { header: Some(header), download, broken, done: false }
+}
+
+struct ExportUpload {
+    header: Option<materialize_pb::ExportAppRequest>,
+    download: ImageBody,
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: bool,
+}
+
+impl Stream for ExportUpload {
+    type Item = materialize_pb::ExportAppRequest;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if let Some(header) = self.header.take() {
+            return Poll::Ready(Some(header));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.download.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => Poll::Ready(Some(materialize_pb::ExportAppRequest {
+                message: Some(materialize_pb::export_app_request::Message::Chunk(chunk)),
+            })),
+            Poll::Ready(Some(Err(_))) => {
+                self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The export's bytes as a body; each chunk must arrive within `idle`.
+fn export_body(stream: tonic::Streaming<materialize_pb::ExportAppResponse>, idle: Duration) -> ImageBody {
+    Box::pin(futures::stream::unfold(Some(stream), move |state| async move {
+        let mut stream = state?;
+        let failure = match tokio::time::timeout(idle, stream.message()).await {
+            Ok(Ok(Some(materialize_pb::ExportAppResponse { message: Some(materialize_pb::export_app_response::Message::Chunk(chunk)) }))) => {
+                return Some((Ok(chunk), Some(stream)));
+            }
+            Ok(Ok(None)) => return None,
+            Ok(Ok(Some(_))) => "the export repeated its result",
+            Ok(Err(_)) => "the export failed mid-stream",
+            Err(_) => "the export stalled past the deadline",
+        };
+        Some((Err(std::io::Error::other(failure)), None))
+    }))
+}
+
+/// A download's bytes as a body; each chunk must arrive within `idle`, and a failure ends the
+/// body with an error (the client sees a response short of its `Content-Length`).
+fn download_body(stream: tonic::Streaming<sync_pb::GetImageResponse>, idle: Duration) -> ImageBody {
+    Box::pin(futures::stream::unfold(Some(stream), move |state| async move {
+        let mut stream = state?;
+        let failure = match tokio::time::timeout(idle, stream.message()).await {
+            Ok(Ok(Some(sync_pb::GetImageResponse { message: Some(sync_pb::get_image_response::Message::Chunk(chunk)) }))) => {
+                return Some((Ok(chunk), Some(stream)));
+            }
+            Ok(Ok(None)) => return None,
+            Ok(Ok(Some(_))) => "the download repeated its result",
+            Ok(Err(status)) => {
+                tracing::warn!(code = ?status.code(), reason = ?snug_rpc::status::reason_of(&status), "a download failed mid-stream");
+                "the download failed mid-stream"
+            }
+            Err(_) => "the download stalled past the deadline",
+        };
+        Some((Err(std::io::Error::other(failure)), None))
+    }))
+}
+
+/// Starts a download: waits (under the deadline) for the first message, which must be the
+/// revision; `None` when the user has no image.
+async fn start_download(
+    mut sync: SyncServiceClient<Channel>,
+    request: tonic::Request<sync_pb::GetImageRequest>,
+    deadline: Duration,
+) -> Result<Option<(sync_pb::RevisionInfo, ImageBody)>, ApiError> {
+    let started = within(deadline, async move {
+        let mut stream = sync.get_image(request).await?.into_inner();
+        let first = stream.message().await?;
+        Ok((first, stream))
+    })
+    .await;
+    let (first, stream) = match started {
+        Ok(started) => started,
+        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    match first {
+        Some(sync_pb::GetImageResponse { message: Some(sync_pb::get_image_response::Message::Result(info)) }) => {
+            Ok(Some((info, download_body(stream, deadline))))
+        }
+        _ => Err(ApiError::from_reason(reason::BAD_GATEWAY, "the sync service answered a download without its revision")),
+    }
+}

@@ -1,0 +1,236 @@
+//! The gateway's settings (flags and `SNUG_*` environment variables) and the startup checks that
+//! refuse an unsafe combination before a socket is opened.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use snug_rpc::server::parse_duration;
+
+use crate::session::{KeyError, SessionKey};
+
+/// The environment variable holding the session HMAC secret. Deliberately not a flag: flags are
+/// visible to every local user in the process list.
+pub const SESSION_SECRET_ENV: &str = "SNUG_SESSION_SECRET";
+
+/// Whether requests must authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    /// Bearer tokens or cookie sessions; users come from `snug-hub users`.
+    On,
+    /// Every request is the single local user `local`. Loopback only.
+    Off,
+}
+
+/// Settings of the gateway, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayConfig {
+    /// Address the HTTP server listens on.
+    #[arg(long = "http-listen", env = "SNUG_HTTP_LISTEN", default_value = "127.0.0.1:8080")]
+    pub http_listen: SocketAddr,
+    /// `on` (tokens and sessions) or `off` (everyone is the local user; loopback only). Default:
+    /// off on a loopback address, on otherwise.
+    #[arg(long = "auth", env = "SNUG_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// Browser origins allowed to call the hub with credentials, comma-separated
+    /// (`https://app.example,http://localhost:5173`). Required when auth is on.
+    #[arg(long = "cors-origins", env = "SNUG_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+    /// The schema service (`http://host:port`); `snug-hub serve` fills in its own.
+    #[arg(long = "schema-addr", env = "SNUG_SCHEMA_ADDR")]
+    pub schema_addr: Option<String>,
+    /// The sync service (`http://host:port`); `snug-hub serve` fills in its own.
+    #[arg(long = "sync-addr", env = "SNUG_SYNC_ADDR")]
+    pub sync_addr: Option<String>,
+    /// The materialization service, for per-app export once it exists.
+    #[arg(long = "materialize-addr", env = "SNUG_MATERIALIZE_ADDR")]
+    pub materialize_addr: Option<String>,
+    /// Deadline of every gRPC call the gateway makes (for a download: until its first bytes,
+    /// then between chunks). A service slower than this is answered with 503.
+    #[arg(long = "rpc-deadline", env = "SNUG_RPC_DEADLINE", default_value = "30s", value_parser = parse_duration)]
+    pub rpc_deadline: Duration,
+    /// How long to wait for a TCP connection to a service.
+    #[arg(long = "rpc-connect-timeout", env = "SNUG_RPC_CONNECT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub rpc_connect_timeout: Duration,
+    /// HTTP requests handled at once; beyond it requests are shed with 503 at once.
+    #[arg(long = "http-concurrency-limit", env = "SNUG_HTTP_CONCURRENCY_LIMIT", default_value_t = 256)]
+    pub http_concurrency_limit: usize,
+    /// An upload that sends nothing for this long is abandoned (slow-loris guard).
+    #[arg(long = "upload-idle-timeout", env = "SNUG_UPLOAD_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub upload_idle_timeout: Duration,
+    /// `SNUG_SESSION_SECRET`, from the environment only.
+    #[arg(skip = std::env::var(SESSION_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
+    pub session_secret: Option<String>,
+}
+
+impl GatewayConfig {
+    /// Defaults for tests and embedding: loopback on an ephemeral port, auth off.
+    pub fn for_tests() -> Self {
+        Self {
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            auth: None,
+            cors_origins: Vec::new(),
+            schema_addr: None,
+            sync_addr: None,
+            materialize_addr: None,
+            rpc_deadline: Duration::from_secs(30),
+            rpc_connect_timeout: Duration::from_secs(2),
+            http_concurrency_limit: 256,
+            upload_idle_timeout: Duration::from_secs(30),
+            session_secret: None,
+        }
+    }
+
+    /// The auth mode in force: explicit, or off exactly when listening on loopback.
+    pub fn auth_mode(&self) -> AuthMode {
+        self.auth.unwrap_or(if self.http_listen.ip().is_loopback() { AuthMode::Off } else { AuthMode::On })
+    }
+}
+
+/// Why the gateway refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Auth on and no origin list: browsers could not use the hub, and a wildcard would be unsafe.
+    #[error("authentication is on but SNUG_CORS_ORIGINS is empty; list the browser origins allowed to call the hub (or set SNUG_AUTH=off on a loopback address)")]
+    NoOrigins,
+    /// An origin that is not `scheme://host[:port]`.
+    #[error("{0:?} is not an origin like https://app.example or http://localhost:5173 (no path, no wildcard)")]
+    BadOrigin(String),
+    /// Auth off on an address other machines can reach.
+    #[error("SNUG_AUTH=off is only allowed on a loopback address, not {0}: anyone who can reach it would own every image")]
+    UnauthenticatedExposure(SocketAddr),
+    /// A service address is missing.
+    #[error("the gateway needs {0} (flag or environment variable)")]
+    MissingAddress(&'static str),
+    /// A service address is not a URL.
+    #[error("{0:?} is not a service address like http://127.0.0.1:50051")]
+    BadAddress(String),
+    /// The session key could not be had.
+    #[error(transparent)]
+    SessionKey(#[from] KeyError),
+}
+
+/// Checks an origin list entry: `http` or `https`, a host, an optional port, nothing else.
+pub fn parse_origin(text: &str) -> Result<String, ConfigError> {
+    let bad = || ConfigError::BadOrigin(text.to_owned());
+    let trimmed = text.trim().trim_end_matches('/');
+    let (scheme, rest) = trimmed.split_once("://").ok_or_else(bad)?;
+    if !matches!(scheme, "http" | "https") || rest.is_empty() {
+        return Err(bad());
+    }
+    let valid = rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    if !valid || rest.contains('*') {
+        return Err(bad());
+    }
+    // Browsers send the origin in lowercase.
+    Ok(format!("{scheme}://{}", rest.to_ascii_lowercase()))
+}
+
+/// The checked configuration the gateway runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Whether requests authenticate.
+    pub auth: AuthMode,
+    /// Allowed browser origins, normalised.
+    pub cors_origins: Vec<String>,
+    /// The session key (auth on only).
+    pub session_key: Option<SessionKey>,
+    /// Where the users file and the generated session key live.
+    pub dir: PathBuf,
+    /// Per-call deadline.
+    pub rpc_deadline: Duration,
+    /// TCP connect timeout to services.
+    pub rpc_connect_timeout: Duration,
+    /// HTTP requests in flight.
+    pub http_concurrency_limit: usize,
+    /// Request body idle timeout.
+    pub upload_idle_timeout: Duration,
+}
+
+impl Settings {
+    /// Checks `config`; `dir` is the gateway's directory (`<data dir>/gateway`).
+    pub fn resolve(config: &GatewayConfig, dir: PathBuf) -> Result<Self, ConfigError> {
+        let auth = config.auth_mode();
+        let cors_origins = config
+            .cors_origins
+            .iter()
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| parse_origin(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let session_key = match auth {
+            AuthMode::Off => {
+                if !config.http_listen.ip().is_loopback() {
+                    return Err(ConfigError::UnauthenticatedExposure(config.http_listen));
+                }
+                None
+            }
+            AuthMode::On => {
+                if cors_origins.is_empty() {
+                    return Err(ConfigError::NoOrigins);
+                }
+                Some(match &config.session_secret {
+                    Some(secret) => SessionKey::from_secret(secret)?,
+                    None => SessionKey::load_or_create(&dir)?,
+                })
+            }
+        };
+        Ok(Self {
+            auth,
+            cors_origins,
+            session_key,
+            dir,
+            rpc_deadline: config.rpc_deadline,
+            rpc_connect_timeout: config.rpc_connect_timeout,
+            http_concurrency_limit: config.http_concurrency_limit.max(1),
+            upload_idle_timeout: config.upload_idle_timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(listen: &str, auth: Option<AuthMode>, origins: &[&str]) -> GatewayConfig {
+        GatewayConfig {
+            http_listen: listen.parse().expect("addr"),
+            auth,
+            cors_origins: origins.iter().map(|s| (*s).to_owned()).collect(),
+            session_secret: Some("x".repeat(32)),
+            ..GatewayConfig::for_tests()
+        }
+    }
+
+    fn resolve(c: &GatewayConfig) -> Result<Settings, ConfigError> {
+        Settings::resolve(c, std::env::temp_dir())
+    }
+
+    #[test]
+    fn auth_defaults_off_on_loopback_and_on_elsewhere() {
+        assert_eq!(config("127.0.0.1:8080", None, &[]).auth_mode(), AuthMode::Off);
+        assert_eq!(config("[::1]:8080", None, &[]).auth_mode(), AuthMode::Off);
+        assert_eq!(config("0.0.0.0:8080", None, &[]).auth_mode(), AuthMode::On);
+    }
+
+    #[test]
+    fn unsafe_combinations_refuse_to_start() {
+        assert!(matches!(resolve(&config("0.0.0.0:8080", None, &[])), Err(ConfigError::NoOrigins)));
+        assert!(matches!(resolve(&config("127.0.0.1:8080", Some(AuthMode::On), &[])), Err(ConfigError::NoOrigins)));
+        assert!(matches!(
+            resolve(&config("0.0.0.0:8080", Some(AuthMode::Off), &[])),
+            Err(ConfigError::UnauthenticatedExposure(_))
+        ));
+        assert!(matches!(resolve(&config("0.0.0.0:8080", None, &["*"])), Err(ConfigError::BadOrigin(_))));
+        let mut short = config("0.0.0.0:8080", None, &["https://a.example"]);
+        short.session_secret = Some("too short".to_owned());
+        assert!(matches!(resolve(&short), Err(ConfigError::SessionKey(KeyError::TooShort))));
+        let ok = resolve(&config("0.0.0.0:8080", None, &["https://A.example/", " http://localhost:5173"])).expect("ok");
+        assert_eq!(ok.cors_origins, ["https://a.example", "http://localhost:5173"]);
+    }
+
+    #[test]
+    fn origins_are_scheme_host_port_only() {
+        for bad in ["a.example", "ftp://a.example", "https://a.example/path", "https://*.example", "https://"] {
+            assert!(parse_origin(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_origin("http://[::1]:8080").expect("ok"), "http://[::1]:8080");
+    }
+}

@@ -1,0 +1,379 @@
+//! The one table from an error reason to an HTTP answer, and the JSON error body.
+//!
+//! Every error the gateway sends is `{code, message, retryable}` (plus `revision` on 412), and
+//! every one is chosen here from a machine-readable reason: a service's `google.rpc.ErrorInfo`
+//! reason, or one of the gateway's own reasons below. Message text is never inspected (STYLE.md
+//! §7.3 point 6). A status without a reason (a transport failure, a deadline) falls back to the
+//! gRPC code, mapped per google.rpc.Code's HTTP notes, except that every "the service did not
+//! answer" outcome is 503 with `Retry-After`: to an HTTP client a slow service and a down one
+//! are the same temporary condition.
+
+use axum::{
+    Json,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+use tonic::Code;
+
+use crate::etag;
+
+/// Reasons the gateway itself gives (the services' reasons come from their protos).
+pub mod reason {
+    /// No valid bearer token or session.
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    /// A cookie-authenticated write without the matching `x-snug-csrf` header.
+    pub const CSRF_REJECTED: &str = "CSRF_REJECTED";
+    /// A `PUT /userdb` body that is not `application/octet-stream`.
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
+    /// No such route.
+    pub const NO_ROUTE: &str = "NO_ROUTE";
+    /// The route exists but not for this method.
+    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    /// A service did not answer within its deadline, or could not be reached.
+    pub const SERVICE_UNAVAILABLE: &str = "SERVICE_UNAVAILABLE";
+    /// The gateway sheds load: too many requests in flight.
+    pub const GATEWAY_OVERLOADED: &str = "GATEWAY_OVERLOADED";
+    /// With authentication off, a request whose Host is not a loopback name (DNS rebinding guard).
+    pub const MISDIRECTED_REQUEST: &str = "MISDIRECTED_REQUEST";
+    /// A malformed request the gateway refuses before any service sees it.
+    pub const BAD_REQUEST: &str = "BAD_REQUEST";
+    /// A request body that stopped arriving (idle timeout) or broke off.
+    pub const BODY_INCOMPLETE: &str = "BODY_INCOMPLETE";
+    /// A service answered with something the gateway cannot use (a bug on one side).
+    pub const BAD_GATEWAY: &str = "BAD_GATEWAY";
+    /// The route needs a service this deployment does not run (no address configured).
+    pub const NOT_DEPLOYED: &str = "NOT_DEPLOYED";
+}
+
+/// One row of the table: what a reason becomes over HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    /// The `ErrorInfo` reason (a service's) or a gateway reason from [`reason`].
+    pub reason: &'static str,
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The JSON `code`. Mostly the reason itself; the reference server's vocabulary where the
+    /// reference already named the same condition (`USERDB_TOO_LARGE`, `NOT_FOUND`).
+    pub code: &'static str,
+    /// Whether the same request may succeed later unchanged (412 is retryable after a pull).
+    pub retryable: bool,
+}
+
+const fn row(reason: &'static str, status: StatusCode, code: &'static str, retryable: bool) -> Mapping {
+    Mapping { reason, status, code, retryable }
+}
+
+/// The mapping, reason → HTTP. ARCHITECTURE.md carries the same table; a test checks that every
+/// reason `sync.proto` and `schema.proto` declare for the calls the gateway makes is here.
+pub const TABLE: &[Mapping] = &[
+    // The gateway's own.
+    row(reason::UNAUTHENTICATED, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", false),
+    row(reason::CSRF_REJECTED, StatusCode::FORBIDDEN, "CSRF_REJECTED", false),
+    row(reason::UNSUPPORTED_MEDIA_TYPE, StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE", false),
+    row(reason::NO_ROUTE, StatusCode::NOT_FOUND, "NOT_FOUND", false),
+    row(reason::METHOD_NOT_ALLOWED, StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", false),
+    row(reason::SERVICE_UNAVAILABLE, StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", true),
+    row(reason::GATEWAY_OVERLOADED, StatusCode::SERVICE_UNAVAILABLE, "OVERLOADED", true),
+    row(reason::MISDIRECTED_REQUEST, StatusCode::MISDIRECTED_REQUEST, "MISDIRECTED_REQUEST", false),
+    row(reason::BAD_REQUEST, StatusCode::BAD_REQUEST, "BAD_REQUEST", false),
+    row(reason::BODY_INCOMPLETE, StatusCode::BAD_REQUEST, "BODY_INCOMPLETE", true),
+    row(reason::BAD_GATEWAY, StatusCode::BAD_GATEWAY, "BAD_GATEWAY", true),
+    row(reason::NOT_DEPLOYED, StatusCode::NOT_IMPLEMENTED, "NOT_DEPLOYED", false),
+    // snug.sync (sync.proto).
+    row("PRECONDITION_REQUIRED", StatusCode::PRECONDITION_REQUIRED, "PRECONDITION_REQUIRED", false),
+    row("REVISION_MISMATCH", StatusCode::PRECONDITION_FAILED, "REVISION_MISMATCH", true),
+    row("STALE_REVISION", StatusCode::PRECONDITION_FAILED, "STALE_REVISION", true),
+    row("QUOTA_EXCEEDED", StatusCode::PAYLOAD_TOO_LARGE, "USERDB_TOO_LARGE", false),
+    row("NOT_FOUND", StatusCode::NOT_FOUND, "NOT_FOUND", false),
+    row("IDEMPOTENCY_KEY_REUSED", StatusCode::CONFLICT, "IDEMPOTENCY_KEY_REUSED", false),
+    row("BODY_ABORTED", StatusCode::BAD_REQUEST, "BODY_INCOMPLETE", true),
+    row("IMAGE_CONFLICT", StatusCode::INTERNAL_SERVER_ERROR, "IMAGE_CONFLICT", false),
+    row("STORAGE_UNAVAILABLE", StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE", true),
+    row("STORAGE_CORRUPT", StatusCode::INTERNAL_SERVER_ERROR, "STORAGE_CORRUPT", false),
+    // snug.schema (schema.proto), as ValidateSyncImage returns them.
+    row("NOT_SQLITE", StatusCode::BAD_REQUEST, "NOT_SQLITE", false),
+    row("MALFORMED", StatusCode::BAD_REQUEST, "MALFORMED", false),
+    row("NOT_A_USER_DATABASE", StatusCode::BAD_REQUEST, "NOT_A_USER_DATABASE", false),
+    row("HOSTILE_SCHEMA", StatusCode::BAD_REQUEST, "HOSTILE_SCHEMA", false),
+    row("SCHEMA_TOO_NEW", StatusCode::BAD_REQUEST, "SCHEMA_TOO_NEW", false),
+    row("CONTAINER_NOT_ACCEPTED", StatusCode::BAD_REQUEST, "CONTAINER_NOT_ACCEPTED", false),
+    row("SECRETS_PRESENT", StatusCode::BAD_REQUEST, "SECRETS_PRESENT", false),
+    row("PROTECTED", StatusCode::BAD_REQUEST, "CONTAINER_NOT_ACCEPTED", false),
+    row("TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE, "USERDB_TOO_LARGE", false),
+    row("OVERLOADED", StatusCode::SERVICE_UNAVAILABLE, "OVERLOADED", true),
+    // snug.materialize (materialize.proto), for the per-app export. An app in the stored image
+    // that cannot be exported is the image's problem, not the request's: 422.
+    row("APP_NOT_FOUND", StatusCode::NOT_FOUND, "APP_NOT_FOUND", false),
+    row("INVALID_NAME", StatusCode::UNPROCESSABLE_ENTITY, "INVALID_NAME", false),
+    row("VIRTUAL_TABLE", StatusCode::UNPROCESSABLE_ENTITY, "VIRTUAL_TABLE", false),
+    row("INVALID_KV_TABLE", StatusCode::UNPROCESSABLE_ENTITY, "INVALID_KV_TABLE", false),
+    row("FORBIDDEN_STATEMENT", StatusCode::UNPROCESSABLE_ENTITY, "FORBIDDEN_STATEMENT", false),
+    row("NOT_ONE_STATEMENT", StatusCode::UNPROCESSABLE_ENTITY, "NOT_ONE_STATEMENT", false),
+    row("STATEMENT_FAILED", StatusCode::UNPROCESSABLE_ENTITY, "STATEMENT_FAILED", false),
+    row("DDL_FAILED", StatusCode::UNPROCESSABLE_ENTITY, "DDL_FAILED", false),
+    row("BUDGET_EXCEEDED", StatusCode::UNPROCESSABLE_ENTITY, "BUDGET_EXCEEDED", false),
+    row("RESULT_TOO_LARGE", StatusCode::UNPROCESSABLE_ENTITY, "RESULT_TOO_LARGE", false),
+    row("READ_ONLY", StatusCode::UNPROCESSABLE_ENTITY, "READ_ONLY", false),
+    row("NAME_COLLISION", StatusCode::UNPROCESSABLE_ENTITY, "NAME_COLLISION", false),
+    row("CORRUPT_SCHEMA", StatusCode::UNPROCESSABLE_ENTITY, "CORRUPT_SCHEMA", false),
+    row("SCHEMA_MISMATCH", StatusCode::UNPROCESSABLE_ENTITY, "SCHEMA_MISMATCH", false),
+    row("SHAPE_MISMATCH", StatusCode::UNPROCESSABLE_ENTITY, "SHAPE_MISMATCH", false),
+    // Shared by every service (snug_rpc::status::reason).
+    row("INVALID_ARGUMENT", StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", false),
+    row("INTERNAL", StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", false),
+];
+
+/// Returns the row of `reason`, if the table has one.
+pub fn lookup(reason: &str) -> Option<&'static Mapping> {
+    TABLE.iter().find(|m| m.reason == reason)
+}
+
+/// The status for a gRPC code without a reason, per google.rpc.Code's HTTP mapping. Codes that
+/// mean "no answer" (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED: the channel's own failures) are
+/// 503 so that clients retry.
+fn by_code(code: Code) -> (StatusCode, &'static str, bool) {
+    match code {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
+            (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", true)
+        }
+        Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
+            (StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", false)
+        }
+        Code::NotFound => (StatusCode::NOT_FOUND, "NOT_FOUND", false),
+        Code::AlreadyExists | Code::Aborted => (StatusCode::CONFLICT, "CONFLICT", true),
+        Code::PermissionDenied => (StatusCode::FORBIDDEN, "PERMISSION_DENIED", false),
+        Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", false),
+        Code::ResourceExhausted => (StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED", true),
+        Code::Unimplemented => (StatusCode::NOT_IMPLEMENTED, "UNIMPLEMENTED", false),
+        Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", false)
+        }
+    }
+}
+
+/// How long a client should wait before retrying a 503, in seconds.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// An error answer: status, JSON body and the headers that go with it.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The JSON `code`.
+    pub code: &'static str,
+    /// A human-readable message (never parsed by anyone).
+    pub message: String,
+    /// Whether retrying the same request later may succeed.
+    pub retryable: bool,
+    /// On 412: the user's current revision, sent as `ETag` and as `revision`; absent when the
+    /// user has no image.
+    pub revision: Option<String>,
+}
+
+impl ApiError {
+    /// The error for a reason from the table. An unknown reason is a bug in the table, reported
+    /// as 500 so that it is noticed rather than guessed at.
+    pub fn from_reason(reason: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        match lookup(reason) {
+            Some(m) => Self {
+                status: m.status,
+                code: m.code,
+                message,
+                retryable: m.retryable,
+                revision: None,
+            },
+            None => {
+                tracing::error!(reason, "an error reason missing from the gateway's table");
+                Self {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    code: "INTERNAL",
+                    message,
+                    retryable: false,
+                    revision: None,
+                }
+            }
+        }
+    }
+
+    /// The error for a service's status: by its `ErrorInfo` reason, else by its code.
+    pub fn from_status(status: &tonic::Status) -> Self {
+        match snug_rpc::status::reason_of(status) {
+            Some(reason) if lookup(&reason).is_some() => {
+                let mut error = Self::from_reason(&reason, status.message());
+                // The sync service reports the user's current revision on a CAS refusal; the
+                // client needs it (ETag and `revision`) to pull and retry.
+                if error.status == StatusCode::PRECONDITION_FAILED {
+                    error.revision = snug_rpc::status::metadata_of(status, "currentRevision");
+                }
+                error
+            }
+            reason => {
+                let (http, code, retryable) = by_code(status.code());
+                if http == StatusCode::SERVICE_UNAVAILABLE {
+                    tracing::warn!(code = ?status.code(), reason = ?reason, "a service did not answer");
+                    return Self::unavailable("a service the hub needs is unavailable; retry shortly");
+                }
+                tracing::warn!(code = ?status.code(), reason = ?reason, "a service error without a known reason");
+                Self {
+                    status: http,
+                    code,
+                    message: status.message().to_owned(),
+                    retryable,
+                    revision: None,
+                }
+            }
+        }
+    }
+
+    /// A service that did not answer in time or could not be reached.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::from_reason(reason::SERVICE_UNAVAILABLE, message)
+    }
+
+    /// Replaces the message, keeping the status and code.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = message.into();
+        self
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    code: &'a str,
+    message: &'a str,
+    retryable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revision: Option<&'a str>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut headers = HeaderMap::new();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"snug\""),
+            );
+        }
+        if let Some(revision) = &self.revision
+            && let Some(value) = etag::header_value(revision)
+        {
+            headers.insert(header::ETAG, value);
+        }
+        // Error bodies are about this request only; nobody should cache them.
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let body = Body {
+            code: self.code,
+            message: &self.message,
+            retryable: self.retryable,
+            revision: self.revision.as_deref(),
+        };
+        (self.status, headers, Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reasons a proto's error table declares (`// | REASON | CODE | …` rows).
+    fn proto_reasons(text: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|line| line.trim().strip_prefix("// |"))
+            .filter_map(|rest| rest.split('|').next())
+            .map(str::trim)
+            .filter(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn proto(path: &str) -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+        std::fs::read_to_string(root.join(path)).expect("proto file")
+    }
+
+    #[test]
+    fn every_sync_reason_has_a_row() {
+        let reasons = proto_reasons(&proto("snug/sync/v1/sync.proto"));
+        assert!(reasons.len() >= 10, "the table was parsed: {reasons:?}");
+        for reason in reasons {
+            assert!(lookup(&reason).is_some(), "sync reason {reason} has no HTTP mapping");
+        }
+    }
+
+    #[test]
+    fn every_materialize_reason_has_a_row() {
+        let reasons = proto_reasons(&proto("snug/materialize/v1/materialize.proto"));
+        assert!(reasons.len() >= 20, "the table was parsed: {reasons:?}");
+        for reason in reasons {
+            assert!(lookup(&reason).is_some(), "materialize reason {reason} has no HTTP mapping");
+        }
+    }
+
+    #[test]
+    fn every_reason_validate_sync_image_returns_has_a_row() {
+        let text = proto("snug/schema/v1/schema.proto");
+        // The reasons ValidateSyncImage documents in its `Errors:` lines.
+        let start = text.find("rpc ValidateSyncImage").expect("rpc");
+        let doc_start = text[..start].rfind("// Validates an image").expect("doc");
+        let doc = &text[doc_start..start];
+        let errors = doc.split("Errors:").nth(1).expect("errors line");
+        let reasons: Vec<&str> = errors
+            .split(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+            .filter(|w| w.len() > 2 && !w.chars().any(|c| c.is_ascii_digit()))
+            .collect();
+        assert!(reasons.contains(&"SECRETS_PRESENT"), "{reasons:?}");
+        for reason in reasons {
+            assert!(lookup(reason).is_some(), "schema reason {reason} has no HTTP mapping");
+        }
+        for shared in ["OVERLOADED", "INVALID_ARGUMENT", "INTERNAL"] {
+            assert!(lookup(shared).is_some());
+        }
+    }
+
+    #[test]
+    fn reasons_are_unique_and_well_formed() {
+        let mut seen = std::collections::BTreeSet::new();
+        for m in TABLE {
+            assert!(seen.insert(m.reason), "duplicate row {}", m.reason);
+            assert!(m.reason.len() <= 63 && m.reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+            assert!(m.status.is_client_error() || m.status.is_server_error());
+            // Every 503 is retryable: it is the "try again shortly" answer.
+            if m.status == StatusCode::SERVICE_UNAVAILABLE {
+                assert!(m.retryable, "{}", m.reason);
+            }
+        }
+    }
+
+    #[test]
+    fn a_status_without_reason_maps_by_code_and_no_answer_is_503() {
+        let down = ApiError::from_status(&tonic::Status::unavailable("connection refused"));
+        assert_eq!((down.status, down.code, down.retryable), (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", true));
+        let late = ApiError::from_status(&tonic::Status::deadline_exceeded("late"));
+        assert_eq!(late.status, StatusCode::SERVICE_UNAVAILABLE);
+        let missing = ApiError::from_status(&tonic::Status::not_found("x"));
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_reason_wins_over_the_code_and_the_message_is_never_read() {
+        // A conflict carries the current revision in metadata; the message says something else
+        // entirely, and the mapping must not care.
+        let status = snug_rpc::status::error(
+            Code::Aborted,
+            "STALE_REVISION",
+            "snug.sync",
+            "NOT_FOUND quota exceeded",
+            [("currentRevision", "r7-abc".to_owned())],
+        );
+        let error = ApiError::from_status(&status);
+        assert_eq!(error.status, StatusCode::PRECONDITION_FAILED);
+        assert_eq!(error.code, "STALE_REVISION");
+        assert_eq!(error.revision.as_deref(), Some("r7-abc"));
+    }
+}

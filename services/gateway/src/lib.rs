@@ -1,0 +1,190 @@
+//! The hub's HTTP gateway: `/userdb` (spec §9.3) and its revisions, composed from the
+//! `snug.schema.v1` and `snug.sync.v1` services over gRPC.
+//!
+//! - [`routes`]: the handlers and the route table the OpenAPI document (`openapi.json`) describes;
+//! - [`auth`], [`session`], [`users`]: bearer tokens (stored hashed in the gateway's own SQLite
+//!   file), signed session cookies with CSRF double-submit, or auth off for one local user;
+//! - [`cors`]: fail-closed CORS for an explicit origin list;
+//! - [`error`]: the one table from an `ErrorInfo` reason to an HTTP status and JSON code;
+//! - [`backend`]: the gRPC clients, every call under a deadline;
+//! - [`config`]: flags, environment, and the checks that refuse an unsafe start.
+//!
+//! Layer order, outermost first (see [`app`]): tracing (so shed and refused requests are logged
+//! too), CORS (so a browser can read even a 401 or 503), the Host guard when auth is off, load
+//! shedding in front of one global concurrency limit (a burst beyond the limit is answered 503 at
+//! once instead of queueing), then the routes. Deadlines are per gRPC call, not per HTTP request:
+//! a 64 MiB download to a slow client may rightly take longer than any one call.
+//!
+//! What this crate deliberately does not do: look inside a user database, store one, or link any
+//! domain crate (checked by `tests/tests/tidy.rs`). Validation is the schema service's, storage
+//! the sync service's; the gateway never rewrites the bytes it is given.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod backend;
+pub mod config;
+pub mod cors;
+pub mod error;
+pub mod etag;
+pub mod routes;
+pub mod session;
+pub mod users;
+
+use std::{future::Future, net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router,
+    error_handling::HandleErrorLayer,
+    extract::Request,
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    serve::ListenerExt as _,
+};
+use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+
+use crate::{
+    auth::Auth,
+    backend::Backends,
+    config::{AuthMode, ConfigError, GatewayConfig, Settings},
+    error::{ApiError, reason},
+    users::UserStore,
+};
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    /// The checked configuration.
+    pub settings: Settings,
+    /// Who is calling.
+    pub auth: Auth,
+    /// The services.
+    pub backends: Backends,
+}
+
+/// Why the gateway could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is unsafe or incomplete.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The users file could not be opened.
+    #[error("cannot open the gateway's users file")]
+    Users(#[from] users::UsersError),
+}
+
+/// The services' addresses, overriding the configured ones (the all-in-one hub passes its own).
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    /// `snug.schema.v1`.
+    pub schema: Option<String>,
+    /// `snug.sync.v1`.
+    pub sync: Option<String>,
+    /// `snug.materialize.v1`.
+    pub materialize: Option<String>,
+}
+
+impl Addresses {
+    /// Every service at one address (the services of one `snug-hub serve` process).
+    pub fn all(url: &str) -> Self {
+        Self { schema: Some(url.to_owned()), sync: Some(url.to_owned()), materialize: Some(url.to_owned()) }
+    }
+}
+
+/// Builds the gateway's state from its configuration. `dir` holds the users file and the
+/// generated session key; `addresses` override the configured service addresses.
+pub fn build(config: &GatewayConfig, dir: std::path::PathBuf, addresses: Addresses) -> Result<Arc<AppState>, StartError> {
+    let settings = Settings::resolve(config, dir)?;
+    let schema_addr = addresses
+        .schema
+        .or_else(|| config.schema_addr.clone())
+        .ok_or(ConfigError::MissingAddress("SNUG_SCHEMA_ADDR"))?;
+    let sync_addr = addresses
+        .sync
+        .or_else(|| config.sync_addr.clone())
+        .ok_or(ConfigError::MissingAddress("SNUG_SYNC_ADDR"))?;
+    let backends = Backends::new(
+        backend::channel(&schema_addr, settings.rpc_connect_timeout)?,
+        backend::channel(&sync_addr, settings.rpc_connect_timeout)?,
+        match addresses.materialize.or_else(|| config.materialize_addr.clone()) {
+            Some(addr) => Some(backend::channel(&addr, settings.rpc_connect_timeout)?),
+            None => None,
+        },
+        settings.rpc_deadline,
+    );
+    let auth = match (settings.auth, &settings.session_key) {
+        (AuthMode::On, Some(key)) => Auth::on(Arc::new(UserStore::open(&settings.dir)?), key.clone()),
+        _ => Auth::off(),
+    };
+    if settings.auth == AuthMode::Off {
+        tracing::warn!("authentication is off: every request is the local user (loopback only)");
+    }
+    Ok(Arc::new(AppState { settings, auth, backends }))
+}
+
+/// The whole HTTP application: routes inside the layers described in the crate docs.
+pub fn app(state: Arc<AppState>) -> Router {
+    let origins = cors::Origins(Arc::new(state.settings.cors_origins.clone()));
+    let guard_host = state.settings.auth == AuthMode::Off;
+    let limit = state.settings.http_concurrency_limit;
+    let mut router = routes::router(state);
+    // Applied innermost first: each `.layer` wraps everything added before it.
+    router = router.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(shed))
+            .load_shed()
+            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limit)),
+    );
+    if guard_host {
+        router = router.layer(middleware::from_fn(loopback_host_only));
+    }
+    router
+        .layer(middleware::from_fn_with_state(origins, cors::layer))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// The answer to a request shed by the concurrency limit.
+async fn shed(_: tower::BoxError) -> ApiError {
+    ApiError::from_reason(reason::GATEWAY_OVERLOADED, "the hub is busy; retry shortly")
+}
+
+/// With auth off, only requests addressed to a loopback name are served. A browser page from any
+/// site can reach 127.0.0.1, and DNS rebinding can make it look same-origin; the `Host` header it
+/// sends still names the attacker's domain, and that is refused here.
+async fn loopback_host_only(request: Request, next: Next) -> Response {
+    let host_ok = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()))
+        .is_some_and(session::is_loopback_host);
+    if host_ok {
+        next.run(request).await
+    } else {
+        ApiError::from_reason(
+            reason::MISDIRECTED_REQUEST,
+            "with authentication off this hub only answers requests addressed to localhost",
+        )
+        .into_response()
+    }
+}
+
+/// Serves the gateway on `listener` until `shutdown` completes; in-flight requests then finish.
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr().ok();
+    tracing::info!(addr = ?local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
+    // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+

@@ -1,0 +1,489 @@
+//! The routes: `/userdb` and its revisions, sessions, health, and the OpenAPI document.
+//!
+//! Check order follows the reference server (notes §(d)) where it has the route: for
+//! `PUT /userdb`, 401 → 403 (CSRF) → 415 → 413 (declared length) → 400 (leading bytes) → 428 →
+//! 413 (while streaming) → 400 (validation) → 412 → 204. One deliberate difference: the reference
+//! answers an oversize body with 413 before authenticating (its body parser runs first); here an
+//! unauthenticated client learns nothing, not even the quota.
+
+use std::sync::Arc;
+
+use axum::{
+    Json, Router,
+    body::Body,
+    extract::{Path, RawQuery, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::MethodRouter,
+};
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt as _;
+use serde_json::json;
+use snug_proto::sync::v1 as sync_pb;
+
+use crate::{
+    AppState,
+    auth::{Identity, Via},
+    backend::{Caller, Precondition},
+    config::AuthMode,
+    error::{ApiError, reason},
+    etag::{self, Condition},
+    session,
+};
+
+/// Every route, with its methods in OpenAPI spelling. The router is built from this table and
+/// nothing else, and a test checks the OpenAPI document describes exactly these operations.
+pub const ROUTES: &[(&str, &[&str])] = &[
+    ("/userdb", &["get", "head", "put"]),
+    ("/userdb/revisions", &["get"]),
+    ("/userdb/revisions/{rev}/restore", &["post"]),
+    ("/userdb/apps/{appId}/export", &["get"]),
+    ("/auth/session", &["post"]),
+    ("/auth/logout", &["post"]),
+    ("/auth/me", &["get"]),
+    ("/openapi.json", &["get"]),
+    ("/healthz", &["get"]),
+    ("/readyz", &["get"]),
+];
+
+/// The OpenAPI 3.1 document, hand-written next to the code it describes.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+/// The SQLite and SNUGENC1 leading bytes (§10: the format is known by its first bytes).
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+const CONTAINER_MAGIC: &[u8] = b"SNUGENC1\n";
+
+/// Builds the router from [`ROUTES`].
+pub fn router(state: Arc<AppState>) -> Router {
+    let mut router = Router::new();
+    for (path, methods) in ROUTES {
+        let mut route = MethodRouter::new();
+        for method in *methods {
+            route = add(path, method, route);
+        }
+        router = router.route(path, route);
+    }
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+fn add(path: &str, method: &str, route: MethodRouter<Arc<AppState>>) -> MethodRouter<Arc<AppState>> {
+    match (path, method) {
+        // HEAD shares the GET handler, which asks the sync service for the revision only.
+        ("/userdb", "get") => route.get(get_userdb),
+        ("/userdb", "head") => route.head(get_userdb),
+        ("/userdb", "put") => route.put(put_userdb),
+        ("/userdb/revisions", "get") => route.get(list_revisions),
+        ("/userdb/revisions/{rev}/restore", "post") => route.post(restore_revision),
+        ("/userdb/apps/{appId}/export", "get") => route.get(export_app),
+        ("/auth/session", "post") => route.post(start_session),
+        ("/auth/logout", "post") => route.post(logout),
+        ("/auth/me", "get") => route.get(me),
+        ("/openapi.json", "get") => route.get(openapi),
+        ("/healthz", "get") => route.get(healthz),
+        ("/readyz", "get") => route.get(readyz),
+        // ROUTES and this match are edited together; a test builds the router, so a mismatch
+        // fails the test suite rather than a deployment.
+        (path, method) => panic!("ROUTES lists {method} {path} but no handler is wired for it"),
+    }
+}
+
+async fn no_route() -> ApiError {
+    ApiError::from_reason(reason::NO_ROUTE, "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::from_reason(reason::METHOD_NOT_ALLOWED, "this route does not take that method")
+}
+
+impl AppState {
+    /// Authenticates and makes sure the sync service knows the user.
+    async fn caller(&self, identity: &Identity) -> Result<Caller, ApiError> {
+        let caller = identity.caller();
+        self.backends.provision(&caller).await?;
+        Ok(caller)
+    }
+}
+
+fn not_pushed() -> ApiError {
+    ApiError::from_reason("NOT_FOUND", "no user DB pushed yet")
+}
+
+/// The headers of an image response (200, 304, HEAD).
+fn image_headers(info: &sync_pb::RevisionInfo) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some(value) = etag::header_value(&info.revision) {
+        headers.insert(header::ETAG, value);
+    }
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(digest) = etag::repr_digest(&info.sha256) {
+        headers.insert("repr-digest", digest);
+    }
+    headers
+}
+
+/// `GET /userdb` (and `HEAD`): the current image with its revision and digest.
+async fn get_userdb(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Result<Response, ApiError> {
+    let identity = state.auth.identify(&headers)?;
+    let caller = state.caller(&identity).await?;
+    let if_none_match = etag::parse(&headers, header::IF_NONE_MATCH);
+    if method == Method::HEAD || if_none_match.is_some() {
+        // Answering from the revision alone spares a download (and a served-ledger entry that
+        // would record bytes the client never got).
+        let info = state.backends.head(&caller).await?.ok_or_else(not_pushed)?;
+        if if_none_match.as_ref().is_some_and(|c| c.matches_weak(&info.revision)) {
+            return Ok((StatusCode::NOT_MODIFIED, image_headers(&info)).into_response());
+        }
+        if method == Method::HEAD {
+            let mut headers = image_headers(&info);
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
+            return Ok((StatusCode::OK, headers).into_response());
+        }
+    }
+    let (info, body) = state.backends.get(&caller).await?.ok_or_else(not_pushed)?;
+    let mut headers = image_headers(&info);
+    // The length is declared up front, so a download that breaks off is visibly short.
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
+    Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
+}
+
+/// Reads a request body into one buffer, refusing it as soon as it passes `limit`.
+struct Upload {
+    body: Body,
+    buffer: BytesMut,
+    limit: u64,
+    idle: std::time::Duration,
+    ended: bool,
+}
+
+impl Upload {
+    fn new(body: Body, declared: Option<u64>, limit: u64, idle: std::time::Duration) -> Self {
+        // The declared length sizes the buffer once; it is only a hint, capped by the quota.
+        let capacity = declared.unwrap_or(64 * 1024).min(limit) as usize;
+        Self { body, buffer: BytesMut::with_capacity(capacity), limit, idle, ended: false }
+    }
+
+    /// Reads until at least `n` bytes are buffered or the body ends.
+    async fn fill(&mut self, n: usize) -> Result<(), ApiError> {
+        while self.buffer.len() < n && !self.ended {
+            let frame = tokio::time::timeout(self.idle, self.body.frame()).await.map_err(|_| {
+                ApiError::from_reason(reason::BODY_INCOMPLETE, "the upload stalled; send the body without pauses")
+            })?;
+            match frame {
+                None => self.ended = true,
+                Some(Err(_)) => {
+                    return Err(ApiError::from_reason(reason::BODY_INCOMPLETE, "the upload broke off before its end"));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if (self.buffer.len() + data.len()) as u64 > self.limit {
+                            return Err(over_quota(self.limit));
+                        }
+                        self.buffer.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<Bytes, ApiError> {
+        self.fill(usize::MAX).await?;
+        Ok(self.buffer.freeze())
+    }
+}
+
+fn over_quota(limit: u64) -> ApiError {
+    ApiError::from_reason("QUOTA_EXCEEDED", format!("the user DB is larger than the per-user quota of {limit} bytes"))
+}
+
+/// What the client's conditional headers ask of the current revision, before it is known.
+enum Wanted {
+    Precondition(Precondition),
+    /// `If-Match: *`, a list, or a value that cannot be a revision: compared with the current
+    /// revision (one HeadImage), then sent as must-match of that revision.
+    AgainstCurrent(Condition),
+}
+
+/// Reads `If-Match` / `If-None-Match: *`. `If-Match` wins when both are present (reference).
+fn wanted(headers: &HeaderMap) -> Option<Wanted> {
+    if let Some(condition) = etag::parse(headers, header::IF_MATCH) {
+        return Some(match condition.single_strong() {
+            Some(revision) if etag::is_revision(revision) => Wanted::Precondition(Precondition::MustMatch(revision.to_owned())),
+            _ => Wanted::AgainstCurrent(condition),
+        });
+    }
+    match etag::parse(headers, header::IF_NONE_MATCH) {
+        Some(Condition::Any) => Some(Wanted::Precondition(Precondition::MustNotExist)),
+        _ => None,
+    }
+}
+
+fn precondition_required(what: &str) -> ApiError {
+    ApiError::from_reason(
+        "PRECONDITION_REQUIRED",
+        format!("{what} requires If-Match: <revision> (or If-None-Match: * for the first write)"),
+    )
+}
+
+/// Turns [`Wanted`] into a precondition, asking for the current revision when needed.
+async fn resolve(state: &AppState, caller: &Caller, wanted: Wanted) -> Result<Precondition, ApiError> {
+    match wanted {
+        Wanted::Precondition(p) => Ok(p),
+        Wanted::AgainstCurrent(condition) => match state.backends.head(caller).await? {
+            Some(info) if condition.matches_strong(&info.revision) => Ok(Precondition::MustMatch(info.revision)),
+            Some(info) => {
+                let mut error = ApiError::from_reason("REVISION_MISMATCH", "stale revision: pull the current DB and retry");
+                error.revision = Some(info.revision);
+                Err(error)
+            }
+            None => Err(ApiError::from_reason(
+                "REVISION_MISMATCH",
+                "no user DB exists yet: the first write must use If-None-Match: *",
+            )),
+        },
+    }
+}
+
+/// `PUT /userdb`: a compare-and-swap write of a validated, secrets-stripped plain image.
+async fn put_userdb(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
+    let octet_stream = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/octet-stream"));
+    if !octet_stream {
+        return Err(ApiError::from_reason(reason::UNSUPPORTED_MEDIA_TYPE, "user DB uploads must be application/octet-stream"));
+    }
+    let quota = state.backends.quota().await?;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(length) = declared
+        && length > quota
+    {
+        return Err(ApiError::from_reason(
+            "QUOTA_EXCEEDED",
+            format!("the user DB is {length} bytes; the per-user quota is {quota}"),
+        ));
+    }
+    let mut upload = Upload::new(body, declared, quota, state.settings.upload_idle_timeout);
+    upload.fill(SQLITE_MAGIC.len()).await?;
+    if !upload.buffer.starts_with(SQLITE_MAGIC) {
+        return Err(if upload.buffer.starts_with(CONTAINER_MAGIC) {
+            ApiError::from_reason(
+                "CONTAINER_NOT_ACCEPTED",
+                "a hub sync origin stores the secrets-stripped plaintext only; push the unprotected export, never a SNUGENC1 container (§11.3)",
+            )
+        } else {
+            ApiError::from_reason("NOT_SQLITE", "body is not a SQLite database (magic bytes missing)")
+        });
+    }
+    let wanted = wanted(&headers).ok_or_else(|| precondition_required("PUT /userdb"))?;
+    let image = upload.finish().await?;
+    let caller = state.caller(&identity).await?;
+    let precondition = resolve(&state, &caller, wanted).await?;
+    let info = state.backends.put(&caller, &precondition, image).await?;
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Some(value) = etag::header_value(&info.revision) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    Ok(response)
+}
+
+/// Formats a protobuf timestamp as RFC 3339 UTC with milliseconds.
+fn rfc3339(ts: Option<&prost_types::Timestamp>) -> Option<String> {
+    let ts = ts?;
+    let secs = ts.seconds;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    Some(format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60,
+        ts.nanos.max(0) / 1_000_000
+    ))
+}
+
+fn revision_json(info: &sync_pb::RevisionInfo) -> serde_json::Value {
+    json!({
+        "revision": info.revision,
+        "sha256": info.sha256,
+        "size": info.size,
+        "acceptedAt": rfc3339(info.accepted_at.as_ref()),
+        "principal": info.principal,
+        "base": info.base,
+        "restoredFrom": info.restored_from,
+        "retained": info.retained,
+    })
+}
+
+/// `GET /userdb/revisions`: the user's revisions, newest first.
+async fn list_revisions(State(state): State<Arc<AppState>>, headers: HeaderMap, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let identity = state.auth.identify(&headers)?;
+    let caller = state.caller(&identity).await?;
+    let mut limit = 100u32;
+    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("limit", value)) => {
+                limit = value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| ApiError::from_reason(reason::BAD_REQUEST, "limit must be a number from 1 to 1000"))?;
+            }
+            _ => return Err(ApiError::from_reason(reason::BAD_REQUEST, "the only query parameter is limit")),
+        }
+    }
+    let revisions = state.backends.list_revisions(&caller, limit).await?;
+    let body = json!({ "revisions": revisions.iter().map(revision_json).collect::<Vec<_>>() });
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+}
+
+/// `POST /userdb/revisions/{rev}/restore`: a retained revision's bytes become current again, as a
+/// new revision, under the same preconditions as a PUT.
+async fn restore_revision(State(state): State<Arc<AppState>>, Path(rev): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let identity = state.auth.identify_for_write(&headers, "restoring a revision")?;
+    let wanted = wanted(&headers).ok_or_else(|| precondition_required("restoring a revision"))?;
+    let caller = state.caller(&identity).await?;
+    // A token that cannot be a revision is answered like one that is not the user's: not found.
+    if !etag::is_revision(&rev) {
+        return Err(ApiError::from_reason("NOT_FOUND", "no such revision"));
+    }
+    let precondition = resolve(&state, &caller, wanted).await?;
+    let info = state
+        .backends
+        .restore(&caller, &rev, &precondition)
+        .await
+        .map_err(|err| if err.status == StatusCode::NOT_FOUND { err.with_message("no such revision") } else { err })?;
+    let mut response = ([(header::CACHE_CONTROL, "no-store")], Json(json!({ "revision": revision_json(&info) }))).into_response();
+    if let Some(value) = etag::header_value(&info.revision) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    Ok(response)
+}
+
+/// `GET /userdb/apps/{appId}/export`: one app of the current image as a standalone database
+/// with natural names (§8.2 "per-app export"), materialized by the materialization service.
+async fn export_app(State(state): State<Arc<AppState>>, Path(app_id): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let identity = state.auth.identify(&headers)?;
+    let caller = state.caller(&identity).await?;
+    let (result, body) = state.backends.export_app(&caller, &app_id).await?.ok_or_else(not_pushed)?;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(result.length));
+    // The service names the file `<token>.snug`: hex and one dot, safe in a quoted header value.
+    let safe = !result.file_name.is_empty() && result.file_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
+    let name = if safe { result.file_name.as_str() } else { "app.snug" };
+    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
+}
+
+fn auth_off() -> ApiError {
+    ApiError::from_reason(reason::NO_ROUTE, "authentication is off on this hub: every request is the local user")
+}
+
+/// `POST /auth/session`: trades a bearer token for a browser session (the two cookies).
+async fn start_session(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let Some(key) = state.auth.key() else {
+        return Err(auth_off());
+    };
+    let identity = state.auth.identify(&headers)?;
+    if !matches!(identity.via, Via::Bearer(_)) {
+        return Err(ApiError::from_reason(reason::UNAUTHENTICATED, "POST /auth/session needs Authorization: Bearer <token>"));
+    }
+    state.caller(&identity).await?;
+    let expires = session::now_ms() + session::SESSION_TTL.as_millis() as u64;
+    let csrf = session::new_csrf().ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;
+    let secure = !session::plain_http_on_loopback(&headers);
+    let mut response = (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(json!({
+            "userId": identity.user_id,
+            "name": identity.name,
+            "expiresAt": expires,
+            "csrfToken": csrf,
+        })),
+    )
+        .into_response();
+    for cookie in session::set_cookies(&key.sign(&identity.user_id, expires), &csrf, secure) {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `POST /auth/logout`: clears the session cookies.
+async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if state.auth.mode() == AuthMode::Off {
+        return Err(auth_off());
+    }
+    state.auth.identify_for_write(&headers, "POST /auth/logout")?;
+    let secure = !session::plain_http_on_loopback(&headers);
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    for cookie in session::clear_cookies(secure) {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `GET /auth/me`: who the credentials belong to.
+async fn me(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let identity = state.auth.identify(&headers)?;
+    let via = match identity.via {
+        Via::Bearer(_) => "bearer",
+        Via::Session => "session",
+        Via::Local => "local",
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(json!({ "userId": identity.user_id, "name": identity.name, "via": via }))).into_response())
+}
+
+/// `GET /openapi.json`.
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// `GET /healthz`: the process answers (liveness).
+async fn healthz() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// `GET /readyz`: every service the routes need answers (readiness).
+async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let checks = state.backends.readiness().await;
+    let failing: Vec<String> = checks
+        .iter()
+        .filter_map(|(name, result)| result.as_ref().err().map(|why| format!("{name}: {why}")))
+        .collect();
+    if failing.is_empty() {
+        let services: serde_json::Map<String, serde_json::Value> =
+            checks.iter().map(|(name, _)| ((*name).to_owned(), json!("SERVING"))).collect();
+        Ok(Json(json!({ "status": "ready", "services": services })).into_response())
+    } else {
+        Err(ApiError::unavailable(format!("not ready: {}", failing.join("; "))))
+    }
+}

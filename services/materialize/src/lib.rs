@@ -1,0 +1,715 @@
+//! gRPC service `snug.materialize.v1`: a thin adapter from the proto to `snug-materialize`.
+//!
+//! Requests arrive as header-then-chunks streams (see `snug_rpc::chunks`); the user database is
+//! opened in memory by `snug-schema` (migrated and healed in the copy), the domain crate does
+//! the app work, and results go back as a result message and, where the call produces a
+//! database, its chunks. `status.rs` maps every domain error to a status with an `ErrorInfo`
+//! reason.
+//!
+//! PersistApp carries two payloads in one stream: the header declares both lengths, and the
+//! chunks are the user database's bytes followed by the runtime's. One byte sequence keeps the
+//! shared chunk receiver (cap enforced while bytes arrive, declared total checked at the end)
+//! and lets a chunk straddle the boundary, so a client cuts the concatenation like any payload.
+//!
+//! SQLite work is blocking and holds up to a few copies of a 64 MiB file, so every job runs on
+//! the blocking pool behind a semaphore ([`FilePool`]): a burst queues for a bounded time and is
+//! then refused with `OVERLOADED`, instead of starving the async runtime or the host's memory.
+//!
+//! What this crate deliberately does not do: keep any state between calls (a runtime is the
+//! caller's to hold between MaterializeApp and PersistApp), touch the local file system, persist
+//! a result (the caller writes the bytes it gets back, atomically, where it chooses), or open a
+//! SNUGENC1 container (unlocking is `snug.container.v1`'s job).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod convert;
+pub mod reason;
+pub mod status;
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use prost::Message as _;
+use snug_materialize::{AppDatabase, AppNamespace, ExecuteLimits, Overflow};
+use snug_proto::materialize::v1::{
+    self as pb,
+    materialize_service_server::{MaterializeService, MaterializeServiceServer},
+};
+use snug_rpc::{
+    chunks::{self, Part, Receiver, ResponseStream},
+    server::{ServerConfig, Services, parse_duration},
+};
+use snug_schema::{Clock, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::status::Mapped;
+
+/// The fully qualified gRPC service name, as health checks report it.
+pub const SERVICE_NAME: &str = "snug.materialize.v1.MaterializeService";
+
+/// The largest header or unary response: DDL and seed statements travel in a header and result
+/// rows in a response, so they get more room than a 1 MiB chunk.
+pub const MAX_HEADER_SIZE: usize = 8 * 1024 * 1024;
+
+/// The gRPC message size this service accepts and sends (and clients should accept): one header
+/// plus room for framing.
+pub const MAX_MESSAGE_SIZE: usize = MAX_HEADER_SIZE + 64 * 1024;
+
+/// Settings of the materialize service, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MaterializeConfig {
+    /// App jobs (materialize, persist, DDL, SQL) run at once (default: the number of CPUs). Each
+    /// may hold a few copies of a 64 MiB user database in memory.
+    #[arg(long, env = "SNUG_MATERIALIZE_CONCURRENCY")]
+    pub materialize_concurrency: Option<usize>,
+    /// How long a request waits for a job slot before it is refused as OVERLOADED.
+    #[arg(long, env = "SNUG_MATERIALIZE_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub materialize_queue_timeout: Duration,
+}
+
+impl Default for MaterializeConfig {
+    fn default() -> Self {
+        Self {
+            materialize_concurrency: None,
+            materialize_queue_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs blocking database jobs on the blocking pool, at most `permits` at a time.
+#[derive(Debug)]
+pub struct FilePool {
+    permits: Arc<Semaphore>,
+    queue_timeout: Duration,
+}
+
+impl FilePool {
+    /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
+    pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            queue_timeout,
+        }
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> Result<T, Mapped> + Send + 'static,
+    ) -> Result<T, Status> {
+        let permit = tokio::time::timeout(self.queue_timeout, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| overloaded())?
+            .map_err(|_| overloaded())?;
+        // The permit moves into the job: a client that disconnects drops this future, but the
+        // blocking job runs to its end, and only then may another one start.
+        let result = tokio::task::spawn_blocking(move || {
+            let result = job();
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|join| snug_rpc::status::internal(reason::DOMAIN, &join))?;
+        result.map_err(Status::from)
+    }
+}
+
+fn overloaded() -> Status {
+    Mapped::new(
+        Code::Unavailable,
+        reason::OVERLOADED,
+        "too many app-database jobs are in flight; retry shortly",
+        [],
+    )
+    .into()
+}
+
+/// The service implementation; cheap to clone.
+#[derive(Clone)]
+pub struct MaterializeServer {
+    pool: Arc<FilePool>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for MaterializeServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MaterializeServer")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MaterializeServer {
+    /// Builds the service from its configuration, stamping times with the system clock.
+    pub fn new(config: &MaterializeConfig) -> Self {
+        Self::with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// Builds the service with the clock that stamps audit rows and registry updates.
+    pub fn with_clock(config: &MaterializeConfig, clock: Arc<dyn Clock>) -> Self {
+        let concurrency = config.materialize_concurrency.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        });
+        Self {
+            pool: Arc::new(FilePool::new(concurrency, config.materialize_queue_timeout)),
+            clock,
+        }
+    }
+}
+
+/// Wraps the service in its generated server, with this service's message limits.
+pub fn service(server: MaterializeServer) -> MaterializeServiceServer<MaterializeServer> {
+    MaterializeServiceServer::new(server)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+/// The routes and health names of this service, for composing into a server.
+pub fn services(config: &MaterializeConfig) -> Services {
+    Services {
+        routes: tonic::service::Routes::new(service(MaterializeServer::new(config))),
+        names: vec![SERVICE_NAME],
+    }
+}
+
+/// Serves the materialize service alone on `listener` until `shutdown` completes.
+pub async fn serve(
+    server_config: &ServerConfig,
+    config: &MaterializeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
+}
+
+/// Generates the split functions that classify each request's `oneof`.
+macro_rules! split_fn {
+    ($name:ident, $module:ident, $header:ty) => {
+        fn $name(message: pb::$module::Message) -> Part<$header> {
+            match message {
+                pb::$module::Message::Header(header) => Part::Header(header),
+                pb::$module::Message::Chunk(chunk) => Part::Chunk(chunk),
+            }
+        }
+    };
+}
+split_fn!(
+    materialize_part,
+    materialize_app_request,
+    pb::UserDatabaseHeader
+);
+split_fn!(persist_part, persist_app_request, pb::PersistAppHeader);
+split_fn!(ddl_part, apply_ddl_request, pb::ApplyDdlHeader);
+split_fn!(export_part, export_app_request, pb::UserDatabaseHeader);
+split_fn!(execute_part, execute_sql_request, pb::ExecuteSqlHeader);
+split_fn!(list_part, list_app_tables_request, pb::UserDatabaseHeader);
+
+/// Refuses a request without an app id before its payload is read.
+fn required_app_id(app_id: &str) -> Result<(), Status> {
+    if app_id.is_empty() {
+        return Err(Mapped::invalid_argument("header.app_id", "the app id is required").into());
+    }
+    Ok(())
+}
+
+/// Refuses an empty statement list: every write RPC does something or says why not.
+fn required_statements(statements: &[String]) -> Result<(), Status> {
+    if statements.is_empty() {
+        return Err(Mapped::invalid_argument(
+            "header.statements",
+            "at least one statement is needed",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed).
+fn open(bytes: &[u8], clock: Arc<dyn Clock>) -> Result<(UserDb, OpenReport), Mapped> {
+    UserDb::from_bytes(bytes, clock).map_err(status::open_error)
+}
+
+/// The user database to send back, and whether it is exactly the bytes that came in.
+///
+/// When neither the open nor the operation wrote, the caller gets its own bytes back rather
+/// than a re-serialisation, so "unchanged" is byte-for-byte by construction. An open that
+/// advanced the storage version dropped tables and wiped credentials; VACUUM rebuilds the image
+/// from live records so none of their bytes travel in free pages (as snug.schema.v1 does).
+fn user_db_image(
+    mut db: UserDb,
+    open: &OpenReport,
+    sent: Vec<u8>,
+    wrote: bool,
+) -> Result<(Vec<u8>, bool), Mapped> {
+    if !open.wrote && !wrote {
+        return Ok((sent, true));
+    }
+    drop(sent);
+    if open.advanced {
+        db.connection()
+            .execute_batch("VACUUM")
+            .map_err(|err| Mapped::internal(&err))?;
+    }
+    Ok((db.to_bytes().map_err(|err| Mapped::internal(&err))?, false))
+}
+
+/// The limits a request asks for, bounded by what the service allows.
+fn limits(limits: Option<pb::ExecuteLimits>) -> Result<ExecuteLimits, Mapped> {
+    let requested = limits.unwrap_or_default();
+    let defaults = ExecuteLimits::default();
+    let max_steps_default = defaults
+        .max_steps
+        .unwrap_or(snug_materialize::DEFAULT_MAX_STEPS);
+    let max_bytes = match requested.max_bytes {
+        None | Some(0) => defaults.max_bytes,
+        Some(n) if n <= MAX_HEADER_SIZE as u64 => n as usize,
+        Some(_) => {
+            return Err(Mapped::invalid_argument(
+                "header.limits.max_bytes",
+                format!("max_bytes may be at most {MAX_HEADER_SIZE} (one response)"),
+            ));
+        }
+    };
+    // The step budget is the service's protection against a statement that never ends, so a
+    // client may lower it but never lift or remove it.
+    let max_steps = match requested.max_steps {
+        None | Some(0) => max_steps_default,
+        Some(n) if n <= max_steps_default => n,
+        Some(_) => {
+            return Err(Mapped::invalid_argument(
+                "header.limits.max_steps",
+                format!("max_steps may be at most {max_steps_default}"),
+            ));
+        }
+    };
+    let max_rows = match requested.max_rows {
+        None | Some(0) => defaults.max_rows,
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    let overflow = match requested.overflow() {
+        pb::Overflow::Unspecified | pb::Overflow::Truncate => Overflow::Truncate,
+        pb::Overflow::Fail => Overflow::Fail,
+    };
+    Ok(ExecuteLimits {
+        max_rows,
+        max_bytes,
+        overflow,
+        max_steps: Some(max_steps),
+    })
+}
+
+/// The runtime's objects in creation order, read from its own catalogue.
+fn runtime_objects(runtime: &AppDatabase) -> Result<Vec<pb::AppObject>, Mapped> {
+    let conn = runtime.connection();
+    let mut stmt = conn
+        .prepare(
+            "SELECT type, name FROM main.sqlite_master \
+             WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid",
+        )
+        .map_err(|err| Mapped::internal(&err))?;
+    let objects = stmt
+        .query_map([], |row| {
+            Ok(pb::AppObject {
+                kind: row.get(0)?,
+                name: row.get(1)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(|err| Mapped::internal(&err))?;
+    Ok(objects)
+}
+
+/// The audit sequence numbers of the last `applied` rows of `app_id`, oldest first: ApplyDdl
+/// appends `max + 1 …` in one transaction, so they are the newest rows.
+fn audit_seqs(db: &UserDb, app_id: &str, applied: usize) -> Result<Vec<i64>, Mapped> {
+    let mut stmt = db
+        .connection()
+        .prepare("SELECT seq FROM snug_app_migrations WHERE app_id = ?1 ORDER BY seq DESC LIMIT ?2")
+        .map_err(|err| Mapped::internal(&err))?;
+    let mut seqs = stmt
+        .query_map((app_id, applied as i64), |row| row.get::<_, i64>(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(|err| Mapped::internal(&err))?;
+    seqs.reverse();
+    Ok(seqs)
+}
+
+#[tonic::async_trait]
+impl MaterializeService for MaterializeServer {
+    type MaterializeAppStream = ResponseStream<pb::MaterializeAppResponse>;
+
+    async fn materialize_app(
+        &self,
+        request: Request<Streaming<pb::MaterializeAppRequest>>,
+    ) -> Result<Response<Self::MaterializeAppStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::MaterializeAppRequest| m.message.map(materialize_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let app_id = upload.header.app_id;
+        required_app_id(&app_id)?;
+        let clock = self.clock.clone();
+        let (result, bytes) = self
+            .pool
+            .run(move || {
+                let (db, open) = open(&upload.bytes, clock)?;
+                drop(upload.bytes);
+                let mut runtime = snug_materialize::materialize(&db, &app_id)
+                    .map_err(status::materialize_error)?;
+                let objects = runtime_objects(&runtime)?;
+                let bytes = runtime.to_bytes().map_err(|err| Mapped::internal(&err))?;
+                let result = pb::MaterializeAppResult {
+                    token: runtime.token().to_owned(),
+                    app_id,
+                    objects,
+                    open: Some(convert::open_summary(&open)),
+                    length: bytes.len() as u64,
+                };
+                Ok((result, bytes))
+            })
+            .await?;
+        tracing::info!(
+            app_id = %result.app_id,
+            objects = result.objects.len(),
+            length = result.length,
+            "materialized an app"
+        );
+        let result = pb::MaterializeAppResponse {
+            message: Some(pb::materialize_app_response::Message::Result(result)),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::MaterializeAppResponse {
+                message: Some(pb::materialize_app_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    type PersistAppStream = ResponseStream<pb::PersistAppResponse>;
+
+    async fn persist_app(
+        &self,
+        request: Request<Streaming<pb::PersistAppRequest>>,
+    ) -> Result<Response<Self::PersistAppStream>, Status> {
+        let mut stream = request.into_inner();
+        // The two payloads arrive as one byte sequence; the receiver enforces the cap of both
+        // together as bytes arrive, and each part is checked against its own cap first.
+        let (header, mut receiver) = Receiver::start(
+            &mut stream,
+            reason::DOMAIN,
+            2 * MAX_USERDB_BYTES,
+            |m: pb::PersistAppRequest| m.message.map(persist_part),
+            |h: &pb::PersistAppHeader| Some(h.user_db_length.saturating_add(h.runtime_length)),
+        )
+        .await?;
+        required_app_id(&header.app_id)?;
+        for (field, len) in [
+            ("header.user_db_length", header.user_db_length),
+            ("header.runtime_length", header.runtime_length),
+        ] {
+            if len == 0 {
+                return Err(Mapped::invalid_argument(
+                    field,
+                    "both the user database and the runtime are required (neither may be empty)",
+                )
+                .into());
+            }
+            if len > MAX_USERDB_BYTES {
+                return Err(Mapped::too_large(
+                    format!("{field} is {len} bytes, over the {MAX_USERDB_BYTES}-byte cap"),
+                    MAX_USERDB_BYTES,
+                )
+                .with("field", field.to_owned())
+                .into());
+            }
+        }
+        let split = header.user_db_length as usize;
+        let mut user = Vec::with_capacity(split);
+        let mut runtime_bytes = Vec::with_capacity(header.runtime_length as usize);
+        while let Some(chunk) = receiver.next_chunk().await? {
+            // A chunk may straddle the boundary between the two payloads.
+            let room = split - user.len();
+            let (head, tail) = chunk.split_at(room.min(chunk.len()));
+            user.extend_from_slice(head);
+            runtime_bytes.extend_from_slice(tail);
+        }
+        let app_id = header.app_id;
+        let clock = self.clock.clone();
+        let (result, bytes) = self
+            .pool
+            .run(move || {
+                let (mut db, open) = open(&user, clock)?;
+                let mut runtime =
+                    AppDatabase::from_bytes(&app_id, &runtime_bytes).map_err(status::load_error)?;
+                drop(runtime_bytes);
+                let report = snug_materialize::persist(&mut db, &mut runtime)
+                    .map_err(status::persist_error)?;
+                drop(runtime);
+                let (bytes, unchanged) = user_db_image(db, &open, user, report.wrote)?;
+                let result = pb::PersistAppResult {
+                    report: Some(convert::persist_report(report)),
+                    open: Some(convert::open_summary(&open)),
+                    length: bytes.len() as u64,
+                    unchanged,
+                };
+                Ok((result, bytes))
+            })
+            .await?;
+        tracing::info!(
+            unchanged = result.unchanged,
+            length = result.length,
+            "persisted an app runtime"
+        );
+        let result = pb::PersistAppResponse {
+            message: Some(pb::persist_app_response::Message::Result(result)),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::PersistAppResponse {
+                message: Some(pb::persist_app_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    type ApplyDdlStream = ResponseStream<pb::ApplyDdlResponse>;
+
+    async fn apply_ddl(
+        &self,
+        request: Request<Streaming<pb::ApplyDdlRequest>>,
+    ) -> Result<Response<Self::ApplyDdlStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ApplyDdlRequest| m.message.map(ddl_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let header = upload.header;
+        required_app_id(&header.app_id)?;
+        required_statements(&header.statements)?;
+        let clock = self.clock.clone();
+        let (result, bytes) = self
+            .pool
+            .run(move || {
+                let (mut db, open) = open(&upload.bytes, clock)?;
+                let report =
+                    snug_materialize::apply_ddl(&mut db, &header.app_id, &header.statements)
+                        .map_err(status::ddl_error)?;
+                let seqs = audit_seqs(&db, &header.app_id, report.applied)?;
+                let (bytes, _) = user_db_image(db, &open, upload.bytes, true)?;
+                let result = pb::ApplyDdlResult {
+                    applied: report.applied as u64,
+                    seqs,
+                    applied_at: report.applied_at.unwrap_or_default(),
+                    report: Some(convert::persist_report(report.persist)),
+                    open: Some(convert::open_summary(&open)),
+                    length: bytes.len() as u64,
+                };
+                Ok((result, bytes))
+            })
+            .await?;
+        tracing::info!(
+            applied = result.applied,
+            length = result.length,
+            "applied app DDL"
+        );
+        let result = pb::ApplyDdlResponse {
+            message: Some(pb::apply_ddl_response::Message::Result(result)),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::ApplyDdlResponse {
+                message: Some(pb::apply_ddl_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    type ExportAppStream = ResponseStream<pb::ExportAppResponse>;
+
+    async fn export_app(
+        &self,
+        request: Request<Streaming<pb::ExportAppRequest>>,
+    ) -> Result<Response<Self::ExportAppStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ExportAppRequest| m.message.map(export_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let app_id = upload.header.app_id;
+        required_app_id(&app_id)?;
+        let clock = self.clock.clone();
+        let (result, bytes) = self
+            .pool
+            .run(move || {
+                let (db, _) = open(&upload.bytes, clock)?;
+                drop(upload.bytes);
+                let bytes = snug_materialize::export_app(&db, &app_id)
+                    .map_err(status::materialize_error)?;
+                let token = AppNamespace::new(&app_id).token().to_owned();
+                let result = pb::ExportAppResult {
+                    file_name: format!("{token}.snug"),
+                    token,
+                    app_id,
+                    length: bytes.len() as u64,
+                };
+                Ok((result, bytes))
+            })
+            .await?;
+        tracing::info!(length = result.length, "exported an app");
+        let result = pb::ExportAppResponse {
+            message: Some(pb::export_app_response::Message::Result(result)),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::ExportAppResponse {
+                message: Some(pb::export_app_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    type ExecuteSqlStream = ResponseStream<pb::ExecuteSqlResponse>;
+
+    async fn execute_sql(
+        &self,
+        request: Request<Streaming<pb::ExecuteSqlRequest>>,
+    ) -> Result<Response<Self::ExecuteSqlStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ExecuteSqlRequest| m.message.map(execute_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let header = upload.header;
+        required_app_id(&header.app_id)?;
+        required_statements(&header.statements)?;
+        let limits = limits(header.limits).map_err(Status::from)?;
+        let read_only = header.read_only;
+        let clock = self.clock.clone();
+        let (result, bytes) = self
+            .pool
+            .run(move || {
+                let (mut db, open) = open(&upload.bytes, clock)?;
+                let report =
+                    snug_materialize::execute(&mut db, &header.app_id, &header.statements, &limits)
+                        .map_err(status::execute_error)?;
+                if read_only && report.persist.wrote {
+                    // The writes reached only the in-memory copy, which is dropped here.
+                    return Err(Mapped::new(
+                        Code::InvalidArgument,
+                        reason::READ_ONLY,
+                        "the statements would change the app's data or schema, and the call is \
+                         read-only; nothing was kept",
+                        [],
+                    ));
+                }
+                let (bytes, user_db_changed) = if read_only {
+                    (Vec::new(), false)
+                } else {
+                    let (bytes, unchanged) =
+                        user_db_image(db, &open, upload.bytes, report.persist.wrote)?;
+                    if unchanged {
+                        (Vec::new(), false)
+                    } else {
+                        (bytes, true)
+                    }
+                };
+                let result = pb::ExecuteSqlResult {
+                    results: report
+                        .results
+                        .into_iter()
+                        .map(convert::statement_result)
+                        .collect(),
+                    report: Some(convert::persist_report(report.persist)),
+                    open: Some(convert::open_summary(&open)),
+                    user_db_changed,
+                    length: bytes.len() as u64,
+                };
+                Ok((result, bytes))
+            })
+            .await?;
+        // Checked here rather than left to tonic, so the client gets a typed reason and a hint
+        // instead of a transport error.
+        let size = result.encoded_len();
+        if size > MAX_HEADER_SIZE {
+            return Err(Mapped::too_large(
+                format!(
+                    "the results are {size} bytes, over the {MAX_HEADER_SIZE}-byte response \
+                     limit; lower limits.max_rows / max_bytes or split the statements"
+                ),
+                MAX_HEADER_SIZE as u64,
+            )
+            .into());
+        }
+        tracing::info!(
+            statements = result.results.len(),
+            user_db_changed = result.user_db_changed,
+            "executed app SQL"
+        );
+        let result = pb::ExecuteSqlResponse {
+            message: Some(pb::execute_sql_response::Message::Result(result)),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::ExecuteSqlResponse {
+                message: Some(pb::execute_sql_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    async fn list_app_tables(
+        &self,
+        request: Request<Streaming<pb::ListAppTablesRequest>>,
+    ) -> Result<Response<pb::ListAppTablesResponse>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ListAppTablesRequest| m.message.map(list_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let clock = self.clock.clone();
+        let response = self
+            .pool
+            .run(move || {
+                let (db, open) = open(&upload.bytes, clock)?;
+                drop(upload.bytes);
+                let listing =
+                    snug_materialize::list_apps_tables(&db).map_err(status::list_error)?;
+                Ok(convert::listing(listing, &open))
+            })
+            .await?;
+        let size = response.encoded_len();
+        if size > MAX_HEADER_SIZE {
+            return Err(Mapped::too_large(
+                format!(
+                    "the listing is {size} bytes, over the {MAX_HEADER_SIZE}-byte response limit"
+                ),
+                MAX_HEADER_SIZE as u64,
+            )
+            .into());
+        }
+        Ok(Response::new(response))
+    }
+}
+
+#[cfg(test)]
+mod tests;

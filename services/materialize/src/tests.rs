@@ -1,0 +1,928 @@
+//! In-process tests of `snug.materialize.v1`: a real server on loopback, a generated client, and
+//! the shared reference user databases and runtimes.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use bytes::Bytes;
+use snug_proto::materialize::v1::{
+    self as pb, materialize_service_client::MaterializeServiceClient, sql_value::Value,
+};
+use snug_rpc::chunks;
+use tonic::{Code, transport::Channel};
+
+use super::*;
+
+type Client = MaterializeServiceClient<Channel>;
+
+const UUID_APP: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
+const CHESS_APP: &str = "starter--chess";
+
+fn vectors() -> PathBuf {
+    let dir = std::env::var_os("SNUG_VECTORS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
+        });
+    assert!(
+        dir.is_dir(),
+        "reference vectors not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn userdb(name: &str) -> Bytes {
+    let path = vectors().join("userdb").join(name);
+    Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
+fn sample() -> Bytes {
+    userdb("sample-v6.user.snug")
+}
+
+fn runtime_vector(app: &str) -> Bytes {
+    let token = AppNamespace::new(app).token().to_owned();
+    userdb(&format!("sample-v6.app-{token}.runtime.sqlite"))
+}
+
+async fn start(config: MaterializeConfig) -> Client {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server_config = ServerConfig::for_tests();
+    tokio::spawn(
+        async move { serve(&server_config, &config, listener, std::future::pending()).await },
+    );
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    MaterializeServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+async fn client() -> Client {
+    start(MaterializeConfig::default()).await
+}
+
+fn reason(status: &Status) -> String {
+    snug_rpc::status::reason_of(status).unwrap_or_default()
+}
+
+fn metadata(status: &Status, key: &str) -> Option<String> {
+    snug_rpc::status::metadata_of(status, key)
+}
+
+#[track_caller]
+fn assert_refused(status: &Status, code: Code, expected: &str) {
+    assert_eq!(
+        (status.code(), reason(status).as_str()),
+        (code, expected),
+        "{}",
+        status.message()
+    );
+    let info = snug_rpc::status::reason_of(status);
+    assert!(info.is_some(), "no ErrorInfo on {status:?}");
+}
+
+/// Opens `bytes` in a scratch file for assertions.
+fn sqlite(bytes: &[u8]) -> (tempfile::TempDir, rusqlite::Connection) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("check.sqlite");
+    std::fs::write(&path, bytes).expect("write");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    (dir, conn)
+}
+
+/// Runs SQL against a copy of `bytes` and returns the changed image.
+fn edited(bytes: &[u8], sql: &str) -> Bytes {
+    let (dir, conn) = sqlite(bytes);
+    conn.execute_batch(sql).expect("sql");
+    drop(conn);
+    Bytes::from(std::fs::read(dir.path().join("check.sqlite")).expect("read"))
+}
+
+/// One `PRAGMA table_info` row: name, type, not null, default, primary-key position.
+type Column = (String, String, bool, Option<String>, i64);
+
+/// A database's content and shape, independent of page layout: every `sqlite_master` row but
+/// its root page, `PRAGMA table_info` of every table, and every table's rows in a stable order.
+#[derive(Debug, PartialEq)]
+struct Contents {
+    master: Vec<(String, String, String, Option<String>)>,
+    columns: BTreeMap<String, Vec<Column>>,
+    rows: BTreeMap<String, Vec<Vec<rusqlite::types::Value>>>,
+}
+
+fn contents(bytes: &[u8]) -> Contents {
+    let (_dir, conn) = sqlite(bytes);
+    let mut master: Vec<(String, String, String, Option<String>)> = conn
+        .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("master");
+    master.sort();
+    let tables: Vec<String> = master
+        .iter()
+        .filter(|(kind, ..)| kind == "table")
+        .map(|(_, name, ..)| name.clone())
+        .collect();
+    let mut columns = BTreeMap::new();
+    let mut rows = BTreeMap::new();
+    for table in tables {
+        let shape = conn
+            .prepare(&format!("PRAGMA table_info(\"{table}\")"))
+            .expect("prepare")
+            .query_map([], |r| {
+                Ok((
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, i64>(3)? == 1,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .expect("query")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("columns");
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM \"{table}\""))
+            .expect("prepare");
+        let n = stmt.column_count();
+        let mut data: Vec<Vec<rusqlite::types::Value>> = stmt
+            .query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        data.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        columns.insert(table.clone(), shape);
+        rows.insert(table, data);
+    }
+    Contents {
+        master,
+        columns,
+        rows,
+    }
+}
+
+// --- one client helper per RPC ----------------------------------------------------------------
+
+fn header(app_id: &str, len: usize) -> pb::UserDatabaseHeader {
+    pb::UserDatabaseHeader {
+        app_id: app_id.to_owned(),
+        expected_length: Some(len as u64),
+    }
+}
+
+async fn materialize(
+    client: &mut Client,
+    user: Bytes,
+    app_id: &str,
+) -> Result<(pb::MaterializeAppResult, Bytes), Status> {
+    use pb::{materialize_app_request::Message, materialize_app_response::Message as Out};
+    let first = pb::MaterializeAppRequest {
+        message: Some(Message::Header(header(app_id, user.len()))),
+    };
+    let request = chunks::upload(first, user, |c| pb::MaterializeAppRequest {
+        message: Some(Message::Chunk(c)),
+    });
+    let mut stream = client.materialize_app(request).await?.into_inner();
+    let (result, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::MaterializeAppResponse| {
+            m.message.map(|m| match m {
+                Out::Result(r) => Part::Header(r),
+                Out::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.length,
+    )
+    .await?;
+    assert_eq!(result.length, bytes.len() as u64);
+    Ok((result, bytes))
+}
+
+async fn persist(
+    client: &mut Client,
+    user: Bytes,
+    app_id: &str,
+    runtime: Bytes,
+) -> Result<(pb::PersistAppResult, Bytes), Status> {
+    use pb::{persist_app_request::Message, persist_app_response::Message as Out};
+    let first = pb::PersistAppRequest {
+        message: Some(Message::Header(pb::PersistAppHeader {
+            app_id: app_id.to_owned(),
+            user_db_length: user.len() as u64,
+            runtime_length: runtime.len() as u64,
+        })),
+    };
+    let payload = Bytes::from([user.as_ref(), runtime.as_ref()].concat());
+    let request = chunks::upload(first, payload, |c| pb::PersistAppRequest {
+        message: Some(Message::Chunk(c)),
+    });
+    let mut stream = client.persist_app(request).await?.into_inner();
+    let (result, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::PersistAppResponse| {
+            m.message.map(|m| match m {
+                Out::Result(r) => Part::Header(r),
+                Out::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.length,
+    )
+    .await?;
+    assert_eq!(result.length, bytes.len() as u64);
+    Ok((result, bytes))
+}
+
+async fn apply_ddl(
+    client: &mut Client,
+    user: Bytes,
+    app_id: &str,
+    statements: &[&str],
+) -> Result<(pb::ApplyDdlResult, Bytes), Status> {
+    use pb::{apply_ddl_request::Message, apply_ddl_response::Message as Out};
+    let first = pb::ApplyDdlRequest {
+        message: Some(Message::Header(pb::ApplyDdlHeader {
+            app_id: app_id.to_owned(),
+            statements: statements.iter().map(|s| (*s).to_owned()).collect(),
+            expected_length: Some(user.len() as u64),
+        })),
+    };
+    let request = chunks::upload(first, user, |c| pb::ApplyDdlRequest {
+        message: Some(Message::Chunk(c)),
+    });
+    let mut stream = client.apply_ddl(request).await?.into_inner();
+    let (result, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::ApplyDdlResponse| {
+            m.message.map(|m| match m {
+                Out::Result(r) => Part::Header(r),
+                Out::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.length,
+    )
+    .await?;
+    assert_eq!(result.length, bytes.len() as u64);
+    Ok((result, bytes))
+}
+
+async fn export(
+    client: &mut Client,
+    user: Bytes,
+    app_id: &str,
+) -> Result<(pb::ExportAppResult, Bytes), Status> {
+    use pb::{export_app_request::Message, export_app_response::Message as Out};
+    let first = pb::ExportAppRequest {
+        message: Some(Message::Header(header(app_id, user.len()))),
+    };
+    let request = chunks::upload(first, user, |c| pb::ExportAppRequest {
+        message: Some(Message::Chunk(c)),
+    });
+    let mut stream = client.export_app(request).await?.into_inner();
+    let (result, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::ExportAppResponse| {
+            m.message.map(|m| match m {
+                Out::Result(r) => Part::Header(r),
+                Out::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.length,
+    )
+    .await?;
+    assert_eq!(result.length, bytes.len() as u64);
+    Ok((result, bytes))
+}
+
+async fn execute_with(
+    client: &mut Client,
+    user: Bytes,
+    app_id: &str,
+    statements: &[&str],
+    limits: Option<pb::ExecuteLimits>,
+    read_only: bool,
+) -> Result<(pb::ExecuteSqlResult, Bytes), Status> {
+    use pb::{execute_sql_request::Message, execute_sql_response::Message as Out};
+    let first = pb::ExecuteSqlRequest {
+        message: Some(Message::Header(pb::ExecuteSqlHeader {
+            app_id: app_id.to_owned(),
+            statements: statements.iter().map(|s| (*s).to_owned()).collect(),
+            limits,
+            read_only,
+            expected_length: Some(user.len() as u64),
+        })),
+    };
+    let request = chunks::upload(first, user, |c| pb::ExecuteSqlRequest {
+        message: Some(Message::Chunk(c)),
+    });
+    let mut stream = client.execute_sql(request).await?.into_inner();
+    let (result, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::ExecuteSqlResponse| {
+            m.message.map(|m| match m {
+                Out::Result(r) => Part::Header(r),
+                Out::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.length,
+    )
+    .await?;
+    assert_eq!(result.length, bytes.len() as u64);
+    Ok((result, bytes))
+}
+
+async fn execute(
+    client: &mut Client,
+    user: Bytes,
+    app_id: &str,
+    statements: &[&str],
+) -> Result<(pb::ExecuteSqlResult, Bytes), Status> {
+    execute_with(client, user, app_id, statements, None, false).await
+}
+
+async fn list(client: &mut Client, user: Bytes) -> Result<pb::ListAppTablesResponse, Status> {
+    use pb::list_app_tables_request::Message;
+    let first = pb::ListAppTablesRequest {
+        message: Some(Message::Header(header("", user.len()))),
+    };
+    let request = chunks::upload(first, user, |c| pb::ListAppTablesRequest {
+        message: Some(Message::Chunk(c)),
+    });
+    Ok(client.list_app_tables(request).await?.into_inner())
+}
+
+// --- tests ------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn both_sample_apps_materialize_to_the_reference_runtimes() {
+    let mut client = client().await;
+    for (app, token) in [
+        (UUID_APP, "a7f3b2c10d4e4f5a8b6c9d0e1f2a3b4c"),
+        (CHESS_APP, "x737461727465722d2d6368657373"),
+    ] {
+        let (result, runtime) = materialize(&mut client, sample(), app).await.expect(app);
+        assert_eq!(
+            (result.app_id.as_str(), result.token.as_str()),
+            (app, token)
+        );
+        assert!(!result.open.expect("open").wrote, "sample-v6 is current");
+        assert_eq!(
+            contents(&runtime),
+            contents(&runtime_vector(app)),
+            "{app}: content and shape differ from the reference runtime"
+        );
+        // The listed objects are the runtime's own catalogue, hub tables absent.
+        let names: Vec<&str> = result.objects.iter().map(|o| o.name.as_str()).collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.starts_with("snug_") || *n == "snug_kv"),
+            "{names:?}"
+        );
+        assert!(!names.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn persisting_an_unchanged_runtime_returns_the_user_database_byte_for_byte() {
+    let mut client = client().await;
+    let user = sample();
+    for app in [UUID_APP, CHESS_APP] {
+        // The reference's runtime (produced elsewhere) and this service's own materialization.
+        let (_, ours) = materialize(&mut client, user.clone(), app)
+            .await
+            .expect("materialize");
+        for runtime in [runtime_vector(app), ours] {
+            let (result, bytes) = persist(&mut client, user.clone(), app, runtime)
+                .await
+                .expect("persist");
+            let report = result.report.expect("report");
+            assert!(result.unchanged && !report.wrote, "{app}: {report:?}");
+            assert!(report.tables_written.is_empty(), "{report:?}");
+            assert_eq!(bytes, user, "{app}: the user database changed");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_changed_runtime_persists_only_what_changed_and_round_trips() {
+    let mut client = client().await;
+    let user = sample();
+    let (_, runtime) = materialize(&mut client, user.clone(), UUID_APP)
+        .await
+        .expect("materialize");
+    let runtime = edited(&runtime, "INSERT INTO equities VALUES ('ZZZ', 'Zed Corp');");
+    let (result, new_user) = persist(&mut client, user.clone(), UUID_APP, runtime.clone())
+        .await
+        .expect("persist");
+    let report = result.report.expect("report");
+    assert!(report.wrote && !result.unchanged);
+    assert_eq!(report.tables_written, vec!["equities".to_owned()]);
+    assert!(
+        report.tables_unchanged.contains(&"trades".to_owned()),
+        "{report:?}"
+    );
+    assert_ne!(new_user, user);
+    // Materializing the result gives back the edited runtime, and the other app is untouched.
+    let (_, again) = materialize(&mut client, new_user.clone(), UUID_APP)
+        .await
+        .expect("again");
+    assert_eq!(contents(&again), contents(&runtime));
+    let (_, chess) = materialize(&mut client, new_user, CHESS_APP)
+        .await
+        .expect("chess");
+    assert_eq!(contents(&chess), contents(&runtime_vector(CHESS_APP)));
+}
+
+#[tokio::test]
+async fn hostile_runtime_names_fail_closed() {
+    let mut client = client().await;
+    let user = sample();
+    let (_, runtime) = materialize(&mut client, user.clone(), CHESS_APP)
+        .await
+        .expect("materialize");
+    let long = format!("CREATE TABLE t{} (x);", "a".repeat(41));
+    let cases = [
+        ("quote", r#"CREATE TABLE "we""ird" (x);"#),
+        ("reserved snug_", "CREATE TABLE snug_apps (x);"),
+        ("reserved app_", "CREATE TABLE APP_evil (x);"),
+        // SQLite itself refuses to create `sqlite_` names, so the mixed-case `snug_` stands in.
+        ("reserved Snug_", "CREATE TABLE Snug_notes (x);"),
+        ("42 characters", long.as_str()),
+        ("unicode", r#"CREATE TABLE "tablé" (x);"#),
+        ("index name", "CREATE INDEX \"bad idx\" ON moves (san);"),
+    ];
+    for (name, sql) in cases {
+        let hostile = edited(&runtime, sql);
+        let status = persist(&mut client, user.clone(), CHESS_APP, hostile)
+            .await
+            .expect_err(name);
+        assert_refused(&status, Code::InvalidArgument, reason::INVALID_NAME);
+        assert!(metadata(&status, "object").is_some(), "{name}");
+    }
+    // After every refusal the caller still holds its untouched file, and it still materializes.
+    let (_, chess) = materialize(&mut client, user, CHESS_APP)
+        .await
+        .expect("chess");
+    assert_eq!(contents(&chess), contents(&runtime_vector(CHESS_APP)));
+}
+
+#[tokio::test]
+async fn execute_sql_sandbox_refuses_escapes_and_cannot_see_outside_the_app() {
+    let mut client = client().await;
+    let user = sample();
+    for (sql, expected) in [
+        (
+            "ATTACH DATABASE ':memory:' AS other",
+            reason::FORBIDDEN_STATEMENT,
+        ),
+        ("PRAGMA writable_schema = 1", reason::FORBIDDEN_STATEMENT),
+        (
+            "SELECT load_extension('libevil')",
+            reason::FORBIDDEN_STATEMENT,
+        ),
+        ("BEGIN", reason::FORBIDDEN_STATEMENT),
+        ("SELECT 1; SELECT 2", reason::NOT_ONE_STATEMENT),
+        ("SELECT * FROM snug_apps", reason::STATEMENT_FAILED),
+        (
+            "SELECT * FROM app_x737461727465722d2d6368657373__moves",
+            reason::STATEMENT_FAILED,
+        ),
+        ("SELECT * FROM moves", reason::STATEMENT_FAILED),
+        ("CREATE TABLE snug_evil (x)", reason::INVALID_NAME),
+    ] {
+        let status = execute(&mut client, user.clone(), UUID_APP, &["SELECT 1", sql])
+            .await
+            .expect_err(sql);
+        assert_refused(&status, Code::InvalidArgument, expected);
+        assert_eq!(
+            metadata(&status, "statement").as_deref(),
+            Some("1"),
+            "{sql}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn execute_sql_returns_typed_bounded_results_and_persists_writes() {
+    let mut client = client().await;
+    let user = sample();
+    let (result, bytes) = execute(
+        &mut client,
+        user.clone(),
+        UUID_APP,
+        &["SELECT NULL, 7, 2.5, 'text', x'00ff'"],
+    )
+    .await
+    .expect("select");
+    assert!(
+        !result.user_db_changed && bytes.is_empty(),
+        "a read writes nothing"
+    );
+    let row = &result.results[0].rows[0].values;
+    let values: Vec<Option<Value>> = row.iter().map(|v| v.value.clone()).collect();
+    assert_eq!(
+        values,
+        vec![
+            Some(Value::Null(pb::SqlNull {})),
+            Some(Value::Integer(7)),
+            Some(Value::Real(2.5)),
+            Some(Value::Text("text".to_owned())),
+            Some(Value::Blob(Bytes::from_static(&[0, 0xff]))),
+        ]
+    );
+
+    let many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) \
+                SELECT i FROM n";
+    let truncate = pb::ExecuteLimits {
+        max_rows: Some(3),
+        ..Default::default()
+    };
+    let (result, _) = execute_with(
+        &mut client,
+        user.clone(),
+        UUID_APP,
+        &[many],
+        Some(truncate),
+        false,
+    )
+    .await
+    .expect("truncated");
+    assert_eq!(
+        (result.results[0].rows.len(), result.results[0].truncated),
+        (3, true)
+    );
+    let fail = pb::ExecuteLimits {
+        max_rows: Some(3),
+        overflow: pb::Overflow::Fail.into(),
+        ..Default::default()
+    };
+    let status = execute_with(
+        &mut client,
+        user.clone(),
+        UUID_APP,
+        &[many],
+        Some(fail),
+        false,
+    )
+    .await
+    .expect_err("fail");
+    assert_refused(&status, Code::ResourceExhausted, reason::RESULT_TOO_LARGE);
+    let too_many_steps = pb::ExecuteLimits {
+        max_steps: Some(u64::MAX),
+        ..Default::default()
+    };
+    let status = execute_with(
+        &mut client,
+        user.clone(),
+        UUID_APP,
+        &["SELECT 1"],
+        Some(too_many_steps),
+        false,
+    )
+    .await
+    .expect_err("steps");
+    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    let tiny_budget = pb::ExecuteLimits {
+        max_steps: Some(10_000),
+        ..Default::default()
+    };
+    let endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
+                   SELECT count(*) FROM n";
+    let status = execute_with(
+        &mut client,
+        user.clone(),
+        UUID_APP,
+        &[endless],
+        Some(tiny_budget),
+        false,
+    )
+    .await
+    .expect_err("budget");
+    assert_refused(&status, Code::ResourceExhausted, reason::BUDGET_EXCEEDED);
+
+    let insert = "INSERT INTO trades (symbol, qty) VALUES ('NEW', 1)";
+    let status = execute_with(&mut client, user.clone(), UUID_APP, &[insert], None, true)
+        .await
+        .expect_err("read-only");
+    assert_refused(&status, Code::InvalidArgument, reason::READ_ONLY);
+
+    let (result, new_user) = execute(&mut client, user.clone(), UUID_APP, &[insert])
+        .await
+        .expect("insert");
+    assert!(result.user_db_changed && result.report.as_ref().expect("report").wrote);
+    assert_eq!(result.results[0].changes, Some(1));
+    let (result, _) = execute(
+        &mut client,
+        new_user,
+        UUID_APP,
+        &["SELECT qty FROM trades WHERE symbol = 'NEW'"],
+    )
+    .await
+    .expect("read back");
+    assert_eq!(result.results[0].rows.len(), 1);
+}
+
+#[tokio::test]
+async fn apply_ddl_is_audited_with_consecutive_sequence_numbers() {
+    let mut client = client().await;
+    let user = sample();
+    let (first, user1) = apply_ddl(
+        &mut client,
+        user.clone(),
+        CHESS_APP,
+        &[
+            "CREATE TABLE games (id INTEGER PRIMARY KEY AUTOINCREMENT, result TEXT) STRICT",
+            "CREATE INDEX games_result ON games (result)",
+        ],
+    )
+    .await
+    .expect("ddl");
+    assert_eq!(first.applied, 2);
+    assert_eq!(first.seqs.len(), 2);
+    assert_eq!(first.seqs[1], first.seqs[0] + 1);
+    assert_eq!(
+        first.report.as_ref().expect("report").migrations_appended,
+        2
+    );
+    let (second, user2) = apply_ddl(
+        &mut client,
+        user1,
+        CHESS_APP,
+        &["ALTER TABLE games ADD COLUMN plies INTEGER"],
+    )
+    .await
+    .expect("ddl 2");
+    assert_eq!(second.seqs, vec![first.seqs[1] + 1]);
+    let (_conn_dir, conn) = sqlite(&user2);
+    let audit: Vec<(i64, String)> = conn
+        .prepare("SELECT seq, ddl FROM snug_app_migrations WHERE app_id = ?1 ORDER BY seq")
+        .expect("prepare")
+        .query_map([CHESS_APP], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(
+        audit.last().map(|(seq, ddl)| (*seq, ddl.as_str())),
+        Some((second.seqs[0], "ALTER TABLE games ADD COLUMN plies INTEGER"))
+    );
+    // All or nothing: a failing statement after a good one leaves no trace and returns nothing.
+    let status = apply_ddl(
+        &mut client,
+        user2,
+        CHESS_APP,
+        &["CREATE TABLE ok (x)", "CREATE TABLE (broken"],
+    )
+    .await
+    .expect_err("broken");
+    assert_refused(&status, Code::InvalidArgument, reason::DDL_FAILED);
+    assert_eq!(metadata(&status, "statement").as_deref(), Some("1"));
+    let status = apply_ddl(&mut client, user, CHESS_APP, &[])
+        .await
+        .expect_err("empty");
+    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+}
+
+#[tokio::test]
+async fn export_app_gives_a_standalone_file_for_either_namespace_shape() {
+    let mut client = client().await;
+    for app in [UUID_APP, CHESS_APP] {
+        let (result, bytes) = export(&mut client, sample(), app).await.expect(app);
+        assert_eq!(result.file_name, format!("{}.snug", result.token));
+        assert!(bytes.starts_with(b"SQLite format 3\0"));
+        assert_eq!(contents(&bytes), contents(&runtime_vector(app)), "{app}");
+    }
+}
+
+#[tokio::test]
+async fn list_app_tables_names_both_apps_with_natural_and_rest_names() {
+    let mut client = client().await;
+    let listing = list(&mut client, sample()).await.expect("list");
+    let apps: BTreeMap<&str, Vec<(&str, &str)>> = listing
+        .apps
+        .iter()
+        .map(|app| {
+            (
+                app.app_id.as_str(),
+                app.tables
+                    .iter()
+                    .map(|t| (t.name.as_str(), t.rest_name.as_str()))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        apps.get(CHESS_APP),
+        Some(&vec![("moves", "app_x737461727465722d2d6368657373__moves")])
+    );
+    assert_eq!(apps.get(UUID_APP).map(Vec::len), Some(3));
+    assert!(listing.orphaned.is_empty());
+}
+
+#[tokio::test]
+async fn bad_inputs_are_refused_with_their_reasons() {
+    let mut client = client().await;
+
+    // Headerless: the first message is a chunk.
+    use pb::materialize_app_request::Message;
+    let request = futures::stream::iter(vec![pb::MaterializeAppRequest {
+        message: Some(Message::Chunk(Bytes::from_static(b"SQLite"))),
+    }]);
+    let status = client
+        .materialize_app(request)
+        .await
+        .expect_err("headerless");
+    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_eq!(metadata(&status, "field").as_deref(), Some("header"));
+
+    // Oversize, declared: refused before any chunk.
+    let request = futures::stream::iter(vec![pb::MaterializeAppRequest {
+        message: Some(Message::Header(pb::UserDatabaseHeader {
+            app_id: UUID_APP.to_owned(),
+            expected_length: Some(MAX_USERDB_BYTES + 1),
+        })),
+    }]);
+    let status = client.materialize_app(request).await.expect_err("oversize");
+    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+
+    // A persist whose runtime part alone is over the cap.
+    use pb::persist_app_request::Message as PersistMessage;
+    let request = futures::stream::iter(vec![pb::PersistAppRequest {
+        message: Some(PersistMessage::Header(pb::PersistAppHeader {
+            app_id: UUID_APP.to_owned(),
+            user_db_length: 4096,
+            runtime_length: MAX_USERDB_BYTES + 1,
+        })),
+    }]);
+    let status = client
+        .persist_app(request)
+        .await
+        .expect_err("oversize runtime");
+    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+
+    let status = materialize(&mut client, sample(), "no-such-app")
+        .await
+        .expect_err("unknown");
+    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_eq!(metadata(&status, "appId").as_deref(), Some("no-such-app"));
+    let status = export(&mut client, sample(), "no-such-app")
+        .await
+        .expect_err("unknown");
+    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    let status = persist(
+        &mut client,
+        sample(),
+        "no-such-app",
+        runtime_vector(CHESS_APP),
+    )
+    .await
+    .expect_err("unknown");
+    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+
+    let status = materialize(&mut client, sample(), "")
+        .await
+        .expect_err("no app id");
+    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+
+    let garbage = Bytes::from_static(b"PK\x03\x04 not a database at all, not even close");
+    let status = materialize(&mut client, garbage.clone(), UUID_APP)
+        .await
+        .expect_err("garbage");
+    assert_refused(&status, Code::InvalidArgument, reason::NOT_SQLITE);
+    assert_eq!(metadata(&status, "part").as_deref(), Some("user_db"));
+    let status = persist(&mut client, sample(), UUID_APP, garbage)
+        .await
+        .expect_err("garbage runtime");
+    assert_refused(&status, Code::InvalidArgument, reason::NOT_SQLITE);
+    assert_eq!(metadata(&status, "part").as_deref(), Some("runtime"));
+
+    let future = userdb("future-v7.user.sqlite");
+    let status = list(&mut client, future).await.expect_err("newer");
+    assert_refused(&status, Code::FailedPrecondition, reason::SCHEMA_TOO_NEW);
+
+    let status = execute(&mut client, sample(), UUID_APP, &[])
+        .await
+        .expect_err("no statements");
+    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+}
+
+#[tokio::test]
+async fn a_full_pool_refuses_as_overloaded() {
+    let config = MaterializeConfig {
+        materialize_concurrency: Some(1),
+        materialize_queue_timeout: Duration::ZERO,
+    };
+    let pool = FilePool::new(1, config.materialize_queue_timeout);
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let pool = Arc::new(pool);
+    let busy = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.run(move || {
+                let _ = started_tx.send(());
+                let _ = release_rx.recv();
+                Ok(())
+            })
+            .await
+        })
+    };
+    tokio::task::spawn_blocking(move || started_rx.recv())
+        .await
+        .expect("join")
+        .expect("started");
+    let status = pool.run(|| Ok(())).await.expect_err("overloaded");
+    assert_refused(&status, Code::Unavailable, reason::OVERLOADED);
+    let _ = release_tx.send(());
+    busy.await.expect("join").expect("busy job");
+}
+
+#[test]
+fn every_reason_is_documented_in_the_architecture_and_the_proto() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let architecture =
+        std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let proto = std::fs::read_to_string(root.join("proto/snug/materialize/v1/materialize.proto"))
+        .expect("proto");
+    let section = architecture
+        .split("Materialize reasons (domain `snug.materialize`)")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a materialize reason table");
+    // The table: the first run of `|` lines after the heading.
+    let table: String = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut seen = std::collections::BTreeSet::new();
+    for reason in reason::ALL {
+        assert!(seen.insert(reason), "{reason} is listed twice");
+        assert!(
+            reason.len() <= 63 && reason.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'),
+            "{reason} is not UPPER_SNAKE"
+        );
+        assert!(
+            table.contains(&format!("| `{reason}` |")),
+            "{reason} missing from ARCHITECTURE.md"
+        );
+        assert!(
+            proto.contains(&format!("// | {reason} ")),
+            "{reason} missing from materialize.proto"
+        );
+    }
+}
+
+#[test]
+fn mapped_reasons_are_the_domain_crates_own() {
+    // The status table must say the same word as the library's `reason()`, which the CLI prints.
+    let err = snug_materialize::MaterializeError::AppNotFound {
+        namespace: "x".to_owned(),
+    };
+    let library = err.reason();
+    assert_eq!(status::materialize_error(err).reason(), library);
+    let err = snug_materialize::PersistError::NameCollision {
+        name: "t".to_owned(),
+    };
+    let library = err.reason();
+    assert_eq!(status::persist_error(err).reason(), library);
+    let err = snug_materialize::PersistError::TooLarge { size: 2, max: 1 };
+    let library = err.reason();
+    assert_eq!(status::persist_error(err).reason(), library);
+    let err = snug_materialize::LoadError::NotSqlite;
+    let library = err.reason();
+    assert_eq!(status::load_error(err).reason(), library);
+    for reason in [
+        snug_materialize::ExecuteError::Statement {
+            index: 0,
+            problem: snug_materialize::StatementProblem::Forbidden(
+                snug_materialize::Forbidden::Attach,
+            ),
+        },
+        snug_materialize::ExecuteError::Statement {
+            index: 0,
+            problem: snug_materialize::StatementProblem::BudgetExceeded { max_steps: 1 },
+        },
+        snug_materialize::ExecuteError::Statement {
+            index: 0,
+            problem: snug_materialize::StatementProblem::NotOneStatement,
+        },
+    ] {
+        let library = reason.reason();
+        assert_eq!(status::execute_error(reason).reason(), library);
+    }
+}

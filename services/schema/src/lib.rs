@@ -1,0 +1,602 @@
+//! gRPC service `snug.schema.v1`: a thin adapter from the proto to `snug-schema`.
+//!
+//! Requests arrive as header-then-chunks streams (see `snug_rpc::chunks`); the file is opened in
+//! memory by the domain crate, which does all the work; results go back as a result message and,
+//! where the call produces a file, its chunks. `status.rs` maps every domain error to a status
+//! with an `ErrorInfo` reason.
+//!
+//! SQLite work is blocking and holds up to a few copies of a 64 MiB file, so every job runs on
+//! the blocking pool behind a semaphore ([`FilePool`]): a burst queues for a bounded time and is
+//! then refused with `OVERLOADED`, instead of starving the async runtime or the host's memory.
+//!
+//! What this crate deliberately does not do: keep any state between calls, touch the local file
+//! system, persist a result (the caller writes the bytes it gets back, atomically, where it
+//! chooses), log a secret, or open a SNUGENC1 container anywhere but CheckImport (unlocking is
+//! `snug.container.v1`'s job).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod convert;
+mod operations;
+pub mod reason;
+pub mod status;
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use prost::Message as _;
+use sha2::{Digest as _, Sha256};
+use snug_container::{Limits, Passphrase, RecoveryKey, Secrets};
+use snug_proto::schema::v1::{
+    self as pb,
+    schema_service_server::{SchemaService, SchemaServiceServer},
+};
+use snug_rpc::{
+    chunks::{self, Part, ResponseStream},
+    server::{ServerConfig, Services, parse_duration},
+};
+use snug_schema::{
+    Clock, ExportOptions, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION,
+    SystemClock, UserDb,
+};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::status::Mapped;
+
+/// The fully qualified gRPC service name, as health checks report it.
+pub const SERVICE_NAME: &str = "snug.schema.v1.SchemaService";
+
+/// The largest header or unary response: an operation header carries whole app HTML, and a
+/// query response whole docs and versions, so they get more room than a 1 MiB chunk.
+pub const MAX_HEADER_SIZE: usize = 8 * 1024 * 1024;
+
+/// The gRPC message size this service accepts and sends (and clients should accept): one header
+/// plus room for framing.
+pub const MAX_MESSAGE_SIZE: usize = MAX_HEADER_SIZE + 64 * 1024;
+
+/// Settings of the schema service, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchemaConfig {
+    /// File jobs (open, migrate, export, operations) run at once (default: the number of CPUs).
+    /// Each may hold a few copies of a 64 MiB file in memory.
+    #[arg(long, env = "SNUG_SCHEMA_CONCURRENCY")]
+    pub schema_concurrency: Option<usize>,
+    /// How long a request waits for a job slot before it is refused as OVERLOADED.
+    #[arg(long, env = "SNUG_SCHEMA_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub schema_queue_timeout: Duration,
+}
+
+impl Default for SchemaConfig {
+    fn default() -> Self {
+        Self {
+            schema_concurrency: None,
+            schema_queue_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs blocking file jobs on the blocking pool, at most `permits` at a time.
+#[derive(Debug)]
+pub struct FilePool {
+    permits: Arc<Semaphore>,
+    queue_timeout: Duration,
+}
+
+impl FilePool {
+    /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
+    pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            queue_timeout,
+        }
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> Result<T, Mapped> + Send + 'static,
+    ) -> Result<T, Status> {
+        let permit = tokio::time::timeout(self.queue_timeout, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| overloaded())?
+            .map_err(|_| overloaded())?;
+        // The permit moves into the job: a client that disconnects drops this future, but the
+        // blocking job runs to its end, and only then may another one start.
+        let result = tokio::task::spawn_blocking(move || {
+            let result = job();
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|join| snug_rpc::status::internal(reason::DOMAIN, &join))?;
+        result.map_err(Status::from)
+    }
+}
+
+fn overloaded() -> Status {
+    Mapped::new(
+        Code::Unavailable,
+        reason::OVERLOADED,
+        "too many user-database jobs are in flight; retry shortly",
+        [],
+    )
+    .into()
+}
+
+/// The service implementation; cheap to clone.
+#[derive(Clone)]
+pub struct SchemaServer {
+    pool: Arc<FilePool>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SchemaServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchemaServer")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchemaServer {
+    /// Builds the service from its configuration, stamping times with the system clock.
+    pub fn new(config: &SchemaConfig) -> Self {
+        Self::with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// Builds the service with the clock that stamps new rows (`created_at`, `updated_at`).
+    pub fn with_clock(config: &SchemaConfig, clock: Arc<dyn Clock>) -> Self {
+        let concurrency = config.schema_concurrency.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        });
+        Self {
+            pool: Arc::new(FilePool::new(concurrency, config.schema_queue_timeout)),
+            clock,
+        }
+    }
+}
+
+/// Wraps the service in its generated server, with this service's message limits.
+pub fn service(server: SchemaServer) -> SchemaServiceServer<SchemaServer> {
+    SchemaServiceServer::new(server)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+/// The routes and health names of this service, for composing into a server.
+pub fn services(config: &SchemaConfig) -> Services {
+    Services {
+        routes: tonic::service::Routes::new(service(SchemaServer::new(config))),
+        names: vec![SERVICE_NAME],
+    }
+}
+
+/// Serves the schema service alone on `listener` until `shutdown` completes.
+pub async fn serve(
+    server_config: &ServerConfig,
+    config: &SchemaConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
+}
+
+/// Generates the split functions that classify each request's `oneof`.
+macro_rules! split_fn {
+    ($name:ident, $module:ident, $header:ty) => {
+        fn $name(message: pb::$module::Message) -> Part<$header> {
+            match message {
+                pb::$module::Message::Header(header) => Part::Header(header),
+                pb::$module::Message::Chunk(chunk) => Part::Chunk(chunk),
+            }
+        }
+    };
+}
+split_fn!(
+    inspect_part,
+    inspect_user_database_request,
+    pb::InspectUserDatabaseHeader
+);
+split_fn!(
+    migrate_part,
+    migrate_user_database_request,
+    pb::MigrateUserDatabaseHeader
+);
+split_fn!(
+    export_part,
+    export_user_database_request,
+    pb::ExportUserDatabaseHeader
+);
+split_fn!(check_part, check_import_request, pb::CheckImportHeader);
+split_fn!(
+    validate_part,
+    validate_sync_image_request,
+    pb::ValidateSyncImageHeader
+);
+split_fn!(
+    apply_part,
+    apply_operations_request,
+    pb::ApplyOperationsHeader
+);
+split_fn!(query_part, query_request, pb::QueryHeader);
+
+/// Limits for a container met by CheckImport: the default PBKDF2 range, the plaintext cap.
+fn container_limits() -> Limits {
+    Limits::default()
+}
+
+fn secrets(secrets: Option<snug_proto::container::v1::Secrets>) -> Secrets {
+    let secrets = secrets.unwrap_or_default();
+    Secrets {
+        passphrase: secrets.passphrase.map(Passphrase::new),
+        recovery_key: secrets.recovery_key.as_deref().map(RecoveryKey::parse),
+    }
+}
+
+/// Compacts an opened database and returns its image. Used after an open that advanced the
+/// version: the v1 blob table and wiped credentials were deleted, and VACUUM rebuilds the file
+/// from live records so none of their bytes travel in free pages.
+fn compacted_image(db: &mut UserDb) -> Result<Vec<u8>, Mapped> {
+    db.connection()
+        .execute_batch("VACUUM")
+        .map_err(|err| Mapped::internal(&err))?;
+    db.to_bytes().map_err(|err| Mapped::internal(&err))
+}
+
+/// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed).
+fn open(bytes: &[u8], clock: Arc<dyn Clock>) -> Result<(UserDb, snug_schema::OpenReport), Mapped> {
+    UserDb::from_bytes(bytes, clock).map_err(status::open_error)
+}
+
+/// Validates a sync image; see `ValidateSyncImage` in the proto.
+fn validate_sync_image(
+    bytes: &[u8],
+    clock: Arc<dyn Clock>,
+) -> Result<pb::ValidateSyncImageResponse, Mapped> {
+    match snug_schema::detect_format(bytes) {
+        FileFormat::Sqlite => {}
+        FileFormat::Protected => {
+            return Err(Mapped::new(
+                Code::InvalidArgument,
+                reason::CONTAINER_NOT_ACCEPTED,
+                "a hub sync origin stores the secrets-stripped plaintext only; push the \
+                 unprotected export, never a SNUGENC1 container (§11.3)",
+                [],
+            ));
+        }
+        FileFormat::Unknown => return Err(status::open_error(snug_schema::OpenError::NotSqlite)),
+    }
+    let inspection = snug_schema::inspect_bytes(bytes).map_err(status::open_error)?;
+    // The inspection predicts the refusals an import would make from the schema alone. When it
+    // predicts one, or when the ladder would run (which can refuse too), the import itself is
+    // run on a scratch copy so the refusal is the typed error an import produces.
+    if inspection.import_refusal.is_some() || inspection.storage_version != STORAGE_VERSION {
+        snug_schema::import_check(bytes, &ImportOptions::default(), clock)
+            .map_err(status::import_error)?;
+    }
+    let secret_rows = inspection
+        .tables
+        .iter()
+        .find(|table| table.name == "snug_secrets")
+        .map(|table| table.rows);
+    match secret_rows {
+        None | Some(Some(0)) => {}
+        Some(rows) => {
+            let counted = rows.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+            return Err(Mapped::new(
+                Code::InvalidArgument,
+                reason::SECRETS_PRESENT,
+                format!(
+                    "the image carries credentials ({counted} rows in snug_secrets); a hub sync \
+                     origin only takes the default export, which strips them"
+                ),
+                [("secretRows", counted)],
+            ));
+        }
+    }
+    Ok(pb::ValidateSyncImageResponse {
+        storage_version: inspection.storage_version,
+        length: bytes.len() as u64,
+        sha256: Bytes::copy_from_slice(&Sha256::digest(bytes)),
+    })
+}
+
+#[tonic::async_trait]
+impl SchemaService for SchemaServer {
+    async fn inspect_user_database(
+        &self,
+        request: Request<Streaming<pb::InspectUserDatabaseRequest>>,
+    ) -> Result<Response<pb::InspectUserDatabaseResponse>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::InspectUserDatabaseRequest| m.message.map(inspect_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let response = self
+            .pool
+            .run(move || {
+                let inspection =
+                    snug_schema::inspect_bytes(&upload.bytes).map_err(status::open_error)?;
+                Ok(convert::inspection(inspection, upload.bytes.len() as u64))
+            })
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    type MigrateUserDatabaseStream = ResponseStream<pb::MigrateUserDatabaseResponse>;
+
+    async fn migrate_user_database(
+        &self,
+        request: Request<Streaming<pb::MigrateUserDatabaseRequest>>,
+    ) -> Result<Response<Self::MigrateUserDatabaseStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::MigrateUserDatabaseRequest| m.message.map(migrate_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let clock = self.clock.clone();
+        let (report, bytes, unchanged) = self
+            .pool
+            .run(move || {
+                let (mut db, report) = open(&upload.bytes, clock)?;
+                if !report.wrote {
+                    // Nothing to do: the caller gets its own bytes back, not a re-serialisation.
+                    return Ok((report, upload.bytes, true));
+                }
+                drop(upload.bytes);
+                Ok((report, compacted_image(&mut db)?, false))
+            })
+            .await?;
+        tracing::info!(
+            found_version = report.found_version,
+            advanced = report.advanced,
+            healed = report.heal.healed(),
+            "migrated a user database"
+        );
+        let result = pb::MigrateUserDatabaseResponse {
+            message: Some(pb::migrate_user_database_response::Message::Result(
+                pb::MigrateUserDatabaseResult {
+                    report: Some(convert::open_report(report)),
+                    length: bytes.len() as u64,
+                    unchanged,
+                },
+            )),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::MigrateUserDatabaseResponse {
+                message: Some(pb::migrate_user_database_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    type ExportUserDatabaseStream = ResponseStream<pb::ExportUserDatabaseResponse>;
+
+    async fn export_user_database(
+        &self,
+        request: Request<Streaming<pb::ExportUserDatabaseRequest>>,
+    ) -> Result<Response<Self::ExportUserDatabaseStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ExportUserDatabaseRequest| m.message.map(export_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let options = ExportOptions {
+            include_secrets: upload.header.include_secrets,
+        };
+        let clock = self.clock.clone();
+        let (source, bytes, export) = self
+            .pool
+            .run(move || {
+                let (mut db, source) = open(&upload.bytes, clock)?;
+                drop(upload.bytes);
+                let (bytes, export) =
+                    snug_schema::export_bytes(&mut db, options).map_err(status::export_error)?;
+                Ok((source, bytes, export))
+            })
+            .await?;
+        tracing::info!(
+            include_secrets = options.include_secrets,
+            secrets_removed = export.secrets_removed,
+            "exported a user database"
+        );
+        let result = pb::ExportUserDatabaseResponse {
+            message: Some(pb::export_user_database_response::Message::Result(
+                pb::ExportUserDatabaseResult {
+                    source: Some(convert::open_report(source)),
+                    secrets_removed: export.secrets_removed as u64,
+                    tables_dropped: export.tables_dropped,
+                    length: bytes.len() as u64,
+                },
+            )),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::ExportUserDatabaseResponse {
+                message: Some(pb::export_user_database_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    async fn check_import(
+        &self,
+        request: Request<Streaming<pb::CheckImportRequest>>,
+    ) -> Result<Response<pb::CheckImportResponse>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            container_limits().max_container_len(),
+            |m: pb::CheckImportRequest| m.message.map(check_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let secrets = secrets(upload.header.secrets);
+        let trusted_origin = upload.header.trusted_origin;
+        let clock = self.clock.clone();
+        let report = self
+            .pool
+            .run(move || {
+                let options = ImportOptions {
+                    secrets: Some(&secrets),
+                    trusted_origin,
+                    container_limits: container_limits(),
+                };
+                snug_schema::import_check(&upload.bytes, &options, clock)
+                    .map_err(status::import_error)
+            })
+            .await?;
+        Ok(Response::new(convert::import_report(report)))
+    }
+
+    async fn validate_sync_image(
+        &self,
+        request: Request<Streaming<pb::ValidateSyncImageRequest>>,
+    ) -> Result<Response<pb::ValidateSyncImageResponse>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ValidateSyncImageRequest| m.message.map(validate_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let clock = self.clock.clone();
+        let response = self
+            .pool
+            .run(move || validate_sync_image(&upload.bytes, clock))
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    type ApplyOperationsStream = ResponseStream<pb::ApplyOperationsResponse>;
+
+    async fn apply_operations(
+        &self,
+        request: Request<Streaming<pb::ApplyOperationsRequest>>,
+    ) -> Result<Response<Self::ApplyOperationsStream>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::ApplyOperationsRequest| m.message.map(apply_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        if upload.header.operations.is_empty() {
+            return Err(Mapped::invalid_argument(
+                "header.operations",
+                "at least one operation is needed (MigrateUserDatabase opens without one)",
+            )
+            .into());
+        }
+        let operations = upload.header.operations;
+        let clock = self.clock.clone();
+        let (open_report, results, bytes) = self
+            .pool
+            .run(move || {
+                let (mut db, report) = open(&upload.bytes, clock)?;
+                drop(upload.bytes);
+                let results = operations
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, operation)| operations::apply(&mut db, index, operation))
+                    .collect::<Result<Vec<_>, Mapped>>()?;
+                let bytes = if report.advanced {
+                    compacted_image(&mut db)?
+                } else {
+                    db.to_bytes().map_err(|err| Mapped::internal(&err))?
+                };
+                Ok((report, results, bytes))
+            })
+            .await?;
+        tracing::info!(
+            operations = results.len(),
+            length = bytes.len(),
+            "applied hub-namespace operations"
+        );
+        let result = pb::ApplyOperationsResponse {
+            message: Some(pb::apply_operations_response::Message::Result(
+                pb::ApplyOperationsResult {
+                    open: Some(convert::open_report(open_report)),
+                    results,
+                    length: bytes.len() as u64,
+                },
+            )),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::ApplyOperationsResponse {
+                message: Some(pb::apply_operations_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    async fn query(
+        &self,
+        request: Request<Streaming<pb::QueryRequest>>,
+    ) -> Result<Response<pb::QueryResponse>, Status> {
+        let upload = chunks::receive(
+            &mut request.into_inner(),
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            |m: pb::QueryRequest| m.message.map(query_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        if upload.header.queries.is_empty() {
+            return Err(
+                Mapped::invalid_argument("header.queries", "at least one query is needed").into(),
+            );
+        }
+        let queries = upload.header.queries;
+        let clock = self.clock.clone();
+        let response = self
+            .pool
+            .run(move || {
+                let (db, report) = open(&upload.bytes, clock)?;
+                drop(upload.bytes);
+                let results = queries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, query)| operations::answer(&db, index, query))
+                    .collect::<Result<Vec<_>, Mapped>>()?;
+                Ok(pb::QueryResponse {
+                    open: Some(convert::open_report(report)),
+                    results,
+                })
+            })
+            .await?;
+        // Checked here rather than left to tonic, so the client gets a typed reason and a hint
+        // instead of a transport error.
+        let size = response.encoded_len();
+        if size > MAX_HEADER_SIZE {
+            return Err(Mapped::too_large(
+                format!(
+                    "the answers are {size} bytes, over the {MAX_HEADER_SIZE}-byte response limit; \
+                     split the queries or page ListChatMessages"
+                ),
+                MAX_HEADER_SIZE as u64,
+            )
+            .into());
+        }
+        Ok(Response::new(response))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,367 @@
+//! The one place `snug.schema.v1` chooses a gRPC code: `snug-schema` errors to statuses.
+//!
+//! There is one exhaustive match per error enum of the domain crate, so a new variant does not
+//! compile until someone picks its code, reason and metadata here. The matches produce a
+//! [`Mapped`] rather than a `Status` so that ApplyOperations and Query can add the index of the
+//! failing entry before the status is built.
+//!
+//! Failures of the host rather than of the file (SQLite I/O, the CSPRNG) are INTERNAL: logged
+//! with their cause, reported with a generic message.
+
+use snug_container::Corruption;
+use snug_rpc::status::error;
+use snug_schema::{
+    AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
+    OpenError, SaveError,
+};
+use tonic::{Code, Status};
+
+use crate::reason::{self, DOMAIN};
+
+/// A domain error with its code, reason and metadata chosen; becomes a `Status` via `From`.
+#[derive(Debug)]
+pub struct Mapped(Inner);
+
+#[derive(Debug)]
+enum Inner {
+    Error {
+        code: Code,
+        reason: &'static str,
+        message: String,
+        metadata: Vec<(&'static str, String)>,
+    },
+    /// Already logged and built by `snug_rpc::status::internal`; carries no request detail.
+    Internal(Status),
+}
+
+impl Mapped {
+    /// Builds a mapping.
+    pub fn new(
+        code: Code,
+        reason: &'static str,
+        message: impl Into<String>,
+        metadata: impl IntoIterator<Item = (&'static str, String)>,
+    ) -> Self {
+        Mapped(Inner::Error {
+            code,
+            reason,
+            message: message.into(),
+            metadata: metadata.into_iter().collect(),
+        })
+    }
+
+    /// A malformed request: reason `INVALID_ARGUMENT`, metadata `field`.
+    pub fn invalid_argument(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Mapped::new(
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+            message,
+            [("field", field.into())],
+        )
+    }
+
+    /// A payload or response over its cap: reason `TOO_LARGE`, metadata `limit`.
+    pub fn too_large(message: impl Into<String>, limit: u64) -> Self {
+        Mapped::new(
+            Code::ResourceExhausted,
+            reason::TOO_LARGE,
+            message,
+            [("limit", limit.to_string())],
+        )
+    }
+
+    /// A bug or a host failure: logged here, generic to the client.
+    pub fn internal(cause: &dyn std::error::Error) -> Self {
+        Mapped(Inner::Internal(snug_rpc::status::internal(DOMAIN, cause)))
+    }
+
+    /// Adds a metadata entry (not to INTERNAL, which never describes the request).
+    pub fn with(mut self, key: &'static str, value: String) -> Self {
+        if let Inner::Error { metadata, .. } = &mut self.0 {
+            metadata.push((key, value));
+        }
+        self
+    }
+
+    /// Returns the reason, for tests and logs.
+    pub fn reason(&self) -> &'static str {
+        match &self.0 {
+            Inner::Error { reason, .. } => reason,
+            Inner::Internal(_) => reason::INTERNAL,
+        }
+    }
+}
+
+impl From<Mapped> for Status {
+    fn from(mapped: Mapped) -> Status {
+        match mapped.0 {
+            Inner::Error {
+                code,
+                reason,
+                message,
+                metadata,
+            } => error(code, reason, DOMAIN, message, metadata),
+            Inner::Internal(status) => status,
+        }
+    }
+}
+
+fn schema_too_new(found: i64, supported: i64, message: String) -> Mapped {
+    Mapped::new(
+        Code::FailedPrecondition,
+        reason::SCHEMA_TOO_NEW,
+        message,
+        [
+            ("foundVersion", found.to_string()),
+            ("supportedVersion", supported.to_string()),
+        ],
+    )
+}
+
+fn not_sqlite(message: String) -> Mapped {
+    Mapped::new(Code::InvalidArgument, reason::NOT_SQLITE, message, [])
+}
+
+fn not_a_user_database(message: String) -> Mapped {
+    Mapped::new(
+        Code::InvalidArgument,
+        reason::NOT_A_USER_DATABASE,
+        message,
+        [],
+    )
+}
+
+/// A damaged SQLite file; `detail` names the damage in snake_case.
+fn malformed(problem: Option<&Malformation>, message: String) -> Mapped {
+    let detail = match problem {
+        Some(Malformation::TruncatedHeader { .. }) => "truncated_header",
+        Some(Malformation::BadPageSize { .. }) => "bad_page_size",
+        Some(Malformation::PartialPage { .. }) => "partial_page",
+        Some(Malformation::UnsupportedFileFormat { .. }) => "unsupported_file_format",
+        Some(Malformation::NegativeVersion { .. }) => "negative_version",
+        Some(Malformation::QuickCheck { .. }) => "quick_check_failed",
+        // SQLite itself reported the file corrupt or not a database.
+        None => "unreadable",
+    };
+    Mapped::new(
+        Code::InvalidArgument,
+        reason::MALFORMED,
+        message,
+        [("detail", detail.to_owned())],
+    )
+}
+
+/// A hostile schema; `detail` names the kind of object and `object` the object.
+fn hostile(problem: &Hostility, message: String) -> Mapped {
+    let (detail, object) = match problem {
+        Hostility::Trigger { name, .. } => ("trigger", name.clone()),
+        Hostility::View { name } => ("view", name.clone()),
+        Hostility::VirtualTable { name } => ("virtual_table", name.clone()),
+        Hostility::ForeignIndex { name, .. } => ("foreign_index", name.clone()),
+        Hostility::ForeignTable { name } => ("foreign_table", name.clone()),
+        Hostility::ShapeMismatch { table, .. } => ("shape_mismatch", (*table).to_owned()),
+    };
+    Mapped::new(
+        Code::InvalidArgument,
+        reason::HOSTILE_SCHEMA,
+        message,
+        [("detail", detail.to_owned()), ("object", object)],
+    )
+}
+
+/// Maps a failed open, create or migration.
+pub fn open_error(err: OpenError) -> Mapped {
+    let message = err.to_string();
+    match &err {
+        OpenError::NotSqlite => not_sqlite(message),
+        OpenError::Protected => Mapped::new(
+            Code::FailedPrecondition,
+            reason::PROTECTED,
+            "this Snug file is protected (SNUGENC1); unlock it with snug.container.v1 first — \
+             the file is healthy",
+            [],
+        ),
+        OpenError::Malformed { problem } => malformed(Some(problem), message),
+        OpenError::Unreadable(_) => malformed(None, message),
+        OpenError::NotAUserDatabase => not_a_user_database(message),
+        OpenError::SchemaTooNew { found, supported } => schema_too_new(*found, *supported, message),
+        OpenError::HostileSchema { problem } => hostile(problem, message),
+        OpenError::Io { .. } | OpenError::Entropy(_) | OpenError::Sqlite(_) => {
+            Mapped::internal(&err)
+        }
+    }
+}
+
+/// Maps a container problem met by an import: newer formats are unsupported, the rest damage.
+fn corrupt_container(corruption: &Corruption, message: String) -> Mapped {
+    let reason = match corruption {
+        Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
+            reason::UNSUPPORTED_FORMAT_VERSION
+        }
+        Corruption::NotAContainer
+        | Corruption::TruncatedHeader
+        | Corruption::ImplausibleSlotCount(_)
+        | Corruption::TruncatedBody
+        | Corruption::HeaderChecksumMismatch { .. }
+        | Corruption::IterationsOutOfRange { .. }
+        | Corruption::PayloadAuthenticationFailed => reason::CORRUPT_CONTAINER,
+    };
+    Mapped::new(
+        Code::InvalidArgument,
+        reason,
+        message,
+        [("detail", corruption.code().to_owned())],
+    )
+}
+
+/// Maps a refused import (and import check).
+pub fn import_error(err: ImportError) -> Mapped {
+    let message = err.to_string();
+    match &err {
+        ImportError::Locked => Mapped::new(
+            Code::FailedPrecondition,
+            reason::LOCKED,
+            "this Snug file is protected and no supplied secret opened it; the file is healthy — \
+             try the passphrase or the recovery key",
+            [],
+        ),
+        ImportError::CorruptContainer(corruption) => corrupt_container(corruption, message),
+        ImportError::TooLarge { max, .. } => Mapped::too_large(message, *max),
+        ImportError::NotSqlite => not_sqlite(message),
+        ImportError::Malformed { problem } => malformed(Some(problem), message),
+        ImportError::Unreadable(_) => malformed(None, message),
+        ImportError::NotAUserDatabase => not_a_user_database(message),
+        ImportError::SchemaTooNew { found, supported } => {
+            schema_too_new(*found, *supported, message)
+        }
+        ImportError::HostileSchema { problem } => hostile(problem, message),
+        ImportError::Entropy(_) | ImportError::Sqlite(_) => Mapped::internal(&err),
+    }
+}
+
+/// Maps a failed export.
+pub fn export_error(err: ExportError) -> Mapped {
+    match err {
+        ExportError::Source(open) => open_error(open),
+        ExportError::TooLarge { max, .. } => Mapped::too_large(err.to_string(), max),
+        // The service exports to bytes; a path-related failure here is a bug.
+        ExportError::OutputExists { .. } | ExportError::Io { .. } | ExportError::Sqlite(_) => {
+            Mapped::internal(&err)
+        }
+    }
+}
+
+/// Maps a failed save. The service never saves to a path, so every cause is internal.
+pub fn save_error(err: SaveError) -> Mapped {
+    match err {
+        SaveError::Io { .. } | SaveError::Sqlite(_) => Mapped::internal(&err),
+    }
+}
+
+/// Maps a failed app or app-version operation.
+pub fn app_error(err: AppError) -> Mapped {
+    let message = err.to_string();
+    match &err {
+        AppError::AppNotFound { app_id } => Mapped::new(
+            Code::NotFound,
+            reason::APP_NOT_FOUND,
+            message,
+            [("appId", app_id.clone())],
+        ),
+        AppError::VersionNotFound { app_id, version } => Mapped::new(
+            Code::NotFound,
+            reason::VERSION_NOT_FOUND,
+            message,
+            [("appId", app_id.clone()), ("version", version.to_string())],
+        ),
+        AppError::VersionPinned { app_id, version } => Mapped::new(
+            Code::FailedPrecondition,
+            reason::VERSION_PINNED,
+            message,
+            [("appId", app_id.clone()), ("version", version.to_string())],
+        ),
+        AppError::VersionCurrent { app_id, version } => Mapped::new(
+            Code::FailedPrecondition,
+            reason::VERSION_CURRENT,
+            message,
+            [("appId", app_id.clone()), ("version", version.to_string())],
+        ),
+        AppError::NoFactoryVersion { app_id } => Mapped::new(
+            Code::FailedPrecondition,
+            reason::NO_FACTORY_VERSION,
+            message,
+            [("appId", app_id.clone())],
+        ),
+        AppError::AppExists { app_id } => Mapped::new(
+            Code::AlreadyExists,
+            reason::APP_EXISTS,
+            message,
+            [("appId", app_id.clone())],
+        ),
+        AppError::InvalidContract => {
+            Mapped::new(Code::InvalidArgument, reason::INVALID_CONTRACT, message, [])
+        }
+        AppError::TooLarge { max, .. } => Mapped::too_large(message, *max),
+        AppError::Entropy(_) | AppError::Sqlite(_) => Mapped::internal(&err),
+    }
+}
+
+/// Maps a failed chat operation.
+pub fn chat_error(err: ChatError) -> Mapped {
+    let message = err.to_string();
+    match &err {
+        ChatError::ThreadNotFound { thread_id } => Mapped::new(
+            Code::NotFound,
+            reason::THREAD_NOT_FOUND,
+            message,
+            [("threadId", thread_id.clone())],
+        ),
+        ChatError::MessageNotFound { id } => Mapped::new(
+            Code::NotFound,
+            reason::MESSAGE_NOT_FOUND,
+            message,
+            [("messageId", id.to_string())],
+        ),
+        ChatError::UnknownRole { id, .. } => Mapped::new(
+            Code::InvalidArgument,
+            reason::CORRUPT_ROW,
+            message,
+            [
+                ("table", "snug_chat_messages".to_owned()),
+                ("key", id.to_string()),
+            ],
+        ),
+        ChatError::TooLarge { max, .. } => Mapped::too_large(message, *max),
+        ChatError::Sqlite(_) => Mapped::internal(&err),
+    }
+}
+
+/// Maps a failed doc operation.
+pub fn doc_error(err: DocError) -> Mapped {
+    let message = err.to_string();
+    match &err {
+        DocError::DocNotFound { app_id, slug } => Mapped::new(
+            Code::NotFound,
+            reason::DOC_NOT_FOUND,
+            message,
+            [("appId", app_id.clone()), ("slug", slug.clone())],
+        ),
+        DocError::TooLarge { max, .. } => Mapped::too_large(message, *max),
+        DocError::Sqlite(_) => Mapped::internal(&err),
+    }
+}
+
+/// Maps a failed key/value operation (settings, profile, sync config, secrets).
+pub fn kv_error(err: KvError) -> Mapped {
+    let message = err.to_string();
+    match &err {
+        KvError::NotJson { table, key } | KvError::UnexpectedType { table, key } => Mapped::new(
+            Code::InvalidArgument,
+            reason::CORRUPT_ROW,
+            message,
+            [("table", (*table).to_owned()), ("key", key.clone())],
+        ),
+        KvError::TooLarge { max, .. } => Mapped::too_large(message, *max),
+        KvError::Sqlite(_) => Mapped::internal(&err),
+    }
+}

@@ -1,0 +1,586 @@
+//! gRPC service `snug.sync.v1`: the hub as a user's sync origin, a thin adapter over
+//! `snug-revstore`.
+//!
+//! The store does the work — compare-and-swap of each user's current revision, quota, durable
+//! content-addressed storage, history, ledgers and reclamation; this crate validates requests,
+//! streams bytes between tonic and the store without buffering whole images, and maps the store's
+//! errors to statuses in `status.rs`. [`open_store`] picks the backend from [`SyncConfig`]: the
+//! embedded SQLite store under the data directory (the default, one node) or PostgreSQL (any
+//! number of stateless replicas). [`SyncServer::spawn_reclaimer`] runs retention periodically.
+//!
+//! Identity: every request carries the user id and principal in a `Caller` message, and the
+//! service trusts it. Only the gateway, which authenticates users, may reach this service; the
+//! deployment's network policy enforces that, not this crate.
+//!
+//! What this crate deliberately does not do: authenticate, look inside images (validating that an
+//! image is a secrets-stripped user database is `snug.schema.v1`'s `ValidateSyncImage`, called by
+//! the gateway), or create an image on first contact.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod convert;
+pub mod reason;
+pub mod status;
+mod upload;
+
+use std::{fmt, future::Future, path::PathBuf, time::Duration};
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use snug_proto::sync::v1::{
+    self as pb,
+    sync_service_server::{SyncService, SyncServiceServer},
+};
+use snug_revstore::{
+    AnyStore, DEFAULT_QUOTA_BYTES, OpenError, PgConfig, PgStore, PutError, PutRequest,
+    RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
+};
+use snug_rpc::{
+    chunks::{self, MAX_MESSAGE_SIZE, ResponseStream},
+    server::{ServerConfig, Services, parse_duration},
+    status::invalid_argument,
+};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::reason::DOMAIN;
+
+/// The fully qualified gRPC service name, as health checks report it.
+pub const SERVICE_NAME: &str = "snug.sync.v1.SyncService";
+
+/// The environment variable that holds the PostgreSQL connection string.
+pub const POSTGRES_URL_ENV: &str = "SNUG_SYNC_POSTGRES_URL";
+
+/// Which backend keeps the revisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// Embedded: SQLite metadata plus pack files under the data directory; one node.
+    Sqlite,
+    /// PostgreSQL, shared by any number of stateless replicas.
+    Postgres,
+}
+
+/// A PostgreSQL connection string. It may hold a password, so it is never printed: `Debug` shows
+/// only that it is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUrl(String);
+
+impl PostgresUrl {
+    /// Wraps a libpq-style URL or key/value string.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    /// Reads [`POSTGRES_URL_ENV`]; unset or empty is `None`.
+    pub fn from_process_env() -> Option<Self> {
+        std::env::var(POSTGRES_URL_ENV)
+            .ok()
+            .filter(|url| !url.is_empty())
+            .map(Self)
+    }
+}
+
+impl fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PostgresUrl(<redacted>)")
+    }
+}
+
+/// Settings of the sync service, from flags or the environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SyncConfig {
+    /// Where revisions are kept: `sqlite` (embedded, under --data-dir) or `postgres` (the
+    /// connection string comes from SNUG_SYNC_POSTGRES_URL).
+    #[arg(long = "store", env = "SNUG_SYNC_STORE", value_enum, default_value_t = Backend::Sqlite)]
+    pub store: Backend,
+    /// The hub's data directory; the embedded sync store lives in its `sync/` subdirectory.
+    #[arg(
+        long = "data-dir",
+        env = "SNUG_DATA_DIR",
+        default_value = "./snug-data"
+    )]
+    pub data_dir: PathBuf,
+    /// The PostgreSQL connection string, from SNUG_SYNC_POSTGRES_URL only. It is deliberately not
+    /// a flag: flags are visible to every local user in the process list and end up in logs.
+    #[arg(skip = PostgresUrl::from_process_env())]
+    pub postgres_url: Option<PostgresUrl>,
+    /// PostgreSQL schema holding the store's tables (created if missing); default: the server's
+    /// search path.
+    #[arg(long = "sync-postgres-schema", env = "SNUG_SYNC_POSTGRES_SCHEMA")]
+    pub postgres_schema: Option<String>,
+    /// Pooled PostgreSQL connections per replica.
+    #[arg(
+        long = "sync-postgres-pool-size",
+        env = "SNUG_SYNC_POSTGRES_POOL_SIZE",
+        default_value_t = 16
+    )]
+    pub postgres_pool_size: usize,
+    /// Per-user quota on one image, in bytes; an image of exactly this size is accepted.
+    #[arg(long = "sync-quota-bytes", env = "SNUG_SYNC_QUOTA_BYTES", default_value_t = DEFAULT_QUOTA_BYTES)]
+    pub quota_bytes: u64,
+    /// Reclamation always keeps each user's newest N revisions (the current one among them).
+    #[arg(long = "sync-keep-revisions", env = "SNUG_SYNC_KEEP_REVISIONS", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep_revisions: u32,
+    /// Reclamation keeps a superseded revision at least this long (e.g. 24h, 30m).
+    #[arg(long = "sync-grace", env = "SNUG_SYNC_GRACE", default_value = "24h", value_parser = parse_long_duration)]
+    pub grace: Duration,
+    /// A put still unfinished after this long is an orphan; its objects are reclaimed.
+    #[arg(long = "sync-orphan-after", env = "SNUG_SYNC_ORPHAN_AFTER", default_value = "24h", value_parser = parse_long_duration)]
+    pub orphan_after: Duration,
+    /// How often a reclamation pass runs; 0 turns periodic reclamation off.
+    #[arg(long = "sync-reclaim-interval", env = "SNUG_SYNC_RECLAIM_INTERVAL", default_value = "10m", value_parser = parse_long_duration)]
+    pub reclaim_interval: Duration,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        let retention = Retention::default();
+        Self {
+            store: Backend::Sqlite,
+            data_dir: PathBuf::from("./snug-data"),
+            postgres_url: None,
+            postgres_schema: None,
+            postgres_pool_size: 16,
+            quota_bytes: DEFAULT_QUOTA_BYTES,
+            keep_revisions: 5,
+            grace: retention.grace,
+            orphan_after: retention.orphan_after,
+            reclaim_interval: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+impl SyncConfig {
+    /// The store settings this configuration asks for, on the system clock.
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            quota_bytes: self.quota_bytes,
+            retention: Retention {
+                keep_newest: self.keep_revisions as usize,
+                grace: self.grace,
+                orphan_after: self.orphan_after,
+            },
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Where the embedded store keeps its files.
+    pub fn sqlite_dir(&self) -> PathBuf {
+        self.data_dir.join("sync")
+    }
+}
+
+/// Parses a duration like [`parse_duration`], also accepting hours (`24h`) and days (`7d`), which
+/// retention settings are naturally written in.
+pub fn parse_long_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(hours) = text.strip_suffix('h') {
+        (hours, 60 * 60)
+    } else if let Some(days) = text.strip_suffix('d') {
+        (days, 24 * 60 * 60)
+    } else {
+        return parse_duration(text);
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 24h, 7d, 30m or 90s"))?;
+    Ok(Duration::from_secs(n.saturating_mul(scale)))
+}
+
+/// Why the store could not be opened at startup.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenStoreError {
+    /// `--store postgres` without a connection string.
+    #[error("--store postgres needs {POSTGRES_URL_ENV} (a postgresql:// URL or key=value string)")]
+    MissingPostgresUrl,
+    /// The embedded store could not be opened.
+    #[error("cannot open the embedded sync store in {}", dir.display())]
+    Sqlite {
+        /// The store's directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: OpenError,
+    },
+    /// The PostgreSQL store could not be reached or migrated.
+    #[error("cannot open the PostgreSQL sync store")]
+    Postgres(#[source] OpenError),
+}
+
+/// Opens (creating and migrating as needed) the store the configuration names.
+pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError> {
+    let store_config = config.store_config();
+    match config.store {
+        Backend::Sqlite => {
+            let dir = config.sqlite_dir();
+            let open_dir = dir.clone();
+            // Opening creates directories, takes the directory lock and migrates: blocking work.
+            let opened =
+                tokio::task::spawn_blocking(move || SqliteStore::open(&open_dir, store_config))
+                    .await
+                    .map_err(|join| OpenError::Storage(join.into()))
+                    .and_then(|result| result);
+            match opened {
+                Ok(store) => {
+                    tracing::info!(dir = %dir.display(), "sync store: embedded sqlite");
+                    Ok(AnyStore::Sqlite(store))
+                }
+                Err(source) => Err(OpenStoreError::Sqlite { dir, source }),
+            }
+        }
+        Backend::Postgres => {
+            let url = config
+                .postgres_url
+                .clone()
+                .ok_or(OpenStoreError::MissingPostgresUrl)?;
+            let pg = PgConfig {
+                url: url.0,
+                schema: config.postgres_schema.clone(),
+                pool_size: config.postgres_pool_size,
+            };
+            let store = PgStore::connect(pg, store_config)
+                .await
+                .map_err(OpenStoreError::Postgres)?;
+            tracing::info!(schema = ?config.postgres_schema, "sync store: postgres");
+            Ok(AnyStore::Postgres(store))
+        }
+    }
+}
+
+/// The service implementation over an open store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SyncServer {
+    store: AnyStore,
+    quota_bytes: u64,
+    keep_revisions: u32,
+    reclaim_interval: Duration,
+}
+
+impl SyncServer {
+    /// Serves `store`, which should have been opened from the same `config` (see [`open_store`]),
+    /// so that the quota this service reports and checks up front is the one the store enforces.
+    pub fn new(store: AnyStore, config: &SyncConfig) -> Self {
+        Self {
+            store,
+            quota_bytes: config.quota_bytes,
+            keep_revisions: config.keep_revisions,
+            reclaim_interval: config.reclaim_interval,
+        }
+    }
+
+    /// The store behind the service.
+    pub fn store(&self) -> &AnyStore {
+        &self.store
+    }
+
+    /// Starts the periodic reclamation pass on the current tokio runtime; `None` when the interval
+    /// is zero. The first pass runs one interval after start, so a restart loop cannot turn into a
+    /// reclamation loop.
+    pub fn spawn_reclaimer(&self) -> Option<JoinHandle<()>> {
+        if self.reclaim_interval.is_zero() {
+            return None;
+        }
+        let store = self.store.clone();
+        let every = self.reclaim_interval;
+        Some(tokio::spawn(async move {
+            let start = tokio::time::Instant::now() + every;
+            let mut ticker = tokio::time::interval_at(start, every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                match store.reclaim().await {
+                    Ok(report) => tracing::info!(
+                        revisions = report.revisions,
+                        images = report.images,
+                        chunks = report.chunks,
+                        packs = report.packs,
+                        publications = report.publications,
+                        "reclamation pass"
+                    ),
+                    // Every refusal deletes nothing; the next pass tries again.
+                    Err(err) => tracing::warn!(
+                        reason = err.reason(),
+                        error = %err,
+                        "reclamation pass refused"
+                    ),
+                }
+            }
+        }))
+    }
+}
+
+/// Wraps the service in its generated server, with the chunk-sized message limits.
+pub fn service(server: SyncServer) -> SyncServiceServer<SyncServer> {
+    SyncServiceServer::new(server)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+/// The routes and health names of this service over `store`, with its reclaimer started (so it
+/// must be called on a tokio runtime).
+pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
+    let server = SyncServer::new(store, config);
+    server.spawn_reclaimer();
+    Services {
+        routes: tonic::service::Routes::new(service(server)),
+        names: vec![SERVICE_NAME],
+    }
+}
+
+/// Serves the sync service alone over `store` on `listener` until `shutdown` completes.
+pub async fn serve(
+    server_config: &ServerConfig,
+    config: &SyncConfig,
+    store: AnyStore,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    snug_rpc::server::serve(server_config, listener, services(store, config), shutdown).await
+}
+
+fn image_chunk(chunk: Bytes) -> pb::GetImageResponse {
+    pb::GetImageResponse {
+        message: Some(pb::get_image_response::Message::Chunk(chunk)),
+    }
+}
+
+#[tonic::async_trait]
+impl SyncService for SyncServer {
+    async fn provision_user(
+        &self,
+        request: Request<pb::ProvisionUserRequest>,
+    ) -> Result<Response<pb::ProvisionUserResponse>, Status> {
+        let caller = convert::caller(request.into_inner().caller, "caller")?;
+        let created = self
+            .store
+            .provision_user(&caller.user)
+            .await
+            .map_err(status::storage_error)?;
+        if created {
+            tracing::info!(user = %caller.user, principal = %caller.principal, "provisioned a user");
+        }
+        Ok(Response::new(pb::ProvisionUserResponse { created }))
+    }
+
+    async fn head_image(
+        &self,
+        request: Request<pb::HeadImageRequest>,
+    ) -> Result<Response<pb::HeadImageResponse>, Status> {
+        let caller = convert::caller(request.into_inner().caller, "caller")?;
+        let info = self
+            .store
+            .head(&caller.user)
+            .await
+            .map_err(status::read_error)?;
+        Ok(Response::new(pb::HeadImageResponse {
+            revision: Some(convert::revision_info(info)),
+        }))
+    }
+
+    type GetImageStream = ResponseStream<pb::GetImageResponse>;
+
+    async fn get_image(
+        &self,
+        request: Request<pb::GetImageRequest>,
+    ) -> Result<Response<Self::GetImageStream>, Status> {
+        let request = request.into_inner();
+        let caller = convert::caller(request.caller, "caller")?;
+        let download = match request.revision {
+            None => self.store.get(&caller.user, &caller.principal).await,
+            Some(token) => {
+                let revision = convert::revision(token, "revision")?;
+                self.store
+                    .get_revision(&caller.user, &revision, &caller.principal)
+                    .await
+            }
+        }
+        .map_err(status::read_error)?;
+        let result = pb::GetImageResponse {
+            message: Some(pb::get_image_response::Message::Result(
+                convert::revision_info(download.info),
+            )),
+        };
+        // The store yields pieces of any size (a pack extent may be many MiB); each is re-cut into
+        // ≤ 1 MiB chunks as zero-copy slices, so memory stays at one piece. A storage failure ends
+        // the stream with its status: the client never sees a short stream as a success.
+        let chunks = download.body.flat_map(|piece| {
+            futures::stream::iter(match piece {
+                Ok(bytes) => chunks::split_into_chunks(bytes)
+                    .map(|chunk| Ok(image_chunk(chunk)))
+                    .collect::<Vec<_>>(),
+                Err(err) => vec![Err(status::storage_error(err))],
+            })
+        });
+        let stream = futures::stream::once(async move { Ok(result) }).chain(chunks);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn put_image(
+        &self,
+        request: Request<Streaming<pb::PutImageRequest>>,
+    ) -> Result<Response<pb::PutImageResponse>, Status> {
+        let mut stream = request.into_inner();
+        let header = match stream.message().await? {
+            Some(pb::PutImageRequest {
+                message: Some(pb::put_image_request::Message::Header(header)),
+            }) => header,
+            Some(pb::PutImageRequest {
+                message: Some(pb::put_image_request::Message::Chunk(_)),
+            }) => {
+                return Err(invalid_argument(
+                    DOMAIN,
+                    "header",
+                    "the first message of the stream must be the header",
+                ));
+            }
+            Some(pb::PutImageRequest { message: None }) => {
+                return Err(invalid_argument(
+                    DOMAIN,
+                    "message",
+                    "a stream message carried no field",
+                ));
+            }
+            None => {
+                return Err(invalid_argument(
+                    DOMAIN,
+                    "header",
+                    "the stream ended before its header",
+                ));
+            }
+        };
+        let caller = convert::caller(header.caller, "header.caller")?;
+        let precondition = convert::precondition(header.precondition, "header.precondition")?;
+        let idempotency_key =
+            convert::idempotency_key(header.idempotency_key, "header.idempotency_key")?;
+        // A declared length over the quota is refused before a single chunk is read; the store
+        // enforces the quota again on the bytes that actually arrive.
+        if let Some(len) = header.expected_length
+            && len > self.quota_bytes
+        {
+            tracing::info!(user = %caller.user, declared = len, "refused a declared over-quota image");
+            return Err(status::quota_exceeded(self.quota_bytes));
+        }
+        let violation = upload::Violation::default();
+        let body = upload::body(stream, header.expected_length, violation.clone());
+        let request = PutRequest {
+            user: caller.user,
+            precondition,
+            principal: caller.principal,
+            idempotency_key,
+        };
+        let user = request.user.clone();
+        match self.store.put(request, body).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    user = %user,
+                    revision = %outcome.info.revision,
+                    size = outcome.info.size,
+                    replayed = outcome.replayed,
+                    "accepted an image"
+                );
+                Ok(Response::new(pb::PutImageResponse {
+                    revision: Some(convert::revision_info(outcome.info)),
+                    replayed: outcome.replayed,
+                }))
+            }
+            // The body was cut short by the client or by a chunk rule: that status says why more
+            // precisely than the store's BODY_ABORTED.
+            Err(PutError::BodyAborted(cause)) => Err(violation
+                .take()
+                .unwrap_or_else(|| status::put_error(PutError::BodyAborted(cause)))),
+            Err(err) => Err(status::put_error(err)),
+        }
+    }
+
+    async fn list_revisions(
+        &self,
+        request: Request<pb::ListRevisionsRequest>,
+    ) -> Result<Response<pb::ListRevisionsResponse>, Status> {
+        let request = request.into_inner();
+        let caller = convert::caller(request.caller, "caller")?;
+        let revisions = self
+            .store
+            .list_revisions(&caller.user, convert::limit(request.limit))
+            .await
+            .map_err(status::storage_error)?;
+        Ok(Response::new(pb::ListRevisionsResponse {
+            revisions: revisions.into_iter().map(convert::revision_info).collect(),
+        }))
+    }
+
+    async fn restore_revision(
+        &self,
+        request: Request<pb::RestoreRevisionRequest>,
+    ) -> Result<Response<pb::RestoreRevisionResponse>, Status> {
+        let request = request.into_inner();
+        let caller = convert::caller(request.caller, "caller")?;
+        let from = convert::revision(request.from_revision, "from_revision")?;
+        let precondition = convert::precondition(request.precondition, "precondition")?;
+        let idempotency_key = convert::idempotency_key(request.idempotency_key, "idempotency_key")?;
+        let outcome = self
+            .store
+            .restore(RestoreRequest {
+                user: caller.user,
+                from,
+                precondition,
+                principal: caller.principal,
+                idempotency_key,
+            })
+            .await
+            .map_err(status::put_error)?;
+        tracing::info!(
+            revision = %outcome.info.revision,
+            restored_from = ?outcome.info.restored_from,
+            replayed = outcome.replayed,
+            "restored a revision"
+        );
+        Ok(Response::new(pb::RestoreRevisionResponse {
+            revision: Some(convert::revision_info(outcome.info)),
+            replayed: outcome.replayed,
+        }))
+    }
+
+    async fn list_ledger(
+        &self,
+        request: Request<pb::ListLedgerRequest>,
+    ) -> Result<Response<pb::ListLedgerResponse>, Status> {
+        let request = request.into_inner();
+        let caller = convert::caller(request.caller, "caller")?;
+        let limit = convert::limit(request.limit);
+        let (served, writes) = tokio::try_join!(
+            self.store.served_ledger(&caller.user, limit),
+            self.store.put_ledger(&caller.user, limit),
+        )
+        .map_err(status::storage_error)?;
+        Ok(Response::new(pb::ListLedgerResponse {
+            served: served.into_iter().map(convert::served_entry).collect(),
+            writes: writes.into_iter().map(convert::write_entry).collect(),
+        }))
+    }
+
+    async fn get_store_status(
+        &self,
+        _request: Request<pb::GetStoreStatusRequest>,
+    ) -> Result<Response<pb::GetStoreStatusResponse>, Status> {
+        let (health, reason) = match self.store.health().await {
+            Ok(()) => (pb::StoreHealth::Serving, String::new()),
+            Err(err) => {
+                // The cause may name hosts or paths: it goes to the log, the caller gets the reason.
+                tracing::warn!(reason = err.reason(), error = %err, "the sync store failed its probe");
+                (pb::StoreHealth::Unavailable, err.reason().to_owned())
+            }
+        };
+        Ok(Response::new(pb::GetStoreStatusResponse {
+            backend: self.store.backend().to_owned(),
+            health: health.into(),
+            reason,
+            quota_bytes: self.quota_bytes,
+            keep_revisions: self.keep_revisions,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

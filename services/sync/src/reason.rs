@@ -1,0 +1,39 @@
+//! The `ErrorInfo` reasons of `snug.sync.v1` (domain `snug.sync`).
+//!
+//! Clients switch on these strings; they are part of the API and never change meaning. The
+//! store's own refusals use the reason strings `snug-revstore` defines (re-exported here), so the
+//! put ledger, the gRPC status and the gateway's JSON all say the same word for the same cause.
+
+pub use snug_revstore::reason::{
+    BODY_ABORTED, IDEMPOTENCY_KEY_REUSED, IMAGE_CONFLICT, NOT_FOUND, PRECONDITION_REQUIRED,
+    QUOTA_EXCEEDED, REVISION_MISMATCH, STALE_REVISION, STORAGE_CORRUPT, STORAGE_UNAVAILABLE,
+};
+pub use snug_rpc::status::reason::{INTERNAL, INVALID_ARGUMENT};
+
+/// The error domain of this service.
+pub const DOMAIN: &str = "snug.sync";
+
+/// Metadata key: the user's current revision (on REVISION_MISMATCH and STALE_REVISION).
+pub const CURRENT_REVISION: &str = "currentRevision";
+/// Metadata key: the revision the writer built on (on STALE_REVISION).
+pub const BASE_REVISION: &str = "baseRevision";
+/// Metadata key: the per-user quota in bytes (on QUOTA_EXCEEDED).
+pub const QUOTA_BYTES: &str = "quotaBytes";
+/// Metadata key: the revision an idempotency key produced (on IDEMPOTENCY_KEY_REUSED).
+pub const REVISION: &str = "revision";
+
+/// Every reason this service can return, for the reason-table tests.
+pub const ALL: &[&str] = &[
+    PRECONDITION_REQUIRED,
+    REVISION_MISMATCH,
+    STALE_REVISION,
+    QUOTA_EXCEEDED,
+    NOT_FOUND,
+    IDEMPOTENCY_KEY_REUSED,
+    BODY_ABORTED,
+    IMAGE_CONFLICT,
+    STORAGE_UNAVAILABLE,
+    STORAGE_CORRUPT,
+    INVALID_ARGUMENT,
+    INTERNAL,
+];

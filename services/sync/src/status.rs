@@ -1,0 +1,146 @@
+//! The one place `snug.sync.v1` chooses a gRPC code: store errors to `tonic::Status`.
+//!
+//! There is one exhaustive match per `snug-revstore` error enum, so a new variant does not compile
+//! until someone picks its code and reason here. Reasons are the store's own (`err.reason()` and
+//! the status always agree; a test checks it), and the codes follow the table in `sync.proto`.
+
+use snug_revstore::{InvalidToken, PutError, ReadError, StorageError};
+use snug_rpc::status::error;
+use tonic::{Code, Status};
+
+use crate::reason::{self, DOMAIN};
+
+/// The message of every denial. One fixed text, so that no wording tells a missing user from a
+/// reclaimed image or from another user's image.
+pub const DENIED: &str = "no such image";
+
+/// Maps a refused or failed put or restore.
+pub fn put_error(err: PutError) -> Status {
+    match err {
+        PutError::PreconditionRequired => error(
+            Code::FailedPrecondition,
+            reason::PRECONDITION_REQUIRED,
+            DOMAIN,
+            "a write requires a precondition: must_not_exist for the first write, \
+             must_match the current revision otherwise",
+            [],
+        ),
+        PutError::NotFound => denied(),
+        PutError::Conflict { current } => {
+            let message = match &current {
+                Some(_) => "revision mismatch: the write named a revision that is not current",
+                None => {
+                    "revision mismatch: there is no image yet; the first write uses must_not_exist"
+                }
+            };
+            error(
+                Code::Aborted,
+                reason::REVISION_MISMATCH,
+                DOMAIN,
+                message,
+                current.map(|current| (reason::CURRENT_REVISION, current.to_string())),
+            )
+        }
+        PutError::Stale { base, current } => error(
+            Code::Aborted,
+            reason::STALE_REVISION,
+            DOMAIN,
+            format!("stale revision: the image changed since {base}"),
+            [
+                (reason::CURRENT_REVISION, current.to_string()),
+                (reason::BASE_REVISION, base.to_string()),
+            ],
+        ),
+        PutError::QuotaExceeded { quota } => quota_exceeded(quota),
+        PutError::ImageConflict { identity } => {
+            // Content addresses are SHA-256: different bytes at one address means damaged storage,
+            // which an operator must see; the client only learns that the write was refused.
+            tracing::error!(
+                identity,
+                "different bytes occupy a content-addressed identity"
+            );
+            error(
+                Code::Internal,
+                reason::IMAGE_CONFLICT,
+                DOMAIN,
+                "the store refused the image: different bytes occupy its content address; \
+                 the server log has the details",
+                [],
+            )
+        }
+        PutError::IdempotencyKeyReused { revision } => error(
+            Code::FailedPrecondition,
+            reason::IDEMPOTENCY_KEY_REUSED,
+            DOMAIN,
+            "the idempotency key was already used for a different write",
+            [(reason::REVISION, revision.to_string())],
+        ),
+        PutError::BodyAborted(cause) => {
+            tracing::info!(error = %cause, "an upload stream failed before its end");
+            error(
+                Code::Cancelled,
+                reason::BODY_ABORTED,
+                DOMAIN,
+                "the image stream failed before its end; nothing was written",
+                [],
+            )
+        }
+        PutError::Storage(err) => storage_error(err),
+    }
+}
+
+/// Maps a failed head or download.
+pub fn read_error(err: ReadError) -> Status {
+    match err {
+        ReadError::NotFound => denied(),
+        ReadError::Storage(err) => storage_error(err),
+    }
+}
+
+/// Maps a failure of the storage itself. The cause is logged here, not sent: it may name paths,
+/// hosts or SQL.
+pub fn storage_error(err: StorageError) -> Status {
+    match err {
+        StorageError::Unavailable(cause) => {
+            tracing::warn!(error = %cause, "the sync store is unavailable");
+            error(
+                Code::Unavailable,
+                reason::STORAGE_UNAVAILABLE,
+                DOMAIN,
+                "the storage backend is unavailable; retry later",
+                [],
+            )
+        }
+        StorageError::Corrupt { object } => {
+            tracing::error!(object, "stored bytes failed verification");
+            error(
+                Code::DataLoss,
+                reason::STORAGE_CORRUPT,
+                DOMAIN,
+                "stored bytes failed verification; the server log has the details",
+                [],
+            )
+        }
+    }
+}
+
+/// The uniform denial: no such user, no image, a reclaimed or another user's revision.
+pub fn denied() -> Status {
+    error(Code::NotFound, reason::NOT_FOUND, DOMAIN, DENIED, [])
+}
+
+/// An image over the per-user quota, declared or streamed.
+pub fn quota_exceeded(quota: u64) -> Status {
+    error(
+        Code::ResourceExhausted,
+        reason::QUOTA_EXCEEDED,
+        DOMAIN,
+        format!("the image exceeds the per-user quota of {quota} bytes"),
+        [(reason::QUOTA_BYTES, quota.to_string())],
+    )
+}
+
+/// A request field that failed the store's validation (user id, principal, revision, key).
+pub fn invalid(field: &str, err: InvalidToken) -> Status {
+    snug_rpc::status::invalid_argument(DOMAIN, field, err.to_string())
+}

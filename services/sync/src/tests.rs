@@ -1,0 +1,1238 @@
+//! In-process tests of `snug.sync.v1`: a real server on loopback, a generated client, and a real
+//! store — SQLite in a temporary directory, and PostgreSQL (a fresh schema per test) when
+//! `SNUG_TEST_POSTGRES_URL` names a server.
+
+use std::{io::Write as _, time::Duration};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+use snug_proto::sync::v1::{
+    self as pb, precondition::Condition, sync_service_client::SyncServiceClient,
+};
+use snug_rpc::chunks::{CHUNK_SIZE, Part};
+use tonic::{Code, transport::Channel};
+
+use super::*;
+
+/// A running service with its client and a handle on the store behind it.
+struct Hub {
+    client: SyncServiceClient<Channel>,
+    store: AnyStore,
+    config: SyncConfig,
+    // Keeps the embedded store's directory alive for the test's duration.
+    _dir: tempfile::TempDir,
+}
+
+/// Starts the service over a fresh store of `backend`; `None` (the test is skipped, loudly) for
+/// PostgreSQL without `SNUG_TEST_POSTGRES_URL`.
+async fn start(backend: Backend, tune: impl FnOnce(&mut SyncConfig)) -> Option<Hub> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = SyncConfig {
+        data_dir: dir.path().to_owned(),
+        // Tests that reclaim do it explicitly, at a moment they choose.
+        reclaim_interval: Duration::ZERO,
+        ..SyncConfig::default()
+    };
+    if backend == Backend::Postgres {
+        let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
+            // Straight to the stderr handle: libtest captures `eprintln!` of passing tests, and a
+            // skip must be visible in the run's output.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped (PostgreSQL): SNUG_TEST_POSTGRES_URL is not set"
+            );
+            return None;
+        };
+        config.store = Backend::Postgres;
+        config.postgres_url = Some(PostgresUrl::new(url));
+        config.postgres_schema = Some(unique_schema());
+        config.postgres_pool_size = 4;
+    }
+    tune(&mut config);
+    let store = open_store(&config).await.expect("open the store");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (served_store, served_config) = (store.clone(), config.clone());
+    tokio::spawn(async move {
+        serve(
+            &ServerConfig::for_tests(),
+            &served_config,
+            served_store,
+            listener,
+            std::future::pending(),
+        )
+        .await
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let client = SyncServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    Some(Hub {
+        client,
+        store,
+        config,
+        _dir: dir,
+    })
+}
+
+fn unique_schema() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "sync_test_{}_{}_{}",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+fn caller(user: &str, principal: &str) -> Option<pb::Caller> {
+    Some(pb::Caller {
+        user_id: user.to_owned(),
+        principal: principal.to_owned(),
+    })
+}
+
+fn must_not_exist() -> Option<Condition> {
+    Some(Condition::MustNotExist(pb::MustNotExist {}))
+}
+
+fn must_match(revision: &str) -> Option<Condition> {
+    Some(Condition::MustMatch(revision.to_owned()))
+}
+
+/// Deterministic bytes, different per seed (xorshift64*).
+fn image(seed: u64, len: usize) -> Bytes {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    Bytes::from(out)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn reason(status: &Status) -> String {
+    snug_rpc::status::reason_of(status).unwrap_or_default()
+}
+
+fn meta(status: &Status, key: &str) -> Option<String> {
+    snug_rpc::status::metadata_of(status, key)
+}
+
+/// One PutImage call: what the header says and how the bytes are sent.
+struct Put<'a> {
+    user: &'a str,
+    precondition: Option<Condition>,
+    bytes: Bytes,
+    declare_length: bool,
+    idempotency_key: Option<&'a str>,
+}
+
+impl<'a> Put<'a> {
+    fn new(user: &'a str, precondition: Option<Condition>, bytes: Bytes) -> Self {
+        Self {
+            user,
+            precondition,
+            bytes,
+            declare_length: true,
+            idempotency_key: None,
+        }
+    }
+
+    fn header(&self) -> pb::PutImageRequest {
+        pb::PutImageRequest {
+            message: Some(pb::put_image_request::Message::Header(pb::PutImageHeader {
+                caller: caller(self.user, "device-a"),
+                precondition: Some(pb::Precondition {
+                    condition: self.precondition.clone(),
+                }),
+                idempotency_key: self.idempotency_key.map(str::to_owned),
+                expected_length: self.declare_length.then_some(self.bytes.len() as u64),
+            })),
+        }
+    }
+
+    async fn send(self, hub: &mut Hub) -> Result<pb::PutImageResponse, Status> {
+        let request = chunks::upload(self.header(), self.bytes.clone(), chunk_message);
+        hub.client
+            .put_image(request)
+            .await
+            .map(Response::into_inner)
+    }
+}
+
+fn chunk_message(chunk: Bytes) -> pb::PutImageRequest {
+    pb::PutImageRequest {
+        message: Some(pb::put_image_request::Message::Chunk(chunk)),
+    }
+}
+
+async fn put(
+    hub: &mut Hub,
+    user: &str,
+    precondition: Option<Condition>,
+    bytes: &Bytes,
+) -> Result<pb::RevisionInfo, Status> {
+    let response = Put::new(user, precondition, bytes.clone())
+        .send(hub)
+        .await?;
+    Ok(response.revision.expect("revision"))
+}
+
+async fn provision(hub: &mut Hub, user: &str) -> bool {
+    hub.client
+        .provision_user(pb::ProvisionUserRequest {
+            caller: caller(user, user),
+        })
+        .await
+        .expect("provision")
+        .into_inner()
+        .created
+}
+
+/// Downloads an image; returns its metadata, the bytes and the size of every chunk message.
+async fn get(
+    hub: &mut Hub,
+    user: &str,
+    revision: Option<&str>,
+) -> Result<(pb::RevisionInfo, Bytes, Vec<usize>), Status> {
+    let mut stream = hub
+        .client
+        .get_image(pb::GetImageRequest {
+            caller: caller(user, "device-b"),
+            revision: revision.map(str::to_owned),
+        })
+        .await?
+        .into_inner();
+    let split = |m: pb::GetImageResponse| {
+        m.message.map(|m| match m {
+            pb::get_image_response::Message::Result(r) => Part::Header(r),
+            pb::get_image_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    };
+    let first = stream.message().await?.and_then(split);
+    let Some(Part::Header(info)) = first else {
+        panic!("the stream did not start with its result");
+    };
+    let mut bytes = Vec::new();
+    let mut sizes = Vec::new();
+    while let Some(message) = stream.message().await? {
+        match split(message) {
+            Some(Part::Chunk(chunk)) => {
+                sizes.push(chunk.len());
+                bytes.extend_from_slice(&chunk);
+            }
+            _ => panic!("the stream repeated its result"),
+        }
+    }
+    Ok((info, Bytes::from(bytes), sizes))
+}
+
+async fn head(hub: &mut Hub, user: &str) -> Result<pb::RevisionInfo, Status> {
+    let response = hub
+        .client
+        .head_image(pb::HeadImageRequest {
+            caller: caller(user, user),
+        })
+        .await?;
+    Ok(response.into_inner().revision.expect("revision"))
+}
+
+async fn history(hub: &mut Hub, user: &str) -> Vec<pb::RevisionInfo> {
+    hub.client
+        .list_revisions(pb::ListRevisionsRequest {
+            caller: caller(user, user),
+            limit: 0,
+        })
+        .await
+        .expect("list revisions")
+        .into_inner()
+        .revisions
+}
+
+async fn restore(
+    hub: &mut Hub,
+    user: &str,
+    from: &str,
+    precondition: Option<Condition>,
+) -> Result<pb::RestoreRevisionResponse, Status> {
+    hub.client
+        .restore_revision(pb::RestoreRevisionRequest {
+            caller: caller(user, "device-c"),
+            from_revision: from.to_owned(),
+            precondition: precondition.map(|condition| pb::Precondition {
+                condition: Some(condition),
+            }),
+            idempotency_key: None,
+        })
+        .await
+        .map(Response::into_inner)
+}
+
+#[track_caller]
+fn assert_refused(result: Result<impl fmt::Debug, Status>, code: Code, expected: &str) -> Status {
+    let status = match result {
+        Ok(value) => panic!("expected {expected}, got {value:?}"),
+        Err(status) => status,
+    };
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (code, expected),
+        "{status:?}"
+    );
+    status
+}
+
+/// Instantiates every backend-generic case once per backend.
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    compare_and_swap_over_grpc,
+    a_write_without_a_precondition_is_refused,
+    quota_boundary_is_exact_whether_declared_or_not,
+    an_over_quota_stream_is_refused_while_it_streams,
+    get_returns_the_exact_bytes_and_digest,
+    head_reports_the_current_revision_without_bytes,
+    history_lists_newest_first_and_restore_copies_forward,
+    ledger_lists_served_and_refused_entries,
+    denial_is_uniform,
+    a_retry_with_the_same_idempotency_key_is_replayed,
+    first_contact_provisions_the_user_record_only,
+    malformed_uploads_are_refused_and_write_nothing,
+    store_status_reports_the_backend,
+);
+
+async fn compare_and_swap_over_grpc(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let (v1, v2, v3) = (image(1, 5000), image(2, 5000), image(3, 5000));
+
+    // No image yet: must-match anything is a mismatch that reports no current revision.
+    let status = assert_refused(
+        put(&mut hub, "alice", must_match("r1-0000000000000000"), &v1).await,
+        Code::Aborted,
+        reason::REVISION_MISMATCH,
+    );
+    assert_eq!(meta(&status, reason::CURRENT_REVISION), None);
+
+    let r1 = put(&mut hub, "alice", must_not_exist(), &v1)
+        .await
+        .expect("first write");
+    assert_eq!(r1.sha256, sha256_hex(&v1));
+    assert_eq!(r1.size, 5000);
+    assert_eq!(r1.base, None);
+
+    // A second first write: mismatch, with the current revision to rebase on.
+    let status = assert_refused(
+        put(&mut hub, "alice", must_not_exist(), &v2).await,
+        Code::Aborted,
+        reason::REVISION_MISMATCH,
+    );
+    assert_eq!(
+        meta(&status, reason::CURRENT_REVISION),
+        Some(r1.revision.clone())
+    );
+
+    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &v2)
+        .await
+        .expect("second write");
+    assert_ne!(r2.revision, r1.revision);
+    assert_eq!(r2.base.as_deref(), Some(r1.revision.as_str()));
+
+    // Built on r1, which is this user's earlier revision: stale, not a mismatch.
+    let status = assert_refused(
+        put(&mut hub, "alice", must_match(&r1.revision), &v3).await,
+        Code::Aborted,
+        reason::STALE_REVISION,
+    );
+    assert_eq!(
+        meta(&status, reason::CURRENT_REVISION),
+        Some(r2.revision.clone())
+    );
+    assert_eq!(
+        meta(&status, reason::BASE_REVISION),
+        Some(r1.revision.clone())
+    );
+
+    // A revision this user never had: a mismatch.
+    let status = assert_refused(
+        put(&mut hub, "alice", must_match("r9-0123456789abcdef"), &v3).await,
+        Code::Aborted,
+        reason::REVISION_MISMATCH,
+    );
+    assert_eq!(
+        meta(&status, reason::CURRENT_REVISION),
+        Some(r2.revision.clone())
+    );
+
+    // None of the refusals moved the pointer.
+    assert_eq!(
+        head(&mut hub, "alice").await.expect("head").revision,
+        r2.revision
+    );
+}
+
+async fn a_write_without_a_precondition_is_refused(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    // A Precondition message with nothing chosen.
+    assert_refused(
+        put(&mut hub, "alice", None, &image(1, 100)).await,
+        Code::FailedPrecondition,
+        reason::PRECONDITION_REQUIRED,
+    );
+    // No Precondition message at all.
+    let header = pb::PutImageRequest {
+        message: Some(pb::put_image_request::Message::Header(pb::PutImageHeader {
+            caller: caller("alice", "device-a"),
+            precondition: None,
+            idempotency_key: None,
+            expected_length: None,
+        })),
+    };
+    let request = chunks::upload(header, image(1, 100), chunk_message);
+    assert_refused(
+        hub.client.put_image(request).await,
+        Code::FailedPrecondition,
+        reason::PRECONDITION_REQUIRED,
+    );
+    // Restore has the same rule.
+    assert_refused(
+        restore(&mut hub, "alice", "r1-0000000000000000", None).await,
+        Code::FailedPrecondition,
+        reason::PRECONDITION_REQUIRED,
+    );
+    assert_refused(
+        head(&mut hub, "alice").await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+}
+
+async fn quota_boundary_is_exact_whether_declared_or_not(backend: Backend) {
+    // Over two chunks, so the refusal happens mid-stream rather than on the first message.
+    const QUOTA: u64 = 2 * CHUNK_SIZE as u64 + 10;
+    let Some(mut hub) = start(backend, |c| c.quota_bytes = QUOTA).await else {
+        return;
+    };
+    for (user, declare_length) in [("declared", true), ("undeclared", false)] {
+        provision(&mut hub, user).await;
+        let over = Put {
+            declare_length,
+            ..Put::new(user, must_not_exist(), image(7, QUOTA as usize + 1))
+        };
+        let status = assert_refused(
+            over.send(&mut hub).await,
+            Code::ResourceExhausted,
+            reason::QUOTA_EXCEEDED,
+        );
+        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(QUOTA.to_string()));
+        assert_refused(
+            head(&mut hub, user).await,
+            Code::NotFound,
+            reason::NOT_FOUND,
+        );
+
+        let exact = image(8, QUOTA as usize);
+        let at = Put {
+            declare_length,
+            ..Put::new(user, must_not_exist(), exact.clone())
+        };
+        let accepted = at.send(&mut hub).await.expect("exactly at the quota");
+        assert_eq!(accepted.revision.expect("revision").size, QUOTA);
+        let (_, bytes, _) = get(&mut hub, user, None).await.expect("get");
+        assert_eq!(bytes, exact);
+    }
+}
+
+async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
+    const QUOTA: u64 = CHUNK_SIZE as u64;
+    let Some(mut hub) = start(backend, |c| c.quota_bytes = QUOTA).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    // Two chunks cross the quota and then the client never finishes: only a server that refuses
+    // while streaming answers at all.
+    let put = Put {
+        declare_length: false,
+        ..Put::new("alice", must_not_exist(), image(1, 2 * CHUNK_SIZE))
+    };
+    let request = chunks::upload(put.header(), put.bytes.clone(), chunk_message)
+        .chain(futures::stream::pending());
+    let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
+        .await
+        .expect("refused before the stream ended");
+    assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
+
+    // A declared length over the quota is refused on the header alone: no chunk is ever sent.
+    let declared = Put::new("alice", must_not_exist(), image(2, QUOTA as usize + 1));
+    let request =
+        futures::stream::once(async move { declared.header() }).chain(futures::stream::pending());
+    let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
+        .await
+        .expect("refused on the header");
+    assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
+    assert_refused(
+        head(&mut hub, "alice").await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+}
+
+async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    // Not a multiple of the chunk size, so the last chunk is short.
+    let first = image(1, 5 * CHUNK_SIZE / 2);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("put");
+    let (info, bytes, sizes) = get(&mut hub, "alice", None).await.expect("get");
+    assert_eq!(info, r1);
+    assert_eq!(bytes, first);
+    assert_eq!(info.sha256, sha256_hex(&bytes));
+    assert_eq!(info.size, bytes.len() as u64);
+    assert!(sizes.len() >= 3, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= CHUNK_SIZE), "{sizes:?}");
+
+    // An earlier retained revision by name, after the image moved on.
+    let second = image(2, 3000);
+    put(&mut hub, "alice", must_match(&r1.revision), &second)
+        .await
+        .expect("put");
+    let (info, bytes, _) = get(&mut hub, "alice", Some(&r1.revision))
+        .await
+        .expect("get r1");
+    assert_eq!((info.revision, bytes), (r1.revision.clone(), first));
+    let (_, bytes, _) = get(&mut hub, "alice", None).await.expect("get current");
+    assert_eq!(bytes, second);
+
+    // An empty image is an image: it round-trips as zero chunks.
+    let r3 = head(&mut hub, "alice").await.expect("head").revision;
+    put(&mut hub, "alice", must_match(&r3), &Bytes::new())
+        .await
+        .expect("empty put");
+    let (info, bytes, sizes) = get(&mut hub, "alice", None).await.expect("get empty");
+    assert_eq!((info.size, bytes.len(), sizes.len()), (0, 0, 0));
+    assert_eq!(info.sha256, sha256_hex(b""));
+}
+
+async fn head_reports_the_current_revision_without_bytes(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    assert_refused(
+        head(&mut hub, "alice").await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+    let bytes = image(1, 4096);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &bytes)
+        .await
+        .expect("put");
+    let info = head(&mut hub, "alice").await.expect("head");
+    assert_eq!(info, r1);
+    assert_eq!(info.sha256, sha256_hex(&bytes));
+    assert_eq!(info.principal, "device-a");
+    assert!(info.retained);
+    let accepted = info.accepted_at.expect("accepted_at");
+    assert!(accepted.seconds > 1_700_000_000, "{accepted:?}");
+    assert!((0..1_000_000_000).contains(&accepted.nanos), "{accepted:?}");
+}
+
+async fn history_lists_newest_first_and_restore_copies_forward(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let images = [image(1, 3000), image(2, 3000), image(3, 3000)];
+    let r1 = put(&mut hub, "alice", must_not_exist(), &images[0])
+        .await
+        .expect("r1");
+    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &images[1])
+        .await
+        .expect("r2");
+    let r3 = put(&mut hub, "alice", must_match(&r2.revision), &images[2])
+        .await
+        .expect("r3");
+
+    let listed: Vec<(String, Option<String>)> = history(&mut hub, "alice")
+        .await
+        .into_iter()
+        .map(|r| (r.revision, r.base))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (r3.revision.clone(), Some(r2.revision.clone())),
+            (r2.revision.clone(), Some(r1.revision.clone())),
+            (r1.revision.clone(), None),
+        ]
+    );
+
+    // Restore needs the current revision like any write: r2 is stale.
+    assert_refused(
+        restore(&mut hub, "alice", &r1.revision, must_match(&r2.revision)).await,
+        Code::Aborted,
+        reason::STALE_REVISION,
+    );
+    let restored = restore(&mut hub, "alice", &r1.revision, must_match(&r3.revision))
+        .await
+        .expect("restore");
+    let r4 = restored.revision.expect("revision");
+    assert!(!restored.replayed);
+    assert_eq!(r4.restored_from.as_deref(), Some(r1.revision.as_str()));
+    assert_eq!(r4.base.as_deref(), Some(r3.revision.as_str()));
+    assert_eq!(r4.sha256, r1.sha256);
+    assert_eq!(r4.principal, "device-c");
+    let (info, bytes, _) = get(&mut hub, "alice", None).await.expect("get");
+    assert_eq!(
+        (info.revision, bytes),
+        (r4.revision.clone(), images[0].clone())
+    );
+
+    let newest: Vec<String> = history(&mut hub, "alice")
+        .await
+        .into_iter()
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(newest.len(), 4);
+    assert_eq!(newest[0], r4.revision);
+}
+
+async fn ledger_lists_served_and_refused_entries(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let r1 = put(&mut hub, "alice", must_not_exist(), &image(1, 2000))
+        .await
+        .expect("put");
+    assert_refused(
+        put(&mut hub, "alice", must_not_exist(), &image(2, 2000)).await,
+        Code::Aborted,
+        reason::REVISION_MISMATCH,
+    );
+    get(&mut hub, "alice", None).await.expect("get");
+
+    let ledger = hub
+        .client
+        .list_ledger(pb::ListLedgerRequest {
+            caller: caller("alice", "alice"),
+            limit: 0,
+        })
+        .await
+        .expect("ledger")
+        .into_inner();
+    let served: Vec<(String, String)> = ledger
+        .served
+        .iter()
+        .map(|e| (e.revision.clone(), e.principal.clone()))
+        .collect();
+    assert_eq!(served, [(r1.revision.clone(), "device-b".to_owned())]);
+    assert!(ledger.served[0].served_at.is_some());
+
+    // Newest first: the refusal, then the acceptance.
+    let writes: Vec<(pb::Verdict, String, Option<String>, String)> = ledger
+        .writes
+        .iter()
+        .map(|e| {
+            (
+                e.verdict(),
+                e.reason.clone(),
+                e.revision.clone(),
+                e.principal.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            (
+                pb::Verdict::Refused,
+                reason::REVISION_MISMATCH.to_owned(),
+                None,
+                "device-a".to_owned()
+            ),
+            (
+                pb::Verdict::Accepted,
+                String::new(),
+                Some(r1.revision.clone()),
+                "device-a".to_owned()
+            ),
+        ]
+    );
+
+    // Another user's ledger shows none of it.
+    provision(&mut hub, "bob").await;
+    let other = hub
+        .client
+        .list_ledger(pb::ListLedgerRequest {
+            caller: caller("bob", "bob"),
+            limit: 10,
+        })
+        .await
+        .expect("ledger")
+        .into_inner();
+    assert!(
+        other.served.is_empty() && other.writes.is_empty(),
+        "{other:?}"
+    );
+}
+
+async fn denial_is_uniform(backend: Backend) {
+    let Some(mut hub) = start(backend, |c| {
+        c.keep_revisions = 1;
+        c.grace = Duration::ZERO;
+    })
+    .await
+    else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let r1 = put(&mut hub, "alice", must_not_exist(), &image(1, 2000))
+        .await
+        .expect("r1");
+    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &image(2, 2000))
+        .await
+        .expect("r2");
+    let bob = put(&mut hub, "bob", must_not_exist(), &image(3, 2000))
+        .await
+        .expect("bob");
+    // Retention keeps only the newest revision: r1's bytes go.
+    let report = hub.store.reclaim().await.expect("reclaim");
+    assert!(report.revisions >= 1, "{report:?}");
+
+    let denials = [
+        (
+            "unknown user, current image",
+            get(&mut hub, "mallory", None).await.map(|_| ()),
+        ),
+        (
+            "unknown user, head",
+            head(&mut hub, "mallory").await.map(|_| ()),
+        ),
+        (
+            "another user's revision",
+            get(&mut hub, "alice", Some(&bob.revision))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "a reclaimed revision",
+            get(&mut hub, "alice", Some(&r1.revision)).await.map(|_| ()),
+        ),
+        (
+            "restore from another user's revision",
+            restore(&mut hub, "alice", &bob.revision, must_match(&r2.revision))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "restore from a reclaimed revision",
+            restore(&mut hub, "alice", &r1.revision, must_match(&r2.revision))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "write for an unknown user",
+            put(&mut hub, "mallory", must_not_exist(), &image(4, 10))
+                .await
+                .map(|_| ()),
+        ),
+    ];
+    for (case, result) in denials {
+        let status = result.expect_err(case);
+        assert_eq!(
+            (status.code(), reason(&status), status.message()),
+            (Code::NotFound, reason::NOT_FOUND.to_owned(), status::DENIED),
+            "{case}"
+        );
+        assert_eq!(meta(&status, reason::CURRENT_REVISION), None, "{case}");
+    }
+
+    // The reclaimed revision stays in the history, so a write based on it is stale.
+    let listed = history(&mut hub, "alice").await;
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1].revision, r1.revision);
+    assert!(!listed[1].retained);
+    assert_refused(
+        put(&mut hub, "alice", must_match(&r1.revision), &image(5, 10)).await,
+        Code::Aborted,
+        reason::STALE_REVISION,
+    );
+    // An unknown user's history is as empty as a user's without images.
+    assert!(history(&mut hub, "mallory").await.is_empty());
+}
+
+async fn a_retry_with_the_same_idempotency_key_is_replayed(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let bytes = image(1, 3 * CHUNK_SIZE / 2);
+    let keyed = |bytes: &Bytes, precondition| Put {
+        idempotency_key: Some("upload-7f3a"),
+        ..Put::new("alice", precondition, bytes.clone())
+    };
+    let first = keyed(&bytes, must_not_exist())
+        .send(&mut hub)
+        .await
+        .expect("first");
+    assert!(!first.replayed);
+    let r1 = first.revision.expect("revision");
+
+    // The response was lost; the client retries the very same request.
+    let retry = keyed(&bytes, must_not_exist())
+        .send(&mut hub)
+        .await
+        .expect("retry");
+    assert!(retry.replayed);
+    assert_eq!(retry.revision.as_ref(), Some(&r1));
+
+    // Even after another write landed, the key still names the write it produced.
+    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &image(2, 100))
+        .await
+        .expect("r2");
+    let late = keyed(&bytes, must_not_exist())
+        .send(&mut hub)
+        .await
+        .expect("late retry");
+    assert!(late.replayed);
+    assert_eq!(late.revision.map(|r| r.revision), Some(r1.revision.clone()));
+    assert_eq!(
+        head(&mut hub, "alice").await.expect("head").revision,
+        r2.revision
+    );
+
+    // The same key for different bytes is refused, naming what the key produced.
+    let status = assert_refused(
+        keyed(&image(3, 100), must_match(&r2.revision))
+            .send(&mut hub)
+            .await,
+        Code::FailedPrecondition,
+        reason::IDEMPOTENCY_KEY_REUSED,
+    );
+    assert_eq!(meta(&status, reason::REVISION), Some(r1.revision.clone()));
+    assert_eq!(history(&mut hub, "alice").await.len(), 2);
+}
+
+async fn first_contact_provisions_the_user_record_only(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    // Before provisioning, a write is denied like any unknown user's.
+    assert_refused(
+        put(&mut hub, "alice", must_not_exist(), &image(1, 10)).await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+    assert!(
+        provision(&mut hub, "alice").await,
+        "first contact creates the record"
+    );
+    assert!(
+        !provision(&mut hub, "alice").await,
+        "a second contact creates nothing"
+    );
+    // No empty image was made: there is nothing to download and the first write is accepted.
+    assert_refused(
+        get(&mut hub, "alice", None).await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+    assert!(history(&mut hub, "alice").await.is_empty());
+    put(&mut hub, "alice", must_not_exist(), &image(1, 10))
+        .await
+        .expect("first write");
+}
+
+async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let bytes = image(1, 3000);
+    let header = Put::new("alice", must_not_exist(), bytes.clone()).header();
+    let chunk = || chunk_message(bytes.clone());
+    let streams: Vec<(&str, Vec<pb::PutImageRequest>, &str)> = vec![
+        (
+            "a chunk before the header",
+            vec![chunk(), header.clone()],
+            "header",
+        ),
+        ("no message at all", vec![], "header"),
+        (
+            "a message with no field",
+            vec![pb::PutImageRequest { message: None }],
+            "message",
+        ),
+        (
+            "the header twice",
+            vec![header.clone(), chunk(), header.clone()],
+            "header",
+        ),
+        (
+            "a chunk over 1 MiB",
+            vec![header.clone(), chunk_message(image(2, CHUNK_SIZE + 1))],
+            "chunk",
+        ),
+        (
+            "fewer bytes than declared",
+            vec![header.clone()],
+            "header.expected_length",
+        ),
+        (
+            "more bytes than declared",
+            vec![header.clone(), chunk(), chunk()],
+            "header.expected_length",
+        ),
+    ];
+    for (case, messages, field) in streams {
+        let status = assert_refused(
+            hub.client.put_image(futures::stream::iter(messages)).await,
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+        );
+        assert_eq!(meta(&status, "field").as_deref(), Some(field), "{case}");
+    }
+    let bad_callers = [
+        ("", "device-a", "header.caller.user_id"),
+        ("alice", "", "header.caller.principal"),
+        ("al\nice", "device-a", "header.caller.user_id"),
+    ];
+    for (user, principal, field) in bad_callers {
+        let mut header = header.clone();
+        if let Some(pb::put_image_request::Message::Header(h)) = &mut header.message {
+            h.caller = caller(user, principal);
+        }
+        let status = assert_refused(
+            hub.client
+                .put_image(futures::stream::iter([header, chunk()]))
+                .await,
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+        );
+        assert_eq!(meta(&status, "field").as_deref(), Some(field));
+    }
+    let status = assert_refused(
+        put(&mut hub, "alice", must_match("not a \"token\""), &bytes).await,
+        Code::InvalidArgument,
+        reason::INVALID_ARGUMENT,
+    );
+    assert_eq!(
+        meta(&status, "field").as_deref(),
+        Some("header.precondition.must_match")
+    );
+    // Nothing above was written.
+    assert_refused(
+        head(&mut hub, "alice").await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+    put(&mut hub, "alice", must_not_exist(), &bytes)
+        .await
+        .expect("a well-formed first write");
+}
+
+async fn store_status_reports_the_backend(backend: Backend) {
+    let Some(mut hub) = start(backend, |c| {
+        c.quota_bytes = 12345;
+        c.keep_revisions = 3;
+    })
+    .await
+    else {
+        return;
+    };
+    let status = hub
+        .client
+        .get_store_status(pb::GetStoreStatusRequest {})
+        .await
+        .expect("status")
+        .into_inner();
+    let expected = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    assert_eq!(status.backend, expected);
+    assert_eq!(status.health(), pb::StoreHealth::Serving);
+    assert_eq!(status.reason, "");
+    assert_eq!((status.quota_bytes, status.keep_revisions), (12345, 3));
+    assert_eq!(hub.config.quota_bytes, 12345);
+}
+
+#[tokio::test]
+async fn vanished_pack_files_are_storage_unavailable_not_a_short_image() {
+    let Some(mut hub) = start(Backend::Sqlite, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    put(
+        &mut hub,
+        "alice",
+        must_not_exist(),
+        &image(1, 3 * CHUNK_SIZE),
+    )
+    .await
+    .expect("put");
+    // An operator (or a failing disk) removes the pack files under the running store.
+    let packs = hub.config.sqlite_dir().join("packs");
+    std::fs::remove_dir_all(&packs).expect("remove packs");
+    std::fs::create_dir_all(&packs).expect("recreate packs dir");
+    let status = assert_refused(
+        get(&mut hub, "alice", None).await,
+        Code::Unavailable,
+        reason::STORAGE_UNAVAILABLE,
+    );
+    // The cause (a path) is logged, not sent.
+    assert!(!status.message().contains("packs"), "{status:?}");
+}
+
+#[test]
+fn every_store_refusal_keeps_the_store_reason_and_gets_its_code() {
+    use snug_revstore::{ReadError, Revision, StorageError};
+    let rev = |s: &str| Revision::new(s).expect("revision");
+    let put_cases: Vec<(PutError, Code)> = vec![
+        (PutError::PreconditionRequired, Code::FailedPrecondition),
+        (PutError::NotFound, Code::NotFound),
+        (PutError::Conflict { current: None }, Code::Aborted),
+        (
+            PutError::Conflict {
+                current: Some(rev("r2-aa")),
+            },
+            Code::Aborted,
+        ),
+        (
+            PutError::Stale {
+                base: rev("r1-aa"),
+                current: rev("r2-bb"),
+            },
+            Code::Aborted,
+        ),
+        (
+            PutError::QuotaExceeded { quota: 10 },
+            Code::ResourceExhausted,
+        ),
+        (
+            PutError::ImageConflict {
+                identity: "image 00".to_owned(),
+            },
+            Code::Internal,
+        ),
+        (
+            PutError::IdempotencyKeyReused {
+                revision: rev("r1-aa"),
+            },
+            Code::FailedPrecondition,
+        ),
+        (
+            PutError::BodyAborted(std::io::Error::other("reset")),
+            Code::Cancelled,
+        ),
+        (
+            PutError::Storage(StorageError::Unavailable(Box::new(std::io::Error::other(
+                "down",
+            )))),
+            Code::Unavailable,
+        ),
+        (
+            PutError::Storage(StorageError::Corrupt {
+                object: "chunk 00".to_owned(),
+            }),
+            Code::DataLoss,
+        ),
+    ];
+    for (err, code) in put_cases {
+        let expected_reason = err.reason();
+        let current = err.current().map(ToString::to_string);
+        let status = status::put_error(err);
+        assert_eq!(
+            (status.code(), reason(&status).as_str()),
+            (code, expected_reason)
+        );
+        assert!(
+            reason::ALL.contains(&expected_reason),
+            "{expected_reason} is not in ALL"
+        );
+        assert_eq!(meta(&status, reason::CURRENT_REVISION), current);
+    }
+    let read_cases = [
+        (ReadError::NotFound, Code::NotFound),
+        (
+            ReadError::Storage(StorageError::Corrupt {
+                object: "pack 1".to_owned(),
+            }),
+            Code::DataLoss,
+        ),
+    ];
+    for (err, code) in read_cases {
+        let expected_reason = err.reason();
+        let status = status::read_error(err);
+        assert_eq!(
+            (status.code(), reason(&status).as_str()),
+            (code, expected_reason)
+        );
+    }
+    // The same denial text for reads and writes.
+    assert_eq!(
+        status::read_error(ReadError::NotFound).message(),
+        status::DENIED
+    );
+    assert_eq!(
+        status::put_error(PutError::NotFound).message(),
+        status::DENIED
+    );
+}
+
+#[test]
+fn reasons_are_upper_snake_unique_and_short() {
+    let mut seen = std::collections::HashSet::new();
+    for reason in reason::ALL {
+        assert!(!reason.is_empty() && reason.len() <= 63, "{reason}");
+        assert!(
+            reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
+            "{reason}"
+        );
+        assert!(seen.insert(reason), "duplicate {reason}");
+    }
+}
+
+#[test]
+fn every_reason_is_in_the_architecture_table_and_the_proto() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let architecture =
+        std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let proto =
+        std::fs::read_to_string(root.join("proto/snug/sync/v1/sync.proto")).expect("sync.proto");
+    let table = architecture
+        .split("Sync reasons (domain `snug.sync`)")
+        .nth(1)
+        .expect("ARCHITECTURE.md has the sync reason table");
+    for reason in reason::ALL {
+        assert!(
+            table.contains(&format!("| `{reason}` |")),
+            "ARCHITECTURE.md lacks `{reason}`"
+        );
+        assert!(
+            proto.contains(&format!("// | {reason} ")),
+            "sync.proto's table lacks {reason}"
+        );
+    }
+}
+
+#[test]
+fn the_defaults_need_no_configuration() {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sync: SyncConfig,
+    }
+    let cli = <Cli as clap::Parser>::try_parse_from(["snug-hub"]).expect("parse");
+    let config = cli.sync;
+    assert_eq!(config.store, Backend::Sqlite);
+    assert_eq!(config.quota_bytes, 67_108_864);
+    assert_eq!(config.keep_revisions, 5);
+    assert_eq!(config.grace, Duration::from_secs(24 * 60 * 60));
+    assert_eq!(config.reclaim_interval, Duration::from_secs(600));
+    let store = config.store_config();
+    assert_eq!(store.quota_bytes, 67_108_864);
+    assert_eq!(store.retention.keep_newest, 5);
+
+    let cli = <Cli as clap::Parser>::try_parse_from([
+        "snug-hub",
+        "--store",
+        "postgres",
+        "--sync-quota-bytes",
+        "1000",
+        "--sync-grace",
+        "7d",
+    ])
+    .expect("parse");
+    assert_eq!(cli.sync.store, Backend::Postgres);
+    assert_eq!(cli.sync.quota_bytes, 1000);
+    assert_eq!(cli.sync.grace, Duration::from_secs(7 * 24 * 60 * 60));
+    // The connection string is never a flag.
+    assert!(
+        <Cli as clap::Parser>::try_parse_from(["snug-hub", "--postgres-url", "postgresql://x"])
+            .is_err()
+    );
+    assert!(
+        <Cli as clap::Parser>::try_parse_from(["snug-hub", "--sync-keep-revisions", "0"]).is_err()
+    );
+}
+
+#[test]
+fn the_postgres_url_is_never_printed() {
+    let config = SyncConfig {
+        postgres_url: Some(PostgresUrl::new("postgresql://hub:hunter2@db/hub")),
+        ..SyncConfig::default()
+    };
+    let printed = format!("{config:?}");
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(printed.contains("<redacted>"), "{printed}");
+}
+
+#[tokio::test]
+async fn postgres_without_a_url_is_a_startup_error_naming_the_variable() {
+    let config = SyncConfig {
+        store: Backend::Postgres,
+        postgres_url: None,
+        ..SyncConfig::default()
+    };
+    let err = open_store(&config).await.expect_err("no url");
+    assert!(matches!(err, OpenStoreError::MissingPostgresUrl), "{err:?}");
+    assert!(err.to_string().contains(POSTGRES_URL_ENV), "{err}");
+}
+
+#[test]
+fn durations_accept_hours_and_days() {
+    assert_eq!(parse_long_duration("24h"), Ok(Duration::from_secs(86_400)));
+    assert_eq!(parse_long_duration("2d"), Ok(Duration::from_secs(172_800)));
+    assert_eq!(parse_long_duration("90s"), Ok(Duration::from_secs(90)));
+    assert_eq!(parse_long_duration("0"), Ok(Duration::ZERO));
+    assert!(parse_long_duration("xh").is_err());
+    assert!(parse_long_duration("soon").is_err());
+}

@@ -1,0 +1,267 @@
+//! Opening a container that arrives in pieces ([`Opening`]) gives, for every input, every way of cutting it and every moment the key arrives, exactly what `open` gives for the whole bytes: plaintext and slot, or the same error.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use common::{LIMITS, PASSPHRASE, patch_header, sample};
+use proptest::prelude::*;
+use snug_container::{
+    Corruption, Limits, MAGIC, OpenError, Opening, Passphrase, RecoveryKey, Secrets, SlotKind,
+    Unlocker, open,
+};
+
+/// When the caller runs the unlocker and hands its result back.
+#[derive(Debug, Clone, Copy)]
+enum Derive {
+    /// As soon as it is offered, so later pieces are decrypted as they arrive.
+    AtOnce,
+    /// After every piece is in, so the whole payload is caught up in one go.
+    AtTheEnd,
+    /// Never: `finish` derives the key itself.
+    Never,
+}
+
+/// What an open returned, comparable across APIs (`Unlocked` has no `PartialEq`).
+type Verdict = Result<(Vec<u8>, SlotKind, usize), OpenError>;
+
+fn one_shot(container: &[u8], secrets: &Secrets, limits: &Limits) -> Verdict {
+    open(container, secrets, limits).map(|u| (u.plaintext, u.opened_by, u.slot_index))
+}
+
+fn in_pieces(
+    container: &[u8],
+    secrets: &Secrets,
+    limits: &Limits,
+    cuts: &[usize],
+    derive: Derive,
+    declared_len: Option<u64>,
+) -> Verdict {
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (container.len() + 1)).collect();
+    cuts.push(container.len());
+    cuts.sort_unstable();
+    let mut opening = Opening::new(secrets.clone(), limits, declared_len);
+    let mut unlockers = Vec::new();
+    let mut start = 0;
+    for cut in cuts {
+        opening.push(&container[start..cut]);
+        start = cut;
+        if let Some(unlocker) = opening.take_unlocker() {
+            match derive {
+                Derive::AtOnce => opening.set_decryptor(unlocker.unlock()),
+                Derive::AtTheEnd => unlockers.push(unlocker),
+                Derive::Never => {}
+            }
+        }
+        assert!(opening.take_unlocker().is_none(), "an unlocker is offered once");
+    }
+    for unlocker in unlockers {
+        opening.set_decryptor(unlocker.unlock());
+    }
+    opening
+        .finish()
+        .map(|u| (u.plaintext, u.opened_by, u.slot_index))
+}
+
+#[track_caller]
+fn check_same(container: &[u8], secrets: &Secrets, limits: &Limits, cuts: &[usize]) {
+    let expected = one_shot(container, secrets, limits);
+    for derive in [Derive::AtOnce, Derive::AtTheEnd, Derive::Never] {
+        for declared in [None, Some(container.len() as u64), Some(1), Some(u64::MAX)] {
+            let got = in_pieces(container, secrets, limits, cuts, derive, declared);
+            assert_eq!(got, expected, "{derive:?}, declared {declared:?}, cuts {cuts:?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn any_plaintext_cut_anywhere_opens_as_in_one_piece(
+        plaintext in proptest::collection::vec(any::<u8>(), 0..3000),
+        cuts in proptest::collection::vec(any::<usize>(), 0..10),
+        by_recovery_key in any::<bool>(),
+    ) {
+        let sample = sample(&plaintext);
+        let secrets = if by_recovery_key { sample.by_recovery_key() } else { sample.by_passphrase() };
+        let (opened, kind, _) = in_pieces(&sample.container, &secrets, &LIMITS, &cuts, Derive::AtOnce, None).unwrap();
+        prop_assert_eq!(&opened, &plaintext);
+        prop_assert_eq!(kind, if by_recovery_key { SlotKind::RecoveryKey } else { SlotKind::Passphrase });
+        check_same(&sample.container, &secrets, &LIMITS, &cuts);
+    }
+
+    #[test]
+    fn garbage_after_the_magic_gets_the_one_piece_verdict(
+        tail in proptest::collection::vec(any::<u8>(), 0..1200),
+        cuts in proptest::collection::vec(any::<usize>(), 0..6),
+    ) {
+        let cheap = Limits { min_iterations: 1, max_iterations: 2_000, max_plaintext: 1 << 20 };
+        let bytes = [MAGIC.as_slice(), &tail].concat();
+        let secrets = Secrets { passphrase: Some(Passphrase::new(PASSPHRASE)), recovery_key: Some(RecoveryKey::generate()) };
+        check_same(&bytes, &secrets, &cheap, &cuts);
+    }
+}
+
+#[test]
+fn payloads_longer_than_a_stride_and_cut_unevenly_open() {
+    let plaintext: Vec<u8> = (0..300_001u32).map(|i| (i * 7 % 251) as u8).collect();
+    let sample = sample(&plaintext);
+    for cuts in [vec![], vec![1], vec![37, 283, 284, 285], vec![100_000, 200_017, 299_999]] {
+        check_same(&sample.container, &sample.by_passphrase(), &LIMITS, &cuts);
+    }
+}
+
+#[test]
+fn every_single_byte_change_gets_the_one_piece_verdict_and_never_opens() {
+    let sample = sample(&[0x42; 64]);
+    let secrets = [sample.by_passphrase(), sample.by_recovery_key()];
+    for idx in 0..sample.container.len() {
+        for xor in [0x01, 0x80, 0xff] {
+            let mut damaged = sample.container.clone();
+            damaged[idx] ^= xor;
+            for secrets in &secrets {
+                // Cut inside the header, at the end of the prefix and inside the payload.
+                let cuts = [idx, 100, 268, 300];
+                let expected = one_shot(&damaged, secrets, &LIMITS);
+                for derive in [Derive::AtOnce, Derive::AtTheEnd] {
+                    let got = in_pieces(&damaged, secrets, &LIMITS, &cuts, derive, None);
+                    assert_eq!(got, expected, "byte {idx} ^ {xor:#04x}, {derive:?}");
+                }
+                // A damaged wrapped key locks only its own slot; everything else is refused.
+                if expected.is_ok() {
+                    assert!((160..256).contains(&idx), "byte {idx} ^ {xor:#04x} opened");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_truncation_and_extension_gets_the_one_piece_verdict() {
+    let sample = sample(&[0x42; 64]);
+    let secrets = sample.by_passphrase();
+    for cut in 0..sample.container.len() {
+        let truncated = &sample.container[..cut];
+        check_same(truncated, &secrets, &LIMITS, &[cut / 2, 270]);
+        assert!(one_shot(truncated, &secrets, &LIMITS).is_err());
+    }
+    let mut extended = sample.container.clone();
+    extended.push(0);
+    check_same(&extended, &secrets, &LIMITS, &[17]);
+    // A wrong secret on a truncated body is truncated, not locked: structure is judged first.
+    let wrong = Secrets::passphrase(Passphrase::new("nope"));
+    let short = &sample.container[..sample.container.len() - 70];
+    assert_eq!(
+        in_pieces(short, &wrong, &LIMITS, &[], Derive::AtOnce, None).unwrap_err(),
+        OpenError::Corrupt(Corruption::TruncatedBody)
+    );
+    check_same(short, &wrong, &LIMITS, &[]);
+}
+
+#[test]
+fn hostile_headers_and_sizes_get_the_one_piece_verdict() {
+    let sample = sample(&[0x42; 300]);
+    let secrets = sample.by_passphrase();
+    for iterations in [0u32, 999, 10_000_001] {
+        let hostile = patch_header(&sample.container, 160, |b| {
+            b[12..16].copy_from_slice(&iterations.to_be_bytes())
+        });
+        check_same(&hostile, &secrets, &LIMITS, &[50]);
+    }
+    for n_slots in [0u16, 8, 9, 600] {
+        let hostile = patch_header(&sample.container, 160, |b| {
+            b[32..34].copy_from_slice(&n_slots.to_be_bytes())
+        });
+        check_same(&hostile, &secrets, &LIMITS, &[50]);
+    }
+    // Too large is found from the length alone and wins over locked.
+    let small = Limits {
+        max_plaintext: 299,
+        ..LIMITS
+    };
+    check_same(&sample.container, &secrets, &small, &[]);
+    check_same(
+        &sample.container,
+        &Secrets::passphrase(Passphrase::new("nope")),
+        &small,
+        &[],
+    );
+    assert!(matches!(
+        in_pieces(&sample.container, &secrets, &small, &[], Derive::AtOnce, None),
+        Err(OpenError::TooLarge { plaintext_len: 300, max: 299 })
+    ));
+}
+
+#[test]
+fn wrong_and_missing_secrets_are_locked() {
+    let sample = sample(b"locked");
+    for secrets in [
+        Secrets::passphrase(Passphrase::new("nope")),
+        Secrets::recovery_key(RecoveryKey::generate()),
+        Secrets::default(),
+    ] {
+        check_same(&sample.container, &secrets, &LIMITS, &[10, 300]);
+        assert_eq!(
+            in_pieces(&sample.container, &secrets, &LIMITS, &[], Derive::AtOnce, None).unwrap_err(),
+            OpenError::Locked
+        );
+    }
+}
+
+#[test]
+fn an_unlocker_is_offered_once_the_prefix_is_in_and_not_before() {
+    let sample = sample(&[1; 1000]);
+    // Two slots: 160 header + 96 wrapped keys + 12 IV.
+    assert_eq!(Unlocker::prefix_len(&sample.container[..37]), None);
+    assert_eq!(Unlocker::prefix_len(&sample.container[..38]), Some(268));
+    let mut opening = Opening::new(sample.by_passphrase(), &LIMITS, None);
+    opening.push(&sample.container[..267]);
+    assert!(opening.take_unlocker().is_none());
+    opening.push(&sample.container[267..268]);
+    let unlocker = opening.take_unlocker().unwrap();
+    assert!(!opening.is_decrypting());
+    opening.set_decryptor(unlocker.unlock());
+    assert!(opening.is_decrypting());
+    opening.push(&sample.container[268..]);
+    assert_eq!(opening.finish().unwrap().plaintext, vec![1; 1000]);
+
+    // A prefix that fails a check offers no unlocker: no PBKDF2 is spent on it.
+    let mut damaged = sample.container.clone();
+    damaged[40] ^= 1;
+    let mut opening = Opening::new(sample.by_passphrase(), &LIMITS, None);
+    opening.push(&damaged);
+    assert!(opening.take_unlocker().is_none());
+    assert!(matches!(
+        opening.finish().unwrap_err(),
+        OpenError::Corrupt(Corruption::HeaderChecksumMismatch { .. })
+    ));
+}
+
+#[test]
+fn a_decryptor_from_another_opening_is_never_used() {
+    // Two uploads of the same container; only the first carries the right passphrase.
+    let sample = sample(b"mine");
+    let mut right = Opening::new(sample.by_passphrase(), &LIMITS, None);
+    right.push(&sample.container);
+    let decryptor = right.take_unlocker().unwrap().unlock().unwrap();
+
+    let mut wrong = Opening::new(Secrets::passphrase(Passphrase::new("nope")), &LIMITS, None);
+    wrong.push(&sample.container);
+    let _ = wrong.take_unlocker().unwrap();
+    wrong.set_decryptor(Ok(decryptor));
+    assert!(!wrong.is_decrypting());
+    assert_eq!(wrong.finish().unwrap_err(), OpenError::Locked);
+}
+
+#[test]
+fn secrets_and_keys_never_print() {
+    let sample = sample(b"data");
+    let mut opening = Opening::new(sample.by_passphrase(), &LIMITS, None);
+    opening.push(&sample.container);
+    let unlocker = opening.take_unlocker().unwrap();
+    let printed = format!("{unlocker:?}");
+    let decryptor = unlocker.unlock().unwrap();
+    let printed = format!("{printed} {decryptor:?} {opening:?}");
+    assert!(!printed.contains(PASSPHRASE), "{printed}");
+    assert!(!printed.contains("data"), "{printed}");
+}

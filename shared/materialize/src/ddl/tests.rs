@@ -1,0 +1,175 @@
+//! Tests of DDL application: atomicity, early name rejection and the audit trail.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use expect_test::{Expect, expect};
+use snug_schema::UserDb;
+
+use crate::apply_ddl;
+use crate::test_support::{TRADER, sample_file, schema_json, sha256_file};
+
+fn migrations(db: &UserDb, namespace: &str) -> Vec<(i64, String, String)> {
+    db.connection()
+        .prepare(
+            "SELECT seq, ddl, applied_at FROM snug_app_migrations WHERE app_id = ?1 ORDER BY seq",
+        )
+        .unwrap()
+        .query_map([namespace], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn statements_are_registered_and_audited_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut db, _) = sample_file(dir.path());
+    let report = apply_ddl(
+        &mut db,
+        TRADER,
+        &[
+            "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+            "CREATE INDEX idx_notes_body ON notes (body)",
+            "INSERT INTO notes (body) VALUES ('seeded')",
+        ],
+    )
+    .unwrap();
+    assert_eq!(report.applied, 3);
+    assert_eq!(report.persist.migrations_appended, 3);
+    assert_eq!(report.persist.tables_written, ["notes"]);
+    let report = apply_ddl(&mut db, TRADER, &["ALTER TABLE notes ADD COLUMN tag TEXT"]).unwrap();
+    assert_eq!(report.applied, 1);
+    expect![[r#"
+        [
+            (
+                1,
+                "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+                "2026-01-01T00:00:00.000Z",
+            ),
+            (
+                2,
+                "CREATE INDEX idx_notes_body ON notes (body)",
+                "2026-01-01T00:00:00.000Z",
+            ),
+            (
+                3,
+                "INSERT INTO notes (body) VALUES ('seeded')",
+                "2026-01-01T00:00:00.000Z",
+            ),
+            (
+                4,
+                "ALTER TABLE notes ADD COLUMN tag TEXT",
+                "2026-01-01T00:00:02.000Z",
+            ),
+        ]
+    "#]]
+    .assert_debug_eq(&migrations(&db, TRADER));
+    expect![[r#"{"objects":[{"type":"table","name":"trades","ddl":"CREATE TABLE trades (id INTEGER PRIMARY KEY AUTOINCREMENT, symbol TEXT NOT NULL, qty REAL DEFAULT 0)"},{"type":"table","name":"equities","ddl":"CREATE TABLE equities (symbol TEXT PRIMARY KEY, name TEXT) WITHOUT ROWID"},{"type":"table","name":"notes","ddl":"CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL, tag TEXT)"},{"type":"index","name":"idx_trades_symbol","ddl":"CREATE INDEX idx_trades_symbol ON trades (symbol)"},{"type":"view","name":"v_totals","ddl":"CREATE VIEW v_totals AS SELECT symbol, SUM(qty) AS total FROM trades GROUP BY symbol"},{"type":"index","name":"idx_notes_body","ddl":"CREATE INDEX idx_notes_body ON notes (body)"}],"sequences":{"trades":3}}"#]].assert_eq(&schema_json(&db, TRADER).unwrap());
+}
+
+/// Applies `statements` to a file-backed sample and reports the outcome; on failure it also
+/// checks that the file is byte-for-byte unchanged.
+#[track_caller]
+fn check(statements: &[&str], expect: Expect) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut db, path) = sample_file(dir.path());
+    let before = sha256_file(&path);
+    let outcome = match apply_ddl(&mut db, TRADER, statements) {
+        Ok(report) => format!("ok: {} applied", report.applied),
+        Err(err) => {
+            assert_eq!(sha256_file(&path), before, "a failed apply writes nothing");
+            assert!(migrations(&db, TRADER).is_empty());
+            format!("{}: {err:?}", err.reason())
+        }
+    };
+    expect.assert_eq(&outcome);
+}
+
+#[test]
+fn all_or_nothing() {
+    check(
+        &["CREATE TABLE a (x)", "CREATE TABLE b ("],
+        expect![[
+            r#"DDL_FAILED: Statement { index: 1, problem: Failed(SqliteFailure(Error { code: Unknown, extended_code: 1 }, Some("incomplete input"))) }"#
+        ]],
+    );
+    check(
+        &["CREATE TABLE a (x)", "CREATE TABLE a (y)"],
+        expect![[
+            r#"DDL_FAILED: Statement { index: 1, problem: Failed(SqlInputError { error: Error { code: Unknown, extended_code: 1 }, msg: "table a already exists", sql: "CREATE TABLE a (y)", offset: 13 }) }"#
+        ]],
+    );
+    check(
+        &["DROP TABLE trades", "SELECT * FROM trades"],
+        expect![[
+            r#"DDL_FAILED: Statement { index: 1, problem: Failed(SqliteFailure(Error { code: Unknown, extended_code: 1 }, Some("no such table: trades"))) }"#
+        ]],
+    );
+}
+
+#[test]
+fn reserved_names_are_rejected_before_anything_persists() {
+    check(
+        &["CREATE TABLE fine (x)", "CREATE TABLE snug_evil (x)"],
+        expect![[
+            r#"INVALID_NAME: Statement { index: 1, problem: Forbidden(InvalidName { name: "snug_evil" }) }"#
+        ]],
+    );
+    check(
+        &[
+            "CREATE TABLE fine (x)",
+            "ALTER TABLE fine RENAME TO app_fine",
+        ],
+        expect![[r#"INVALID_NAME: Refused(InvalidName { kind: Table, name: "app_fine" })"#]],
+    );
+    check(
+        &["CREATE VIRTUAL TABLE v USING fts5(x)"],
+        expect![[
+            r#"VIRTUAL_TABLE: Statement { index: 0, problem: Forbidden(VirtualTable { name: "v", module: "fts5" }) }"#
+        ]],
+    );
+    check(
+        &["CREATE TABLE \"bad name\" (x)"],
+        expect![[
+            r#"INVALID_NAME: Statement { index: 0, problem: Forbidden(InvalidName { name: "bad name" }) }"#
+        ]],
+    );
+}
+
+#[test]
+fn only_single_sandboxed_statements_are_applied() {
+    check(
+        &["CREATE TABLE a (x); CREATE TABLE b (x)"],
+        expect!["NOT_ONE_STATEMENT: Statement { index: 0, problem: NotOneStatement }"],
+    );
+    check(
+        &["BEGIN"],
+        expect!["FORBIDDEN_STATEMENT: Statement { index: 0, problem: Forbidden(Transaction) }"],
+    );
+    check(
+        &["ATTACH ':memory:' AS m"],
+        expect!["FORBIDDEN_STATEMENT: Statement { index: 0, problem: Forbidden(Attach) }"],
+    );
+    check(
+        &["PRAGMA writable_schema = 1"],
+        expect![[
+            r#"FORBIDDEN_STATEMENT: Statement { index: 0, problem: Forbidden(Pragma { name: "writable_schema" }) }"#
+        ]],
+    );
+    check(&[], expect!["ok: 0 applied"]);
+}
+
+#[test]
+fn unknown_apps_are_not_found() {
+    check_unknown(expect!["APP_NOT_FOUND: cannot materialize the app"]);
+}
+
+#[track_caller]
+fn check_unknown(expect: Expect) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut db, _) = sample_file(dir.path());
+    let err = apply_ddl(&mut db, "ghost", &["CREATE TABLE t (x)"]).unwrap_err();
+    expect.assert_eq(&format!("{}: {err}", err.reason()));
+}

@@ -1,0 +1,82 @@
+//! App materialization (spec §8.2): each app's data lives as native tables
+//! `app_<token>__<name>` inside the user database; this crate moves it between there and a
+//! runtime database that holds only that app's objects under natural names.
+//!
+//! - [`materialize`]: user database → fresh [`AppDatabase`] (tables, rows, then indexes,
+//!   triggers, views, AUTOINCREMENT counters); [`export_app`]: the same, serialized — a
+//!   standalone SQLite file with natural names, for any namespace shape.
+//! - [`persist`]: [`AppDatabase`] → user database in one `BEGIN IMMEDIATE` transaction; at-rest
+//!   names made only by SQLite's `ALTER TABLE … RENAME`; verbatim DDL and counters in
+//!   `snug_app_schemas` (the reference's `schema_json` format, [`AppSchema`]); `uses_db`; the
+//!   64 MiB cap. An unchanged runtime writes nothing, and only changed tables are rewritten.
+//! - [`apply_ddl`]: statements applied atomically, persisted, and audited in
+//!   `snug_app_migrations`.
+//! - [`execute`] / [`AppDatabase::execute`]: sandboxed SQL with typed, bounded results
+//!   ([`ExecuteLimits`], [`SqlValue`]) for hubs in other languages; writes persist. Over a
+//!   bound a result is truncated and flagged by default ([`Overflow::Truncate`]); the
+//!   reference's error is [`Overflow::Fail`].
+//! - [`list_apps_tables`]: every app's token, `uses_db` and at-rest tables.
+//! - [`push_state`]: the `SNUGSYNC1` push-state sidecar beside the user file.
+//!
+//! The token and name rules are `snug-schema`'s ([`snug_schema::app_data_token`],
+//! [`snug_schema::is_valid_app_object_name`]); [`AppNamespace`] pairs a namespace with its token.
+//!
+//! **Architecture invariants.**
+//! - Names are validated before any interpolation; a runtime with an invalid name, a virtual
+//!   table or a foreign `snug_kv` is refused before the user database is touched (fail closed:
+//!   prior rest state, secrets and other apps untouched).
+//! - Isolation is physical: a runtime contains only its app's objects. Its connection never
+//!   attaches anything (sandbox + `SQLITE_LIMIT_ATTACHED = 0`); bulk copies run on the *user*
+//!   database's connection, to which the runtime is attached for one operation.
+//! - Stored DDL is replayed verbatim under a replay-only sandbox and must produce exactly the
+//!   registered objects; DDL text is never rewritten.
+//!
+//! Every operation family has its own error enum with a stable `reason()`.
+//!
+//! What this crate deliberately does not do:
+//! - No gRPC, sockets or CLI: the `snug.materialize.v1` service and `snug app …` wrap it.
+//! - No file I/O besides the push-state sidecar: user databases come in as
+//!   [`snug_schema::UserDb`] and runtimes as bytes or [`AppDatabase`]s; callers write outputs.
+//! - No sync loop: [`push_state`] only stores what the loop decides.
+//! - No concurrency control beyond SQLite's locks: a runtime materialized twice and persisted
+//!   twice is last-writer-wins per table, as in the reference.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod ddl;
+mod error;
+mod execute;
+mod list;
+mod materialize;
+mod namespace;
+mod persist;
+pub mod push_state;
+mod run;
+mod runtime;
+mod sandbox;
+mod scan;
+mod schema_json;
+mod tables;
+mod userside;
+
+#[cfg(test)]
+mod test_support;
+
+pub use ddl::{DdlReport, apply_ddl};
+pub use error::{
+    DdlError, ExecuteError, ListError, LoadError, MaterializeError, PersistError, ReplayProblem,
+    StatementProblem,
+};
+pub use execute::{
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_STEPS, ExecuteLimits, ExecuteReport, Overflow,
+    SqlValue, StatementResult, execute,
+};
+pub use list::{AppTable, AppTables, AppsTables, list_apps_tables};
+pub use materialize::{export_app, materialize};
+pub use namespace::{AppNamespace, SNUG_KV_DDL};
+pub use persist::{PersistReport, RegistryChange, persist};
+pub use runtime::AppDatabase;
+pub use sandbox::Forbidden;
+pub use scan::Refusal;
+pub use schema_json::{AppSchema, ObjectKind, SchemaJsonProblem, SchemaObject};

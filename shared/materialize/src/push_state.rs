@@ -1,0 +1,173 @@
+//! The push-state sidecar (spec §8.2, notes (d) "Sync loop"): the last pushed revision and
+//! hash live beside the user file, never inside it, so the file never contains its own
+//! revision and recording a push never changes the image.
+//!
+//! Format: `SNUGSYNC1\n` followed by JSON `{"lastPushedRevision"?, "lastPushedHash"?,
+//! "lastSyncAt"?}`. Bare JSON (no magic) is accepted on read; anything unreadable is the empty
+//! state, which means "never pushed" — the safe reading, since the sync loop then compares
+//! with the origin instead of trusting a stale anchor.
+//!
+//! The file name is `<user file>.sync.json`, under the §10 read-and-adopt rule: beside
+//! `user.snug`, the sidecar of a not-yet-adopted `user.sqlite` (`user.sqlite.sync.json`) is
+//! read until `user.snug.sync.json` exists, and writes always go to the canonical name.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use snug_schema::{
+    LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX, USER_FILE, UserFile,
+    resolve_derived, write_atomically,
+};
+
+/// The sidecar's leading bytes.
+pub const SYNC_MAGIC: &[u8] = b"SNUGSYNC1\n";
+
+/// What the sync loop last pushed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushState {
+    /// The origin's revision (ETag) after the last successful push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pushed_revision: Option<String>,
+    /// SHA-256 hex of the plaintext last pushed (the no-change gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pushed_hash: Option<String>,
+    /// ISO-8601 time of the last sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_at: Option<String>,
+}
+
+/// Tolerant field reading: a field of the wrong type is absent rather than a reason to forget
+/// the whole state.
+#[derive(Deserialize)]
+struct RawState {
+    #[serde(default, rename = "lastPushedRevision")]
+    last_pushed_revision: serde_json::Value,
+    #[serde(default, rename = "lastPushedHash")]
+    last_pushed_hash: serde_json::Value,
+    #[serde(default, rename = "lastSyncAt")]
+    last_sync_at: serde_json::Value,
+}
+
+fn text(value: serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+impl PushState {
+    /// Reads a sidecar's bytes: `SNUGSYNC1\n` + JSON, or bare JSON. Anything else (including
+    /// JSON that is not an object) is the empty state.
+    pub fn decode(bytes: &[u8]) -> PushState {
+        let json = bytes.strip_prefix(SYNC_MAGIC).unwrap_or(bytes);
+        match serde_json::from_slice::<RawState>(json) {
+            Ok(raw) => PushState {
+                last_pushed_revision: text(raw.last_pushed_revision),
+                last_pushed_hash: text(raw.last_pushed_hash),
+                last_sync_at: text(raw.last_sync_at),
+            },
+            Err(_) => PushState::default(),
+        }
+    }
+
+    /// Returns the sidecar's bytes: `SNUGSYNC1\n` + compact JSON, absent fields omitted.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = SYNC_MAGIC.to_vec();
+        // Serializing three optional strings cannot fail.
+        let _ = serde_json::to_writer(&mut bytes, self);
+        bytes
+    }
+
+    /// Returns whether nothing was ever pushed.
+    pub fn is_empty(&self) -> bool {
+        *self == PushState::default()
+    }
+}
+
+/// Why the sidecar could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum PushStateError {
+    /// Reading or writing the sidecar failed.
+    #[error("cannot access {path}")]
+    Io {
+        /// The sidecar.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl PushStateError {
+    /// Returns the stable machine reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PushStateError::Io { .. } => "IO",
+        }
+    }
+}
+
+/// Returns where the sidecar of `user_file` is read from and written to.
+///
+/// For `user.snug` and `user.sqlite` this is `snug-schema`'s [`resolve_derived`] rule exactly.
+/// For any other name `<f>` it is `<f>.sync.json`; for `<stem>.snug`, a `<stem>.sqlite.sync.json`
+/// written before the file was renamed is read until the canonical sidecar exists.
+pub fn sidecar_location(user_file: &Path) -> UserFile {
+    let dir = match user_file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = user_file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name == USER_FILE || name == LEGACY_USER_FILE {
+        return resolve_derived(dir, SYNC_SIDECAR_SUFFIX);
+    }
+    let write = dir.join(format!("{name}{SYNC_SIDECAR_SUFFIX}"));
+    let legacy = Path::new(&name)
+        .extension()
+        .filter(|ext| ext.eq_ignore_ascii_case("snug"))
+        .map(|_| {
+            let stem = Path::new(&name)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            dir.join(format!(
+                "{stem}.{LEGACY_USER_FILE_EXTENSION}{SYNC_SIDECAR_SUFFIX}"
+            ))
+        });
+    let read = if write.exists() {
+        Some(write.clone())
+    } else {
+        legacy.filter(|path| path.exists())
+    };
+    UserFile { read, write }
+}
+
+/// Reads the push state of `user_file`; a missing or unreadable sidecar is the empty state.
+pub fn load(user_file: &Path) -> Result<PushState, PushStateError> {
+    let Some(path) = sidecar_location(user_file).read else {
+        return Ok(PushState::default());
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok(PushState::decode(&bytes)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(PushState::default()),
+        Err(source) => Err(PushStateError::Io { path, source }),
+    }
+}
+
+/// Writes the push state of `user_file` atomically to the canonical sidecar name, returning
+/// it. The user file itself is never opened.
+pub fn save(user_file: &Path, state: &PushState) -> Result<PathBuf, PushStateError> {
+    let path = sidecar_location(user_file).write;
+    write_atomically(&path, &state.encode()).map_err(|source| PushStateError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+//! Tests of the push-state sidecar: format, tolerance, naming and that saving never touches the
+//! user file.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use expect_test::{Expect, expect};
+
+use super::*;
+use crate::test_support::{sample_file, sha256_file};
+
+#[track_caller]
+fn check(bytes: &[u8], expect: Expect) {
+    expect.assert_debug_eq(&PushState::decode(bytes));
+}
+
+#[test]
+fn decoding_tolerates_bare_json_and_forgets_garbage() {
+    check(
+        b"SNUGSYNC1\n{\"lastPushedRevision\":\"r2-abc\",\"lastPushedHash\":\"00ff\",\"lastSyncAt\":\"2026-01-01T00:00:00.000Z\"}",
+        expect![[r#"
+            PushState {
+                last_pushed_revision: Some(
+                    "r2-abc",
+                ),
+                last_pushed_hash: Some(
+                    "00ff",
+                ),
+                last_sync_at: Some(
+                    "2026-01-01T00:00:00.000Z",
+                ),
+            }
+        "#]],
+    );
+    check(
+        b"{\"lastPushedHash\":\"00ff\"}",
+        expect![[r#"
+        PushState {
+            last_pushed_revision: None,
+            last_pushed_hash: Some(
+                "00ff",
+            ),
+            last_sync_at: None,
+        }
+    "#]],
+    );
+    check(
+        b"{\"lastPushedHash\":7,\"lastSyncAt\":\"t\",\"other\":[]}",
+        expect![[r#"
+        PushState {
+            last_pushed_revision: None,
+            last_pushed_hash: None,
+            last_sync_at: Some(
+                "t",
+            ),
+        }
+    "#]],
+    );
+    check(
+        b"SNUGSYNC1\n",
+        expect![[r#"
+        PushState {
+            last_pushed_revision: None,
+            last_pushed_hash: None,
+            last_sync_at: None,
+        }
+    "#]],
+    );
+    check(
+        b"SNUGSYNC1\n[1,2]",
+        expect![[r#"
+        PushState {
+            last_pushed_revision: None,
+            last_pushed_hash: None,
+            last_sync_at: None,
+        }
+    "#]],
+    );
+    check(
+        b"\xff\xfe garbage",
+        expect![[r#"
+        PushState {
+            last_pushed_revision: None,
+            last_pushed_hash: None,
+            last_sync_at: None,
+        }
+    "#]],
+    );
+    check(
+        b"",
+        expect![[r#"
+        PushState {
+            last_pushed_revision: None,
+            last_pushed_hash: None,
+            last_sync_at: None,
+        }
+    "#]],
+    );
+}
+
+#[test]
+fn encoding_is_the_magic_and_compact_json() {
+    let state = PushState {
+        last_pushed_revision: Some("r7-x".into()),
+        last_pushed_hash: None,
+        last_sync_at: Some("2026-01-01T00:00:00.000Z".into()),
+    };
+    let bytes = state.encode();
+    expect![[r#"
+        SNUGSYNC1
+        {"lastPushedRevision":"r7-x","lastSyncAt":"2026-01-01T00:00:00.000Z"}"#]]
+    .assert_eq(&String::from_utf8(bytes.clone()).unwrap());
+    assert_eq!(PushState::decode(&bytes), state);
+    assert_eq!(PushState::default().encode(), b"SNUGSYNC1\n{}");
+    assert!(PushState::decode(b"SNUGSYNC1\n{}").is_empty());
+}
+
+#[test]
+fn the_sidecar_follows_read_and_adopt() {
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().join("user.snug");
+    let legacy_sidecar = dir.path().join("user.sqlite.sync.json");
+    let state = PushState {
+        last_pushed_hash: Some("abc".into()),
+        ..PushState::default()
+    };
+    std::fs::write(&legacy_sidecar, state.encode()).unwrap();
+    // A sidecar written beside user.sqlite is found from either name until adopted.
+    assert_eq!(load(&canonical).unwrap(), state);
+    assert_eq!(load(&dir.path().join("user.sqlite")).unwrap(), state);
+    let newer = PushState {
+        last_pushed_hash: Some("def".into()),
+        ..PushState::default()
+    };
+    let written = save(&dir.path().join("user.sqlite"), &newer).unwrap();
+    assert_eq!(written, dir.path().join("user.snug.sync.json"));
+    assert_eq!(load(&canonical).unwrap(), newer);
+    assert_eq!(
+        std::fs::read(&legacy_sidecar).unwrap(),
+        state.encode(),
+        "never renamed or rewritten"
+    );
+
+    // Other names: <f>.sync.json, and <stem>.sqlite.sync.json read for <stem>.snug.
+    let other = dir.path().join("notes.snug");
+    assert_eq!(
+        sidecar_location(&other).write,
+        dir.path().join("notes.snug.sync.json")
+    );
+    assert_eq!(sidecar_location(&other).read, None);
+    std::fs::write(dir.path().join("notes.sqlite.sync.json"), state.encode()).unwrap();
+    assert_eq!(load(&other).unwrap(), state);
+    assert_eq!(
+        load(&dir.path().join("missing.db")).unwrap(),
+        PushState::default()
+    );
+    assert_eq!(
+        sidecar_location(Path::new("user.snug")).write,
+        Path::new(".").join("user.snug.sync.json")
+    );
+}
+
+#[test]
+fn saving_never_changes_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, path) = sample_file(dir.path());
+    let before = sha256_file(&path);
+    let state = PushState {
+        last_pushed_revision: Some("r1-x".into()),
+        last_pushed_hash: Some(before.clone()),
+        last_sync_at: Some("2026-01-01T00:00:00.000Z".into()),
+    };
+    save(&path, &state).unwrap();
+    assert_eq!(sha256_file(&path), before);
+    assert_eq!(load(&path).unwrap(), state);
+    assert!(
+        std::fs::read(dir.path().join("user.snug.sync.json"))
+            .unwrap()
+            .starts_with(SYNC_MAGIC)
+    );
+    // A corrupt sidecar reads as never pushed.
+    std::fs::write(
+        dir.path().join("user.snug.sync.json"),
+        b"SNUGSYNC1\n{broken",
+    )
+    .unwrap();
+    assert!(load(&path).unwrap().is_empty());
+}
