@@ -206,10 +206,43 @@ async fn requests_beyond_the_concurrency_limit_are_shed_not_queued() {
     .await;
     let shed = results
         .iter()
-        .filter(|r| matches!(r, Err(s) if s.code() == tonic::Code::ResourceExhausted))
+        .filter(|r| {
+            matches!(r, Err(s) if s.code() == tonic::Code::Unavailable
+                && snug_rpc::status::reason_of(s).as_deref() == Some("OVERLOADED"))
+        })
         .count();
     let ok = results.iter().filter(|r| r.is_ok()).count();
     assert!(ok >= 1, "{results:?}");
     assert!(shed >= 1, "a burst over the limit is shed: {results:?}");
     assert_eq!(ok + shed, results.len(), "{results:?}");
+}
+
+#[tokio::test]
+async fn health_checks_are_answered_while_the_limit_is_saturated() {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let mut config = ServerConfig::for_tests();
+    config.concurrency_limit = 1;
+    let (channel, _shutdown, _server) = start_with(config).await;
+    let container = reference_container();
+    // Keep the single slot busy with back-to-back 600k-iteration unlocks while probing health.
+    let busy = tokio::spawn({
+        let channel = channel.clone();
+        async move {
+            for _ in 0..4 {
+                let _ = slow_unlock(channel.clone(), container.clone()).await;
+            }
+        }
+    });
+    let mut health = HealthClient::new(channel.clone());
+    for _ in 0..20 {
+        let status = health
+            .check(HealthCheckRequest { service: String::new() })
+            .await
+            .expect("health is never shed")
+            .into_inner()
+            .status();
+        assert_eq!(status, ServingStatus::Serving);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    busy.await.expect("busy task");
 }

@@ -8,7 +8,8 @@
 //! - [`chunks`]: payloads of up to 64 MiB travel as streams of ≤ 1 MiB chunks after one header
 //!   message, with the size cap enforced while the bytes arrive;
 //! - [`server`]: configuration from flags and environment, gRPC health and reflection, request
-//!   timeouts, a global concurrency limit with load shedding, and graceful shutdown on SIGTERM;
+//!   timeouts, a global concurrency limit that sheds bursts (never health checks), and graceful
+//!   shutdown on SIGTERM;
 //! - [`telemetry`]: tracing initialisation for binaries (text or JSON lines).
 //!
 //! What it deliberately does not do: choose a status code for a domain error (each service's
@@ -18,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod chunks;
+pub mod limit;
 pub mod server;
 pub mod status;
 pub mod telemetry;

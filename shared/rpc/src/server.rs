@@ -18,7 +18,7 @@ pub struct ServerConfig {
     #[arg(long, env = "SNUG_REQUEST_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
     /// Requests served at once across all connections; beyond it requests are shed with
-    /// RESOURCE_EXHAUSTED instead of queueing without bound.
+    /// UNAVAILABLE (reason OVERLOADED) instead of queueing without bound. Health checks are exempt.
     #[arg(long, env = "SNUG_CONCURRENCY_LIMIT", default_value_t = 64)]
     pub concurrency_limit: usize,
     /// How long in-flight requests may run after SIGTERM before the server stops anyway.
@@ -71,9 +71,9 @@ pub struct Services {
 /// Serves `services` on `listener` until `shutdown` completes, then drains.
 ///
 /// Layer order, outermost first: tonic's per-request timeout (so time spent queued counts toward
-/// the deadline), then load shedding in front of one global concurrency limit (a burst beyond the
-/// limit is refused at once with RESOURCE_EXHAUSTED rather than piling up memory), then the
-/// services. Health and reflection are added here so every service has them.
+/// the deadline), then one global concurrency limit that sheds a burst beyond it at once with
+/// UNAVAILABLE/`OVERLOADED` rather than piling up memory — health checks bypass it, so a busy pod
+/// is never mistaken for a dead one — then the services. Health and reflection are added here so every service has them.
 pub async fn serve(
     config: &ServerConfig,
     listener: TcpListener,
@@ -123,10 +123,7 @@ pub async fn serve(
     tracing::info!(addr = ?local, services = ?services.names, "gRPC server listening");
     let server = tonic::transport::Server::builder()
         .timeout(config.request_timeout)
-        .load_shed(true)
-        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-            config.concurrency_limit,
-        ))
+        .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         // Large windows and frames let a 64 MiB payload stream without stalling on flow control.
         .initial_stream_window_size(32 * 1024 * 1024)
         .initial_connection_window_size(64 * 1024 * 1024)
