@@ -467,11 +467,29 @@ pub fn migrate_file(
     let mut conn = Connection::open_in_memory()?;
     open::configure(&conn)?;
     conn.deserialize_read_exact(rusqlite::MAIN_DB, (&header[..]).chain(file), len, false)?;
+    // The source may be anyone's file: nothing in it is trusted before quick_check says ok.
+    quick_check(&conn)?;
     let report = open::run(&mut conn, clock.as_ref(), Trust::Own)?;
-    vacuum_into(&conn, dst).map_err(|err| match err {
-        SaveError::Io { path, source } => OpenError::Io { path, source },
-        SaveError::Sqlite(err) => OpenError::Sqlite(err),
-    })?;
+    // VACUUM INTO a temp sibling, then fsync and rename: `dst` appears whole or not at all.
+    let tmp = temp_sibling(dst, "migrate");
+    let written = vacuum_into(&conn, &tmp)
+        .map_err(|err| match err {
+            SaveError::Io { path, source } => OpenError::Io { path, source },
+            SaveError::Sqlite(err) => OpenError::Sqlite(err),
+        })
+        .and_then(|()| {
+            let io_err = |source| OpenError::Io {
+                path: dst.to_owned(),
+                source,
+            };
+            File::open(&tmp).and_then(|f| f.sync_all()).map_err(io_err)?;
+            std::fs::rename(&tmp, dst).map_err(io_err)?;
+            sync_parent(dst).map_err(io_err)
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     Ok(report)
 }
 
