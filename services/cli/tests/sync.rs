@@ -168,7 +168,7 @@ async fn push_pull_and_divergence_against_the_hub() {
         let answer = runtime.block_on(http.send("GET", "/userdb/revisions", &[("authorization", &auth)], snug_e2e::Payload::Empty));
         answer.json()["revisions"].as_array().map_or(0, Vec::len)
     };
-    let counter = move || std::thread::scope(|s| s.spawn(&count).join().expect("count"));
+    let counter = move || std::thread::scope(|s| s.spawn(count).join().expect("count"));
     two_devices(hub.url(), vec![("SNUG_TOKEN", token.clone())], counter).await;
 
     // What the hub holds is the export: no credentials, even though device A has two.

@@ -205,12 +205,22 @@ fn big_image(dir: &Path) -> (Bytes, usize) {
 struct Nginx {
     addr: SocketAddr,
     child: Child,
+    stop: Command,
 }
 
 impl Nginx {
     fn start(binary: &str, dir: &Path, big: &[u8], small: &[u8]) -> Self {
         let root = dir.join("www");
         std::fs::create_dir_all(root.join("dav")).expect("www");
+        // Started as root, nginx's workers run as `nobody`: they must be able to create files in
+        // the DAV directory.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            for path in [dir.to_path_buf(), root.clone(), root.join("dav")] {
+                let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777));
+            }
+        }
         std::fs::write(root.join("big.snug"), big).expect("write");
         std::fs::write(root.join("small.snug"), small).expect("write");
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
@@ -228,10 +238,14 @@ impl Nginx {
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config).expect("conf");
         let child = Command::new(binary).arg("-c").arg(&conf).arg("-p").arg(dir).spawn().expect("start nginx");
+        // From here `Drop` kills and reaps the child, whatever happens.
+        let mut stop = Command::new(binary);
+        stop.arg("-c").arg(&conf).arg("-p").arg(dir).args(["-s", "stop"]);
+        let nginx = Self { addr, child, stop };
         // Wait until it answers (bounded).
         for _ in 0..100 {
             if std::net::TcpStream::connect(addr).is_ok() {
-                return Self { addr, child };
+                return nginx;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -241,7 +255,12 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // `nginx -s stop` makes the master stop its workers too; killing the master alone would
+        // leave the workers running as orphans.
+        let stopped = self.stop.status().is_ok_and(|s| s.success());
+        if !stopped {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }

@@ -32,7 +32,7 @@ impl Origins {
     fn allowed(&self, headers: &HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
         let text = origin.to_str().ok()?.to_ascii_lowercase();
-        self.0.iter().any(|allowed| *allowed == text).then(|| origin.clone())
+        self.0.contains(&text).then(|| origin.clone())
     }
 }
 
