@@ -5,12 +5,15 @@
 //! - storage of 10 revisions of a 64 MiB database with 1% of its pages changed each vs one image
 //! - put and get throughput of 100 KiB images with 32 concurrent clients
 //!
-//! Run with `cargo bench -p snug-revstore --bench revstore`. Figures are medians of a few rounds;
-//! the machines are noisy, so the ratios matter more than the absolute times.
+//! Run with `cargo bench -p snug-revstore --bench revstore` (append `-- get`, `-- storage` or
+//! `-- throughput` for one section). Figures are medians of a few rounds; the machines are noisy,
+//! so the ratios matter more than the absolute times, and the load average is printed before and
+//! after. How get is compared with reading the file is described at [`get_vs_read`].
 
 use std::{
     fs::File,
-    io::{self, Read},
+    io,
+    os::unix::fs::FileExt,
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
@@ -150,40 +153,98 @@ async fn durable_put_and_get(work: &Path) {
     );
 
     let (u, _) = last.expect("a put");
-    let mut ours = Vec::new();
-    let mut peers = Vec::new();
-    let peer_file = peer_dir.join(format!("user-{}.snug", ROUNDS - 1));
-    let mut buf = vec![0u8; MIB];
-    for _ in 0..ROUNDS + 2 {
-        let t = Instant::now();
-        let download = store.get(&u, &principal()).await.expect("get");
-        let mut body = download.body;
-        let mut n = 0;
-        while let Some(piece) = body.next().await {
-            n += piece.expect("piece").len();
-        }
-        assert_eq!(n, IMAGE);
-        ours.push(t.elapsed());
-        let t = Instant::now();
-        let mut f = File::open(&peer_file).expect("open peer");
-        let mut n = 0;
-        loop {
-            let k = f.read(&mut buf).expect("read");
-            if k == 0 {
-                break;
+    get_vs_read(
+        &store,
+        &u,
+        &peer_dir.join(format!("user-{}.snug", ROUNDS - 1)),
+    )
+    .await;
+}
+
+/// Get of the 64 MiB image vs reading the same bytes from a plain file, like with like:
+///
+/// - streamed (the target): our stream's pieces are consumed one by one and dropped, as a server
+///   forwarding them to a socket would; the file is read with `read_exact_at` in pieces of the
+///   same size ([`PIECE`]) into one reused buffer, the cheapest way to stream a file.
+/// - into memory (reported, no target): both end as one `Vec` of the whole image, ours by
+///   concatenating the pieces into a `Vec` reserved to the image's size, the file's with
+///   `std::fs::read` (which also reserves the file's size).
+///
+/// Each round times both sides back to back, the side going first alternating, after one
+/// unrecorded warm-up round; the figures are medians of [`GET_ROUNDS`] rounds with the spread
+/// (min..max) beside them, because other builds share these two cores.
+async fn get_vs_read(store: &SqliteStore, u: &UserId, peer_file: &Path) {
+    const GET_ROUNDS: usize = 15;
+    // The size of the store's download pieces (`DOWNLOAD_PIECE` in src/sqlite/packs.rs).
+    const PIECE: usize = 2 * MIB;
+    let mut streamed = (Vec::new(), Vec::new());
+    let mut whole = (Vec::new(), Vec::new());
+    let mut buf = vec![0u8; PIECE];
+    for round in 0..=GET_ROUNDS {
+        let mut times = [Duration::ZERO; 4];
+        for side in [round % 2, 1 - round % 2] {
+            if side == 0 {
+                let t = Instant::now();
+                let mut body = store.get(u, &principal()).await.expect("get").body;
+                let mut n = 0;
+                while let Some(piece) = body.next().await {
+                    n += piece.expect("piece").len();
+                }
+                assert_eq!(n, IMAGE);
+                times[0] = t.elapsed();
+                let t = Instant::now();
+                let download = store.get(u, &principal()).await.expect("get");
+                let mut out = Vec::with_capacity(download.info.size as usize);
+                let mut body = download.body;
+                while let Some(piece) = body.next().await {
+                    out.extend_from_slice(&piece.expect("piece"));
+                }
+                assert_eq!(out.len(), IMAGE);
+                times[2] = t.elapsed();
+            } else {
+                let t = Instant::now();
+                let f = File::open(peer_file).expect("open peer");
+                let mut at = 0;
+                while at < IMAGE {
+                    let k = PIECE.min(IMAGE - at);
+                    f.read_exact_at(&mut buf[..k], at as u64).expect("read");
+                    at += k;
+                }
+                times[1] = t.elapsed();
+                let t = Instant::now();
+                let out = std::fs::read(peer_file).expect("read peer");
+                assert_eq!(out.len(), IMAGE);
+                times[3] = t.elapsed();
             }
-            n += k;
         }
-        assert_eq!(n, IMAGE);
-        peers.push(t.elapsed());
+        if round > 0 {
+            streamed.0.push(times[0]);
+            streamed.1.push(times[1]);
+            whole.0.push(times[2]);
+            whole.1.push(times[3]);
+        }
     }
-    let (ours, peers) = (median(ours), median(peers));
-    println!(
-        "get 64 MiB: revstore {:.1} ms, reading the file {:.1} ms, ratio {:.2}x (target <= 1.5x)",
-        ms(ours),
-        ms(peers),
-        ours.as_secs_f64() / peers.as_secs_f64()
-    );
+    let spread = |v: &[Duration]| {
+        let (lo, hi) = (v.iter().min(), v.iter().max());
+        format!(
+            "{:.1}..{:.1}",
+            ms(*lo.expect("rounds")),
+            ms(*hi.expect("rounds"))
+        )
+    };
+    for (what, (ours, peers), target) in [
+        ("get 64 MiB", streamed, " (target <= 1.5x)"),
+        ("  into one Vec", whole, ""),
+    ] {
+        let (s_ours, s_peers) = (spread(&ours), spread(&peers));
+        let (ours, peers) = (median(ours), median(peers));
+        println!(
+            "{what}: revstore {:.1} ms [{s_ours}], reading the file {:.1} ms [{s_peers}], ratio {:.2}x{target}",
+            ms(ours),
+            ms(peers),
+            ours.as_secs_f64() / peers.as_secs_f64()
+        );
+    }
 }
 
 async fn storage_of_revisions(work: &Path) {
@@ -317,9 +378,31 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // Arguments other than flags pick sections by name (`-- get` runs only the put and get one).
+    let picked: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run =
+        |section: &str| picked.is_empty() || picked.iter().any(|p| section.contains(p.as_str()));
+    print_load("before");
     rt.block_on(async {
-        durable_put_and_get(work.path()).await;
-        storage_of_revisions(work.path()).await;
-        throughput(work.path()).await;
+        if run("put get") {
+            durable_put_and_get(work.path()).await;
+        }
+        if run("storage") {
+            storage_of_revisions(work.path()).await;
+        }
+        if run("throughput") {
+            throughput(work.path()).await;
+        }
     });
+    print_load("after");
+}
+
+/// Prints the load average, so a reader can tell a noisy run from a regression.
+fn print_load(when: &str) {
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average {when}: {}", load.trim());
+    }
 }

@@ -30,7 +30,7 @@ use futures::Stream;
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use self::packs::{ChunkLoc, TempPack};
 use crate::{
@@ -70,6 +70,8 @@ struct Inner {
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     leases: Leases,
+    /// Buffers of download pieces, recycled when the caller drops a piece.
+    pieces: packs::PiecePool,
     /// Bumped by every reclamation that deletes chunks, so a put that deduplicated against the
     /// chunk index re-checks its chunks at commit only when one might have gone.
     sweep_epoch: AtomicU64,
@@ -139,6 +141,7 @@ impl SqliteStore {
                 writer: Mutex::new(conn),
                 readers: Mutex::new(Vec::new()),
                 leases: Leases::default(),
+                pieces: packs::PiecePool::default(),
                 sweep_epoch: AtomicU64::new(0),
                 _dir_lock: lock,
             }),
@@ -1043,14 +1046,28 @@ impl SqliteStore {
         principal: &Principal,
     ) -> Result<ImageDownload, ReadError> {
         let (user, revision, principal) = (user.clone(), revision.cloned(), principal.clone());
-        let opened = self
-            .blocking(move |inner| inner.open_download(&user, revision.as_ref(), &principal))
-            .await?;
-        // One blocking reader per download runs ahead of the caller by up to two pieces.
+        let inner = self.inner.clone();
+        // One blocking thread per download both opens it (rows, lease, served ledger) and then
+        // reads it, running ahead of the caller by up to two pieces: one hand-off to the blocking
+        // pool instead of two.
+        let (opened_tx, opened_rx) =
+            oneshot::channel::<Result<(RevisionInfo, LeaseGuard), ReadError>>();
         let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
         tokio::task::spawn_blocking(move || {
+            let opened = match inner.open_download(&user, revision.as_ref(), &principal) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    let _ = opened_tx.send(Err(e));
+                    return;
+                }
+            };
+            // A caller that went away gets nothing read; the lease comes back with the refusal
+            // and is released here.
+            if opened_tx.send(Ok((opened.info, opened.lease))).is_err() {
+                return;
+            }
             for task in opened.tasks {
-                let piece = task.read().map_err(StorageError::from);
+                let piece = task.read(&inner.pieces).map_err(StorageError::from);
                 let failed = piece.is_err();
                 // A closed channel means the caller dropped the download.
                 if tx.blocking_send(piece).is_err() || failed {
@@ -1058,12 +1075,16 @@ impl SqliteStore {
                 }
             }
         });
+        // The reader dropping its end unanswered means it panicked or the runtime is shutting down.
+        let (info, lease) = opened_rx
+            .await
+            .map_err(|_| StorageError::unavailable("download reader stopped before opening"))??;
         let pieces = Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|piece| (piece, rx))
         }));
         Ok(ImageDownload {
-            info: opened.info,
-            body: ImageBody::new(Guarded::new(pieces, opened.lease)),
+            info,
+            body: ImageBody::new(Guarded::new(pieces, lease)),
         })
     }
 
@@ -1649,7 +1670,7 @@ impl Inner {
                 let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
                 let mut total = 0u64;
                 for task in packs::read_tasks(&extents, &files)? {
-                    let piece = task.read()?;
+                    let piece = task.read(&self.pieces)?;
                     total += piece.len() as u64;
                     sha2::Digest::update(&mut hasher, &piece);
                 }

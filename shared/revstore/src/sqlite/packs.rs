@@ -8,10 +8,10 @@
 use std::{
     collections::HashMap,
     fs::{self, File, OpenOptions},
-    io::{self, BufWriter, Read, Seek, SeekFrom, Write},
+    io::{self, BufWriter, Write},
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
 };
 
 use bytes::Bytes;
@@ -25,9 +25,11 @@ pub(crate) const PACK_SUFFIX: &str = ".pack";
 /// The largest read a verification issues at once.
 pub(crate) const READ_PIECE: usize = 1 << 20;
 
-/// The size of the pieces a download yields. Small enough that the allocator recycles their
-/// buffers instead of mapping fresh pages for each (first touch of new pages dominates otherwise).
-pub(crate) const DOWNLOAD_PIECE: usize = 256 << 10;
+/// The size of the pieces a download yields. Each piece is one hand-off from the reading thread to
+/// the caller's task (a wake-up, costly on a loaded machine), so pieces are large; a download's
+/// read-ahead (the piece being read, two queued, the one the caller holds) stays under 8 MiB.
+/// The buffers come from a [`PiecePool`].
+pub(crate) const DOWNLOAD_PIECE: usize = 2 << 20;
 
 /// A pack being written in `tmp/`; the file is removed on drop unless it was linked into place.
 #[derive(Debug)]
@@ -189,6 +191,65 @@ pub(crate) fn open_packs(paths: &HashMap<i64, PathBuf>) -> io::Result<PackFiles>
         .collect()
 }
 
+/// Idle piece buffers a store keeps for the next downloads: enough for a few concurrent
+/// downloads' read-ahead, small enough not to matter (16 MiB).
+const IDLE_PIECE_BUFFERS: usize = (16 << 20) / DOWNLOAD_PIECE;
+
+/// Pieces shorter than this (small images, and the tail of a large one) are read into a buffer of
+/// their own size rather than a pooled one.
+const SMALL_PIECE: usize = 256 << 10;
+
+/// Piece buffers, reused across pieces and downloads.
+///
+/// A piece handed out owns its buffer until the caller drops it, and then the buffer comes back
+/// here. In the steady state a download therefore touches no fresh memory (fresh pages cost a
+/// page fault each on first touch, which dominated a download's time) and never zeroes a buffer:
+/// a recycled buffer is already initialized, so the next read overwrites it in place.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PiecePool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl PiecePool {
+    fn take(&self) -> Vec<u8> {
+        self.lock()
+            .pop()
+            // A fresh buffer is zeroed by calloc, which for a buffer this size maps zero pages
+            // instead of writing them; it is zeroed once and reused from then on.
+            .unwrap_or_else(|| vec![0u8; DOWNLOAD_PIECE])
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut idle = self.lock();
+        if idle.len() < IDLE_PIECE_BUFFERS {
+            idle.push(buf);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        // A poisoned list is still a list of whole buffers: every mutation is one push or pop.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The owner behind a piece's `Bytes`: the first `len` bytes of a pooled buffer, returned to the
+/// pool when the last clone of the piece is dropped.
+struct PooledPiece {
+    buf: Vec<u8>,
+    len: usize,
+    pool: PiecePool,
+}
+
+impl AsRef<[u8]> for PooledPiece {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for PooledPiece {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
+}
+
 /// One piece of a download: up to [`DOWNLOAD_PIECE`] bytes gathered from consecutive extents.
 #[derive(Debug)]
 pub(crate) struct ReadTask {
@@ -197,23 +258,35 @@ pub(crate) struct ReadTask {
 }
 
 impl ReadTask {
-    /// Reads the piece. The file handles must belong to this download alone: reads go through
-    /// the handle's offset so that the buffer is filled without being zeroed first.
-    pub(crate) fn read(self) -> io::Result<Bytes> {
-        let mut buf = Vec::with_capacity(self.len);
-        for (file, offset, len) in &self.ranges {
-            let mut f: &File = file;
-            f.seek(SeekFrom::Start(*offset))?;
-            let before = buf.len();
-            f.take(*len as u64).read_to_end(&mut buf)?;
-            if buf.len() - before != *len {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "pack shorter than its extents",
-                ));
-            }
+    /// Reads the piece into a buffer from `pool`, one positioned read per range (a first revision
+    /// is one range per piece), so handles may be shared and no seek is needed.
+    ///
+    /// A piece of a small image gets a buffer of its own size instead: a pooled buffer would pin
+    /// [`DOWNLOAD_PIECE`] bytes for as long as the caller holds a few KiB, and zeroing a small
+    /// buffer costs little next to reading it.
+    pub(crate) fn read(self, pool: &PiecePool) -> io::Result<Bytes> {
+        if self.len < SMALL_PIECE {
+            let mut buf = vec![0u8; self.len];
+            self.fill(&mut buf)?;
+            return Ok(Bytes::from(buf));
         }
-        Ok(Bytes::from(buf))
+        let mut buf = pool.take();
+        self.fill(&mut buf[..self.len])?;
+        Ok(Bytes::from_owner(PooledPiece {
+            buf,
+            len: self.len,
+            pool: pool.clone(),
+        }))
+    }
+
+    fn fill(&self, buf: &mut [u8]) -> io::Result<()> {
+        let mut at = 0;
+        for (file, offset, len) in &self.ranges {
+            // `read_exact_at` reports a pack shorter than its extents as `UnexpectedEof`.
+            file.read_exact_at(&mut buf[at..at + len], *offset)?;
+            at += len;
+        }
+        Ok(())
     }
 }
 
