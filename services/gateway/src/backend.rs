@@ -44,6 +44,10 @@ pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigE
         // services' servers are configured the same way).
         .initial_stream_window_size(32 * 1024 * 1024)
         .initial_connection_window_size(64 * 1024 * 1024)
+        // Frames as large as the 1 MiB chunks the services send: with h2's default 16 KiB a
+        // 64 MiB download is 4,096 DATA frames, each parsed and copied into the decoder on its
+        // own, and the services' servers already accept frames this large in the other direction.
+        .max_frame_size(chunks::CHUNK_SIZE as u32)
         // A connection whose peer vanished without a FIN is noticed and replaced.
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
