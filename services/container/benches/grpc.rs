@@ -7,12 +7,18 @@
 //!
 //! Figures:
 //! - in-process: `open_owned` on a copy of the container made before the clock starts;
-//! - gRPC unlock: from the first request message to the last plaintext byte at the client;
-//! - upload only: `InspectContainer` with the same bytes (the server buffers and parses them);
-//! - download only: inside each gRPC unlock, from the response's first message (sent once the
-//!   payload has authenticated) to its last byte, so it is the plaintext streaming back alone;
-//! - server part: inside each gRPC unlock, from the first request message to the response's
-//!   first message (upload, key derivation and decryption, overlapped).
+//! - gRPC unlock: from the first request message to the last plaintext byte at the client,
+//!   which receives into a buffer it reuses across calls (as the in-process figure's buffer is
+//!   made before its clock starts); the same with a fresh client buffer is shown too;
+//! - of which server part: from the first request message to the response's first message,
+//!   which the server sends once the payload has authenticated (upload, key derivation and
+//!   decryption, overlapped);
+//! - of which download only: from the response's first message to its last byte, i.e. the
+//!   plaintext streaming back alone;
+//! - upload only: `InspectContainer` with the same bytes (the server keeps the first bytes,
+//!   counts the rest and parses the header), i.e. the transport alone;
+//! - CPU time of one gRPC unlock: client and server together, since this bench runs both in one
+//!   process on the same cores (a real client's CPU is elsewhere).
 #![allow(clippy::unwrap_used, reason = "a benchmark aborts on any failure")]
 #![allow(clippy::print_stdout, reason = "a benchmark prints its table")]
 
@@ -93,12 +99,17 @@ fn main() {
 
         let cpu_before = cpu_time();
         let timing = runtime.block_on(unlock(client.clone(), container.clone(), &mut received));
-        cpu.push(cpu_time().zip(cpu_before).map(|(after, before)| after.saturating_sub(before)));
         assert_eq!(received.len(), plaintext_len);
         over_grpc.push(timing.total);
         server_part.push(timing.first_response);
         download.push(timing.total - timing.first_response);
         settle();
+        // After the pause, so the wiping of the server's pooled buffer is counted too.
+        cpu.push(
+            cpu_time()
+                .zip(cpu_before)
+                .map(|(after, before)| after.saturating_sub(before)),
+        );
 
         let mut fresh = Vec::new();
         let timing = runtime.block_on(unlock(client.clone(), container.clone(), &mut fresh));
@@ -115,24 +126,44 @@ fn main() {
     let ratio = median(&over_grpc).as_secs_f64() / median(&in_process).as_secs_f64();
     let ratio_fresh = median(&over_grpc_fresh).as_secs_f64() / median(&in_process).as_secs_f64();
     println!();
-    println!("| 64 MiB, {runs} rounds                                                   | median   | min–max         |");
-    println!("|-------------------------------------------------------------------------|----------|-----------------|");
+    println!(
+        "| {:<71} | median   | min–max         |",
+        format!("64 MiB, {runs} rounds")
+    );
+    println!("|{}|----------|-----------------|", "-".repeat(73));
     row("unlock in-process (open_owned)", &in_process);
-    row("unlock via gRPC: upload, unlock, download into a reused buffer", &over_grpc);
-    row("  of which first request → first response (upload, KDF, decrypt)", &server_part);
-    row("  of which download only (first → last response byte)", &download);
-    row("unlock via gRPC, client receiving into a fresh buffer", &over_grpc_fresh);
+    row(
+        "unlock via gRPC: upload, unlock, download into a reused buffer",
+        &over_grpc,
+    );
+    row(
+        "  of which first request → first response (upload, KDF, decrypt)",
+        &server_part,
+    );
+    row(
+        "  of which download only (first → last response byte)",
+        &download,
+    );
+    row(
+        "unlock via gRPC, client receiving into a fresh buffer",
+        &over_grpc_fresh,
+    );
     row("upload only (InspectContainer)", &upload);
     if cpu.iter().all(|c| c.is_some()) {
         let cpu: Vec<Duration> = cpu.into_iter().flatten().collect();
-        row("CPU time of one gRPC unlock (client + server, all threads)", &cpu);
+        row(
+            "CPU time of one gRPC unlock (client + server, incl. buffer wipe)",
+            &cpu,
+        );
     }
     println!();
     println!(
         "gRPC / in-process = {ratio:.2}× (target ≤ {TARGET:.2}×): {}; with a fresh client buffer {ratio_fresh:.2}×",
         if ratio <= TARGET { "met" } else { "MISSED" }
     );
-    println!("load average after: {load_after} (a shared 2-core machine: other builds skew every figure)");
+    println!(
+        "load average after: {load_after} (a shared machine: other processes' load skews every figure)"
+    );
 }
 
 /// Lets work a measurement left behind (a pooled buffer being wiped) finish before the next one.
@@ -154,9 +185,9 @@ async fn start_server() -> ContainerServiceClient<Channel> {
     let addr = listener.local_addr().unwrap();
     let config = ContainerConfig::default();
     let server_config = ServerConfig::for_tests();
-    tokio::spawn(async move {
-        serve(&server_config, &config, listener, std::future::pending()).await
-    });
+    tokio::spawn(
+        async move { serve(&server_config, &config, listener, std::future::pending()).await },
+    );
     // The client gets the same windows and frame size as the server (snug_rpc::server), so
     // neither direction waits on flow control; tonic sets TCP_NODELAY on client sockets.
     let channel = Channel::from_shared(format!("http://{addr}"))
@@ -251,4 +282,3 @@ fn load_average() -> String {
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".to_owned())
 }
-

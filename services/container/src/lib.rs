@@ -15,7 +15,12 @@
 pub mod reason;
 pub mod status;
 
-use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use snug_container::{
@@ -37,6 +42,10 @@ use zeroize::Zeroize as _;
 
 use crate::reason::DOMAIN;
 
+/// The most leading bytes any container check reads: header, wrapped keys and payload IV of eight
+/// slots (the largest overhead without the tag).
+const MAX_PREFIX_LEN: usize = snug_container::MAX_OVERHEAD as usize - snug_container::TAG_LEN;
+
 /// The fully qualified gRPC service name, as health checks report it.
 pub const SERVICE_NAME: &str = "snug.container.v1.ContainerService";
 
@@ -48,7 +57,11 @@ pub struct ContainerConfig {
     #[arg(long, env = "SNUG_CONTAINER_MIN_ITERATIONS", default_value_t = 10_000)]
     pub min_iterations: u32,
     /// Largest PBKDF2 iteration count accepted; beyond it a header is a CPU sink, not a file.
-    #[arg(long, env = "SNUG_CONTAINER_MAX_ITERATIONS", default_value_t = 10_000_000)]
+    #[arg(
+        long,
+        env = "SNUG_CONTAINER_MAX_ITERATIONS",
+        default_value_t = 10_000_000
+    )]
     pub max_iterations: u32,
     /// Key derivations run at once (default: the number of CPUs).
     #[arg(long, env = "SNUG_CONTAINER_KDF_CONCURRENCY")]
@@ -134,13 +147,16 @@ impl KdfPool {
 struct BufferPool {
     buffers: std::sync::Mutex<Vec<Vec<u8>>>,
     max_buffers: usize,
+    /// The largest container the limits accept: a buffer never needs more.
+    max_capacity: usize,
 }
 
 impl BufferPool {
-    fn new(max_buffers: usize) -> Self {
+    fn new(max_buffers: usize, limits: &Limits) -> Self {
         Self {
             buffers: std::sync::Mutex::new(Vec::new()),
             max_buffers,
+            max_capacity: limits.max_container_len() as usize,
         }
     }
 
@@ -153,9 +169,9 @@ impl BufferPool {
             .unwrap_or_default()
     }
 
-    /// Wipes `buffer` and keeps it if there is room.
+    /// Wipes `buffer` and keeps it if there is room (and it is not oversized).
     fn give_back(&self, mut buffer: Vec<u8>) {
-        if self.max_buffers == 0 {
+        if self.max_buffers == 0 || buffer.capacity() > self.max_capacity {
             return;
         }
         // The whole capacity: bytes past `len` may hold ciphertext or an earlier plaintext.
@@ -224,13 +240,14 @@ impl ContainerServer {
         Self {
             limits: config.limits(),
             pool: Arc::new(KdfPool::new(concurrency, config.kdf_queue_timeout)),
-            buffers: Arc::new(BufferPool::new(config.buffer_pool)),
+            buffers: Arc::new(BufferPool::new(config.buffer_pool, &config.limits())),
         }
     }
 }
 
 /// What an unlock derivation running on the [`KdfPool`] resolves to.
-type Derivation = Pin<Box<dyn Future<Output = Result<Result<PayloadDecryptor, OpenError>, Status>> + Send>>;
+type Derivation =
+    Pin<Box<dyn Future<Output = Result<Result<PayloadDecryptor, OpenError>, Status>> + Send>>;
 
 impl ContainerServer {
     /// Receives a container upload and opens it while it arrives, with the verdict
@@ -263,15 +280,30 @@ impl ContainerServer {
         let mut derived: Option<Result<PayloadDecryptor, OpenError>> = None;
         let mut batch: Option<tokio::task::JoinHandle<Opening>> = None;
         let mut ended = false;
-        let t0 = std::time::Instant::now();
-        let mut n_batches = 0;
+        // For the debug event below: where the time of an unlock went.
+        let started = Instant::now();
+        let mut key_ready = None;
+        let mut upload_ended = None;
+        // The prefix (at most 922 bytes) is pushed right here on the runtime rather than in a
+        // batch: it is tiny, and the key derivation it unlocks is the longest step of all, so
+        // it should not wait for a blocking thread to copy the rest of the first chunk.
+        let mut inline_budget = MAX_PREFIX_LEN;
         let opening = loop {
             if let Some(mut current) = opening.take() {
+                for chunk in queued.iter_mut() {
+                    if inline_budget == 0 {
+                        break;
+                    }
+                    let head = chunk.split_to(inline_budget.min(chunk.len()));
+                    inline_budget -= head.len();
+                    current.push(&head);
+                }
+                queued.retain(|chunk| !chunk.is_empty());
                 if let Some(unlocker) = current.take_unlocker() {
-                    eprintln!("TT unlocker at {:?}", t0.elapsed());
                     let pool = Arc::clone(&self.pool);
-                    derivation =
-                        Some(Box::pin(async move { pool.run(move || unlocker.unlock()).await }));
+                    derivation = Some(Box::pin(async move {
+                        pool.run(move || unlocker.unlock()).await
+                    }));
                 }
                 if queued.is_empty() && derived.is_none() {
                     if ended && derivation.is_none() {
@@ -281,8 +313,6 @@ impl ContainerServer {
                 } else {
                     let chunks = std::mem::take(&mut queued);
                     let result = derived.take();
-                    n_batches += 1;
-                    if result.is_some() { eprintln!("TT key at {:?} batch {} chunks {}", t0.elapsed(), n_batches, chunks.len()); }
                     batch = Some(tokio::task::spawn_blocking(move || {
                         if let Some(result) = result {
                             current.set_decryptor(result);
@@ -299,11 +329,15 @@ impl ContainerServer {
             tokio::select! {
                 chunk = receiver.next_chunk(), if !ended => match chunk? {
                     Some(chunk) => queued.push(chunk),
-                    None => { ended = true; eprintln!("TT ended at {:?}", t0.elapsed()); }
+                    None => {
+                        ended = true;
+                        upload_ended = Some(started.elapsed());
+                    }
                 },
                 result = poll_some(&mut derivation), if derivation.is_some() => {
                     derivation = None;
                     derived = Some(result?);
+                    key_ready = Some(started.elapsed());
                 }
                 current = poll_some(&mut batch), if batch.is_some() => {
                     batch = None;
@@ -312,17 +346,20 @@ impl ContainerServer {
             }
         };
         // Only the tail (under one chunk) and the tag are left; the key was derived above.
-        eprintln!("TT loop done at {:?} batches {}", t0.elapsed(), n_batches);
-        let r = tokio::task::spawn_blocking(move || opening.finish())
+        let unlocked = tokio::task::spawn_blocking(move || opening.finish())
             .await
             .map_err(|join| snug_rpc::status::internal(DOMAIN, &join))?
-            .map_err(status::open_error);
-        eprintln!("TT finished at {:?}", t0.elapsed());
-        r
+            .map_err(status::open_error)?;
+        tracing::debug!(
+            upload_ms = upload_ended.map(|d| d.as_secs_f64() * 1e3),
+            key_ms = key_ready.map(|d| d.as_secs_f64() * 1e3),
+            verified_ms = started.elapsed().as_secs_f64() * 1e3,
+            plaintext_len = unlocked.plaintext.len(),
+            "opened an upload as it arrived"
+        );
+        Ok(unlocked)
     }
-}
 
-impl ContainerServer {
     /// Wraps a plaintext for the response so that its buffer returns to the pool afterwards.
     fn pooled(&self, plaintext: Vec<u8>) -> Bytes {
         Bytes::from_owner(Pooled {
@@ -402,9 +439,21 @@ macro_rules! split_fn {
 }
 split_fn!(protect_part, protect_request, pb::ProtectHeader);
 split_fn!(unlock_part, unlock_request, pb::UnlockHeader);
-split_fn!(change_part, change_passphrase_request, pb::ChangePassphraseHeader);
-split_fn!(rotate_part, rotate_recovery_key_request, pb::RotateRecoveryKeyHeader);
-split_fn!(remove_part, remove_protection_request, pb::RemoveProtectionHeader);
+split_fn!(
+    change_part,
+    change_passphrase_request,
+    pb::ChangePassphraseHeader
+);
+split_fn!(
+    rotate_part,
+    rotate_recovery_key_request,
+    pb::RotateRecoveryKeyHeader
+);
+split_fn!(
+    remove_part,
+    remove_protection_request,
+    pb::RemoveProtectionHeader
+);
 
 #[tonic::async_trait]
 impl ContainerService for ContainerServer {
@@ -423,7 +472,9 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::InspectContainerRequest>>,
     ) -> Result<Response<pb::InspectContainerResponse>, Status> {
         let mut stream = request.into_inner();
-        let mut bytes = Vec::new();
+        // Every check reads only the first bytes and the length: the rest is counted, not kept.
+        let mut prefix = Vec::with_capacity(MAX_PREFIX_LEN);
+        let mut container_len = 0u64;
         let limit = self.limits.max_container_len();
         while let Some(message) = stream.message().await? {
             if message.chunk.len() > chunks::CHUNK_SIZE {
@@ -433,12 +484,15 @@ impl ContainerService for ContainerServer {
                     "a chunk may hold at most 1 MiB",
                 ));
             }
-            if (bytes.len() + message.chunk.len()) as u64 > limit {
+            container_len += message.chunk.len() as u64;
+            if container_len > limit {
                 return Err(snug_rpc::status::too_large(DOMAIN, limit));
             }
-            bytes.extend_from_slice(&message.chunk);
+            let keep = (MAX_PREFIX_LEN - prefix.len()).min(message.chunk.len());
+            prefix.extend_from_slice(&message.chunk[..keep]);
         }
-        let info = snug_container::inspect(&bytes, &self.limits).map_err(status::corrupt)?;
+        let info = snug_container::inspect_prefix(&prefix, container_len, &self.limits)
+            .map_err(status::corrupt)?;
         Ok(Response::new(pb::InspectContainerResponse {
             version: info.header.version.into(),
             kdf_id: info.header.kdf_id.into(),
@@ -520,23 +574,35 @@ impl ContainerService for ContainerServer {
             .run(move || {
                 let recovery_key = RecoveryKey::generate();
                 // The upload buffer becomes the container: no second copy of the plaintext.
-                snug_container::seal_owned(upload.bytes, &passphrase, &recovery_key, iterations, &limits)
-                    .map(|container| (container, recovery_key))
+                snug_container::seal_owned(
+                    upload.bytes,
+                    &passphrase,
+                    &recovery_key,
+                    iterations,
+                    &limits,
+                )
+                .map(|container| (container, recovery_key))
             })
             .await?
             .map_err(status::seal_error)?;
-        tracing::info!(container_len = container.len(), iterations, "protected a user file");
+        tracing::info!(
+            container_len = container.len(),
+            iterations,
+            "protected a user file"
+        );
         let result = pb::ProtectResponse {
             message: Some(pb::protect_response::Message::Result(pb::ProtectResult {
                 recovery_key: recovery_key.grouped(),
                 container_length: container.len() as u64,
             })),
         };
-        Ok(Response::new(chunks::respond(result, Bytes::from(container), |c| {
-            pb::ProtectResponse {
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(container),
+            |c| pb::ProtectResponse {
                 message: Some(pb::protect_response::Message::Chunk(c)),
-            }
-        })))
+            },
+        )))
     }
 
     type UnlockStream = ResponseStream<pb::UnlockResponse>;

@@ -197,6 +197,120 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     assert_eq!(reason(&status), reason::UNSUPPORTED_FORMAT_VERSION);
 }
 
+/// Sends `container` cut at `cuts` (offsets into it), declaring `declared` as its length.
+async fn unlock_in_pieces(
+    client: &mut ContainerServiceClient<Channel>,
+    container: &Bytes,
+    cuts: &[usize],
+    declared: Option<u64>,
+) -> Result<(pb::UnlockResult, Bytes), Status> {
+    let mut messages = vec![pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
+            secrets: Some(secrets(Some(PASSPHRASE), None)),
+            expected_length: declared,
+        })),
+    }];
+    let mut start = 0;
+    for &cut in cuts.iter().chain([&container.len()]) {
+        for piece in chunks::split_into_chunks(container.slice(start..cut)) {
+            messages.push(pb::UnlockRequest {
+                message: Some(pb::unlock_request::Message::Chunk(piece)),
+            });
+        }
+        start = cut;
+    }
+    let mut stream = client.unlock(futures::stream::iter(messages)).await?.into_inner();
+    chunks::download(&mut stream, u64::MAX, |m: pb::UnlockResponse| {
+        m.message.map(|m| match m {
+            pb::unlock_response::Message::Result(r) => Part::Header(r),
+            pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
+        })
+    }, |r| r.plaintext_length)
+    .await
+}
+
+#[tokio::test]
+async fn uploads_opened_as_they_arrive_give_the_whole_upload_verdict() {
+    let mut client = start(test_config()).await;
+    let plaintext = sqlite_bytes(2 * CHUNK_SIZE + 4321);
+    let (_, container) = protect(&mut client, plaintext.clone(), PASSPHRASE)
+        .await
+        .expect("protect");
+    let len = container.len();
+    // Cuts inside the fixed header, inside the slot table, right after the payload IV (268),
+    // inside the payload and inside the tag.
+    let cut_sets: [&[usize]; 4] = [&[], &[1, 37, 200, 268], &[267, 269, 1000], &[len - 20, len - 3]];
+    for cuts in cut_sets {
+        for declared in [None, Some(len as u64)] {
+            let (result, bytes) = unlock_in_pieces(&mut client, &container, cuts, declared)
+                .await
+                .expect("unlock");
+            assert_eq!(bytes, plaintext, "cuts {cuts:?}, declared {declared:?}");
+            assert_eq!(result.plaintext_length, plaintext.len() as u64);
+        }
+    }
+
+    // A damaged tag or last payload byte: corrupt, and not one plaintext byte is streamed.
+    for at in [len - 1, len - 17] {
+        let mut damaged = container.to_vec();
+        damaged[at] ^= 0x80;
+        let status = unlock_in_pieces(&mut client, &Bytes::from(damaged), &[500], Some(len as u64))
+            .await
+            .expect_err("corrupt");
+        assert_eq!(reason(&status), reason::CORRUPT);
+        assert_eq!(
+            snug_rpc::status::metadata_of(&status, "detail").as_deref(),
+            Some("payload_authentication_failed")
+        );
+    }
+
+    // Truncated after a slot would open: corrupt (structure is judged before the secret).
+    let status = unlock_in_pieces(&mut client, &container.slice(..280), &[], None)
+        .await
+        .expect_err("truncated");
+    assert_eq!(
+        snug_rpc::status::metadata_of(&status, "detail").as_deref(),
+        Some("truncated_body")
+    );
+
+    // A declared length that the stream does not keep is a malformed request.
+    for declared in [len as u64 + 5, len as u64 - 5] {
+        let status = unlock_in_pieces(&mut client, &container, &[], Some(declared))
+            .await
+            .expect_err("length mismatch");
+        assert_eq!(reason(&status), reason::INVALID_ARGUMENT, "declared {declared}");
+    }
+}
+
+#[tokio::test]
+async fn unlocks_in_a_row_reuse_buffers_without_mixing_contents() {
+    // One pooled buffer, so every unlock after the first receives into the previous one's.
+    let config = ContainerConfig {
+        buffer_pool: 1,
+        ..test_config()
+    };
+    let mut client = start(config).await;
+    let mut sealed = Vec::new();
+    for (i, len) in [3 * CHUNK_SIZE, 100, 2 * CHUNK_SIZE + 7].into_iter().enumerate() {
+        // Distinct contents after the SQLite magic.
+        let mut plaintext = sqlite_bytes(len).to_vec();
+        plaintext[16..].iter_mut().for_each(|b| *b = b.wrapping_add(i as u8 + 1));
+        let plaintext = Bytes::from(plaintext);
+        let (_, container) = protect(&mut client, plaintext.clone(), PASSPHRASE)
+            .await
+            .expect("protect");
+        sealed.push((plaintext, container));
+    }
+    for _ in 0..2 {
+        for (plaintext, container) in &sealed {
+            let (_, bytes) = unlock(&mut client, container.clone(), secrets(Some(PASSPHRASE), None))
+                .await
+                .expect("unlock");
+            assert_eq!(&bytes, plaintext);
+        }
+    }
+}
+
 #[tokio::test]
 async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
     let mut client = start(test_config()).await;

@@ -162,6 +162,8 @@ struct Hasher {
     key: ghash::Key,
     /// The GHASH state of every block before `segment`, as a field element.
     earlier: ghash::Block,
+    /// Whether a segment was ever folded into `earlier` (otherwise it is zero).
+    folded: bool,
     /// GHASH from the zero state over the blocks since `earlier`.
     segment: GHash,
     segment_blocks: u64,
@@ -194,6 +196,7 @@ impl GcmDecryptor {
             hasher: Hasher {
                 key,
                 earlier: ghash::Block::default(),
+                folded: false,
                 segment,
                 segment_blocks: aad.len().div_ceil(16) as u64,
                 pending: [0; 16],
@@ -331,6 +334,7 @@ impl Hasher {
     /// current segment, the current segment.
     fn fold(&mut self, next: GHash, next_blocks: u64) {
         self.earlier = self.state();
+        self.folded = true;
         self.segment = next;
         self.segment_blocks = next_blocks;
     }
@@ -338,11 +342,14 @@ impl Hasher {
     /// Returns the GHASH state over everything absorbed: earlier·H^k ⊕ segment.
     fn state(&self) -> ghash::Block {
         let mut state = self.segment.clone().finalize();
-        // Nothing was ever folded on the sequential path: no field arithmetic at all there.
-        if self.earlier != ghash::Block::default() {
+        // Nothing is ever folded on the sequential path: no field arithmetic at all there.
+        if self.folded {
             let mut shift = gf_pow(&self.key, self.segment_blocks);
             let mut earlier = gf_mul(&self.earlier, &shift);
-            state.iter_mut().zip(earlier.iter()).for_each(|(s, e)| *s ^= e);
+            state
+                .iter_mut()
+                .zip(earlier.iter())
+                .for_each(|(s, e)| *s ^= e);
             shift.zeroize();
             earlier.zeroize();
         }

@@ -294,10 +294,10 @@ impl Corruption {
 /// Nothing here costs more than one pass over the header, so a hostile file is refused before any
 /// PBKDF2 runs. Trailing bytes cannot be detected: they are the end of the payload.
 pub fn inspect(container: &[u8], limits: &Limits) -> Result<ContainerInfo, Corruption> {
-    inspect_prefix(container, container.len(), limits)
+    inspect_parts(container, container.len(), limits)
 }
 
-/// Returns how many leading bytes [`inspect_prefix`] reads from a container starting with
+/// Returns how many leading bytes [`inspect_parts`] reads from a container starting with
 /// `leading`: the header, the wrapped keys and the payload IV, or just the fixed header when its
 /// slot count is out of range. `None` while fewer than the 38 fixed-header bytes are known.
 pub(crate) fn prefix_len(leading: &[u8]) -> Option<usize> {
@@ -315,12 +315,27 @@ fn payload_iv_end(n_slots: usize) -> usize {
     header_len(n_slots) + WRAPPED_KEY_LEN * n_slots + IV_LEN
 }
 
-/// [`inspect`] for a container of `container_len` bytes of which only the first are at hand.
+/// Inspects like [`inspect`] a container of `container_len` bytes of which only the first are at
+/// hand: its header, wrapped keys and payload IV (at most 922 bytes, see
+/// [`crate::Unlocker::prefix_len`]) are all any check reads, besides the length. A receiver can
+/// therefore judge an upload while keeping only its first bytes.
 ///
-/// Every check reads at most the first [`prefix_len`] bytes, plus the length, so an upload can be
-/// judged as soon as its prefix has arrived. `prefix` must hold at least
-/// `min(container_len, prefix_len(prefix))` bytes; any bytes beyond that are ignored.
-pub(crate) fn inspect_prefix(
+/// `prefix` must hold the first `min(container_len, 922)` bytes (more are ignored); fewer are
+/// reported as truncated.
+pub fn inspect_prefix(
+    prefix: &[u8],
+    container_len: u64,
+    limits: &Limits,
+) -> Result<ContainerInfo, Corruption> {
+    inspect_parts(
+        prefix,
+        usize::try_from(container_len).unwrap_or(usize::MAX),
+        limits,
+    )
+}
+
+/// [`inspect_prefix`] with the length as the `usize` it is in memory.
+pub(crate) fn inspect_parts(
     prefix: &[u8],
     container_len: usize,
     limits: &Limits,

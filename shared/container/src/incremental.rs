@@ -11,7 +11,7 @@ use std::sync::Arc;
 use zeroize::Zeroize;
 
 use crate::aead::GcmDecryptor;
-use crate::format::{ContainerInfo, Limits, SlotKind, inspect_prefix, prefix_len};
+use crate::format::{ContainerInfo, Limits, SlotKind, inspect_parts, prefix_len};
 use crate::open::{OpenError, Unlocked, unlock};
 use crate::secret::Secrets;
 use crate::{FIXED_HEADER_LEN, TAG_LEN};
@@ -56,7 +56,7 @@ impl Unlocker {
         } else {
             prefix.len()
         };
-        let info = inspect_prefix(prefix, assumed_len, limits)?;
+        let info = inspect_parts(prefix, assumed_len, limits)?;
         Ok(Unlocker {
             prefix: prefix[..info.ciphertext_offset()].into(),
             info,
@@ -150,14 +150,27 @@ enum Stage {
 /// An open in progress over a container that arrives in pieces: sans-IO, the caller pushes bytes
 /// and decides where the key derivation runs.
 ///
-/// ```text
-/// let mut opening = Opening::new(secrets, &limits, declared_len);
-/// for piece in upload {
-///     opening.push(&piece);
-///     if let Some(unlocker) = opening.take_unlocker() { /* run unlocker.unlock() elsewhere */ }
-///     /* when that finishes: */ opening.set_decryptor(result);
+/// ```
+/// use snug_container::{Limits, Opening, Passphrase, RecoveryKey, Secrets, seal};
+///
+/// let limits = Limits { min_iterations: 1_000, ..Limits::default() };
+/// let passphrase = Passphrase::new("correct horse battery staple");
+/// let recovery_key = RecoveryKey::generate();
+/// let container = seal(b"SQLite format 3\0...", &passphrase, &recovery_key, 1_000, &limits).unwrap();
+///
+/// let declared_len = Some(container.len() as u64);
+/// let mut opening = Opening::new(Secrets::passphrase(passphrase), &limits, declared_len);
+/// // The pieces of an upload, as they arrive.
+/// for piece in container.chunks(100) {
+///     opening.push(piece);
+///     if let Some(unlocker) = opening.take_unlocker() {
+///         // A server runs this PBKDF2 on a thread pool while more pieces arrive.
+///         opening.set_decryptor(unlocker.unlock());
+///     }
 /// }
-/// let unlocked = opening.finish()?; // the same verdict as open(&whole_container)
+/// // The verdict `open` gives for the whole container.
+/// let unlocked = opening.finish().unwrap();
+/// assert_eq!(unlocked.plaintext, b"SQLite format 3\0...");
 /// ```
 ///
 /// Memory: one buffer holds everything after the prefix (ciphertext, then tag); it is reserved
@@ -226,10 +239,11 @@ impl Opening {
             // The verdict no longer depends on these bytes, only on their number.
             Stage::Rejected | Stage::Failed(_) => {}
             Stage::Prefix | Stage::Ready(_) | Stage::Deriving => {
+                self.reserve(bytes.len());
                 self.payload.extend_from_slice(bytes);
             }
             Stage::Decrypting(_) => {
-                self.reserve_zeroizing(bytes.len());
+                self.reserve(bytes.len());
                 self.payload.extend_from_slice(bytes);
                 self.catch_up();
             }
@@ -255,8 +269,8 @@ impl Opening {
         self.stage = match Unlocker::new(&self.prefix, &self.secrets, &self.limits) {
             Ok(mut unlocker) => {
                 unlocker.ticket = Some(Arc::clone(&self.ticket));
-                let max_payload = (self.limits.max_container_len() as usize)
-                    .saturating_sub(self.prefix.len());
+                let max_payload =
+                    (self.limits.max_container_len() as usize).saturating_sub(self.prefix.len());
                 let declared = self.declared_len.unwrap_or(0) as usize;
                 // Exact: the default doubling would reserve up to a second payload's worth.
                 self.payload
@@ -328,18 +342,22 @@ impl Opening {
         }
     }
 
-    /// Makes room for `additional` bytes without leaving decrypted bytes behind in a freed
-    /// allocation (which `Vec`'s own growth would).
-    fn reserve_zeroizing(&mut self, additional: usize) {
-        if self.payload.capacity() - self.payload.len() >= additional {
+    /// Makes room for `additional` bytes: doubling, but never past the largest payload the
+    /// limits allow (plain doubling would reserve up to twice that), and without leaving
+    /// decrypted bytes behind in a freed allocation (which `Vec`'s own growth would).
+    fn reserve(&mut self, additional: usize) {
+        let len = self.payload.len();
+        if self.payload.capacity() - len >= additional {
             return;
         }
+        let max_payload =
+            (self.limits.max_container_len() as usize).saturating_sub(self.prefix.len());
+        let capacity = (len + additional).max((self.payload.capacity() * 2).min(max_payload));
         if self.decrypted == 0 {
-            self.payload.reserve(additional);
+            self.payload.reserve_exact(capacity - len);
             return;
         }
-        let needed = self.payload.len() + additional;
-        let mut grown = Vec::with_capacity(needed.max(self.payload.capacity() * 2));
+        let mut grown = Vec::with_capacity(capacity);
         grown.extend_from_slice(&self.payload);
         self.payload[..self.decrypted].zeroize();
         self.payload = grown;
@@ -354,7 +372,7 @@ impl Opening {
     /// zeroized. If no key was derived yet (the unlocker was never taken or its result never
     /// handed back), it is derived here.
     pub fn finish(mut self) -> Result<Unlocked, OpenError> {
-        let info = inspect_prefix(&self.prefix, self.container_len, &self.limits)?;
+        let info = inspect_parts(&self.prefix, self.container_len, &self.limits)?;
         if info.plaintext_len > self.limits.max_plaintext {
             return Err(OpenError::TooLarge {
                 plaintext_len: info.plaintext_len,

@@ -11,7 +11,8 @@
 //! Main entry points:
 //! - [`detect`] tells a plain SQLite user database from a container by its leading bytes (§10).
 //! - [`inspect`] parses a container without a secret and returns a [`ContainerInfo`] or the
-//!   [`Corruption`] that makes it unreadable.
+//!   [`Corruption`] that makes it unreadable; [`inspect_prefix`] does the same from its first
+//!   922 bytes and its length.
 //! - [`open`] / [`open_owned`] unlock it with [`Secrets`] (a [`Passphrase`] and/or a
 //!   [`RecoveryKey`]) and return the plaintext, or [`OpenError::Locked`] when no supplied secret
 //!   opens a healthy container (§11.2 rule 6 keeps *locked* apart from *corrupt*).
@@ -74,7 +75,7 @@ mod tests;
 
 pub use format::{
     ContainerInfo, Corruption, Format, Header, Limits, Slot, SlotKind, detect, header_checksum,
-    inspect,
+    inspect, inspect_prefix,
 };
 pub use incremental::{Opening, PayloadDecryptor, Unlocker};
 pub use kdf::derive_kek;

@@ -300,7 +300,10 @@ proptest! {
 #[test]
 fn field_arithmetic_through_ghash_is_gcm_multiplication() {
     use ghash::universal_hash::UniversalHash;
-    let h = ghash::Block::from([0x66, 0xe9, 0x4b, 0xd4, 0xef, 0x8a, 0x2c, 0x3b, 0x88, 0x4c, 0xfa, 0x59, 0xca, 0x34, 0x2b, 0x2e]);
+    let h = ghash::Block::from([
+        0x66, 0xe9, 0x4b, 0xd4, 0xef, 0x8a, 0x2c, 0x3b, 0x88, 0x4c, 0xfa, 0x59, 0xca, 0x34, 0x2b,
+        0x2e,
+    ]);
     let mut one = ghash::Block::default();
     one[0] = 0x80;
     assert_eq!(crate::aead::gf_mul(&h, &one), h);
@@ -315,7 +318,11 @@ fn field_arithmetic_through_ghash_is_gcm_multiplication() {
             ghash.update(&[ghash::Block::default()]);
         }
         let expected = ghash.finalize();
-        assert_eq!(crate::aead::gf_mul(&x, &crate::aead::gf_pow(&h, k + 1)), expected, "k = {k}");
+        assert_eq!(
+            crate::aead::gf_mul(&x, &crate::aead::gf_pow(&h, k + 1)),
+            expected,
+            "k = {k}"
+        );
     }
 }
 
@@ -326,7 +333,18 @@ fn streaming_gcm_matches_aes_gcm_across_strides_and_odd_lengths() {
     let aad = [3u8; 160];
     // Around the 32 KiB stride, the 16-byte block and the 4 MiB two-thread threshold, cut at
     // awkward places.
-    for len in [0, 1, 15, 16, 17, 32 * 1024 - 1, 32 * 1024, 32 * 1024 + 1, 200_003, 9_000_017] {
+    for len in [
+        0,
+        1,
+        15,
+        16,
+        17,
+        32 * 1024 - 1,
+        32 * 1024,
+        32 * 1024 + 1,
+        200_003,
+        9_000_017,
+    ] {
         let plaintext: Vec<u8> = (0..len).map(|i| (i * 31 % 253) as u8).collect();
         let (ciphertext, tag) = aes_gcm_seal(&key, &iv, &aad, &plaintext);
         let cuts_of = [
@@ -338,72 +356,13 @@ fn streaming_gcm_matches_aes_gcm_across_strides_and_odd_lengths() {
         ];
         for cuts in cuts_of {
             let opened = gcm_in_pieces(&key, &iv, &aad, &ciphertext, &tag, &cuts);
-            assert_eq!(opened.as_deref(), Some(plaintext.as_slice()), "{len} bytes, cuts {cuts:?}");
+            assert_eq!(
+                opened.as_deref(),
+                Some(plaintext.as_slice()),
+                "{len} bytes, cuts {cuts:?}"
+            );
         }
         assert!(gcm_in_pieces(&key, &iv, &aad, &ciphertext, &tag[..15], &[]).is_none());
         assert!(gcm_in_pieces(&key, &[8; 12], &aad, &ciphertext, &tag, &[]).is_none());
-    }
-}
-
-#[test]
-fn zz_scratch_kdf_parallel() {
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        let _ = crate::derive_kek(b"a", &[1; 16], 600_000);
-        let one = t.elapsed();
-        let t = std::time::Instant::now();
-        std::thread::scope(|s| {
-            let a = s.spawn(|| crate::derive_kek(b"a", &[1; 16], 600_000));
-            let _ = crate::derive_kek(b"b", &[1; 16], 600_000);
-            let _ = a.join();
-        });
-        let two = t.elapsed();
-        eprintln!("kdf one {one:?} two in parallel {two:?}");
-    }
-}
-
-#[test]
-fn zz_scratch_zeroize() {
-    use zeroize::Zeroize;
-    let mut v: Vec<u8> = vec![1u8; 64 << 20];
-    for _ in 0..3 {
-        v.resize(64 << 20, 1);
-        let t = std::time::Instant::now();
-        v.zeroize();
-        let z = t.elapsed();
-        v.resize(64 << 20, 1);
-        let t = std::time::Instant::now();
-        v.fill(0);
-        std::hint::black_box(&v);
-        eprintln!("zeroize {z:?} fill {:?}", t.elapsed());
-    }
-}
-
-#[test]
-fn zz_scratch_speed() {
-    let key = [7u8; 32];
-    let iv = [9u8; 12];
-    let aad = [3u8; 160];
-    let plaintext: Vec<u8> = (0..64usize << 20).map(|i| (i * 31 % 253) as u8).collect();
-    let (ciphertext, tag) = aes_gcm_seal(&key, &iv, &aad, &plaintext);
-    let mut buf = ciphertext.clone();
-    for _ in 0..5 {
-        buf.copy_from_slice(&ciphertext);
-        let t = std::time::Instant::now();
-        let mut d = crate::aead::GcmDecryptor::new(&crate::FileKey::from_bytes(key), &iv, &aad);
-        for piece in buf.chunks_mut(1 << 20) { d.decrypt_in_place(piece); }
-        d.verify(&tag).unwrap();
-        let seq = t.elapsed();
-        buf.copy_from_slice(&ciphertext);
-        let t = std::time::Instant::now();
-        let mut d = crate::aead::GcmDecryptor::new(&crate::FileKey::from_bytes(key), &iv, &aad);
-        d.decrypt_in_place(&mut buf);
-        d.verify(&tag).unwrap();
-        let par = t.elapsed();
-        buf.copy_from_slice(&ciphertext);
-        let t = std::time::Instant::now();
-        crate::aead::decrypt_payload_in_place(&crate::FileKey::from_bytes(key), &iv, &aad, &mut buf, &tag).unwrap();
-        let one = t.elapsed();
-        eprintln!("sequential {seq:?} two threads {par:?} aes-gcm one call {one:?}");
     }
 }

@@ -7,7 +7,7 @@ use common::{LIMITS, PASSPHRASE, patch_header, sample};
 use proptest::prelude::*;
 use snug_container::{
     Corruption, Limits, MAGIC, OpenError, Opening, Passphrase, RecoveryKey, Secrets, SlotKind,
-    Unlocker, open,
+    Unlocker, inspect, inspect_prefix, open,
 };
 
 /// When the caller runs the unlocker and hands its result back.
@@ -52,7 +52,10 @@ fn in_pieces(
                 Derive::Never => {}
             }
         }
-        assert!(opening.take_unlocker().is_none(), "an unlocker is offered once");
+        assert!(
+            opening.take_unlocker().is_none(),
+            "an unlocker is offered once"
+        );
     }
     for unlocker in unlockers {
         opening.set_decryptor(unlocker.unlock());
@@ -68,7 +71,10 @@ fn check_same(container: &[u8], secrets: &Secrets, limits: &Limits, cuts: &[usiz
     for derive in [Derive::AtOnce, Derive::AtTheEnd, Derive::Never] {
         for declared in [None, Some(container.len() as u64), Some(1), Some(u64::MAX)] {
             let got = in_pieces(container, secrets, limits, cuts, derive, declared);
-            assert_eq!(got, expected, "{derive:?}, declared {declared:?}, cuts {cuts:?}");
+            assert_eq!(
+                got, expected,
+                "{derive:?}, declared {declared:?}, cuts {cuts:?}"
+            );
         }
     }
 }
@@ -106,7 +112,12 @@ proptest! {
 fn payloads_longer_than_a_stride_and_cut_unevenly_open() {
     let plaintext: Vec<u8> = (0..300_001u32).map(|i| (i * 7 % 251) as u8).collect();
     let sample = sample(&plaintext);
-    for cuts in [vec![], vec![1], vec![37, 283, 284, 285], vec![100_000, 200_017, 299_999]] {
+    for cuts in [
+        vec![],
+        vec![1],
+        vec![37, 283, 284, 285],
+        vec![100_000, 200_017, 299_999],
+    ] {
         check_same(&sample.container, &sample.by_passphrase(), &LIMITS, &cuts);
     }
 }
@@ -187,8 +198,18 @@ fn hostile_headers_and_sizes_get_the_one_piece_verdict() {
         &[],
     );
     assert!(matches!(
-        in_pieces(&sample.container, &secrets, &small, &[], Derive::AtOnce, None),
-        Err(OpenError::TooLarge { plaintext_len: 300, max: 299 })
+        in_pieces(
+            &sample.container,
+            &secrets,
+            &small,
+            &[],
+            Derive::AtOnce,
+            None
+        ),
+        Err(OpenError::TooLarge {
+            plaintext_len: 300,
+            max: 299
+        })
     ));
 }
 
@@ -202,7 +223,15 @@ fn wrong_and_missing_secrets_are_locked() {
     ] {
         check_same(&sample.container, &secrets, &LIMITS, &[10, 300]);
         assert_eq!(
-            in_pieces(&sample.container, &secrets, &LIMITS, &[], Derive::AtOnce, None).unwrap_err(),
+            in_pieces(
+                &sample.container,
+                &secrets,
+                &LIMITS,
+                &[],
+                Derive::AtOnce,
+                None
+            )
+            .unwrap_err(),
             OpenError::Locked
         );
     }
@@ -264,4 +293,62 @@ fn secrets_and_keys_never_print() {
     let printed = format!("{printed} {decryptor:?} {opening:?}");
     assert!(!printed.contains(PASSPHRASE), "{printed}");
     assert!(!printed.contains("data"), "{printed}");
+}
+
+#[test]
+fn inspecting_the_first_bytes_and_the_length_is_inspecting_the_whole() {
+    let sample = sample(&[0x42; 64]);
+    let check = |container: &[u8]| {
+        let prefix = &container[..container.len().min(922)];
+        assert_eq!(
+            inspect_prefix(prefix, container.len() as u64, &LIMITS),
+            inspect(container, &LIMITS),
+            "{} bytes",
+            container.len()
+        );
+    };
+    for cut in 0..=sample.container.len() {
+        check(&sample.container[..cut]);
+    }
+    for idx in 0..300 {
+        let mut damaged = sample.container.clone();
+        damaged[idx] ^= 0x10;
+        check(&damaged);
+    }
+    // Fewer bytes than the length promises are truncated, never a panic.
+    assert_eq!(
+        inspect_prefix(
+            &sample.container[..100],
+            sample.container.len() as u64,
+            &LIMITS
+        ),
+        Err(Corruption::TruncatedBody)
+    );
+    assert_eq!(
+        inspect_prefix(&sample.container[..20], 5_000, &LIMITS),
+        Err(Corruption::TruncatedHeader)
+    );
+}
+
+#[test]
+fn the_buffer_grows_by_doubling_but_never_past_the_largest_container() {
+    let limits = Limits {
+        max_plaintext: 5_000,
+        ..LIMITS
+    };
+    let sample = sample(&[7; 4_999]);
+    let mut opening = Opening::new(sample.by_passphrase(), &limits, None);
+    for piece in sample.container.chunks(100) {
+        opening.push(piece);
+        if let Some(unlocker) = opening.take_unlocker() {
+            opening.set_decryptor(unlocker.unlock());
+        }
+    }
+    let unlocked = opening.finish().unwrap();
+    assert_eq!(unlocked.plaintext, vec![7; 4_999]);
+    assert!(
+        unlocked.plaintext.capacity() as u64 <= limits.max_container_len(),
+        "{}",
+        unlocked.plaintext.capacity()
+    );
 }

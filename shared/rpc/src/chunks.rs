@@ -54,7 +54,8 @@ pub async fn receive<M, H>(
     split: impl Fn(M) -> Option<Part<H>>,
     declared_len: impl Fn(&H) -> Option<u64>,
 ) -> Result<Upload<H>, Status> {
-    let (header, mut receiver) = Receiver::start(stream, domain, limit, split, declared_len).await?;
+    let (header, mut receiver) =
+        Receiver::start(stream, domain, limit, split, declared_len).await?;
     // The declared length is only a hint for the allocation; the bytes received are what count.
     let mut bytes = Vec::with_capacity(receiver.declared_len().unwrap_or(0) as usize);
     while let Some(chunk) = receiver.next_chunk().await? {
@@ -277,10 +278,21 @@ mod tests {
 
     #[test]
     fn chunks_cover_the_payload_in_order_without_exceeding_the_size() {
-        for len in [0, 1, CHUNK_SIZE - 1, CHUNK_SIZE, CHUNK_SIZE + 1, 3 * CHUNK_SIZE + 7] {
+        for len in [
+            0,
+            1,
+            CHUNK_SIZE - 1,
+            CHUNK_SIZE,
+            CHUNK_SIZE + 1,
+            3 * CHUNK_SIZE + 7,
+        ] {
             let payload = Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
             let chunks: Vec<Bytes> = split_into_chunks(payload.clone()).collect();
-            assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK_SIZE));
+            assert!(
+                chunks
+                    .iter()
+                    .all(|c| !c.is_empty() && c.len() <= CHUNK_SIZE)
+            );
             assert_eq!(chunks.len(), len.div_ceil(CHUNK_SIZE));
             assert_eq!(chunks.concat(), payload.to_vec(), "len {len}");
         }

@@ -1,10 +1,10 @@
-//! Fuzz target: arbitrary bytes through `inspect`, `open` and `open_owned`, as they are and with the structural fields made plausible so the fuzzer gets past the checksum to the slots and the payload.
+//! Fuzz target: arbitrary bytes through `inspect`, `open`, `open_owned` and an `Opening` fed in uneven pieces, as they are and with the structural fields made plausible so the fuzzer gets past the checksum to the slots and the payload.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use snug_container::{
-    Limits, MAGIC, OpenError, Passphrase, RecoveryKey, Secrets, header_checksum, inspect, open,
-    open_owned,
+    Limits, MAGIC, OpenError, Opening, Passphrase, RecoveryKey, Secrets, Unlocked,
+    header_checksum, inspect, inspect_prefix, open, open_owned,
 };
 
 /// A header may ask for at most 2,000 iterations, so no input turns fuzzing into key derivation.
@@ -49,7 +49,35 @@ fn check(bytes: &[u8], secrets: &Secrets) {
         (Err(a), Err(b)) => assert_eq!(a, b),
         _ => panic!("open and open_owned disagree: {opened:?} / {owned:?}"),
     }
+    // So must an upload opened as it arrives, and the inspection of its first bytes alone.
+    let incremental = in_pieces(bytes, secrets);
+    match (&opened, &incremental) {
+        (Ok(a), Ok(b)) => assert_eq!(a.plaintext, b.plaintext),
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        _ => panic!("open and Opening disagree: {opened:?} / {incremental:?}"),
+    }
+    let prefix = &bytes[..bytes.len().min(922)];
+    assert_eq!(inspect_prefix(prefix, bytes.len() as u64, &LIMITS), inspected);
     if let Err(corruption) = inspected {
         assert_eq!(opened.unwrap_err(), OpenError::Corrupt(corruption));
     }
+}
+
+/// Feeds `bytes` to an `Opening` in pieces of 1, 37, 230 and 1000 bytes in turn, deriving the
+/// key as soon as it is offered.
+fn in_pieces(bytes: &[u8], secrets: &Secrets) -> Result<Unlocked, OpenError> {
+    let mut opening = Opening::new(secrets.clone(), &LIMITS, None);
+    let mut rest = bytes;
+    for size in [1, 37, 230, 1000].into_iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let (piece, tail) = rest.split_at(size.min(rest.len()));
+        opening.push(piece);
+        rest = tail;
+        if let Some(unlocker) = opening.take_unlocker() {
+            opening.set_decryptor(unlocker.unlock());
+        }
+    }
+    opening.finish()
 }
