@@ -36,7 +36,7 @@ use snug_rpc::{
     server::{ServerConfig, Services, parse_duration},
     status::error,
 };
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status, Streaming};
 use zeroize::Zeroize as _;
 
@@ -99,41 +99,24 @@ impl ContainerConfig {
 
 /// Runs CPU-heavy crypto on the blocking pool, at most `permits` jobs at a time.
 #[derive(Debug)]
-pub struct KdfPool {
-    permits: Arc<Semaphore>,
-    queue_timeout: Duration,
-}
+pub struct KdfPool(snug_rpc::blocking::BlockingPool);
 
 impl KdfPool {
     /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
     pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+        Self(snug_rpc::blocking::BlockingPool::new(
+            concurrency,
             queue_timeout,
-        }
+            DOMAIN,
+            "key derivations",
+        ))
     }
 
     async fn run<T: Send + 'static>(
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Status> {
-        let permit = tokio::time::timeout(
-            self.queue_timeout,
-            Arc::clone(&self.permits).acquire_owned(),
-        )
-        .await
-        .map_err(|_| overloaded())?
-        .map_err(|_| overloaded())?;
-        // The permit travels with the job: a request cancelled mid-derivation (a client gone, an
-        // upload refused) stops waiting for it, but the thread still works until PBKDF2 ends and
-        // must count against the limit until then.
-        tokio::task::spawn_blocking(move || {
-            let result = job();
-            drop(permit);
-            result
-        })
-        .await
-        .map_err(|join| snug_rpc::status::internal(DOMAIN, &join))
+        self.0.run(job).await
     }
 }
 
@@ -211,15 +194,6 @@ impl Drop for Pooled {
     }
 }
 
-fn overloaded() -> Status {
-    error(
-        Code::Unavailable,
-        reason::OVERLOADED,
-        DOMAIN,
-        "too many key derivations are in flight; retry shortly",
-        [],
-    )
-}
 
 /// The service implementation; cheap to clone.
 #[derive(Debug, Clone)]

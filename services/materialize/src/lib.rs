@@ -41,7 +41,7 @@ use snug_rpc::{
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{Clock, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::status::Mapped;
@@ -80,50 +80,27 @@ impl Default for MaterializeConfig {
 
 /// Runs blocking database jobs on the blocking pool, at most `permits` at a time.
 #[derive(Debug)]
-pub struct FilePool {
-    permits: Arc<Semaphore>,
-    queue_timeout: Duration,
-}
+pub struct FilePool(snug_rpc::blocking::BlockingPool);
 
 impl FilePool {
     /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
     pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+        Self(snug_rpc::blocking::BlockingPool::new(
+            concurrency,
             queue_timeout,
-        }
+            reason::DOMAIN,
+            "app-database jobs",
+        ))
     }
 
     async fn run<T: Send + 'static>(
         &self,
         job: impl FnOnce() -> Result<T, Mapped> + Send + 'static,
     ) -> Result<T, Status> {
-        let permit = tokio::time::timeout(self.queue_timeout, self.permits.clone().acquire_owned())
-            .await
-            .map_err(|_| overloaded())?
-            .map_err(|_| overloaded())?;
-        // The permit moves into the job: a client that disconnects drops this future, but the
-        // blocking job runs to its end, and only then may another one start.
-        let result = tokio::task::spawn_blocking(move || {
-            let result = job();
-            drop(permit);
-            result
-        })
-        .await
-        .map_err(|join| snug_rpc::status::internal(reason::DOMAIN, &join))?;
-        result.map_err(Status::from)
+        self.0.run(job).await?.map_err(Status::from)
     }
 }
 
-fn overloaded() -> Status {
-    Mapped::new(
-        Code::Unavailable,
-        reason::OVERLOADED,
-        "too many app-database jobs are in flight; retry shortly",
-        [],
-    )
-    .into()
-}
 
 /// The service implementation; cheap to clone.
 #[derive(Clone)]

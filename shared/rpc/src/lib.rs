@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod blocking;
 pub mod chunks;
 pub mod limit;
 pub mod server;

@@ -1,0 +1,69 @@
+//! A bounded gate in front of tokio's blocking pool, shared by every service with heavy sync work.
+//!
+//! PBKDF2 and SQLite work must not run on the async runtime, and an unbounded burst of it must not
+//! queue forever: a job waits at most a queue timeout for one of a fixed number of permits and is
+//! otherwise refused with UNAVAILABLE/`OVERLOADED`, a retryable answer.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::Semaphore;
+use tonic::{Code, Status};
+
+use crate::status::{self, reason};
+
+/// Runs blocking jobs at most `concurrency` at a time.
+#[derive(Debug)]
+pub struct BlockingPool {
+    permits: Arc<Semaphore>,
+    queue_timeout: Duration,
+    domain: &'static str,
+    jobs: &'static str,
+}
+
+impl BlockingPool {
+    /// A pool of `concurrency` permits (at least one); `jobs` names the work in the OVERLOADED
+    /// message ("key derivations"), `domain` is the service's error domain.
+    pub fn new(
+        concurrency: usize,
+        queue_timeout: Duration,
+        domain: &'static str,
+        jobs: &'static str,
+    ) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            queue_timeout,
+            domain,
+            jobs,
+        }
+    }
+
+    /// Runs `job` on the blocking pool once a permit is free, or refuses it as OVERLOADED.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Status> {
+        let permit = tokio::time::timeout(self.queue_timeout, Arc::clone(&self.permits).acquire_owned())
+            .await
+            .map_err(|_| self.overloaded())?
+            .map_err(|_| self.overloaded())?;
+        // The permit travels with the job: a cancelled request stops waiting for it, but the
+        // thread works until the job ends and must count against the limit until then.
+        tokio::task::spawn_blocking(move || {
+            let result = job();
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|join| status::internal(self.domain, &join))
+    }
+
+    fn overloaded(&self) -> Status {
+        status::error(
+            Code::Unavailable,
+            reason::OVERLOADED,
+            self.domain,
+            format!("too many {} are in flight; retry shortly", self.jobs),
+            [],
+        )
+    }
+}
