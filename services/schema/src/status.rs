@@ -9,102 +9,24 @@
 //! with their cause, reported with a generic message.
 
 use snug_container::Corruption;
-use snug_rpc::status::error;
 use snug_schema::{
     AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
     OpenError, SaveError,
 };
-use tonic::{Code, Status};
+use tonic::Code;
 
 use crate::reason::{self, DOMAIN};
 
+/// This service's ErrorInfo domain.
+#[derive(Debug)]
+pub enum SchemaDomain {}
+
+impl snug_rpc::status::Domain for SchemaDomain {
+    const DOMAIN: &'static str = DOMAIN;
+}
+
 /// A domain error with its code, reason and metadata chosen; becomes a `Status` via `From`.
-#[derive(Debug)]
-pub struct Mapped(Inner);
-
-#[derive(Debug)]
-enum Inner {
-    Error {
-        code: Code,
-        reason: &'static str,
-        message: String,
-        metadata: Vec<(&'static str, String)>,
-    },
-    /// Already logged and built by `snug_rpc::status::internal`; carries no request detail.
-    Internal(Status),
-}
-
-impl Mapped {
-    /// Builds a mapping.
-    pub fn new(
-        code: Code,
-        reason: &'static str,
-        message: impl Into<String>,
-        metadata: impl IntoIterator<Item = (&'static str, String)>,
-    ) -> Self {
-        Mapped(Inner::Error {
-            code,
-            reason,
-            message: message.into(),
-            metadata: metadata.into_iter().collect(),
-        })
-    }
-
-    /// A malformed request: reason `INVALID_ARGUMENT`, metadata `field`.
-    pub fn invalid_argument(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Mapped::new(
-            Code::InvalidArgument,
-            reason::INVALID_ARGUMENT,
-            message,
-            [("field", field.into())],
-        )
-    }
-
-    /// A payload or response over its cap: reason `TOO_LARGE`, metadata `limit`.
-    pub fn too_large(message: impl Into<String>, limit: u64) -> Self {
-        Mapped::new(
-            Code::ResourceExhausted,
-            reason::TOO_LARGE,
-            message,
-            [("limit", limit.to_string())],
-        )
-    }
-
-    /// A bug or a host failure: logged here, generic to the client.
-    pub fn internal(cause: &dyn std::error::Error) -> Self {
-        Mapped(Inner::Internal(snug_rpc::status::internal(DOMAIN, cause)))
-    }
-
-    /// Adds a metadata entry (not to INTERNAL, which never describes the request).
-    pub fn with(mut self, key: &'static str, value: String) -> Self {
-        if let Inner::Error { metadata, .. } = &mut self.0 {
-            metadata.push((key, value));
-        }
-        self
-    }
-
-    /// Returns the reason, for tests and logs.
-    pub fn reason(&self) -> &'static str {
-        match &self.0 {
-            Inner::Error { reason, .. } => reason,
-            Inner::Internal(_) => reason::INTERNAL,
-        }
-    }
-}
-
-impl From<Mapped> for Status {
-    fn from(mapped: Mapped) -> Status {
-        match mapped.0 {
-            Inner::Error {
-                code,
-                reason,
-                message,
-                metadata,
-            } => error(code, reason, DOMAIN, message, metadata),
-            Inner::Internal(status) => status,
-        }
-    }
-}
+pub type Mapped = snug_rpc::status::Mapped<SchemaDomain>;
 
 fn schema_too_new(found: i64, supported: i64, message: String) -> Mapped {
     Mapped::new(

@@ -28,8 +28,10 @@ pub fn error(
     message: impl Into<String>,
     metadata: impl IntoIterator<Item = (&'static str, String)>,
 ) -> Status {
-    let metadata: HashMap<String, String> =
-        metadata.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let metadata: HashMap<String, String> = metadata
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
     Status::with_error_details(
         code,
         message,
@@ -70,6 +72,129 @@ pub fn internal(domain: &'static str, cause: &dyn std::error::Error) -> Status {
         "internal error; the server log has the details",
         [],
     )
+}
+
+/// The ErrorInfo domain of one service, for [`Mapped`].
+pub trait Domain {
+    /// The domain string, e.g. `snug.schema`.
+    const DOMAIN: &'static str;
+}
+
+/// A domain error with its code, reason and metadata chosen, before it becomes a `Status`.
+///
+/// Services build these in their one exhaustive error mapping (`status.rs`), so a caller can
+/// still add metadata (the index of the failing entry of a batch) before the status is made.
+pub struct Mapped<D>(MappedInner, std::marker::PhantomData<fn() -> D>);
+
+enum MappedInner {
+    Error {
+        code: Code,
+        reason: &'static str,
+        message: String,
+        metadata: Vec<(&'static str, String)>,
+    },
+    /// Already logged and built by [`internal`]; carries no request detail.
+    Internal(Status),
+}
+
+impl<D> std::fmt::Debug for Mapped<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            MappedInner::Error {
+                code,
+                reason,
+                message,
+                metadata,
+            } => f
+                .debug_struct("Mapped")
+                .field("code", code)
+                .field("reason", reason)
+                .field("message", message)
+                .field("metadata", metadata)
+                .finish(),
+            MappedInner::Internal(status) => {
+                f.debug_tuple("Mapped::Internal").field(status).finish()
+            }
+        }
+    }
+}
+
+impl<D: Domain> Mapped<D> {
+    /// Builds a mapping.
+    pub fn new(
+        code: Code,
+        reason: &'static str,
+        message: impl Into<String>,
+        metadata: impl IntoIterator<Item = (&'static str, String)>,
+    ) -> Self {
+        Mapped(
+            MappedInner::Error {
+                code,
+                reason,
+                message: message.into(),
+                metadata: metadata.into_iter().collect(),
+            },
+            std::marker::PhantomData,
+        )
+    }
+
+    /// A malformed request: reason `INVALID_ARGUMENT`, metadata `field`.
+    pub fn invalid_argument(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Mapped::new(
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+            message,
+            [("field", field.into())],
+        )
+    }
+
+    /// A payload or response over its cap: reason `TOO_LARGE`, metadata `limit`.
+    pub fn too_large(message: impl Into<String>, limit: u64) -> Self {
+        Mapped::new(
+            Code::ResourceExhausted,
+            reason::TOO_LARGE,
+            message,
+            [("limit", limit.to_string())],
+        )
+    }
+
+    /// A bug or a host failure: logged here, generic to the client.
+    pub fn internal(cause: &dyn std::error::Error) -> Self {
+        Mapped(
+            MappedInner::Internal(internal(D::DOMAIN, cause)),
+            std::marker::PhantomData,
+        )
+    }
+
+    /// Adds a metadata entry (not to INTERNAL, which never describes the request).
+    pub fn with(mut self, key: &'static str, value: String) -> Self {
+        if let MappedInner::Error { metadata, .. } = &mut self.0 {
+            metadata.push((key, value));
+        }
+        self
+    }
+
+    /// Returns the reason, for tests and logs.
+    pub fn reason(&self) -> &'static str {
+        match &self.0 {
+            MappedInner::Error { reason, .. } => reason,
+            MappedInner::Internal(_) => reason::INTERNAL,
+        }
+    }
+}
+
+impl<D: Domain> From<Mapped<D>> for Status {
+    fn from(mapped: Mapped<D>) -> Status {
+        match mapped.0 {
+            MappedInner::Error {
+                code,
+                reason,
+                message,
+                metadata,
+            } => error(code, reason, D::DOMAIN, message, metadata),
+            MappedInner::Internal(status) => status,
+        }
+    }
 }
 
 /// Returns the `ErrorInfo` reason of a status, if it carries one.
