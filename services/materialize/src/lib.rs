@@ -12,7 +12,7 @@
 //! and lets a chunk straddle the boundary, so a client cuts the concatenation like any payload.
 //!
 //! SQLite work is blocking and holds up to a few copies of a 64 MiB file, so every job runs on
-//! the blocking pool behind a semaphore ([`FilePool`]): a burst queues for a bounded time and is
+//! the blocking pool behind a semaphore ([`BlockingPool`]): a burst queues for a bounded time and is
 //! then refused with `OVERLOADED`, instead of starving the async runtime or the host's memory.
 //!
 //! What this crate deliberately does not do: keep any state between calls (a runtime is the
@@ -37,6 +37,7 @@ use snug_proto::materialize::v1::{
     materialize_service_server::{MaterializeService, MaterializeServiceServer},
 };
 use snug_rpc::{
+    blocking::{BlockingPool, concurrency_or_cpus},
     chunks::{self, Part, Receiver, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
@@ -78,34 +79,10 @@ impl Default for MaterializeConfig {
     }
 }
 
-/// Runs blocking database jobs on the blocking pool, at most `permits` at a time.
-#[derive(Debug)]
-pub struct FilePool(snug_rpc::blocking::BlockingPool);
-
-impl FilePool {
-    /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
-    pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
-        Self(snug_rpc::blocking::BlockingPool::new(
-            concurrency,
-            queue_timeout,
-            reason::DOMAIN,
-            "app-database jobs",
-        ))
-    }
-
-    async fn run<T: Send + 'static>(
-        &self,
-        job: impl FnOnce() -> Result<T, Mapped> + Send + 'static,
-    ) -> Result<T, Status> {
-        self.0.run(job).await?.map_err(Status::from)
-    }
-}
-
-
 /// The service implementation; cheap to clone.
 #[derive(Clone)]
 pub struct MaterializeServer {
-    pool: Arc<FilePool>,
+    pool: Arc<BlockingPool>,
     clock: Arc<dyn Clock>,
 }
 
@@ -125,13 +102,14 @@ impl MaterializeServer {
 
     /// Builds the service with the clock that stamps audit rows and registry updates.
     pub fn with_clock(config: &MaterializeConfig, clock: Arc<dyn Clock>) -> Self {
-        let concurrency = config.materialize_concurrency.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-        });
+        let concurrency = concurrency_or_cpus(config.materialize_concurrency);
         Self {
-            pool: Arc::new(FilePool::new(concurrency, config.materialize_queue_timeout)),
+            pool: Arc::new(BlockingPool::new(
+                concurrency,
+                config.materialize_queue_timeout,
+                reason::DOMAIN,
+                "app-database jobs",
+            )),
             clock,
         }
     }
@@ -335,7 +313,7 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (db, open) = open(&upload.bytes, clock)?;
                 drop(upload.bytes);
                 let mut runtime = snug_materialize::materialize(&db, &app_id)
@@ -422,7 +400,7 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (mut db, open) = open(&user, clock)?;
                 let mut runtime =
                     AppDatabase::from_bytes(&app_id, &runtime_bytes).map_err(status::load_error)?;
@@ -477,7 +455,7 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (mut db, open) = open(&upload.bytes, clock)?;
                 let report =
                     snug_materialize::apply_ddl(&mut db, &header.app_id, &header.statements)
@@ -531,7 +509,7 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (db, _) = open(&upload.bytes, clock)?;
                 drop(upload.bytes);
                 let bytes = snug_materialize::export_app(&db, &app_id)
@@ -581,7 +559,7 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (mut db, open) = open(&upload.bytes, clock)?;
                 let report =
                     snug_materialize::execute(&mut db, &header.app_id, &header.statements, &limits)
@@ -666,7 +644,7 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let response = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (db, open) = open(&upload.bytes, clock)?;
                 drop(upload.bytes);
                 let listing =

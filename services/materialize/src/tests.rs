@@ -826,7 +826,12 @@ async fn a_full_pool_refuses_as_overloaded() {
         materialize_concurrency: Some(1),
         materialize_queue_timeout: Duration::ZERO,
     };
-    let pool = FilePool::new(1, config.materialize_queue_timeout);
+    let pool = BlockingPool::new(
+        1,
+        config.materialize_queue_timeout,
+        reason::DOMAIN,
+        "app-database jobs",
+    );
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let pool = Arc::new(pool);
@@ -836,7 +841,6 @@ async fn a_full_pool_refuses_as_overloaded() {
             pool.run(move || {
                 let _ = started_tx.send(());
                 let _ = release_rx.recv();
-                Ok(())
             })
             .await
         })
@@ -845,7 +849,7 @@ async fn a_full_pool_refuses_as_overloaded() {
         .await
         .expect("join")
         .expect("started");
-    let status = pool.run(|| Ok(())).await.expect_err("overloaded");
+    let status = pool.run(|| ()).await.expect_err("overloaded");
     assert_refused(&status, Code::Unavailable, reason::OVERLOADED);
     let _ = release_tx.send(());
     busy.await.expect("join").expect("busy job");

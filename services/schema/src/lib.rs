@@ -6,7 +6,7 @@
 //! with an `ErrorInfo` reason.
 //!
 //! SQLite work is blocking and holds up to a few copies of a 64 MiB file, so every job runs on
-//! the blocking pool behind a semaphore ([`FilePool`]): a burst queues for a bounded time and is
+//! the blocking pool behind a semaphore ([`BlockingPool`]): a burst queues for a bounded time and is
 //! then refused with `OVERLOADED`, instead of starving the async runtime or the host's memory.
 //!
 //! What this crate deliberately does not do: keep any state between calls, touch the local file
@@ -33,6 +33,7 @@ use snug_proto::schema::v1::{
     schema_service_server::{SchemaService, SchemaServiceServer},
 };
 use snug_rpc::{
+    blocking::{BlockingPool, concurrency_or_cpus},
     chunks::{self, Part, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
@@ -77,34 +78,10 @@ impl Default for SchemaConfig {
     }
 }
 
-/// Runs blocking file jobs on the blocking pool, at most `permits` at a time.
-#[derive(Debug)]
-pub struct FilePool(snug_rpc::blocking::BlockingPool);
-
-impl FilePool {
-    /// A pool running `concurrency` jobs at once; a job waits at most `queue_timeout` to start.
-    pub fn new(concurrency: usize, queue_timeout: Duration) -> Self {
-        Self(snug_rpc::blocking::BlockingPool::new(
-            concurrency,
-            queue_timeout,
-            reason::DOMAIN,
-            "user-database jobs",
-        ))
-    }
-
-    async fn run<T: Send + 'static>(
-        &self,
-        job: impl FnOnce() -> Result<T, Mapped> + Send + 'static,
-    ) -> Result<T, Status> {
-        self.0.run(job).await?.map_err(Status::from)
-    }
-}
-
-
 /// The service implementation; cheap to clone.
 #[derive(Clone)]
 pub struct SchemaServer {
-    pool: Arc<FilePool>,
+    pool: Arc<BlockingPool>,
     clock: Arc<dyn Clock>,
 }
 
@@ -124,13 +101,14 @@ impl SchemaServer {
 
     /// Builds the service with the clock that stamps new rows (`created_at`, `updated_at`).
     pub fn with_clock(config: &SchemaConfig, clock: Arc<dyn Clock>) -> Self {
-        let concurrency = config.schema_concurrency.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-        });
+        let concurrency = concurrency_or_cpus(config.schema_concurrency);
         Self {
-            pool: Arc::new(FilePool::new(concurrency, config.schema_queue_timeout)),
+            pool: Arc::new(BlockingPool::new(
+                concurrency,
+                config.schema_queue_timeout,
+                reason::DOMAIN,
+                "user-database jobs",
+            )),
             clock,
         }
     }
@@ -297,7 +275,7 @@ impl SchemaService for SchemaServer {
         .await?;
         let response = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let inspection =
                     snug_schema::inspect_bytes(&upload.bytes).map_err(status::open_error)?;
                 Ok(convert::inspection(inspection, upload.bytes.len() as u64))
@@ -323,7 +301,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (report, bytes, unchanged) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (mut db, report) = open(&upload.bytes, clock)?;
                 if !report.wrote {
                     // Nothing to do: the caller gets its own bytes back, not a re-serialisation.
@@ -377,7 +355,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (source, bytes, export) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (mut db, source) = open(&upload.bytes, clock)?;
                 drop(upload.bytes);
                 let (bytes, export) =
@@ -426,7 +404,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let report = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let options = ImportOptions {
                     secrets: Some(&secrets),
                     trusted_origin,
@@ -454,7 +432,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let response = self
             .pool
-            .run(move || validate_sync_image(&upload.bytes, clock))
+            .try_run::<_, Mapped>(move || validate_sync_image(&upload.bytes, clock))
             .await?;
         Ok(Response::new(response))
     }
@@ -484,7 +462,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (open_report, results, bytes) = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (mut db, report) = open(&upload.bytes, clock)?;
                 drop(upload.bytes);
                 let results = operations
@@ -544,7 +522,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let response = self
             .pool
-            .run(move || {
+            .try_run::<_, Mapped>(move || {
                 let (db, report) = open(&upload.bytes, clock)?;
                 drop(upload.bytes);
                 let results = queries

@@ -20,6 +20,12 @@ pub struct BlockingPool {
     jobs: &'static str,
 }
 
+/// The number of jobs a pool runs at once when its configuration names none: one per CPU, so
+/// CPU-bound jobs keep every core busy and no more.
+pub fn concurrency_or_cpus(configured: Option<usize>) -> usize {
+    configured.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
 impl BlockingPool {
     /// A pool of `concurrency` permits (at least one); `jobs` names the work in the OVERLOADED
     /// message ("key derivations"), `domain` is the service's error domain.
@@ -42,10 +48,13 @@ impl BlockingPool {
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Status> {
-        let permit = tokio::time::timeout(self.queue_timeout, Arc::clone(&self.permits).acquire_owned())
-            .await
-            .map_err(|_| self.overloaded())?
-            .map_err(|_| self.overloaded())?;
+        let permit = tokio::time::timeout(
+            self.queue_timeout,
+            Arc::clone(&self.permits).acquire_owned(),
+        )
+        .await
+        .map_err(|_| self.overloaded())?
+        .map_err(|_| self.overloaded())?;
         // The permit travels with the job: a cancelled request stops waiting for it, but the
         // thread works until the job ends and must count against the limit until then.
         tokio::task::spawn_blocking(move || {
@@ -55,6 +64,18 @@ impl BlockingPool {
         })
         .await
         .map_err(|join| status::internal(self.domain, &join))
+    }
+
+    /// Like [`run`](Self::run), for a job that fails with a service's own mapped error.
+    pub async fn try_run<T, E>(
+        &self,
+        job: impl FnOnce() -> Result<T, E> + Send + 'static,
+    ) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        E: Into<Status> + Send + 'static,
+    {
+        self.run(job).await?.map_err(Into::into)
     }
 
     fn overloaded(&self) -> Status {
