@@ -28,8 +28,14 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 pub fn vectors_dir() -> PathBuf {
     let dir = std::env::var_os("SNUG_VECTORS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/reference"));
-    assert!(dir.is_dir(), "reference vectors not found at {} (set SNUG_VECTORS_DIR)", dir.display());
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/reference")
+        });
+    assert!(
+        dir.is_dir(),
+        "reference vectors not found at {} (set SNUG_VECTORS_DIR)",
+        dir.display()
+    );
     dir
 }
 
@@ -87,7 +93,9 @@ impl Hub {
             reclaim_interval: Duration::ZERO,
             ..SyncConfig::default()
         };
-        let store = snug_sync_service::open_store(&sync_config).await.expect("sync store");
+        let store = snug_sync_service::open_store(&sync_config)
+            .await
+            .expect("sync store");
         let sync = SyncServer::new(store, &sync_config);
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let grpc = grpc_listener.local_addr().expect("addr");
@@ -103,19 +111,39 @@ impl Hub {
             ..GatewayConfig::for_tests()
         };
         let url = format!("http://{grpc}");
-        let state = snug_gateway::build(&config, gateway_dir.clone(), snug_gateway::Addresses::all(&url)).expect("gateway");
-        let users = (options.auth == AuthMode::On).then(|| UserStore::open(&gateway_dir).expect("users"));
+        let state = snug_gateway::build(
+            &config,
+            gateway_dir.clone(),
+            snug_gateway::Addresses::all(&url),
+        )
+        .expect("gateway");
+        let users =
+            (options.auth == AuthMode::On).then(|| UserStore::open(&gateway_dir).expect("users"));
         let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let http = http_listener.local_addr().expect("addr");
         let http_task = tokio::spawn(async move {
             let _ = snug_gateway::serve(state, http_listener, std::future::pending()).await;
         });
-        Hub { http, grpc, users, sync, grpc_task, _http_task: http_task, _dir: dir }
+        Hub {
+            http,
+            grpc,
+            users,
+            sync,
+            grpc_task,
+            _http_task: http_task,
+            _dir: dir,
+        }
     }
 
     /// Adds a user and returns their bearer token.
     pub fn add_user(&self, name: &str) -> String {
-        self.users.as_ref().expect("auth on").add(name).expect("add user").1.token
+        self.users
+            .as_ref()
+            .expect("auth on")
+            .add(name)
+            .expect("add user")
+            .1
+            .token
     }
 
     /// The gateway's base URL.
@@ -145,16 +173,26 @@ impl Hub {
     }
 }
 
-fn spawn_services(listener: TcpListener, sync: SyncServer) -> (oneshot::Sender<()>, JoinHandle<()>) {
+fn spawn_services(
+    listener: TcpListener,
+    sync: SyncServer,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
     let (stop, stopped) = oneshot::channel::<()>();
     let mut services: Services = snug_schema_service::services(&Default::default());
-    services.routes = services.routes.add_service(snug_sync_service::service(sync));
+    services.routes = services
+        .routes
+        .add_service(snug_sync_service::service(sync));
     services.names.push(snug_sync_service::SERVICE_NAME);
-    services.routes = services.routes.add_service(snug_materialize_service::service(
-        snug_materialize_service::MaterializeServer::new(&Default::default()),
-    ));
+    services.routes = services
+        .routes
+        .add_service(snug_materialize_service::service(
+            snug_materialize_service::MaterializeServer::new(&Default::default()),
+        ));
     services.names.push(snug_materialize_service::SERVICE_NAME);
-    let config = ServerConfig { shutdown_grace: Duration::from_millis(200), ..ServerConfig::for_tests() };
+    let config = ServerConfig {
+        shutdown_grace: Duration::from_millis(200),
+        ..ServerConfig::for_tests()
+    };
     let task = tokio::spawn(async move {
         let _ = snug_rpc::server::serve(&config, listener, services, async {
             let _ = stopped.await;
@@ -178,12 +216,16 @@ pub struct Answer {
 impl Answer {
     /// A header's value as text ("" when absent).
     pub fn header(&self, name: &str) -> &str {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
     }
 
     /// The body as JSON.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
     }
 
     /// The JSON error `code`.
@@ -218,12 +260,20 @@ impl Http {
         Self {
             base: format!("http://{addr}"),
             client: Client::builder(TokioExecutor::new()).build_http(),
-            openapi: Arc::new(serde_json::from_str(snug_gateway::routes::OPENAPI).expect("openapi")),
+            openapi: Arc::new(
+                serde_json::from_str(snug_gateway::routes::OPENAPI).expect("openapi"),
+            ),
         }
     }
 
     /// Sends a request and reads the whole answer.
-    pub async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], payload: Payload) -> Answer {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        payload: Payload,
+    ) -> Answer {
         let body: Body = match payload {
             Payload::Empty => Full::new(Bytes::new()).boxed(),
             Payload::Whole(bytes) => Full::new(Bytes::from(bytes)).boxed(),
@@ -235,15 +285,30 @@ impl Http {
                 StreamBody::new(futures::stream::iter(pieces)).boxed()
             }
         };
-        let mut request = http::Request::builder().method(method).uri(format!("{}{path}", self.base));
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let response = self.client.request(request.body(body).expect("request")).await.expect("HTTP request");
+        let response = self
+            .client
+            .request(request.body(body).expect("request"))
+            .await
+            .expect("HTTP request");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let body = response.into_body().collect().await.expect("body").to_bytes();
-        let answer = Answer { status, headers, body };
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let answer = Answer {
+            status,
+            headers,
+            body,
+        };
         self.check_documented(method, path, &answer);
         answer
     }
@@ -252,10 +317,23 @@ impl Http {
     fn check_documented(&self, method: &str, path: &str, answer: &Answer) {
         let method = method.to_ascii_lowercase();
         let path = path.split('?').next().unwrap_or(path);
-        let template = if path.strip_prefix("/userdb/revisions/").and_then(|rest| rest.strip_suffix("/restore")).is_some() {
+        let template = if path
+            .strip_prefix("/userdb/revisions/")
+            .and_then(|rest| rest.strip_suffix("/restore"))
+            .is_some()
+        {
             "/userdb/revisions/{rev}/restore"
-        } else if path.strip_prefix("/userdb/apps/").and_then(|rest| rest.strip_suffix("/export")).is_some() {
+        } else if path
+            .strip_prefix("/userdb/apps/")
+            .and_then(|rest| rest.strip_suffix("/export"))
+            .is_some()
+        {
             "/userdb/apps/{appId}/export"
+        } else if path
+            .strip_prefix("/userdb/revisions/")
+            .is_some_and(|rest| !rest.contains('/'))
+        {
+            "/userdb/revisions/{rev}"
         } else {
             path
         };
@@ -263,7 +341,10 @@ impl Http {
         if method == "options" {
             return;
         }
-        let Some(operation) = self.openapi["paths"].get(template).and_then(|p| p.get(&method)) else {
+        let Some(operation) = self.openapi["paths"]
+            .get(template)
+            .and_then(|p| p.get(&method))
+        else {
             assert!(
                 answer.status == 404 || answer.status == 405,
                 "{method} {path}: not in the OpenAPI document, yet answered {}",
@@ -271,7 +352,45 @@ impl Http {
             );
             return;
         };
-        let documented = operation["responses"].get(answer.status.to_string()).is_some();
-        assert!(documented, "{method} {template} answered {} which the OpenAPI document does not list", answer.status);
+        let documented = operation["responses"]
+            .get(answer.status.to_string())
+            .is_some();
+        assert!(
+            documented,
+            "{method} {template} answered {} which the OpenAPI document does not list",
+            answer.status
+        );
     }
+}
+
+/// The Python the suites drive (`SNUG_TEST_PYTHON`, else the CI virtualenv
+/// `${SNUG_K8S_VENV:-/var/tmp/snug-hub-venv}` that `k8s/validate.sh` fills), if it can
+/// `import` every module of `imports`. Otherwise: a failure when the environment variable
+/// `required_by` is `1` (CI sets it), else `None` after saying on the process's stderr (past the
+/// harness's capture, so a skip is seen) that `test` skipped and why.
+pub fn test_python(test: &str, imports: &str, missing: &str, required_by: &str) -> Option<PathBuf> {
+    use std::io::Write as _;
+    let python = match std::env::var_os("SNUG_TEST_PYTHON") {
+        Some(python) => PathBuf::from(python),
+        None => std::env::var_os("SNUG_K8S_VENV")
+            .map_or_else(|| PathBuf::from("/var/tmp/snug-hub-venv"), PathBuf::from)
+            .join("bin/python"),
+    };
+    let found = std::process::Command::new(&python)
+        .args(["-c", &format!("import {imports}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if found {
+        return Some(python);
+    }
+    let why = format!(
+        "no {missing} for {} (set SNUG_TEST_PYTHON to a Python that has it, or run k8s/validate.sh to fill the CI virtualenv)",
+        python.display()
+    );
+    let required = std::env::var(required_by).is_ok_and(|v| v == "1");
+    assert!(!required, "{required_by}=1 but {why}");
+    let _ = writeln!(std::io::stderr(), "{test} SKIPPED: {why}");
+    None
 }

@@ -50,7 +50,10 @@ impl Identity {
             Via::Session => "session".to_owned(),
             Via::Local => LOCAL_USER.to_owned(),
         };
-        Caller { user_id: self.user_id.clone(), principal: format!("{}/{principal}", self.name) }
+        Caller {
+            user_id: self.user_id.clone(),
+            principal: format!("{}/{principal}", self.name),
+        }
     }
 
     /// Whether a write by this caller needs the CSRF header.
@@ -74,12 +77,20 @@ fn unauthenticated(message: &str) -> ApiError {
 impl Auth {
     /// Auth off: everyone is [`LOCAL_USER`].
     pub fn off() -> Self {
-        Self { mode: AuthMode::Off, users: None, key: None }
+        Self {
+            mode: AuthMode::Off,
+            users: None,
+            key: None,
+        }
     }
 
     /// Auth on, against `users`, with sessions signed by `key`.
     pub fn on(users: Arc<UserStore>, key: SessionKey) -> Self {
-        Self { mode: AuthMode::On, users: Some(users), key: Some(key) }
+        Self {
+            mode: AuthMode::On,
+            users: Some(users),
+            key: Some(key),
+        }
     }
 
     /// The mode.
@@ -95,7 +106,11 @@ impl Auth {
     /// Identifies the caller, or answers 401.
     pub fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let (Some(users), Some(key)) = (&self.users, &self.key) else {
-            return Ok(Identity { user_id: LOCAL_USER.to_owned(), name: LOCAL_USER.to_owned(), via: Via::Local });
+            return Ok(Identity {
+                user_id: LOCAL_USER.to_owned(),
+                name: LOCAL_USER.to_owned(),
+                via: Via::Local,
+            });
         };
         let store_failed = |err: crate::users::UsersError| {
             tracing::error!(error = %err, "the users file failed");
@@ -105,14 +120,23 @@ impl Auth {
             let token = value
                 .to_str()
                 .ok()
-                .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+                .and_then(|v| {
+                    v.strip_prefix("Bearer ")
+                        .or_else(|| v.strip_prefix("bearer "))
+                })
                 .map(str::trim)
-                .ok_or_else(|| unauthenticated("the Authorization header must be `Bearer <token>`"))?;
+                .ok_or_else(|| {
+                    unauthenticated("the Authorization header must be `Bearer <token>`")
+                })?;
             let (user, token_id) = users
                 .authenticate_token(token)
                 .map_err(store_failed)?
                 .ok_or_else(|| unauthenticated("the bearer token is not valid"))?;
-            return Ok(Identity { user_id: user.id, name: user.name, via: Via::Bearer(token_id) });
+            return Ok(Identity {
+                user_id: user.id,
+                name: user.name,
+                via: Via::Bearer(token_id),
+            });
         }
         if let Some(value) = session::cookie(headers, SESSION_COOKIE) {
             let user_id = key
@@ -122,14 +146,22 @@ impl Auth {
                 .user_by_id(&user_id)
                 .map_err(store_failed)?
                 .ok_or_else(|| unauthenticated("no valid session"))?;
-            return Ok(Identity { user_id: user.id, name: user.name, via: Via::Session });
+            return Ok(Identity {
+                user_id: user.id,
+                name: user.name,
+                via: Via::Session,
+            });
         }
         Err(unauthenticated("no valid session or bearer token"))
     }
 
     /// Identifies the caller of a write: as [`Auth::identify`], plus the CSRF check (403) for a
     /// cookie session.
-    pub fn identify_for_write(&self, headers: &HeaderMap, what: &str) -> Result<Identity, ApiError> {
+    pub fn identify_for_write(
+        &self,
+        headers: &HeaderMap,
+        what: &str,
+    ) -> Result<Identity, ApiError> {
         let identity = self.identify(headers)?;
         if identity.needs_csrf() && !session::csrf_ok(headers) {
             return Err(ApiError::from_reason(

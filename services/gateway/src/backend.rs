@@ -16,12 +16,17 @@ use std::{
 use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use snug_proto::{
-    materialize::v1::{self as materialize_pb, materialize_service_client::MaterializeServiceClient},
+    materialize::v1::{
+        self as materialize_pb, materialize_service_client::MaterializeServiceClient,
+    },
     schema::v1::{self as schema_pb, schema_service_client::SchemaServiceClient},
     sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
 };
-use snug_rpc::chunks::{self, MAX_MESSAGE_SIZE};
-use tonic::{Code, transport::Channel};
+use snug_rpc::{
+    chunks::{self, MAX_MESSAGE_SIZE},
+    trace_context::Traced,
+};
+use tonic::Code;
 
 use crate::{
     config::ConfigError,
@@ -34,9 +39,13 @@ const QUOTA_TTL: Duration = Duration::from_secs(60);
 /// The schema service's largest message (its 8 MiB header limit plus framing).
 const SCHEMA_MAX_MESSAGE: usize = 8 * 1024 * 1024 + 64 * 1024;
 
+/// A channel to a service whose calls are traced: each gets a client span, whose context goes
+/// to the service as `traceparent` (nothing is sent while tracing is off).
+pub type Channel = Traced<tonic::transport::Channel>;
+
 /// Opens a lazily connecting channel to `addr`.
 pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigError> {
-    let endpoint = Channel::from_shared(addr.to_owned())
+    let endpoint = tonic::transport::Channel::from_shared(addr.to_owned())
         .map_err(|_| ConfigError::BadAddress(addr.to_owned()))?
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
@@ -51,7 +60,7 @@ pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigE
         // A connection whose peer vanished without a FIN is noticed and replaced.
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
-    Ok(endpoint.connect_lazy())
+    Ok(Traced::new(endpoint.connect_lazy()))
 }
 
 /// The gRPC clients of the services the routes use.
@@ -81,7 +90,10 @@ pub struct Caller {
 
 impl Caller {
     fn pb(&self) -> sync_pb::Caller {
-        sync_pb::Caller { user_id: self.user_id.clone(), principal: self.principal.clone() }
+        sync_pb::Caller {
+            user_id: self.user_id.clone(),
+            principal: self.principal.clone(),
+        }
     }
 }
 
@@ -111,7 +123,12 @@ pub type ImageBody = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::
 
 impl Backends {
     /// Clients over the given channels.
-    pub fn new(schema: Channel, sync: Channel, materialize: Option<Channel>, deadline: Duration) -> Self {
+    pub fn new(
+        schema: Channel,
+        sync: Channel,
+        materialize: Option<Channel>,
+        deadline: Duration,
+    ) -> Self {
         Self {
             schema: SchemaServiceClient::new(schema.clone())
                 .max_decoding_message_size(SCHEMA_MAX_MESSAGE)
@@ -155,7 +172,9 @@ impl Backends {
             return Ok(());
         }
         let mut sync = self.sync.clone();
-        let request = self.request(sync_pb::ProvisionUserRequest { caller: Some(caller.pb()) });
+        let request = self.request(sync_pb::ProvisionUserRequest {
+            caller: Some(caller.pb()),
+        });
         self.within(sync.provision_user(request)).await?;
         self.lock_provisioned().insert(caller.user_id.clone());
         Ok(())
@@ -178,15 +197,24 @@ impl Backends {
             .within(sync.get_store_status(self.request(sync_pb::GetStoreStatusRequest {})))
             .await?
             .into_inner();
-        *self.quota.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), status.quota_bytes));
+        *self.quota.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), status.quota_bytes));
         Ok(status.quota_bytes)
     }
 
-    /// The user's current revision, or `None` when there is no image (or no such user: the same
-    /// answer, by the sync service's uniform denial).
-    pub async fn head(&self, caller: &Caller) -> Result<Option<sync_pb::RevisionInfo>, ApiError> {
+    /// The user's current revision, or the retained `revision` named, or `None` when there is no
+    /// such image (or no such user, or it is another user's: the same answer, by the sync
+    /// service's uniform denial).
+    pub async fn head(
+        &self,
+        caller: &Caller,
+        revision: Option<&str>,
+    ) -> Result<Option<sync_pb::RevisionInfo>, ApiError> {
         let mut sync = self.sync.clone();
-        let request = self.request(sync_pb::HeadImageRequest { caller: Some(caller.pb()) });
+        let request = self.request(sync_pb::HeadImageRequest {
+            caller: Some(caller.pb()),
+            revision: revision.map(str::to_owned),
+        });
         match within(self.deadline, sync.head_image(request)).await {
             Ok(response) => Ok(response.into_inner().revision),
             Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
@@ -194,12 +222,21 @@ impl Backends {
         }
     }
 
-    /// Starts a download of the user's current image: its revision and a body stream, or `None`
-    /// when there is no image. The deadline covers the wait for the first message; after that
-    /// each chunk must arrive within the deadline, so a stalled service ends the body (the client
-    /// sees a short response against `Content-Length`, never a silent success).
-    pub async fn get(&self, caller: &Caller) -> Result<Option<(sync_pb::RevisionInfo, ImageBody)>, ApiError> {
-        start_download(self.sync.clone(), self.request(sync_pb::GetImageRequest { caller: Some(caller.pb()), revision: None }), self.deadline).await
+    /// Starts a download of the user's current image, or of the retained `revision` named: its
+    /// revision and a body stream, or `None` when there is no such image. The deadline covers
+    /// the wait for the first message; after that each chunk must arrive within the deadline, so
+    /// a stalled service ends the body (the client sees a short response against
+    /// `Content-Length`, never a silent success).
+    pub async fn get(
+        &self,
+        caller: &Caller,
+        revision: Option<&str>,
+    ) -> Result<Option<(sync_pb::RevisionInfo, ImageBody)>, ApiError> {
+        let request = sync_pb::GetImageRequest {
+            caller: Some(caller.pb()),
+            revision: revision.map(str::to_owned),
+        };
+        start_download(self.sync.clone(), self.request(request), self.deadline).await
     }
 
     /// Validates `image` with the schema service and writes it with the sync service, from one
@@ -223,12 +260,16 @@ impl Backends {
         let validate_stream = chunks::upload(
             schema_pb::ValidateSyncImageRequest {
                 message: Some(schema_pb::validate_sync_image_request::Message::Header(
-                    schema_pb::ValidateSyncImageHeader { expected_length: Some(length) },
+                    schema_pb::ValidateSyncImageHeader {
+                        expected_length: Some(length),
+                    },
                 )),
             },
             image.clone(),
             |chunk| schema_pb::ValidateSyncImageRequest {
-                message: Some(schema_pb::validate_sync_image_request::Message::Chunk(chunk)),
+                message: Some(schema_pb::validate_sync_image_request::Message::Chunk(
+                    chunk,
+                )),
             },
         );
         let mut schema = self.schema.clone();
@@ -239,16 +280,20 @@ impl Backends {
             result
         };
 
-        let put_chunk = |chunk| sync_pb::PutImageRequest { message: Some(sync_pb::put_image_request::Message::Chunk(chunk)) };
+        let put_chunk = |chunk| sync_pb::PutImageRequest {
+            message: Some(sync_pb::put_image_request::Message::Chunk(chunk)),
+        };
         let mut pieces: Vec<Bytes> = chunks::split_into_chunks(image).collect();
         let last = pieces.pop();
         let header = sync_pb::PutImageRequest {
-            message: Some(sync_pb::put_image_request::Message::Header(sync_pb::PutImageHeader {
-                caller: Some(caller.pb()),
-                precondition: Some(precondition.pb()),
-                idempotency_key: None,
-                expected_length: Some(length),
-            })),
+            message: Some(sync_pb::put_image_request::Message::Header(
+                sync_pb::PutImageHeader {
+                    caller: Some(caller.pb()),
+                    precondition: Some(precondition.pb()),
+                    idempotency_key: None,
+                    expected_length: Some(length),
+                },
+            )),
         };
         let held_back = futures::stream::once(async move {
             match (verdict_rx.await, last) {
@@ -257,21 +302,34 @@ impl Backends {
             }
         })
         .filter_map(std::future::ready);
-        let put_stream = futures::stream::iter(std::iter::once(header).chain(pieces.into_iter().map(put_chunk))).chain(held_back);
+        let put_stream =
+            futures::stream::iter(std::iter::once(header).chain(pieces.into_iter().map(put_chunk)))
+                .chain(held_back);
         let mut sync = self.sync.clone();
         let put_request = self.request(put_stream);
         let put = sync.put_image(put_request);
 
-        let (validation, put) = tokio::time::timeout(self.deadline, async { tokio::join!(validate, put) })
-            .await
-            .map_err(|_| ApiError::unavailable("validating and storing the image took longer than the deadline; retry shortly"))?;
+        let (validation, put) = tokio::time::timeout(self.deadline, async {
+            tokio::join!(validate, put)
+        })
+        .await
+        .map_err(|_| {
+            ApiError::unavailable(
+                "validating and storing the image took longer than the deadline; retry shortly",
+            )
+        })?;
         // A refused image is reported as such even if the store refused too (it always does, for
         // the short stream): the reference server checks the body before the precondition.
         validation.map_err(|status| ApiError::from_status(&status))?;
-        let response = put.map_err(|status| ApiError::from_status(&status))?.into_inner();
-        response
-            .revision
-            .ok_or_else(|| ApiError::from_reason(reason::BAD_GATEWAY, "the sync service accepted an image without a revision"))
+        let response = put
+            .map_err(|status| ApiError::from_status(&status))?
+            .into_inner();
+        response.revision.ok_or_else(|| {
+            ApiError::from_reason(
+                reason::BAD_GATEWAY,
+                "the sync service accepted an image without a revision",
+            )
+        })
     }
 
     /// Exports one app of the user's current image as a standalone database with natural names:
@@ -282,13 +340,18 @@ impl Backends {
         &self,
         caller: &Caller,
         app_id: &str,
-    ) -> impl Future<Output = Result<Option<(materialize_pb::ExportAppResult, ImageBody)>, ApiError>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<(materialize_pb::ExportAppResult, ImageBody)>, ApiError>>
+    + Send
+    + 'static {
         // Everything the call needs is cloned up front, so the future borrows nothing: a borrowed
         // `&self` held across this pipeline's awaits defeats the compiler's `Send` proof
         // (rust-lang/rust#102211).
         let materialize = self.materialize.clone();
         let sync = self.sync.clone();
-        let download = self.request(sync_pb::GetImageRequest { caller: Some(caller.pb()), revision: None });
+        let download = self.request(sync_pb::GetImageRequest {
+            caller: Some(caller.pb()),
+            revision: None,
+        });
         let deadline = self.deadline;
         let app_id = app_id.to_owned();
         async move {
@@ -305,10 +368,12 @@ impl Backends {
             // call it a malformed request): remember it, and answer 503 instead.
             let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let header = materialize_pb::ExportAppRequest {
-                message: Some(materialize_pb::export_app_request::Message::Header(materialize_pb::UserDatabaseHeader {
-                    app_id,
-                    expected_length: Some(info.size),
-                })),
+                message: Some(materialize_pb::export_app_request::Message::Header(
+                    materialize_pb::UserDatabaseHeader {
+                        app_id,
+                        expected_length: Some(info.size),
+                    },
+                )),
             };
             let mut request = tonic::Request::new(export_upload(header, download, broken.clone()));
             request.set_timeout(deadline);
@@ -319,22 +384,42 @@ impl Backends {
             })
             .await;
             if broken.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(ApiError::unavailable("the image download broke off; retry shortly"));
+                return Err(ApiError::unavailable(
+                    "the image download broke off; retry shortly",
+                ));
             }
             let (first, stream) = started?;
             let result = match first {
-                Some(materialize_pb::ExportAppResponse { message: Some(materialize_pb::export_app_response::Message::Result(result)) }) => result,
-                _ => return Err(ApiError::from_reason(reason::BAD_GATEWAY, "the materialization service answered an export without its result")),
+                Some(materialize_pb::ExportAppResponse {
+                    message: Some(materialize_pb::export_app_response::Message::Result(result)),
+                }) => result,
+                _ => {
+                    return Err(ApiError::from_reason(
+                        reason::BAD_GATEWAY,
+                        "the materialization service answered an export without its result",
+                    ));
+                }
             };
             Ok(Some((result, export_body(stream, deadline))))
         }
     }
 
     /// The user's revisions, newest first.
-    pub async fn list_revisions(&self, caller: &Caller, limit: u32) -> Result<Vec<sync_pb::RevisionInfo>, ApiError> {
+    pub async fn list_revisions(
+        &self,
+        caller: &Caller,
+        limit: u32,
+    ) -> Result<Vec<sync_pb::RevisionInfo>, ApiError> {
         let mut sync = self.sync.clone();
-        let request = self.request(sync_pb::ListRevisionsRequest { caller: Some(caller.pb()), limit });
-        Ok(self.within(sync.list_revisions(request)).await?.into_inner().revisions)
+        let request = self.request(sync_pb::ListRevisionsRequest {
+            caller: Some(caller.pb()),
+            limit,
+        });
+        Ok(self
+            .within(sync.list_revisions(request))
+            .await?
+            .into_inner()
+            .revisions)
     }
 
     /// Copies a retained revision forward as a new current revision.
@@ -355,20 +440,31 @@ impl Backends {
             .await?
             .into_inner()
             .revision
-            .ok_or_else(|| ApiError::from_reason(reason::BAD_GATEWAY, "the sync service restored without a revision"))
+            .ok_or_else(|| {
+                ApiError::from_reason(
+                    reason::BAD_GATEWAY,
+                    "the sync service restored without a revision",
+                )
+            })
     }
 
     /// Whether each service answers its health check and the sync store answers its probe.
     pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
-        use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+        use tonic_health::pb::{
+            HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+        };
         let check = |channel: Channel, service: &'static str| {
             let deadline = self.deadline;
             async move {
                 let mut client = HealthClient::new(channel);
-                let mut request = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
+                let mut request = tonic::Request::new(HealthCheckRequest {
+                    service: service.to_owned(),
+                });
                 request.set_timeout(deadline);
                 match tokio::time::timeout(deadline, client.check(request)).await {
-                    Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => Ok(()),
+                    Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => {
+                        Ok(())
+                    }
                     Ok(Ok(response)) => Err(response.get_ref().status().as_str_name().to_owned()),
                     Ok(Err(status)) => Err(format!("{:?}", status.code())),
                     Err(_) => Err("no answer within the deadline".to_owned()),
@@ -377,8 +473,15 @@ impl Backends {
         };
         let mut sync = self.sync.clone();
         let store = async {
-            match within(self.deadline, sync.get_store_status(self.request(sync_pb::GetStoreStatusRequest {}))).await {
-                Ok(response) if response.get_ref().health() == sync_pb::StoreHealth::Serving => Ok(()),
+            match within(
+                self.deadline,
+                sync.get_store_status(self.request(sync_pb::GetStoreStatusRequest {})),
+            )
+            .await
+            {
+                Ok(response) if response.get_ref().health() == sync_pb::StoreHealth::Serving => {
+                    Ok(())
+                }
                 Ok(response) => Err(response.get_ref().reason.clone()),
                 Err(err) => Err(err.code.to_owned()),
             }
@@ -388,7 +491,11 @@ impl Backends {
             check(self.sync_channel.clone(), "snug.sync.v1.SyncService"),
             store,
         );
-        vec![("schema", schema), ("sync", sync_health), ("syncStore", store)]
+        vec![
+            ("schema", schema),
+            ("sync", sync_health),
+            ("syncStore", store),
+        ]
     }
 }
 
@@ -400,12 +507,15 @@ async fn within<T>(
     match tokio::time::timeout(deadline, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(status)) => {
-            if status.code() == Code::Unavailable && snug_rpc::status::reason_of(&status).is_none() {
+            if status.code() == Code::Unavailable && snug_rpc::status::reason_of(&status).is_none()
+            {
                 tracing::warn!(message = status.message(), "a service is unreachable");
             }
             Err(ApiError::from_status(&status))
         }
-        Err(_) => Err(ApiError::unavailable("a service the hub needs did not answer in time; retry shortly")),
+        Err(_) => Err(ApiError::unavailable(
+            "a service the hub needs did not answer in time; retry shortly",
+        )),
     }
 }
 
@@ -419,7 +529,12 @@ fn export_upload(
     download: ImageBody,
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> ExportUpload {
-    ExportUpload { header: Some(header), download, broken, done: false }
+    ExportUpload {
+        header: Some(header),
+        download,
+        broken,
+        done: false,
+    }
 }
 
 struct ExportUpload {
@@ -432,7 +547,10 @@ struct ExportUpload {
 impl Stream for ExportUpload {
     type Item = materialize_pb::ExportAppRequest;
 
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
         use std::task::Poll;
         if let Some(header) = self.header.take() {
             return Poll::Ready(Some(header));
@@ -445,7 +563,8 @@ impl Stream for ExportUpload {
                 message: Some(materialize_pb::export_app_request::Message::Chunk(chunk)),
             })),
             Poll::Ready(Some(Err(_))) => {
-                self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.broken
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.done = true;
                 Poll::Ready(None)
             }
@@ -459,41 +578,54 @@ impl Stream for ExportUpload {
 }
 
 /// The export's bytes as a body; each chunk must arrive within `idle`.
-fn export_body(stream: tonic::Streaming<materialize_pb::ExportAppResponse>, idle: Duration) -> ImageBody {
-    Box::pin(futures::stream::unfold(Some(stream), move |state| async move {
-        let mut stream = state?;
-        let failure = match tokio::time::timeout(idle, stream.message()).await {
-            Ok(Ok(Some(materialize_pb::ExportAppResponse { message: Some(materialize_pb::export_app_response::Message::Chunk(chunk)) }))) => {
-                return Some((Ok(chunk), Some(stream)));
-            }
-            Ok(Ok(None)) => return None,
-            Ok(Ok(Some(_))) => "the export repeated its result",
-            Ok(Err(_)) => "the export failed mid-stream",
-            Err(_) => "the export stalled past the deadline",
-        };
-        Some((Err(std::io::Error::other(failure)), None))
-    }))
+fn export_body(
+    stream: tonic::Streaming<materialize_pb::ExportAppResponse>,
+    idle: Duration,
+) -> ImageBody {
+    Box::pin(futures::stream::unfold(
+        Some(stream),
+        move |state| async move {
+            let mut stream = state?;
+            let failure = match tokio::time::timeout(idle, stream.message()).await {
+                Ok(Ok(Some(materialize_pb::ExportAppResponse {
+                    message: Some(materialize_pb::export_app_response::Message::Chunk(chunk)),
+                }))) => {
+                    return Some((Ok(chunk), Some(stream)));
+                }
+                Ok(Ok(None)) => return None,
+                Ok(Ok(Some(_))) => "the export repeated its result",
+                Ok(Err(_)) => "the export failed mid-stream",
+                Err(_) => "the export stalled past the deadline",
+            };
+            Some((Err(std::io::Error::other(failure)), None))
+        },
+    ))
 }
 
 /// A download's bytes as a body; each chunk must arrive within `idle`, and a failure ends the
 /// body with an error (the client sees a response short of its `Content-Length`).
 fn download_body(stream: tonic::Streaming<sync_pb::GetImageResponse>, idle: Duration) -> ImageBody {
-    Box::pin(futures::stream::unfold(Some(stream), move |state| async move {
-        let mut stream = state?;
-        let failure = match tokio::time::timeout(idle, stream.message()).await {
-            Ok(Ok(Some(sync_pb::GetImageResponse { message: Some(sync_pb::get_image_response::Message::Chunk(chunk)) }))) => {
-                return Some((Ok(chunk), Some(stream)));
-            }
-            Ok(Ok(None)) => return None,
-            Ok(Ok(Some(_))) => "the download repeated its result",
-            Ok(Err(status)) => {
-                tracing::warn!(code = ?status.code(), reason = ?snug_rpc::status::reason_of(&status), "a download failed mid-stream");
-                "the download failed mid-stream"
-            }
-            Err(_) => "the download stalled past the deadline",
-        };
-        Some((Err(std::io::Error::other(failure)), None))
-    }))
+    Box::pin(futures::stream::unfold(
+        Some(stream),
+        move |state| async move {
+            let mut stream = state?;
+            let failure = match tokio::time::timeout(idle, stream.message()).await {
+                Ok(Ok(Some(sync_pb::GetImageResponse {
+                    message: Some(sync_pb::get_image_response::Message::Chunk(chunk)),
+                }))) => {
+                    return Some((Ok(chunk), Some(stream)));
+                }
+                Ok(Ok(None)) => return None,
+                Ok(Ok(Some(_))) => "the download repeated its result",
+                Ok(Err(status)) => {
+                    tracing::warn!(code = ?status.code(), reason = ?snug_rpc::status::reason_of(&status), "a download failed mid-stream");
+                    "the download failed mid-stream"
+                }
+                Err(_) => "the download stalled past the deadline",
+            };
+            Some((Err(std::io::Error::other(failure)), None))
+        },
+    ))
 }
 
 /// Starts a download: waits (under the deadline) for the first message, which must be the
@@ -515,9 +647,12 @@ async fn start_download(
         Err(err) => return Err(err),
     };
     match first {
-        Some(sync_pb::GetImageResponse { message: Some(sync_pb::get_image_response::Message::Result(info)) }) => {
-            Ok(Some((info, download_body(stream, deadline))))
-        }
-        _ => Err(ApiError::from_reason(reason::BAD_GATEWAY, "the sync service answered a download without its revision")),
+        Some(sync_pb::GetImageResponse {
+            message: Some(sync_pb::get_image_response::Message::Result(info)),
+        }) => Ok(Some((info, download_body(stream, deadline)))),
+        _ => Err(ApiError::from_reason(
+            reason::BAD_GATEWAY,
+            "the sync service answered a download without its revision",
+        )),
     }
 }

@@ -24,7 +24,11 @@ pub enum AuthMode {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GatewayConfig {
     /// Address the HTTP server listens on.
-    #[arg(long = "http-listen", env = "SNUG_HTTP_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long = "http-listen",
+        env = "SNUG_HTTP_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
     pub http_listen: SocketAddr,
     /// `on` (tokens and sessions) or `off` (everyone is the local user; loopback only). Default:
     /// off on a loopback address, on otherwise.
@@ -32,7 +36,11 @@ pub struct GatewayConfig {
     pub auth: Option<AuthMode>,
     /// Browser origins allowed to call the hub with credentials, comma-separated
     /// (`https://app.example,http://localhost:5173`). Required when auth is on.
-    #[arg(long = "cors-origins", env = "SNUG_CORS_ORIGINS", value_delimiter = ',')]
+    #[arg(
+        long = "cors-origins",
+        env = "SNUG_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
     pub cors_origins: Vec<String>,
     /// The schema service (`http://host:port`); `snug-hub serve` fills in its own.
     #[arg(long = "schema-addr", env = "SNUG_SCHEMA_ADDR")]
@@ -51,7 +59,11 @@ pub struct GatewayConfig {
     #[arg(long = "rpc-connect-timeout", env = "SNUG_RPC_CONNECT_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub rpc_connect_timeout: Duration,
     /// HTTP requests handled at once; beyond it requests are shed with 503 at once.
-    #[arg(long = "http-concurrency-limit", env = "SNUG_HTTP_CONCURRENCY_LIMIT", default_value_t = 256)]
+    #[arg(
+        long = "http-concurrency-limit",
+        env = "SNUG_HTTP_CONCURRENCY_LIMIT",
+        default_value_t = 256
+    )]
     pub http_concurrency_limit: usize,
     /// An upload that sends nothing for this long is abandoned (slow-loris guard).
     #[arg(long = "upload-idle-timeout", env = "SNUG_UPLOAD_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
@@ -81,7 +93,11 @@ impl GatewayConfig {
 
     /// The auth mode in force: explicit, or off exactly when listening on loopback.
     pub fn auth_mode(&self) -> AuthMode {
-        self.auth.unwrap_or(if self.http_listen.ip().is_loopback() { AuthMode::Off } else { AuthMode::On })
+        self.auth.unwrap_or(if self.http_listen.ip().is_loopback() {
+            AuthMode::Off
+        } else {
+            AuthMode::On
+        })
     }
 }
 
@@ -89,13 +105,19 @@ impl GatewayConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// Auth on and no origin list: browsers could not use the hub, and a wildcard would be unsafe.
-    #[error("authentication is on but SNUG_CORS_ORIGINS is empty; list the browser origins allowed to call the hub (or set SNUG_AUTH=off on a loopback address)")]
+    #[error(
+        "authentication is on but SNUG_CORS_ORIGINS is empty; list the browser origins allowed to call the hub (or set SNUG_AUTH=off on a loopback address)"
+    )]
     NoOrigins,
     /// An origin that is not `scheme://host[:port]`.
-    #[error("{0:?} is not an origin like https://app.example or http://localhost:5173 (no path, no wildcard)")]
+    #[error(
+        "{0:?} is not an origin like https://app.example or http://localhost:5173 (no path, no wildcard)"
+    )]
     BadOrigin(String),
     /// Auth off on an address other machines can reach.
-    #[error("SNUG_AUTH=off is only allowed on a loopback address, not {0}: anyone who can reach it would own every image")]
+    #[error(
+        "SNUG_AUTH=off is only allowed on a loopback address, not {0}: anyone who can reach it would own every image"
+    )]
     UnauthenticatedExposure(SocketAddr),
     /// A service address is missing.
     #[error("the gateway needs {0} (flag or environment variable)")]
@@ -116,7 +138,9 @@ pub fn parse_origin(text: &str) -> Result<String, ConfigError> {
     if !matches!(scheme, "http" | "https") || rest.is_empty() {
         return Err(bad());
     }
-    let valid = rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+    let valid = rest
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
     if !valid || rest.contains('*') {
         return Err(bad());
     }
@@ -205,32 +229,64 @@ mod tests {
 
     #[test]
     fn auth_defaults_off_on_loopback_and_on_elsewhere() {
-        assert_eq!(config("127.0.0.1:8080", None, &[]).auth_mode(), AuthMode::Off);
+        assert_eq!(
+            config("127.0.0.1:8080", None, &[]).auth_mode(),
+            AuthMode::Off
+        );
         assert_eq!(config("[::1]:8080", None, &[]).auth_mode(), AuthMode::Off);
         assert_eq!(config("0.0.0.0:8080", None, &[]).auth_mode(), AuthMode::On);
     }
 
     #[test]
     fn unsafe_combinations_refuse_to_start() {
-        assert!(matches!(resolve(&config("0.0.0.0:8080", None, &[])), Err(ConfigError::NoOrigins)));
-        assert!(matches!(resolve(&config("127.0.0.1:8080", Some(AuthMode::On), &[])), Err(ConfigError::NoOrigins)));
+        assert!(matches!(
+            resolve(&config("0.0.0.0:8080", None, &[])),
+            Err(ConfigError::NoOrigins)
+        ));
+        assert!(matches!(
+            resolve(&config("127.0.0.1:8080", Some(AuthMode::On), &[])),
+            Err(ConfigError::NoOrigins)
+        ));
         assert!(matches!(
             resolve(&config("0.0.0.0:8080", Some(AuthMode::Off), &[])),
             Err(ConfigError::UnauthenticatedExposure(_))
         ));
-        assert!(matches!(resolve(&config("0.0.0.0:8080", None, &["*"])), Err(ConfigError::BadOrigin(_))));
+        assert!(matches!(
+            resolve(&config("0.0.0.0:8080", None, &["*"])),
+            Err(ConfigError::BadOrigin(_))
+        ));
         let mut short = config("0.0.0.0:8080", None, &["https://a.example"]);
         short.session_secret = Some("too short".to_owned());
-        assert!(matches!(resolve(&short), Err(ConfigError::SessionKey(KeyError::TooShort))));
-        let ok = resolve(&config("0.0.0.0:8080", None, &["https://A.example/", " http://localhost:5173"])).expect("ok");
-        assert_eq!(ok.cors_origins, ["https://a.example", "http://localhost:5173"]);
+        assert!(matches!(
+            resolve(&short),
+            Err(ConfigError::SessionKey(KeyError::TooShort))
+        ));
+        let ok = resolve(&config(
+            "0.0.0.0:8080",
+            None,
+            &["https://A.example/", " http://localhost:5173"],
+        ))
+        .expect("ok");
+        assert_eq!(
+            ok.cors_origins,
+            ["https://a.example", "http://localhost:5173"]
+        );
     }
 
     #[test]
     fn origins_are_scheme_host_port_only() {
-        for bad in ["a.example", "ftp://a.example", "https://a.example/path", "https://*.example", "https://"] {
+        for bad in [
+            "a.example",
+            "ftp://a.example",
+            "https://a.example/path",
+            "https://*.example",
+            "https://",
+        ] {
             assert!(parse_origin(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_origin("http://[::1]:8080").expect("ok"), "http://[::1]:8080");
+        assert_eq!(
+            parse_origin("http://[::1]:8080").expect("ok"),
+            "http://[::1]:8080"
+        );
     }
 }

@@ -20,7 +20,7 @@ pub const ALLOW_HEADERS: &str = "authorization, content-type, if-match, if-none-
 /// Methods a browser script may use.
 pub const ALLOW_METHODS: &str = "GET, HEAD, PUT, POST";
 /// Response headers a browser script may read.
-pub const EXPOSE_HEADERS: &str = "ETag, Repr-Digest, Retry-After";
+pub const EXPOSE_HEADERS: &str = "ETag, Repr-Digest, Retry-After, Snug-Storage-Version";
 /// How long a browser may cache a preflight answer, in seconds.
 const MAX_AGE: &str = "600";
 
@@ -40,7 +40,9 @@ impl Origins {
 pub async fn layer(State(origins): State<Origins>, request: Request, next: Next) -> Response {
     let allowed = origins.allowed(request.headers());
     let preflight = request.method() == Method::OPTIONS
-        && request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
     let mut response = if preflight {
         StatusCode::NO_CONTENT.into_response()
     } else {
@@ -53,13 +55,28 @@ pub async fn layer(State(origins): State<Origins>, request: Request, next: Next)
         return response;
     };
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    headers.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
     if preflight {
-        headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(ALLOW_METHODS));
-        headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static(ALLOW_HEADERS));
-        headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static(MAX_AGE));
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static(ALLOW_METHODS),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(ALLOW_HEADERS),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static(MAX_AGE),
+        );
     } else {
-        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSE_HEADERS));
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(EXPOSE_HEADERS),
+        );
     }
     response
 }

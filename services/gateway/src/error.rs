@@ -60,68 +60,303 @@ pub struct Mapping {
     pub retryable: bool,
 }
 
-const fn row(reason: &'static str, status: StatusCode, code: &'static str, retryable: bool) -> Mapping {
-    Mapping { reason, status, code, retryable }
+const fn row(
+    reason: &'static str,
+    status: StatusCode,
+    code: &'static str,
+    retryable: bool,
+) -> Mapping {
+    Mapping {
+        reason,
+        status,
+        code,
+        retryable,
+    }
 }
 
 /// The mapping, reason → HTTP. ARCHITECTURE.md carries the same table; a test checks that every
 /// reason `sync.proto` and `schema.proto` declare for the calls the gateway makes is here.
 pub const TABLE: &[Mapping] = &[
     // The gateway's own.
-    row(reason::UNAUTHENTICATED, StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", false),
-    row(reason::CSRF_REJECTED, StatusCode::FORBIDDEN, "CSRF_REJECTED", false),
-    row(reason::UNSUPPORTED_MEDIA_TYPE, StatusCode::UNSUPPORTED_MEDIA_TYPE, "UNSUPPORTED_MEDIA_TYPE", false),
+    row(
+        reason::UNAUTHENTICATED,
+        StatusCode::UNAUTHORIZED,
+        "UNAUTHENTICATED",
+        false,
+    ),
+    row(
+        reason::CSRF_REJECTED,
+        StatusCode::FORBIDDEN,
+        "CSRF_REJECTED",
+        false,
+    ),
+    row(
+        reason::UNSUPPORTED_MEDIA_TYPE,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UNSUPPORTED_MEDIA_TYPE",
+        false,
+    ),
     row(reason::NO_ROUTE, StatusCode::NOT_FOUND, "NOT_FOUND", false),
-    row(reason::METHOD_NOT_ALLOWED, StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", false),
-    row(reason::SERVICE_UNAVAILABLE, StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", true),
-    row(reason::GATEWAY_OVERLOADED, StatusCode::SERVICE_UNAVAILABLE, "OVERLOADED", true),
-    row(reason::MISDIRECTED_REQUEST, StatusCode::MISDIRECTED_REQUEST, "MISDIRECTED_REQUEST", false),
-    row(reason::BAD_REQUEST, StatusCode::BAD_REQUEST, "BAD_REQUEST", false),
-    row(reason::BODY_INCOMPLETE, StatusCode::BAD_REQUEST, "BODY_INCOMPLETE", true),
-    row(reason::BAD_GATEWAY, StatusCode::BAD_GATEWAY, "BAD_GATEWAY", true),
-    row(reason::NOT_DEPLOYED, StatusCode::NOT_IMPLEMENTED, "NOT_DEPLOYED", false),
+    row(
+        reason::METHOD_NOT_ALLOWED,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        false,
+    ),
+    row(
+        reason::SERVICE_UNAVAILABLE,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SERVICE_UNAVAILABLE",
+        true,
+    ),
+    row(
+        reason::GATEWAY_OVERLOADED,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "OVERLOADED",
+        true,
+    ),
+    row(
+        reason::MISDIRECTED_REQUEST,
+        StatusCode::MISDIRECTED_REQUEST,
+        "MISDIRECTED_REQUEST",
+        false,
+    ),
+    row(
+        reason::BAD_REQUEST,
+        StatusCode::BAD_REQUEST,
+        "BAD_REQUEST",
+        false,
+    ),
+    row(
+        reason::BODY_INCOMPLETE,
+        StatusCode::BAD_REQUEST,
+        "BODY_INCOMPLETE",
+        true,
+    ),
+    row(
+        reason::BAD_GATEWAY,
+        StatusCode::BAD_GATEWAY,
+        "BAD_GATEWAY",
+        true,
+    ),
+    row(
+        reason::NOT_DEPLOYED,
+        StatusCode::NOT_IMPLEMENTED,
+        "NOT_DEPLOYED",
+        false,
+    ),
     // snug.sync (sync.proto).
-    row("PRECONDITION_REQUIRED", StatusCode::PRECONDITION_REQUIRED, "PRECONDITION_REQUIRED", false),
-    row("REVISION_MISMATCH", StatusCode::PRECONDITION_FAILED, "REVISION_MISMATCH", true),
-    row("STALE_REVISION", StatusCode::PRECONDITION_FAILED, "STALE_REVISION", true),
-    row("QUOTA_EXCEEDED", StatusCode::PAYLOAD_TOO_LARGE, "USERDB_TOO_LARGE", false),
+    row(
+        "PRECONDITION_REQUIRED",
+        StatusCode::PRECONDITION_REQUIRED,
+        "PRECONDITION_REQUIRED",
+        false,
+    ),
+    row(
+        "REVISION_MISMATCH",
+        StatusCode::PRECONDITION_FAILED,
+        "REVISION_MISMATCH",
+        true,
+    ),
+    row(
+        "STALE_REVISION",
+        StatusCode::PRECONDITION_FAILED,
+        "STALE_REVISION",
+        true,
+    ),
+    row(
+        "QUOTA_EXCEEDED",
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "USERDB_TOO_LARGE",
+        false,
+    ),
     row("NOT_FOUND", StatusCode::NOT_FOUND, "NOT_FOUND", false),
-    row("IDEMPOTENCY_KEY_REUSED", StatusCode::CONFLICT, "IDEMPOTENCY_KEY_REUSED", false),
-    row("BODY_ABORTED", StatusCode::BAD_REQUEST, "BODY_INCOMPLETE", true),
-    row("IMAGE_CONFLICT", StatusCode::INTERNAL_SERVER_ERROR, "IMAGE_CONFLICT", false),
-    row("STORAGE_UNAVAILABLE", StatusCode::SERVICE_UNAVAILABLE, "STORAGE_UNAVAILABLE", true),
-    row("STORAGE_CORRUPT", StatusCode::INTERNAL_SERVER_ERROR, "STORAGE_CORRUPT", false),
+    row(
+        "IDEMPOTENCY_KEY_REUSED",
+        StatusCode::CONFLICT,
+        "IDEMPOTENCY_KEY_REUSED",
+        false,
+    ),
+    row(
+        "BODY_ABORTED",
+        StatusCode::BAD_REQUEST,
+        "BODY_INCOMPLETE",
+        true,
+    ),
+    row(
+        "IMAGE_CONFLICT",
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "IMAGE_CONFLICT",
+        false,
+    ),
+    row(
+        "STORAGE_UNAVAILABLE",
+        StatusCode::SERVICE_UNAVAILABLE,
+        "STORAGE_UNAVAILABLE",
+        true,
+    ),
+    row(
+        "STORAGE_CORRUPT",
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "STORAGE_CORRUPT",
+        false,
+    ),
     // snug.schema (schema.proto), as ValidateSyncImage returns them.
     row("NOT_SQLITE", StatusCode::BAD_REQUEST, "NOT_SQLITE", false),
     row("MALFORMED", StatusCode::BAD_REQUEST, "MALFORMED", false),
-    row("NOT_A_USER_DATABASE", StatusCode::BAD_REQUEST, "NOT_A_USER_DATABASE", false),
-    row("HOSTILE_SCHEMA", StatusCode::BAD_REQUEST, "HOSTILE_SCHEMA", false),
-    row("SCHEMA_TOO_NEW", StatusCode::BAD_REQUEST, "SCHEMA_TOO_NEW", false),
-    row("CONTAINER_NOT_ACCEPTED", StatusCode::BAD_REQUEST, "CONTAINER_NOT_ACCEPTED", false),
-    row("SECRETS_PRESENT", StatusCode::BAD_REQUEST, "SECRETS_PRESENT", false),
-    row("PROTECTED", StatusCode::BAD_REQUEST, "CONTAINER_NOT_ACCEPTED", false),
-    row("TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE, "USERDB_TOO_LARGE", false),
-    row("OVERLOADED", StatusCode::SERVICE_UNAVAILABLE, "OVERLOADED", true),
+    row(
+        "NOT_A_USER_DATABASE",
+        StatusCode::BAD_REQUEST,
+        "NOT_A_USER_DATABASE",
+        false,
+    ),
+    row(
+        "HOSTILE_SCHEMA",
+        StatusCode::BAD_REQUEST,
+        "HOSTILE_SCHEMA",
+        false,
+    ),
+    row(
+        "SCHEMA_TOO_NEW",
+        StatusCode::BAD_REQUEST,
+        "SCHEMA_TOO_NEW",
+        false,
+    ),
+    row(
+        "CONTAINER_NOT_ACCEPTED",
+        StatusCode::BAD_REQUEST,
+        "CONTAINER_NOT_ACCEPTED",
+        false,
+    ),
+    row(
+        "SECRETS_PRESENT",
+        StatusCode::BAD_REQUEST,
+        "SECRETS_PRESENT",
+        false,
+    ),
+    row(
+        "PROTECTED",
+        StatusCode::BAD_REQUEST,
+        "CONTAINER_NOT_ACCEPTED",
+        false,
+    ),
+    row(
+        "TOO_LARGE",
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "USERDB_TOO_LARGE",
+        false,
+    ),
+    row(
+        "OVERLOADED",
+        StatusCode::SERVICE_UNAVAILABLE,
+        "OVERLOADED",
+        true,
+    ),
     // snug.materialize (materialize.proto), for the per-app export. An app in the stored image
     // that cannot be exported is the image's problem, not the request's: 422.
-    row("APP_NOT_FOUND", StatusCode::NOT_FOUND, "APP_NOT_FOUND", false),
-    row("INVALID_NAME", StatusCode::UNPROCESSABLE_ENTITY, "INVALID_NAME", false),
-    row("VIRTUAL_TABLE", StatusCode::UNPROCESSABLE_ENTITY, "VIRTUAL_TABLE", false),
-    row("INVALID_KV_TABLE", StatusCode::UNPROCESSABLE_ENTITY, "INVALID_KV_TABLE", false),
-    row("FORBIDDEN_STATEMENT", StatusCode::UNPROCESSABLE_ENTITY, "FORBIDDEN_STATEMENT", false),
-    row("NOT_ONE_STATEMENT", StatusCode::UNPROCESSABLE_ENTITY, "NOT_ONE_STATEMENT", false),
-    row("STATEMENT_FAILED", StatusCode::UNPROCESSABLE_ENTITY, "STATEMENT_FAILED", false),
-    row("DDL_FAILED", StatusCode::UNPROCESSABLE_ENTITY, "DDL_FAILED", false),
-    row("BUDGET_EXCEEDED", StatusCode::UNPROCESSABLE_ENTITY, "BUDGET_EXCEEDED", false),
-    row("RESULT_TOO_LARGE", StatusCode::UNPROCESSABLE_ENTITY, "RESULT_TOO_LARGE", false),
-    row("READ_ONLY", StatusCode::UNPROCESSABLE_ENTITY, "READ_ONLY", false),
-    row("NAME_COLLISION", StatusCode::UNPROCESSABLE_ENTITY, "NAME_COLLISION", false),
-    row("CORRUPT_SCHEMA", StatusCode::UNPROCESSABLE_ENTITY, "CORRUPT_SCHEMA", false),
-    row("SCHEMA_MISMATCH", StatusCode::UNPROCESSABLE_ENTITY, "SCHEMA_MISMATCH", false),
-    row("SHAPE_MISMATCH", StatusCode::UNPROCESSABLE_ENTITY, "SHAPE_MISMATCH", false),
+    row(
+        "APP_NOT_FOUND",
+        StatusCode::NOT_FOUND,
+        "APP_NOT_FOUND",
+        false,
+    ),
+    row(
+        "INVALID_NAME",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "INVALID_NAME",
+        false,
+    ),
+    row(
+        "VIRTUAL_TABLE",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "VIRTUAL_TABLE",
+        false,
+    ),
+    row(
+        "INVALID_KV_TABLE",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "INVALID_KV_TABLE",
+        false,
+    ),
+    row(
+        "FORBIDDEN_STATEMENT",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "FORBIDDEN_STATEMENT",
+        false,
+    ),
+    row(
+        "NOT_ONE_STATEMENT",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "NOT_ONE_STATEMENT",
+        false,
+    ),
+    row(
+        "STATEMENT_FAILED",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "STATEMENT_FAILED",
+        false,
+    ),
+    row(
+        "DDL_FAILED",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "DDL_FAILED",
+        false,
+    ),
+    row(
+        "BUDGET_EXCEEDED",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "BUDGET_EXCEEDED",
+        false,
+    ),
+    row(
+        "RESULT_TOO_LARGE",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "RESULT_TOO_LARGE",
+        false,
+    ),
+    row(
+        "READ_ONLY",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "READ_ONLY",
+        false,
+    ),
+    row(
+        "NAME_COLLISION",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "NAME_COLLISION",
+        false,
+    ),
+    row(
+        "CORRUPT_SCHEMA",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "CORRUPT_SCHEMA",
+        false,
+    ),
+    row(
+        "SCHEMA_MISMATCH",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "SCHEMA_MISMATCH",
+        false,
+    ),
+    row(
+        "SHAPE_MISMATCH",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "SHAPE_MISMATCH",
+        false,
+    ),
     // Shared by every service (snug_rpc::status::reason).
-    row("INVALID_ARGUMENT", StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", false),
-    row("INTERNAL", StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", false),
+    row(
+        "INVALID_ARGUMENT",
+        StatusCode::BAD_REQUEST,
+        "INVALID_ARGUMENT",
+        false,
+    ),
+    row(
+        "INTERNAL",
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "INTERNAL",
+        false,
+    ),
 ];
 
 /// Returns the row of `reason`, if the table has one.
@@ -213,7 +448,9 @@ impl ApiError {
                 let (http, code, retryable) = by_code(status.code());
                 if http == StatusCode::SERVICE_UNAVAILABLE {
                     tracing::warn!(code = ?status.code(), reason = ?reason, "a service did not answer");
-                    return Self::unavailable("a service the hub needs is unavailable; retry shortly");
+                    return Self::unavailable(
+                        "a service the hub needs is unavailable; retry shortly",
+                    );
                 }
                 tracing::warn!(code = ?status.code(), reason = ?reason, "a service error without a known reason");
                 Self {
@@ -273,7 +510,12 @@ impl IntoResponse for ApiError {
             retryable: self.retryable,
             revision: self.revision.as_deref(),
         };
-        (self.status, headers, Json(body)).into_response()
+        let mut response = (self.status, headers, Json(body)).into_response();
+        // For the metrics and the request span (observe.rs), which never parse bodies.
+        response
+            .extensions_mut()
+            .insert(crate::observe::ErrorCode(self.code));
+        response
     }
 }
 
@@ -302,7 +544,10 @@ mod tests {
         let reasons = proto_reasons(&proto("snug/sync/v1/sync.proto"));
         assert!(reasons.len() >= 10, "the table was parsed: {reasons:?}");
         for reason in reasons {
-            assert!(lookup(&reason).is_some(), "sync reason {reason} has no HTTP mapping");
+            assert!(
+                lookup(&reason).is_some(),
+                "sync reason {reason} has no HTTP mapping"
+            );
         }
     }
 
@@ -311,7 +556,10 @@ mod tests {
         let reasons = proto_reasons(&proto("snug/materialize/v1/materialize.proto"));
         assert!(reasons.len() >= 20, "the table was parsed: {reasons:?}");
         for reason in reasons {
-            assert!(lookup(&reason).is_some(), "materialize reason {reason} has no HTTP mapping");
+            assert!(
+                lookup(&reason).is_some(),
+                "materialize reason {reason} has no HTTP mapping"
+            );
         }
     }
 
@@ -329,7 +577,10 @@ mod tests {
             .collect();
         assert!(reasons.contains(&"SECRETS_PRESENT"), "{reasons:?}");
         for reason in reasons {
-            assert!(lookup(reason).is_some(), "schema reason {reason} has no HTTP mapping");
+            assert!(
+                lookup(reason).is_some(),
+                "schema reason {reason} has no HTTP mapping"
+            );
         }
         for shared in ["OVERLOADED", "INVALID_ARGUMENT", "INTERNAL"] {
             assert!(lookup(shared).is_some());
@@ -341,7 +592,10 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for m in TABLE {
             assert!(seen.insert(m.reason), "duplicate row {}", m.reason);
-            assert!(m.reason.len() <= 63 && m.reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+            assert!(
+                m.reason.len() <= 63
+                    && m.reason.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            );
             assert!(m.status.is_client_error() || m.status.is_server_error());
             // Every 503 is retryable: it is the "try again shortly" answer.
             if m.status == StatusCode::SERVICE_UNAVAILABLE {
@@ -353,7 +607,10 @@ mod tests {
     #[test]
     fn a_status_without_reason_maps_by_code_and_no_answer_is_503() {
         let down = ApiError::from_status(&tonic::Status::unavailable("connection refused"));
-        assert_eq!((down.status, down.code, down.retryable), (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", true));
+        assert_eq!(
+            (down.status, down.code, down.retryable),
+            (StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE", true)
+        );
         let late = ApiError::from_status(&tonic::Status::deadline_exceeded("late"));
         assert_eq!(late.status, StatusCode::SERVICE_UNAVAILABLE);
         let missing = ApiError::from_status(&tonic::Status::not_found("x"));

@@ -54,7 +54,9 @@ impl Condition {
     pub fn matches_strong(&self, current: &str) -> bool {
         match self {
             Condition::Any => true,
-            Condition::Tags(tags) => tags.iter().any(|t| matches!(t, Tag::Strong(s) if s == current)),
+            Condition::Tags(tags) => tags
+                .iter()
+                .any(|t| matches!(t, Tag::Strong(s) if s == current)),
         }
     }
 
@@ -149,7 +151,10 @@ mod tests {
     #[test]
     fn quoted_and_bare_tags_are_the_same_revision() {
         assert_eq!(condition(&["\"r1-ab\""]), condition(&["r1-ab"]));
-        assert_eq!(condition(&[" \"r1-ab\" "]).and_then(|c| c.single_strong().map(str::to_owned)), Some("r1-ab".to_owned()));
+        assert_eq!(
+            condition(&[" \"r1-ab\" "]).and_then(|c| c.single_strong().map(str::to_owned)),
+            Some("r1-ab".to_owned())
+        );
     }
 
     #[test]
@@ -174,8 +179,12 @@ mod tests {
     #[test]
     fn repr_digest_is_base64_of_the_raw_hash() {
         // SHA-256 of the empty string.
-        let value = repr_digest("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855").expect("digest");
-        assert_eq!(value, "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
+        let value = repr_digest("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+            .expect("digest");
+        assert_eq!(
+            value,
+            "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:"
+        );
         assert!(repr_digest("nothex").is_none());
     }
 }

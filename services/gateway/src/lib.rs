@@ -7,12 +7,13 @@
 //! - [`cors`]: fail-closed CORS for an explicit origin list;
 //! - [`error`]: the one table from an `ErrorInfo` reason to an HTTP status and JSON code;
 //! - [`backend`]: the gRPC clients, every call under a deadline;
-//! - [`config`]: flags, environment, and the checks that refuse an unsafe start.
+//! - [`config`]: flags, environment, and the checks that refuse an unsafe start;
+//! - [`observe`]: the request span (parented on a client's `traceparent`) and the HTTP metrics.
 //!
-//! Layer order, outermost first (see [`app`]): tracing (so shed and refused requests are logged
-//! too), CORS (so a browser can read even a 401 or 503), the Host guard when auth is off, load
-//! shedding in front of one global concurrency limit (a burst beyond the limit is answered 503 at
-//! once instead of queueing), then the routes. Deadlines are per gRPC call, not per HTTP request:
+//! Layer order, outermost first (see [`app`]): observation (so shed and refused requests are
+//! traced and counted too), CORS (so a browser can read even a 401 or 503), the Host guard when
+//! auth is off, load shedding in front of one global concurrency limit (a burst beyond the limit
+//! is answered 503 at once instead of queueing), then the routes. Deadlines are per gRPC call, not per HTTP request:
 //! a 64 MiB download to a slow client may rightly take longer than any one call.
 //!
 //! What this crate deliberately does not do: look inside a user database, store one, or link any
@@ -28,6 +29,7 @@ pub mod config;
 pub mod cors;
 pub mod error;
 pub mod etag;
+pub mod observe;
 pub mod routes;
 pub mod session;
 pub mod users;
@@ -89,13 +91,21 @@ pub struct Addresses {
 impl Addresses {
     /// Every service at one address (the services of one `snug-hub serve` process).
     pub fn all(url: &str) -> Self {
-        Self { schema: Some(url.to_owned()), sync: Some(url.to_owned()), materialize: Some(url.to_owned()) }
+        Self {
+            schema: Some(url.to_owned()),
+            sync: Some(url.to_owned()),
+            materialize: Some(url.to_owned()),
+        }
     }
 }
 
 /// Builds the gateway's state from its configuration. `dir` holds the users file and the
 /// generated session key; `addresses` override the configured service addresses.
-pub fn build(config: &GatewayConfig, dir: std::path::PathBuf, addresses: Addresses) -> Result<Arc<AppState>, StartError> {
+pub fn build(
+    config: &GatewayConfig,
+    dir: std::path::PathBuf,
+    addresses: Addresses,
+) -> Result<Arc<AppState>, StartError> {
     let settings = Settings::resolve(config, dir)?;
     let schema_addr = addresses
         .schema
@@ -108,20 +118,29 @@ pub fn build(config: &GatewayConfig, dir: std::path::PathBuf, addresses: Address
     let backends = Backends::new(
         backend::channel(&schema_addr, settings.rpc_connect_timeout)?,
         backend::channel(&sync_addr, settings.rpc_connect_timeout)?,
-        match addresses.materialize.or_else(|| config.materialize_addr.clone()) {
+        match addresses
+            .materialize
+            .or_else(|| config.materialize_addr.clone())
+        {
             Some(addr) => Some(backend::channel(&addr, settings.rpc_connect_timeout)?),
             None => None,
         },
         settings.rpc_deadline,
     );
     let auth = match (settings.auth, &settings.session_key) {
-        (AuthMode::On, Some(key)) => Auth::on(Arc::new(UserStore::open(&settings.dir)?), key.clone()),
+        (AuthMode::On, Some(key)) => {
+            Auth::on(Arc::new(UserStore::open(&settings.dir)?), key.clone())
+        }
         _ => Auth::off(),
     };
     if settings.auth == AuthMode::Off {
         tracing::warn!("authentication is off: every request is the local user (loopback only)");
     }
-    Ok(Arc::new(AppState { settings, auth, backends }))
+    Ok(Arc::new(AppState {
+        settings,
+        auth,
+        backends,
+    }))
 }
 
 /// The whole HTTP application: routes inside the layers described in the crate docs.
@@ -141,8 +160,9 @@ pub fn app(state: Arc<AppState>) -> Router {
         router = router.layer(middleware::from_fn(loopback_host_only));
     }
     router
+        .layer(middleware::from_fn(close_after_refused_upload))
         .layer(middleware::from_fn_with_state(origins, cors::layer))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(middleware::from_fn(observe::layer))
 }
 
 /// The answer to a request shed by the concurrency limit.
@@ -171,20 +191,48 @@ async fn loopback_host_only(request: Request, next: Next) -> Response {
     }
 }
 
+/// An upload refused before its body was read (412, 415, 413, 503…) ends its HTTP/1.1
+/// connection, and says so. hyper does not read an unread body to its end, so it closes the
+/// connection after such an answer anyway; without `Connection: close` a client that reuses the
+/// connection finds it dead on its next request.
+async fn close_after_refused_upload(request: Request, next: Next) -> Response {
+    let http1 = request.version() <= axum::http::Version::HTTP_11;
+    let headers = request.headers();
+    let has_body = headers.contains_key(axum::http::header::TRANSFER_ENCODING)
+        || headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() != "0");
+    let mut response = next.run(request).await;
+    if http1
+        && has_body
+        && (response.status().is_client_error() || response.status().is_server_error())
+    {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
 /// Serves the gateway on `listener` until `shutdown` completes; in-flight requests then finish.
 pub async fn serve(
     state: Arc<AppState>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let local = listener.local_addr().ok();
-    tracing::info!(addr = ?local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
+    if let Ok(local) = listener.local_addr() {
+        tracing::info!(addr = %local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
+    }
     // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        app(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
-

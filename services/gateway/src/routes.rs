@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::{
     Json, Router,
     body::Body,
-    extract::{Path, RawQuery, State},
+    extract::{Path, RawQuery, State, rejection::PathRejection},
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
     response::{IntoResponse, Response},
     routing::MethodRouter,
@@ -36,6 +36,7 @@ use crate::{
 pub const ROUTES: &[(&str, &[&str])] = &[
     ("/userdb", &["get", "head", "put"]),
     ("/userdb/revisions", &["get"]),
+    ("/userdb/revisions/{rev}", &["get", "head"]),
     ("/userdb/revisions/{rev}/restore", &["post"]),
     ("/userdb/apps/{appId}/export", &["get"]),
     ("/auth/session", &["post"]),
@@ -69,13 +70,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-fn add(path: &str, method: &str, route: MethodRouter<Arc<AppState>>) -> MethodRouter<Arc<AppState>> {
+fn add(
+    path: &str,
+    method: &str,
+    route: MethodRouter<Arc<AppState>>,
+) -> MethodRouter<Arc<AppState>> {
     match (path, method) {
         // HEAD shares the GET handler, which asks the sync service for the revision only.
         ("/userdb", "get") => route.get(get_userdb),
         ("/userdb", "head") => route.head(get_userdb),
         ("/userdb", "put") => route.put(put_userdb),
         ("/userdb/revisions", "get") => route.get(list_revisions),
+        ("/userdb/revisions/{rev}", "get") => route.get(get_revision),
+        ("/userdb/revisions/{rev}", "head") => route.head(get_revision),
         ("/userdb/revisions/{rev}/restore", "post") => route.post(restore_revision),
         ("/userdb/apps/{appId}/export", "get") => route.get(export_app),
         ("/auth/session", "post") => route.post(start_session),
@@ -95,7 +102,10 @@ async fn no_route() -> ApiError {
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::from_reason(reason::METHOD_NOT_ALLOWED, "this route does not take that method")
+    ApiError::from_reason(
+        reason::METHOD_NOT_ALLOWED,
+        "this route does not take that method",
+    )
 }
 
 impl AppState {
@@ -111,44 +121,118 @@ fn not_pushed() -> ApiError {
     ApiError::from_reason("NOT_FOUND", "no user DB pushed yet")
 }
 
+/// The one answer for a revision the caller cannot have: unknown, reclaimed, malformed, or
+/// another user's all read the same, so a probe learns nothing about other users' histories.
+fn no_such_revision() -> ApiError {
+    ApiError::from_reason("NOT_FOUND", "no such revision")
+}
+
+/// The response header carrying the image's storage version (its SQLite `user_version`), so a
+/// client can refuse a file too new for it from a HEAD, before downloading anything.
+const STORAGE_VERSION_HEADER: &str = "snug-storage-version";
+
+/// The `{rev}` path segment. A segment that does not even decode, or cannot be a revision, is
+/// answered like a revision that is not the user's (not found), without asking the sync service.
+fn revision_param(rev: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    rev.ok()
+        .map(|Path(rev)| rev)
+        .filter(|rev| etag::is_revision(rev))
+        .ok_or_else(no_such_revision)
+}
+
 /// The headers of an image response (200, 304, HEAD).
 fn image_headers(info: &sync_pb::RevisionInfo) -> HeaderMap {
     let mut headers = HeaderMap::new();
     if let Some(value) = etag::header_value(&info.revision) {
         headers.insert(header::ETAG, value);
     }
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(digest) = etag::repr_digest(&info.sha256) {
         headers.insert("repr-digest", digest);
+    }
+    if let Some(version) = info.storage_version {
+        headers.insert(STORAGE_VERSION_HEADER, HeaderValue::from(version));
     }
     headers
 }
 
 /// `GET /userdb` (and `HEAD`): the current image with its revision and digest.
-async fn get_userdb(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn get_userdb(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let identity = state.auth.identify(&headers)?;
     let caller = state.caller(&identity).await?;
-    let if_none_match = etag::parse(&headers, header::IF_NONE_MATCH);
-    if method == Method::HEAD || if_none_match.is_some() {
+    serve_image(&state, &caller, None, &method, &headers)
+        .await?
+        .ok_or_else(not_pushed)
+}
+
+/// `GET /userdb/revisions/{rev}` (and `HEAD`): one retained revision's bytes, with the same
+/// headers as `GET /userdb` (the ETag is that revision), so a client can fetch exactly the
+/// revision it chose from the listing even after newer ones landed.
+async fn get_revision(
+    State(state): State<Arc<AppState>>,
+    rev: Result<Path<String>, PathRejection>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let identity = state.auth.identify(&headers)?;
+    let caller = state.caller(&identity).await?;
+    let rev = revision_param(rev)?;
+    serve_image(&state, &caller, Some(&rev), &method, &headers)
+        .await?
+        .ok_or_else(no_such_revision)
+}
+
+/// Answers a GET or HEAD of an image (the current one, or the retained `revision`), honouring
+/// `If-None-Match`; `None` when the sync service has no such image for the caller.
+async fn serve_image(
+    state: &AppState,
+    caller: &Caller,
+    revision: Option<&str>,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Option<Response>, ApiError> {
+    let if_none_match = etag::parse(headers, header::IF_NONE_MATCH);
+    if *method == Method::HEAD || if_none_match.is_some() {
         // Answering from the revision alone spares a download (and a served-ledger entry that
         // would record bytes the client never got).
-        let info = state.backends.head(&caller).await?.ok_or_else(not_pushed)?;
-        if if_none_match.as_ref().is_some_and(|c| c.matches_weak(&info.revision)) {
-            return Ok((StatusCode::NOT_MODIFIED, image_headers(&info)).into_response());
+        let Some(info) = state.backends.head(caller, revision).await? else {
+            return Ok(None);
+        };
+        if if_none_match
+            .as_ref()
+            .is_some_and(|c| c.matches_weak(&info.revision))
+        {
+            return Ok(Some(
+                (StatusCode::NOT_MODIFIED, image_headers(&info)).into_response(),
+            ));
         }
-        if method == Method::HEAD {
+        if *method == Method::HEAD {
             let mut headers = image_headers(&info);
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
-            return Ok((StatusCode::OK, headers).into_response());
+            return Ok(Some((StatusCode::OK, headers).into_response()));
         }
     }
-    let (info, body) = state.backends.get(&caller).await?.ok_or_else(not_pushed)?;
+    let Some((info, body)) = state.backends.get(caller, revision).await? else {
+        return Ok(None);
+    };
     let mut headers = image_headers(&info);
     // The length is declared up front, so a download that breaks off is visibly short.
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
-    Ok((StatusCode::OK, headers, Body::from_stream(body)).into_response())
+    Ok(Some(
+        (StatusCode::OK, headers, Body::from_stream(body)).into_response(),
+    ))
 }
 
 /// Reads a request body into one buffer, refusing it as soon as it passes `limit`.
@@ -164,19 +248,33 @@ impl Upload {
     fn new(body: Body, declared: Option<u64>, limit: u64, idle: std::time::Duration) -> Self {
         // The declared length sizes the buffer once; it is only a hint, capped by the quota.
         let capacity = declared.unwrap_or(64 * 1024).min(limit) as usize;
-        Self { body, buffer: BytesMut::with_capacity(capacity), limit, idle, ended: false }
+        Self {
+            body,
+            buffer: BytesMut::with_capacity(capacity),
+            limit,
+            idle,
+            ended: false,
+        }
     }
 
     /// Reads until at least `n` bytes are buffered or the body ends.
     async fn fill(&mut self, n: usize) -> Result<(), ApiError> {
         while self.buffer.len() < n && !self.ended {
-            let frame = tokio::time::timeout(self.idle, self.body.frame()).await.map_err(|_| {
-                ApiError::from_reason(reason::BODY_INCOMPLETE, "the upload stalled; send the body without pauses")
-            })?;
+            let frame = tokio::time::timeout(self.idle, self.body.frame())
+                .await
+                .map_err(|_| {
+                    ApiError::from_reason(
+                        reason::BODY_INCOMPLETE,
+                        "the upload stalled; send the body without pauses",
+                    )
+                })?;
             match frame {
                 None => self.ended = true,
                 Some(Err(_)) => {
-                    return Err(ApiError::from_reason(reason::BODY_INCOMPLETE, "the upload broke off before its end"));
+                    return Err(ApiError::from_reason(
+                        reason::BODY_INCOMPLETE,
+                        "the upload broke off before its end",
+                    ));
                 }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
@@ -198,7 +296,10 @@ impl Upload {
 }
 
 fn over_quota(limit: u64) -> ApiError {
-    ApiError::from_reason("QUOTA_EXCEEDED", format!("the user DB is larger than the per-user quota of {limit} bytes"))
+    ApiError::from_reason(
+        "QUOTA_EXCEEDED",
+        format!("the user DB is larger than the per-user quota of {limit} bytes"),
+    )
 }
 
 /// What the client's conditional headers ask of the current revision, before it is known.
@@ -213,7 +314,9 @@ enum Wanted {
 fn wanted(headers: &HeaderMap) -> Option<Wanted> {
     if let Some(condition) = etag::parse(headers, header::IF_MATCH) {
         return Some(match condition.single_strong() {
-            Some(revision) if etag::is_revision(revision) => Wanted::Precondition(Precondition::MustMatch(revision.to_owned())),
+            Some(revision) if etag::is_revision(revision) => {
+                Wanted::Precondition(Precondition::MustMatch(revision.to_owned()))
+            }
             _ => Wanted::AgainstCurrent(condition),
         });
     }
@@ -231,13 +334,22 @@ fn precondition_required(what: &str) -> ApiError {
 }
 
 /// Turns [`Wanted`] into a precondition, asking for the current revision when needed.
-async fn resolve(state: &AppState, caller: &Caller, wanted: Wanted) -> Result<Precondition, ApiError> {
+async fn resolve(
+    state: &AppState,
+    caller: &Caller,
+    wanted: Wanted,
+) -> Result<Precondition, ApiError> {
     match wanted {
         Wanted::Precondition(p) => Ok(p),
-        Wanted::AgainstCurrent(condition) => match state.backends.head(caller).await? {
-            Some(info) if condition.matches_strong(&info.revision) => Ok(Precondition::MustMatch(info.revision)),
+        Wanted::AgainstCurrent(condition) => match state.backends.head(caller, None).await? {
+            Some(info) if condition.matches_strong(&info.revision) => {
+                Ok(Precondition::MustMatch(info.revision))
+            }
             Some(info) => {
-                let mut error = ApiError::from_reason("REVISION_MISMATCH", "stale revision: pull the current DB and retry");
+                let mut error = ApiError::from_reason(
+                    "REVISION_MISMATCH",
+                    "stale revision: pull the current DB and retry",
+                );
                 error.revision = Some(info.revision);
                 Err(error)
             }
@@ -250,7 +362,11 @@ async fn resolve(state: &AppState, caller: &Caller, wanted: Wanted) -> Result<Pr
 }
 
 /// `PUT /userdb`: a compare-and-swap write of a validated, secrets-stripped plain image.
-async fn put_userdb(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn put_userdb(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
     let octet_stream = headers
         .get(header::CONTENT_TYPE)
@@ -258,7 +374,10 @@ async fn put_userdb(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/octet-stream"));
     if !octet_stream {
-        return Err(ApiError::from_reason(reason::UNSUPPORTED_MEDIA_TYPE, "user DB uploads must be application/octet-stream"));
+        return Err(ApiError::from_reason(
+            reason::UNSUPPORTED_MEDIA_TYPE,
+            "user DB uploads must be application/octet-stream",
+        ));
     }
     let quota = state.backends.quota().await?;
     let declared = headers
@@ -282,7 +401,10 @@ async fn put_userdb(State(state): State<Arc<AppState>>, headers: HeaderMap, body
                 "a hub sync origin stores the secrets-stripped plaintext only; push the unprotected export, never a SNUGENC1 container (§11.3)",
             )
         } else {
-            ApiError::from_reason("NOT_SQLITE", "body is not a SQLite database (magic bytes missing)")
+            ApiError::from_reason(
+                "NOT_SQLITE",
+                "body is not a SQLite database (magic bytes missing)",
+            )
         });
     }
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("PUT /userdb"))?;
@@ -332,24 +454,44 @@ fn revision_json(info: &sync_pb::RevisionInfo) -> serde_json::Value {
         "base": info.base,
         "restoredFrom": info.restored_from,
         "retained": info.retained,
+        "storageVersion": info.storage_version,
     })
 }
 
 /// `GET /userdb/revisions`: the user's revisions, newest first.
-async fn list_revisions(State(state): State<Arc<AppState>>, headers: HeaderMap, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+async fn list_revisions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let identity = state.auth.identify(&headers)?;
     let caller = state.caller(&identity).await?;
     let mut limit = 100u32;
-    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         match pair.split_once('=') {
             Some(("limit", value)) => {
                 limit = value
                     .parse::<u32>()
                     .ok()
                     .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| ApiError::from_reason(reason::BAD_REQUEST, "limit must be a number from 1 to 1000"))?;
+                    .ok_or_else(|| {
+                        ApiError::from_reason(
+                            reason::BAD_REQUEST,
+                            "limit must be a number from 1 to 1000",
+                        )
+                    })?;
             }
-            _ => return Err(ApiError::from_reason(reason::BAD_REQUEST, "the only query parameter is limit")),
+            _ => {
+                return Err(ApiError::from_reason(
+                    reason::BAD_REQUEST,
+                    "the only query parameter is limit",
+                ));
+            }
         }
     }
     let revisions = state.backends.list_revisions(&caller, limit).await?;
@@ -359,21 +501,34 @@ async fn list_revisions(State(state): State<Arc<AppState>>, headers: HeaderMap, 
 
 /// `POST /userdb/revisions/{rev}/restore`: a retained revision's bytes become current again, as a
 /// new revision, under the same preconditions as a PUT.
-async fn restore_revision(State(state): State<Arc<AppState>>, Path(rev): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let identity = state.auth.identify_for_write(&headers, "restoring a revision")?;
+async fn restore_revision(
+    State(state): State<Arc<AppState>>,
+    rev: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let identity = state
+        .auth
+        .identify_for_write(&headers, "restoring a revision")?;
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("restoring a revision"))?;
     let caller = state.caller(&identity).await?;
-    // A token that cannot be a revision is answered like one that is not the user's: not found.
-    if !etag::is_revision(&rev) {
-        return Err(ApiError::from_reason("NOT_FOUND", "no such revision"));
-    }
+    let rev = revision_param(rev)?;
     let precondition = resolve(&state, &caller, wanted).await?;
     let info = state
         .backends
         .restore(&caller, &rev, &precondition)
         .await
-        .map_err(|err| if err.status == StatusCode::NOT_FOUND { err.with_message("no such revision") } else { err })?;
-    let mut response = ([(header::CACHE_CONTROL, "no-store")], Json(json!({ "revision": revision_json(&info) }))).into_response();
+        .map_err(|err| {
+            if err.status == StatusCode::NOT_FOUND {
+                no_such_revision()
+            } else {
+                err
+            }
+        })?;
+    let mut response = (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(json!({ "revision": revision_json(&info) })),
+    )
+        .into_response();
     if let Some(value) = etag::header_value(&info.revision) {
         response.headers_mut().insert(header::ETAG, value);
     }
@@ -382,18 +537,48 @@ async fn restore_revision(State(state): State<Arc<AppState>>, Path(rev): Path<St
 
 /// `GET /userdb/apps/{appId}/export`: one app of the current image as a standalone database
 /// with natural names (§8.2 "per-app export"), materialized by the materialization service.
-async fn export_app(State(state): State<Arc<AppState>>, Path(app_id): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn export_app(
+    State(state): State<Arc<AppState>>,
+    app_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let identity = state.auth.identify(&headers)?;
+    // Taken as a Result so that a segment that does not decode (`%FF`) is this API's JSON 400,
+    // not axum's plain-text rejection; checked after authentication, so a stranger learns nothing.
+    let Ok(Path(app_id)) = app_id else {
+        return Err(ApiError::from_reason(
+            "INVALID_ARGUMENT",
+            "the app id is not valid percent-encoded UTF-8",
+        ));
+    };
     let caller = state.caller(&identity).await?;
-    let (result, body) = state.backends.export_app(&caller, &app_id).await?.ok_or_else(not_pushed)?;
+    let (result, body) = state
+        .backends
+        .export_app(&caller, &app_id)
+        .await?
+        .ok_or_else(not_pushed)?;
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(result.length));
     // The service names the file `<token>.snug`: hex and one dot, safe in a quoted header value.
-    let safe = !result.file_name.is_empty() && result.file_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
-    let name = if safe { result.file_name.as_str() } else { "app.snug" };
+    let safe = !result.file_name.is_empty()
+        && result
+            .file_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.');
+    let name = if safe {
+        result.file_name.as_str()
+    } else {
+        "app.snug"
+    };
     if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
@@ -401,21 +586,31 @@ async fn export_app(State(state): State<Arc<AppState>>, Path(app_id): Path<Strin
 }
 
 fn auth_off() -> ApiError {
-    ApiError::from_reason(reason::NO_ROUTE, "authentication is off on this hub: every request is the local user")
+    ApiError::from_reason(
+        reason::NO_ROUTE,
+        "authentication is off on this hub: every request is the local user",
+    )
 }
 
 /// `POST /auth/session`: trades a bearer token for a browser session (the two cookies).
-async fn start_session(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn start_session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let Some(key) = state.auth.key() else {
         return Err(auth_off());
     };
     let identity = state.auth.identify(&headers)?;
     if !matches!(identity.via, Via::Bearer(_)) {
-        return Err(ApiError::from_reason(reason::UNAUTHENTICATED, "POST /auth/session needs Authorization: Bearer <token>"));
+        return Err(ApiError::from_reason(
+            reason::UNAUTHENTICATED,
+            "POST /auth/session needs Authorization: Bearer <token>",
+        ));
     }
     state.caller(&identity).await?;
     let expires = session::now_ms() + session::SESSION_TTL.as_millis() as u64;
-    let csrf = session::new_csrf().ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;
+    let csrf = session::new_csrf()
+        .ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;
     let secure = !session::plain_http_on_loopback(&headers);
     let mut response = (
         [(header::CACHE_CONTROL, "no-store")],
@@ -436,11 +631,16 @@ async fn start_session(State(state): State<Arc<AppState>>, headers: HeaderMap) -
 }
 
 /// `POST /auth/logout`: clears the session cookies.
-async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn logout(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     if state.auth.mode() == AuthMode::Off {
         return Err(auth_off());
     }
-    state.auth.identify_for_write(&headers, "POST /auth/logout")?;
+    state
+        .auth
+        .identify_for_write(&headers, "POST /auth/logout")?;
     let secure = !session::plain_http_on_loopback(&headers);
     let mut response = StatusCode::NO_CONTENT.into_response();
     for cookie in session::clear_cookies(secure) {
@@ -459,7 +659,11 @@ async fn me(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Re
         Via::Session => "session",
         Via::Local => "local",
     };
-    Ok(([(header::CACHE_CONTROL, "no-store")], Json(json!({ "userId": identity.user_id, "name": identity.name, "via": via }))).into_response())
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(json!({ "userId": identity.user_id, "name": identity.name, "via": via })),
+    )
+        .into_response())
 }
 
 /// `GET /openapi.json`.
@@ -480,10 +684,15 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Response, ApiError
         .filter_map(|(name, result)| result.as_ref().err().map(|why| format!("{name}: {why}")))
         .collect();
     if failing.is_empty() {
-        let services: serde_json::Map<String, serde_json::Value> =
-            checks.iter().map(|(name, _)| ((*name).to_owned(), json!("SERVING"))).collect();
+        let services: serde_json::Map<String, serde_json::Value> = checks
+            .iter()
+            .map(|(name, _)| ((*name).to_owned(), json!("SERVING")))
+            .collect();
         Ok(Json(json!({ "status": "ready", "services": services })).into_response())
     } else {
-        Err(ApiError::unavailable(format!("not ready: {}", failing.join("; "))))
+        Err(ApiError::unavailable(format!(
+            "not ready: {}",
+            failing.join("; ")
+        )))
     }
 }

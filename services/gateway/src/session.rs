@@ -78,7 +78,10 @@ impl SessionKey {
     /// Sessions survive restarts because the key does.
     pub fn load_or_create(dir: &Path) -> Result<Self, KeyError> {
         let path = dir.join(KEY_FILE);
-        let io = |source| KeyError::Io { path: path.display().to_string(), source };
+        let io = |source| KeyError::Io {
+            path: path.display().to_string(),
+            source,
+        };
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 let key = hex::decode(text.trim())
@@ -105,7 +108,10 @@ impl SessionKey {
 
     /// A cookie value for `user_id`, valid until `exp_ms`.
     pub fn sign(&self, user_id: &str, exp_ms: u64) -> String {
-        let claims = Claims { user_id: user_id.to_owned(), exp: exp_ms };
+        let claims = Claims {
+            user_id: user_id.to_owned(),
+            exp: exp_ms,
+        };
         let json = serde_json::to_vec(&claims).unwrap_or_default();
         let first = b64().encode(json);
         let mut mac = self.mac();
@@ -189,9 +195,14 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Whether the CSRF header equals the CSRF cookie (both present and non-empty).
 pub fn csrf_ok(headers: &HeaderMap) -> bool {
-    let header = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let header = headers
+        .get(CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let cookie = cookie(headers, CSRF_COOKIE).unwrap_or("");
-    !header.is_empty() && !cookie.is_empty() && constant_time_eq(header.as_bytes(), cookie.as_bytes())
+    !header.is_empty()
+        && !cookie.is_empty()
+        && constant_time_eq(header.as_bytes(), cookie.as_bytes())
 }
 
 /// The `Set-Cookie` values that start a session. `secure` adds the `Secure` attribute.
@@ -199,7 +210,9 @@ pub fn set_cookies(session: &str, csrf: &str, secure: bool) -> [String; 2] {
     let max_age = SESSION_TTL.as_secs();
     let secure = if secure { "; Secure" } else { "" };
     [
-        format!("{SESSION_COOKIE}={session}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}"),
+        format!(
+            "{SESSION_COOKIE}={session}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}"
+        ),
         format!("{CSRF_COOKIE}={csrf}; Path=/; Max-Age={max_age}; SameSite=Lax{secure}"),
     ]
 }
@@ -221,7 +234,11 @@ pub fn plain_http_on_loopback(headers: &HeaderMap) -> bool {
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
-    !forwarded_https && headers.get(header::HOST).and_then(|v| v.to_str().ok()).is_some_and(is_loopback_host)
+    !forwarded_https
+        && headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(is_loopback_host)
 }
 
 /// Whether a `Host` header names this machine's loopback: `localhost`, `127.0.0.1` (any of
@@ -232,13 +249,18 @@ pub fn is_loopback_host(host: &str) -> bool {
         rest.split(']').next().unwrap_or("")
     } else {
         host.rsplit_once(':').map_or(host, |(name, port)| {
-            if port.chars().all(|c| c.is_ascii_digit()) { name } else { host }
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
         })
     };
     if name.eq_ignore_ascii_case("localhost") {
         return true;
     }
-    name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -267,7 +289,10 @@ mod tests {
         assert_eq!(key().verify(&format!("{forged_claims}.{tag}"), 0), None);
         let mut bad_tag = b64().decode(tag).expect("tag");
         bad_tag[0] ^= 1;
-        assert_eq!(key().verify(&format!("{first}.{}", b64().encode(bad_tag)), 0), None);
+        assert_eq!(
+            key().verify(&format!("{first}.{}", b64().encode(bad_tag)), 0),
+            None
+        );
         assert_eq!(key().verify(first, 0), None);
         assert_eq!(key().verify("", 0), None);
     }
@@ -276,14 +301,21 @@ mod tests {
     fn the_cookie_matches_the_reference_format() {
         let value = key().sign("user-7", 1_700_000_000_000);
         let (first, tag) = value.split_once('.').expect("dot");
-        let json: serde_json::Value = serde_json::from_slice(&b64().decode(first).expect("b64")).expect("json");
-        assert_eq!(json, serde_json::json!({"userId": "user-7", "exp": 1_700_000_000_000u64}));
+        let json: serde_json::Value =
+            serde_json::from_slice(&b64().decode(first).expect("b64")).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({"userId": "user-7", "exp": 1_700_000_000_000u64})
+        );
         assert_eq!(b64().decode(tag).expect("tag").len(), 32);
     }
 
     #[test]
     fn short_secrets_are_refused() {
-        assert!(matches!(SessionKey::from_secret("short"), Err(KeyError::TooShort)));
+        assert!(matches!(
+            SessionKey::from_secret("short"),
+            Err(KeyError::TooShort)
+        ));
     }
 
     #[test]
@@ -295,7 +327,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(dir.path().join(KEY_FILE)).expect("meta").permissions().mode();
+            let mode = std::fs::metadata(dir.path().join(KEY_FILE))
+                .expect("meta")
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
     }
@@ -303,7 +338,10 @@ mod tests {
     #[test]
     fn csrf_needs_equal_non_empty_header_and_cookie() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, HeaderValue::from_static("a=b; snug_csrf=abc; c=d"));
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=b; snug_csrf=abc; c=d"),
+        );
         assert!(!csrf_ok(&headers), "no header");
         headers.insert(CSRF_HEADER, HeaderValue::from_static("abd"));
         assert!(!csrf_ok(&headers), "mismatch");
@@ -316,10 +354,24 @@ mod tests {
 
     #[test]
     fn loopback_hosts() {
-        for host in ["localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:1", "[::1]", "[::1]:8080", "127.8.9.10"] {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1",
+            "127.0.0.1:1",
+            "[::1]",
+            "[::1]:8080",
+            "127.8.9.10",
+        ] {
             assert!(is_loopback_host(host), "{host}");
         }
-        for host in ["example.com", "localhost.evil.com", "10.0.0.1:80", "[::2]", "0.0.0.0"] {
+        for host in [
+            "example.com",
+            "localhost.evil.com",
+            "10.0.0.1:80",
+            "[::2]",
+            "0.0.0.0",
+        ] {
             assert!(!is_loopback_host(host), "{host}");
         }
     }

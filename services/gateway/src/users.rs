@@ -67,7 +67,9 @@ pub struct IssuedToken {
 
 impl std::fmt::Debug for IssuedToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IssuedToken").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("IssuedToken")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -163,7 +165,9 @@ impl UserStore {
             newer => return Err(UsersError::TooNew(newer)),
         }
         tx.commit()?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -180,15 +184,30 @@ impl UserStore {
         let id = format!("u{}", hex::encode(random::<16>()?));
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let exists: bool = tx.query_row("SELECT EXISTS(SELECT 1 FROM users WHERE name = ?1)", [name], |r| r.get(0))?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS(SELECT 1 FROM users WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )?;
         if exists {
             return Err(UsersError::Exists(name.to_owned()));
         }
         let created_at = now_ms();
-        tx.execute("INSERT INTO users (id, name, created_at) VALUES (?1, ?2, ?3)", params![id, name, created_at])?;
+        tx.execute(
+            "INSERT INTO users (id, name, created_at) VALUES (?1, ?2, ?3)",
+            params![id, name, created_at],
+        )?;
         let token = issue(&tx, &id)?;
         tx.commit()?;
-        Ok((User { id, name: name.to_owned(), created_at, tokens: 1 }, token))
+        Ok((
+            User {
+                id,
+                name: name.to_owned(),
+                created_at,
+                tokens: 1,
+            },
+            token,
+        ))
     }
 
     /// Issues another token for an existing user (a new device, or a lost token).
@@ -209,7 +228,8 @@ impl UserStore {
     pub fn remove(&self, name: &str) -> Result<User, UsersError> {
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let user = find(&tx, "name", name)?.ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))?;
+        let user =
+            find(&tx, "name", name)?.ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))?;
         tx.execute("DELETE FROM users WHERE id = ?1", [&user.id])?;
         tx.commit()?;
         Ok(user)
@@ -223,7 +243,14 @@ impl UserStore {
              FROM users u ORDER BY u.name",
         )?;
         let users = stmt
-            .query_map([], |r| Ok(User { id: r.get(0)?, name: r.get(1)?, created_at: r.get(2)?, tokens: r.get(3)? }))?
+            .query_map([], |r| {
+                Ok(User {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    created_at: r.get(2)?,
+                    tokens: r.get(3)?,
+                })
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(users)
     }
@@ -241,7 +268,14 @@ impl UserStore {
         // The lookup is by hash: an index probe on a value an attacker cannot steer towards a
         // stored one, so it leaks nothing through timing about the stored tokens.
         let user = stmt
-            .query_row([&hash[..]], |r| Ok(User { id: r.get(0)?, name: r.get(1)?, created_at: r.get(2)?, tokens: 0 }))
+            .query_row([&hash[..]], |r| {
+                Ok(User {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    created_at: r.get(2)?,
+                    tokens: 0,
+                })
+            })
             .optional()?;
         Ok(user.map(|user| (user, hex::encode(&hash[..4]))))
     }
@@ -258,7 +292,10 @@ impl UserStore {
         let mut stmt = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             .expect("prepare");
-        stmt.query_map([], |r| r.get(0)).expect("query").map(|r| r.expect("row")).collect()
+        stmt.query_map([], |r| r.get(0))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect()
     }
 }
 
@@ -269,19 +306,32 @@ fn find(conn: &Connection, column: &str, value: &str) -> Result<Option<User>, ru
          FROM users u WHERE u.{column} = ?1"
     );
     conn.prepare_cached(&sql)?
-        .query_row([value], |r| Ok(User { id: r.get(0)?, name: r.get(1)?, created_at: r.get(2)?, tokens: r.get(3)? }))
+        .query_row([value], |r| {
+            Ok(User {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                created_at: r.get(2)?,
+                tokens: r.get(3)?,
+            })
+        })
         .optional()
 }
 
 fn issue(conn: &Connection, user_id: &str) -> Result<IssuedToken, UsersError> {
     let secret = random::<32>()?;
-    let token = format!("{TOKEN_PREFIX}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret));
+    let token = format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+    );
     let hash = token_hash(&token);
     conn.execute(
         "INSERT INTO tokens (hash, user_id, created_at) VALUES (?1, ?2, ?3)",
         params![&hash[..], user_id, now_ms()],
     )?;
-    Ok(IssuedToken { token, id: hex::encode(&hash[..4]) })
+    Ok(IssuedToken {
+        token,
+        id: hex::encode(&hash[..4]),
+    })
 }
 
 #[cfg(test)]
@@ -294,11 +344,24 @@ mod tests {
         let (alice, token) = store.add("alice").expect("add");
         let (bob, _) = store.add("bob").expect("add");
         assert_ne!(alice.id, bob.id);
-        let (found, id) = store.authenticate_token(&token.token).expect("lookup").expect("known");
+        let (found, id) = store
+            .authenticate_token(&token.token)
+            .expect("lookup")
+            .expect("known");
         assert_eq!(found.id, alice.id);
         assert_eq!(id, token.id);
-        assert!(store.authenticate_token("snug_not-a-token").expect("lookup").is_none());
-        assert!(store.authenticate_token(&token.token[1..]).expect("lookup").is_none());
+        assert!(
+            store
+                .authenticate_token("snug_not-a-token")
+                .expect("lookup")
+                .is_none()
+        );
+        assert!(
+            store
+                .authenticate_token(&token.token[1..])
+                .expect("lookup")
+                .is_none()
+        );
         let second = store.issue_token("alice").expect("issue");
         assert_ne!(second.token, token.token);
         assert_eq!(store.list().expect("list")[0].tokens, 2);
@@ -314,7 +377,10 @@ mod tests {
         let wal = std::fs::read(dir.path().join(format!("{USERS_FILE}-wal"))).unwrap_or_default();
         let secret = token.token.as_bytes();
         for bytes in [raw, wal] {
-            assert!(!bytes.windows(secret.len()).any(|w| w == secret), "the token text is on disk");
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret),
+                "the token text is on disk"
+            );
         }
     }
 
@@ -324,11 +390,19 @@ mod tests {
         let (old, token) = store.add("carol").expect("add");
         assert!(matches!(store.add("carol"), Err(UsersError::Exists(_))));
         store.remove("carol").expect("remove");
-        assert!(store.authenticate_token(&token.token).expect("lookup").is_none());
+        assert!(
+            store
+                .authenticate_token(&token.token)
+                .expect("lookup")
+                .is_none()
+        );
         assert!(store.user_by_id(&old.id).expect("lookup").is_none());
         let (new, _) = store.add("carol").expect("add again");
         assert_ne!(new.id, old.id);
-        assert!(matches!(store.remove("nobody"), Err(UsersError::NoSuchUser(_))));
+        assert!(matches!(
+            store.remove("nobody"),
+            Err(UsersError::NoSuchUser(_))
+        ));
         assert!(matches!(store.add(""), Err(UsersError::InvalidName)));
         assert!(matches!(store.add("a\nb"), Err(UsersError::InvalidName)));
     }
@@ -339,7 +413,10 @@ mod tests {
         let mut declared = Vec::new();
         let mut pending = false;
         for line in SCHEMA_V1.lines().map(str::trim) {
-            if line.starts_with("-- class: record") || line.starts_with("-- class: bookkeeping") || line.starts_with("-- class: ledger") {
+            if line.starts_with("-- class: record")
+                || line.starts_with("-- class: bookkeeping")
+                || line.starts_with("-- class: ledger")
+            {
                 pending = true;
             } else if let Some(rest) = line.strip_prefix("CREATE TABLE ") {
                 assert!(pending, "{rest} has no class line");

@@ -19,7 +19,7 @@ pub(crate) fn gateway_dir(data_dir: &Path) -> PathBuf {
 
 /// The address a client on this machine uses to reach `bound` (an unspecified listen address
 /// such as 0.0.0.0 is reached through loopback).
-fn loopback_url(bound: SocketAddr) -> String {
+pub(crate) fn loopback_url(bound: SocketAddr) -> String {
     let ip = if bound.ip().is_unspecified() {
         match bound {
             SocketAddr::V4(_) => std::net::IpAddr::from([127, 0, 0, 1]),

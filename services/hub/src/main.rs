@@ -9,6 +9,7 @@
 //! gateway alone against services elsewhere, and `snug-hub users` manages who may call it.
 
 mod gateway;
+mod healthcheck;
 
 use std::process::ExitCode;
 
@@ -19,12 +20,15 @@ use snug_materialize_service::{MaterializeConfig, MaterializeServer};
 use snug_schema_service::{SchemaConfig, SchemaServer};
 use snug_sync_service::{SyncConfig, SyncServer};
 use snug_rpc::server::{ServerConfig, Services, serve, shutdown_signal};
+use snug_rpc::telemetry::{Telemetry, TelemetryConfig};
 
 #[derive(Debug, Parser)]
 #[command(name = "snug-hub", version, about = "Snug Hub: the hub side of the Snug Protocol")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    telemetry: TelemetryConfig,
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,17 +60,10 @@ enum Command {
         #[command(subcommand)]
         command: gateway::UsersCommand,
     },
-    /// Asks a running server's grpc.health.v1 endpoint whether it is serving; exits 0 if so.
+    /// Asks a running `snug-hub serve` whether it is serving what its role serves; exits 0 if so.
     ///
     /// Images built FROM scratch have no shell or probe binary, so health checks call this.
-    Healthcheck {
-        /// The server's address, e.g. http://127.0.0.1:50051.
-        #[arg(long, env = "SNUG_HEALTHCHECK_ADDR", default_value = "http://127.0.0.1:50051")]
-        addr: String,
-        /// The service to ask about; empty means the server as a whole.
-        #[arg(long, default_value = "")]
-        service: String,
-    },
+    Healthcheck(healthcheck::HealthcheckArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -113,27 +110,96 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             sync,
             gateway,
         } => {
-            snug_rpc::telemetry::init(server.log_format);
-            if service == Some(ServiceName::Gateway) {
-                gateway::serve_gateway(&gateway, &sync.data_dir).await?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let services = compose(service, &container, &schema, &materialize, &sync).await?;
-            if service.is_none() {
-                gateway::serve_with_gateway(&server, services, &gateway, &sync.data_dir).await?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let listener = tokio::net::TcpListener::bind(server.listen)
+            let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(service))?;
+            let served = async {
+                start_admin(server.admin_listen).await?;
+                serve_role(
+                    service,
+                    &server,
+                    &container,
+                    &schema,
+                    &materialize,
+                    &sync,
+                    &gateway,
+                )
                 .await
-                .with_context(|| format!("cannot listen on {}", server.listen))?;
-            serve(&server, listener, services, shutdown_signal())
-                .await
-                .context("the gRPC server failed")?;
-            Ok(ExitCode::SUCCESS)
+            }
+            .await;
+            // Spans still buffered (the last requests before SIGTERM) are exported before exit.
+            telemetry.shutdown().await;
+            served
         }
-        Command::Healthcheck { addr, service } => healthcheck(&addr, &service).await,
-        Command::Users { data_dir, command } => gateway::users(command, &data_dir),
+        Command::Healthcheck(args) => {
+            let _logs = logs_only(&cli.telemetry);
+            healthcheck::run(args).await
+        }
+        Command::Users { data_dir, command } => {
+            let _logs = logs_only(&cli.telemetry);
+            gateway::users(command, &data_dir)
+        }
     }
+}
+
+/// The default `service.name` of each role's spans.
+fn role_name(service: Option<ServiceName>) -> &'static str {
+    match service {
+        None => "snug-hub",
+        Some(ServiceName::Container) => "snug-hub-container",
+        Some(ServiceName::Schema) => "snug-hub-schema",
+        Some(ServiceName::Materialize) => "snug-hub-materialize",
+        Some(ServiceName::Sync) => "snug-hub-sync",
+        Some(ServiceName::Gateway) => "snug-hub-gateway",
+    }
+}
+
+/// Log lines in the configured format, never a trace exporter: the short-lived commands have no
+/// requests to trace, and a health probe every few seconds must stay cheap.
+fn logs_only(config: &TelemetryConfig) -> Option<Telemetry> {
+    snug_rpc::telemetry::init(&TelemetryConfig::logs_only(config.log_format), "snug-hub").ok()
+}
+
+/// Serves `GET /metrics` on the admin address, if one is configured, until SIGTERM.
+async fn start_admin(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
+    let Some(addr) = addr else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (SNUG_ADMIN_LISTEN)"))?;
+    tokio::spawn(async move {
+        if let Err(err) = snug_rpc::admin::serve(listener, shutdown_signal()).await {
+            tracing::error!(error = %err, "the admin port failed");
+        }
+    });
+    Ok(())
+}
+
+/// Runs what `snug-hub serve [SERVICE]` names until SIGTERM.
+async fn serve_role(
+    service: Option<ServiceName>,
+    server: &ServerConfig,
+    container: &ContainerConfig,
+    schema: &SchemaConfig,
+    materialize: &MaterializeConfig,
+    sync: &SyncConfig,
+    gateway: &snug_gateway::config::GatewayConfig,
+) -> anyhow::Result<ExitCode> {
+    if service == Some(ServiceName::Gateway) {
+        gateway::serve_gateway(gateway, &sync.data_dir).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let services = compose(service, container, schema, materialize, sync).await?;
+    if service.is_none() {
+        gateway::serve_with_gateway(server, services, gateway, &sync.data_dir).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let listener = tokio::net::TcpListener::bind(server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", server.listen))?;
+    serve(server, listener, services, shutdown_signal())
+        .await
+        .context("the gRPC server failed")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Chooses the services one process hosts; opens the sync store when sync is among them.
@@ -174,30 +240,5 @@ async fn compose(
             all.names.push(snug_sync_service::SERVICE_NAME);
             all
         }
-    })
-}
-
-async fn healthcheck(addr: &str, service: &str) -> anyhow::Result<ExitCode> {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-    let channel = tonic::transport::Channel::from_shared(addr.to_owned())
-        .context("invalid address")?
-        .connect_timeout(std::time::Duration::from_secs(3))
-        .timeout(std::time::Duration::from_secs(3))
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach {addr}"))?;
-    let response = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: service.to_owned(),
-        })
-        .await
-        .context("health check failed")?
-        .into_inner();
-    let status = response.status();
-    println!("{}", status.as_str_name());
-    Ok(if status == ServingStatus::Serving {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     })
 }

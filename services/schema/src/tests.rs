@@ -759,8 +759,13 @@ async fn validate_sync_image_accepts_a_default_export_as_sent() {
         .await
         .expect("fresh export");
     // An older image an import would take is stored as sent; the client migrates on pull.
-    let legacy = edited(&userdb("legacy-v1.user.sqlite"), "DELETE FROM snug_secrets;");
-    let response = validate(&mut client, legacy.clone()).await.expect("older image");
+    let legacy = edited(
+        &userdb("legacy-v1.user.sqlite"),
+        "DELETE FROM snug_secrets;",
+    );
+    let response = validate(&mut client, legacy.clone())
+        .await
+        .expect("older image");
     assert_eq!(response.storage_version, 1);
     assert_eq!(response.length, legacy.len() as u64);
 }

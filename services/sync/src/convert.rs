@@ -96,6 +96,7 @@ pub(crate) fn revision_info(info: RevisionInfo) -> pb::RevisionInfo {
         base: info.base.map(|r| r.to_string()),
         restored_from: info.restored_from.map(|r| r.to_string()),
         retained: info.retained,
+        storage_version: info.storage_version,
     }
 }
 

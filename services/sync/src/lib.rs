@@ -271,7 +271,9 @@ impl SyncServer {
         // instead, on an async semaphore, costs nothing; two permits keep the next open ready
         // while one runs. PostgreSQL opens on its connection pool, so it is not bounded here.
         let opens = match &store {
-            AnyStore::Sqlite(_) => std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
+            AnyStore::Sqlite(_) => std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .max(2),
             _ => Semaphore::MAX_PERMITS,
         };
         Self {
@@ -381,12 +383,16 @@ impl SyncService for SyncServer {
         &self,
         request: Request<pb::HeadImageRequest>,
     ) -> Result<Response<pb::HeadImageResponse>, Status> {
-        let caller = convert::caller(request.into_inner().caller, "caller")?;
-        let info = self
-            .store
-            .head(&caller.user)
-            .await
-            .map_err(status::read_error)?;
+        let request = request.into_inner();
+        let caller = convert::caller(request.caller, "caller")?;
+        let info = match request.revision {
+            None => self.store.head(&caller.user).await,
+            Some(token) => {
+                let revision = convert::revision(token, "revision")?;
+                self.store.head_revision(&caller.user, &revision).await
+            }
+        }
+        .map_err(status::read_error)?;
         Ok(Response::new(pb::HeadImageResponse {
             revision: Some(convert::revision_info(info)),
         }))

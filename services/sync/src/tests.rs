@@ -244,11 +244,16 @@ async fn get(
     Ok((info, Bytes::from(bytes), sizes))
 }
 
-async fn head(hub: &mut Hub, user: &str) -> Result<pb::RevisionInfo, Status> {
+async fn head(
+    hub: &mut Hub,
+    user: &str,
+    revision: Option<&str>,
+) -> Result<pb::RevisionInfo, Status> {
     let response = hub
         .client
         .head_image(pb::HeadImageRequest {
             caller: caller(user, user),
+            revision: revision.map(str::to_owned),
         })
         .await?;
     Ok(response.into_inner().revision.expect("revision"))
@@ -328,6 +333,7 @@ on_every_backend!(
     an_over_quota_stream_is_refused_while_it_streams,
     get_returns_the_exact_bytes_and_digest,
     head_reports_the_current_revision_without_bytes,
+    head_names_a_retained_revision_and_every_answer_carries_its_storage_version,
     history_lists_newest_first_and_restore_copies_forward,
     ledger_lists_served_and_refused_entries,
     denial_is_uniform,
@@ -404,7 +410,7 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
 
     // None of the refusals moved the pointer.
     assert_eq!(
-        head(&mut hub, "alice").await.expect("head").revision,
+        head(&mut hub, "alice", None).await.expect("head").revision,
         r2.revision
     );
 }
@@ -442,7 +448,7 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
         reason::PRECONDITION_REQUIRED,
     );
     assert_refused(
-        head(&mut hub, "alice").await,
+        head(&mut hub, "alice", None).await,
         Code::NotFound,
         reason::NOT_FOUND,
     );
@@ -467,7 +473,7 @@ async fn quota_boundary_is_exact_whether_declared_or_not(backend: Backend) {
         );
         assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(QUOTA.to_string()));
         assert_refused(
-            head(&mut hub, user).await,
+            head(&mut hub, user, None).await,
             Code::NotFound,
             reason::NOT_FOUND,
         );
@@ -512,7 +518,7 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
         .expect("refused on the header");
     assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
     assert_refused(
-        head(&mut hub, "alice").await,
+        head(&mut hub, "alice", None).await,
         Code::NotFound,
         reason::NOT_FOUND,
     );
@@ -549,7 +555,7 @@ async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
     assert_eq!(bytes, second);
 
     // An empty image is an image: it round-trips as zero chunks.
-    let r3 = head(&mut hub, "alice").await.expect("head").revision;
+    let r3 = head(&mut hub, "alice", None).await.expect("head").revision;
     put(&mut hub, "alice", must_match(&r3), &Bytes::new())
         .await
         .expect("empty put");
@@ -564,7 +570,7 @@ async fn head_reports_the_current_revision_without_bytes(backend: Backend) {
     };
     provision(&mut hub, "alice").await;
     assert_refused(
-        head(&mut hub, "alice").await,
+        head(&mut hub, "alice", None).await,
         Code::NotFound,
         reason::NOT_FOUND,
     );
@@ -572,7 +578,7 @@ async fn head_reports_the_current_revision_without_bytes(backend: Backend) {
     let r1 = put(&mut hub, "alice", must_not_exist(), &bytes)
         .await
         .expect("put");
-    let info = head(&mut hub, "alice").await.expect("head");
+    let info = head(&mut hub, "alice", None).await.expect("head");
     assert_eq!(info, r1);
     assert_eq!(info.sha256, sha256_hex(&bytes));
     assert_eq!(info.principal, "device-a");
@@ -580,6 +586,104 @@ async fn head_reports_the_current_revision_without_bytes(backend: Backend) {
     let accepted = info.accepted_at.expect("accepted_at");
     assert!(accepted.seconds > 1_700_000_000, "{accepted:?}");
     assert!((0..1_000_000_000).contains(&accepted.nanos), "{accepted:?}");
+}
+
+/// A SQLite database header stamped with storage version `version`, then `len - 100` more bytes.
+fn stamped(version: u32, len: usize) -> Bytes {
+    let mut bytes = image(u64::from(version), len).to_vec();
+    bytes[..16].copy_from_slice(b"SQLite format 3\0");
+    bytes[60..64].copy_from_slice(&version.to_be_bytes());
+    Bytes::from(bytes)
+}
+
+async fn head_names_a_retained_revision_and_every_answer_carries_its_storage_version(
+    backend: Backend,
+) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let v6 = stamped(6, 9000);
+    let v7 = stamped(7, 5000);
+    let opaque = image(3, 5000);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &v6)
+        .await
+        .expect("r1");
+    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &v7)
+        .await
+        .expect("r2");
+    let r3 = put(&mut hub, "alice", must_match(&r2.revision), &opaque)
+        .await
+        .expect("r3");
+    // Recorded as accepted, never judged: a version newer than any hub is reported as such.
+    assert_eq!(
+        [r1.storage_version, r2.storage_version, r3.storage_version],
+        [Some(6), Some(7), None]
+    );
+
+    // Head of the current image, and of each retained revision by name.
+    assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r3);
+    for expected in [&r1, &r2, &r3] {
+        let named = head(&mut hub, "alice", Some(&expected.revision))
+            .await
+            .expect("head of a named revision");
+        assert_eq!(&named, expected);
+    }
+    let listed: Vec<Option<u32>> = history(&mut hub, "alice")
+        .await
+        .into_iter()
+        .map(|r| r.storage_version)
+        .collect();
+    assert_eq!(listed, [None, Some(7), Some(6)]);
+    let (info, bytes, _) = get(&mut hub, "alice", Some(&r1.revision))
+        .await
+        .expect("get r1");
+    assert_eq!((info, bytes), (r1.clone(), v6.clone()));
+
+    // A restore carries its source's version; it never reads the bytes again to find it.
+    let restored = restore(&mut hub, "alice", &r2.revision, must_match(&r3.revision))
+        .await
+        .expect("restore")
+        .revision
+        .expect("revision");
+    assert_eq!(restored.storage_version, Some(7));
+    assert_eq!(
+        head(&mut hub, "alice", None)
+            .await
+            .expect("head")
+            .storage_version,
+        Some(7)
+    );
+
+    // A head names no served download: the served ledger records only the get above.
+    let ledger = hub
+        .client
+        .list_ledger(pb::ListLedgerRequest {
+            caller: caller("alice", "alice"),
+            limit: 0,
+        })
+        .await
+        .expect("ledger")
+        .into_inner();
+    assert_eq!(
+        ledger
+            .served
+            .iter()
+            .map(|s| s.revision.as_str())
+            .collect::<Vec<_>>(),
+        [r1.revision.as_str()]
+    );
+
+    // A name that cannot be a revision is a malformed request, naming its field.
+    let too_long = "r".repeat(129);
+    for malformed in ["", "r1 x", "\"r1\"", too_long.as_str()] {
+        let status = assert_refused(
+            head(&mut hub, "alice", Some(malformed)).await,
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+        );
+        assert_eq!(meta(&status, "field").as_deref(), Some("revision"));
+    }
 }
 
 async fn history_lists_newest_first_and_restore_copies_forward(backend: Backend) {
@@ -753,11 +857,35 @@ async fn denial_is_uniform(backend: Backend) {
         ),
         (
             "unknown user, head",
-            head(&mut hub, "mallory").await.map(|_| ()),
+            head(&mut hub, "mallory", None).await.map(|_| ()),
         ),
         (
             "another user's revision",
             get(&mut hub, "alice", Some(&bob.revision))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "head of another user's revision",
+            head(&mut hub, "alice", Some(&bob.revision))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "head of a reclaimed revision",
+            head(&mut hub, "alice", Some(&r1.revision))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "head of a revision that never existed",
+            head(&mut hub, "alice", Some("r9-0123456789abcdef"))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "head of a revision of an unknown user",
+            head(&mut hub, "mallory", Some(&r2.revision))
                 .await
                 .map(|_| ()),
         ),
@@ -844,7 +972,7 @@ async fn a_retry_with_the_same_idempotency_key_is_replayed(backend: Backend) {
     assert!(late.replayed);
     assert_eq!(late.revision.map(|r| r.revision), Some(r1.revision.clone()));
     assert_eq!(
-        head(&mut hub, "alice").await.expect("head").revision,
+        head(&mut hub, "alice", None).await.expect("head").revision,
         r2.revision
     );
 
@@ -969,7 +1097,7 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
     );
     // Nothing above was written.
     assert_refused(
-        head(&mut hub, "alice").await,
+        head(&mut hub, "alice", None).await,
         Code::NotFound,
         reason::NOT_FOUND,
     );

@@ -66,6 +66,14 @@ impl RevStore for AnyStore {
         each!(self, s => s.head(user).await)
     }
 
+    async fn head_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<RevisionInfo, ReadError> {
+        each!(self, s => s.head_revision(user, revision).await)
+    }
+
     async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
         each!(self, s => s.get(user, principal).await)
     }

@@ -11,7 +11,10 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use sha2::{Digest as _, Sha256};
 
-use crate::{error::PutError, types::Digest};
+use crate::{
+    error::PutError,
+    types::{self, Digest, SQLITE_HEADER_LEN},
+};
 
 /// How many bytes of chunks are handed to a backend at once: large enough that per-batch work
 /// (a channel send, a dedupe query) is amortised, small enough to keep memory per put bounded.
@@ -28,10 +31,12 @@ pub(crate) trait ChunkSink {
 pub(crate) struct Ingested {
     pub(crate) digest: Digest,
     pub(crate) size: u64,
+    /// The image's SQLite `user_version`, read from its first bytes as they streamed past.
+    pub(crate) storage_version: Option<u32>,
 }
 
-/// Reads `body` to its end, enforcing `quota` as the bytes arrive, hashing the whole image, and
-/// passing chunk-aligned batches to `sink`.
+/// Reads `body` to its end, enforcing `quota` as the bytes arrive, hashing the whole image,
+/// reading the storage version from its header, and passing chunk-aligned batches to `sink`.
 ///
 /// An over-quota image is refused as soon as the byte that crosses the quota arrives; the rest of
 /// the stream is never polled.
@@ -51,6 +56,8 @@ where
     let mut partial = BytesMut::new();
     let mut batch: Vec<Bytes> = Vec::new();
     let mut batch_bytes = 0usize;
+    // The header may arrive split over several pieces; only its first 100 bytes are kept.
+    let mut header = Vec::with_capacity(SQLITE_HEADER_LEN);
     while let Some(piece) = body.next().await {
         let mut piece = piece.map_err(PutError::BodyAborted)?;
         size += piece.len() as u64;
@@ -58,6 +65,10 @@ where
             return Err(PutError::QuotaExceeded { quota });
         }
         hasher.update(&piece);
+        if header.len() < SQLITE_HEADER_LEN {
+            let take = (SQLITE_HEADER_LEN - header.len()).min(piece.len());
+            header.extend_from_slice(&piece[..take]);
+        }
         if !partial.is_empty() {
             let take = (chunk_size - partial.len()).min(piece.len());
             partial.extend_from_slice(&piece.split_to(take));
@@ -88,6 +99,7 @@ where
     Ok(Ingested {
         digest: Digest(hasher.finalize().into()),
         size,
+        storage_version: types::storage_version(&header),
     })
 }
 

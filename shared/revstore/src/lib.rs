@@ -56,8 +56,10 @@
 //!
 //! - Authenticate or authorize: the caller says which user and principal; the store scopes every
 //!   lookup by user so another user's revisions are indistinguishable from missing ones.
-//! - Look inside images: it stores bytes. Checking the SQLite magic, the schema version or the
-//!   SNUGENC1 container is the service's job.
+//! - Look inside images beyond their header: it stores bytes. The one thing it reads is the
+//!   storage version (the SQLite header's `user_version`, [`RevisionInfo::storage_version`]),
+//!   recorded as the bytes stream in and never judged; checking the SQLite magic, whether the
+//!   version is one the hub understands, or the SNUGENC1 container is the service's job.
 //! - Speak gRPC or HTTP, or open sockets other than the PostgreSQL client's.
 //! - Merge divergent histories: a conflict is reported with the current revision, and the client
 //!   decides (Snug's conflict policy v1).
@@ -93,5 +95,6 @@ pub use store::{ImageBody, ImageDownload, RevStore};
 pub use types::{
     Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
     Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-    RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId, Verdict,
+    RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
+    Timestamp, UserId, Verdict, storage_version,
 };

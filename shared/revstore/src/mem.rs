@@ -70,6 +70,14 @@ struct ImageRec {
     manifest: Vec<Digest>,
 }
 
+/// What a commit records about the image it makes current.
+#[derive(Clone, Copy, Debug)]
+struct Image {
+    digest: Digest,
+    size: u64,
+    storage_version: Option<u32>,
+}
+
 #[derive(Debug)]
 struct Publication {
     base: Option<Revision>,
@@ -202,11 +210,15 @@ impl State {
         precondition: &Precondition,
         key: Option<&IdempotencyKey>,
         principal: &Principal,
-        digest: Digest,
-        size: u64,
+        image: Image,
         restored_from: Option<Revision>,
         now: Timestamp,
     ) -> Result<PutOutcome, PutError> {
+        let Image {
+            digest,
+            size,
+            storage_version,
+        } = image;
         let Some(rec) = self.users.get(user) else {
             return Err(self.refuse(user, principal, now, PutError::NotFound));
         };
@@ -233,6 +245,7 @@ impl State {
                     size,
                     accepted_at: now,
                     principal: principal.clone(),
+                    storage_version,
                     base: precondition.base().cloned(),
                     restored_from,
                     retained: true,
@@ -404,8 +417,11 @@ impl RevStore for MemStore {
             &request.precondition,
             request.idempotency_key.as_ref(),
             &request.principal,
-            ingested.digest,
-            ingested.size,
+            Image {
+                digest: ingested.digest,
+                size: ingested.size,
+                storage_version: ingested.storage_version,
+            },
             None,
             now,
         )
@@ -419,18 +435,21 @@ impl RevStore for MemStore {
             .get(&request.user)
             .and_then(|rec| rec.find(&request.from))
             .filter(|row| row.info.retained)
-            .map(|row| (row.info.digest, row.info.size));
-        let Some((digest, size)) = source else {
+            .map(|row| Image {
+                digest: row.info.digest,
+                size: row.info.size,
+                storage_version: row.info.storage_version,
+            });
+        let Some(image) = source else {
             return Err(state.refuse(&request.user, &request.principal, now, PutError::NotFound));
         };
-        state.read_back(&digest)?;
+        state.read_back(&image.digest)?;
         state.commit(
             &request.user,
             &request.precondition,
             request.idempotency_key.as_ref(),
             &request.principal,
-            digest,
-            size,
+            image,
             Some(request.from.clone()),
             now,
         )
@@ -443,6 +462,21 @@ impl RevStore for MemStore {
             .get(user)
             .and_then(UserRec::current_row)
             .map(|r| r.info.clone())
+            .ok_or(ReadError::NotFound)
+    }
+
+    async fn head_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<RevisionInfo, ReadError> {
+        let state = self.lock();
+        state
+            .users
+            .get(user)
+            .and_then(|rec| rec.find(revision))
+            .filter(|row| row.info.retained)
+            .map(|row| row.info.clone())
             .ok_or(ReadError::NotFound)
     }
 

@@ -17,17 +17,34 @@ pub(crate) struct Migration {
 }
 
 /// The embedded store's migrations.
-pub(crate) const SQLITE: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/sqlite/0001_init.sql"),
-}];
+pub(crate) const SQLITE: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/sqlite/0001_init.sql"),
+    },
+    Migration {
+        version: STORAGE_VERSION,
+        sql: include_str!("../migrations/sqlite/0002_storage_version.sql"),
+    },
+];
 
 /// The PostgreSQL store's migrations.
 #[cfg(feature = "postgres")]
-pub(crate) const POSTGRES: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("../migrations/postgres/0001_init.sql"),
-}];
+pub(crate) const POSTGRES: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/postgres/0001_init.sql"),
+    },
+    Migration {
+        version: STORAGE_VERSION,
+        sql: include_str!("../migrations/postgres/0002_storage_version.sql"),
+    },
+];
+
+/// The migration that adds `revisions.storage_version`. PostgreSQL backfills it in the
+/// migration's own SQL; the embedded store's image bytes live in pack files SQL cannot read, so
+/// its runner backfills the column in code, in the transaction that applies this version.
+pub(crate) const STORAGE_VERSION: i64 = 2;
 
 // The class declarations are read only by the completeness tests.
 #[cfg_attr(not(test), allow(dead_code))]

@@ -59,6 +59,15 @@ pub trait RevStore: Send + Sync + 'static {
     /// The user's current revision, without bytes.
     fn head(&self, user: &UserId) -> impl Future<Output = Result<RevisionInfo, ReadError>> + Send;
 
+    /// One retained revision of the user's image, without bytes: what [`RevStore::get_revision`]
+    /// would serve, and `NotFound` in exactly the cases it would be (unknown, reclaimed, another
+    /// user's). Records nothing in the served ledger, since nothing is served.
+    fn head_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> impl Future<Output = Result<RevisionInfo, ReadError>> + Send;
+
     /// Streams the user's current image to `principal`, recording it in the served ledger.
     fn get(
         &self,

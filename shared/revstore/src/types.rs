@@ -263,6 +263,27 @@ impl Timestamp {
     }
 }
 
+/// The leading bytes of every SQLite database file (§10: a file's format is known by them).
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Length of the SQLite database header, which holds `user_version` at offset 60.
+pub const SQLITE_HEADER_LEN: usize = 100;
+
+/// The storage version an image declares: its SQLite `user_version` (the big-endian `u32` at
+/// byte offset 60 of the database header), read from the image's first bytes.
+///
+/// `None` when the bytes cannot be a SQLite database header: fewer than
+/// [`SQLITE_HEADER_LEN`] bytes, or not starting with `SQLite format 3\0`. The store records the
+/// number without judging it (a version newer than the hub understands is the service's or the
+/// client's call), so a client can decide before downloading whether it can open a revision.
+pub fn storage_version(header: &[u8]) -> Option<u32> {
+    if header.len() < SQLITE_HEADER_LEN || !header.starts_with(SQLITE_MAGIC) {
+        return None;
+    }
+    let stamp: [u8; 4] = header[60..64].try_into().ok()?;
+    Some(u32::from_be_bytes(stamp))
+}
+
 /// One accepted revision of a user's image, as Head and the history report it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RevisionInfo {
@@ -276,6 +297,11 @@ pub struct RevisionInfo {
     pub accepted_at: Timestamp,
     /// Who wrote it.
     pub principal: Principal,
+    /// The image's storage version (its SQLite `user_version`, see [`storage_version`]) as
+    /// recorded when the bytes were accepted; a restore carries its source's. `None` when the
+    /// image is not a SQLite database, or when the store cannot know (a revision accepted before
+    /// the store recorded versions whose bytes were already reclaimed).
+    pub storage_version: Option<u32>,
     /// The revision it replaced (`None` for the first write).
     pub base: Option<Revision>,
     /// For a restore: the revision whose bytes were copied forward.

@@ -10,7 +10,13 @@
 //! - [`server`]: configuration from flags and environment, gRPC health and reflection, request
 //!   timeouts, a global concurrency limit that sheds bursts (never health checks), and graceful
 //!   shutdown on SIGTERM;
-//! - [`telemetry`]: tracing initialisation for binaries (text or JSON lines).
+//! - [`telemetry`]: logs (text or JSON lines, with trace ids) and OpenTelemetry traces over
+//!   OTLP/gRPC when an endpoint is configured, off otherwise;
+//! - [`trace_context`]: W3C `traceparent` propagation, and [`trace_context::Traced`] for client
+//!   channels, so one request is one trace across processes;
+//! - [`observe`]: the gRPC server's request span and metrics, and the body wrapper that ends
+//!   them when the response body ends;
+//! - [`metrics`] and [`admin`]: the process's Prometheus metrics and the admin port serving them.
 //!
 //! What it deliberately does not do: choose a status code for a domain error (each service's
 //! `status.rs` does, exhaustively) or know anything about Snug files.
@@ -18,9 +24,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod blocking;
 pub mod chunks;
 pub mod limit;
+pub mod metrics;
+pub mod observe;
 pub mod server;
 pub mod status;
 pub mod telemetry;
+pub mod trace_context;

@@ -6,8 +6,6 @@ use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
 
-use crate::telemetry::LogFormat;
-
 /// Settings every gRPC server takes, from flags or the environment.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerConfig {
@@ -24,9 +22,9 @@ pub struct ServerConfig {
     /// How long in-flight requests may run after SIGTERM before the server stops anyway.
     #[arg(long, env = "SNUG_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
-    /// Log line format.
-    #[arg(long, env = "SNUG_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
+    /// Address of the admin port (`GET /metrics`, Prometheus text format); unset: no admin port.
+    #[arg(long, env = "SNUG_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -37,7 +35,7 @@ impl ServerConfig {
             request_timeout: Duration::from_secs(60),
             concurrency_limit: 64,
             shutdown_grace: Duration::from_secs(5),
-            log_format: LogFormat::Text,
+            admin_listen: None,
         }
     }
 }
@@ -71,7 +69,8 @@ pub struct Services {
 /// Serves `services` on `listener` until `shutdown` completes, then drains.
 ///
 /// Layer order, outermost first: tonic's per-request timeout (so time spent queued counts toward
-/// the deadline), then one global concurrency limit that sheds a burst beyond it at once with
+/// the deadline), then observation (the request span, parented on the caller's `traceparent`,
+/// and the metrics — outside the limit, so shed calls are counted), then one global concurrency limit that sheds a burst beyond it at once with
 /// UNAVAILABLE/`OVERLOADED` rather than piling up memory — health checks bypass it, so a busy pod
 /// is never mistaken for a dead one — then the services. Health and reflection are added here so every service has them.
 pub async fn serve(
@@ -119,16 +118,17 @@ pub async fn serve(
         let _ = drained_tx.send(());
     };
 
-    let local = listener.local_addr().ok();
-    tracing::info!(addr = ?local, services = ?services.names, "gRPC server listening");
+    if let Ok(local) = listener.local_addr() {
+        tracing::info!(addr = %local, services = ?services.names, "gRPC server listening");
+    }
     let server = tonic::transport::Server::builder()
         .timeout(config.request_timeout)
+        .layer(crate::observe::ObserveLayer)
         .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         // Large windows and frames let a 64 MiB payload stream without stalling on flow control.
         .initial_stream_window_size(32 * 1024 * 1024)
         .initial_connection_window_size(64 * 1024 * 1024)
         .max_frame_size(1024 * 1024)
-        .trace_fn(|request| tracing::info_span!("grpc", method = %request.uri().path()))
         .add_routes(routes)
         // TCP_NODELAY on every accepted connection: without it, the small WINDOW_UPDATE frames a
         // receiver sends are held back by Nagle's algorithm while bulk data is in flight, and a

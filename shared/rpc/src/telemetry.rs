@@ -1,6 +1,25 @@
-//! Tracing initialisation for Snug Hub binaries.
+//! Logs and traces for Snug Hub binaries: text or JSON log lines on stderr, and OpenTelemetry
+//! traces exported over OTLP/gRPC when (and only when) an endpoint is configured.
+//!
+//! With no endpoint nothing of OpenTelemetry is built: no exporter, no batch thread, no layer,
+//! and propagation ([`crate::trace_context`]) finds no span context to send. With one, every
+//! `tracing` span the filter lets through becomes an OpenTelemetry span, and each log line
+//! written inside one carries its `trace_id` and `span_id`, so a log search and a trace view
+//! meet on the same ids.
 
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+use std::fmt;
+
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::{Resource, trace::SdkTracerProvider};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::{
+    EnvFilter, Layer,
+    filter::{FilterExt as _, filter_fn},
+    fmt::{self as tfmt, FmtContext, FormatEvent, FormatFields, format::Writer},
+    prelude::*,
+    registry::LookupSpan,
+};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -11,25 +30,447 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber. The filter comes from `RUST_LOG` (default `info`).
+/// Logging and tracing settings every `snug-hub` command takes, from flags or the environment.
 ///
-/// Libraries only emit structured events; secrets never appear in them, so no filtering of
-/// values happens here. Calling this twice is harmless (the second call changes nothing).
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
-            .try_init(),
-        LogFormat::Json => registry
-            .with(
-                fmt::layer()
+/// The OpenTelemetry variables keep their standard names, so a collector's usual deployment
+/// recipe works unchanged.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TelemetryConfig {
+    /// Log line format.
+    #[arg(
+        long,
+        env = "SNUG_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+    /// OTLP/gRPC collector to export traces to, e.g. `http://otel-collector:4317` (plaintext
+    /// HTTP/2). Unset: traces are not exported, and nothing of OpenTelemetry runs.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of exported spans; defaults to the process's role, such as
+    /// `snug-hub-gateway`.
+    #[arg(long, env = "OTEL_SERVICE_NAME", global = true)]
+    pub service_name: Option<String>,
+}
+
+impl TelemetryConfig {
+    /// Logs only: text lines, no trace export (for tests and tools).
+    pub fn logs_only(log_format: LogFormat) -> Self {
+        Self {
+            log_format,
+            otlp_endpoint: None,
+            service_name: None,
+        }
+    }
+
+    /// The endpoint, if one is really configured (an empty variable counts as unset, as the
+    /// OpenTelemetry specification asks).
+    fn endpoint(&self) -> Option<&str> {
+        self.otlp_endpoint
+            .as_deref()
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+    }
+}
+
+/// Why telemetry could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is not a plaintext `http://host:port` URL. The value itself
+    /// is not repeated: an endpoint URL may carry credentials.
+    #[error("OTEL_EXPORTER_OTLP_ENDPOINT is unusable: {problem}")]
+    InvalidEndpoint {
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The OTLP exporter could not be built.
+    #[error("cannot build the OTLP trace exporter: {detail}")]
+    Exporter {
+        /// The exporter's own description.
+        detail: String,
+    },
+}
+
+impl TelemetryError {
+    /// A stable, machine-readable name for the failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TelemetryError::InvalidEndpoint { .. } => "INVALID_OTLP_ENDPOINT",
+            TelemetryError::Exporter { .. } => "OTLP_EXPORTER_FAILED",
+        }
+    }
+}
+
+/// What [`init`] started; [`Telemetry::shutdown`] flushes the spans still buffered.
+#[derive(Debug)]
+#[must_use = "call shutdown() before exiting, or buffered spans are lost"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Whether spans are being exported.
+    pub fn is_exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Exports every span still buffered and stops the exporter. Bounded by the exporter's
+    /// timeout, so an unreachable collector delays exit by seconds, not forever.
+    pub async fn shutdown(self) {
+        let Some(provider) = self.provider else {
+            return;
+        };
+        // The SDK's shutdown blocks on its export thread; keep it off the async workers.
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "flushing traces at shutdown failed"),
+            Err(err) => tracing::warn!(error = %err, "flushing traces at shutdown panicked"),
+        }
+    }
+}
+
+/// Crates whose spans never become OpenTelemetry spans: the exporter's own transport (h2,
+/// hyper, tonic, tower) would otherwise trace its own exports, and every export would cause more.
+const NOT_EXPORTED: &[&str] = &[
+    "h2",
+    "hyper",
+    "hyper_util",
+    "tonic",
+    "tower",
+    "opentelemetry",
+];
+
+/// Installs the global subscriber: log lines on stderr, filtered by `RUST_LOG` (default `info`),
+/// and, when an OTLP endpoint is configured, an OpenTelemetry layer under the same filter.
+///
+/// `role` names the process (`snug-hub-gateway`, …) and is its `service.name` unless
+/// `OTEL_SERVICE_NAME` says otherwise. Must run inside a Tokio runtime (the tonic exporter
+/// needs its reactor). A second call changes nothing and exports nothing.
+pub fn init(config: &TelemetryConfig, role: &str) -> Result<Telemetry, TelemetryError> {
+    let provider = match config.endpoint() {
+        Some(endpoint) => {
+            let name = config
+                .service_name
+                .as_deref()
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .unwrap_or(role);
+            Some(provider(endpoint, name)?)
+        }
+        None => None,
+    };
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("snug-hub"))
+            .with_filter(env_filter().and(filter_fn(|meta| {
+                !NOT_EXPORTED.iter().any(|prefix| {
+                    meta.target()
+                        .strip_prefix(prefix)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', ':']))
+                })
+            })))
+    });
+    let installed = tracing_subscriber::registry()
+        .with(log_layer(config.log_format, std::io::stderr).with_filter(env_filter()))
+        .with(otel)
+        .try_init()
+        .is_ok();
+    if installed {
+        Ok(Telemetry { provider })
+    } else {
+        if let Some(provider) = provider {
+            let _ = provider.shutdown();
+        }
+        Ok(Telemetry { provider: None })
+    }
+}
+
+fn env_filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+}
+
+/// The log-line layer in `format`, writing to `writer`, with trace ids on lines inside a span.
+pub fn log_layer<S, W>(format: LogFormat, writer: W) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> tfmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    match format {
+        LogFormat::Text => tfmt::layer()
+            .with_writer(writer)
+            .event_format(WithTraceIds {
+                inner: tfmt::format(),
+                json: false,
+            })
+            .boxed(),
+        LogFormat::Json => tfmt::layer()
+            .with_writer(writer)
+            .fmt_fields(tfmt::format::JsonFields::new())
+            .event_format(WithTraceIds {
+                inner: tfmt::format()
                     .json()
                     .flatten_event(true)
-                    .with_current_span(true)
-                    .with_writer(std::io::stderr),
-            )
-            .try_init(),
-    };
+                    .with_current_span(true),
+                json: true,
+            })
+            .boxed(),
+    }
+}
+
+/// Builds the tracer provider: OTLP/gRPC through the batch processor (its own thread, so a slow
+/// collector never stalls a request), resource `service.name` and `service.version`.
+fn provider(endpoint: &str, service_name: &str) -> Result<SdkTracerProvider, TelemetryError> {
+    check_endpoint(endpoint)?;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|err| TelemetryError::Exporter {
+            detail: err.to_string(),
+        })?;
+    let resource = Resource::builder()
+        .with_service_name(service_name.to_owned())
+        .with_attribute(opentelemetry::KeyValue::new(
+            "service.version",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
+
+/// The exporter accepts anything and fails at the first export; refuse a bad endpoint at start.
+fn check_endpoint(endpoint: &str) -> Result<(), TelemetryError> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|_| TelemetryError::InvalidEndpoint {
+            problem: "not a URL",
+        })?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(TelemetryError::InvalidEndpoint {
+                problem: "https is not supported by this build; use a plaintext http:// endpoint \
+                          (a collector sidecar or in-cluster service)",
+            });
+        }
+        _ => {
+            return Err(TelemetryError::InvalidEndpoint {
+                problem: "the scheme must be http://",
+            });
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(TelemetryError::InvalidEndpoint {
+            problem: "the URL has no host",
+        });
+    }
+    Ok(())
+}
+
+/// The trace and span ids of the OpenTelemetry span current on this thread, if any.
+///
+/// The OpenTelemetry layer activates a span's context when the span is entered, so this is the
+/// innermost exported span around the caller.
+pub fn current_ids() -> Option<(String, String)> {
+    let cx = opentelemetry::Context::current();
+    let span = cx.span();
+    let context = span.span_context();
+    context.is_valid().then(|| {
+        (
+            context.trace_id().to_string(),
+            context.span_id().to_string(),
+        )
+    })
+}
+
+/// Adds `trace_id` and `span_id` to every line written inside an exported span: as the first
+/// two keys of a JSON line, or as a `trace_id=… span_id=…` prefix of a text line (written
+/// straight through, so a terminal keeps its colours).
+struct WithTraceIds<F> {
+    inner: F,
+    json: bool,
+}
+
+impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let Some((trace_id, span_id)) = current_ids() else {
+            return self.inner.format_event(ctx, writer, event);
+        };
+        if !self.json {
+            write!(writer, "trace_id={trace_id} span_id={span_id} ")?;
+            return self.inner.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => write!(
+                writer,
+                "{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"
+            ),
+            None => writer.write_str(&line),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    use super::*;
+
+    /// Collects what a layer writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'w> tfmt::MakeWriter<'w> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'w self) -> Captured {
+            self.clone()
+        }
+    }
+
+    impl Captured {
+        fn lines(&self) -> Vec<String> {
+            let bytes = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            String::from_utf8(bytes)
+                .expect("utf-8")
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    /// A subscriber like [`init`]'s, scoped to the test, with a provider that exports nothing
+    /// (its spans still get real ids).
+    fn with_subscriber(format: LogFormat, run: impl FnOnce()) -> Vec<String> {
+        let captured = Captured::default();
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(log_layer(format, captured.clone()))
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, run);
+        captured.lines()
+    }
+
+    #[test]
+    fn a_json_line_parses_and_carries_its_fields_and_trace_ids() {
+        let mut expected = None;
+        let lines = with_subscriber(LogFormat::Json, || {
+            tracing::info!(user = "u1", "outside any span");
+            let span = tracing::info_span!("request", route = "/userdb");
+            let _entered = span.enter();
+            let cx = span.context();
+            let ids = cx.span().span_context().clone();
+            expected = Some((ids.trace_id().to_string(), ids.span_id().to_string()));
+            tracing::warn!(bytes = 42_u64, "inside the span");
+        });
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let outside: serde_json::Value = serde_json::from_str(&lines[0]).expect("JSON line");
+        assert_eq!(outside["message"], "outside any span");
+        assert_eq!(outside["user"], "u1");
+        assert_eq!(outside["level"], "INFO");
+        assert!(outside.get("trace_id").is_none(), "{outside}");
+
+        let inside: serde_json::Value = serde_json::from_str(&lines[1]).expect("JSON line");
+        let (trace_id, span_id) = expected.expect("span ids");
+        assert_eq!(inside["message"], "inside the span");
+        assert_eq!(inside["bytes"], 42);
+        assert_eq!(inside["level"], "WARN");
+        assert_eq!(inside["span"]["route"], "/userdb");
+        assert_eq!(inside["trace_id"], trace_id.as_str());
+        assert_eq!(inside["span_id"], span_id.as_str());
+        assert_eq!(trace_id.len(), 32);
+        assert!(inside["timestamp"].is_string());
+    }
+
+    #[test]
+    fn a_text_line_inside_a_span_starts_with_its_trace_id() {
+        let mut trace_id = String::new();
+        let lines = with_subscriber(LogFormat::Text, || {
+            let span = tracing::info_span!("request");
+            let _entered = span.enter();
+            trace_id = span.context().span().span_context().trace_id().to_string();
+            tracing::info!("hello");
+        });
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with(&format!("trace_id={trace_id} span_id=")),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("hello"));
+    }
+
+    #[test]
+    fn without_a_provider_no_line_carries_ids() {
+        let captured = Captured::default();
+        let subscriber =
+            tracing_subscriber::registry().with(log_layer(LogFormat::Json, captured.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("request");
+            let _entered = span.enter();
+            tracing::info!("plain");
+        });
+        let line: serde_json::Value = serde_json::from_str(&captured.lines()[0]).expect("JSON");
+        assert!(line.get("trace_id").is_none());
+        assert_eq!(line["message"], "plain");
+    }
+
+    #[test]
+    fn bad_endpoints_are_refused_with_a_reason_and_without_the_value() {
+        for (endpoint, fragment) in [
+            ("not a url at all", "not a URL"),
+            ("https://collector:4317", "https"),
+            ("grpc://collector:4317", "scheme"),
+            ("/just/a/path", "scheme"),
+        ] {
+            let err = check_endpoint(endpoint).expect_err(endpoint);
+            assert_eq!(err.reason(), "INVALID_OTLP_ENDPOINT");
+            let text = err.to_string();
+            assert!(text.contains(fragment), "{endpoint}: {text}");
+            assert!(!text.contains(endpoint), "{text}");
+        }
+        assert!(check_endpoint("http://127.0.0.1:4317").is_ok());
+    }
+
+    #[test]
+    fn an_empty_endpoint_means_off() {
+        let mut config = TelemetryConfig::logs_only(LogFormat::Text);
+        assert_eq!(config.endpoint(), None);
+        config.otlp_endpoint = Some("  ".to_owned());
+        assert_eq!(config.endpoint(), None);
+        config.otlp_endpoint = Some("http://c:4317".to_owned());
+        assert_eq!(config.endpoint(), Some("http://c:4317"));
+    }
 }

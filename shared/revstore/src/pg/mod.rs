@@ -80,6 +80,16 @@ impl PgStore {
     ///
     /// Several replicas may call this at once: migrations run under an advisory lock.
     pub async fn connect(pg: PgConfig, config: StoreConfig) -> Result<Self, OpenError> {
+        Self::connect_migrating(pg, config, migrate::POSTGRES).await
+    }
+
+    /// [`PgStore::connect`], applying only the migrations of `known` (tests open a store as an
+    /// earlier release left it).
+    async fn connect_migrating(
+        pg: PgConfig,
+        config: StoreConfig,
+        known: &[migrate::Migration],
+    ) -> Result<Self, OpenError> {
         let mut pg_config: tokio_postgres::Config = pg.url.parse().map_err(StorageError::from)?;
         if let Some(schema) = &pg.schema {
             if !valid_schema(schema) {
@@ -135,7 +145,7 @@ impl PgStore {
                 .iter()
                 .map(|r| (r.get(0), r.get(1)))
                 .collect();
-            for m in migrate::plan(&applied, migrate::POSTGRES)? {
+            for m in migrate::plan(&applied, known)? {
                 tx.batch_execute(m.sql).await.map_err(StorageError::from)?;
                 tx.execute(
                     "INSERT INTO revstore_migrations (version, checksum) VALUES ($1, $2)",
@@ -227,8 +237,7 @@ fn parse_opt<T: std::str::FromStr>(s: Option<&str>) -> Result<Option<T>, Storage
     s.map(parse).transpose()
 }
 
-const INFO_COLUMNS: &str =
-    "revision, digest, size, accepted_at, principal, base, restored_from, retained";
+const INFO_COLUMNS: &str = "revision, digest, size, accepted_at, principal, base, restored_from, retained, storage_version";
 
 fn info_row(r: &Row) -> Result<RevisionInfo, StorageError> {
     Ok(RevisionInfo {
@@ -237,6 +246,11 @@ fn info_row(r: &Row) -> Result<RevisionInfo, StorageError> {
         size: r.get::<_, i64>(2) as u64,
         accepted_at: Timestamp::from_unix_millis(r.get(3)),
         principal: parse(r.get::<_, &str>(4))?,
+        storage_version: r
+            .get::<_, Option<i64>>(8)
+            .map(u32::try_from)
+            .transpose()
+            .map_err(|_| corrupt("storage_version column"))?,
         base: parse_opt(r.get::<_, Option<&str>>(5))?,
         restored_from: parse_opt(r.get::<_, Option<&str>>(6))?,
         retained: r.get(7),
@@ -484,6 +498,7 @@ impl PgStore {
         principal: &Principal,
         digest: Digest,
         size: u64,
+        storage_version: Option<u32>,
         manifest: Option<&[Digest]>,
         restored_from: Option<&Revision>,
     ) -> Result<PutOutcome, PutError> {
@@ -587,8 +602,8 @@ impl PgStore {
         let revision = Revision::generate(seq as u64).map_err(StorageError::from)?;
         let base = precondition.base();
         tx.execute(
-            "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key, storage_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             &[
                 &user.as_str(),
                 &seq,
@@ -600,6 +615,7 @@ impl PgStore {
                 &base.map(Revision::as_str),
                 &restored_from.map(Revision::as_str),
                 &key.map(IdempotencyKey::as_str),
+                &storage_version.map(i64::from),
             ],
         )
         .await?;
@@ -617,6 +633,7 @@ impl PgStore {
                 size,
                 accepted_at: now,
                 principal: principal.clone(),
+                storage_version,
                 base: base.cloned(),
                 restored_from: restored_from.cloned(),
                 retained: true,
@@ -666,6 +683,7 @@ impl PgStore {
             &request.principal,
             ingested.digest,
             ingested.size,
+            ingested.storage_version,
             Some(&sink.manifest),
             None,
         )
@@ -933,6 +951,7 @@ impl RevStore for PgStore {
                 &request.principal,
                 source.digest,
                 source.size,
+                source.storage_version,
                 None,
                 Some(&request.from),
             )
@@ -956,6 +975,26 @@ impl RevStore for PgStore {
             .await?;
         row.map(|r| info_row(&r))
             .transpose()?
+            .ok_or(ReadError::NotFound)
+    }
+
+    async fn head_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<RevisionInfo, ReadError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"
+                ),
+                &[&user.as_str(), &revision.as_str()],
+            )
+            .await?;
+        row.map(|r| info_row(&r))
+            .transpose()?
+            .filter(|info| info.retained)
             .ok_or(ReadError::NotFound)
     }
 

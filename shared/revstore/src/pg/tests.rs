@@ -52,3 +52,197 @@ fn schema_names_are_plain_identifiers() {
     assert!(!valid_schema("1abc"));
     assert!(!valid_schema(""));
 }
+
+/// A SQLite header stamped with storage version `version`, then filler up to `len` bytes.
+fn stamped(version: u32, len: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(version as u8))
+        .collect();
+    bytes[..16].copy_from_slice(b"SQLite format 3\0");
+    bytes[60..64].copy_from_slice(&version.to_be_bytes());
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_from_schema_1_backfills_storage_versions_from_the_chunks() {
+    let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let id = format!(
+        "{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    let (now_schema, previous_schema) = (
+        format!("revstore_mig_now_{id}"),
+        format!("revstore_mig_prev_{id}"),
+    );
+    let pg = |schema: &str| PgConfig {
+        url: url.clone(),
+        schema: Some(schema.to_owned()),
+        pool_size: 4,
+    };
+    let clock = Arc::new(crate::ManualClock::new(Timestamp::from_unix_millis(
+        1_767_225_600_000,
+    )));
+    let config = StoreConfig {
+        chunk_size: 1024,
+        retention: crate::Retention {
+            keep_newest: 4,
+            grace: std::time::Duration::ZERO,
+            orphan_after: std::time::Duration::from_secs(3600),
+        },
+        clock: clock.clone(),
+        ..StoreConfig::default()
+    };
+    let user = UserId::new("alice").expect("user");
+    let images = [
+        stamped(5, 3000),
+        stamped(7, 3000),
+        b"not a database at all, but long enough to hold a header: ".repeat(4),
+        stamped(4, 3000),
+        stamped(6, 5000),
+    ];
+
+    // The history, written by this release.
+    let store = PgStore::connect(pg(&now_schema), config.clone())
+        .await
+        .expect("connect");
+    store.provision_user(&user).await.expect("provision");
+    let mut revisions = Vec::new();
+    let mut precondition = Precondition::MustNotExist;
+    for bytes in &images {
+        let request = PutRequest {
+            user: user.clone(),
+            precondition: precondition.clone(),
+            principal: Principal::new("device").expect("principal"),
+            idempotency_key: None,
+        };
+        let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
+        let info = store.put(request, body).await.expect("put").info;
+        precondition = Precondition::MustMatch(info.revision.clone());
+        revisions.push(info);
+        clock.advance(std::time::Duration::from_secs(1));
+    }
+    // Retention takes the first revision's bytes: its version can no longer be read.
+    assert_eq!(store.reclaim().await.expect("reclaim").revisions, 1);
+    // Damage a byte of the fourth image's user_version in its first chunk.
+    let client = store.client().await.expect("client");
+    let damaged = client
+        .execute(
+            "UPDATE chunks SET data = overlay(data PLACING '\\xee'::bytea FROM 64 FOR 1)
+             WHERE hash = substring((SELECT manifest FROM images WHERE digest = $1) FROM 1 FOR 32)",
+            &[&revisions[3].digest.as_bytes().as_slice()],
+        )
+        .await
+        .expect("damage");
+    assert_eq!(damaged, 1);
+
+    // The same rows in a schema made by the previous release's migrations alone.
+    let previous = PgStore::connect_migrating(
+        pg(&previous_schema),
+        config.clone(),
+        &migrate::POSTGRES[..1],
+    )
+    .await
+    .expect("schema 1");
+    let old = previous.client().await.expect("client");
+    let has_column: bool = old
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'revisions' AND column_name = 'storage_version')",
+            &[&previous_schema],
+        )
+        .await
+        .expect("columns")
+        .get(0);
+    assert!(!has_column, "schema 1 has no storage_version");
+    // Users first without their pointers, which reference revisions not copied yet.
+    old.execute(
+        &format!("INSERT INTO users (user_id, created_at, last_seq) SELECT user_id, created_at, last_seq FROM {now_schema}.users"),
+        &[],
+    )
+    .await
+    .expect("users");
+    let tables: Vec<String> = old
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 AND table_type = 'BASE TABLE' AND table_name NOT IN ('users', 'revstore_migrations')",
+            &[&previous_schema],
+        )
+        .await
+        .expect("tables")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for table in tables {
+        let columns: Vec<String> = old
+            .query(
+                "SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position",
+                &[&previous_schema, &table],
+            )
+            .await
+            .expect("columns")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let columns = columns.join(", ");
+        old.execute(
+            &format!("INSERT INTO {table} ({columns}) SELECT {columns} FROM {now_schema}.{table} ON CONFLICT DO NOTHING"),
+            &[],
+        )
+        .await
+        .expect("copy rows");
+    }
+    old.execute(
+        &format!("UPDATE users p SET current_seq = c.current_seq FROM {now_schema}.users c WHERE p.user_id = c.user_id"),
+        &[],
+    )
+    .await
+    .expect("pointers");
+    drop((old, previous));
+
+    let migrated = PgStore::connect(pg(&previous_schema), config)
+        .await
+        .expect("connect migrates");
+    let listed: Vec<(Revision, Option<u32>, bool)> = migrated
+        .list_revisions(&user, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .rev()
+        .map(|r| (r.revision, r.storage_version, r.retained))
+        .collect();
+    let expected: Vec<(Revision, Option<u32>, bool)> = revisions
+        .iter()
+        .zip([None, Some(7), None, None, Some(6)])
+        .zip([false, true, true, true, true])
+        .map(|((r, version), retained)| (r.revision.clone(), version, retained))
+        .collect();
+    // Reclaimed bytes and a chunk that fails its address check stay unknown; the rest are read.
+    assert_eq!(listed, expected);
+    assert_eq!(
+        migrated.head(&user).await.expect("head").storage_version,
+        Some(6)
+    );
+    let client = migrated.client().await.expect("client");
+    let applied: Vec<i64> = client
+        .query(
+            "SELECT version FROM revstore_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .expect("versions")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(applied, [1, 2]);
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA {now_schema} CASCADE; DROP SCHEMA {previous_schema} CASCADE"
+        ))
+        .await
+        .expect("drop the test schemas");
+}

@@ -43,8 +43,8 @@ use crate::{
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
         Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId,
-        Verdict,
+        RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
+        Timestamp, UserId, Verdict, storage_version,
     },
 };
 
@@ -72,6 +72,9 @@ struct Inner {
     leases: Leases,
     /// Buffers of download pieces, recycled when the caller drops a piece.
     pieces: packs::PiecePool,
+    /// Served-ledger entries of downloads that have opened but whose entry is not committed yet
+    /// (see [`Inner::commit_served`]).
+    served: Mutex<ServedQueue>,
     /// Bumped by every reclamation that deletes chunks, so a put that deduplicated against the
     /// chunk index re-checks its chunks at commit only when one might have gone.
     sweep_epoch: AtomicU64,
@@ -118,7 +121,10 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_size_limit", 16 * 1024 * 1024)?;
         // The chunk index of a 64 MiB image is 16,384 rows; keep a few images' worth in memory.
         conn.pragma_update(None, "cache_size", -65_536)?;
-        migrate_sqlite(&mut conn)?;
+        // Every statement the writer runs stays prepared: with rusqlite's default of 16, puts,
+        // downloads and reclamation evict each other's statements and re-parse them under the lock.
+        conn.set_prepared_statement_cache_capacity(64);
+        migrate_sqlite(&mut conn, migrate::SQLITE, &packs_dir)?;
         let chunk_size = {
             conn.execute(
                 "INSERT OR IGNORE INTO store_meta (key, value) VALUES ('chunk_size', ?1)",
@@ -142,6 +148,7 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 leases: Leases::default(),
                 pieces: packs::PiecePool::default(),
+                served: Mutex::new(ServedQueue::default()),
                 sweep_epoch: AtomicU64::new(0),
                 _dir_lock: lock,
             }),
@@ -176,7 +183,12 @@ impl SqliteStore {
     }
 }
 
-fn migrate_sqlite(conn: &mut Connection) -> Result<(), OpenError> {
+/// Applies the migrations of `known` that `conn` lacks, in one transaction.
+fn migrate_sqlite(
+    conn: &mut Connection,
+    known: &[migrate::Migration],
+    packs_dir: &Path,
+) -> Result<(), OpenError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS revstore_migrations (
@@ -189,8 +201,15 @@ fn migrate_sqlite(conn: &mut Connection) -> Result<(), OpenError> {
         .prepare("SELECT version, checksum FROM revstore_migrations")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    for m in migrate::plan(&applied, migrate::SQLITE)? {
+    for m in migrate::plan(&applied, known)? {
         tx.execute_batch(m.sql)?;
+        if m.version == migrate::STORAGE_VERSION {
+            let filled = backfill_storage_versions(&tx, packs_dir)?;
+            tracing::info!(
+                revisions = filled,
+                "recorded the storage version of stored revisions"
+            );
+        }
         tx.execute(
             "INSERT INTO revstore_migrations (version, checksum, applied_at) VALUES (?1, ?2, strftime('%s','now'))",
             params![m.version, migrate::checksum(m.sql)],
@@ -198,6 +217,63 @@ fn migrate_sqlite(conn: &mut Connection) -> Result<(), OpenError> {
     }
     tx.commit()?;
     Ok(())
+}
+
+/// Fills `revisions.storage_version` for the revisions accepted before the store recorded it,
+/// from the header in the first chunk(s) of each stored image. The packs are local files, so this
+/// costs one read and one hash of a chunk per image, checked against the chunk's address before
+/// it is believed. Returns how many revisions got a version.
+///
+/// A revision whose bytes were reclaimed stays NULL (unknown), and so does one whose header
+/// cannot be read back intact: the column is metadata, and damage is `check_integrity`'s to
+/// report, not a reason to refuse to open the store.
+fn backfill_storage_versions(tx: &Transaction<'_>, packs_dir: &Path) -> Result<u64, OpenError> {
+    let chunk_size: Option<String> = tx
+        .query_row(
+            "SELECT value FROM store_meta WHERE key = 'chunk_size'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    // No chunk size recorded: the store is being created, so there is nothing to fill.
+    let Some(chunk_size) = chunk_size else {
+        return Ok(0);
+    };
+    let chunk_size = chunk_size
+        .parse::<u64>()
+        .map_err(StorageError::unavailable)?;
+    let images: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = tx
+        .prepare("SELECT digest, manifest, extents FROM images")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut filled = 0u64;
+    for (digest, manifest, extents) in images {
+        let header = chunk::decode_manifest(&manifest)
+            .zip(packs::decode_extents(&extents))
+            .and_then(|(manifest, extents)| {
+                let locs = packs::expand(&extents, chunk_size);
+                let header_locs = packs::prefix(&locs, SQLITE_HEADER_LEN as u64);
+                let digests = manifest.get(..header_locs.len())?;
+                let paths =
+                    Inner::pack_paths(tx, header_locs.iter().map(|l| l.pack), packs_dir).ok()?;
+                let files = packs::open_packs(&paths).ok()?;
+                packs::read_verified(&files, header_locs, digests).ok()
+            });
+        let Some(header) = header else {
+            tracing::warn!(
+                image = hex::encode(&digest),
+                "could not read an image's header back; its storage version stays unknown"
+            );
+            continue;
+        };
+        if let Some(version) = storage_version(&header) {
+            filled += tx.execute(
+                "UPDATE revisions SET storage_version = ?1 WHERE digest = ?2",
+                params![version, digest],
+            )? as u64;
+        }
+    }
+    Ok(filled)
 }
 
 impl Inner {
@@ -209,6 +285,50 @@ impl Inner {
         // A panic while holding the writer leaves at worst an open transaction, which rusqlite
         // rolls back when the Transaction value is dropped during unwinding.
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn served_queue(&self) -> MutexGuard<'_, ServedQueue> {
+        self.served.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes sure the served-ledger entry with `ticket` is committed, committing every queued
+    /// entry in one transaction if it is not yet (group commit). A download's entry is committed
+    /// before its first byte is served, as when each had a transaction of its own; under
+    /// concurrent downloads one commit stands for many.
+    fn commit_served(&self, ticket: u64) -> Result<(), rusqlite::Error> {
+        let mut conn = self.writer();
+        let rows = {
+            let mut queue = self.served_queue();
+            if queue.committed >= ticket {
+                return Ok(());
+            }
+            std::mem::take(&mut queue.rows)
+        };
+        let last = rows.last().map_or(ticket, |(t, _)| *t);
+        let result = (|| {
+            let tx = conn.transaction()?;
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO served (user_id, revision, at, principal) VALUES (?1, ?2, ?3, ?4)",
+                )?;
+                for (_, row) in &rows {
+                    insert.execute(params![row.user, row.revision, row.at, row.principal])?;
+                }
+            }
+            tx.commit()
+        })();
+        let mut queue = self.served_queue();
+        match result {
+            Ok(()) => queue.committed = queue.committed.max(last),
+            // Put back, in order, ahead of anything queued since: the next download's commit
+            // retries them, and this download fails rather than serve unrecorded.
+            Err(_) => {
+                let mut rows = rows;
+                rows.append(&mut queue.rows);
+                queue.rows = rows;
+            }
+        }
+        result
     }
 
     fn with_reader<T, E: From<rusqlite::Error>>(
@@ -291,8 +411,7 @@ fn opt_token<T: std::str::FromStr>(s: Option<String>) -> Result<Option<T>, rusql
     s.map(token).transpose()
 }
 
-const INFO_COLUMNS: &str =
-    "revision, digest, size, accepted_at, principal, base, restored_from, retained";
+const INFO_COLUMNS: &str = "revision, digest, size, accepted_at, principal, base, restored_from, retained, storage_version";
 
 fn info_row(r: &rusqlite::Row<'_>) -> Result<RevisionInfo, rusqlite::Error> {
     Ok(RevisionInfo {
@@ -301,6 +420,7 @@ fn info_row(r: &rusqlite::Row<'_>) -> Result<RevisionInfo, rusqlite::Error> {
         size: r.get::<_, i64>(2)? as u64,
         accepted_at: Timestamp::from_unix_millis(r.get(3)?),
         principal: token(r.get(4)?)?,
+        storage_version: r.get(8)?,
         base: opt_token(r.get(5)?)?,
         restored_from: opt_token(r.get(6)?)?,
         retained: r.get::<_, i64>(7)? != 0,
@@ -734,6 +854,7 @@ impl Inner {
         principal: &Principal,
         digest: Digest,
         size: u64,
+        storage_version: Option<u32>,
         source: &Source,
     ) -> Result<PutOutcome, PutError> {
         let now = self.now();
@@ -805,8 +926,8 @@ impl Inner {
             let seq = last_seq + 1;
             let revision = Revision::generate(seq as u64).map_err(StorageError::from)?;
             tx.prepare_cached(
-                "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key, storage_version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?
             .execute(params![
                 user.as_str(),
@@ -819,6 +940,7 @@ impl Inner {
                 base.map(Revision::as_str),
                 restored_from.map(Revision::as_str),
                 key.map(IdempotencyKey::as_str),
+                storage_version,
             ])?;
             tx.prepare_cached(
                 "UPDATE users SET last_seq = ?2, current_seq = ?2 WHERE user_id = ?1",
@@ -832,6 +954,7 @@ impl Inner {
                     size,
                     accepted_at: now,
                     principal: principal.clone(),
+                    storage_version,
                     base: base.cloned(),
                     restored_from: restored_from.cloned(),
                     retained: true,
@@ -976,6 +1099,33 @@ fn refusal_clone(err: &PutError) -> PutError {
     }
 }
 
+/// One served-ledger entry waiting for its commit.
+#[derive(Debug)]
+struct ServedRow {
+    user: String,
+    revision: String,
+    at: i64,
+    principal: String,
+}
+
+/// Served-ledger entries queued by opened downloads, numbered in queue order.
+#[derive(Debug, Default)]
+struct ServedQueue {
+    rows: Vec<(u64, ServedRow)>,
+    /// The ticket of the last entry handed out.
+    issued: u64,
+    /// Every entry up to this ticket is committed.
+    committed: u64,
+}
+
+impl ServedQueue {
+    fn push(&mut self, row: ServedRow) -> u64 {
+        self.issued += 1;
+        self.rows.push((self.issued, row));
+        self.issued
+    }
+}
+
 /// What a download needs once the rows are read.
 struct Opened {
     info: RevisionInfo,
@@ -1022,16 +1172,17 @@ impl Inner {
         })?;
         let paths = Inner::pack_paths(&conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
         let lease = self.leases.take(info.digest);
-        conn.prepare_cached(
-            "INSERT INTO served (user_id, revision, at, principal) VALUES (?1, ?2, ?3, ?4)",
-        )?
-        .execute(params![
-            user.as_str(),
-            info.revision.as_str(),
-            now.unix_millis(),
-            principal.as_str()
-        ])?;
+        let ticket = self.served_queue().push(ServedRow {
+            user: user.as_str().to_owned(),
+            revision: info.revision.as_str().to_owned(),
+            at: now.unix_millis(),
+            principal: principal.as_str().to_owned(),
+        });
         drop(conn);
+        // The lease already protects the revision, so the writer can be let go between taking
+        // the lease and committing the entry: downloads that open meanwhile queue theirs, and one
+        // commit records them all.
+        self.commit_served(ticket)?;
         let files = packs::open_packs(&paths).map_err(StorageError::from)?;
         let tasks = packs::read_tasks(&extents, &files).map_err(StorageError::from)?;
         Ok(Opened { info, tasks, lease })
@@ -1160,6 +1311,7 @@ impl SqliteStore {
                 &req.principal,
                 ingested.digest,
                 ingested.size,
+                ingested.storage_version,
                 &source,
             )
         })
@@ -1249,6 +1401,7 @@ impl RevStore for SqliteStore {
                     &request.principal,
                     source.digest,
                     source.size,
+                    source.storage_version,
                     &src,
                 )
             })();
@@ -1271,6 +1424,27 @@ impl RevStore for SqliteStore {
                     .query_row([user.as_str()], info_row)
                     .optional()
                 })?
+                .ok_or(ReadError::NotFound)
+        })
+        .await
+    }
+
+    async fn head_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<RevisionInfo, ReadError> {
+        let (user, revision) = (user.clone(), revision.clone());
+        self.blocking(move |inner| {
+            inner
+                .with_reader(|conn| {
+                    conn.prepare_cached(&format!(
+                        "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"
+                    ))?
+                    .query_row(params![user.as_str(), revision.as_str()], info_row)
+                    .optional()
+                })?
+                .filter(|info| info.retained)
                 .ok_or(ReadError::NotFound)
         })
         .await

@@ -181,6 +181,39 @@ pub(crate) fn expand(extents: &[Extent], chunk_size: u64) -> Vec<ChunkLoc> {
     out
 }
 
+/// The leading chunks of an image that together hold at least its first `len` bytes (all of
+/// them when the image is shorter).
+pub(crate) fn prefix(locs: &[ChunkLoc], len: u64) -> &[ChunkLoc] {
+    let mut covered = 0u64;
+    let mut n = 0;
+    while n < locs.len() && covered < len {
+        covered += u64::from(locs[n].len);
+        n += 1;
+    }
+    &locs[..n]
+}
+
+/// Reads the given chunks, checking each against its address, and returns their bytes in order;
+/// the error names the first chunk that is missing or does not match.
+pub(crate) fn read_verified(
+    files: &PackFiles,
+    locs: &[ChunkLoc],
+    manifest: &[Digest],
+) -> Result<Vec<u8>, Digest> {
+    let mut out = Vec::new();
+    for (loc, digest) in locs.iter().zip(manifest) {
+        let file = files.get(&loc.pack).ok_or(*digest)?;
+        let start = out.len();
+        out.resize(start + loc.len as usize, 0);
+        file.read_exact_at(&mut out[start..], loc.offset)
+            .map_err(|_| *digest)?;
+        if Digest::of(&out[start..]) != *digest {
+            return Err(*digest);
+        }
+    }
+    Ok(out)
+}
+
 /// Open pack files by id.
 pub(crate) type PackFiles = HashMap<i64, Arc<File>>;
 

@@ -179,3 +179,234 @@ async fn held_pieces_keep_their_bytes_while_the_pool_is_reused() {
     let got = store.get(&a, &principal).await.expect("get a").body;
     assert_eq!(got.read_to_vec().await.expect("body a"), first);
 }
+
+/// A SQLite header stamped with storage version `version`, then filler up to `len` bytes.
+fn stamped(version: u32, len: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(version as u8))
+        .collect();
+    bytes[..16].copy_from_slice(b"SQLite format 3\0");
+    bytes[60..64].copy_from_slice(&version.to_be_bytes());
+    bytes
+}
+
+/// Rewrites `dir`'s metadata as the previous binary (migration 1 only) would have left it: a
+/// database made by the shipped migration 1 text alone, holding the same rows in its columns.
+fn downgrade_to_schema_1(dir: &Path) {
+    let current = dir.join("meta.sqlite");
+    let previous = dir.join("meta.previous.sqlite");
+    {
+        let mut conn = Connection::open(&previous).expect("create");
+        migrate_sqlite(&mut conn, &migrate::SQLITE[..1], &dir.join("packs")).expect("schema 1");
+        // Rows are copied table by table, so a pointer may briefly precede its revision.
+        conn.pragma_update(None, "foreign_keys", "OFF")
+            .expect("foreign keys off");
+        conn.execute(
+            "ATTACH DATABASE ?1 AS current",
+            [current.to_str().expect("utf-8")],
+        )
+        .expect("attach");
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM main.sqlite_master WHERE type = 'table' AND name <> 'revstore_migrations'")
+            .expect("tables")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        for table in tables {
+            let columns: Vec<String> = conn
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+                .expect("columns")
+                .query_map([], |r| r.get(0))
+                .expect("query")
+                .collect::<Result<_, _>>()
+                .expect("rows");
+            let columns = columns.join(", ");
+            conn.execute(
+                &format!(
+                    "INSERT INTO main.{table} ({columns}) SELECT {columns} FROM current.{table}"
+                ),
+                [],
+            )
+            .expect("copy rows");
+        }
+        conn.execute("DETACH DATABASE current", []).expect("detach");
+        let has_column: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM pragma_table_info('revisions') WHERE name = 'storage_version')",
+                [],
+                |r| r.get(0),
+            )
+            .expect("columns");
+        assert!(!has_column, "schema 1 has no storage_version");
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = fs::remove_file(dir.join(format!("meta.sqlite{suffix}")));
+    }
+    fs::rename(&previous, &current).expect("replace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(crate::ManualClock::new(Timestamp::from_unix_millis(
+        1_767_225_600_000,
+    )));
+    let config = StoreConfig {
+        chunk_size: 1024,
+        retention: crate::Retention {
+            keep_newest: 4,
+            grace: std::time::Duration::ZERO,
+            orphan_after: std::time::Duration::from_secs(3600),
+        },
+        clock: clock.clone(),
+        ..StoreConfig::default()
+    };
+    let user = UserId::new("alice").expect("user");
+    let images = [
+        stamped(5, 3000),
+        stamped(7, 3000),
+        b"not a database at all, but long enough to hold a header: ".repeat(4),
+        stamped(4, 3000),
+        stamped(6, 5000),
+    ];
+    let mut revisions = Vec::new();
+    {
+        let store = SqliteStore::open(dir.path(), config.clone()).expect("open");
+        store.provision_user(&user).await.expect("provision");
+        let mut precondition = Precondition::MustNotExist;
+        for bytes in &images {
+            let request = PutRequest {
+                user: user.clone(),
+                precondition: precondition.clone(),
+                principal: Principal::new("device").expect("principal"),
+                idempotency_key: None,
+            };
+            let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
+            let info = store.put(request, body).await.expect("put").info;
+            precondition = Precondition::MustMatch(info.revision.clone());
+            revisions.push(info);
+            clock.advance(std::time::Duration::from_secs(1));
+        }
+        // Retention takes the first revision's bytes: its version can no longer be read.
+        assert_eq!(store.reclaim().await.expect("reclaim").revisions, 1);
+        store.checkpoint().expect("checkpoint");
+    }
+    // Damage the header of the fourth image in its pack: a byte of its user_version.
+    {
+        let conn = Connection::open(dir.path().join("meta.sqlite")).expect("open meta");
+        let (pack, offset): (String, i64) = conn
+            .query_row(
+                "SELECT p.name, c.offset FROM images i
+                 JOIN chunks c ON c.hash = substr(i.manifest, 1, 32)
+                 JOIN packs p ON p.id = c.pack_id WHERE i.digest = ?1",
+                [revisions[3].digest.as_bytes().as_slice()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("first chunk of image 4");
+        let path = dir.path().join("packs").join(pack);
+        let file = OpenOptions::new().write(true).open(&path).expect("pack");
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0xEE], offset as u64 + 63)
+            .expect("damage");
+    }
+    downgrade_to_schema_1(dir.path());
+
+    let store = SqliteStore::open(dir.path(), config).expect("open migrates");
+    let listed: Vec<(Revision, Option<u32>, bool)> = store
+        .list_revisions(&user, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .rev()
+        .map(|r| (r.revision, r.storage_version, r.retained))
+        .collect();
+    let expected: Vec<(Revision, Option<u32>, bool)> = revisions
+        .iter()
+        .zip([None, Some(7), None, None, Some(6)])
+        .zip([false, true, true, true, true])
+        .map(|((r, version), retained)| (r.revision.clone(), version, retained))
+        .collect();
+    // Reclaimed bytes and a header that fails its address check stay unknown; the rest are read.
+    assert_eq!(listed, expected);
+    let applied: Vec<i64> = store
+        .inner
+        .writer()
+        .prepare("SELECT version FROM revstore_migrations ORDER BY version")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(applied, [1, 2]);
+    assert_eq!(
+        store.head(&user).await.expect("head").storage_version,
+        Some(6)
+    );
+    // The damage is the integrity check's to report; the migration only declined to trust it.
+    let report = store.check_integrity().await.expect("integrity");
+    assert_eq!(
+        report.problems.len(),
+        1,
+        "only the damaged chunk: {:?}",
+        report.problems
+    );
+    drop(store);
+    // Reopening applies nothing twice.
+    SqliteStore::open(dir.path(), StoreConfig::default()).expect("reopen");
+}
+
+/// Concurrent downloads share served-ledger commits, yet each one's entry is committed by the
+/// time its download is handed out: none is lost, none is counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let request = PutRequest {
+        user: user.clone(),
+        precondition: Precondition::MustNotExist,
+        principal: Principal::new("writer").expect("principal"),
+        idempotency_key: None,
+    };
+    let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(vec![7u8; 10_000]))]);
+    store.put(request, body).await.expect("put");
+    let downloads = (0..48).map(|i| {
+        let (store, user) = (store.clone(), user.clone());
+        tokio::spawn(async move {
+            let principal = Principal::new(format!("reader-{i}")).expect("principal");
+            let download = store.get(&user, &principal).await.expect("get");
+            // Read straight from the table, not through the store: the entry is on disk now.
+            let recorded: i64 = {
+                store
+                    .inner
+                    .writer()
+                    .query_row(
+                        "SELECT count(*) FROM served WHERE principal = ?1",
+                        [principal.as_str()],
+                        |r| r.get(0),
+                    )
+                    .expect("count")
+            };
+            assert_eq!(
+                recorded, 1,
+                "{principal} is served before its entry is committed"
+            );
+            download
+                .body
+                .map(|piece| piece.expect("piece").len())
+                .fold(0, |a, n| async move { a + n })
+                .await
+        })
+    });
+    for download in downloads.collect::<Vec<_>>() {
+        assert_eq!(download.await.expect("join"), 10_000);
+    }
+    let ledger = store.served_ledger(&user, 1_000).await.expect("ledger");
+    assert_eq!(ledger.len(), 48);
+    let queue = store.inner.served_queue();
+    assert!(
+        queue.rows.is_empty() && queue.committed == queue.issued,
+        "{queue:?}"
+    );
+}

@@ -454,6 +454,172 @@ pub(crate) async fn history_lists_newest_first_and_restore_copies_forward<
     assert_clean(&fx.store).await;
 }
 
+pub(crate) async fn storage_version_is_recorded_at_acceptance_and_carried_by_restore<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let put_in = |bytes: Vec<u8>, precondition: Precondition, piece: usize| {
+        let request = PutRequest {
+            user: u.clone(),
+            precondition,
+            principal: who("device-a"),
+            idempotency_key: None,
+        };
+        let store = &fx.store;
+        async move { store.put(request, body_in(&bytes, piece)).await }
+    };
+    // A v6 image whose header arrives a few bytes at a time: the version is read across pieces.
+    let v6 = stamped(6, 6000);
+    let r1 = put_in(v6.clone(), Precondition::MustNotExist, 7)
+        .await
+        .expect("v6")
+        .info;
+    assert_eq!(r1.storage_version, Some(6), "in the put outcome");
+    assert_eq!(fx.store.head(&u).await.expect("head"), r1, "in head");
+    // The store records versions, it does not judge them: a v7 image is accepted and reported.
+    let v7 = stamped(7, 3000);
+    let r2 = put_in(v7, Precondition::MustMatch(r1.revision.clone()), 1000)
+        .await
+        .expect("v7")
+        .info;
+    assert_eq!(r2.storage_version, Some(7));
+    // Bytes that are not a SQLite database, and a SQLite header cut short, have no version.
+    let r3 = put_in(
+        image(3, 5000),
+        Precondition::MustMatch(r2.revision.clone()),
+        1000,
+    )
+    .await
+    .expect("opaque")
+    .info;
+    assert_eq!(r3.storage_version, None);
+    let short = stamped(6, 100)[..99].to_vec();
+    let r4 = put_in(short, Precondition::MustMatch(r3.revision.clone()), 1)
+        .await
+        .expect("short")
+        .info;
+    assert_eq!(r4.storage_version, None, "99 bytes are not a whole header");
+    let whole = stamped(5, 100);
+    let r5 = put_in(
+        whole.clone(),
+        Precondition::MustMatch(r4.revision.clone()),
+        50,
+    )
+    .await
+    .expect("exactly a header")
+    .info;
+    assert_eq!(r5.storage_version, Some(5), "exactly 100 bytes are enough");
+
+    let listed: Vec<Option<u32>> = fx
+        .store
+        .list_revisions(&u, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|r| r.storage_version)
+        .collect();
+    assert_eq!(
+        listed,
+        [Some(5), None, None, Some(7), Some(6)],
+        "in the listing"
+    );
+    let download = fx
+        .store
+        .get_revision(&u, &r1.revision, &who("device-b"))
+        .await
+        .expect("get r1");
+    assert_eq!(download.info.storage_version, Some(6), "in a download");
+    assert_eq!(download.body.read_to_vec().await.expect("bytes"), v6);
+
+    // A retry of a landed put is answered with the recorded revision, version included.
+    let replay = put_in(whole, Precondition::MustMatch(r4.revision.clone()), 100)
+        .await
+        .expect("replay");
+    assert!(replay.replayed);
+    assert_eq!(replay.info, r5);
+
+    // A restore carries its source's version, whatever is current.
+    let restore = |from: &Revision, base: &Revision| {
+        fx.store.restore(RestoreRequest {
+            user: u.clone(),
+            from: from.clone(),
+            precondition: Precondition::MustMatch(base.clone()),
+            principal: who("operator"),
+            idempotency_key: None,
+        })
+    };
+    let r6 = restore(&r1.revision, &r5.revision)
+        .await
+        .expect("restore v6")
+        .info;
+    assert_eq!(
+        (r6.storage_version, r6.restored_from.as_ref()),
+        (Some(6), Some(&r1.revision))
+    );
+    let r7 = restore(&r3.revision, &r6.revision)
+        .await
+        .expect("restore opaque")
+        .info;
+    assert_eq!(r7.storage_version, None);
+    let r8 = restore(&r2.revision, &r7.revision)
+        .await
+        .expect("restore v7")
+        .info;
+    assert_eq!(r8.storage_version, Some(7));
+    assert_eq!(fx.store.head(&u).await.expect("head"), r8);
+    assert_eq!(
+        fx.store.list_revisions(&u, 3).await.expect("list"),
+        vec![r8, r7, r6]
+    );
+    assert_clean(&fx.store).await;
+}
+
+pub(crate) async fn head_revision_describes_a_retained_revision<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &stamped(6, 4000))
+        .await
+        .info;
+    fx.clock.advance(Duration::from_secs(1));
+    let r2 = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r1.revision.clone()),
+        &image(2, 4000),
+    )
+    .await
+    .info;
+    assert_eq!(
+        fx.store.head_revision(&u, &r1.revision).await.expect("r1"),
+        r1,
+        "an older revision, as accepted"
+    );
+    assert_eq!(
+        fx.store.head_revision(&u, &r2.revision).await.expect("r2"),
+        fx.store.head(&u).await.expect("head"),
+        "the current revision by name is head"
+    );
+    // Describing is not serving: the served ledger stays empty.
+    assert!(
+        fx.store
+            .served_ledger(&u, 10)
+            .await
+            .expect("served")
+            .is_empty()
+    );
+}
+
 pub(crate) async fn uniform_denial<S: RevStore, Fut: Future<Output = Option<Fixture<S>>>>(
     open: impl FnOnce(Tune) -> Fut,
 ) {
@@ -513,6 +679,22 @@ pub(crate) async fn uniform_denial<S: RevStore, Fut: Future<Output = Option<Fixt
             .get_revision(&user("nobody"), &r2, &viewer)
             .await
             .expect_err("unknown user, real revision"),
+        fx.store
+            .head_revision(&alice, &r1)
+            .await
+            .expect_err("head of a reclaimed revision"),
+        fx.store
+            .head_revision(&bob, &r2)
+            .await
+            .expect_err("head of someone else's revision"),
+        fx.store
+            .head_revision(&user("nobody"), &r2)
+            .await
+            .expect_err("head of a real revision, unknown user"),
+        fx.store
+            .head_revision(&alice, &rev("r9-0123456789abcdef"))
+            .await
+            .expect_err("head of a revision that never existed"),
         fx.store.head(&bob).await.expect_err("head, no image"),
         fx.store
             .head(&user("nobody"))

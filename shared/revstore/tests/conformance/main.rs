@@ -23,6 +23,8 @@ macro_rules! conformance_suite {
                 retry_of_the_same_put_is_idempotent,
                 idempotency_key_replays_and_refuses_reuse,
                 history_lists_newest_first_and_restore_copies_forward,
+                storage_version_is_recorded_at_acceptance_and_carried_by_restore,
+                head_revision_describes_a_retained_revision,
                 uniform_denial,
                 first_contact_provisions_only,
                 reclaim_keeps_newest_and_grace_and_journals,

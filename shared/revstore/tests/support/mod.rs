@@ -192,3 +192,23 @@ pub async fn assert_clean<S: RevStore>(store: &S) {
         report.problems
     );
 }
+
+/// A SQLite database header stamped with storage version (`user_version`) `version`, then
+/// pseudo-random bytes up to `len`. The store reads only the header, so the rest need not be a
+/// real database.
+pub fn stamped(version: u32, len: usize) -> Vec<u8> {
+    assert!(len >= 100, "a SQLite header is 100 bytes");
+    let mut bytes = image(u64::from(version) + 1000, len);
+    bytes[..16].copy_from_slice(b"SQLite format 3\0");
+    bytes[60..64].copy_from_slice(&version.to_be_bytes());
+    bytes
+}
+
+/// The bytes as a stream of pieces of `piece` bytes, so a header can arrive split.
+pub fn body_in(bytes: &[u8], piece: usize) -> impl Stream<Item = io::Result<Bytes>> + Send + use<> {
+    let pieces: Vec<io::Result<Bytes>> = bytes
+        .chunks(piece.max(1))
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    futures::stream::iter(pieces)
+}

@@ -1,0 +1,82 @@
+//! The admin port: `GET /metrics` in the Prometheus text format, on its own listener so that
+//! metrics never share a port (or a network policy) with the API.
+//!
+//! Off unless `SNUG_ADMIN_LISTEN` names an address. It serves nothing but the metrics, which hold
+//! no secret and no user data (see [`crate::metrics`] on label values).
+
+use std::{future::Future, net::SocketAddr};
+
+use axum::{Router, http::header, routing::get};
+use tokio::net::TcpListener;
+
+/// The admin port's router: `GET /metrics`, everything else 404.
+pub fn router() -> Router {
+    Router::new().route(
+        "/metrics",
+        get(|| async {
+            (
+                [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+                crate::metrics::global().encode(),
+            )
+        }),
+    )
+}
+
+/// Serves the admin port on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local: Option<SocketAddr> = listener.local_addr().ok();
+    if let Some(addr) = local {
+        tracing::info!(addr = %addr, "admin port listening (GET /metrics)");
+    }
+    axum::serve(listener, router())
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        answer
+    }
+
+    #[tokio::test]
+    async fn metrics_are_served_in_the_prometheus_text_format_and_nothing_else_is() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, async {
+            let _ = stopped.await;
+        }));
+        let answer = get(addr, "/metrics").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+            "{answer}"
+        );
+        assert!(
+            answer.contains("# TYPE snug_container_unlock_attempts_total counter"),
+            "{answer}"
+        );
+        let missing = get(addr, "/other").await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        let _ = stop.send(());
+        server.await.expect("join").expect("serve");
+    }
+}

@@ -1,0 +1,291 @@
+//! The process's Prometheus metrics: one registry, served in the Prometheus text format on the
+//! admin port ([`crate::admin`]).
+//!
+//! One registry per process, not per server: `snug-hub serve` runs the gateway and every service
+//! in one process, and one scrape of its admin port must see all of them.
+//!
+//! Every label value comes from a closed set — a route template from the gateway's route table, a
+//! gRPC method from the compiled descriptor sets, a status, an `ErrorInfo` reason the server
+//! itself chose — so no request can mint new series, and nothing a client sends (a path, a
+//! header, a secret) can become a label.
+
+use std::{sync::LazyLock, time::Duration};
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    registry::Registry,
+};
+
+/// The `Content-Type` of [`encode`]'s output (Prometheus text exposition format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Latency buckets, in seconds: from a cached HEAD (≈1 ms) to a 64 MiB transfer on a slow link.
+const LATENCY_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Labels of one HTTP request outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The request method (`GET`, …; `OTHER` for anything unusual).
+    pub method: &'static str,
+    /// The route template (`/userdb/revisions/{rev}/restore`), `unmatched` for no route.
+    pub route: &'static str,
+    /// The HTTP status code.
+    pub status: u16,
+    /// The error body's `code`; empty on success.
+    pub reason: &'static str,
+}
+
+/// Labels naming an HTTP route.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route template.
+    pub route: &'static str,
+}
+
+/// Labels of one gRPC call outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GrpcLabels {
+    /// `package.Service/Method`, `unknown` for a path no compiled service declares.
+    pub method: &'static str,
+    /// The gRPC code (`OK`, `FAILED_PRECONDITION`, …).
+    pub code: &'static str,
+    /// The `google.rpc.ErrorInfo` reason; empty when the status carries none.
+    pub reason: String,
+}
+
+/// Labels naming a gRPC method.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    /// `package.Service/Method`, or `unknown`.
+    pub method: &'static str,
+}
+
+/// Labels of a refused compare-and-swap.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConflictLabels {
+    /// `REVISION_MISMATCH` or `STALE_REVISION`.
+    pub reason: &'static str,
+}
+
+/// Labels of an attempt to open a protected container with a secret.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnlockLabels {
+    /// `ok`, `locked` (no secret opened it) or `corrupt` (damaged, or not a container at all).
+    pub outcome: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+/// Every metric the hub exports; see the crate's ARCHITECTURE.md section "Observability".
+pub struct Metrics {
+    registry: Registry,
+    /// HTTP requests answered, by method, route, status and reason.
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// HTTP request durations until the last response byte, same labels.
+    pub http_duration: Histograms<HttpLabels>,
+    /// HTTP request body bytes received, by route.
+    pub http_request_bytes: Family<RouteLabels, Counter>,
+    /// HTTP response body bytes sent, by route.
+    pub http_response_bytes: Family<RouteLabels, Counter>,
+    /// gRPC calls served, by method, code and reason.
+    pub grpc_requests: Family<GrpcLabels, Counter>,
+    /// gRPC call durations until the final status, same labels.
+    pub grpc_duration: Histograms<GrpcLabels>,
+    /// gRPC request bytes received (message framing included), by method.
+    pub grpc_request_bytes: Family<MethodLabels, Counter>,
+    /// gRPC response bytes sent (message framing included), by method.
+    pub grpc_response_bytes: Family<MethodLabels, Counter>,
+    /// Writes the sync origin refused because the client's revision was not the current one.
+    pub cas_conflicts: Family<ConflictLabels, Counter>,
+    /// Attempts to open a protected container with a secret, by outcome.
+    pub unlock_attempts: Family<UnlockLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let http_requests = Family::default();
+        let http_duration: Histograms<HttpLabels> = Family::new_with_constructor(latency_histogram);
+        let http_request_bytes = Family::default();
+        let http_response_bytes = Family::default();
+        let grpc_requests = Family::default();
+        let grpc_duration: Histograms<GrpcLabels> = Family::new_with_constructor(latency_histogram);
+        let grpc_request_bytes = Family::default();
+        let grpc_response_bytes = Family::default();
+        let cas_conflicts: Family<ConflictLabels, Counter> = Family::default();
+        let unlock_attempts: Family<UnlockLabels, Counter> = Family::default();
+        registry.register(
+            "snug_http_requests",
+            "HTTP requests answered by the gateway",
+            http_requests.clone(),
+        );
+        registry.register(
+            "snug_http_request_duration_seconds",
+            "HTTP request duration until the last response byte",
+            http_duration.clone(),
+        );
+        registry.register(
+            "snug_http_request_bytes",
+            "HTTP request body bytes received",
+            http_request_bytes.clone(),
+        );
+        registry.register(
+            "snug_http_response_bytes",
+            "HTTP response body bytes sent",
+            http_response_bytes.clone(),
+        );
+        registry.register(
+            "snug_grpc_server_requests",
+            "gRPC calls served",
+            grpc_requests.clone(),
+        );
+        registry.register(
+            "snug_grpc_server_request_duration_seconds",
+            "gRPC call duration until the final status",
+            grpc_duration.clone(),
+        );
+        registry.register(
+            "snug_grpc_server_request_bytes",
+            "gRPC request bytes received, message framing included",
+            grpc_request_bytes.clone(),
+        );
+        registry.register(
+            "snug_grpc_server_response_bytes",
+            "gRPC response bytes sent, message framing included",
+            grpc_response_bytes.clone(),
+        );
+        registry.register(
+            "snug_sync_cas_conflicts",
+            "Sync writes refused because the client's base revision is not the current one",
+            cas_conflicts.clone(),
+        );
+        registry.register(
+            "snug_container_unlock_attempts",
+            "Attempts to open a protected container with a secret, by outcome",
+            unlock_attempts.clone(),
+        );
+        // Every outcome exists from the start, so a rate over a fresh process is 0, not absent.
+        for reason in ["REVISION_MISMATCH", "STALE_REVISION"] {
+            let _ = cas_conflicts.get_or_create(&ConflictLabels { reason });
+        }
+        for outcome in ["ok", "locked", "corrupt"] {
+            let _ = unlock_attempts.get_or_create(&UnlockLabels { outcome });
+        }
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            http_request_bytes,
+            http_response_bytes,
+            grpc_requests,
+            grpc_duration,
+            grpc_request_bytes,
+            grpc_response_bytes,
+            cas_conflicts,
+            unlock_attempts,
+        }
+    }
+
+    /// Records one answered HTTP request.
+    pub fn record_http(&self, labels: &HttpLabels, elapsed: Duration) {
+        self.http_requests.get_or_create(labels).inc();
+        self.http_duration
+            .get_or_create(labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one served gRPC call.
+    pub fn record_grpc(&self, labels: &GrpcLabels, elapsed: Duration) {
+        self.grpc_requests.get_or_create(labels).inc();
+        self.grpc_duration
+            .get_or_create(labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Every metric in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    &METRICS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_names_each_series_with_its_labels() {
+        let metrics = Metrics::new();
+        let labels = HttpLabels {
+            method: "PUT",
+            route: "/userdb",
+            status: 412,
+            reason: "REVISION_MISMATCH",
+        };
+        metrics.record_http(&labels, Duration::from_millis(3));
+        metrics.record_http(&labels, Duration::from_millis(7));
+        metrics
+            .http_request_bytes
+            .get_or_create(&RouteLabels { route: "/userdb" })
+            .inc_by(4096);
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"snug_http_requests_total{method="PUT",route="/userdb",status="412",reason="REVISION_MISMATCH"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"snug_http_request_duration_seconds_bucket{method="PUT",route="/userdb",status="412",reason="REVISION_MISMATCH",le="0.005"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"snug_http_request_duration_seconds_count{method="PUT",route="/userdb",status="412",reason="REVISION_MISMATCH"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"snug_http_request_bytes_total{route="/userdb"} 4096"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE snug_http_request_duration_seconds histogram"),
+            "{text}"
+        );
+        // A family nothing was recorded in yet is left out whole.
+        assert!(!text.contains("snug_grpc_server_requests_total"), "{text}");
+    }
+
+    #[test]
+    fn conflict_and_unlock_series_exist_before_any_event() {
+        let text = Metrics::new().encode();
+        for series in [
+            r#"snug_sync_cas_conflicts_total{reason="REVISION_MISMATCH"} 0"#,
+            r#"snug_sync_cas_conflicts_total{reason="STALE_REVISION"} 0"#,
+            r#"snug_container_unlock_attempts_total{outcome="ok"} 0"#,
+            r#"snug_container_unlock_attempts_total{outcome="locked"} 0"#,
+            r#"snug_container_unlock_attempts_total{outcome="corrupt"} 0"#,
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+    }
+}

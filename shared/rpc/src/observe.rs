@@ -1,0 +1,609 @@
+//! Per-request observation for the gRPC servers: a server span parented on the caller's
+//! `traceparent`, and the metrics of [`crate::metrics`] (calls by method, code and reason,
+//! latency, bytes, and the derived CAS-conflict and unlock counters).
+//!
+//! A call is over when its final status is known, which for a streaming response is the
+//! trailers at the end of the body, not the response headers; so the response body is wrapped
+//! ([`Observed`]) and the span and the measurements end with it. The same body wrapper serves
+//! the gateway's HTTP middleware and the traced client channel.
+
+use std::{
+    collections::HashSet,
+    future::Future,
+    pin::Pin,
+    sync::LazyLock,
+    task::{Context, Poll, ready},
+    time::Instant,
+};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use prometheus_client::metrics::counter::Counter;
+use prost::Message as _;
+use tonic::Code;
+use tonic_types::StatusExt as _;
+use tower::{Layer, Service};
+
+use crate::{
+    metrics::{self, GrpcLabels, MethodLabels},
+    trace_context,
+};
+
+/// How a body ended, as told to an [`Observed`] body's callback.
+#[derive(Debug)]
+pub enum End<'a> {
+    /// The body ended with trailers (a gRPC status, for a gRPC body).
+    Trailers(&'a http::HeaderMap),
+    /// The body ended without trailers.
+    Finished,
+    /// The body failed mid-stream.
+    Failed,
+    /// The body was dropped before its end (the peer went away, or the call was cancelled).
+    Dropped,
+}
+
+/// A gRPC status reduced to what observation needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcStatus {
+    /// The code.
+    pub code: Code,
+    /// The `ErrorInfo` reason, if the status carries one.
+    pub reason: Option<String>,
+    /// The `ErrorInfo` domain, if the status carries one.
+    pub domain: Option<String>,
+}
+
+/// The gRPC status in `headers` (a Trailers-Only response or the trailers), if there is one.
+pub fn grpc_status_of(headers: &http::HeaderMap) -> Option<GrpcStatus> {
+    let status = tonic::Status::from_header_map(headers)?;
+    let info = status.get_details_error_info();
+    Some(GrpcStatus {
+        code: status.code(),
+        reason: info.as_ref().map(|i| i.reason.clone()),
+        domain: info.map(|i| i.domain),
+    })
+}
+
+impl End<'_> {
+    /// The call's final status: the trailers' if the body ended with them, else the one the
+    /// response headers carried (Trailers-Only), else what the ending implies.
+    pub fn grpc_status(&self, in_headers: Option<GrpcStatus>) -> GrpcStatus {
+        let bare = |code| GrpcStatus {
+            code,
+            reason: None,
+            domain: None,
+        };
+        match self {
+            End::Trailers(trailers) => grpc_status_of(trailers)
+                .or(in_headers)
+                .unwrap_or_else(|| bare(Code::Unknown)),
+            End::Finished => in_headers.unwrap_or_else(|| bare(Code::Unknown)),
+            End::Failed => in_headers.unwrap_or_else(|| bare(Code::Unknown)),
+            End::Dropped => in_headers.unwrap_or_else(|| bare(Code::Cancelled)),
+        }
+    }
+}
+
+type OnEnd = Box<dyn FnOnce(End<'_>) + Send>;
+
+/// A body that counts its data bytes and calls back once when it ends, however it ends.
+pub struct Observed<B> {
+    inner: B,
+    bytes: Option<Counter>,
+    on_end: Option<OnEnd>,
+}
+
+impl<B> std::fmt::Debug for Observed<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observed")
+            .field("ended", &self.on_end.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Observed<B> {
+    /// Wraps `inner`; data bytes are added to `bytes`, and `on_end` runs once at the end.
+    pub fn new(
+        inner: B,
+        bytes: Option<Counter>,
+        on_end: impl FnOnce(End<'_>) + Send + 'static,
+    ) -> Self {
+        Self {
+            inner,
+            bytes,
+            on_end: Some(Box::new(on_end)),
+        }
+    }
+
+    /// Wraps `inner` only to count its data bytes.
+    pub fn counting(inner: B, bytes: Counter) -> Self {
+        Self {
+            inner,
+            bytes: Some(bytes),
+            on_end: None,
+        }
+    }
+
+    fn end(&mut self, end: End<'_>) {
+        if let Some(on_end) = self.on_end.take() {
+            on_end(end);
+        }
+    }
+}
+
+impl<B> Body for Observed<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    if let Some(bytes) = &this.bytes {
+                        bytes.inc_by(data.len() as u64);
+                    }
+                } else if let Some(trailers) = frame.trailers_ref() {
+                    this.end(End::Trailers(trailers));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(err)) => {
+                this.end(End::Failed);
+                Poll::Ready(Some(Err(err)))
+            }
+            None => {
+                this.end(End::Finished);
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Drop for Observed<B> {
+    fn drop(&mut self) {
+        // A body nobody polls to its end (an empty one is often never polled at all) still
+        // reports; whether it was complete is decided by the callback's view of the status.
+        self.end(End::Dropped);
+    }
+}
+
+/// Every method the compiled services declare, as `package.Service/Method`.
+static KNOWN_METHODS: LazyLock<HashSet<String>> = LazyLock::new(|| {
+    let mut known = HashSet::new();
+    for set in [
+        snug_proto::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+    ] {
+        let Ok(set) = prost_types::FileDescriptorSet::decode(set) else {
+            continue;
+        };
+        for file in set.file {
+            let package = file.package.unwrap_or_default();
+            for service in file.service {
+                let service_name = service.name.unwrap_or_default();
+                for method in service.method {
+                    known.insert(format!(
+                        "{package}.{service_name}/{}",
+                        method.name.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    known
+});
+
+/// The `method` label for a request path: `package.Service/Method` if a compiled service declares
+/// it, else `unknown` (a client cannot mint series by calling made-up paths).
+pub fn method_label(path: &str) -> &'static str {
+    KNOWN_METHODS
+        .get(path.trim_start_matches('/'))
+        .map_or("unknown", String::as_str)
+}
+
+/// The canonical upper-case name of a gRPC code, as the gRPC specification spells it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The container methods that try a secret against a container: each call is an unlock attempt.
+const UNLOCK_METHODS: [&str; 4] = [
+    "snug.container.v1.ContainerService/Unlock",
+    "snug.container.v1.ContainerService/RemoveProtection",
+    "snug.container.v1.ContainerService/ChangePassphrase",
+    "snug.container.v1.ContainerService/RotateRecoveryKey",
+];
+
+/// The unlock outcome a call's final status means, if the call got as far as trying a secret
+/// (a malformed or shed request is no attempt).
+fn unlock_outcome(method: &str, status: &GrpcStatus) -> Option<&'static str> {
+    if !UNLOCK_METHODS.contains(&method) {
+        return None;
+    }
+    if status.code == Code::Ok {
+        return Some("ok");
+    }
+    if status.domain.as_deref() != Some("snug.container") {
+        return None;
+    }
+    match status.reason.as_deref() {
+        Some("LOCKED") => Some("locked"),
+        Some("CORRUPT" | "NOT_A_CONTAINER" | "UNSUPPORTED_FORMAT_VERSION") => Some("corrupt"),
+        _ => None,
+    }
+}
+
+/// The compare-and-swap refusal a status is, if it is one (sync.proto's two ABORTED reasons).
+fn cas_conflict(status: &GrpcStatus) -> Option<&'static str> {
+    if status.domain.as_deref() != Some("snug.sync") {
+        return None;
+    }
+    match status.reason.as_deref() {
+        Some("REVISION_MISMATCH") => Some("REVISION_MISMATCH"),
+        Some("STALE_REVISION") => Some("STALE_REVISION"),
+        _ => None,
+    }
+}
+
+/// Records a finished gRPC call: the request counters, latency, and the derived counters.
+fn record(method: &'static str, status: &GrpcStatus, started: Instant) {
+    let metrics = metrics::global();
+    let labels = GrpcLabels {
+        method,
+        code: code_name(status.code),
+        reason: status.reason.clone().unwrap_or_default(),
+    };
+    metrics.record_grpc(&labels, started.elapsed());
+    if let Some(outcome) = unlock_outcome(method, status) {
+        metrics
+            .unlock_attempts
+            .get_or_create(&metrics::UnlockLabels { outcome })
+            .inc();
+    }
+    if let Some(reason) = cas_conflict(status) {
+        metrics
+            .cas_conflicts
+            .get_or_create(&metrics::ConflictLabels { reason })
+            .inc();
+    }
+}
+
+/// The gRPC server layer: see the module docs. Outermost in [`crate::server::serve`], so shed
+/// and timed-out calls are observed too.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ObserveLayer;
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe { inner }
+    }
+}
+
+/// The service [`ObserveLayer`] produces.
+#[derive(Debug, Clone)]
+pub struct Observe<S> {
+    inner: S,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
+
+impl<S> Service<http::Request<tonic::body::Body>> for Observe<S>
+where
+    S: Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let started = Instant::now();
+        let method = method_label(request.uri().path());
+        let span = if trace_context::is_health(request.uri().path()) {
+            tracing::Span::none()
+        } else {
+            let span = tracing::info_span!(
+                "grpc.server",
+                otel.name = method,
+                otel.kind = "server",
+                rpc.system = "grpc",
+                rpc.method = method,
+                rpc.grpc.status_code = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            );
+            trace_context::set_parent_from(&span, request.headers());
+            span
+        };
+        let metrics = metrics::global();
+        let labels = MethodLabels { method };
+        let request = request.map(|body| {
+            tonic::body::Body::new(Observed::counting(
+                body,
+                metrics.grpc_request_bytes.get_or_create(&labels).clone(),
+            ))
+        });
+        let response = {
+            let _entered = span.enter();
+            self.inner.call(request)
+        };
+        let response_bytes = metrics.grpc_response_bytes.get_or_create(&labels).clone();
+        Box::pin(async move {
+            let response = match tracing::Instrument::instrument(response, span.clone()).await {
+                Ok(response) => response,
+                Err(err) => {
+                    let status = GrpcStatus {
+                        code: Code::Unknown,
+                        reason: None,
+                        domain: None,
+                    };
+                    record(method, &status, started);
+                    return Err(err);
+                }
+            };
+            let in_headers = grpc_status_of(response.headers());
+            Ok(response.map(|body| {
+                tonic::body::Body::new(Observed::new(
+                    body,
+                    Some(response_bytes),
+                    move |end: End<'_>| {
+                        let status = end.grpc_status(in_headers);
+                        record(method, &status, started);
+                        span.record("rpc.grpc.status_code", status.code as i64);
+                        if let Some(reason) = &status.reason {
+                            span.record("error.type", reason.as_str());
+                        }
+                        if status.code != Code::Ok {
+                            span.record("otel.status_code", "error");
+                        }
+                        let _entered = span.enter();
+                        tracing::debug!(
+                            code = code_name(status.code),
+                            reason = status.reason.as_deref().unwrap_or(""),
+                            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                            "gRPC call finished"
+                        );
+                    },
+                ))
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+    use crate::status;
+
+    #[test]
+    fn method_labels_come_from_the_descriptor_sets() {
+        assert_eq!(
+            method_label("/snug.sync.v1.SyncService/PutImage"),
+            "snug.sync.v1.SyncService/PutImage"
+        );
+        assert_eq!(
+            method_label("/snug.container.v1.ContainerService/Unlock"),
+            "snug.container.v1.ContainerService/Unlock"
+        );
+        assert_eq!(
+            method_label("/grpc.health.v1.Health/Check"),
+            "grpc.health.v1.Health/Check"
+        );
+        assert_eq!(method_label("/snug.sync.v1.SyncService/Nope"), "unknown");
+        assert_eq!(method_label("/../../etc/passwd"), "unknown");
+        assert_eq!(method_label(""), "unknown");
+    }
+
+    #[test]
+    fn unlock_outcomes_and_conflicts_follow_the_reason() {
+        let status = |code, reason: &str, domain: &str| GrpcStatus {
+            code,
+            reason: Some(reason.to_owned()),
+            domain: Some(domain.to_owned()),
+        };
+        let unlock = "snug.container.v1.ContainerService/Unlock";
+        let ok = GrpcStatus {
+            code: Code::Ok,
+            reason: None,
+            domain: None,
+        };
+        assert_eq!(unlock_outcome(unlock, &ok), Some("ok"));
+        assert_eq!(
+            unlock_outcome(
+                unlock,
+                &status(Code::FailedPrecondition, "LOCKED", "snug.container")
+            ),
+            Some("locked")
+        );
+        assert_eq!(
+            unlock_outcome(
+                unlock,
+                &status(Code::InvalidArgument, "CORRUPT", "snug.container")
+            ),
+            Some("corrupt")
+        );
+        assert_eq!(
+            unlock_outcome(unlock, &status(Code::Unavailable, "OVERLOADED", "snug.rpc")),
+            None
+        );
+        assert_eq!(
+            unlock_outcome(
+                unlock,
+                &status(Code::InvalidArgument, "INVALID_ARGUMENT", "snug.container")
+            ),
+            None
+        );
+        assert_eq!(
+            unlock_outcome("snug.container.v1.ContainerService/Protect", &ok),
+            None
+        );
+
+        assert_eq!(
+            cas_conflict(&status(Code::Aborted, "STALE_REVISION", "snug.sync")),
+            Some("STALE_REVISION")
+        );
+        assert_eq!(
+            cas_conflict(&status(Code::Aborted, "REVISION_MISMATCH", "snug.sync")),
+            Some("REVISION_MISMATCH")
+        );
+        assert_eq!(
+            cas_conflict(&status(Code::Aborted, "REVISION_MISMATCH", "elsewhere")),
+            None
+        );
+        assert_eq!(cas_conflict(&ok), None);
+    }
+
+    fn series(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
+    /// Drives the layer with a service that answers each call with the given status, and reads
+    /// the metrics back from the text format.
+    #[tokio::test]
+    async fn calls_are_counted_by_method_code_and_reason_when_their_body_ends() {
+        let mut service = ObserveLayer.layer(tower::service_fn(
+            |request: http::Request<tonic::body::Body>| async move {
+                let body = request
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let response = if body.as_ref() == b"stale" {
+                    status::error(Code::Aborted, "STALE_REVISION", "snug.sync", "stale", [])
+                        .into_http()
+                } else {
+                    // A streaming answer: the status comes in the trailers after the data.
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    let frames: Vec<Result<Frame<Bytes>, Infallible>> = vec![
+                        Ok(Frame::data(Bytes::from_static(b"12345678"))),
+                        Ok(Frame::trailers(trailers)),
+                    ];
+                    http::Response::new(tonic::body::Body::new(http_body_util::StreamBody::new(
+                        futures::stream::iter(frames),
+                    )))
+                };
+                Ok::<_, Infallible>(response)
+            },
+        ));
+        let path = "/snug.sync.v1.SyncService/RestoreRevision";
+        let before = metrics::global().encode();
+        let ok_prefix = r#"snug_grpc_server_requests_total{method="snug.sync.v1.SyncService/RestoreRevision",code="OK",reason=""}"#;
+        let stale_prefix = r#"snug_grpc_server_requests_total{method="snug.sync.v1.SyncService/RestoreRevision",code="ABORTED",reason="STALE_REVISION"}"#;
+        let conflicts = r#"snug_sync_cas_conflicts_total{reason="STALE_REVISION"}"#;
+
+        let request = http::Request::builder()
+            .uri(path)
+            .body(tonic::body::Body::new(http_body_util::Full::new(
+                Bytes::from_static(b"stale"),
+            )))
+            .expect("request");
+        let response = service.call(request).await.expect("response");
+        drop(response);
+
+        let request = http::Request::builder()
+            .uri(path)
+            .body(tonic::body::Body::new(http_body_util::Full::new(
+                Bytes::from_static(b"fine"),
+            )))
+            .expect("request");
+        let response = service.call(request).await.expect("response");
+        let middle = metrics::global().encode();
+        assert_eq!(
+            series(&middle, ok_prefix).unwrap_or(0.0),
+            series(&before, ok_prefix).unwrap_or(0.0),
+            "not counted before the body ends"
+        );
+        let body = response.into_body().collect().await.expect("body");
+        assert!(body.trailers().is_some());
+
+        let after = metrics::global().encode();
+        assert_eq!(
+            series(&after, ok_prefix).unwrap_or(0.0) - series(&before, ok_prefix).unwrap_or(0.0),
+            1.0,
+            "{after}"
+        );
+        assert_eq!(
+            series(&after, stale_prefix).unwrap_or(0.0)
+                - series(&before, stale_prefix).unwrap_or(0.0),
+            1.0,
+            "{after}"
+        );
+        assert_eq!(
+            series(&after, conflicts).unwrap_or(0.0) - series(&before, conflicts).unwrap_or(0.0),
+            1.0,
+            "{after}"
+        );
+        let bytes = r#"snug_grpc_server_response_bytes_total{method="snug.sync.v1.SyncService/RestoreRevision"}"#;
+        assert!(
+            series(&after, bytes).unwrap_or(0.0) - series(&before, bytes).unwrap_or(0.0) >= 8.0,
+            "{after}"
+        );
+        let received = r#"snug_grpc_server_request_bytes_total{method="snug.sync.v1.SyncService/RestoreRevision"}"#;
+        assert_eq!(
+            series(&after, received).unwrap_or(0.0) - series(&before, received).unwrap_or(0.0),
+            9.0,
+            "{after}"
+        );
+    }
+
+    #[test]
+    fn a_dropped_body_ends_as_cancelled_unless_its_headers_had_a_status() {
+        assert_eq!(End::Dropped.grpc_status(None).code, Code::Cancelled);
+        let failed = GrpcStatus {
+            code: Code::NotFound,
+            reason: Some("NOT_FOUND".to_owned()),
+            domain: None,
+        };
+        assert_eq!(End::Dropped.grpc_status(Some(failed.clone())), failed);
+        assert_eq!(End::Finished.grpc_status(None).code, Code::Unknown);
+    }
+}
