@@ -127,7 +127,7 @@ impl From<RewrapError> for Failure {
 
 /// Joins an error and its sources, so a message says why (`damaged SQLite file: database disk
 /// image is malformed`), not only what.
-fn with_causes(err: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
     let mut message = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -138,27 +138,31 @@ fn with_causes(err: &dyn std::error::Error) -> String {
     message
 }
 
+/// The exit code of a user database that does not open, and a hint for the message.
+pub(crate) fn open_exit(err: &DbOpenError) -> (Exit, &'static str) {
+    match err {
+        DbOpenError::NotSqlite
+        | DbOpenError::Malformed { .. }
+        | DbOpenError::Unreadable(_)
+        | DbOpenError::NotAUserDatabase
+        | DbOpenError::HostileSchema { .. } => (Exit::Corrupt, ""),
+        // A protected file is healthy: like a locked one, it needs its secret first.
+        DbOpenError::Protected => (
+            Exit::Locked,
+            " (snug unlock FILE --out PLAIN, then work on PLAIN)",
+        ),
+        DbOpenError::SchemaTooNew { .. } => (Exit::Unsupported, ""),
+        DbOpenError::Io { .. } | DbOpenError::Entropy(_) | DbOpenError::Sqlite(_) => {
+            (Exit::Other, "")
+        }
+    }
+}
+
 impl From<DbOpenError> for Failure {
     fn from(err: DbOpenError) -> Self {
         // The code is the library's stable reason, the same string the schema service sends.
-        let code = err.reason();
-        let (exit, hint) = match &err {
-            DbOpenError::NotSqlite
-            | DbOpenError::Malformed { .. }
-            | DbOpenError::Unreadable(_)
-            | DbOpenError::NotAUserDatabase
-            | DbOpenError::HostileSchema { .. } => (Exit::Corrupt, ""),
-            // A protected file is healthy: like a locked one, it needs its secret first.
-            DbOpenError::Protected => (
-                Exit::Locked,
-                " (snug unlock FILE --out PLAIN, then work on PLAIN)",
-            ),
-            DbOpenError::SchemaTooNew { .. } => (Exit::Unsupported, ""),
-            DbOpenError::Io { .. } | DbOpenError::Entropy(_) | DbOpenError::Sqlite(_) => {
-                (Exit::Other, "")
-            }
-        };
-        Failure::new(exit, code, format!("{}{hint}", with_causes(&err)))
+        let (exit, hint) = open_exit(&err);
+        Failure::new(exit, err.reason(), format!("{}{hint}", with_causes(&err)))
     }
 }
 

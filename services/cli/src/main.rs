@@ -3,8 +3,8 @@
 //!
 //! Container commands (inspect, protect, unlock, passwd, rotate-recovery-key, unprotect) live in
 //! `container.rs`; user-database commands (check, migrate, export, init) in `schema.rs`; the sync
-//! client (push, pull, origin) in `sync.rs`; per-app tables (list, export, sql, persist) in
-//! `app.rs`.
+//! client (push, pull, bootstrap, origin) in `sync.rs`, with its download progress bar in
+//! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`.
 //!
 //! Every command works on local files through the domain crates directly (never through gRPC),
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
@@ -16,6 +16,7 @@ mod app;
 mod container;
 mod failure;
 mod files;
+mod progress;
 mod schema;
 mod secrets;
 mod sync;

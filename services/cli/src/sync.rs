@@ -1,22 +1,30 @@
 //! `snug sync`: the client side of the sync origin (spec §9.3–§9.4, notes §(d) "Sync loop"), one
 //! step at a time from the command line.
 //!
-//! Two kinds of origin share one contract (`info / pull / push(bytes, base)`):
-//! - a hub (`--origin https://hub.example`): `GET`/`PUT /userdb` with revision compare-and-swap;
-//!   what is pushed is always the secrets-stripped plain export, never a container (§11.3);
+//! Two kinds of origin share one contract (`describe / download / push(bytes, base)`):
+//! - a hub (`--origin https://hub.example`): `HEAD`/`GET`/`PUT /userdb` and the immutable
+//!   `/userdb/revisions/{rev}` with revision compare-and-swap; what is pushed is always the
+//!   secrets-stripped plain export, never a container (§11.3);
 //! - a personal origin that is a plain directory (`--origin file:///path` or a path): `user.snug`
 //!   beside `user.snug.rev`, compare-and-swap under a lock file, so two devices sharing a folder
 //!   (a USB stick, a synced folder) get the same conflict rules without any hub.
 //!
+//! Pull and bootstrap are `snug-restore`'s install pipeline (the Coven discipline of issue #8):
+//! the revision's metadata is read first (a storage version newer than this build is refused
+//! before anything is downloaded), the bytes land in a temporary file beside FILE and are checked
+//! against the recorded SHA-256, opened, migrated and healed, FILE's local credentials are carried
+//! in, and FILE is replaced atomically and bound to the revision in its sidecar.
+//!
 //! The push state (last pushed revision and hash) lives in the `<file>.sync.json` sidecar, never in
-//! the file (snug-materialize's `push_state`). Push is gated by the SHA-256 of the export: an
-//! unchanged file sends nothing, not even a request. Divergence (both sides changed since the
-//! last sync, or a lost race) is reported with exit code 6 and code `DIVERGED` and never resolved
-//! silently: `--force` is the explicit last-writer-wins.
+//! the file (snug-materialize's `push_state`). Push is gated by the SHA-256 of the export
+//! (`snug_restore::push_image`, the same function pull binds with): an unchanged file sends
+//! nothing, not even a request. Divergence (both sides changed since the last sync, or a lost
+//! race) is reported with exit code 6 and code `DIVERGED` and never resolved silently: `--force`
+//! is the explicit last-writer-wins.
 
 use std::{
     fs::File,
-    io::Read as _,
+    io::{Read as _, Write},
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -27,22 +35,24 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use snug_container::Limits;
 use snug_materialize::push_state::{self, PushState};
-use snug_schema::{ExportOptions, FileFormat, ImportError, ImportOptions, SystemClock, UserDb};
+use snug_restore::{OriginError, Plan, RestoreError, Selector, SnapshotInfo};
+use snug_schema::{Clock as _, FileFormat, ImportError, SystemClock};
 
 use crate::{
     Outcome,
-    failure::{Exit, Failure},
+    failure::{Exit, Failure, open_exit, with_causes},
     files,
+    progress::ProgressBar,
     secrets::{self, SecretArgs},
 };
-
-/// The largest image a pull accepts (MAX_USERDB_BYTES).
-const MAX_IMAGE: u64 = snug_schema::MAX_USERDB_BYTES;
 
 /// The image and revision file names of a directory origin.
 const DIR_IMAGE: &str = "user.snug";
 const DIR_REVISION: &str = "user.snug.rev";
 const DIR_LOCK: &str = "user.snug.lock";
+
+/// How much of a response body is read at a time while downloading.
+const DOWNLOAD_BUFFER: usize = 256 * 1024;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum SyncCommand {
@@ -63,16 +73,32 @@ pub(crate) enum SyncCommand {
         #[command(flatten)]
         secrets: SecretArgs,
     },
-    /// Pulls the origin's copy into FILE, keeping FILE's own credentials. Refuses (exit 6) when
-    /// FILE has unpushed changes and the origin moved too, unless --force.
+    /// Installs the origin's current revision (or --revision) into FILE, keeping FILE's own
+    /// credentials; creates FILE on a new device. Refuses (exit 6) when FILE has unpushed
+    /// changes, unless --force; refuses (exit 5) a revision newer than this build before
+    /// downloading it.
     Pull {
         /// The user database to update (created if missing).
         file: PathBuf,
         #[command(flatten)]
         origin: OriginArgs,
-        /// Replace FILE's changes with the origin's copy (last writer wins).
+        /// A revision from the origin's history instead of the current one.
+        #[arg(long, value_name = "REV")]
+        revision: Option<String>,
+        /// Replace FILE's unpushed changes with the origin's copy (last writer wins).
         #[arg(long)]
         force: bool,
+    },
+    /// A new device: creates FILE from the origin's current revision (or --revision) with one
+    /// download. Refuses if FILE exists (use pull to update a file).
+    Bootstrap {
+        /// The user database to create.
+        file: PathBuf,
+        #[command(flatten)]
+        origin: OriginArgs,
+        /// A revision from the origin's history instead of the current one.
+        #[arg(long, value_name = "REV")]
+        revision: Option<String>,
     },
     /// Reports a directory origin's current revision; with --init, creates the directory.
     Origin {
@@ -97,41 +123,57 @@ pub(crate) struct OriginArgs {
 /// Runs a sync command.
 pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Failure> {
     match command {
-        SyncCommand::Push { file, origin, force, include_secrets, secrets } => {
-            push(&file, &open_origin(&origin)?, force, include_secrets, &secrets, limits)
+        SyncCommand::Push {
+            file,
+            origin,
+            force,
+            include_secrets,
+            secrets,
+        } => push(
+            &file,
+            &open_origin(&origin)?,
+            force,
+            include_secrets,
+            &secrets,
+            limits,
+        ),
+        SyncCommand::Pull {
+            file,
+            origin,
+            revision,
+            force,
+        } => {
+            let options = snug_restore::Options {
+                force,
+                only_if_absent: false,
+            };
+            pull(&file, &open_origin(&origin)?, selector(revision), options)
         }
-        SyncCommand::Pull { file, origin, force } => pull(&file, &open_origin(&origin)?, force),
+        SyncCommand::Bootstrap {
+            file,
+            origin,
+            revision,
+        } => {
+            let options = snug_restore::Options {
+                force: false,
+                only_if_absent: true,
+            };
+            pull(&file, &open_origin(&origin)?, selector(revision), options)
+        }
         SyncCommand::Origin { path, init } => origin_info(&path, init),
     }
+}
+
+fn selector(revision: Option<String>) -> Selector {
+    revision.map_or(Selector::Current, Selector::Revision)
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Now as RFC 3339 UTC (the sidecar's `lastSyncAt`).
-fn now_rfc3339() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = now.as_secs() as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60,
-        now.subsec_millis()
-    )
+fn clock() -> Arc<SystemClock> {
+    Arc::new(SystemClock)
 }
 
 fn diverged(message: impl Into<String>) -> Failure {
@@ -139,17 +181,65 @@ fn diverged(message: impl Into<String>) -> Failure {
 }
 
 fn state_failure(err: push_state::PushStateError) -> Failure {
-    Failure::new(Exit::Other, err.reason(), format!("{err}: {}", std::error::Error::source(&err).map(|s| s.to_string()).unwrap_or_default()))
+    Failure::new(Exit::Other, err.reason(), with_causes(&err))
 }
 
-fn import_failure(err: ImportError) -> Failure {
-    let exit = match &err {
+/// The exit code of an import refusal: the file's age, protection or damage decides.
+fn import_exit(err: &ImportError) -> Exit {
+    match err {
         ImportError::SchemaTooNew { .. } => Exit::Unsupported,
         ImportError::Locked => Exit::Locked,
-        ImportError::TooLarge { .. } => Exit::Other,
+        ImportError::TooLarge { .. } | ImportError::Entropy(_) | ImportError::Sqlite(_) => {
+            Exit::Other
+        }
         _ => Exit::Corrupt,
+    }
+}
+
+/// An origin's failure as this command's: the code is the origin error's stable reason, and the
+/// message names the origin.
+fn origin_failure(origin: &str, err: &OriginError) -> Failure {
+    let exit = match err {
+        OriginError::Other {
+            code: "SCHEMA_TOO_NEW",
+            ..
+        } => Exit::Unsupported,
+        _ => Exit::Other,
     };
-    Failure::new(exit, err.reason(), format!("the origin's copy was refused: {err}"))
+    Failure::new(
+        exit,
+        err.reason(),
+        format!("{origin}: {}", with_causes(err)),
+    )
+}
+
+/// A pipeline failure as this command's: 5 too new, 6 diverged, 4 damaged or mismatched bytes,
+/// 3 a protected FILE, 2 a wrong command line, 1 anything else.
+fn restore_failure(origin: &str, err: RestoreError) -> Failure {
+    let exit = match &err {
+        RestoreError::Origin(inner) => return origin_failure(origin, inner),
+        RestoreError::SchemaTooNew { .. } => Exit::Unsupported,
+        RestoreError::Diverged { .. } => Exit::Diverged,
+        RestoreError::SizeMismatch { .. }
+        | RestoreError::DigestMismatch { .. }
+        | RestoreError::NotSnugFile { .. } => Exit::Corrupt,
+        RestoreError::Protected { .. } => Exit::Locked,
+        RestoreError::Unreadable { source, .. } => open_exit(source).0,
+        RestoreError::Refused { source, .. } => import_exit(source),
+        RestoreError::Gate(snug_restore::GateError::Open(source)) => open_exit(source).0,
+        RestoreError::InvalidRevision { .. }
+        | RestoreError::NoDirectory { .. }
+        | RestoreError::IsDirectory { .. } => Exit::Usage,
+        RestoreError::TooLarge { .. }
+        | RestoreError::DestinationExists { .. }
+        | RestoreError::DestinationChanged { .. }
+        | RestoreError::Io { .. }
+        | RestoreError::Secrets(_)
+        | RestoreError::Storage(_)
+        | RestoreError::Gate(_)
+        | RestoreError::Unbound { .. } => Exit::Other,
+    };
+    Failure::new(exit, err.reason(), with_causes(&err))
 }
 
 /// The origin's current revision, as `head` reports it.
@@ -160,21 +250,15 @@ struct Remote {
     sha256: Option<String>,
 }
 
-/// What a pull found.
-enum Pulled {
-    /// The origin holds nothing.
-    Empty,
-    /// The origin's revision is the one asked about.
-    NotModified,
-    /// The origin's bytes, verified against its digest.
-    Image { revision: String, bytes: Vec<u8> },
-}
-
 /// What a push did.
 enum Pushed {
-    Accepted { revision: String },
+    Accepted {
+        revision: String,
+    },
     /// The origin's revision was not the base: somebody else wrote first.
-    Conflict { current: Option<String> },
+    Conflict {
+        current: Option<String>,
+    },
 }
 
 /// A sync origin (the reference's SyncProvider contract).
@@ -184,7 +268,7 @@ enum Origin {
 }
 
 impl Origin {
-    fn describe(&self) -> String {
+    fn describe_origin(&self) -> String {
         match self {
             Origin::Hub(hub) => hub.url.clone(),
             Origin::Directory(dir) => dir.dir.display().to_string(),
@@ -198,16 +282,13 @@ impl Origin {
     }
 
     fn head(&self) -> Result<Option<Remote>, Failure> {
-        match self {
-            Origin::Hub(hub) => hub.head(),
-            Origin::Directory(dir) => dir.head(),
-        }
-    }
-
-    fn pull(&self, known: Option<&str>) -> Result<Pulled, Failure> {
-        match self {
-            Origin::Hub(hub) => hub.pull(known),
-            Origin::Directory(dir) => dir.pull(known),
+        match snug_restore::Origin::describe(self, &Selector::Current) {
+            Ok(info) => Ok(Some(Remote {
+                sha256: Some(info.sha256_hex()),
+                revision: info.revision,
+            })),
+            Err(OriginError::Empty) => Ok(None),
+            Err(err) => Err(origin_failure(&self.describe_origin(), &err)),
         }
     }
 
@@ -216,6 +297,23 @@ impl Origin {
             Origin::Hub(hub) => hub.push(bytes, base),
             Origin::Directory(dir) => dir.push(bytes, base),
         }
+        .map_err(|err| origin_failure(&self.describe_origin(), &err))
+    }
+}
+
+impl snug_restore::Origin for Origin {
+    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
+        match self {
+            Origin::Hub(hub) => hub.describe(which),
+            Origin::Directory(dir) => dir.describe(which),
+        }
+    }
+
+    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
+        match self {
+            Origin::Hub(hub) => hub.download(snapshot, sink),
+            Origin::Directory(dir) => dir.download(snapshot, sink),
+        }
     }
 }
 
@@ -223,8 +321,13 @@ fn open_origin(args: &OriginArgs) -> Result<Origin, Failure> {
     let origin = args.origin.trim();
     if origin.starts_with("http://") || origin.starts_with("https://") {
         let token = match &args.token_file {
-            Some(path) => Some(files::read(path).map(|b| String::from_utf8_lossy(&b).trim().to_owned())?),
-            None => std::env::var("SNUG_TOKEN").ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()),
+            Some(path) => {
+                Some(files::read(path).map(|b| String::from_utf8_lossy(&b).trim().to_owned())?)
+            }
+            None => std::env::var("SNUG_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty()),
         };
         return Ok(Origin::Hub(HubOrigin::new(origin, token)));
     }
@@ -234,15 +337,24 @@ fn open_origin(args: &OriginArgs) -> Result<Origin, Failure> {
 fn dir_path(origin: &str) -> Result<PathBuf, Failure> {
     match origin.strip_prefix("file://") {
         Some(path) if path.starts_with('/') => Ok(PathBuf::from(path)),
-        Some(_) => Err(Failure::usage(format!("{origin}: a file origin is file:///absolute/path"))),
-        None if origin.contains("://") => Err(Failure::usage(format!("{origin}: origins are http(s)://, file:// or a directory path"))),
+        Some(_) => Err(Failure::usage(format!(
+            "{origin}: a file origin is file:///absolute/path"
+        ))),
+        None if origin.contains("://") => Err(Failure::usage(format!(
+            "{origin}: origins are http(s)://, file:// or a directory path"
+        ))),
         None => Ok(PathBuf::from(origin)),
     }
 }
 
-/// Reads FILE and returns the bytes a push sends: the export, plain, secrets stripped unless the
+/// Reads FILE and returns what a push sends: the export, plain, secrets stripped unless the
 /// origin takes them and the user asked. A protected FILE is opened with its secret.
-fn export_for_push(file: &Path, include_secrets: bool, args: &SecretArgs, limits: &Limits) -> Result<Vec<u8>, Failure> {
+fn export_for_push(
+    file: &Path,
+    include_secrets: bool,
+    args: &SecretArgs,
+    limits: &Limits,
+) -> Result<snug_restore::PushImage, Failure> {
     let bytes = files::read(file)?;
     let plaintext = match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => bytes,
@@ -253,37 +365,59 @@ fn export_for_push(file: &Path, include_secrets: bool, args: &SecretArgs, limits
         }
         FileFormat::Unknown => return Err(Failure::from(snug_schema::OpenError::NotSqlite)),
     };
-    let (mut db, _) = UserDb::from_bytes(&plaintext, Arc::new(SystemClock))?;
-    let (image, _) = snug_schema::export_bytes(&mut db, ExportOptions { include_secrets })?;
-    Ok(image)
+    snug_restore::push_image(&plaintext, include_secrets, clock()).map_err(|err| match err {
+        snug_restore::GateError::Open(err) => Failure::from(err),
+        snug_restore::GateError::Export(err) => Failure::from(err),
+    })
 }
 
 /// `snug sync push FILE --origin O`.
-fn push(file: &Path, origin: &Origin, force: bool, include_secrets: bool, args: &SecretArgs, limits: &Limits) -> Result<Outcome, Failure> {
+fn push(
+    file: &Path,
+    origin: &Origin,
+    force: bool,
+    include_secrets: bool,
+    args: &SecretArgs,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
     if include_secrets && !origin.secrets_allowed() {
-        return Err(Failure::usage("--include-secrets is for directory origins: a hub origin holds the secrets-stripped copy only (§11.3)"));
+        return Err(Failure::usage(
+            "--include-secrets is for directory origins: a hub origin holds the secrets-stripped copy only (§11.3)",
+        ));
     }
-    let image = export_for_push(file, include_secrets, args, limits)?;
-    let hash = sha256_hex(&image);
+    let snug_restore::PushImage {
+        bytes: image,
+        sha256: hash,
+    } = export_for_push(file, include_secrets, args, limits)?;
     let state = push_state::load(file).map_err(state_failure)?;
     let unchanged = state.last_pushed_hash.as_deref() == Some(hash.as_str());
     if unchanged && !force {
         // The gate: nothing changed since the last push, so nothing is sent, not even a request.
         return Ok(Outcome {
-            text: format!("{} is unchanged since the last push (revision {}); nothing pushed", file.display(), state.last_pushed_revision.as_deref().unwrap_or("?")),
+            text: format!(
+                "{} is unchanged since the last push (revision {}); nothing pushed",
+                file.display(),
+                state.last_pushed_revision.as_deref().unwrap_or("?")
+            ),
             json: json!({ "ok": true, "pushed": false, "reason": "UNCHANGED", "revision": state.last_pushed_revision }),
         });
     }
     let remote = origin.head()?;
     let base = match &remote {
         None => None,
-        Some(remote) if state.last_pushed_revision.as_deref() == Some(remote.revision.as_str()) => Some(remote.revision.clone()),
+        Some(remote) if state.last_pushed_revision.as_deref() == Some(remote.revision.as_str()) => {
+            Some(remote.revision.clone())
+        }
         Some(remote) if remote.sha256.as_deref() == Some(hash.as_str()) => {
             // The origin already holds exactly these bytes (pushed from elsewhere, or a push whose
             // answer was lost): adopt its revision instead of writing it again.
             save_state(file, &remote.revision, &hash)?;
             return Ok(Outcome {
-                text: format!("{} already holds this file as revision {}; nothing pushed", origin.describe(), remote.revision),
+                text: format!(
+                    "{} already holds this file as revision {}; nothing pushed",
+                    origin.describe_origin(),
+                    remote.revision
+                ),
                 json: json!({ "ok": true, "pushed": false, "reason": "ALREADY_AT_ORIGIN", "revision": remote.revision }),
             });
         }
@@ -292,10 +426,12 @@ fn push(file: &Path, origin: &Origin, force: bool, include_secrets: bool, args: 
             let since = state
                 .last_pushed_revision
                 .as_deref()
-                .map_or("this device never synced with it".to_owned(), |r| format!("this device last synced revision {r}"));
+                .map_or("this device never synced with it".to_owned(), |r| {
+                    format!("this device last synced revision {r}")
+                });
             return Err(diverged(format!(
                 "{} moved to revision {} ({since}) and {} changed too; pull to get the origin's copy, or push --force to overwrite it",
-                origin.describe(),
+                origin.describe_origin(),
                 remote.revision,
                 file.display()
             )));
@@ -305,13 +441,18 @@ fn push(file: &Path, origin: &Origin, force: bool, include_secrets: bool, args: 
         Pushed::Accepted { revision } => {
             save_state(file, &revision, &hash)?;
             Ok(Outcome {
-                text: format!("Pushed {} to {} as revision {revision} ({} bytes)", file.display(), origin.describe(), image.len()),
+                text: format!(
+                    "Pushed {} to {} as revision {revision} ({} bytes)",
+                    file.display(),
+                    origin.describe_origin(),
+                    image.len()
+                ),
                 json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some() }),
             })
         }
         Pushed::Conflict { current } => Err(diverged(format!(
             "{} changed while pushing (now {}); nothing was overwritten — pull, or push --force",
-            origin.describe(),
+            origin.describe_origin(),
             current.as_deref().unwrap_or("no image")
         ))),
     }
@@ -321,108 +462,85 @@ fn save_state(file: &Path, revision: &str, hash: &str) -> Result<(), Failure> {
     let state = PushState {
         last_pushed_revision: Some(revision.to_owned()),
         last_pushed_hash: Some(hash.to_owned()),
-        last_sync_at: Some(now_rfc3339()),
+        last_sync_at: Some(SystemClock.timestamp()),
     };
     push_state::save(file, &state).map_err(state_failure)?;
     Ok(())
 }
 
-/// `snug sync pull FILE --origin O`.
-fn pull(file: &Path, origin: &Origin, force: bool) -> Result<Outcome, Failure> {
-    let state = push_state::load(file).map_err(state_failure)?;
-    let local = match std::fs::read(file) {
-        Ok(bytes) => Some(bytes),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => return Err(Failure::io("read", file, err)),
-    };
-    let mut local_db = match &local {
-        None => None,
-        Some(bytes) => match snug_schema::detect_format(bytes) {
-            FileFormat::Sqlite => Some(UserDb::from_bytes(bytes, Arc::new(SystemClock))?.0),
-            FileFormat::Protected => {
-                return Err(Failure::new(
-                    Exit::Locked,
-                    "PROTECTED",
-                    format!("{} is protected; pull into a plain file (snug unlock it first), then protect it again", file.display()),
-                ));
-            }
-            FileFormat::Unknown => return Err(Failure::from(snug_schema::OpenError::NotSqlite)),
-        },
-    };
-    // What a push would send now, to tell whether the local file changed since the last sync.
-    let local_hash = match local_db {
-        Some(ref mut db) => Some(export_hash(db)?),
-        None => None,
-    };
-    let local_changed = local_hash.is_some() && local_hash != state.last_pushed_hash;
-    let known = if local.is_some() { state.last_pushed_revision.as_deref() } else { None };
-    let (revision, bytes) = match origin.pull(known)? {
-        Pulled::Empty => {
-            return Err(Failure::new(Exit::Other, "SYNC_ORIGIN_EMPTY", format!("{} holds no copy yet; push one first", origin.describe())));
-        }
-        Pulled::NotModified => {
-            let note = if local_changed { "; the local file has unpushed changes (snug sync push)" } else { "" };
+/// `snug sync pull FILE --origin O` and `snug sync bootstrap FILE --origin O`: the install
+/// pipeline, step by step, with a progress bar while the bytes arrive.
+fn pull(
+    file: &Path,
+    origin: &Origin,
+    selector: Selector,
+    options: snug_restore::Options,
+) -> Result<Outcome, Failure> {
+    let name = origin.describe_origin();
+    let fail = |err| restore_failure(&name, err);
+    let prepared = match snug_restore::prepare(origin, file, &selector, options, clock())
+        .map_err(fail)?
+    {
+        Plan::UpToDate(up) => {
+            let note = if up.local_changes {
+                "; the local file has unpushed changes (snug sync push)"
+            } else {
+                ""
+            };
             return Ok(Outcome {
-                text: format!("{} is up to date with {} (revision {}){note}", file.display(), origin.describe(), known.unwrap_or("?")),
-                json: json!({ "ok": true, "pulled": false, "reason": "UP_TO_DATE", "revision": known, "localChanges": local_changed }),
+                text: format!(
+                    "{} is up to date with {name} (revision {}){note}",
+                    file.display(),
+                    up.revision
+                ),
+                json: json!({ "ok": true, "pulled": false, "reason": "UP_TO_DATE", "revision": up.revision, "localChanges": up.local_changes }),
             });
         }
-        Pulled::Image { revision, bytes } => (revision, bytes),
+        Plan::Install(prepared) => prepared,
     };
-    if local_changed && !force && local_hash.as_deref() != Some(sha256_hex(&bytes).as_str()) {
-        let since = state
-            .last_pushed_revision
-            .as_deref()
-            .map_or("it was never synced with this origin".to_owned(), |r| format!("its last sync was revision {r}"));
-        return Err(diverged(format!(
-            "{} has changes that were never pushed ({since}) and {} moved to revision {revision}; push --force to keep the local file, or pull --force to take the origin's",
+    let mut bar = ProgressBar::on_stderr(format!("revision {}", prepared.snapshot().revision));
+    let downloaded = prepared
+        .download(origin, &mut |progress| bar.update(progress))
+        .map_err(fail)?;
+    drop(bar);
+    let done = downloaded.install().map_err(fail)?;
+    let text = if done.bootstrapped {
+        format!(
+            "Created {} from revision {} of {name} ({} bytes)",
             file.display(),
-            origin.describe()
-        )));
-    }
-    // The origin's copy is imported as from the user's own origin (runtime contracts kept), and
-    // the local credentials are put back: a hub copy never has any, and local wins (reference
-    // pull-merge).
-    let options = ImportOptions { secrets: None, trusted_origin: true, container_limits: Limits::default() };
-    let (mut merged, _) = snug_schema::import(&bytes, local_db.as_ref(), &options, Arc::new(SystemClock)).map_err(import_failure)?;
-    let mut kept = 0usize;
-    if let Some(local_db) = &local_db {
-        for key in local_db.secret_keys().map_err(kv_failure)? {
-            if let Some(value) = local_db.secret(&key).map_err(kv_failure)? {
-                merged.set_secret(&key, &value).map_err(kv_failure)?;
-                kept += 1;
+            done.revision,
+            done.length
+        )
+    } else {
+        format!(
+            "Pulled revision {} from {name} into {} ({} bytes, {} local credential(s) kept){}",
+            done.revision,
+            file.display(),
+            done.length,
+            done.secrets_kept,
+            if done.replaced_local_changes {
+                "; local changes were replaced (--force)"
+            } else {
+                ""
             }
-        }
-    }
-    let image = merged.to_bytes().map_err(|err| Failure::new(Exit::Other, "STORAGE", format!("sqlite failed: {err}")))?;
-    // Re-anchor on what a push of the merged file would send, so an untouched file stays gated.
-    let hash = export_hash(&mut merged)?;
-    files::write(file, &image)?;
-    save_state(file, &revision, &hash)?;
+        )
+    };
     Ok(Outcome {
-        text: format!(
-            "Pulled revision {revision} from {} into {} ({} bytes, {kept} local credential(s) kept){}",
-            origin.describe(),
-            file.display(),
-            image.len(),
-            if local_changed { "; local changes were replaced (--force)" } else { "" }
-        ),
-        json: json!({ "ok": true, "pulled": true, "revision": revision, "length": image.len(), "secretsKept": kept, "forced": local_changed }),
+        text,
+        json: json!({
+            "ok": true,
+            "pulled": true,
+            "revision": done.revision,
+            "sha256": done.sha256,
+            "downloaded": done.downloaded,
+            "length": done.length,
+            "storageVersion": done.found_version,
+            "migrated": done.migrated,
+            "secretsKept": done.secrets_kept,
+            "forced": done.replaced_local_changes,
+            "bootstrapped": done.bootstrapped,
+        }),
     })
-}
-
-fn kv_failure(err: snug_schema::KvError) -> Failure {
-    Failure::new(Exit::Other, err.reason(), err.to_string())
-}
-
-/// SHA-256 of the default export of `db` (what `push` would send to a hub), computed on a copy
-/// so the caller's database is left exactly as it was.
-fn export_hash(db: &mut UserDb) -> Result<String, Failure> {
-    let bytes = db.to_bytes().map_err(|err| Failure::new(Exit::Other, "STORAGE", format!("sqlite failed: {err}")))?;
-    let mut copy = UserDb::from_bytes(&bytes, Arc::new(SystemClock))?.0;
-    drop(bytes);
-    let (export, _) = snug_schema::export_bytes(&mut copy, ExportOptions { include_secrets: false })?;
-    Ok(sha256_hex(&export))
 }
 
 /// `snug sync origin PATH`.
@@ -431,22 +549,37 @@ fn origin_info(path: &str, init: bool) -> Result<Outcome, Failure> {
     if init {
         std::fs::create_dir_all(&dir.dir).map_err(|e| Failure::io("create", &dir.dir, e))?;
     } else if !dir.dir.is_dir() {
-        return Err(Failure::new(Exit::Other, "NO_ORIGIN", format!("{} is not a directory (pass --init to create it)", dir.dir.display())));
+        return Err(Failure::new(
+            Exit::Other,
+            "NO_ORIGIN",
+            format!(
+                "{} is not a directory (pass --init to create it)",
+                dir.dir.display()
+            ),
+        ));
     }
-    match dir.head()? {
+    let path = dir.dir.clone();
+    let origin = Origin::Directory(dir);
+    match origin.head()? {
         None => Ok(Outcome {
-            text: format!("{}: a directory origin with no copy yet", dir.dir.display()),
-            json: json!({ "ok": true, "kind": "directory", "path": dir.dir, "revision": null }),
+            text: format!("{}: a directory origin with no copy yet", path.display()),
+            json: json!({ "ok": true, "kind": "directory", "path": path, "revision": null }),
         }),
         Some(remote) => Ok(Outcome {
-            text: format!("{}: revision {} (sha256 {})", dir.dir.display(), remote.revision, remote.sha256.as_deref().unwrap_or("?")),
-            json: json!({ "ok": true, "kind": "directory", "path": dir.dir, "revision": remote.revision, "sha256": remote.sha256 }),
+            text: format!(
+                "{}: revision {} (sha256 {})",
+                path.display(),
+                remote.revision,
+                remote.sha256.as_deref().unwrap_or("?")
+            ),
+            json: json!({ "ok": true, "kind": "directory", "path": path, "revision": remote.revision, "sha256": remote.sha256 }),
         }),
     }
 }
 
 /// A hub origin over HTTP.
 struct HubOrigin {
+    /// `<base>/userdb`.
     url: String,
     token: Option<String>,
     agent: ureq::Agent,
@@ -455,15 +588,44 @@ struct HubOrigin {
 /// The JSON error codes of a hub that are passed on as this command's code (the same words as
 /// the hub's, so scripts need one vocabulary).
 const HUB_CODES: &[&str] = &[
-    "NOT_SQLITE", "MALFORMED", "NOT_A_USER_DATABASE", "HOSTILE_SCHEMA", "SCHEMA_TOO_NEW", "CONTAINER_NOT_ACCEPTED",
-    "SECRETS_PRESENT", "USERDB_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "PRECONDITION_REQUIRED", "SERVICE_UNAVAILABLE",
-    "STORAGE_UNAVAILABLE", "OVERLOADED",
+    "NOT_SQLITE",
+    "MALFORMED",
+    "NOT_A_USER_DATABASE",
+    "HOSTILE_SCHEMA",
+    "SCHEMA_TOO_NEW",
+    "CONTAINER_NOT_ACCEPTED",
+    "SECRETS_PRESENT",
+    "USERDB_TOO_LARGE",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "PRECONDITION_REQUIRED",
+    "SERVICE_UNAVAILABLE",
+    "STORAGE_UNAVAILABLE",
+    "OVERLOADED",
 ];
+
+/// Characters a path segment keeps as they are (RFC 3986 unreserved); everything else in a
+/// revision token is percent-encoded.
+fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+type Response = ureq::http::Response<ureq::Body>;
 
 impl HubOrigin {
     fn new(origin: &str, token: Option<String>) -> Self {
         let base = origin.trim_end_matches('/');
-        let url = if base.ends_with("/userdb") { base.to_owned() } else { format!("{base}/userdb") };
+        let url = if base.ends_with("/userdb") {
+            base.to_owned()
+        } else {
+            format!("{base}/userdb")
+        };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             // Every status is an answer to interpret here, not an error.
             .http_status_as_error(false)
@@ -474,6 +636,11 @@ impl HubOrigin {
         Self { url, token, agent }
     }
 
+    /// The immutable address of one revision.
+    fn revision_url(&self, revision: &str) -> String {
+        format!("{}/revisions/{}", self.url, path_segment(revision))
+    }
+
     fn authorize<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
         match &self.token {
             Some(token) => request.header("authorization", format!("Bearer {token}")),
@@ -481,96 +648,200 @@ impl HubOrigin {
         }
     }
 
-    fn network(&self, err: ureq::Error) -> Failure {
-        Failure::new(Exit::Other, "SYNC_NETWORK", format!("cannot reach {}: {err}", self.url))
+    fn unreachable(err: ureq::Error) -> OriginError {
+        OriginError::Unreachable {
+            detail: err.to_string(),
+        }
     }
 
-    /// Turns an unexpected answer into a failure, keeping the hub's code where it is one of ours.
-    fn refused(&self, status: u16, body: &str) -> Failure {
+    /// Turns an unexpected answer into an origin error, keeping the hub's code where it is one
+    /// of ours.
+    fn refused(status: u16, body: &str) -> OriginError {
         if status == 401 || status == 403 {
-            return Failure::new(Exit::Other, "SYNC_AUTH", format!("{} refused the credentials ({status}); set SNUG_TOKEN or --token-file", self.url));
+            return OriginError::Unauthorized {
+                detail: format!("{status}; set SNUG_TOKEN or --token-file"),
+            };
         }
         let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
-        let code = parsed.as_ref().and_then(|v| v["code"].as_str()).unwrap_or("");
-        let message = parsed.as_ref().and_then(|v| v["message"].as_str()).unwrap_or(body);
-        let code = HUB_CODES.iter().find(|c| **c == code).copied().unwrap_or("SYNC_HTTP");
-        let exit = if code == "SCHEMA_TOO_NEW" { Exit::Unsupported } else { Exit::Other };
-        Failure::new(exit, code, format!("{} answered {status}: {message}", self.url))
+        let code = parsed
+            .as_ref()
+            .and_then(|v| v["code"].as_str())
+            .unwrap_or("");
+        let message = parsed
+            .as_ref()
+            .and_then(|v| v["message"].as_str())
+            .unwrap_or(body);
+        let code = HUB_CODES
+            .iter()
+            .find(|c| **c == code)
+            .copied()
+            .unwrap_or("SYNC_HTTP");
+        OriginError::Other {
+            code,
+            detail: format!("answered {status}: {message}"),
+        }
     }
 
-    fn etag(response: &ureq::http::Response<ureq::Body>) -> Option<String> {
+    fn refused_with_body(mut response: Response) -> OriginError {
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .unwrap_or_default();
+        Self::refused(status, &body)
+    }
+
+    fn etag(response: &Response) -> Option<String> {
         let value = response.headers().get("etag")?.to_str().ok()?.trim();
         let value = value.strip_prefix("W/").unwrap_or(value);
         Some(value.trim_matches('"').to_owned()).filter(|v| !v.is_empty())
     }
 
-    /// The SHA-256 hex from `Repr-Digest: sha-256=:<base64>:`.
-    fn digest(response: &ureq::http::Response<ureq::Body>) -> Option<String> {
-        let value = response.headers().get("repr-digest")?.to_str().ok()?;
-        let encoded = value.split(',').map(str::trim).find_map(|item| item.strip_prefix("sha-256=:"))?.strip_suffix(':')?;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
-        (bytes.len() == 32).then(|| hex::encode(bytes))
+    fn header<'r>(response: &'r Response, name: &str) -> Option<&'r str> {
+        response.headers().get(name)?.to_str().ok().map(str::trim)
     }
 
-    fn head(&self) -> Result<Option<Remote>, Failure> {
-        let response = self.authorize(self.agent.head(&self.url)).call().map_err(|e| self.network(e))?;
-        match response.status().as_u16() {
-            200 => {
-                let revision = Self::etag(&response).ok_or_else(|| bad_response(&self.url, "an answer without an ETag"))?;
-                Ok(Some(Remote { revision, sha256: Self::digest(&response) }))
-            }
-            404 => Ok(None),
-            status => Err(self.refused(status, "")),
+    /// The SHA-256 from `Repr-Digest: sha-256=:<base64>:`.
+    fn digest(response: &Response) -> Option<[u8; 32]> {
+        let value = Self::header(response, "repr-digest")?;
+        let encoded = value
+            .split(',')
+            .map(str::trim)
+            .find_map(|item| item.strip_prefix("sha-256=:"))?
+            .strip_suffix(':')?;
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?
+            .try_into()
+            .ok()
+    }
+
+    /// Reads a revision's metadata from the headers of a `HEAD`: the ETag, `Content-Length`,
+    /// `Repr-Digest` and (from hubs that record it) `Snug-Storage-Version`.
+    fn snapshot(response: &Response) -> Result<SnapshotInfo, OriginError> {
+        let bad = |detail: &str| OriginError::BadResponse {
+            detail: detail.to_owned(),
+        };
+        let revision = Self::etag(response).ok_or_else(|| bad("an answer without an ETag"))?;
+        let size = Self::header(response, "content-length")
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| bad("an answer without a Content-Length"))?;
+        let sha256 =
+            Self::digest(response).ok_or_else(|| bad("an answer without a sha-256 Repr-Digest"))?;
+        let storage_version = match Self::header(response, "snug-storage-version") {
+            None => None,
+            Some(value) => Some(
+                value
+                    .parse::<u32>()
+                    .map_err(|_| bad("a Snug-Storage-Version that is not a number"))?,
+            ),
+        };
+        Ok(SnapshotInfo {
+            revision,
+            sha256,
+            size,
+            storage_version,
+        })
+    }
+
+    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
+        let url = match which {
+            Selector::Current => self.url.clone(),
+            Selector::Revision(revision) => self.revision_url(revision),
+        };
+        let response = self
+            .authorize(self.agent.head(&url))
+            .call()
+            .map_err(Self::unreachable)?;
+        match (response.status().as_u16(), which) {
+            (200, _) => Self::snapshot(&response),
+            (404, Selector::Current) => Err(OriginError::Empty),
+            (404, Selector::Revision(revision)) => Err(OriginError::UnknownRevision {
+                revision: revision.clone(),
+            }),
+            // A HEAD answer has no body to read a code from.
+            (status, _) => Err(Self::refused(status, "")),
         }
     }
 
-    fn pull(&self, known: Option<&str>) -> Result<Pulled, Failure> {
-        let mut request = self.authorize(self.agent.get(&self.url));
-        if let Some(known) = known {
-            request = request.header("if-none-match", format!("\"{known}\""));
-        }
-        let mut response = request.call().map_err(|e| self.network(e))?;
-        let status = response.status().as_u16();
-        match status {
-            200 => {
-                let revision = Self::etag(&response).ok_or_else(|| bad_response(&self.url, "an image without an ETag"))?;
-                let digest = Self::digest(&response);
-                let bytes = response
-                    .body_mut()
-                    .with_config()
-                    .limit(MAX_IMAGE)
-                    .read_to_vec()
-                    .map_err(|e| self.network(e))?;
-                // End-to-end check: the bytes are the ones the origin hashed when it accepted them.
-                if let Some(digest) = digest
-                    && digest != sha256_hex(&bytes)
-                {
-                    return Err(bad_response(&self.url, "bytes that do not match their Repr-Digest"));
+    /// Downloads one revision from its immutable address, so the bytes are the revision that
+    /// was described even if the origin moves meanwhile.
+    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
+        let mut response = self
+            .authorize(self.agent.get(&self.revision_url(&snapshot.revision)))
+            .call()
+            .map_err(Self::unreachable)?;
+        if response.status().as_u16() == 404 {
+            // A hub without revision addresses (or one that reclaimed the revision since it was
+            // described): the current image is the same bytes only if it is still this revision.
+            response = self
+                .authorize(self.agent.get(&self.url))
+                .call()
+                .map_err(Self::unreachable)?;
+            match (response.status().as_u16(), Self::etag(&response)) {
+                (200, Some(current)) if current != snapshot.revision => {
+                    return Err(OriginError::Moved {
+                        revision: snapshot.revision.clone(),
+                        current,
+                    });
                 }
-                if bytes.is_empty() {
-                    return Ok(Pulled::Empty);
+                (404, _) => {
+                    return Err(OriginError::UnknownRevision {
+                        revision: snapshot.revision.clone(),
+                    });
                 }
-                Ok(Pulled::Image { revision, bytes })
+                _ => {}
             }
-            304 => Ok(Pulled::NotModified),
-            404 | 204 => Ok(Pulled::Empty),
-            status => {
-                let body = response.body_mut().read_to_string().unwrap_or_default();
-                Err(self.refused(status, &body))
+        }
+        if response.status().as_u16() != 200 {
+            return Err(Self::refused_with_body(response));
+        }
+        match Self::etag(&response) {
+            Some(etag) if etag == snapshot.revision => {}
+            Some(etag) => {
+                return Err(OriginError::BadResponse {
+                    detail: format!("revision {etag} when asked for {}", snapshot.revision),
+                });
             }
+            None => {
+                return Err(OriginError::BadResponse {
+                    detail: "an image without an ETag".to_owned(),
+                });
+            }
+        }
+        let mut reader = response.body_mut().as_reader();
+        let mut buffer = vec![0u8; DOWNLOAD_BUFFER];
+        loop {
+            let n = match reader.read(&mut buffer) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => {
+                    return Err(OriginError::Interrupted {
+                        detail: err.to_string(),
+                    });
+                }
+            };
+            sink.write_all(&buffer[..n]).map_err(OriginError::Sink)?;
         }
     }
 
-    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, Failure> {
-        let request = self.authorize(self.agent.put(&self.url)).header("content-type", "application/octet-stream");
+    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError> {
+        let request = self
+            .authorize(self.agent.put(&self.url))
+            .header("content-type", "application/octet-stream");
         let request = match base {
             Some(base) => request.header("if-match", format!("\"{base}\"")),
             None => request.header("if-none-match", "*"),
         };
-        let mut response = request.send(bytes).map_err(|e| self.network(e))?;
+        let mut response = request.send(bytes).map_err(Self::unreachable)?;
         match response.status().as_u16() {
             204 | 200 | 201 => {
-                let revision = Self::etag(&response).ok_or_else(|| bad_response(&self.url, "an accepted write without an ETag"))?;
+                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
+                    detail: "an accepted write without an ETag".to_owned(),
+                })?;
                 Ok(Pushed::Accepted { revision })
             }
             409 | 412 => {
@@ -579,27 +850,23 @@ impl HubOrigin {
                 let revision = serde_json::from_str::<serde_json::Value>(&body)
                     .ok()
                     .and_then(|v| v["revision"].as_str().map(str::to_owned));
-                Ok(Pushed::Conflict { current: etag.or(revision) })
+                Ok(Pushed::Conflict {
+                    current: etag.or(revision),
+                })
             }
-            status => {
-                let body = response.body_mut().read_to_string().unwrap_or_default();
-                Err(self.refused(status, &body))
-            }
+            _ => Err(Self::refused_with_body(response)),
         }
     }
-}
-
-fn bad_response(url: &str, what: &str) -> Failure {
-    Failure::new(Exit::Other, "SYNC_BAD_RESPONSE", format!("{url} sent {what}"))
 }
 
 /// A personal origin in a plain directory: `user.snug` and `user.snug.rev`, compare-and-swap under
 /// an exclusive lock on `user.snug.lock`.
 ///
 /// A push writes the image (atomically) and then the revision file (atomically); the revision file
-/// is the commit point and names the image's SHA-256. A push interrupted between the two leaves an
-/// image that does not match its revision file: readers report that as `ORIGIN_INCONSISTENT`
-/// rather than trusting either, and the interrupted device's retry (same base) completes it.
+/// is the commit point and names the image's SHA-256 and size. A push interrupted between the two
+/// leaves an image that does not match its revision file: readers report that as
+/// `ORIGIN_INCONSISTENT` rather than trusting either, and the interrupted device's retry (same
+/// base) completes it. The storage version is not recorded: it is read from the image's header.
 struct DirOrigin {
     dir: PathBuf,
 }
@@ -611,86 +878,159 @@ struct RevisionFile {
     size: u64,
 }
 
+fn dir_io(action: &str, path: &Path, err: &std::io::Error) -> OriginError {
+    OriginError::Other {
+        code: "IO",
+        detail: format!("cannot {action} {}: {err}", path.display()),
+    }
+}
+
 impl DirOrigin {
     fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
 
-    fn lock(&self, exclusive: bool) -> Result<File, Failure> {
+    fn lock(&self, exclusive: bool) -> Result<File, OriginError> {
         let path = self.dir.join(DIR_LOCK);
         if !self.dir.is_dir() {
-            return Err(Failure::new(Exit::Other, "NO_ORIGIN", format!("{} is not a directory (snug sync origin {} --init)", self.dir.display(), self.dir.display())));
+            return Err(OriginError::Other {
+                code: "NO_ORIGIN",
+                detail: format!(
+                    "{} is not a directory (snug sync origin {} --init)",
+                    self.dir.display(),
+                    self.dir.display()
+                ),
+            });
         }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| Failure::io("open", &path, e))?;
-        let locked = if exclusive { file.lock() } else { file.lock_shared() };
-        locked.map_err(|e| Failure::io("lock", &path, e))?;
+            .map_err(|e| dir_io("open", &path, &e))?;
+        let locked = if exclusive {
+            file.lock()
+        } else {
+            file.lock_shared()
+        };
+        locked.map_err(|e| dir_io("lock", &path, &e))?;
         Ok(file)
     }
 
-    fn current(&self) -> Result<Option<RevisionFile>, Failure> {
+    fn current(&self) -> Result<Option<RevisionFile>, OriginError> {
         let path = self.dir.join(DIR_REVISION);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|_| Failure::new(Exit::Corrupt, "ORIGIN_INCONSISTENT", format!("{} is not a revision file", path.display()))),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|_| OriginError::Inconsistent {
+                        detail: format!("{} is not a revision file", path.display()),
+                    })
+            }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 if self.dir.join(DIR_IMAGE).exists() {
-                    return Err(Failure::new(
-                        Exit::Other,
-                        "ORIGIN_INCONSISTENT",
-                        format!("{} has {DIR_IMAGE} but no {DIR_REVISION}: a first push was interrupted; push again", self.dir.display()),
-                    ));
+                    return Err(OriginError::Inconsistent {
+                        detail: format!(
+                            "{} has {DIR_IMAGE} but no {DIR_REVISION}: a first push was interrupted; push again",
+                            self.dir.display()
+                        ),
+                    });
                 }
                 Ok(None)
             }
-            Err(err) => Err(Failure::io("read", &path, err)),
+            Err(err) => Err(dir_io("read", &path, &err)),
         }
     }
 
-    fn head(&self) -> Result<Option<Remote>, Failure> {
-        if !self.dir.is_dir() {
-            return Ok(None);
+    fn torn(&self) -> OriginError {
+        OriginError::Inconsistent {
+            detail: format!(
+                "{} does not match {DIR_REVISION}: a push was interrupted; retry after it is repeated",
+                self.dir.join(DIR_IMAGE).display()
+            ),
         }
-        let _lock = self.lock(false)?;
-        Ok(self.current()?.map(|rev| Remote { revision: rev.revision, sha256: Some(rev.sha256) }))
     }
 
-    fn pull(&self, known: Option<&str>) -> Result<Pulled, Failure> {
+    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
         let _lock = self.lock(false)?;
-        let Some(rev) = self.current()? else {
-            return Ok(Pulled::Empty);
-        };
-        if known == Some(rev.revision.as_str()) {
-            return Ok(Pulled::NotModified);
+        let rev = self.current()?.ok_or(OriginError::Empty)?;
+        if let Selector::Revision(asked) = which
+            && *asked != rev.revision
+        {
+            // A directory keeps only its current revision.
+            return Err(OriginError::UnknownRevision {
+                revision: asked.clone(),
+            });
+        }
+        let sha256 = hex::decode(&rev.sha256)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| self.torn())?;
+        let path = self.dir.join(DIR_IMAGE);
+        let mut header = Vec::with_capacity(100);
+        File::open(&path)
+            .and_then(|f| f.take(100).read_to_end(&mut header))
+            .map_err(|e| dir_io("read", &path, &e))?;
+        let storage_version =
+            snug_restore::header_storage_version(&header).and_then(|v| u32::try_from(v).ok());
+        Ok(SnapshotInfo {
+            revision: rev.revision,
+            sha256,
+            size: rev.size,
+            storage_version,
+        })
+    }
+
+    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
+        let _lock = self.lock(false)?;
+        let rev = self.current()?.ok_or(OriginError::Empty)?;
+        if rev.revision != snapshot.revision {
+            return Err(OriginError::Moved {
+                revision: snapshot.revision.clone(),
+                current: rev.revision,
+            });
         }
         let path = self.dir.join(DIR_IMAGE);
-        let mut bytes = Vec::new();
-        File::open(&path)
-            .and_then(|f| f.take(MAX_IMAGE + 1).read_to_end(&mut bytes))
-            .map_err(|e| Failure::io("read", &path, e))?;
-        if sha256_hex(&bytes) != rev.sha256 {
-            return Err(Failure::new(
-                Exit::Other,
-                "ORIGIN_INCONSISTENT",
-                format!("{} does not match {DIR_REVISION}: a push was interrupted; retry after it is repeated", path.display()),
-            ));
+        let mut file = File::open(&path).map_err(|e| dir_io("read", &path, &e))?;
+        // Checked here, under the lock, so a torn origin is reported as what it is rather than as
+        // a corrupt download.
+        let len = file
+            .metadata()
+            .map_err(|e| dir_io("read", &path, &e))?
+            .len();
+        if len != rev.size {
+            return Err(self.torn());
         }
-        Ok(Pulled::Image { revision: rev.revision, bytes })
+        let mut hasher = Sha256::new();
+        let mut buffer = vec![0u8; DOWNLOAD_BUFFER];
+        loop {
+            let n = file
+                .read(&mut buffer)
+                .map_err(|e| dir_io("read", &path, &e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+            sink.write_all(&buffer[..n]).map_err(OriginError::Sink)?;
+        }
+        if hex::encode(hasher.finalize()) != rev.sha256 {
+            return Err(self.torn());
+        }
+        Ok(())
     }
 
-    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, Failure> {
+    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError> {
         let _lock = self.lock(true)?;
         let current = match self.current() {
             Ok(current) => current,
             // An interrupted first push left an image and no revision file: a first push may
             // complete it.
-            Err(failure) if failure.code == "ORIGIN_INCONSISTENT" && base.is_none() && !self.dir.join(DIR_REVISION).exists() => None,
-            Err(failure) => return Err(failure),
+            Err(OriginError::Inconsistent { .. })
+                if base.is_none() && !self.dir.join(DIR_REVISION).exists() =>
+            {
+                None
+            }
+            Err(err) => return Err(err),
         };
         let matches = match (&current, base) {
             (None, None) => true,
@@ -698,20 +1038,39 @@ impl DirOrigin {
             _ => false,
         };
         if !matches {
-            return Ok(Pushed::Conflict { current: current.map(|c| c.revision) });
+            return Ok(Pushed::Conflict {
+                current: current.map(|c| c.revision),
+            });
         }
         let count = current
             .as_ref()
-            .and_then(|c| c.revision.strip_prefix('r')?.split('-').next()?.parse::<u64>().ok())
+            .and_then(|c| {
+                c.revision
+                    .strip_prefix('r')?
+                    .split('-')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
             .unwrap_or(0);
         let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|_| Failure::new(Exit::Other, "ENTROPY_UNAVAILABLE", "the system random number generator failed"))?;
+        getrandom::fill(&mut random).map_err(|_| OriginError::Other {
+            code: "ENTROPY_UNAVAILABLE",
+            detail: "the system random number generator failed".to_owned(),
+        })?;
         let revision = format!("r{}-{}", count + 1, hex::encode(random));
         let image_path = self.dir.join(DIR_IMAGE);
-        files::write(&image_path, bytes)?;
-        let record = RevisionFile { revision: revision.clone(), sha256: sha256_hex(bytes), size: bytes.len() as u64 };
+        snug_files::write_atomically(&image_path, bytes)
+            .map_err(|e| dir_io("write", &image_path, &e))?;
+        let record = RevisionFile {
+            revision: revision.clone(),
+            sha256: sha256_hex(bytes),
+            size: bytes.len() as u64,
+        };
         let record = serde_json::to_vec_pretty(&record).unwrap_or_default();
-        files::write(&self.dir.join(DIR_REVISION), &record)?;
+        let rev_path = self.dir.join(DIR_REVISION);
+        snug_files::write_atomically(&rev_path, &record)
+            .map_err(|e| dir_io("write", &rev_path, &e))?;
         Ok(Pushed::Accepted { revision })
     }
 }

@@ -1,0 +1,759 @@
+//! The install pipeline in three single-use steps: [`prepare`] (select, refuse what this build
+//! cannot open, check the destination, never clobber), [`Prepared::download`] (a temporary file
+//! in the destination's directory, capped, verified) and [`Downloaded::install`] (open, migrate,
+//! carry the local secrets, re-check, replace atomically, bind to the revision).
+//!
+//! Each step consumes the previous one, so a downloaded image cannot be installed at another
+//! path or after another check than the one it was prepared with (Coven's single-use
+//! `PreparedSnapshotBootstrap`). Dropping a step at any point removes its temporary file.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{self, BufWriter, Read, Write},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::SystemTime,
+};
+
+use sha2::{Digest as _, Sha256};
+use snug_files::{TempSibling, sync_parent_dir};
+use snug_materialize::push_state::{PushState, sidecar_location};
+use snug_schema::{
+    Clock, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION, USER_FILE, UserDb,
+};
+use zeroize::Zeroizing;
+
+use crate::{
+    error::RestoreError,
+    gate,
+    origin::{Origin, OriginError, Selector, SnapshotInfo, header_storage_version},
+};
+
+/// How a restore treats the destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Replace local changes that were never pushed (last writer wins). Without it a destination
+    /// with such changes is refused as [`RestoreError::Diverged`].
+    pub force: bool,
+    /// Only create a new file: refuse ([`RestoreError::DestinationExists`]) when the destination
+    /// (or the legacy `user.sqlite` it would adopt) exists. A new device's bootstrap.
+    pub only_if_absent: bool,
+}
+
+/// How far a download has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes received so far.
+    pub received: u64,
+    /// The revision's declared length.
+    pub total: u64,
+}
+
+/// What [`prepare`] decided.
+#[derive(Debug)]
+pub enum Plan {
+    /// The destination already holds the selected revision; nothing needs downloading.
+    UpToDate(UpToDate),
+    /// The selected revision is to be downloaded and installed.
+    Install(Box<Prepared>),
+}
+
+/// The destination already holds the selected revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpToDate {
+    /// The revision.
+    pub revision: String,
+    /// Whether the destination has changes not yet pushed (they stay; push them).
+    pub local_changes: bool,
+}
+
+/// What one file looked like when it was checked: enough to tell whether anyone wrote it since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    len: u64,
+    modified: Option<SystemTime>,
+    /// Device and inode: a file replaced by rename is another file, even with the same bytes.
+    file_id: Option<(u64, u64)>,
+    sha256: [u8; 32],
+}
+
+/// A file as read: its identity and (up to one byte past the cap) its bytes.
+struct Observed {
+    identity: Identity,
+    bytes: Vec<u8>,
+}
+
+#[cfg(unix)]
+fn file_id(meta: &fs::Metadata) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    Some((meta.dev(), meta.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id(_meta: &fs::Metadata) -> Option<(u64, u64)> {
+    None
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RestoreError {
+    let path = path.to_owned();
+    move |source| RestoreError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Reads `path` if it exists. Reads at most one byte past the cap: a larger file is not a user
+/// database, and its identity still differs from any file that is one.
+fn observe(path: &Path) -> Result<Option<Observed>, RestoreError> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(io_error("read", path)(err)),
+    };
+    let meta = file.metadata().map_err(io_error("read", path))?;
+    if meta.is_dir() {
+        return Err(RestoreError::IsDirectory {
+            path: path.to_owned(),
+        });
+    }
+    let mut bytes = Vec::new();
+    Read::by_ref(&mut file)
+        .take(MAX_USERDB_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_error("read", path))?;
+    let identity = Identity {
+        len: meta.len(),
+        modified: meta.modified().ok(),
+        file_id: file_id(&meta),
+        sha256: Sha256::digest(&bytes).into(),
+    };
+    Ok(Some(Observed { identity, bytes }))
+}
+
+/// The sidecar as it was seen: where it was read from and its raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SidecarSeen {
+    read: Option<PathBuf>,
+    bytes: Option<Vec<u8>>,
+}
+
+impl SidecarSeen {
+    fn observe(destination: &Path) -> Result<Self, RestoreError> {
+        let read = sidecar_location(destination).read;
+        let bytes = match &read {
+            None => None,
+            Some(path) => match fs::read(path) {
+                Ok(bytes) => Some(bytes),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+                Err(err) => return Err(io_error("read", path)(err)),
+            },
+        };
+        Ok(Self { read, bytes })
+    }
+
+    /// The push state, read exactly as `push_state::load` reads it.
+    fn state(&self) -> PushState {
+        self.bytes
+            .as_deref()
+            .map(PushState::decode)
+            .unwrap_or_default()
+    }
+}
+
+/// The local copy the destination stands for.
+struct Local {
+    /// The destination, or the legacy `user.sqlite` beside a missing `user.snug` (§10: read it
+    /// until `user.snug` exists; never write it).
+    read: PathBuf,
+    identity: Identity,
+    /// The local copy opened in memory: its approved grants guide the import and its secrets
+    /// are carried into the new file.
+    db: UserDb,
+    /// The push gate's hash of the local copy.
+    content_hash: String,
+}
+
+/// A revision selected and checked against the destination, ready to download. Single use.
+pub struct Prepared {
+    destination: PathBuf,
+    snapshot: SnapshotInfo,
+    local: Option<Local>,
+    sidecar: SidecarSeen,
+    replaces_local_changes: bool,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("destination", &self.destination)
+            .field("snapshot", &self.snapshot)
+            .field("local", &self.local.as_ref().map(|l| &l.read))
+            .field("replaces_local_changes", &self.replaces_local_changes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// A revision token goes into URLs, headers and the sidecar: RFC 9110 entity-tag characters
+/// only, and not absurdly long.
+fn check_selector(selector: &Selector) -> Result<(), RestoreError> {
+    if let Some(revision) = selector.revision() {
+        let plausible = !revision.is_empty()
+            && revision.len() <= 256
+            && revision.bytes().all(|b| b.is_ascii_graphic() && b != b'"');
+        if !plausible {
+            return Err(RestoreError::InvalidRevision {
+                revision: revision.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Finds the local copy `destination` stands for: the file itself, or (for `user.snug` only) a
+/// legacy `user.sqlite` beside it that has not been adopted yet.
+fn locate(destination: &Path) -> Result<Option<(PathBuf, Observed)>, RestoreError> {
+    if let Some(observed) = observe(destination)? {
+        return Ok(Some((destination.to_owned(), observed)));
+    }
+    if destination.file_name().and_then(|n| n.to_str()) != Some(USER_FILE) {
+        return Ok(None);
+    }
+    let Some(legacy) = snug_schema::resolve_user_file(parent_dir(destination)).read else {
+        return Ok(None);
+    };
+    Ok(observe(&legacy)?.map(|observed| (legacy, observed)))
+}
+
+/// Opens the local copy as the push gate would, refusing anything that is not a plain Snug user
+/// database.
+fn open_local(
+    read: PathBuf,
+    observed: Observed,
+    clock: Arc<dyn Clock>,
+) -> Result<Local, RestoreError> {
+    if observed.bytes.len() as u64 > MAX_USERDB_BYTES {
+        return Err(RestoreError::NotSnugFile {
+            path: read,
+            found: "larger than a user database may be",
+        });
+    }
+    match snug_schema::detect_format(&observed.bytes) {
+        FileFormat::Sqlite => {}
+        FileFormat::Protected => return Err(RestoreError::Protected { path: read }),
+        FileFormat::Unknown => {
+            return Err(RestoreError::NotSnugFile {
+                path: read,
+                found: "not SQLite",
+            });
+        }
+    }
+    let mut db = match UserDb::from_bytes(&observed.bytes, clock) {
+        Ok((db, _)) => db,
+        Err(source) => return Err(RestoreError::Unreadable { path: read, source }),
+    };
+    let content_hash = gate::export_of(&mut db, false)?.sha256;
+    Ok(Local {
+        read,
+        identity: observed.identity,
+        db,
+        content_hash,
+    })
+}
+
+/// Selects the revision, refuses what this build cannot open (before any download), checks the
+/// destination and applies the never-clobber rule.
+///
+/// Nothing is written: the destination, its sidecar and its directory are only read.
+pub fn prepare(
+    origin: &dyn Origin,
+    destination: &Path,
+    selector: &Selector,
+    options: Options,
+    clock: Arc<dyn Clock>,
+) -> Result<Plan, RestoreError> {
+    check_selector(selector)?;
+    if !parent_dir(destination).is_dir() {
+        return Err(RestoreError::NoDirectory {
+            path: destination.to_owned(),
+        });
+    }
+    let local = match locate(destination)? {
+        None => None,
+        Some((read, _)) if options.only_if_absent => {
+            return Err(RestoreError::DestinationExists { path: read });
+        }
+        Some((read, observed)) => Some(open_local(read, observed, clock.clone())?),
+    };
+    let sidecar = SidecarSeen::observe(destination)?;
+
+    let snapshot = origin.describe(selector)?;
+    if let Some(asked) = selector.revision()
+        && asked != snapshot.revision
+    {
+        return Err(OriginError::BadResponse {
+            detail: format!("revision {} when asked for {asked}", snapshot.revision),
+        }
+        .into());
+    }
+    if let Some(found) = snapshot.storage_version
+        && i64::from(found) > STORAGE_VERSION
+    {
+        return Err(RestoreError::SchemaTooNew {
+            revision: snapshot.revision,
+            found: i64::from(found),
+            supported: STORAGE_VERSION,
+        });
+    }
+    if snapshot.size > MAX_USERDB_BYTES {
+        return Err(RestoreError::TooLarge {
+            revision: snapshot.revision,
+            size: snapshot.size,
+            max: MAX_USERDB_BYTES,
+        });
+    }
+
+    let state = sidecar.state();
+    let local_changes = local
+        .as_ref()
+        .is_some_and(|l| state.last_pushed_hash.as_deref() != Some(l.content_hash.as_str()));
+    if local.is_some()
+        && state.last_pushed_revision.as_deref() == Some(snapshot.revision.as_str())
+        && !(local_changes && options.force)
+    {
+        return Ok(Plan::UpToDate(UpToDate {
+            revision: snapshot.revision,
+            local_changes,
+        }));
+    }
+    // Local changes that already equal the origin's bytes are not lost by installing them.
+    let replaces_local_changes = local_changes
+        && local
+            .as_ref()
+            .is_some_and(|l| l.content_hash != snapshot.sha256_hex());
+    if replaces_local_changes && !options.force {
+        return Err(RestoreError::Diverged {
+            path: local.map_or_else(|| destination.to_owned(), |l| l.read),
+            revision: snapshot.revision,
+            last_synced: state.last_pushed_revision,
+        });
+    }
+    Ok(Plan::Install(Box::new(Prepared {
+        destination: destination.to_owned(),
+        snapshot,
+        local,
+        sidecar,
+        replaces_local_changes,
+        clock,
+    })))
+}
+
+impl Prepared {
+    /// The revision to be installed, as the origin described it.
+    pub fn snapshot(&self) -> &SnapshotInfo {
+        &self.snapshot
+    }
+
+    /// The file that will be replaced (or created).
+    pub fn destination(&self) -> &Path {
+        &self.destination
+    }
+
+    /// Whether there is no local copy: a new device's bootstrap.
+    pub fn bootstraps(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// Whether installing replaces local changes that were never pushed (only with `force`).
+    pub fn replaces_local_changes(&self) -> bool {
+        self.replaces_local_changes
+    }
+
+    /// Downloads the revision into a new temporary file in the destination's directory and
+    /// verifies it: no more than the declared length (itself within the cap) is accepted, and
+    /// the length and SHA-256 must equal what the origin recorded. `progress` is told of every
+    /// byte that lands.
+    pub fn download(
+        self,
+        origin: &dyn Origin,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Downloaded, RestoreError> {
+        let temp = TempSibling::create(&self.destination).map_err(io_error(
+            "create a temporary file beside",
+            &self.destination,
+        ))?;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(temp.path())
+            .map_err(io_error("open", temp.path()))?;
+        let mut sink = Sink {
+            file: BufWriter::with_capacity(1 << 20, file),
+            hasher: Sha256::new(),
+            received: 0,
+            declared: self.snapshot.size,
+            overflow: None,
+            failed: None,
+            progress,
+        };
+        let delivered = origin.download(&self.snapshot, &mut sink);
+        let revision = &self.snapshot.revision;
+        // What the pipeline saw itself outranks what the origin says about it: a refused write
+        // reaches the origin as an I/O error it reports in its own words.
+        if let Some(received) = sink.overflow {
+            return Err(RestoreError::SizeMismatch {
+                revision: revision.clone(),
+                declared: self.snapshot.size,
+                received,
+            });
+        }
+        if let Some(source) = sink.failed.take() {
+            return Err(RestoreError::Io {
+                action: "write",
+                path: temp.path().to_owned(),
+                source,
+            });
+        }
+        delivered?;
+        if sink.received != self.snapshot.size {
+            return Err(RestoreError::SizeMismatch {
+                revision: revision.clone(),
+                declared: self.snapshot.size,
+                received: sink.received,
+            });
+        }
+        let actual: [u8; 32] = sink.hasher.finalize().into();
+        if actual != self.snapshot.sha256 {
+            return Err(RestoreError::DigestMismatch {
+                revision: revision.clone(),
+                expected: self.snapshot.sha256_hex(),
+                actual: hex::encode(actual),
+            });
+        }
+        let file = sink
+            .file
+            .into_inner()
+            .map_err(|err| io_error("write", temp.path())(err.into_error()))?;
+        file.sync_all().map_err(io_error("write", temp.path()))?;
+        Ok(Downloaded {
+            prepared: self,
+            temp,
+        })
+    }
+}
+
+/// Where a download's bytes go: the temporary file, hashed and counted as they land, refusing
+/// anything past the declared length.
+struct Sink<'p> {
+    file: BufWriter<File>,
+    hasher: Sha256,
+    received: u64,
+    declared: u64,
+    /// How many bytes had arrived when the declared length was passed.
+    overflow: Option<u64>,
+    failed: Option<io::Error>,
+    progress: &'p mut dyn FnMut(Progress),
+}
+
+impl Write for Sink<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.overflow.is_some() || self.failed.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the download was already refused",
+            ));
+        }
+        let after = self.received + buf.len() as u64;
+        if after > self.declared {
+            self.overflow = Some(after);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "more bytes than the origin declared",
+            ));
+        }
+        if let Err(err) = self.file.write_all(buf) {
+            let echo = io::Error::new(err.kind(), err.to_string());
+            self.failed = Some(err);
+            return Err(echo);
+        }
+        self.hasher.update(buf);
+        self.received = after;
+        (self.progress)(Progress {
+            received: self.received,
+            total: self.declared,
+        });
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// A verified download waiting in its temporary file. Single use.
+pub struct Downloaded {
+    prepared: Prepared,
+    temp: TempSibling,
+}
+
+impl std::fmt::Debug for Downloaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Downloaded")
+            .field("prepared", &self.prepared)
+            .field("temp", &self.temp.path())
+            .finish()
+    }
+}
+
+/// What an install did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// The file installed.
+    pub destination: PathBuf,
+    /// The revision it came from.
+    pub revision: String,
+    /// The revision's SHA-256 (hex), as recorded by the origin and verified.
+    pub sha256: String,
+    /// Bytes downloaded.
+    pub downloaded: u64,
+    /// Bytes of the installed file.
+    pub length: u64,
+    /// The revision's storage version as found in its header.
+    pub found_version: i64,
+    /// Whether the migration ladder ran (the revision was older than this build).
+    pub migrated: bool,
+    /// The push gate's hash of the installed file, recorded as the last pushed hash.
+    pub content_hash: String,
+    /// Local credentials carried into the installed file.
+    pub secrets_kept: usize,
+    /// Whether local changes that were never pushed were replaced (`force`).
+    pub replaced_local_changes: bool,
+    /// Whether there was no local copy (a new device).
+    pub bootstrapped: bool,
+    /// The push-state sidecar written.
+    pub sidecar: PathBuf,
+}
+
+impl Downloaded {
+    /// The revision downloaded.
+    pub fn snapshot(&self) -> &SnapshotInfo {
+        &self.prepared.snapshot
+    }
+
+    /// The temporary file holding the download (removed when this value is dropped).
+    pub fn temp_path(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// Installs the download: checks its header's storage version, opens it defensively
+    /// (`quick_check`, hostile-schema refusal, migrate and heal, as a pull from the user's own
+    /// origin: grants reconciled against the local copy, endpoint re-confirmation re-armed),
+    /// carries the local secrets in, re-checks that the destination and its sidecar are exactly
+    /// as prepared, replaces the destination atomically and binds it to the revision in the
+    /// sidecar.
+    ///
+    /// The sidecar is renamed into place after the file: a crash between the two leaves the
+    /// new file under the old push state, which reads as a local change (a refusal on the next
+    /// sync), never the old file under the new state, which a push would send over the origin.
+    pub fn install(self) -> Result<Installed, RestoreError> {
+        let Downloaded { prepared, temp } = self;
+        let revision = prepared.snapshot.revision.clone();
+        let clock = prepared.clock.clone();
+        let bytes = fs::read(temp.path()).map_err(io_error("read", temp.path()))?;
+        if let Some(found) = header_storage_version(&bytes)
+            && found > STORAGE_VERSION
+        {
+            return Err(RestoreError::SchemaTooNew {
+                revision,
+                found,
+                supported: STORAGE_VERSION,
+            });
+        }
+        let local_db = prepared.local.as_ref().map(|local| &local.db);
+        let options = ImportOptions {
+            secrets: None,
+            trusted_origin: true,
+            container_limits: snug_container::Limits::default(),
+        };
+        let (mut merged, report) = snug_schema::import(&bytes, local_db, &options, clock.clone())
+            .map_err(|source| RestoreError::Refused {
+            revision: revision.clone(),
+            source,
+        })?;
+        drop(bytes);
+        let secrets_kept = carry_secrets(local_db, &mut merged)?;
+        let image = merged.to_bytes().map_err(RestoreError::Storage)?;
+        drop(merged);
+        if image.len() as u64 > MAX_USERDB_BYTES {
+            return Err(RestoreError::TooLarge {
+                revision,
+                size: image.len() as u64,
+                max: MAX_USERDB_BYTES,
+            });
+        }
+        let content_hash = gate::content_hash(&image, clock.clone())?;
+        rewrite(temp.path(), &image)?;
+
+        let sidecar_path = sidecar_location(&prepared.destination).write;
+        let state = PushState {
+            last_pushed_revision: Some(revision.clone()),
+            last_pushed_hash: Some(content_hash.clone()),
+            last_sync_at: Some(clock.timestamp()),
+        };
+        let sidecar_temp = TempSibling::create(&sidecar_path)
+            .map_err(io_error("create a temporary file beside", &sidecar_path))?;
+        rewrite(sidecar_temp.path(), &state.encode())?;
+
+        prepared.check_unchanged()?;
+        prepared.replace(temp)?;
+        let unbound = |source| RestoreError::Unbound {
+            path: sidecar_path.clone(),
+            source,
+        };
+        sync_parent_dir(&prepared.destination).map_err(unbound)?;
+        fs::rename(sidecar_temp.path(), &sidecar_path).map_err(unbound)?;
+        sidecar_temp.disarm();
+        sync_parent_dir(&sidecar_path).map_err(unbound)?;
+
+        Ok(Installed {
+            destination: prepared.destination.clone(),
+            sha256: prepared.snapshot.sha256_hex(),
+            downloaded: prepared.snapshot.size,
+            revision,
+            length: image.len() as u64,
+            found_version: report.found_version,
+            migrated: report.advanced,
+            content_hash,
+            secrets_kept,
+            replaced_local_changes: prepared.replaces_local_changes,
+            bootstrapped: prepared.local.is_none(),
+            sidecar: sidecar_path,
+        })
+    }
+}
+
+/// Puts every local credential into `merged`; local wins over anything the origin's copy holds
+/// (a hub's copy holds none; a personal origin's may).
+fn carry_secrets(local: Option<&UserDb>, merged: &mut UserDb) -> Result<usize, RestoreError> {
+    let Some(local) = local else {
+        return Ok(0);
+    };
+    let mut kept = 0;
+    for key in local.secret_keys().map_err(RestoreError::Secrets)? {
+        if let Some(value) = local.secret(&key).map_err(RestoreError::Secrets)? {
+            let value = Zeroizing::new(value);
+            merged
+                .set_secret(&key, &value)
+                .map_err(RestoreError::Secrets)?;
+            kept += 1;
+        }
+    }
+    Ok(kept)
+}
+
+/// Replaces the contents of a temporary file and makes them durable.
+fn rewrite(path: &Path, bytes: &[u8]) -> Result<(), RestoreError> {
+    let mut file = File::create(path).map_err(io_error("write", path))?;
+    file.write_all(bytes).map_err(io_error("write", path))?;
+    file.sync_all().map_err(io_error("write", path))
+}
+
+impl Prepared {
+    /// Fails unless the local copy, the destination's absence (when there was no file) and the
+    /// sidecar are exactly as prepared.
+    fn check_unchanged(&self) -> Result<(), RestoreError> {
+        let changed = |path: &Path| RestoreError::DestinationChanged {
+            path: path.to_owned(),
+        };
+        if let Some(local) = &self.local {
+            // A file that can no longer be read as it was (replaced by a directory, its
+            // permissions changed) is changed too.
+            let now = observe(&local.read)
+                .ok()
+                .flatten()
+                .map(|observed| observed.identity);
+            if now.as_ref() != Some(&local.identity) {
+                return Err(changed(&local.read));
+            }
+        }
+        let writes_over_local = self
+            .local
+            .as_ref()
+            .is_some_and(|local| local.read == self.destination);
+        if !writes_over_local && fs::symlink_metadata(&self.destination).is_ok() {
+            return Err(changed(&self.destination));
+        }
+        if SidecarSeen::observe(&self.destination)? != self.sidecar {
+            let sidecar = sidecar_location(&self.destination);
+            return Err(changed(sidecar.read.as_deref().unwrap_or(&sidecar.write)));
+        }
+        Ok(())
+    }
+
+    /// Moves the finished temporary file to the destination. Over an existing local copy this is
+    /// a rename; where there was no file, a hard link, which fails instead of clobbering a file
+    /// that appeared since the check (file systems without links fall back to a checked rename).
+    fn replace(&self, temp: TempSibling) -> Result<(), RestoreError> {
+        let destination = &self.destination;
+        let writes_over_local = self
+            .local
+            .as_ref()
+            .is_some_and(|local| local.read == *destination);
+        if writes_over_local {
+            fs::rename(temp.path(), destination).map_err(io_error("replace", destination))?;
+            temp.disarm();
+            return Ok(());
+        }
+        match fs::hard_link(temp.path(), destination) {
+            // The temporary name is removed when `temp` drops; the link keeps the file.
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                Err(RestoreError::DestinationChanged {
+                    path: destination.clone(),
+                })
+            }
+            Err(_) if fs::symlink_metadata(destination).is_err() => {
+                fs::rename(temp.path(), destination).map_err(io_error("create", destination))?;
+                temp.disarm();
+                Ok(())
+            }
+            Err(_) => Err(RestoreError::DestinationChanged {
+                path: destination.clone(),
+            }),
+        }
+    }
+}
+
+/// What [`restore`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restored {
+    /// Nothing needed downloading.
+    UpToDate(UpToDate),
+    /// A revision was installed.
+    Installed(Installed),
+}
+
+/// The whole pipeline in one call: [`prepare`], then (unless up to date)
+/// [`Prepared::download`] and [`Downloaded::install`].
+pub fn restore(
+    origin: &dyn Origin,
+    destination: &Path,
+    selector: &Selector,
+    options: Options,
+    clock: Arc<dyn Clock>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Restored, RestoreError> {
+    match prepare(origin, destination, selector, options, clock)? {
+        Plan::UpToDate(up_to_date) => Ok(Restored::UpToDate(up_to_date)),
+        Plan::Install(prepared) => Ok(Restored::Installed(
+            prepared.download(origin, progress)?.install()?,
+        )),
+    }
+}
