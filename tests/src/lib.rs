@@ -55,6 +55,9 @@ pub struct Options {
     pub quota_bytes: u64,
     /// The gateway's per-call deadline.
     pub deadline: Duration,
+    /// The gateway calls the services in-process, as `snug-hub serve` does; `false`: over
+    /// loopback gRPC, as a split deployment does (and as a test that stops the services needs).
+    pub in_process: bool,
 }
 
 impl Default for Options {
@@ -64,6 +67,7 @@ impl Default for Options {
             origins: vec!["https://app.example".to_owned()],
             quota_bytes: 64 * 1024 * 1024,
             deadline: Duration::from_secs(20),
+            in_process: true,
         }
     }
 }
@@ -110,13 +114,15 @@ impl Hub {
             session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
             ..GatewayConfig::for_tests()
         };
-        let url = format!("http://{grpc}");
-        let state = snug_gateway::build(
-            &config,
-            gateway_dir.clone(),
-            snug_gateway::Addresses::all(&url),
-        )
-        .expect("gateway");
+        let addresses = if options.in_process {
+            let services = services(sync.clone());
+            snug_gateway::Addresses::in_process(
+                snug_rpc::server::local(&ServerConfig::for_tests(), services).await,
+            )
+        } else {
+            snug_gateway::Addresses::all(&format!("http://{grpc}"))
+        };
+        let state = snug_gateway::build(&config, gateway_dir.clone(), addresses).expect("gateway");
         let users =
             (options.auth == AuthMode::On).then(|| UserStore::open(&gateway_dir).expect("users"));
         let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -173,11 +179,8 @@ impl Hub {
     }
 }
 
-fn spawn_services(
-    listener: TcpListener,
-    sync: SyncServer,
-) -> (oneshot::Sender<()>, JoinHandle<()>) {
-    let (stop, stopped) = oneshot::channel::<()>();
+/// The services a test hub runs (all but the container service, which the gateway never calls).
+fn services(sync: SyncServer) -> Services {
     let mut services: Services = snug_schema_service::services(&Default::default());
     services.routes = services
         .routes
@@ -189,6 +192,15 @@ fn spawn_services(
             snug_materialize_service::MaterializeServer::new(&Default::default()),
         ));
     services.names.push(snug_materialize_service::SERVICE_NAME);
+    services
+}
+
+fn spawn_services(
+    listener: TcpListener,
+    sync: SyncServer,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let services = services(sync);
     let config = ServerConfig {
         shutdown_grace: Duration::from_millis(200),
         ..ServerConfig::for_tests()

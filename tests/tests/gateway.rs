@@ -240,7 +240,11 @@ async fn compare_and_swap_statuses() {
     // Refused before its body was read: the connection ends, and the answer says so, so a
     // client does not reuse a connection the server has closed.
     assert_eq!(stale.header("connection"), "close");
-    assert_eq!(second_answer.header("connection"), "", "an accepted upload keeps the connection");
+    assert_eq!(
+        second_answer.header("connection"),
+        "",
+        "an accepted upload keeps the connection"
+    );
     assert!(
         matches!(
             stale.code().as_str(),
@@ -983,6 +987,8 @@ async fn cors_is_fail_closed() {
 async fn a_dead_service_gives_503_with_retry_after_and_the_hub_recovers() {
     let mut hub = Hub::start(Options {
         deadline: Duration::from_secs(2),
+        // Stopping the services must be seen by the gateway: they are reached over gRPC.
+        in_process: false,
         ..Options::default()
     })
     .await;

@@ -31,7 +31,9 @@ const LOAD_SECONDS: u64 = 5;
 
 fn main() {
     let Some(nginx) = which("nginx") else {
-        eprintln!("nginx is not installed (apt-get install -y nginx); the benchmark needs it as its peer");
+        eprintln!(
+            "nginx is not installed (apt-get install -y nginx); the benchmark needs it as its peer"
+        );
         std::process::exit(1);
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -40,24 +42,42 @@ fn main() {
     let small = snug_e2e::userdb_vector("fresh-v6.export.snug");
     let small_body = Bytes::from(small.clone());
 
-    let hub_runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let hub_runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let hub = hub_runtime.block_on(Hub::start(Options {
         auth: snug_gateway::config::AuthMode::Off,
         origins: vec![],
         quota_bytes: BIG as u64,
         deadline: Duration::from_secs(60),
+        // As `snug-hub serve` runs: the gateway calls its own services in-process.
+        in_process: true,
     }));
     let nginx = Nginx::start(&nginx, dir.path(), &big, &small);
 
     // The load generator has its own runtime on its own thread, so the hub's runtime does not
     // schedule the client's work (nginx's workers are separate processes anyway).
-    let client = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let gateway = hub.http;
     let results = client.block_on(async move {
         let mut rows = Vec::new();
 
         // First write, then the 64 MiB GET.
-        let first = request(gateway, "PUT", "/userdb", &[("content-type", "application/octet-stream"), ("if-none-match", "*")], big.clone()).await;
+        let first = request(
+            gateway,
+            "PUT",
+            "/userdb",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("if-none-match", "*"),
+            ],
+            big.clone(),
+        )
+        .await;
         assert_eq!(first.0, 204, "first write");
         let mut etag = first.1.clone();
         let snug_get = best_of(5, || async {
@@ -81,30 +101,78 @@ fn main() {
             body[filler_at] = b'a' + round;
             let body = Bytes::from(body);
             let started = Instant::now();
-            let (status, new_etag, _) = request(gateway, "PUT", "/userdb", &[("content-type", "application/octet-stream"), ("if-match", &etag)], body.clone()).await;
+            let (status, new_etag, _) = request(
+                gateway,
+                "PUT",
+                "/userdb",
+                &[
+                    ("content-type", "application/octet-stream"),
+                    ("if-match", &etag),
+                ],
+                body.clone(),
+            )
+            .await;
             snug_puts.push(started.elapsed());
             assert_eq!(status, 204, "validated put");
             etag = new_etag;
             let started = Instant::now();
-            let (status, _, _) = request(nginx.addr, "PUT", "/dav/put.snug", &[("content-type", "application/octet-stream")], body).await;
+            let (status, _, _) = request(
+                nginx.addr,
+                "PUT",
+                "/dav/put.snug",
+                &[("content-type", "application/octet-stream")],
+                body,
+            )
+            .await;
             nginx_puts.push(started.elapsed());
-            assert!(status == 201 || status == 204, "nginx DAV PUT answered {status}");
+            assert!(
+                status == 201 || status == 204,
+                "nginx DAV PUT answered {status}"
+            );
         }
-        rows.push(Row::time("PUT 64 MiB (validated, durable)", median(&mut snug_puts), median(&mut nginx_puts), 4.0));
+        rows.push(Row::time(
+            "PUT 64 MiB (validated, durable)",
+            median(&mut snug_puts),
+            median(&mut nginx_puts),
+            4.0,
+        ));
 
         // GET ~100 KiB with 32 connections.
-        let small_put = request(gateway, "PUT", "/userdb", &[("content-type", "application/octet-stream"), ("if-match", &etag)], small_body).await;
+        let small_put = request(
+            gateway,
+            "PUT",
+            "/userdb",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("if-match", &etag),
+            ],
+            small_body,
+        )
+        .await;
         assert_eq!(small_put.0, 204);
         let snug_load = load(gateway, "/userdb").await;
         let nginx_load = load(nginx.addr, "/small.snug").await;
-        rows.push(Row::rate("GET 112 KiB x32 conns: req/s", snug_load.rate, nginx_load.rate, 0.5));
-        rows.push(Row::time("GET 112 KiB x32 conns: p99", snug_load.p99, nginx_load.p99, 2.0));
+        rows.push(Row::rate(
+            "GET 112 KiB x32 conns: req/s",
+            snug_load.rate,
+            nginx_load.rate,
+            0.5,
+        ));
+        rows.push(Row::time(
+            "GET 112 KiB x32 conns: p99",
+            snug_load.p99,
+            nginx_load.p99,
+            2.0,
+        ));
         rows
     });
     drop(nginx);
 
     println!();
-    println!("{:<36} {:>14} {:>14} {:>8} {:>10} {:>6}", "case", "snug", "nginx", "ratio", "target", "ok");
+    println!(
+        "{:<36} {:>14} {:>14} {:>8} {:>10} {:>6}",
+        "case", "snug", "nginx", "ratio", "target", "ok"
+    );
     for row in &results {
         println!(
             "{:<36} {:>14} {:>14} {:>8.2} {:>10} {:>6}",
@@ -156,7 +224,13 @@ impl Row {
 }
 
 fn which(name: &str) -> Option<String> {
-    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin"] {
+    for dir in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/sbin",
+    ] {
         let path = format!("{dir}/{name}");
         if Path::new(&path).exists() {
             return Some(path);
@@ -172,11 +246,14 @@ fn big_image(dir: &Path) -> (Bytes, usize) {
     let path = dir.join("big.snug");
     std::fs::write(&path, snug_e2e::userdb_vector("fresh-v6.export.snug")).expect("write");
     let conn = rusqlite::Connection::open(&path).expect("open");
-    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;").expect("pragmas");
+    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
+        .expect("pragmas");
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut row = 0;
     loop {
-        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .expect("pages");
         if pages * 4096 > (BIG as i64) - 256 * 1024 {
             break;
         }
@@ -187,8 +264,11 @@ fn big_image(dir: &Path) -> (Bytes, usize) {
             seed ^= seed << 17;
             text.push_str(&format!("{seed:016x}"));
         }
-        conn.execute("INSERT INTO snug_settings (key, value) VALUES (?1, ?2)", (format!("bench:{row}"), format!("\"{text}\"")))
-            .expect("insert");
+        conn.execute(
+            "INSERT INTO snug_settings (key, value) VALUES (?1, ?2)",
+            (format!("bench:{row}"), format!("\"{text}\"")),
+        )
+        .expect("insert");
         row += 1;
     }
     drop(conn);
@@ -196,7 +276,9 @@ fn big_image(dir: &Path) -> (Bytes, usize) {
     assert!(bytes.len() <= BIG, "{} bytes", bytes.len());
     // A filler character in the middle of the file: a hex digit inside a JSON string.
     let mid = bytes.len() / 2;
-    let at = (mid..bytes.len()).find(|&i| bytes[i..i + 8].iter().all(u8::is_ascii_hexdigit)).expect("filler");
+    let at = (mid..bytes.len())
+        .find(|&i| bytes[i..i + 8].iter().all(u8::is_ascii_hexdigit))
+        .expect("filler");
     eprintln!("image: {} bytes ({row} filler rows)", bytes.len());
     (Bytes::from(bytes), at)
 }
@@ -223,7 +305,11 @@ impl Nginx {
         }
         std::fs::write(root.join("big.snug"), big).expect("write");
         std::fs::write(root.join("small.snug"), small).expect("write");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("port")
+            .local_addr()
+            .expect("addr")
+            .port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let d = dir.display();
         let config = format!(
@@ -237,10 +323,20 @@ impl Nginx {
         );
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config).expect("conf");
-        let child = Command::new(binary).arg("-c").arg(&conf).arg("-p").arg(dir).spawn().expect("start nginx");
+        let child = Command::new(binary)
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir)
+            .spawn()
+            .expect("start nginx");
         // From here `Drop` kills and reaps the child, whatever happens.
         let mut stop = Command::new(binary);
-        stop.arg("-c").arg(&conf).arg("-p").arg(dir).args(["-s", "stop"]);
+        stop.arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir)
+            .args(["-s", "stop"]);
         let nginx = Self { addr, child, stop };
         // Wait until it answers (bounded).
         for _ in 0..100 {
@@ -266,10 +362,19 @@ impl Drop for Nginx {
 }
 
 /// One request on a fresh connection: (status, ETag, body length).
-async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: Bytes) -> (u16, String, usize) {
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> (u16, String, usize) {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     stream.set_nodelay(true).expect("nodelay");
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("handshake");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
     tokio::spawn(connection);
     send(&mut sender, addr, method, path, headers, body).await
 }
@@ -282,13 +387,24 @@ async fn send(
     headers: &[(&str, &str)],
     body: Bytes,
 ) -> (u16, String, usize) {
-    let mut builder = http::Request::builder().method(method).uri(path).header("host", addr.to_string());
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
-    let response = sender.send_request(builder.body(Full::new(body)).expect("request")).await.expect("response");
+    let response = sender
+        .send_request(builder.body(Full::new(body)).expect("request"))
+        .await
+        .expect("response");
     let status = response.status().as_u16();
-    let etag = response.headers().get("etag").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let etag = response
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let mut body = response.into_body();
     let mut len = 0;
     while let Some(frame) = body.frame().await {
@@ -334,7 +450,10 @@ async fn load(addr: SocketAddr, path: &'static str) -> Load {
         tasks.push(tokio::spawn(async move {
             let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
             stream.set_nodelay(true).expect("nodelay");
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("handshake");
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .expect("handshake");
             tokio::spawn(connection);
             let mut latencies = Vec::new();
             while !stop.load(Ordering::Relaxed) {
@@ -361,5 +480,8 @@ async fn load(addr: SocketAddr, path: &'static str) -> Load {
     }
     all.sort();
     let p99 = all[(all.len() * 99 / 100).min(all.len() - 1)];
-    Load { rate: all.len() as f64 / elapsed.as_secs_f64(), p99 }
+    Load {
+        rate: all.len() as f64 / elapsed.as_secs_f64(),
+        p99,
+    }
 }

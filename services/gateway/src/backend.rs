@@ -40,8 +40,16 @@ const QUOTA_TTL: Duration = Duration::from_secs(60);
 const SCHEMA_MAX_MESSAGE: usize = 8 * 1024 * 1024 + 64 * 1024;
 
 /// A channel to a service whose calls are traced: each gets a client span, whose context goes
-/// to the service as `traceparent` (nothing is sent while tracing is off).
-pub type Channel = Traced<tonic::transport::Channel>;
+/// to the service as `traceparent` (nothing is sent while tracing is off). Underneath, either a
+/// connection to a service's address or the services of this very process
+/// ([`snug_rpc::server::LocalChannel`]); the generated clients and the proto contract are the
+/// same over both.
+pub type Channel = Traced<snug_rpc::server::LocalChannel>;
+
+/// A channel to the services of this process (`snug-hub serve`).
+pub fn local(services: snug_rpc::server::LocalChannel) -> Channel {
+    Traced::new(services)
+}
 
 /// Opens a lazily connecting channel to `addr`.
 pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigError> {
@@ -60,7 +68,10 @@ pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigE
         // A connection whose peer vanished without a FIN is noticed and replaced.
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
-    Ok(Traced::new(endpoint.connect_lazy()))
+    let channel = tower::ServiceExt::map_err(endpoint.connect_lazy(), |e| {
+        snug_rpc::server::ChannelError(e.into())
+    });
+    Ok(Traced::new(tower::util::BoxCloneSyncService::new(channel)))
 }
 
 /// The gRPC clients of the services the routes use.

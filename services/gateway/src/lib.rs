@@ -80,6 +80,9 @@ pub enum StartError {
 /// The services' addresses, overriding the configured ones (the all-in-one hub passes its own).
 #[derive(Debug, Clone, Default)]
 pub struct Addresses {
+    /// Every service in this process, reached without a socket (`snug-hub serve`); when set, the
+    /// addresses are not used.
+    pub local: Option<snug_rpc::server::LocalChannel>,
     /// `snug.schema.v1`.
     pub schema: Option<String>,
     /// `snug.sync.v1`.
@@ -95,6 +98,15 @@ impl Addresses {
             schema: Some(url.to_owned()),
             sync: Some(url.to_owned()),
             materialize: Some(url.to_owned()),
+            local: None,
+        }
+    }
+
+    /// Every service in this process, called through `services` (see [`Addresses::local`]).
+    pub fn in_process(services: snug_rpc::server::LocalChannel) -> Self {
+        Self {
+            local: Some(services),
+            ..Self::default()
         }
     }
 }
@@ -107,26 +119,7 @@ pub fn build(
     addresses: Addresses,
 ) -> Result<Arc<AppState>, StartError> {
     let settings = Settings::resolve(config, dir)?;
-    let schema_addr = addresses
-        .schema
-        .or_else(|| config.schema_addr.clone())
-        .ok_or(ConfigError::MissingAddress("SNUG_SCHEMA_ADDR"))?;
-    let sync_addr = addresses
-        .sync
-        .or_else(|| config.sync_addr.clone())
-        .ok_or(ConfigError::MissingAddress("SNUG_SYNC_ADDR"))?;
-    let backends = Backends::new(
-        backend::channel(&schema_addr, settings.rpc_connect_timeout)?,
-        backend::channel(&sync_addr, settings.rpc_connect_timeout)?,
-        match addresses
-            .materialize
-            .or_else(|| config.materialize_addr.clone())
-        {
-            Some(addr) => Some(backend::channel(&addr, settings.rpc_connect_timeout)?),
-            None => None,
-        },
-        settings.rpc_deadline,
-    );
+    let backends = backends(config, &settings, addresses)?;
     let auth = match (settings.auth, &settings.session_key) {
         (AuthMode::On, Some(key)) => {
             Auth::on(Arc::new(UserStore::open(&settings.dir)?), key.clone())
@@ -141,6 +134,44 @@ pub fn build(
         auth,
         backends,
     }))
+}
+
+/// The gRPC clients: over this process's own services when `addresses.local` is set, else over
+/// connections to the given or configured addresses.
+fn backends(
+    config: &GatewayConfig,
+    settings: &Settings,
+    addresses: Addresses,
+) -> Result<Backends, ConfigError> {
+    if let Some(local) = addresses.local {
+        let channel = backend::local(local);
+        return Ok(Backends::new(
+            channel.clone(),
+            channel.clone(),
+            Some(channel),
+            settings.rpc_deadline,
+        ));
+    }
+    let schema_addr = addresses
+        .schema
+        .or_else(|| config.schema_addr.clone())
+        .ok_or(ConfigError::MissingAddress("SNUG_SCHEMA_ADDR"))?;
+    let sync_addr = addresses
+        .sync
+        .or_else(|| config.sync_addr.clone())
+        .ok_or(ConfigError::MissingAddress("SNUG_SYNC_ADDR"))?;
+    Ok(Backends::new(
+        backend::channel(&schema_addr, settings.rpc_connect_timeout)?,
+        backend::channel(&sync_addr, settings.rpc_connect_timeout)?,
+        match addresses
+            .materialize
+            .or_else(|| config.materialize_addr.clone())
+        {
+            Some(addr) => Some(backend::channel(&addr, settings.rpc_connect_timeout)?),
+            None => None,
+        },
+        settings.rpc_deadline,
+    ))
 }
 
 /// The whole HTTP application: routes inside the layers described in the crate docs.

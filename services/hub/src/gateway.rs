@@ -5,7 +5,11 @@
 //! the process's own gRPC listener: the same code path as a split deployment, so what the tests
 //! exercise in one process is what runs in many.
 
-use std::{net::SocketAddr, path::{Path, PathBuf}, process::ExitCode};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::Context as _;
 use clap::Subcommand;
@@ -41,9 +45,22 @@ pub(crate) async fn serve_with_gateway(
     let grpc_listener = tokio::net::TcpListener::bind(server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", server.listen))?;
-    let own = loopback_url(grpc_listener.local_addr().context("the gRPC listener has no address")?);
-    let state = snug_gateway::build(gateway, gateway_dir(data_dir), snug_gateway::Addresses::all(&own))
-        .context("the gateway refused its configuration")?;
+    // The gateway calls the very services the gRPC port serves, in-process: the same generated
+    // clients and servers, without a loopback socket and HTTP/2 framing between them.
+    let own = snug_rpc::server::local(
+        server,
+        Services {
+            routes: services.routes.clone(),
+            names: services.names.clone(),
+        },
+    )
+    .await;
+    let state = snug_gateway::build(
+        gateway,
+        gateway_dir(data_dir),
+        snug_gateway::Addresses::in_process(own),
+    )
+    .context("the gateway refused its configuration")?;
     let http_listener = tokio::net::TcpListener::bind(gateway.http_listen)
         .await
         .with_context(|| format!("cannot listen on {}", gateway.http_listen))?;
@@ -63,8 +80,12 @@ pub(crate) async fn serve_with_gateway(
 
 /// Runs the gateway alone, against services at the configured addresses.
 pub(crate) async fn serve_gateway(gateway: &GatewayConfig, data_dir: &Path) -> anyhow::Result<()> {
-    let state = snug_gateway::build(gateway, gateway_dir(data_dir), snug_gateway::Addresses::default())
-        .context("the gateway refused its configuration")?;
+    let state = snug_gateway::build(
+        gateway,
+        gateway_dir(data_dir),
+        snug_gateway::Addresses::default(),
+    )
+    .context("the gateway refused its configuration")?;
     let listener = tokio::net::TcpListener::bind(gateway.http_listen)
         .await
         .with_context(|| format!("cannot listen on {}", gateway.http_listen))?;
@@ -98,16 +119,22 @@ pub(crate) enum UsersCommand {
 /// Runs a `users` command against the gateway's users file under `data_dir`.
 pub(crate) fn users(command: UsersCommand, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let dir = gateway_dir(data_dir);
-    let store = UserStore::open(&dir).with_context(|| format!("cannot open the users file in {}", dir.display()))?;
+    let store = UserStore::open(&dir)
+        .with_context(|| format!("cannot open the users file in {}", dir.display()))?;
     match command {
         UsersCommand::Add { name } => {
             let (user, token) = store.add(&name)?;
-            eprintln!("added user {:?} (id {}); their bearer token follows and is not stored — hand it over now", user.name, user.id);
+            eprintln!(
+                "added user {:?} (id {}); their bearer token follows and is not stored — hand it over now",
+                user.name, user.id
+            );
             println!("{}", token.token);
         }
         UsersCommand::Token { name } => {
             let token = store.issue_token(&name)?;
-            eprintln!("a new bearer token for {name:?} follows and is not stored — hand it over now");
+            eprintln!(
+                "a new bearer token for {name:?} follows and is not stored — hand it over now"
+            );
             println!("{}", token.token);
         }
         UsersCommand::List => {
@@ -117,7 +144,10 @@ pub(crate) fn users(command: UsersCommand, data_dir: &Path) -> anyhow::Result<Ex
         }
         UsersCommand::Remove { name } => {
             let user = store.remove(&name)?;
-            eprintln!("removed user {:?} (id {}) and their tokens", user.name, user.id);
+            eprintln!(
+                "removed user {:?} (id {}) and their tokens",
+                user.name, user.id
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -66,6 +66,77 @@ pub struct Services {
     pub names: Vec<&'static str>,
 }
 
+/// Adds grpc.health.v1 (every name SERVING) and reflection to `routes`.
+async fn with_health_and_reflection(
+    routes: Routes,
+    names: &[&'static str],
+) -> (Routes, tonic_health::server::HealthReporter) {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+    for name in names {
+        health_reporter
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(snug_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1();
+    let mut routes = routes.add_service(health_service);
+    if let Ok(reflection) = reflection {
+        routes = routes.add_service(reflection);
+    } else {
+        tracing::warn!("gRPC reflection is unavailable: the descriptor set did not load");
+    }
+    (routes, health_reporter)
+}
+
+/// A channel to services running in this process: a client over it calls them through their
+/// generated servers (protobuf both ways, the same observation and concurrency limit as
+/// [`serve`]), without a socket or HTTP/2 framing in between.
+pub type LocalChannel = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    ChannelError,
+>;
+
+/// Why a call over a boxed channel failed to reach its service (the transport's error).
+///
+/// A concrete type rather than `tower::BoxError`: the generated clients' `Into<StdError>` bound
+/// on a boxed trait object makes every future that holds such a client lose `Send` to a
+/// higher-ranked lifetime error.
+#[derive(Debug)]
+pub struct ChannelError(pub tower::BoxError);
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ChannelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// The in-process counterpart of [`serve`]: what `snug-hub serve` gives its own gateway, so a
+/// request crosses one network hop (client to gateway) instead of two. Per-call deadlines are
+/// the caller's (the gateway bounds every call); nothing is listening, so there is no drain.
+pub async fn local(config: &ServerConfig, services: Services) -> LocalChannel {
+    let (routes, _health) = with_health_and_reflection(services.routes, &services.names).await;
+    let service = tower::ServiceBuilder::new()
+        .layer(crate::observe::ObserveLayer)
+        .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
+        .service(routes);
+    tower::util::BoxCloneSyncService::new(tower::ServiceExt::map_err(
+        service,
+        |never: std::convert::Infallible| -> ChannelError { match never {} },
+    ))
+}
+
 /// Serves `services` on `listener` until `shutdown` completes, then drains.
 ///
 /// Layer order, outermost first: tonic's per-request timeout (so time spent queued counts toward
@@ -79,25 +150,8 @@ pub async fn serve(
     services: Services,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_service_status("", ServingStatus::Serving)
-        .await;
-    for name in &services.names {
-        health_reporter
-            .set_service_status(name, ServingStatus::Serving)
-            .await;
-    }
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(snug_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1();
-    let mut routes = services.routes.add_service(health_service);
-    if let Ok(reflection) = reflection {
-        routes = routes.add_service(reflection);
-    } else {
-        tracing::warn!("gRPC reflection is unavailable: the descriptor set did not load");
-    }
+    let (routes, health_reporter) =
+        with_health_and_reflection(services.routes, &services.names).await;
 
     // On shutdown, report NOT_SERVING first so load balancers stop routing here, then let tonic
     // drain in-flight requests, bounded by the grace period.
