@@ -406,3 +406,37 @@ pub fn test_python(test: &str, imports: &str, missing: &str, required_by: &str) 
     let _ = writeln!(std::io::stderr(), "{test} SKIPPED: {why}");
     None
 }
+
+/// The revision in a strong, quoted `ETag` (asserting that form).
+#[track_caller]
+pub fn etag_revision(answer: &Answer) -> String {
+    let etag = answer.header("etag");
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2,
+        "a strong quoted ETag: {etag:?}"
+    );
+    etag.trim_matches('"').to_owned()
+}
+
+/// Asserts an error answer: `status`, and the JSON `{code, message, retryable}` with `code`.
+#[track_caller]
+pub fn assert_error(answer: &Answer, status: u16, code: &str) {
+    assert_eq!(
+        answer.status,
+        status,
+        "{:?}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert!(
+        answer
+            .header("content-type")
+            .starts_with("application/json")
+    );
+    let json = answer.json();
+    assert_eq!(json["code"], code, "{json}");
+    assert!(
+        json["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{json}"
+    );
+    assert!(json["retryable"].is_boolean(), "{json}");
+}

@@ -12,7 +12,7 @@ use std::{io::Write as _, time::Duration};
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
-use snug_e2e::{Answer, Http, Payload, userdb_vector};
+use snug_e2e::{Answer, Http, Payload, assert_error, etag_revision, userdb_vector};
 use snug_testcontainers::{AllInOne, HubImage, HubOptions, Service, SplitHub};
 use tokio::sync::OnceCell;
 
@@ -100,35 +100,6 @@ async fn get(http: &Gateway, token: &str) -> Answer {
         Payload::Empty,
     )
     .await
-}
-
-fn etag_revision(answer: &Answer) -> String {
-    let etag = answer.header("etag");
-    assert!(
-        etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2,
-        "a strong quoted ETag: {etag:?}"
-    );
-    etag.trim_matches('"').to_owned()
-}
-
-fn assert_error(answer: &Answer, status: u16, code: &str) {
-    assert_eq!(
-        answer.status,
-        status,
-        "{:?}",
-        String::from_utf8_lossy(&answer.body)
-    );
-    assert!(
-        answer
-            .header("content-type")
-            .starts_with("application/json")
-    );
-    let json = answer.json();
-    assert_eq!(json["code"], code, "{json}");
-    assert!(
-        json["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{json}"
-    );
 }
 
 /// Asserts a 200 GET carries exactly `bytes` as revision `revision`, with every header §9.3 needs.

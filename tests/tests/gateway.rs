@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
-use snug_e2e::{Answer, Http, Hub, Options, Payload, userdb_vector};
+use snug_e2e::{Answer, Http, Hub, Options, Payload, assert_error, etag_revision, userdb_vector};
 use snug_gateway::config::AuthMode;
 
 const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
@@ -40,33 +40,6 @@ async fn put(http: &Http, token: &str, condition: (&str, &str), body: Vec<u8>) -
         Payload::Whole(body),
     )
     .await
-}
-
-fn etag_revision(answer: &Answer) -> String {
-    let etag = answer.header("etag");
-    assert!(
-        etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2,
-        "a strong quoted ETag: {etag:?}"
-    );
-    etag.trim_matches('"').to_owned()
-}
-
-fn assert_error(answer: &Answer, status: u16, code: &str) {
-    assert_eq!(
-        answer.status,
-        status,
-        "{:?}",
-        String::from_utf8_lossy(&answer.body)
-    );
-    assert!(
-        answer
-            .header("content-type")
-            .starts_with("application/json")
-    );
-    let json = answer.json();
-    assert_eq!(json["code"], code, "{json}");
-    assert!(json["message"].as_str().is_some_and(|m| !m.is_empty()));
-    assert!(json["retryable"].is_boolean());
 }
 
 #[tokio::test]

@@ -368,9 +368,7 @@ impl TestOrigin {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let (behaviour, revision, image) = shared.lock().expect("state").clone();
-                if let Some(line) = serve(stream, behaviour, &revision, &image) {
-                    log.lock().expect("log").push(line);
-                }
+                serve(stream, behaviour, &revision, &image, &log);
             }
         });
         Self {
@@ -390,13 +388,15 @@ impl TestOrigin {
     }
 }
 
-/// Answers one request and closes the connection; returns its request line.
+/// Answers one request and closes the connection. Its request line is logged before any answer
+/// is written, so a client that got an answer always finds its request in the log.
 fn serve(
     mut stream: TcpStream,
     behaviour: Behaviour,
     revision: &str,
     image: &[u8],
-) -> Option<String> {
+    log: &Mutex<Vec<String>>,
+) -> Option<()> {
     let mut request = Vec::new();
     let mut byte = [0u8; 1];
     while !request.ends_with(b"\r\n\r\n") {
@@ -410,6 +410,7 @@ fn serve(
         .next()
         .unwrap_or("")
         .to_owned();
+    log.lock().expect("log").push(line.clone());
     let digest = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(image));
     let version = if behaviour == Behaviour::TooNew { 7 } else { 6 };
     let headers = format!(
@@ -424,7 +425,7 @@ fn serve(
     if !known.contains(&line) {
         let _ = stream
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        return Some(line);
+        return Some(());
     }
     let _ = stream.write_all(headers.as_bytes());
     if line.starts_with("GET") {
@@ -440,7 +441,7 @@ fn serve(
     }
     let _ = stream.flush();
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    Some(line)
+    Some(())
 }
 
 #[test]
