@@ -440,3 +440,38 @@ pub fn assert_error(answer: &Answer, status: u16, code: &str) {
     );
     assert!(json["retryable"].is_boolean(), "{json}");
 }
+
+/// `Content-Type: application/octet-stream`, the one type `PUT /userdb` takes.
+pub const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
+
+/// The `Authorization` value for a bearer token.
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// `PUT /userdb` with `token`, one precondition header and `body`.
+pub async fn put_userdb(
+    http: &Http,
+    token: &str,
+    condition: (&str, &str),
+    body: Vec<u8>,
+) -> Answer {
+    http.send(
+        "PUT",
+        "/userdb",
+        &[("authorization", &bearer(token)), OCTET, condition],
+        Payload::Whole(body),
+    )
+    .await
+}
+
+/// `GET /userdb` with `token`.
+pub async fn get_userdb(http: &Http, token: &str) -> Answer {
+    http.send(
+        "GET",
+        "/userdb",
+        &[("authorization", &bearer(token))],
+        Payload::Empty,
+    )
+    .await
+}

@@ -12,11 +12,12 @@ use std::{io::Write as _, time::Duration};
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
-use snug_e2e::{Answer, Http, Payload, assert_error, etag_revision, userdb_vector};
+use snug_e2e::{
+    Answer, Http, OCTET, Payload, assert_error, bearer, etag_revision, get_userdb, put_userdb,
+    userdb_vector,
+};
 use snug_testcontainers::{AllInOne, HubImage, HubOptions, Service, SplitHub};
 use tokio::sync::OnceCell;
-
-const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
 
 /// The image every test of this binary uses, built at most once.
 static IMAGE: OnceCell<HubImage> = OnceCell::const_new();
@@ -47,31 +48,6 @@ fn options() -> HubOptions {
         .with_env("SNUG_RPC_CONNECT_TIMEOUT", "1s")
 }
 
-/// The gateway's port on the host, one connection per request.
-///
-/// A refused upload (412, 415, 400, 503…) is answered before its body is read, and the gateway
-/// then closes the connection without saying `Connection: close`; through Docker's port proxy the
-/// close can reach the client after it has already sent its next request on that connection, which
-/// then fails as an incomplete message. A new connection per request keeps that race out of the
-/// statuses under test.
-struct Gateway(std::net::SocketAddr);
-
-impl Gateway {
-    async fn send(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        payload: Payload,
-    ) -> Answer {
-        Http::new(self.0).send(method, path, headers, payload).await
-    }
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
 /// A plain, secrets-free v6 user database (the reference's default export of its sample).
 fn first_image() -> Vec<u8> {
     userdb_vector("sample-v6.export.snug")
@@ -80,26 +56,6 @@ fn first_image() -> Vec<u8> {
 /// Another one.
 fn second_image() -> Vec<u8> {
     userdb_vector("fresh-v6.export.snug")
-}
-
-async fn put(http: &Gateway, token: &str, condition: (&str, &str), body: Vec<u8>) -> Answer {
-    http.send(
-        "PUT",
-        "/userdb",
-        &[("authorization", &bearer(token)), OCTET, condition],
-        Payload::Whole(body),
-    )
-    .await
-}
-
-async fn get(http: &Gateway, token: &str) -> Answer {
-    http.send(
-        "GET",
-        "/userdb",
-        &[("authorization", &bearer(token))],
-        Payload::Empty,
-    )
-    .await
 }
 
 /// Asserts a 200 GET carries exactly `bytes` as revision `revision`, with every header §9.3 needs.
@@ -123,14 +79,14 @@ fn assert_image(answer: &Answer, revision: &str, bytes: &[u8]) {
 /// Repeats a PUT until it is not a 503: a restarted service's address is resolved again on the
 /// gateway's next connection attempt, which follows the channel's reconnect backoff.
 async fn put_until_served(
-    http: &Gateway,
+    http: &Http,
     token: &str,
     condition: (&str, &str),
     body: &[u8],
 ) -> Answer {
     let started = std::time::Instant::now();
     loop {
-        let answer = put(http, token, condition, body.to_vec()).await;
+        let answer = put_userdb(http, token, condition, body.to_vec()).await;
         if answer.status != 503 || started.elapsed() > Duration::from_secs(60) {
             return answer;
         }
@@ -153,13 +109,13 @@ async fn the_split_deployment_serves_the_userdb_conformance_cases() {
     else {
         return;
     };
-    let http = Gateway(hub.gateway_addr());
+    let http = Http::new(hub.gateway_addr());
     let token = hub.add_user("alice").await.expect("users add");
     let image = first_image();
 
-    assert_error(&get(&http, &token).await, 404, "NOT_FOUND");
+    assert_error(&get_userdb(&http, &token).await, 404, "NOT_FOUND");
 
-    let created = put(&http, &token, ("if-none-match", "*"), image.clone()).await;
+    let created = put_userdb(&http, &token, ("if-none-match", "*"), image.clone()).await;
     assert_eq!(
         created.status,
         204,
@@ -167,9 +123,9 @@ async fn the_split_deployment_serves_the_userdb_conformance_cases() {
         String::from_utf8_lossy(&created.body)
     );
     let first = etag_revision(&created);
-    assert_image(&get(&http, &token).await, &first, &image);
+    assert_image(&get_userdb(&http, &token).await, &first, &image);
 
-    let updated = put(
+    let updated = put_userdb(
         &http,
         &token,
         ("if-match", &format!("\"{first}\"")),
@@ -181,7 +137,7 @@ async fn the_split_deployment_serves_the_userdb_conformance_cases() {
     assert_ne!(second, first);
 
     // A stale If-Match: 412 with the current revision, in the ETag and the body.
-    let stale = put(
+    let stale = put_userdb(
         &http,
         &token,
         ("if-match", &format!("\"{first}\"")),
@@ -225,7 +181,7 @@ async fn the_split_deployment_serves_the_userdb_conformance_cases() {
         .await;
     assert_error(&text, 415, "UNSUPPORTED_MEDIA_TYPE");
 
-    let not_sqlite = put(
+    let not_sqlite = put_userdb(
         &http,
         &token,
         ("if-match", &second),
@@ -240,7 +196,7 @@ async fn the_split_deployment_serves_the_userdb_conformance_cases() {
     }
 
     // The refusals stored nothing.
-    assert_image(&get(&http, &token).await, &second, &second_image());
+    assert_image(&get_userdb(&http, &token).await, &second, &second_image());
 
     // Every role's own health check probes what that role serves.
     for (service, expect) in [
@@ -270,9 +226,10 @@ async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_kee
     else {
         return;
     };
-    let http = Gateway(hub.gateway_addr());
+    let http = Http::new(hub.gateway_addr());
     let token = hub.add_user("alice").await.expect("users add");
-    let first = etag_revision(&put(&http, &token, ("if-none-match", "*"), first_image()).await);
+    let first =
+        etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first_image()).await);
 
     // Schema stopped mid-run: a PUT cannot be validated, so it is refused, promptly and
     // retryably, and nothing is stored.
@@ -280,7 +237,7 @@ async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_kee
         .await
         .expect("stop schema");
     let started = std::time::Instant::now();
-    let refused = put(&http, &token, ("if-match", &first), second_image()).await;
+    let refused = put_userdb(&http, &token, ("if-match", &first), second_image()).await;
     assert_error(&refused, 503, "SERVICE_UNAVAILABLE");
     assert_eq!(refused.json()["retryable"], true);
     let retry_after: u64 = refused
@@ -293,7 +250,7 @@ async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_kee
         "no hang: {:?}",
         started.elapsed()
     );
-    assert_image(&get(&http, &token).await, &first, &first_image());
+    assert_image(&get_userdb(&http, &token).await, &first, &first_image());
     assert_eq!(
         http.send("GET", "/readyz", &[], Payload::Empty)
             .await
@@ -327,7 +284,7 @@ async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_kee
         hub.logs(Service::Sync).await
     );
     let third = etag_revision(&after);
-    assert_image(&get(&http, &token).await, &third, &first_image());
+    assert_image(&get_userdb(&http, &token).await, &third, &first_image());
     let revisions = http
         .send(
             "GET",
@@ -358,9 +315,9 @@ async fn the_all_in_one_container_runs_read_only_as_non_root() {
     let hub = AllInOne::start(&image, options())
         .await
         .expect("the all-in-one hub");
-    let http = Gateway(hub.http_addr());
+    let http = Http::new(hub.http_addr());
     let token = hub.add_user("alice").await.expect("users add");
-    let created = put(&http, &token, ("if-none-match", "*"), first_image()).await;
+    let created = put_userdb(&http, &token, ("if-none-match", "*"), first_image()).await;
     assert_eq!(
         created.status,
         204,
@@ -368,7 +325,7 @@ async fn the_all_in_one_container_runs_read_only_as_non_root() {
         String::from_utf8_lossy(&created.body)
     );
     assert_image(
-        &get(&http, &token).await,
+        &get_userdb(&http, &token).await,
         &etag_revision(&created),
         &first_image(),
     );

@@ -7,14 +7,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
-use snug_e2e::{Answer, Http, Hub, Options, Payload, assert_error, etag_revision, userdb_vector};
+use snug_e2e::{
+    Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, etag_revision, put_userdb,
+    userdb_vector,
+};
 use snug_gateway::config::AuthMode;
-
-const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
 
 /// A plain, secrets-free user database (the reference's default export of its sample).
 fn image() -> Vec<u8> {
@@ -30,16 +27,6 @@ async fn hub() -> (Hub, Http) {
     let hub = Hub::start(Options::default()).await;
     let http = Http::new(hub.http);
     (hub, http)
-}
-
-async fn put(http: &Http, token: &str, condition: (&str, &str), body: Vec<u8>) -> Answer {
-    http.send(
-        "PUT",
-        "/userdb",
-        &[("authorization", &bearer(token)), OCTET, condition],
-        Payload::Whole(body),
-    )
-    .await
 }
 
 #[tokio::test]
@@ -83,7 +70,7 @@ async fn first_write_then_get_returns_the_exact_bytes_and_every_header() {
         .await;
     assert_error(&bare, 428, "PRECONDITION_REQUIRED");
 
-    let created = put(&http, &token, ("if-none-match", "*"), image()).await;
+    let created = put_userdb(&http, &token, ("if-none-match", "*"), image()).await;
     assert_eq!(created.status, 204);
     assert!(created.body.is_empty());
     let revision = etag_revision(&created);
@@ -137,7 +124,7 @@ async fn conditional_get_answers_304_for_the_current_revision_in_any_spelling() 
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
     let auth = bearer(&token);
-    let revision = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
+    let revision = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
     for spelling in [
         format!("\"{revision}\""),
         revision.clone(),
@@ -175,7 +162,7 @@ async fn compare_and_swap_statuses() {
     let token = hub.add_user("alice");
 
     // If-Match before any image: 412 without ETag or revision.
-    let early = put(
+    let early = put_userdb(
         &http,
         &token,
         ("if-match", "\"r1-0000000000000000\""),
@@ -186,23 +173,23 @@ async fn compare_and_swap_statuses() {
     assert_eq!(early.header("etag"), "");
     assert!(early.json().get("revision").is_none());
 
-    let first = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
+    let first = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
 
     // If-None-Match: * once an image exists: 412 with the current revision.
-    let again = put(&http, &token, ("if-none-match", "*"), other_image()).await;
+    let again = put_userdb(&http, &token, ("if-none-match", "*"), other_image()).await;
     assert_error(&again, 412, "REVISION_MISMATCH");
     assert_eq!(again.header("etag"), format!("\"{first}\""));
     assert_eq!(again.json()["revision"], first);
     assert_eq!(again.json()["retryable"], true);
 
     // Matching If-Match, unquoted (the reference's clients send it bare): 204 and a new revision.
-    let second_answer = put(&http, &token, ("if-match", &first), other_image()).await;
+    let second_answer = put_userdb(&http, &token, ("if-match", &first), other_image()).await;
     assert_eq!(second_answer.status, 204);
     let second = etag_revision(&second_answer);
     assert_ne!(second, first);
 
     // The old revision is now stale: 412, the current one in ETag and body.
-    let stale = put(
+    let stale = put_userdb(
         &http,
         &token,
         ("if-match", &format!("\"{first}\"")),
@@ -230,10 +217,10 @@ async fn compare_and_swap_statuses() {
     assert_eq!(stale.json()["revision"], second);
 
     // `If-Match: *` means "whatever is current" (RFC 9110) and a weak tag never matches.
-    let star = put(&http, &token, ("if-match", "*"), image()).await;
+    let star = put_userdb(&http, &token, ("if-match", "*"), image()).await;
     assert_eq!(star.status, 204);
     let third = etag_revision(&star);
-    let weak = put(
+    let weak = put_userdb(
         &http,
         &token,
         ("if-match", &format!("W/\"{third}\"")),
@@ -306,13 +293,13 @@ async fn refused_bodies_each_have_their_own_code_and_store_nothing() {
         ),
     ];
     for (body, code) in cases {
-        let answer = put(&http, &token, ("if-none-match", "*"), body).await;
+        let answer = put_userdb(&http, &token, ("if-none-match", "*"), body).await;
         assert_error(&answer, 400, code);
     }
     // A truncated SQLite file: the right magic, damaged content.
     let mut truncated = image();
     truncated.truncate(4096 + 100);
-    let answer = put(&http, &token, ("if-none-match", "*"), truncated).await;
+    let answer = put_userdb(&http, &token, ("if-none-match", "*"), truncated).await;
     assert_eq!(answer.status, 400, "{}", answer.code());
 
     let missing = http
@@ -351,7 +338,7 @@ async fn quota_boundary_from_content_length_and_while_streaming() {
     // One byte over, declared: refused before the body is read.
     let mut over = image();
     over.push(0);
-    let declared = put(&http, &token, ("if-none-match", "*"), over.clone()).await;
+    let declared = put_userdb(&http, &token, ("if-none-match", "*"), over.clone()).await;
     assert_error(&declared, 413, "USERDB_TOO_LARGE");
     // One byte over, streamed without a length: refused while streaming.
     let streamed = http
@@ -379,7 +366,7 @@ async fn quota_boundary_from_content_length_and_while_streaming() {
 async fn racing_writers_one_wins_the_other_gets_412_with_the_winners_etag() {
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
-    let base = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
+    let base = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
     for round in 0..3 {
         let base = if round == 0 {
             base.clone()
@@ -396,8 +383,8 @@ async fn racing_writers_one_wins_the_other_gets_412_with_the_winners_etag() {
         };
         let quoted = format!("\"{base}\"");
         let (a, b) = tokio::join!(
-            put(&http, &token, ("if-match", &quoted), other_image()),
-            put(&http, &token, ("if-match", &quoted), image()),
+            put_userdb(&http, &token, ("if-match", &quoted), other_image()),
+            put_userdb(&http, &token, ("if-match", &quoted), image()),
         );
         let (winner, loser) = match (a.status, b.status) {
             (204, 412) => (a, b),
@@ -419,7 +406,8 @@ async fn another_users_image_looks_exactly_like_a_missing_one() {
     let alice = hub.add_user("alice");
     let bob = hub.add_user("bob");
     let carol = hub.add_user("carol");
-    let alice_rev = etag_revision(&put(&http, &alice, ("if-none-match", "*"), image()).await);
+    let alice_rev =
+        etag_revision(&put_userdb(&http, &alice, ("if-none-match", "*"), image()).await);
 
     let as_bob = http
         .send(
@@ -475,7 +463,7 @@ async fn another_users_image_looks_exactly_like_a_missing_one() {
     assert_eq!(list.json()["revisions"], serde_json::json!([]));
     // Bob's first write is his own and leaves Alice's untouched.
     assert_eq!(
-        put(&http, &bob, ("if-none-match", "*"), other_image())
+        put_userdb(&http, &bob, ("if-none-match", "*"), other_image())
             .await
             .status,
         204
@@ -497,8 +485,9 @@ async fn revisions_list_and_restore_copy_forward() {
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
     let auth = bearer(&token);
-    let first = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
-    let second = etag_revision(&put(&http, &token, ("if-match", &first), other_image()).await);
+    let first = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
+    let second =
+        etag_revision(&put_userdb(&http, &token, ("if-match", &first), other_image()).await);
 
     let list = http
         .send(
@@ -807,7 +796,7 @@ async fn sessions_need_csrf_for_writes_and_bearer_tokens_do_not() {
     // Bearer writes are exempt.
     let rev = etag_revision(&ok);
     assert_eq!(
-        put(&http, &token, ("if-match", &rev), other_image())
+        put_userdb(&http, &token, ("if-match", &rev), other_image())
             .await
             .status,
         204
@@ -843,7 +832,7 @@ async fn cors_is_fail_closed() {
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
     let auth = bearer(&token);
-    etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
+    etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
 
     let allowed = http
         .send(
@@ -968,7 +957,7 @@ async fn a_dead_service_gives_503_with_retry_after_and_the_hub_recovers() {
     let http = Http::new(hub.http);
     let token = hub.add_user("alice");
     let auth = bearer(&token);
-    let rev = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
+    let rev = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
 
     hub.stop_services().await;
     let started = Instant::now();
@@ -1218,7 +1207,7 @@ async fn per_app_export_has_natural_names_and_nothing_else() {
         .send("GET", path, &[("authorization", &auth)], Payload::Empty)
         .await;
     assert_error(&before, 404, "NOT_FOUND");
-    put(&http, &token, ("if-none-match", "*"), image()).await;
+    put_userdb(&http, &token, ("if-none-match", "*"), image()).await;
 
     let export = http
         .send("GET", path, &[("authorization", &auth)], Payload::Empty)
@@ -1355,7 +1344,7 @@ async fn image_responses_carry_the_storage_version_beside_etag_and_digest() {
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
     let auth = bearer(&token);
-    let revision = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
+    let revision = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
     let digest = format!(
         "sha-256=:{}:",
         base64::engine::general_purpose::STANDARD.encode(Sha256::digest(image()))
@@ -1537,8 +1526,9 @@ async fn a_named_revision_is_served_with_the_same_headers_as_the_current_image()
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
     let auth = bearer(&token);
-    let first = etag_revision(&put(&http, &token, ("if-none-match", "*"), image()).await);
-    let second = etag_revision(&put(&http, &token, ("if-match", &first), other_image()).await);
+    let first = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), image()).await);
+    let second =
+        etag_revision(&put_userdb(&http, &token, ("if-match", &first), other_image()).await);
     let current = http
         .send(
             "GET",
@@ -1665,7 +1655,8 @@ async fn a_named_revision_the_caller_cannot_have_is_one_uniform_404() {
     let (hub, http) = hub().await;
     let alice = hub.add_user("alice");
     let bob = hub.add_user("bob");
-    let alice_rev = etag_revision(&put(&http, &alice, ("if-none-match", "*"), image()).await);
+    let alice_rev =
+        etag_revision(&put_userdb(&http, &alice, ("if-none-match", "*"), image()).await);
     let bob_auth = bearer(&bob);
 
     // Before Bob has any image, then after.
@@ -1673,7 +1664,7 @@ async fn a_named_revision_the_caller_cannot_have_is_one_uniform_404() {
     for round in 0..2 {
         if round == 1 {
             assert_eq!(
-                put(&http, &bob, ("if-none-match", "*"), other_image())
+                put_userdb(&http, &bob, ("if-none-match", "*"), other_image())
                     .await
                     .status,
                 204
