@@ -14,7 +14,13 @@ async fn start() -> Channel {
     ));
     services.names.push(snug_schema_service::SERVICE_NAME);
     tokio::spawn(async move {
-        serve(&ServerConfig::for_tests(), listener, services, std::future::pending()).await
+        serve(
+            &ServerConfig::for_tests(),
+            listener,
+            services,
+            std::future::pending(),
+        )
+        .await
     });
     Channel::from_shared(format!("http://{addr}"))
         .expect("url")
@@ -25,11 +31,19 @@ async fn start() -> Channel {
 
 #[tokio::test]
 async fn health_reports_serving_for_the_server_and_each_service() {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
     let mut health = HealthClient::new(start().await);
-    for service in ["", snug_container_service::SERVICE_NAME, snug_schema_service::SERVICE_NAME] {
+    for service in [
+        "",
+        snug_container_service::SERVICE_NAME,
+        snug_schema_service::SERVICE_NAME,
+    ] {
         let status = health
-            .check(HealthCheckRequest { service: service.to_owned() })
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
             .await
             .expect("check")
             .into_inner()
@@ -37,7 +51,9 @@ async fn health_reports_serving_for_the_server_and_each_service() {
         assert_eq!(status, ServingStatus::Serving, "{service:?}");
     }
     let unknown = health
-        .check(HealthCheckRequest { service: "snug.nope.v1.Nope".to_owned() })
+        .check(HealthCheckRequest {
+            service: "snug.nope.v1.Nope".to_owned(),
+        })
         .await
         .expect_err("unknown service");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
@@ -65,9 +81,18 @@ async fn reflection_lists_the_services() {
         panic!("unexpected reflection response");
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&snug_container_service::SERVICE_NAME.to_owned()), "{names:?}");
-    assert!(names.contains(&snug_schema_service::SERVICE_NAME.to_owned()), "{names:?}");
-    assert!(names.contains(&"grpc.health.v1.Health".to_owned()), "{names:?}");
+    assert!(
+        names.contains(&snug_container_service::SERVICE_NAME.to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&snug_schema_service::SERVICE_NAME.to_owned()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_owned()),
+        "{names:?}"
+    );
 }
 
 #[tokio::test]
@@ -89,13 +114,18 @@ async fn both_services_answer_on_the_shared_port() {
     .into_inner();
     assert_eq!(format.format(), snug_proto::container::v1::Format::Sqlite);
     let header = pb::InspectUserDatabaseRequest {
-        message: Some(Message::Header(pb::InspectUserDatabaseHeader { expected_length: None })),
+        message: Some(Message::Header(pb::InspectUserDatabaseHeader {
+            expected_length: None,
+        })),
     };
     let status = SchemaServiceClient::new(channel)
         .inspect_user_database(tokio_stream::iter([header]))
         .await
         .expect_err("an empty file is not SQLite");
-    assert_eq!(snug_rpc::status::reason_of(&status).as_deref(), Some("NOT_SQLITE"));
+    assert_eq!(
+        snug_rpc::status::reason_of(&status).as_deref(),
+        Some("NOT_SQLITE")
+    );
 }
 
 /// Starts the container service with `config` and returns a channel plus the shutdown trigger and
@@ -154,13 +184,17 @@ async fn slow_unlock(channel: Channel, container: bytes::Bytes) -> Result<(), to
 
 #[tokio::test]
 async fn sigterm_style_shutdown_flips_health_and_stops_the_server() {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
     let mut config = ServerConfig::for_tests();
     config.shutdown_grace = std::time::Duration::from_secs(2);
     let (channel, shutdown, server) = start_with(config).await;
     let mut health = HealthClient::new(channel.clone());
     let mut watch = health
-        .watch(HealthCheckRequest { service: String::new() })
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
         .await
         .expect("watch")
         .into_inner();
@@ -189,7 +223,10 @@ async fn the_request_timeout_bounds_a_slow_call() {
         .await
         .expect_err("a 600k-iteration unlock cannot finish in 5 ms");
     assert!(
-        matches!(status.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded),
+        matches!(
+            status.code(),
+            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+        ),
         "{status:?}"
     );
 }
@@ -200,10 +237,9 @@ async fn requests_beyond_the_concurrency_limit_are_shed_not_queued() {
     config.concurrency_limit = 1;
     let (channel, _shutdown, _server) = start_with(config).await;
     let container = reference_container();
-    let results = futures::future::join_all(
-        (0..6).map(|_| slow_unlock(channel.clone(), container.clone())),
-    )
-    .await;
+    let results =
+        futures::future::join_all((0..6).map(|_| slow_unlock(channel.clone(), container.clone())))
+            .await;
     let shed = results
         .iter()
         .filter(|r| {
@@ -219,7 +255,9 @@ async fn requests_beyond_the_concurrency_limit_are_shed_not_queued() {
 
 #[tokio::test]
 async fn health_checks_are_answered_while_the_limit_is_saturated() {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
     let mut config = ServerConfig::for_tests();
     config.concurrency_limit = 1;
     let (channel, _shutdown, _server) = start_with(config).await;
@@ -236,7 +274,9 @@ async fn health_checks_are_answered_while_the_limit_is_saturated() {
     let mut health = HealthClient::new(channel.clone());
     for _ in 0..20 {
         let status = health
-            .check(HealthCheckRequest { service: String::new() })
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
             .await
             .expect("health is never shed")
             .into_inner()

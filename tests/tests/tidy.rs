@@ -23,13 +23,22 @@ fn dependency_closure() -> BTreeMap<String, BTreeSet<String>> {
         .current_dir(root())
         .output()
         .expect("cargo metadata");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
     let names: BTreeMap<String, String> = metadata["packages"]
         .as_array()
         .expect("packages")
         .iter()
-        .map(|p| (p["id"].as_str().expect("id").to_owned(), p["name"].as_str().expect("name").to_owned()))
+        .map(|p| {
+            (
+                p["id"].as_str().expect("id").to_owned(),
+                p["name"].as_str().expect("name").to_owned(),
+            )
+        })
         .collect();
     let mut direct: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for node in metadata["resolve"]["nodes"].as_array().expect("nodes") {
@@ -78,7 +87,13 @@ fn dependency_closure() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn domain_crates_and_the_cli_stay_free_of_rpc_and_http() {
     let closure = dependency_closure();
-    let domain = ["snug-container", "snug-schema", "snug-materialize", "snug-revstore", "snug-restore"];
+    let domain = [
+        "snug-container",
+        "snug-schema",
+        "snug-materialize",
+        "snug-revstore",
+        "snug-restore",
+    ];
     let rpc = ["tonic", "prost", "axum", "hyper", "snug-proto", "snug-rpc"];
     let mut violations = Vec::new();
     for (package, deps) in &closure {
@@ -99,8 +114,14 @@ fn domain_crates_and_the_cli_stay_free_of_rpc_and_http() {
         }
     }
     assert!(violations.is_empty(), "{violations:#?}");
-    assert!(closure.contains_key("snug-container"), "the check sees the workspace");
-    assert!(closure.contains_key("snug-gateway"), "the check sees the gateway");
+    assert!(
+        closure.contains_key("snug-container"),
+        "the check sees the workspace"
+    );
+    assert!(
+        closure.contains_key("snug-gateway"),
+        "the check sees the gateway"
+    );
 }
 
 #[test]
@@ -123,7 +144,9 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries {
             let path = entry.expect("entry").path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -147,19 +170,32 @@ fn every_rust_file_opens_with_a_doc_line() {
         for file in rust_files(&root().join(top)) {
             let text = std::fs::read_to_string(&file).expect("read");
             if !text.starts_with("//!") {
-                missing.push(file.strip_prefix(root()).unwrap_or(&file).display().to_string());
+                missing.push(
+                    file.strip_prefix(root())
+                        .unwrap_or(&file)
+                        .display()
+                        .to_string(),
+                );
             }
         }
     }
-    assert!(missing.is_empty(), "files without a leading //! line: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "files without a leading //! line: {missing:#?}"
+    );
 }
 
 #[test]
 fn every_container_reason_is_documented_in_architecture_md() {
-    let architecture = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
-    let proto = std::fs::read_to_string(root().join("proto/snug/container/v1/container.proto")).expect("proto");
+    let architecture =
+        std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let proto = std::fs::read_to_string(root().join("proto/snug/container/v1/container.proto"))
+        .expect("proto");
     for reason in snug_container_service::reason::ALL {
-        assert!(architecture.contains(&format!("`{reason}`")), "ARCHITECTURE.md lacks `{reason}`");
+        assert!(
+            architecture.contains(&format!("`{reason}`")),
+            "ARCHITECTURE.md lacks `{reason}`"
+        );
         assert!(proto.contains(reason), "container.proto lacks {reason}");
     }
 }

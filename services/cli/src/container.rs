@@ -61,7 +61,9 @@ pub(crate) fn inspect(file: &Path, limits: &Limits) -> Result<Outcome, Failure> 
         Format::Sqlite => {
             // The storage version comes from the schema crate's read-only inspection; a file it
             // cannot inspect is still reported by format, and `snug check` says why.
-            let version = snug_schema::inspect_bytes(&bytes).ok().map(|i| i.storage_version);
+            let version = snug_schema::inspect_bytes(&bytes)
+                .ok()
+                .map(|i| i.storage_version);
             let text = match version {
                 Some(version) => format!(
                     "{}: plain Snug user database (SQLite), storage version {version}",
@@ -93,7 +95,12 @@ pub(crate) fn inspect(file: &Path, limits: &Limits) -> Result<Outcome, Failure> 
         )),
         Format::Container => {
             let info = snug_container::inspect(&bytes, limits)?;
-            let slots: Vec<String> = info.header.slots.iter().map(|s| slot_name(s.kind)).collect();
+            let slots: Vec<String> = info
+                .header
+                .slots
+                .iter()
+                .map(|s| slot_name(s.kind))
+                .collect();
             let text = format!(
                 "{}: protected Snug file (SNUGENC1 v{}), structurally sound\n  \
                  kdf: PBKDF2-HMAC-SHA256, {} iterations\n  slots: {}\n  \
@@ -143,10 +150,14 @@ pub(crate) fn protect(
     }
     // The custody rule comes first, before any secret is asked for or any byte is written.
     eprintln!("{CUSTODY_RULE}\n");
-    let passphrase =
-        secrets::new_passphrase(passphrase_file, secrets::ENV_PASSPHRASE, "--passphrase-file")?;
+    let passphrase = secrets::new_passphrase(
+        passphrase_file,
+        secrets::ENV_PASSPHRASE,
+        "--passphrase-file",
+    )?;
     let recovery_key = RecoveryKey::generate();
-    let container = snug_container::seal(&plaintext, &passphrase, &recovery_key, iterations, limits)?;
+    let container =
+        snug_container::seal(&plaintext, &passphrase, &recovery_key, iterations, limits)?;
     files::write(out, &container)?;
     Ok(Outcome {
         text: format!(
@@ -244,7 +255,8 @@ pub(crate) fn rotate_recovery_key(
     let container = files::read(file)?;
     snug_container::inspect(&container, limits)?;
     let secrets = secrets::opening_secrets(secret_args)?;
-    let (rotated, recovery_key) = snug_container::rotate_recovery_key(&container, &secrets, limits)?;
+    let (rotated, recovery_key) =
+        snug_container::rotate_recovery_key(&container, &secrets, limits)?;
     // The new key is shown before the file changes: if the write then fails, the old key still
     // opens the unchanged file, so at no moment is the user left without a working key.
     if !json {

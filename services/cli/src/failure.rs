@@ -65,7 +65,9 @@ impl From<OpenError> for Failure {
             OpenError::TooLarge { plaintext_len, max } => Failure::new(
                 Exit::Other,
                 "TOO_LARGE",
-                format!("the protected contents are {plaintext_len} bytes, over the limit of {max}"),
+                format!(
+                    "the protected contents are {plaintext_len} bytes, over the limit of {max}"
+                ),
             ),
         }
     }
@@ -260,7 +262,11 @@ impl From<snug_materialize::LoadError> for Failure {
             L::NotSqlite | L::Malformed { .. } => Exit::Corrupt,
             L::TooLarge { .. } | L::Sqlite(_) => Exit::Other,
         };
-        Failure::new(exit, err.reason(), format!("the runtime database: {}", with_causes(&err)))
+        Failure::new(
+            exit,
+            err.reason(),
+            format!("the runtime database: {}", with_causes(&err)),
+        )
     }
 }
 

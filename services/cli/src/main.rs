@@ -235,7 +235,14 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             iterations,
             passphrase_file,
             force,
-        } => container::protect(&input, &out, iterations, passphrase_file.as_deref(), force, &limits),
+        } => container::protect(
+            &input,
+            &out,
+            iterations,
+            passphrase_file.as_deref(),
+            force,
+            &limits,
+        ),
         Command::Unlock {
             input,
             out,

@@ -54,7 +54,13 @@ fn on_terminal() -> bool {
 fn prompt(label: &str) -> Result<Zeroizing<String>, Failure> {
     rpassword::prompt_password(label)
         .map(Zeroizing::new)
-        .map_err(|e| Failure::new(Exit::Other, "IO", format!("cannot read from the terminal: {e}")))
+        .map_err(|e| {
+            Failure::new(
+                Exit::Other,
+                "IO",
+                format!("cannot read from the terminal: {e}"),
+            )
+        })
 }
 
 /// The secrets that may open an existing file: flags, then environment, then a prompt.
@@ -93,7 +99,11 @@ pub(crate) fn current_passphrase(args: &SecretArgs) -> Result<Passphrase, Failur
     match passphrase {
         Some(p) => Ok(Passphrase::new(p.as_str())),
         None if on_terminal() => Ok(Passphrase::new(prompt("Current passphrase: ")?.as_str())),
-        None => Err(no_secret("the current passphrase", "--passphrase-file", ENV_PASSPHRASE)),
+        None => Err(no_secret(
+            "the current passphrase",
+            "--passphrase-file",
+            ENV_PASSPHRASE,
+        )),
     }
 }
 

@@ -11,10 +11,16 @@ const PASSPHRASE: &str = "correct horse battery staple";
 const RECOVERY_KEY: &str = "ABCDE-FGHJK-MNPQR-STVWX-YZ234-56";
 
 fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-    });
-    assert!(dir.is_dir(), "reference vectors not found at {}", dir.display());
+    let dir = std::env::var_os("SNUG_VECTORS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
+        });
+    assert!(
+        dir.is_dir(),
+        "reference vectors not found at {}",
+        dir.display()
+    );
     dir
 }
 
@@ -79,30 +85,155 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let p = |path: &Path| path.display().to_string();
 
     let cases = vec![
-        Case { name: "inspect container", args: vec!["inspect".into(), p(&c01)], env: vec![], exit: 0, error_code: None },
-        Case { name: "inspect plain", args: vec!["inspect".into(), p(&plain)], env: vec![], exit: 0, error_code: None },
-        Case { name: "inspect damaged header", args: vec!["inspect".into(), p(&n01)], env: vec![], exit: 4, error_code: Some("CORRUPT") },
-        Case { name: "inspect truncated", args: vec!["inspect".into(), p(&n03)], env: vec![], exit: 4, error_code: Some("CORRUPT") },
-        Case { name: "inspect unknown format", args: vec!["inspect".into(), p(&garbage)], env: vec![], exit: 4, error_code: Some("UNKNOWN_FORMAT") },
-        Case { name: "unlock sqlite-looking bytes", args: vec!["unlock".into(), p(&n12), "--out".into(), out("i")], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 4, error_code: Some("NOT_A_CONTAINER") },
-        Case { name: "inspect newer version", args: vec!["inspect".into(), p(&newer)], env: vec![], exit: 5, error_code: Some("UNSUPPORTED_FORMAT_VERSION") },
-        Case { name: "weak kdf is corrupt by default", args: vec!["inspect".into(), p(&c03)], env: vec![], exit: 4, error_code: Some("CORRUPT") },
-        Case { name: "unlock wrong passphrase", args: vec!["unlock".into(), p(&c01), "--out".into(), out("a")], env: vec![("SNUG_PASSPHRASE", "wrong")], exit: 3, error_code: Some("LOCKED") },
-        Case { name: "unlock no secret off a terminal", args: vec!["unlock".into(), p(&c01), "--out".into(), out("b")], env: vec![], exit: 3, error_code: Some("LOCKED") },
-        Case { name: "unlock payload bit flip", args: vec!["unlock".into(), p(&n05), "--out".into(), out("c")], env: vec![("SNUG_PASSPHRASE", PASSPHRASE), ("SNUG_MIN_ITERATIONS", "1000")], exit: 4, error_code: Some("CORRUPT") },
-        Case { name: "unlock a plain file", args: vec!["unlock".into(), p(&plain), "--out".into(), out("d")], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 4, error_code: Some("NOT_A_CONTAINER") },
-        Case { name: "unlock onto its input", args: vec!["unlock".into(), p(&c01), "--out".into(), p(&c01)], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 2, error_code: Some("USAGE") },
-        Case { name: "unknown flag", args: vec!["inspect".into(), "--nope".into(), p(&c01)], env: vec![], exit: 2, error_code: None },
-        Case { name: "missing file", args: vec!["inspect".into(), out("missing")], env: vec![], exit: 1, error_code: Some("IO") },
-        Case { name: "protect a container", args: vec!["protect".into(), p(&c01), "--out".into(), out("e")], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 1, error_code: Some("ALREADY_PROTECTED") },
-        Case { name: "protect garbage", args: vec!["protect".into(), p(&garbage), "--out".into(), out("f")], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 4, error_code: Some("NOT_A_USER_DATABASE") },
-        Case { name: "protect with a weak kdf", args: vec!["protect".into(), p(&plain), "--out".into(), out("g"), "--iterations".into(), "10".into()], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 2, error_code: Some("USAGE") },
-        Case { name: "protect without a passphrase off a terminal", args: vec!["protect".into(), p(&plain), "--out".into(), out("h")], env: vec![], exit: 2, error_code: Some("USAGE") },
+        Case {
+            name: "inspect container",
+            args: vec!["inspect".into(), p(&c01)],
+            env: vec![],
+            exit: 0,
+            error_code: None,
+        },
+        Case {
+            name: "inspect plain",
+            args: vec!["inspect".into(), p(&plain)],
+            env: vec![],
+            exit: 0,
+            error_code: None,
+        },
+        Case {
+            name: "inspect damaged header",
+            args: vec!["inspect".into(), p(&n01)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "inspect truncated",
+            args: vec!["inspect".into(), p(&n03)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "inspect unknown format",
+            args: vec!["inspect".into(), p(&garbage)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("UNKNOWN_FORMAT"),
+        },
+        Case {
+            name: "unlock sqlite-looking bytes",
+            args: vec!["unlock".into(), p(&n12), "--out".into(), out("i")],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 4,
+            error_code: Some("NOT_A_CONTAINER"),
+        },
+        Case {
+            name: "inspect newer version",
+            args: vec!["inspect".into(), p(&newer)],
+            env: vec![],
+            exit: 5,
+            error_code: Some("UNSUPPORTED_FORMAT_VERSION"),
+        },
+        Case {
+            name: "weak kdf is corrupt by default",
+            args: vec!["inspect".into(), p(&c03)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "unlock wrong passphrase",
+            args: vec!["unlock".into(), p(&c01), "--out".into(), out("a")],
+            env: vec![("SNUG_PASSPHRASE", "wrong")],
+            exit: 3,
+            error_code: Some("LOCKED"),
+        },
+        Case {
+            name: "unlock no secret off a terminal",
+            args: vec!["unlock".into(), p(&c01), "--out".into(), out("b")],
+            env: vec![],
+            exit: 3,
+            error_code: Some("LOCKED"),
+        },
+        Case {
+            name: "unlock payload bit flip",
+            args: vec!["unlock".into(), p(&n05), "--out".into(), out("c")],
+            env: vec![
+                ("SNUG_PASSPHRASE", PASSPHRASE),
+                ("SNUG_MIN_ITERATIONS", "1000"),
+            ],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "unlock a plain file",
+            args: vec!["unlock".into(), p(&plain), "--out".into(), out("d")],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 4,
+            error_code: Some("NOT_A_CONTAINER"),
+        },
+        Case {
+            name: "unlock onto its input",
+            args: vec!["unlock".into(), p(&c01), "--out".into(), p(&c01)],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 2,
+            error_code: Some("USAGE"),
+        },
+        Case {
+            name: "unknown flag",
+            args: vec!["inspect".into(), "--nope".into(), p(&c01)],
+            env: vec![],
+            exit: 2,
+            error_code: None,
+        },
+        Case {
+            name: "missing file",
+            args: vec!["inspect".into(), out("missing")],
+            env: vec![],
+            exit: 1,
+            error_code: Some("IO"),
+        },
+        Case {
+            name: "protect a container",
+            args: vec!["protect".into(), p(&c01), "--out".into(), out("e")],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 1,
+            error_code: Some("ALREADY_PROTECTED"),
+        },
+        Case {
+            name: "protect garbage",
+            args: vec!["protect".into(), p(&garbage), "--out".into(), out("f")],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 4,
+            error_code: Some("NOT_A_USER_DATABASE"),
+        },
+        Case {
+            name: "protect with a weak kdf",
+            args: vec![
+                "protect".into(),
+                p(&plain),
+                "--out".into(),
+                out("g"),
+                "--iterations".into(),
+                "10".into(),
+            ],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 2,
+            error_code: Some("USAGE"),
+        },
+        Case {
+            name: "protect without a passphrase off a terminal",
+            args: vec!["protect".into(), p(&plain), "--out".into(), out("h")],
+            env: vec![],
+            exit: 2,
+            error_code: Some("USAGE"),
+        },
     ];
-    let before: Vec<(PathBuf, String)> = [&c01, &c03, &n01, &n03, &n05, &n12, &plain, &newer, &garbage]
-        .iter()
-        .map(|p| (p.to_path_buf(), sha256(p)))
-        .collect();
+    let before: Vec<(PathBuf, String)> =
+        [&c01, &c03, &n01, &n03, &n05, &n12, &plain, &newer, &garbage]
+            .iter()
+            .map(|p| (p.to_path_buf(), sha256(p)))
+            .collect();
     for case in &cases {
         let mut args: Vec<&str> = case.args.iter().map(String::as_str).collect();
         args.push("--json");
@@ -118,7 +249,11 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
             let body = json(&output);
             assert_eq!(body["error"]["code"], error_code, "{}", case.name);
             assert_eq!(body["exit_code"], case.exit, "{}", case.name);
-            assert!(!String::from_utf8_lossy(&output.stderr).is_empty(), "{}", case.name);
+            assert!(
+                !String::from_utf8_lossy(&output.stderr).is_empty(),
+                "{}",
+                case.name
+            );
         }
     }
     for (path, hash) in before {
@@ -141,14 +276,27 @@ fn reference_vector_unlocks_with_either_secret() {
     for (name, env) in [
         ("by-passphrase", ("SNUG_PASSPHRASE", PASSPHRASE)),
         ("by-key", ("SNUG_RECOVERY_KEY", RECOVERY_KEY)),
-        ("by-sloppy-key", ("SNUG_RECOVERY_KEY", "abcde fghjk mnpqr stvwx yz234 56")),
+        (
+            "by-sloppy-key",
+            ("SNUG_RECOVERY_KEY", "abcde fghjk mnpqr stvwx yz234 56"),
+        ),
     ] {
         let out = dir.path().join(name);
         let output = snug(
-            &["unlock", &c01.display().to_string(), "--out", &out.display().to_string()],
+            &[
+                "unlock",
+                &c01.display().to_string(),
+                "--out",
+                &out.display().to_string(),
+            ],
             &[env],
         );
-        assert_eq!(code(&output), 0, "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        assert_eq!(
+            code(&output),
+            0,
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         assert_eq!(sha256(&out), expected, "{name}");
     }
     // Secrets from files work too, with the trailing newline an editor leaves.
@@ -180,12 +328,26 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     let sealed_arg = sealed.display().to_string();
 
     let output = snug(
-        &["protect", &plain.display().to_string(), "--out", &sealed_arg, "--json"],
+        &[
+            "protect",
+            &plain.display().to_string(),
+            "--out",
+            &sealed_arg,
+            "--json",
+        ],
         &[("SNUG_PASSPHRASE", "first passphrase")],
     );
-    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no escrow and no reset"), "custody rule stated: {stderr}");
+    assert!(
+        stderr.contains("no escrow and no reset"),
+        "custody rule stated: {stderr}"
+    );
     let body = json(&output);
     let first_key = body["recovery_key"].as_str().expect("key").to_owned();
     assert_eq!(first_key.len(), 32);
@@ -194,7 +356,13 @@ fn protect_passwd_rotate_unprotect_round_trip() {
 
     // An existing output is not clobbered without --force.
     let output = snug(
-        &["protect", &plain.display().to_string(), "--out", &sealed_arg, "--json"],
+        &[
+            "protect",
+            &plain.display().to_string(),
+            "--out",
+            &sealed_arg,
+            "--json",
+        ],
         &[("SNUG_PASSPHRASE", "first passphrase")],
     );
     assert_eq!(code(&output), 1);
@@ -204,28 +372,52 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     let before = sha256(&sealed);
     let output = snug(
         &["passwd", &sealed_arg, "--json"],
-        &[("SNUG_PASSPHRASE", "not it"), ("SNUG_NEW_PASSPHRASE", "second passphrase")],
+        &[
+            ("SNUG_PASSPHRASE", "not it"),
+            ("SNUG_NEW_PASSPHRASE", "second passphrase"),
+        ],
     );
     assert_eq!(code(&output), 3);
     assert_eq!(sha256(&sealed), before);
     let output = snug(
         &["passwd", &sealed_arg],
-        &[("SNUG_PASSPHRASE", "first passphrase"), ("SNUG_NEW_PASSPHRASE", "second passphrase")],
+        &[
+            ("SNUG_PASSPHRASE", "first passphrase"),
+            ("SNUG_NEW_PASSPHRASE", "second passphrase"),
+        ],
     );
-    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 
     let output = snug(
         &["rotate-recovery-key", &sealed_arg, "--json"],
         &[("SNUG_RECOVERY_KEY", &first_key)],
     );
-    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
-    let second_key = json(&output)["recovery_key"].as_str().expect("key").to_owned();
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let second_key = json(&output)["recovery_key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
     assert_ne!(first_key, second_key);
 
     let unlock = |env: (&str, &str), name: &str| {
         let out = dir.path().join(name);
         let output = snug(
-            &["unprotect", &sealed_arg, "--out", &out.display().to_string()],
+            &[
+                "unprotect",
+                &sealed_arg,
+                "--out",
+                &out.display().to_string(),
+            ],
             &[env],
         );
         (code(&output), out)
@@ -245,14 +437,27 @@ fn weak_kdf_files_open_only_when_the_minimum_is_lowered() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c03 = vectors().join("containers/c03-deterministic-1000iter.snug");
     let out = dir.path().join("plain");
-    let args = ["unlock", &c03.display().to_string(), "--out", &out.display().to_string()];
+    let args = [
+        "unlock",
+        &c03.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+    ];
     let output = snug(&args, &[("SNUG_PASSPHRASE", PASSPHRASE)]);
     assert_eq!(code(&output), 4);
     let output = snug(
         &args,
-        &[("SNUG_PASSPHRASE", PASSPHRASE), ("SNUG_MIN_ITERATIONS", "1000")],
+        &[
+            ("SNUG_PASSPHRASE", PASSPHRASE),
+            ("SNUG_MIN_ITERATIONS", "1000"),
+        ],
     );
-    assert_eq!(code(&output), 0, "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(
         sha256(&out),
         "28b374162ba96629492af39570f13dee3af9a544f834ce20293fc47e465eedb0"

@@ -12,10 +12,16 @@ use sha2::{Digest as _, Sha256};
 const PASSPHRASE: &str = "correct horse battery staple";
 
 fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-    });
-    assert!(dir.is_dir(), "reference vectors not found at {}", dir.display());
+    let dir = std::env::var_os("SNUG_VECTORS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
+        });
+    assert!(
+        dir.is_dir(),
+        "reference vectors not found at {}",
+        dir.display()
+    );
     dir
 }
 
@@ -55,7 +61,10 @@ fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Valu
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!("stdout is not JSON ({e}): {}", String::from_utf8_lossy(&output.stdout))
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
     })
 }
 
@@ -68,8 +77,9 @@ type Column = (String, String, bool, Option<String>, i64);
 
 /// `PRAGMA table_info` of every hub table: the shape files must share across implementations.
 fn table_shapes(path: &Path) -> BTreeMap<String, Vec<Column>> {
-    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .expect("open");
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open");
     let names: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'snug_%' ORDER BY name")
         .expect("prepare")
@@ -84,7 +94,13 @@ fn table_shapes(path: &Path) -> BTreeMap<String, Vec<Column>> {
                 .prepare(&format!("PRAGMA table_info(\"{name}\")"))
                 .expect("prepare")
                 .query_map([], |row| {
-                    Ok((row.get(1)?, row.get(2)?, row.get::<_, i64>(3)? == 1, row.get(4)?, row.get(5)?))
+                    Ok((
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get::<_, i64>(3)? == 1,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
                 })
                 .expect("query")
                 .collect::<Result<Vec<_>, _>>()
@@ -95,7 +111,10 @@ fn table_shapes(path: &Path) -> BTreeMap<String, Vec<Column>> {
 }
 
 fn contains(path: &Path, needle: &[u8]) -> bool {
-    std::fs::read(path).expect("read").windows(needle.len()).any(|w| w == needle)
+    std::fs::read(path)
+        .expect("read")
+        .windows(needle.len())
+        .any(|w| w == needle)
 }
 
 struct Case {
@@ -130,34 +149,189 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let s = |text: &str| text.to_owned();
 
     let cases = vec![
-        Case { name: "check healthy", args: vec![s("check"), p(&fresh)], env: vec![], exit: 0, error_code: None },
-        Case { name: "check needs migration", args: vec![s("check"), p(&legacy)], env: vec![], exit: 0, error_code: None },
-        Case { name: "check needs heal", args: vec![s("check"), p(&broken)], env: vec![], exit: 0, error_code: None },
-        Case { name: "check protected", args: vec![s("check"), p(&c01)], env: vec![], exit: 0, error_code: None },
-        Case { name: "check newer", args: vec![s("check"), p(&future)], env: vec![], exit: 5, error_code: Some("SCHEMA_TOO_NEW") },
-        Case { name: "check garbage", args: vec![s("check"), p(&garbage)], env: vec![], exit: 4, error_code: Some("NOT_SQLITE") },
-        Case { name: "check non-snug sqlite", args: vec![s("check"), p(&foreign)], env: vec![], exit: 4, error_code: Some("NOT_A_USER_DATABASE") },
-        Case { name: "check truncated", args: vec![s("check"), p(&truncated)], env: vec![], exit: 4, error_code: Some("MALFORMED") },
-        Case { name: "check damaged container", args: vec![s("check"), p(&n01)], env: vec![], exit: 4, error_code: Some("CORRUPT") },
-        Case { name: "check missing file", args: vec![s("check"), out("missing")], env: vec![], exit: 1, error_code: Some("IO") },
-        Case { name: "migrate newer", args: vec![s("migrate"), p(&future), s("--out"), out("a")], env: vec![], exit: 5, error_code: Some("SCHEMA_TOO_NEW") },
-        Case { name: "migrate garbage", args: vec![s("migrate"), p(&garbage), s("--out"), out("b")], env: vec![], exit: 4, error_code: Some("NOT_SQLITE") },
-        Case { name: "migrate non-snug sqlite", args: vec![s("migrate"), p(&foreign), s("--out"), out("c")], env: vec![], exit: 4, error_code: Some("NOT_A_USER_DATABASE") },
-        Case { name: "migrate truncated", args: vec![s("migrate"), p(&truncated), s("--out"), out("d")], env: vec![], exit: 4, error_code: Some("MALFORMED") },
-        Case { name: "migrate protected", args: vec![s("migrate"), p(&c01), s("--out"), out("e")], env: vec![], exit: 3, error_code: Some("PROTECTED") },
-        Case { name: "migrate onto its input", args: vec![s("migrate"), p(&legacy), s("--out"), p(&legacy)], env: vec![], exit: 2, error_code: Some("USAGE") },
-        Case { name: "migrate onto an existing file", args: vec![s("migrate"), p(&legacy), s("--out"), p(&existing)], env: vec![], exit: 1, error_code: Some("OUTPUT_EXISTS") },
-        Case { name: "export newer", args: vec![s("export"), p(&future), s("--out"), out("f")], env: vec![], exit: 5, error_code: Some("SCHEMA_TOO_NEW") },
-        Case { name: "export garbage", args: vec![s("export"), p(&garbage), s("--out"), out("g")], env: vec![], exit: 4, error_code: Some("NOT_SQLITE") },
-        Case { name: "export locked, wrong passphrase", args: vec![s("export"), p(&c01), s("--out"), out("h")], env: vec![("SNUG_PASSPHRASE", "wrong")], exit: 3, error_code: Some("LOCKED") },
-        Case { name: "export locked, no secret off a terminal", args: vec![s("export"), p(&c01), s("--out"), out("i")], env: vec![], exit: 3, error_code: Some("LOCKED") },
-        Case { name: "export damaged container", args: vec![s("export"), p(&n01), s("--out"), out("j")], env: vec![("SNUG_PASSPHRASE", PASSPHRASE)], exit: 4, error_code: Some("CORRUPT") },
-        Case { name: "export onto its input", args: vec![s("export"), p(&fresh), s("--out"), p(&fresh)], env: vec![], exit: 2, error_code: Some("USAGE") },
-        Case { name: "init onto an existing file", args: vec![s("init"), p(&existing)], env: vec![], exit: 1, error_code: Some("OUTPUT_EXISTS") },
-        Case { name: "init without OUT", args: vec![s("init")], env: vec![], exit: 2, error_code: None },
+        Case {
+            name: "check healthy",
+            args: vec![s("check"), p(&fresh)],
+            env: vec![],
+            exit: 0,
+            error_code: None,
+        },
+        Case {
+            name: "check needs migration",
+            args: vec![s("check"), p(&legacy)],
+            env: vec![],
+            exit: 0,
+            error_code: None,
+        },
+        Case {
+            name: "check needs heal",
+            args: vec![s("check"), p(&broken)],
+            env: vec![],
+            exit: 0,
+            error_code: None,
+        },
+        Case {
+            name: "check protected",
+            args: vec![s("check"), p(&c01)],
+            env: vec![],
+            exit: 0,
+            error_code: None,
+        },
+        Case {
+            name: "check newer",
+            args: vec![s("check"), p(&future)],
+            env: vec![],
+            exit: 5,
+            error_code: Some("SCHEMA_TOO_NEW"),
+        },
+        Case {
+            name: "check garbage",
+            args: vec![s("check"), p(&garbage)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("NOT_SQLITE"),
+        },
+        Case {
+            name: "check non-snug sqlite",
+            args: vec![s("check"), p(&foreign)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("NOT_A_USER_DATABASE"),
+        },
+        Case {
+            name: "check truncated",
+            args: vec![s("check"), p(&truncated)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("MALFORMED"),
+        },
+        Case {
+            name: "check damaged container",
+            args: vec![s("check"), p(&n01)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "check missing file",
+            args: vec![s("check"), out("missing")],
+            env: vec![],
+            exit: 1,
+            error_code: Some("IO"),
+        },
+        Case {
+            name: "migrate newer",
+            args: vec![s("migrate"), p(&future), s("--out"), out("a")],
+            env: vec![],
+            exit: 5,
+            error_code: Some("SCHEMA_TOO_NEW"),
+        },
+        Case {
+            name: "migrate garbage",
+            args: vec![s("migrate"), p(&garbage), s("--out"), out("b")],
+            env: vec![],
+            exit: 4,
+            error_code: Some("NOT_SQLITE"),
+        },
+        Case {
+            name: "migrate non-snug sqlite",
+            args: vec![s("migrate"), p(&foreign), s("--out"), out("c")],
+            env: vec![],
+            exit: 4,
+            error_code: Some("NOT_A_USER_DATABASE"),
+        },
+        Case {
+            name: "migrate truncated",
+            args: vec![s("migrate"), p(&truncated), s("--out"), out("d")],
+            env: vec![],
+            exit: 4,
+            error_code: Some("MALFORMED"),
+        },
+        Case {
+            name: "migrate protected",
+            args: vec![s("migrate"), p(&c01), s("--out"), out("e")],
+            env: vec![],
+            exit: 3,
+            error_code: Some("PROTECTED"),
+        },
+        Case {
+            name: "migrate onto its input",
+            args: vec![s("migrate"), p(&legacy), s("--out"), p(&legacy)],
+            env: vec![],
+            exit: 2,
+            error_code: Some("USAGE"),
+        },
+        Case {
+            name: "migrate onto an existing file",
+            args: vec![s("migrate"), p(&legacy), s("--out"), p(&existing)],
+            env: vec![],
+            exit: 1,
+            error_code: Some("OUTPUT_EXISTS"),
+        },
+        Case {
+            name: "export newer",
+            args: vec![s("export"), p(&future), s("--out"), out("f")],
+            env: vec![],
+            exit: 5,
+            error_code: Some("SCHEMA_TOO_NEW"),
+        },
+        Case {
+            name: "export garbage",
+            args: vec![s("export"), p(&garbage), s("--out"), out("g")],
+            env: vec![],
+            exit: 4,
+            error_code: Some("NOT_SQLITE"),
+        },
+        Case {
+            name: "export locked, wrong passphrase",
+            args: vec![s("export"), p(&c01), s("--out"), out("h")],
+            env: vec![("SNUG_PASSPHRASE", "wrong")],
+            exit: 3,
+            error_code: Some("LOCKED"),
+        },
+        Case {
+            name: "export locked, no secret off a terminal",
+            args: vec![s("export"), p(&c01), s("--out"), out("i")],
+            env: vec![],
+            exit: 3,
+            error_code: Some("LOCKED"),
+        },
+        Case {
+            name: "export damaged container",
+            args: vec![s("export"), p(&n01), s("--out"), out("j")],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "export onto its input",
+            args: vec![s("export"), p(&fresh), s("--out"), p(&fresh)],
+            env: vec![],
+            exit: 2,
+            error_code: Some("USAGE"),
+        },
+        Case {
+            name: "init onto an existing file",
+            args: vec![s("init"), p(&existing)],
+            env: vec![],
+            exit: 1,
+            error_code: Some("OUTPUT_EXISTS"),
+        },
+        Case {
+            name: "init without OUT",
+            args: vec![s("init")],
+            env: vec![],
+            exit: 2,
+            error_code: None,
+        },
     ];
-    let inputs = [&fresh, &legacy, &broken, &future, &c01, &n01, &garbage, &foreign, &truncated, &existing];
-    let before: Vec<(PathBuf, String)> = inputs.iter().map(|p| (p.to_path_buf(), sha256(p))).collect();
+    let inputs = [
+        &fresh, &legacy, &broken, &future, &c01, &n01, &garbage, &foreign, &truncated, &existing,
+    ];
+    let before: Vec<(PathBuf, String)> = inputs
+        .iter()
+        .map(|p| (p.to_path_buf(), sha256(p)))
+        .collect();
     for case in &cases {
         let mut args: Vec<&str> = case.args.iter().map(String::as_str).collect();
         args.push("--json");
@@ -174,7 +348,11 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
             assert_eq!(body["ok"], false, "{}", case.name);
             assert_eq!(body["error"]["code"], error_code, "{}", case.name);
             assert_eq!(body["exit_code"], case.exit, "{}", case.name);
-            assert!(!output.stderr.is_empty(), "{}: a message on stderr", case.name);
+            assert!(
+                !output.stderr.is_empty(),
+                "{}: a message on stderr",
+                case.name
+            );
         }
     }
     for (path, hash) in before {
@@ -186,7 +364,15 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, ["existing.snug", "foreign.sqlite", "garbage.bin", "truncated.snug"]);
+    assert_eq!(
+        left,
+        [
+            "existing.snug",
+            "foreign.sqlite",
+            "garbage.bin",
+            "truncated.snug"
+        ]
+    );
 }
 
 #[test]
@@ -202,25 +388,46 @@ fn check_reports_health_and_what_an_open_would_do_without_writing() {
     assert_eq!(legacy["inspection"]["migrate_from"], 1);
     assert_eq!(legacy["inspection"]["legacy_credentials"], 1);
     let changes = legacy["planned_changes"].to_string();
-    assert!(changes.contains("migrate storage version 1 → 6"), "{changes}");
-    assert!(changes.contains("snug_app_data"), "the dropped v1 table is named: {changes}");
+    assert!(
+        changes.contains("migrate storage version 1 → 6"),
+        "{changes}"
+    );
+    assert!(
+        changes.contains("snug_app_data"),
+        "the dropped v1 table is named: {changes}"
+    );
 
-    let broken = snug_json(&["check", &p(&userdb("broken-stamp-v6.user.sqlite"))], &[], 0);
+    let broken = snug_json(
+        &["check", &p(&userdb("broken-stamp-v6.user.sqlite"))],
+        &[],
+        0,
+    );
     assert_eq!(broken["healthy"], false);
-    let mut missing: Vec<String> = serde_json::from_value(broken["inspection"]["heal"]["missing_tables"].clone())
-        .expect("tables");
+    let mut missing: Vec<String> =
+        serde_json::from_value(broken["inspection"]["heal"]["missing_tables"].clone())
+            .expect("tables");
     missing.sort();
     assert_eq!(missing, ["snug_app_docs", "snug_connections"]);
 
     // A protected file: its container is checked, no secret asked for.
-    let protected = snug_json(&["check", &p(&vectors().join("containers/c01-reference-random-600k.snug"))], &[], 0);
+    let protected = snug_json(
+        &[
+            "check",
+            &p(&vectors().join("containers/c01-reference-random-600k.snug")),
+        ],
+        &[],
+        0,
+    );
     assert_eq!(protected["protected"], true);
     assert_eq!(protected["container"]["iterations"], 600_000);
 
     // The human report says the same in words.
     let output = snug(&["check", &p(&legacy_path)], &[]);
     let text = String::from_utf8_lossy(&output.stdout);
-    assert!(text.contains("storage version 1") && text.contains("wrote nothing"), "{text}");
+    assert!(
+        text.contains("storage version 1") && text.contains("wrote nothing"),
+        "{text}"
+    );
 
     // `inspect` of a plain file now carries its storage version.
     let inspected = snug_json(&["inspect", &p(&legacy_path)], &[], 0);
@@ -231,8 +438,18 @@ fn check_reports_health_and_what_an_open_would_do_without_writing() {
 fn migrate_matches_the_reference_outputs_and_never_touches_its_input() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (input, reference, found, wiped) in [
-        ("legacy-v1.user.sqlite", "legacy-v1.migrated.user.snug", 1, 1),
-        ("broken-stamp-v6.user.sqlite", "broken-stamp-v6.migrated.user.snug", 6, 0),
+        (
+            "legacy-v1.user.sqlite",
+            "legacy-v1.migrated.user.snug",
+            1,
+            1,
+        ),
+        (
+            "broken-stamp-v6.user.sqlite",
+            "broken-stamp-v6.migrated.user.snug",
+            6,
+            0,
+        ),
     ] {
         let input = userdb(input);
         let before = sha256(&input);
@@ -241,14 +458,25 @@ fn migrate_matches_the_reference_outputs_and_never_touches_its_input() {
         assert_eq!(body["report"]["found_version"], found);
         assert_eq!(body["report"]["credentials_wiped"], wiped);
         assert_eq!(body["unchanged"], false);
-        assert_eq!(table_shapes(&out), table_shapes(&userdb(reference)), "{}", input.display());
+        assert_eq!(
+            table_shapes(&out),
+            table_shapes(&userdb(reference)),
+            "{}",
+            input.display()
+        );
         assert_eq!(sha256(&input), before, "{} untouched", input.display());
         // The result is healthy: checking it finds nothing to do.
         assert_eq!(snug_json(&["check", &p(&out)], &[], 0)["healthy"], true);
     }
     // The wiped legacy credential is in no page of the output, free or live.
-    assert!(contains(&userdb("legacy-v1.user.sqlite"), b"legacy-v3-credential"));
-    assert!(!contains(&dir.path().join("1.snug"), b"legacy-v3-credential"));
+    assert!(contains(
+        &userdb("legacy-v1.user.sqlite"),
+        b"legacy-v3-credential"
+    ));
+    assert!(!contains(
+        &dir.path().join("1.snug"),
+        b"legacy-v3-credential"
+    ));
     assert!(contains(&dir.path().join("1.snug"), b"v4-shape-credential"));
 
     // A healthy file is copied byte for byte; an existing OUT needs --force.
@@ -258,8 +486,21 @@ fn migrate_matches_the_reference_outputs_and_never_touches_its_input() {
     assert_eq!(body["unchanged"], true);
     assert_eq!(sha256(&out), sha256(&sample));
     snug_json(&["migrate", &p(&sample), "--out", &p(&out)], &[], 1);
-    snug_json(&["migrate", &p(&userdb("legacy-v1.user.sqlite")), "--out", &p(&out), "--force"], &[], 0);
-    assert_eq!(table_shapes(&out), table_shapes(&userdb("legacy-v1.migrated.user.snug")));
+    snug_json(
+        &[
+            "migrate",
+            &p(&userdb("legacy-v1.user.sqlite")),
+            "--out",
+            &p(&out),
+            "--force",
+        ],
+        &[],
+        0,
+    );
+    assert_eq!(
+        table_shapes(&out),
+        table_shapes(&userdb("legacy-v1.migrated.user.snug"))
+    );
 }
 
 #[test]
@@ -274,10 +515,23 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
     assert_eq!(body["secrets_removed"], 2);
     assert_eq!(body["include_secrets"], false);
     assert!(!contains(&stripped, secret));
-    assert_eq!(table_shapes(&stripped), table_shapes(&userdb("sample-v6.export.snug")));
+    assert_eq!(
+        table_shapes(&stripped),
+        table_shapes(&userdb("sample-v6.export.snug"))
+    );
 
     let kept = dir.path().join("kept.snug");
-    let body = snug_json(&["export", &p(&sample), "--out", &p(&kept), "--include-secrets"], &[], 0);
+    let body = snug_json(
+        &[
+            "export",
+            &p(&sample),
+            "--out",
+            &p(&kept),
+            "--include-secrets",
+        ],
+        &[],
+        0,
+    );
     assert_eq!(body["secrets_removed"], 0);
     assert!(contains(&kept, secret));
 
@@ -289,10 +543,18 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
         &["export", &p(&c01), "--out", &p(&from_protected), "--json"],
         &[("SNUG_PASSPHRASE", PASSPHRASE)],
     );
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let body: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
     assert_eq!(body["was_protected"], true);
-    assert!(String::from_utf8_lossy(&output.stderr).contains("not protected"), "the plain output is pointed out");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("not protected"),
+        "the plain output is pointed out"
+    );
     assert!(!contains(&from_protected, secret));
     assert_eq!(table_shapes(&from_protected), table_shapes(&stripped));
     assert_eq!(sha256(&c01), before);
@@ -300,7 +562,17 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
     // An old source is migrated in the copy only; its legacy credential is wiped there.
     let legacy = userdb("legacy-v1.user.sqlite");
     let out = dir.path().join("legacy-export.snug");
-    let body = snug_json(&["export", &p(&legacy), "--out", &p(&out), "--include-secrets"], &[], 0);
+    let body = snug_json(
+        &[
+            "export",
+            &p(&legacy),
+            "--out",
+            &p(&out),
+            "--include-secrets",
+        ],
+        &[],
+        0,
+    );
     assert_eq!(body["source"]["advanced"], true);
     assert!(!contains(&out, b"legacy-v3-credential"));
 }
@@ -315,7 +587,10 @@ fn init_creates_a_healthy_current_database() {
     assert_eq!(db_id.len(), 36, "{db_id}");
     let check = snug_json(&["check", &p(&out)], &[], 0);
     assert_eq!(check["healthy"], true);
-    assert_eq!(table_shapes(&out), table_shapes(&userdb("fresh-v6.user.snug")));
+    assert_eq!(
+        table_shapes(&out),
+        table_shapes(&userdb("fresh-v6.user.snug"))
+    );
 
     // Never over an existing file by accident; with --force, a new database with a new id.
     snug_json(&["init", &p(&out)], &[], 1);

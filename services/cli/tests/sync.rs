@@ -20,7 +20,10 @@ async fn snug(args: Vec<String>, env: Vec<(&'static str, String)>) -> (i32, serd
             .expect("run snug");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-            panic!("not JSON: {stdout:?}; stderr: {}", String::from_utf8_lossy(&output.stderr))
+            panic!(
+                "not JSON: {stdout:?}; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
         });
         (output.status.code().expect("exit code"), json)
     })
@@ -44,12 +47,18 @@ fn edit(file: &Path, value: &str) {
 
 fn setting(file: &Path) -> Option<String> {
     let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row("SELECT value FROM snug_settings WHERE key = 'theme'", [], |r| r.get(0)).ok()
+    conn.query_row(
+        "SELECT value FROM snug_settings WHERE key = 'theme'",
+        [],
+        |r| r.get(0),
+    )
+    .ok()
 }
 
 fn secret_rows(file: &Path) -> i64 {
     let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row("SELECT count(*) FROM snug_secrets", [], |r| r.get(0)).expect("count")
+    conn.query_row("SELECT count(*) FROM snug_secrets", [], |r| r.get(0))
+        .expect("count")
 }
 
 /// The device's sidecar, parsed.
@@ -57,12 +66,18 @@ fn sidecar(file: &Path) -> serde_json::Value {
     let mut name = file.as_os_str().to_owned();
     name.push(".sync.json");
     let bytes = std::fs::read(PathBuf::from(name)).expect("sidecar");
-    let json = bytes.strip_prefix(b"SNUGSYNC1\n").expect("the sidecar starts with SNUGSYNC1");
+    let json = bytes
+        .strip_prefix(b"SNUGSYNC1\n")
+        .expect("the sidecar starts with SNUGSYNC1");
     serde_json::from_slice(json).expect("sidecar JSON")
 }
 
 /// Runs the whole push / pull / divergence / force story between two devices and `origin`.
-async fn two_devices(origin: String, env: Vec<(&'static str, String)>, revisions: impl Fn() -> usize) {
+async fn two_devices(
+    origin: String,
+    env: Vec<(&'static str, String)>,
+    revisions: impl Fn() -> usize,
+) {
     let dir = tempfile::tempdir().expect("dir");
     let a = dir.path().join("a").join("user.snug");
     let b = dir.path().join("b").join("user.snug");
@@ -88,13 +103,21 @@ async fn two_devices(origin: String, env: Vec<(&'static str, String)>, revisions
     assert_eq!(json["pushed"], true);
     let r1 = json["revision"].as_str().expect("revision").to_owned();
     assert_eq!(sidecar(&a)["lastPushedRevision"], r1);
-    assert!(sidecar(&a)["lastSyncAt"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert!(
+        sidecar(&a)["lastSyncAt"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
     assert_eq!(secret_rows(&a), 2, "pushing never changes the local file");
     assert_eq!(revisions(), 1);
 
     // Unchanged: the gate sends nothing.
     let (code, json) = push(&a_s, &[]).await;
-    assert_eq!((code, json["pushed"].clone(), json["reason"].clone()), (0, false.into(), "UNCHANGED".into()), "{json}");
+    assert_eq!(
+        (code, json["pushed"].clone(), json["reason"].clone()),
+        (0, false.into(), "UNCHANGED".into()),
+        "{json}"
+    );
     assert_eq!(revisions(), 1, "nothing was written");
 
     // Device B pulls a copy (no file yet), edits and pushes.
@@ -102,9 +125,17 @@ async fn two_devices(origin: String, env: Vec<(&'static str, String)>, revisions
     assert_eq!(code, 0, "{json}");
     assert_eq!(json["revision"], r1);
     let (code, json) = pull(&b_s, &[]).await;
-    assert_eq!((code, json["reason"].clone()), (0, "UP_TO_DATE".into()), "{json}");
+    assert_eq!(
+        (code, json["reason"].clone()),
+        (0, "UP_TO_DATE".into()),
+        "{json}"
+    );
     let (code, json) = push(&b_s, &[]).await;
-    assert_eq!((code, json["pushed"].clone()), (0, false.into()), "a fresh pull is not a change: {json}");
+    assert_eq!(
+        (code, json["pushed"].clone()),
+        (0, false.into()),
+        "a fresh pull is not a change: {json}"
+    );
     edit(&b, "dark");
     let (code, json) = push(&b_s, &[]).await;
     assert_eq!(code, 0, "{json}");
@@ -119,7 +150,11 @@ async fn two_devices(origin: String, env: Vec<(&'static str, String)>, revisions
     assert_eq!(setting(&a).as_deref(), Some("\"dark\""));
     assert_eq!(secret_rows(&a), 2);
     let (code, json) = push(&a_s, &[]).await;
-    assert_eq!((code, json["pushed"].clone()), (0, false.into()), "re-anchored after the pull: {json}");
+    assert_eq!(
+        (code, json["pushed"].clone()),
+        (0, false.into()),
+        "re-anchored after the pull: {json}"
+    );
 
     // Both edit; B pushes first; A's push and pull are refused as divergence (exit 6).
     edit(&a, "light");
@@ -132,8 +167,16 @@ async fn two_devices(origin: String, env: Vec<(&'static str, String)>, revisions
     assert_eq!(json["error"]["code"], "DIVERGED");
     assert_eq!(json["exit_code"], 6);
     let (code, json) = pull(&a_s, &[]).await;
-    assert_eq!((code, json["error"]["code"].clone()), (6, "DIVERGED".into()), "{json}");
-    assert_eq!(setting(&a).as_deref(), Some("\"light\""), "a refused pull leaves the file alone");
+    assert_eq!(
+        (code, json["error"]["code"].clone()),
+        (6, "DIVERGED".into()),
+        "{json}"
+    );
+    assert_eq!(
+        setting(&a).as_deref(),
+        Some("\"light\""),
+        "a refused pull leaves the file alone"
+    );
     assert_eq!(revisions(), before, "a refused push writes nothing");
 
     // Last writer wins only when asked.
@@ -151,7 +194,11 @@ async fn two_devices(origin: String, env: Vec<(&'static str, String)>, revisions
     let (code, json) = pull(&a_s, &["--force"]).await;
     assert_eq!(code, 0, "{json}");
     assert_eq!(setting(&a).as_deref(), Some("\"b-wins\""));
-    assert_eq!(secret_rows(&a), 2, "local credentials survive even a forced pull");
+    assert_eq!(
+        secret_rows(&a),
+        2,
+        "local credentials survive even a forced pull"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,15 +211,30 @@ async fn push_pull_and_divergence_against_the_hub() {
         let http = http.clone();
         let auth = auth.clone();
         // The revision count, read through the gateway from a plain thread.
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
-        let answer = runtime.block_on(http.send("GET", "/userdb/revisions", &[("authorization", &auth)], snug_e2e::Payload::Empty));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        let answer = runtime.block_on(http.send(
+            "GET",
+            "/userdb/revisions",
+            &[("authorization", &auth)],
+            snug_e2e::Payload::Empty,
+        ));
         answer.json()["revisions"].as_array().map_or(0, Vec::len)
     };
     let counter = move || std::thread::scope(|s| s.spawn(count).join().expect("count"));
     two_devices(hub.url(), vec![("SNUG_TOKEN", token.clone())], counter).await;
 
     // What the hub holds is the export: no credentials, even though device A has two.
-    let got = http.send("GET", "/userdb", &[("authorization", &auth)], snug_e2e::Payload::Empty).await;
+    let got = http
+        .send(
+            "GET",
+            "/userdb",
+            &[("authorization", &auth)],
+            snug_e2e::Payload::Empty,
+        )
+        .await;
     let dir = tempfile::tempdir().expect("dir");
     let copy = dir.path().join("copy.snug");
     std::fs::write(&copy, &got.body).expect("write");
@@ -181,11 +243,32 @@ async fn push_pull_and_divergence_against_the_hub() {
     // Without a token: an auth failure, not divergence.
     let file = dir.path().join("user.snug");
     std::fs::write(&file, userdb_vector("fresh-v6.user.snug")).expect("write");
-    let (code, json) = snug(args(&["sync", "push", &file.display().to_string(), "--origin", &hub.url()]), vec![]).await;
-    assert_eq!((code, json["error"]["code"].clone()), (1, "SYNC_AUTH".into()), "{json}");
+    let (code, json) = snug(
+        args(&[
+            "sync",
+            "push",
+            &file.display().to_string(),
+            "--origin",
+            &hub.url(),
+        ]),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (code, json["error"]["code"].clone()),
+        (1, "SYNC_AUTH".into()),
+        "{json}"
+    );
     // --include-secrets never reaches a hub.
     let (code, _) = snug(
-        args(&["sync", "push", &file.display().to_string(), "--origin", &hub.url(), "--include-secrets"]),
+        args(&[
+            "sync",
+            "push",
+            &file.display().to_string(),
+            "--origin",
+            &hub.url(),
+            "--include-secrets",
+        ]),
         vec![("SNUG_TOKEN", token)],
     )
     .await;
@@ -198,9 +281,16 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
     let origin = dir.path().join("origin");
     let origin_s = origin.display().to_string();
     let (code, json) = snug(args(&["sync", "origin", &origin_s]), vec![]).await;
-    assert_eq!((code, json["error"]["code"].clone()), (1, "NO_ORIGIN".into()));
+    assert_eq!(
+        (code, json["error"]["code"].clone()),
+        (1, "NO_ORIGIN".into())
+    );
     let (code, json) = snug(args(&["sync", "origin", &origin_s, "--init"]), vec![]).await;
-    assert_eq!((code, json["revision"].clone()), (0, serde_json::Value::Null), "{json}");
+    assert_eq!(
+        (code, json["revision"].clone()),
+        (0, serde_json::Value::Null),
+        "{json}"
+    );
 
     let rev_file = origin.join("user.snug.rev");
     let count = {
@@ -209,7 +299,12 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
             // r<count>-<random>: the revision file names how many writes were accepted.
             std::fs::read(&rev_file).ok().map_or(0, |bytes| {
                 let json: serde_json::Value = serde_json::from_slice(&bytes).expect("rev JSON");
-                json["revision"].as_str().expect("rev")[1..].split('-').next().expect("n").parse().expect("number")
+                json["revision"].as_str().expect("rev")[1..]
+                    .split('-')
+                    .next()
+                    .expect("n")
+                    .parse()
+                    .expect("number")
             })
         }
     };
@@ -218,8 +313,15 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
     let (code, json) = snug(args(&["sync", "origin", &origin_s]), vec![]).await;
     assert_eq!(code, 0);
     let image = std::fs::read(origin.join("user.snug")).expect("image");
-    assert_eq!(json["sha256"], hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image)));
-    assert_eq!(secret_rows(&origin.join("user.snug")), 0, "secrets only on request");
+    assert_eq!(
+        json["sha256"],
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&image))
+    );
+    assert_eq!(
+        secret_rows(&origin.join("user.snug")),
+        0,
+        "secrets only on request"
+    );
 
     // A plain path works as well as file://, and --include-secrets is allowed for a directory.
     let other = dir.path().join("other-origin");
@@ -227,7 +329,14 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
     let file = dir.path().join("c.snug");
     std::fs::write(&file, userdb_vector("sample-v6.user.snug")).expect("write");
     let (code, json) = snug(
-        args(&["sync", "push", &file.display().to_string(), "--origin", &other.display().to_string(), "--include-secrets"]),
+        args(&[
+            "sync",
+            "push",
+            &file.display().to_string(),
+            "--origin",
+            &other.display().to_string(),
+            "--include-secrets",
+        ]),
         vec![],
     )
     .await;
@@ -237,7 +346,21 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
     // A torn origin (an image that does not match its revision file) is reported, not trusted.
     std::fs::write(other.join("user.snug"), userdb_vector("fresh-v6.user.snug")).expect("tamper");
     let fresh = dir.path().join("d.snug");
-    let (code, json) = snug(args(&["sync", "pull", &fresh.display().to_string(), "--origin", &other.display().to_string()]), vec![]).await;
-    assert_eq!((code, json["error"]["code"].clone()), (1, "ORIGIN_INCONSISTENT".into()), "{json}");
+    let (code, json) = snug(
+        args(&[
+            "sync",
+            "pull",
+            &fresh.display().to_string(),
+            "--origin",
+            &other.display().to_string(),
+        ]),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        (code, json["error"]["code"].clone()),
+        (1, "ORIGIN_INCONSISTENT".into()),
+        "{json}"
+    );
     assert!(!fresh.exists());
 }

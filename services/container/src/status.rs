@@ -57,9 +57,11 @@ pub fn corrupt(corruption: Corruption) -> Status {
 /// Maps a failed seal (protect).
 pub fn seal_error(err: SealError) -> Status {
     match err {
-        SealError::EmptyPassphrase => {
-            snug_rpc::status::invalid_argument(DOMAIN, "header.passphrase", "the passphrase is empty")
-        }
+        SealError::EmptyPassphrase => snug_rpc::status::invalid_argument(
+            DOMAIN,
+            "header.passphrase",
+            "the passphrase is empty",
+        ),
         SealError::IterationsOutOfRange {
             iterations,
             min,
@@ -75,7 +77,9 @@ pub fn seal_error(err: SealError) -> Status {
             snug_rpc::status::internal(DOMAIN, &SealError::ImplausibleRecoveryKey)
         }
         SealError::Corrupt(corruption) => corrupt(corruption),
-        SealError::FileKeyMismatch => snug_rpc::status::internal(DOMAIN, &SealError::FileKeyMismatch),
+        SealError::FileKeyMismatch => {
+            snug_rpc::status::internal(DOMAIN, &SealError::FileKeyMismatch)
+        }
     }
 }
 

@@ -25,9 +25,9 @@ async fn start(config: ContainerConfig) -> ContainerServiceClient<Channel> {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_config = ServerConfig::for_tests();
-    tokio::spawn(async move {
-        serve(&server_config, &config, listener, std::future::pending()).await
-    });
+    tokio::spawn(
+        async move { serve(&server_config, &config, listener, std::future::pending()).await },
+    );
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("url")
         .connect()
@@ -65,12 +65,17 @@ async fn protect(
         message: Some(pb::protect_request::Message::Chunk(c)),
     });
     let mut stream = client.protect(request).await?.into_inner();
-    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |m: pb::ProtectResponse| {
-        m.message.map(|m| match m {
-            pb::protect_response::Message::Result(r) => Part::Header(r),
-            pb::protect_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    }, |r| r.container_length)
+    let (result, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::ProtectResponse| {
+            m.message.map(|m| match m {
+                pb::protect_response::Message::Result(r) => Part::Header(r),
+                pb::protect_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.container_length,
+    )
     .await?;
     assert_eq!(result.container_length, bytes.len() as u64);
     Ok((result.recovery_key, bytes))
@@ -98,12 +103,17 @@ async fn unlock(
         message: Some(pb::unlock_request::Message::Chunk(c)),
     });
     let mut stream = client.unlock(request).await?.into_inner();
-    chunks::download(&mut stream, u64::MAX, |m: pb::UnlockResponse| {
-        m.message.map(|m| match m {
-            pb::unlock_response::Message::Result(r) => Part::Header(r),
-            pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    }, |r| r.plaintext_length)
+    chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::UnlockResponse| {
+            m.message.map(|m| match m {
+                pb::unlock_response::Message::Result(r) => Part::Header(r),
+                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.plaintext_length,
+    )
     .await
 }
 
@@ -116,11 +126,19 @@ async fn protect_then_unlock_with_either_secret() {
         .await
         .expect("protect");
     assert!(container.starts_with(snug_container::MAGIC));
-    assert_eq!(recovery_key.len(), 32, "grouped 27-symbol key: {recovery_key}");
+    assert_eq!(
+        recovery_key.len(),
+        32,
+        "grouped 27-symbol key: {recovery_key}"
+    );
 
-    let (result, bytes) = unlock(&mut client, container.clone(), secrets(Some(PASSPHRASE), None))
-        .await
-        .expect("unlock with passphrase");
+    let (result, bytes) = unlock(
+        &mut client,
+        container.clone(),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect("unlock with passphrase");
     assert_eq!(bytes, plaintext);
     assert_eq!(result.opened_by(), pb::SlotKind::Passphrase);
     assert_eq!(result.plaintext_format(), pb::Format::Sqlite);
@@ -163,9 +181,13 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     // A flipped iteration byte fails the header checksum: corrupt, with the detail named.
     let mut damaged = container.to_vec();
     damaged[13] ^= 0x40;
-    let status = unlock(&mut client, Bytes::from(damaged), secrets(Some(PASSPHRASE), None))
-        .await
-        .expect_err("corrupt");
+    let status = unlock(
+        &mut client,
+        Bytes::from(damaged),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect_err("corrupt");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(reason(&status), reason::CORRUPT);
     assert_eq!(
@@ -177,23 +199,35 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     let mut damaged = container.to_vec();
     let last = damaged.len() - 20;
     damaged[last] ^= 1;
-    let status = unlock(&mut client, Bytes::from(damaged), secrets(Some(PASSPHRASE), None))
-        .await
-        .expect_err("corrupt payload");
+    let status = unlock(
+        &mut client,
+        Bytes::from(damaged),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect_err("corrupt payload");
     assert_eq!(reason(&status), reason::CORRUPT);
 
     // A plain database is not a container.
-    let status = unlock(&mut client, sqlite_bytes(10), secrets(Some(PASSPHRASE), None))
-        .await
-        .expect_err("not a container");
+    let status = unlock(
+        &mut client,
+        sqlite_bytes(10),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect_err("not a container");
     assert_eq!(reason(&status), reason::NOT_A_CONTAINER);
 
     // A newer container version is unsupported rather than damaged.
     let mut newer = container.to_vec();
     newer[9] = 2;
-    let status = unlock(&mut client, Bytes::from(newer), secrets(Some(PASSPHRASE), None))
-        .await
-        .expect_err("unsupported");
+    let status = unlock(
+        &mut client,
+        Bytes::from(newer),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect_err("unsupported");
     assert_eq!(reason(&status), reason::UNSUPPORTED_FORMAT_VERSION);
 }
 
@@ -219,13 +253,21 @@ async fn unlock_in_pieces(
         }
         start = cut;
     }
-    let mut stream = client.unlock(futures::stream::iter(messages)).await?.into_inner();
-    chunks::download(&mut stream, u64::MAX, |m: pb::UnlockResponse| {
-        m.message.map(|m| match m {
-            pb::unlock_response::Message::Result(r) => Part::Header(r),
-            pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    }, |r| r.plaintext_length)
+    let mut stream = client
+        .unlock(futures::stream::iter(messages))
+        .await?
+        .into_inner();
+    chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::UnlockResponse| {
+            m.message.map(|m| match m {
+                pb::unlock_response::Message::Result(r) => Part::Header(r),
+                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.plaintext_length,
+    )
     .await
 }
 
@@ -239,7 +281,12 @@ async fn uploads_opened_as_they_arrive_give_the_whole_upload_verdict() {
     let len = container.len();
     // Cuts inside the fixed header, inside the slot table, right after the payload IV (268),
     // inside the payload and inside the tag.
-    let cut_sets: [&[usize]; 4] = [&[], &[1, 37, 200, 268], &[267, 269, 1000], &[len - 20, len - 3]];
+    let cut_sets: [&[usize]; 4] = [
+        &[],
+        &[1, 37, 200, 268],
+        &[267, 269, 1000],
+        &[len - 20, len - 3],
+    ];
     for cuts in cut_sets {
         for declared in [None, Some(len as u64)] {
             let (result, bytes) = unlock_in_pieces(&mut client, &container, cuts, declared)
@@ -278,7 +325,11 @@ async fn uploads_opened_as_they_arrive_give_the_whole_upload_verdict() {
         let status = unlock_in_pieces(&mut client, &container, &[], Some(declared))
             .await
             .expect_err("length mismatch");
-        assert_eq!(reason(&status), reason::INVALID_ARGUMENT, "declared {declared}");
+        assert_eq!(
+            reason(&status),
+            reason::INVALID_ARGUMENT,
+            "declared {declared}"
+        );
     }
 }
 
@@ -291,10 +342,15 @@ async fn unlocks_in_a_row_reuse_buffers_without_mixing_contents() {
     };
     let mut client = start(config).await;
     let mut sealed = Vec::new();
-    for (i, len) in [3 * CHUNK_SIZE, 100, 2 * CHUNK_SIZE + 7].into_iter().enumerate() {
+    for (i, len) in [3 * CHUNK_SIZE, 100, 2 * CHUNK_SIZE + 7]
+        .into_iter()
+        .enumerate()
+    {
         // Distinct contents after the SQLite magic.
         let mut plaintext = sqlite_bytes(len).to_vec();
-        plaintext[16..].iter_mut().for_each(|b| *b = b.wrapping_add(i as u8 + 1));
+        plaintext[16..]
+            .iter_mut()
+            .for_each(|b| *b = b.wrapping_add(i as u8 + 1));
         let plaintext = Bytes::from(plaintext);
         let (_, container) = protect(&mut client, plaintext.clone(), PASSPHRASE)
             .await
@@ -303,9 +359,13 @@ async fn unlocks_in_a_row_reuse_buffers_without_mixing_contents() {
     }
     for _ in 0..2 {
         for (plaintext, container) in &sealed {
-            let (_, bytes) = unlock(&mut client, container.clone(), secrets(Some(PASSPHRASE), None))
-                .await
-                .expect("unlock");
+            let (_, bytes) = unlock(
+                &mut client,
+                container.clone(),
+                secrets(Some(PASSPHRASE), None),
+            )
+            .await
+            .expect("unlock");
             assert_eq!(&bytes, plaintext);
         }
     }
@@ -439,20 +499,49 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
         .await
         .expect("change")
         .into_inner();
-    let (_, changed) = chunks::download(&mut stream, u64::MAX, |m: pb::ChangePassphraseResponse| {
-        m.message.map(|m| match m {
-            pb::change_passphrase_response::Message::Result(r) => Part::Header(r),
-            pb::change_passphrase_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    }, |r| r.container_length)
+    let (_, changed) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::ChangePassphraseResponse| {
+            m.message.map(|m| match m {
+                pb::change_passphrase_response::Message::Result(r) => Part::Header(r),
+                pb::change_passphrase_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.container_length,
+    )
     .await
     .expect("changed");
     assert_eq!(changed.len(), container.len());
     // The payload (IV, ciphertext, tag) is untouched by a passphrase change.
     assert_eq!(changed[256..], container[256..]);
-    assert!(unlock(&mut client, changed.clone(), secrets(Some(PASSPHRASE), None)).await.is_err());
-    assert!(unlock(&mut client, changed.clone(), secrets(Some("new passphrase"), None)).await.is_ok());
-    assert!(unlock(&mut client, changed.clone(), secrets(None, Some(&recovery_key))).await.is_ok());
+    assert!(
+        unlock(
+            &mut client,
+            changed.clone(),
+            secrets(Some(PASSPHRASE), None)
+        )
+        .await
+        .is_err()
+    );
+    assert!(
+        unlock(
+            &mut client,
+            changed.clone(),
+            secrets(Some("new passphrase"), None)
+        )
+        .await
+        .is_ok()
+    );
+    assert!(
+        unlock(
+            &mut client,
+            changed.clone(),
+            secrets(None, Some(&recovery_key))
+        )
+        .await
+        .is_ok()
+    );
 
     let header = pb::RotateRecoveryKeyRequest {
         message: Some(pb::rotate_recovery_key_request::Message::Header(
@@ -470,23 +559,36 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
         .await
         .expect("rotate")
         .into_inner();
-    let (result, rotated) = chunks::download(&mut stream, u64::MAX, |m: pb::RotateRecoveryKeyResponse| {
-        m.message.map(|m| match m {
-            pb::rotate_recovery_key_response::Message::Result(r) => Part::Header(r),
-            pb::rotate_recovery_key_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    }, |r| r.container_length)
+    let (result, rotated) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::RotateRecoveryKeyResponse| {
+            m.message.map(|m| match m {
+                pb::rotate_recovery_key_response::Message::Result(r) => Part::Header(r),
+                pb::rotate_recovery_key_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.container_length,
+    )
     .await
     .expect("rotated");
     assert_ne!(result.recovery_key, recovery_key);
     assert_eq!(rotated[256..], changed[256..]);
-    let status = unlock(&mut client, rotated.clone(), secrets(None, Some(&recovery_key)))
-        .await
-        .expect_err("old recovery key");
+    let status = unlock(
+        &mut client,
+        rotated.clone(),
+        secrets(None, Some(&recovery_key)),
+    )
+    .await
+    .expect_err("old recovery key");
     assert_eq!(reason(&status), reason::LOCKED);
-    let (_, bytes) = unlock(&mut client, rotated.clone(), secrets(None, Some(&result.recovery_key)))
-        .await
-        .expect("new recovery key");
+    let (_, bytes) = unlock(
+        &mut client,
+        rotated.clone(),
+        secrets(None, Some(&result.recovery_key)),
+    )
+    .await
+    .expect("new recovery key");
     assert_eq!(bytes, plaintext);
 
     let header = pb::RemoveProtectionRequest {
@@ -505,12 +607,17 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
         .await
         .expect("remove")
         .into_inner();
-    let (_, bytes) = chunks::download(&mut stream, u64::MAX, |m: pb::RemoveProtectionResponse| {
-        m.message.map(|m| match m {
-            pb::remove_protection_response::Message::Result(r) => Part::Header(r),
-            pb::remove_protection_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    }, |r| r.plaintext_length)
+    let (_, bytes) = chunks::download(
+        &mut stream,
+        u64::MAX,
+        |m: pb::RemoveProtectionResponse| {
+            m.message.map(|m| match m {
+                pb::remove_protection_response::Message::Result(r) => Part::Header(r),
+                pb::remove_protection_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+        |r| r.plaintext_length,
+    )
     .await
     .expect("plaintext");
     assert_eq!(bytes, plaintext);
@@ -579,9 +686,13 @@ async fn reference_container_at_600k_iterations_unlocks_over_grpc() {
         .expect("the shared reference vectors are beside the repository");
     // The default configuration: 600,000 iterations is inside the accepted range.
     let mut client = start(ContainerConfig::default()).await;
-    let (_, plaintext) = unlock(&mut client, Bytes::from(container), secrets(Some(PASSPHRASE), None))
-        .await
-        .expect("unlock");
+    let (_, plaintext) = unlock(
+        &mut client,
+        Bytes::from(container),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect("unlock");
     assert_eq!(
         hex::encode(Sha256::digest(&plaintext)),
         "9ac4340874202fd7ac0acfee28019a90612430738c4d5311d3a9ae817f7ed6ea"
@@ -598,9 +709,8 @@ async fn a_burst_beyond_the_kdf_pool_is_refused_as_overloaded() {
     };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/vectors/reference/containers");
-    let container = Bytes::from(
-        std::fs::read(dir.join("c01-reference-random-600k.snug")).expect("vector"),
-    );
+    let container =
+        Bytes::from(std::fs::read(dir.join("c01-reference-random-600k.snug")).expect("vector"));
     let client = start(config).await;
     // Eight 600k-iteration unlocks against one slot with a 1 ms queue: most must be shed with a
     // typed, retryable reason, and none may hang or fail any other way.

@@ -17,13 +17,17 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use snug_container_service::ContainerConfig;
 use snug_materialize_service::{MaterializeConfig, MaterializeServer};
-use snug_schema_service::{SchemaConfig, SchemaServer};
-use snug_sync_service::{SyncConfig, SyncServer};
 use snug_rpc::server::{ServerConfig, Services, serve, shutdown_signal};
 use snug_rpc::telemetry::{Telemetry, TelemetryConfig};
+use snug_schema_service::{SchemaConfig, SchemaServer};
+use snug_sync_service::{SyncConfig, SyncServer};
 
 #[derive(Debug, Parser)]
-#[command(name = "snug-hub", version, about = "Snug Hub: the hub side of the Snug Protocol")]
+#[command(
+    name = "snug-hub",
+    version,
+    about = "Snug Hub: the hub side of the Snug Protocol"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,7 +36,10 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-#[allow(clippy::large_enum_variant, reason = "parsed once at startup; boxing the configs buys nothing")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup; boxing the configs buys nothing"
+)]
 enum Command {
     /// Serves the hub: every service in one process, or the one named.
     Serve {
@@ -82,7 +89,10 @@ enum ServiceName {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("snug-hub: cannot start the async runtime: {err}");
@@ -211,7 +221,9 @@ async fn compose(
     sync: &SyncConfig,
 ) -> anyhow::Result<Services> {
     Ok(match only {
-        Some(ServiceName::Gateway) => anyhow::bail!("the gateway is served over HTTP, not composed into gRPC"),
+        Some(ServiceName::Gateway) => {
+            anyhow::bail!("the gateway is served over HTTP, not composed into gRPC")
+        }
         Some(ServiceName::Container) => snug_container_service::services(container),
         Some(ServiceName::Schema) => snug_schema_service::services(schema),
         Some(ServiceName::Materialize) => snug_materialize_service::services(materialize),
@@ -227,9 +239,11 @@ async fn compose(
                 .routes
                 .add_service(snug_schema_service::service(SchemaServer::new(schema)));
             all.names.push(snug_schema_service::SERVICE_NAME);
-            all.routes = all.routes.add_service(snug_materialize_service::service(
-                MaterializeServer::new(materialize),
-            ));
+            all.routes =
+                all.routes
+                    .add_service(snug_materialize_service::service(MaterializeServer::new(
+                        materialize,
+                    )));
             all.names.push(snug_materialize_service::SERVICE_NAME);
             // With no configuration this is the embedded store under ./snug-data/sync.
             let sync_server = SyncServer::new(snug_sync_service::open_store(sync).await?, sync);

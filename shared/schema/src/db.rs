@@ -482,7 +482,9 @@ pub fn migrate_file(
                 path: dst.to_owned(),
                 source,
             };
-            File::open(&tmp).and_then(|f| f.sync_all()).map_err(io_err)?;
+            File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io_err)?;
             std::fs::rename(&tmp, dst).map_err(io_err)?;
             sync_parent(dst).map_err(io_err)
         });
