@@ -194,7 +194,6 @@ impl Drop for Pooled {
     }
 }
 
-
 /// The service implementation; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ContainerServer {

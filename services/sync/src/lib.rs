@@ -24,7 +24,7 @@ pub mod reason;
 pub mod status;
 mod upload;
 
-use std::{fmt, future::Future, path::PathBuf, sync::Arc, time::Duration};
+use std::{fmt, future::Future, path::PathBuf, time::Duration};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -41,7 +41,7 @@ use snug_rpc::{
     server::{ServerConfig, Services, parse_duration},
     status::invalid_argument,
 };
-use tokio::{net::TcpListener, sync::Semaphore, task::JoinHandle};
+use tokio::{net::TcpListener, task::JoinHandle};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::reason::DOMAIN;
@@ -253,8 +253,6 @@ pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError>
 #[derive(Debug, Clone)]
 pub struct SyncServer {
     store: AnyStore,
-    /// Bounds the downloads being opened at once (see [`SyncServer::new`]).
-    opens: Arc<Semaphore>,
     quota_bytes: u64,
     keep_revisions: u32,
     reclaim_interval: Duration,
@@ -264,21 +262,8 @@ impl SyncServer {
     /// Serves `store`, which should have been opened from the same `config` (see [`open_store`]),
     /// so that the quota this service reports and checks up front is the one the store enforces.
     pub fn new(store: AnyStore, config: &SyncConfig) -> Self {
-        // The embedded store opens every download under its one writer connection (the rows,
-        // the lease and the served-ledger entry), so a burst of downloads beyond what can run
-        // becomes a crowd of blocking threads contending for that mutex: measured at 32
-        // concurrent GETs, context switches and futex waits were a fifth of the CPU. Waiting here
-        // instead, on an async semaphore, costs nothing; two permits keep the next open ready
-        // while one runs. PostgreSQL opens on its connection pool, so it is not bounded here.
-        let opens = match &store {
-            AnyStore::Sqlite(_) => std::thread::available_parallelism()
-                .map_or(2, |n| n.get())
-                .max(2),
-            _ => Semaphore::MAX_PERMITS,
-        };
         Self {
             store,
-            opens: Arc::new(Semaphore::new(opens)),
             quota_bytes: config.quota_bytes,
             keep_revisions: config.keep_revisions,
             reclaim_interval: config.reclaim_interval,
@@ -406,8 +391,6 @@ impl SyncService for SyncServer {
     ) -> Result<Response<Self::GetImageStream>, Status> {
         let request = request.into_inner();
         let caller = convert::caller(request.caller, "caller")?;
-        // Held only while the download is opened; reading its bytes needs no permit.
-        let permit = self.opens.acquire().await;
         let download = match request.revision {
             None => self.store.get(&caller.user, &caller.principal).await,
             Some(token) => {
@@ -418,7 +401,6 @@ impl SyncService for SyncServer {
             }
         }
         .map_err(status::read_error)?;
-        drop(permit);
         let result = pb::GetImageResponse {
             message: Some(pb::get_image_response::Message::Result(
                 convert::revision_info(download.info),

@@ -404,9 +404,209 @@ async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
     }
     let ledger = store.served_ledger(&user, 1_000).await.expect("ledger");
     assert_eq!(ledger.len(), 48);
-    let queue = store.inner.served_queue();
+}
+
+fn put_request(user: &UserId, precondition: Precondition) -> PutRequest {
+    PutRequest {
+        user: user.clone(),
+        precondition,
+        principal: Principal::new("writer").expect("principal"),
+        idempotency_key: None,
+    }
+}
+
+async fn put_bytes(
+    store: &SqliteStore,
+    user: &UserId,
+    base: Option<&Revision>,
+    bytes: Vec<u8>,
+) -> RevisionInfo {
+    let precondition = match base {
+        None => Precondition::MustNotExist,
+        Some(rev) => Precondition::MustMatch(rev.clone()),
+    };
+    let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes))]);
+    store
+        .put(put_request(user, precondition), body)
+        .await
+        .expect("put")
+        .info
+}
+
+async fn get_bytes(store: &SqliteStore, user: &UserId) -> (Revision, Vec<u8>) {
+    let principal = Principal::new("reader").expect("principal");
+    let download = store.get(user, &principal).await.expect("get");
+    let bytes = download.body.read_to_vec().await.expect("read");
+    (download.info.revision, bytes)
+}
+
+fn filled(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Downloads of the current image are served from a cached plan, and for small images from
+/// memory; whatever the size, every download returns the bytes put, and the revision put last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_downloads_return_the_current_bytes_at_every_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let inline = serve::INLINE_IMAGE as usize;
+    let mut base = None;
+    for (n, len) in [
+        1,
+        4096,
+        inline - 1,
+        inline,
+        inline + 1,
+        3 * packs::DOWNLOAD_PIECE + 7,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let bytes = filled(len, n as u8);
+        let info = put_bytes(&store, &user, base.as_ref(), bytes.clone()).await;
+        // The first download reads the rows and the packs; the next ones use the plan.
+        for round in 0..3 {
+            let (revision, got) = get_bytes(&store, &user).await;
+            assert_eq!(revision, info.revision, "size {len}, round {round}");
+            assert!(got == bytes, "size {len}, round {round}: bytes differ");
+        }
+        base = Some(info.revision);
+    }
+    let ledger = store.served_ledger(&user, 1_000).await.expect("ledger");
+    assert_eq!(ledger.len(), 6 * 3, "one entry per download");
+}
+
+/// A restore moves the pointer like a put: the next download serves the restored revision, not
+/// the plan cached before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_replaces_the_cached_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let a = put_bytes(&store, &user, None, filled(10_000, 1)).await;
+    let b = put_bytes(&store, &user, Some(&a.revision), filled(20_000, 2)).await;
+    assert_eq!(get_bytes(&store, &user).await.0, b.revision);
+    let restored = store
+        .restore(RestoreRequest {
+            user: user.clone(),
+            from: a.revision.clone(),
+            precondition: Precondition::MustMatch(b.revision.clone()),
+            principal: Principal::new("writer").expect("principal"),
+            idempotency_key: None,
+        })
+        .await
+        .expect("restore")
+        .info;
+    let (revision, bytes) = get_bytes(&store, &user).await;
+    assert_eq!(revision, restored.revision);
+    assert_eq!(bytes, filled(10_000, 1));
+}
+
+/// A download that started from a cached plan keeps its bytes through a reclamation pass that
+/// would otherwise take them: the plan's lease is taken before the pass checks leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_download_survives_reclamation_of_its_revision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig {
+        retention: crate::config::Retention {
+            keep_newest: 1,
+            grace: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+        ..StoreConfig::default()
+    };
+    let store = SqliteStore::open(dir.path(), config).expect("open");
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let old = filled(3 * packs::DOWNLOAD_PIECE, 9);
+    let a = put_bytes(&store, &user, None, old.clone()).await;
+    // Warm the plan, then start a download from it and hold it unread.
+    assert_eq!(get_bytes(&store, &user).await.1, old);
+    let principal = Principal::new("reader").expect("principal");
+    let held = store.get(&user, &principal).await.expect("get");
+    assert_eq!(held.info.revision, a.revision);
+    let b = put_bytes(&store, &user, Some(&a.revision), filled(5_000, 3)).await;
+    let report = store.reclaim().await.expect("reclaim");
+    assert_eq!(report.images, 0, "the held image was reclaimed: {report:?}");
+    assert!(held.body.read_to_vec().await.expect("read") == old);
+    // Released, the old revision goes on the next pass; the current one stays.
+    let report = store.reclaim().await.expect("reclaim");
+    assert_eq!((report.revisions, report.images), (1, 1), "{report:?}");
+    assert_eq!(get_bytes(&store, &user).await.0, b.revision);
+}
+
+/// When its served-ledger entry cannot be committed, a download fails: nothing is served
+/// unrecorded, its lease is released, and later downloads work again once the ledger does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_whose_ledger_entry_fails_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let a = put_bytes(&store, &user, None, filled(1_000, 4)).await;
+    assert_eq!(get_bytes(&store, &user).await.0, a.revision);
+    store
+        .inner
+        .writer()
+        .execute_batch("ALTER TABLE served RENAME TO served_away")
+        .expect("hide the ledger");
+    let principal = Principal::new("reader").expect("principal");
+    let refused = store.get(&user, &principal).await;
     assert!(
-        queue.rows.is_empty() && queue.committed == queue.issued,
-        "{queue:?}"
+        matches!(
+            refused,
+            Err(ReadError::Storage(StorageError::Unavailable(_)))
+        ),
+        "{:?}",
+        refused.map(|d| d.info)
     );
+    assert!(
+        !store.inner.leases.is_leased(&a.digest),
+        "the lease was kept"
+    );
+    store
+        .inner
+        .writer()
+        .execute_batch("ALTER TABLE served_away RENAME TO served")
+        .expect("restore the ledger");
+    assert_eq!(get_bytes(&store, &user).await.0, a.revision);
+    let ledger = store.served_ledger(&user, 1_000).await.expect("ledger");
+    assert_eq!(ledger.len(), 2, "the refused download was recorded");
+}
+
+/// The writer never checkpoints (its automatic checkpoint is off), so the store checkpoints on
+/// its own: a stream of downloads, each committing a ledger entry, leaves a WAL of a few MiB at
+/// most, not one that grows with every download.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_ledger_commits_are_checkpointed_off_the_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    put_bytes(&store, &user, None, filled(1_000, 5)).await;
+    let autocheckpoint: i64 = store
+        .inner
+        .writer()
+        .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+        .expect("pragma");
+    assert_eq!(autocheckpoint, 0);
+    for _ in 0..3_000 {
+        get_bytes(&store, &user).await;
+    }
+    // Let a checkpoint that is due run, and the next commit restart the WAL.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    get_bytes(&store, &user).await;
+    let wal = fs::metadata(dir.path().join("meta.sqlite-wal"))
+        .expect("wal")
+        .len();
+    // Uncheckpointed, 3,000 single-entry commits of two pages each would be ~24 MiB.
+    assert!(wal < 8 << 20, "WAL is {wal} bytes");
+    let ledger = store.served_ledger(&user, 10_000).await.expect("ledger");
+    assert_eq!(ledger.len(), 3_001);
 }

@@ -1,0 +1,344 @@
+//! The download path's in-memory state: each user's current download plan, the served ledger's
+//! group commit, and the WAL checkpoints moved off the writer.
+//!
+//! A download of a user's current image is the hot read of an origin: every device of every user
+//! polls it. Reading its rows, re-opening its packs and committing a ledger entry of its own under
+//! the writer lock made downloads queue behind one another (measured: ~6,000 downloads per second
+//! of a 112 KiB image on two cores, the writer's SQL and locking a third of the CPU). Here the
+//! rows are read once per revision, the open pack files are kept with them, a small image's bytes
+//! are kept whole (an image is content-addressed, so they never change), and ledger entries are
+//! committed together by one task while the downloads wait for theirs.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, OnceLock},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use rusqlite::{Connection, params};
+use tokio::sync::oneshot;
+
+use super::packs::{self, Extent, PackFiles};
+use crate::{
+    error::StorageError,
+    store::{LeaseGuard, Leases},
+    types::RevisionInfo,
+};
+
+/// Users whose current plan is kept. Each holds its pack files open and at most
+/// [`INLINE_IMAGE`] bytes, so the cache is bounded at 64 MiB of bytes and a few hundred files.
+const CACHED_HEADS: usize = 256;
+
+/// Images up to this size are kept whole in their plan after the first read.
+pub(super) const INLINE_IMAGE: u64 = 256 << 10;
+
+/// What serving one revision needs, read from its rows once.
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub(super) info: RevisionInfo,
+    pub(super) extents: Vec<Extent>,
+    pub(super) files: PackFiles,
+    /// The whole image once read, for images up to [`INLINE_IMAGE`].
+    bytes: OnceLock<Bytes>,
+}
+
+impl Plan {
+    pub(super) fn new(info: RevisionInfo, extents: Vec<Extent>, files: PackFiles) -> Self {
+        Self {
+            info,
+            extents,
+            files,
+            bytes: OnceLock::new(),
+        }
+    }
+
+    /// The image's bytes, if they are kept in memory.
+    pub(super) fn bytes(&self) -> Option<Bytes> {
+        self.bytes.get().cloned()
+    }
+
+    /// Keeps `bytes`, the whole image, if it is small enough.
+    pub(super) fn keep(&self, bytes: &Bytes) {
+        if self.info.size <= INLINE_IMAGE && bytes.len() as u64 == self.info.size {
+            let _ = self.bytes.set(bytes.clone());
+        }
+    }
+
+    /// The reads of the whole image, one task per download piece.
+    pub(super) fn read_tasks(&self) -> std::io::Result<Vec<packs::ReadTask>> {
+        packs::read_tasks(&self.extents, &self.files)
+    }
+}
+
+/// Each user's current-revision plan.
+///
+/// Consistency rests on the writer lock: a plan is only inserted by a download that read its rows
+/// under the writer lock, and every change to what a plan describes (a commit that moves the
+/// user's pointer, a reclamation pass) forgets plans under the writer lock before the change is
+/// visible to anyone. A plan found here is therefore the user's current revision as of some
+/// moment during the lookup. Reclamation clears the cache under [`Heads::lock`] before it checks
+/// leases, and a hit takes its lease under the same lock, so a hit's lease is always seen by the
+/// pass that could otherwise delete its bytes.
+#[derive(Debug, Default)]
+pub(super) struct Heads(Mutex<HashMap<String, Arc<Plan>>>);
+
+impl Heads {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Plan>>> {
+        // A poisoned map is still a map of whole plans: every mutation is one insert or remove.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The user's current plan with a lease on its image, if it is cached.
+    pub(super) fn hit(&self, user: &str, leases: &Leases) -> Option<(Arc<Plan>, LeaseGuard)> {
+        let heads = self.lock();
+        let plan = heads.get(user)?.clone();
+        let lease = leases.take(plan.info.digest);
+        Some((plan, lease))
+    }
+
+    /// Caches `plan` as the user's current one. Call with the writer lock held, having read the
+    /// plan under it.
+    pub(super) fn insert(&self, user: &str, plan: Arc<Plan>) {
+        let mut heads = self.lock();
+        if heads.len() >= CACHED_HEADS && !heads.contains_key(user) {
+            // Any victim will do: a miss costs one read of the rows.
+            if let Some(victim) = heads.keys().next().cloned() {
+                heads.remove(&victim);
+            }
+        }
+        heads.insert(user.to_owned(), plan);
+    }
+
+    /// Forgets the user's plan. Call with the writer lock held, before the change commits.
+    pub(super) fn forget(&self, user: &str) {
+        self.lock().remove(user);
+    }
+
+    /// Forgets every plan. Reclamation calls this with the writer lock held, before it checks
+    /// leases: a hit made before took its lease under this lock, so the check sees it, and no hit
+    /// can follow until the writer lock is free.
+    pub(super) fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
+/// One served-ledger entry waiting for its commit.
+#[derive(Debug)]
+pub(super) struct ServedRow {
+    pub(super) user: String,
+    pub(super) revision: String,
+    pub(super) at: i64,
+    pub(super) principal: String,
+}
+
+/// Served-ledger entries of opened downloads, committed together.
+///
+/// A download's entry is committed before its first byte is handed out, as with a transaction of
+/// its own; one committer commits everything queued while the previous commit ran, so a burst of
+/// downloads shares a few commits. A failed commit fails the downloads it was for (nothing is
+/// served unrecorded, and nothing unserved is recorded).
+#[derive(Debug, Default)]
+pub(super) struct ServedLedger(Mutex<Queue>);
+
+#[derive(Debug, Default)]
+struct Queue {
+    rows: Vec<(ServedRow, oneshot::Sender<Result<(), StorageError>>)>,
+    /// A committer is running and will take whatever is queued.
+    committing: bool,
+}
+
+impl ServedLedger {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `row`; the receiver answers once it is committed (or its commit failed). When no
+    /// committer is running, the caller must start one with [`ServedLedger::commit_queued`] on a
+    /// thread that may block (the second value says so).
+    pub(super) fn push(
+        &self,
+        row: ServedRow,
+    ) -> (oneshot::Receiver<Result<(), StorageError>>, bool) {
+        let (tx, rx) = oneshot::channel();
+        let mut queue = self.lock();
+        queue.rows.push((row, tx));
+        let start = !queue.committing;
+        queue.committing = true;
+        (rx, start)
+    }
+
+    /// Commits batches until the queue is empty, each in one transaction on `writer`'s connection.
+    pub(super) fn commit_queued(&self, writer: &Mutex<Connection>, checkpoints: &Arc<Checkpoints>) {
+        loop {
+            let batch = {
+                let mut queue = self.lock();
+                if queue.rows.is_empty() {
+                    queue.committing = false;
+                    return;
+                }
+                std::mem::take(&mut queue.rows)
+            };
+            let result = {
+                let conn = writer.lock().unwrap_or_else(|p| p.into_inner());
+                insert_batch(&conn, &batch)
+            };
+            checkpoints.note_commit(batch.len());
+            let failure = result
+                .err()
+                .map(|e| format!("the served-ledger commit failed: {e}"));
+            for (_, done) in batch {
+                // A download that went away meanwhile needs no answer.
+                let _ = done.send(match &failure {
+                    None => Ok(()),
+                    Some(message) => Err(StorageError::unavailable(message.clone())),
+                });
+            }
+        }
+    }
+}
+
+fn insert_batch(
+    conn: &Connection,
+    batch: &[(ServedRow, oneshot::Sender<Result<(), StorageError>>)],
+) -> Result<(), rusqlite::Error> {
+    // Cached BEGIN/COMMIT statements: a Transaction would parse both on every commit.
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let inserted = (|| {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO served (user_id, revision, at, principal) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (row, _) in batch {
+            insert.execute(params![row.user, row.revision, row.at, row.principal])?;
+        }
+        conn.prepare_cached("COMMIT")?.execute([])
+    })();
+    if inserted.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    inserted.map(|_| ())
+}
+
+/// Commits between WAL checkpoints: enough that a checkpoint copies a batch of pages at once,
+/// few enough that the WAL stays a few MiB.
+const COMMITS_PER_CHECKPOINT: usize = 256;
+
+/// A WAL of more frames than this (4 KiB pages: 4 MiB) is caught up under the writer lock after
+/// a checkpoint, so that it starts over (see [`Checkpoints`]).
+const WAL_FRAMES_HIGH: i64 = 1024;
+
+/// WAL checkpoints, run on a connection of their own instead of by the committing writer.
+///
+/// SQLite's automatic checkpoint runs inside the commit that crosses its threshold, on the
+/// writer's connection and under its lock, and a checkpoint writes and fsyncs the database file:
+/// one download in a few hundred waited for that fsync, and every download behind it too. Here
+/// the writer's automatic checkpoint is off and a PASSIVE checkpoint runs beside it (WAL mode lets
+/// a checkpoint and a writer proceed together).
+///
+/// SQLite starts the WAL over only when a write begins with every frame copied, and beside a busy
+/// writer a checkpoint never quite gets there: frames arrive while it copies. Under a steady
+/// stream of commits the WAL would grow without end. So once the WAL holds more than
+/// [`WAL_FRAMES_HIGH`] frames, a second checkpoint copies what arrived during the first while
+/// holding the writer lock; the first did the bulk of the copying, so the writer waits only for
+/// the tail, and its next write starts the WAL over.
+#[derive(Debug)]
+pub(super) struct Checkpoints {
+    db_path: std::path::PathBuf,
+    writer: Arc<Mutex<Connection>>,
+    state: Mutex<CheckpointState>,
+}
+
+#[derive(Debug, Default)]
+struct CheckpointState {
+    commits: usize,
+    running: bool,
+    conn: Option<Connection>,
+}
+
+impl Checkpoints {
+    pub(super) fn new(db_path: std::path::PathBuf, writer: Arc<Mutex<Connection>>) -> Self {
+        Self {
+            db_path,
+            writer,
+            state: Mutex::new(CheckpointState::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CheckpointState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts `n` commits; once enough have accumulated, starts a checkpoint on the blocking pool
+    /// (or runs it here, outside a Tokio runtime).
+    pub(super) fn note_commit(self: &Arc<Self>, n: usize) {
+        let start = {
+            let mut state = self.lock();
+            state.commits += n;
+            let due = state.commits >= COMMITS_PER_CHECKPOINT && !state.running;
+            if due {
+                state.running = true;
+            }
+            due
+        };
+        if !start {
+            return;
+        }
+        let this = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || this.run());
+            }
+            Err(_) => this.run(),
+        }
+    }
+
+    /// Asks for a checkpoint soon, whatever the count (after a put's large commit).
+    pub(super) fn note_large_commit(self: &Arc<Self>) {
+        self.note_commit(COMMITS_PER_CHECKPOINT);
+    }
+
+    fn run(&self) {
+        let conn = self.lock().conn.take();
+        let conn = match conn {
+            Some(conn) => Ok(conn),
+            None => Connection::open(&self.db_path).and_then(|c| {
+                c.busy_timeout(Duration::from_secs(1))?;
+                Ok(c)
+            }),
+        };
+        // The lock is not held while the checkpoint runs: committers count their commits
+        // meanwhile.
+        let conn = match conn {
+            Ok(conn) => {
+                // PASSIVE never waits for readers or the writer. A failure is only a WAL that
+                // stays longer.
+                let outcome = checkpoint(&conn).and_then(|(frames, _)| {
+                    if frames > WAL_FRAMES_HIGH {
+                        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+                        checkpoint(&conn)?;
+                    }
+                    Ok(())
+                });
+                if let Err(err) = outcome {
+                    tracing::warn!(error = %err, "a WAL checkpoint of the store failed");
+                }
+                Some(conn)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "the store's checkpoint connection failed");
+                None
+            }
+        };
+        let mut state = self.lock();
+        state.commits = 0;
+        state.conn = conn;
+        state.running = false;
+    }
+}
+
+/// A PASSIVE checkpoint: (frames in the WAL, frames copied to the database).
+fn checkpoint(conn: &Connection) -> Result<(i64, i64), rusqlite::Error> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+    })
+}
