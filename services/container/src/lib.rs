@@ -33,6 +33,7 @@ use snug_proto::container::v1::{
 };
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE, Part, Receiver, ResponseStream},
+    framed,
     server::{ServerConfig, Services, parse_duration},
     status::error,
 };
@@ -350,11 +351,62 @@ async fn poll_some<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
     }
 }
 
-/// Wraps the service in its generated server, with the chunk-sized message limits.
-pub fn service(server: ContainerServer) -> ContainerServiceServer<ContainerServer> {
-    ContainerServiceServer::new(server)
+impl ContainerServer {
+    /// Unlock's result and plaintext, for both the generated server's answer and the framed one
+    /// (see [`service`]).
+    async fn unlock_parts(
+        &self,
+        request: Request<Streaming<pb::UnlockRequest>>,
+    ) -> Result<(pb::UnlockResponse, Bytes), Status> {
+        let mut stream = request.into_inner();
+        let (header, receiver) = Receiver::start(
+            &mut stream,
+            DOMAIN,
+            self.limits.max_container_len(),
+            |m: pb::UnlockRequest| m.message.map(unlock_part),
+            |h| h.expected_length,
+        )
+        .await?;
+        let unlocked = self.open_upload(receiver, secrets(header.secrets)).await?;
+        let result = pb::UnlockResponse {
+            message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
+                opened_by: slot_kind(unlocked.opened_by).into(),
+                plaintext_length: unlocked.plaintext.len() as u64,
+                plaintext_format: format(snug_container::detect(&unlocked.plaintext)).into(),
+            })),
+        };
+        Ok((result, self.pooled(unlocked.plaintext)))
+    }
+}
+
+fn unlock_chunk(chunk: Bytes) -> pb::UnlockResponse {
+    pb::UnlockResponse {
+        message: Some(pb::unlock_response::Message::Chunk(chunk)),
+    }
+}
+
+/// The generated server's path of Unlock, which [`service`] answers with framed chunks.
+const UNLOCK_PATH: &str = "/snug.container.v1.ContainerService/Unlock";
+
+/// Wraps the service in its generated server, with the chunk-sized message limits. Unlock's
+/// plaintext, the largest answer, goes out as framed chunks (`snug_rpc::framed`): the same
+/// messages, without a copy of each chunk into tonic's encode buffer.
+pub fn service(
+    server: ContainerServer,
+) -> framed::Override<ContainerServiceServer<ContainerServer>> {
+    let generated = ContainerServiceServer::new(server.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    framed::Override::new(generated, UNLOCK_PATH, move |request| {
+        let server = server.clone();
+        async move {
+            let request = framed::streaming_request::<pb::UnlockRequest>(request);
+            match server.unlock_parts(request).await {
+                Ok((result, plaintext)) => framed::respond_whole(result, plaintext, unlock_chunk),
+                Err(status) => framed::refuse(status),
+            }
+        }
+    })
 }
 
 /// The routes and health names of this service, for composing into a server.
@@ -584,29 +636,11 @@ impl ContainerService for ContainerServer {
         &self,
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<Response<Self::UnlockStream>, Status> {
-        let mut stream = request.into_inner();
-        let (header, receiver) = Receiver::start(
-            &mut stream,
-            DOMAIN,
-            self.limits.max_container_len(),
-            |m: pb::UnlockRequest| m.message.map(unlock_part),
-            |h| h.expected_length,
-        )
-        .await?;
-        let unlocked = self.open_upload(receiver, secrets(header.secrets)).await?;
-        let result = pb::UnlockResponse {
-            message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
-                opened_by: slot_kind(unlocked.opened_by).into(),
-                plaintext_length: unlocked.plaintext.len() as u64,
-                plaintext_format: format(snug_container::detect(&unlocked.plaintext)).into(),
-            })),
-        };
+        let (result, plaintext) = self.unlock_parts(request).await?;
         Ok(Response::new(chunks::respond(
             result,
-            self.pooled(unlocked.plaintext),
-            |c| pb::UnlockResponse {
-                message: Some(pb::unlock_response::Message::Chunk(c)),
-            },
+            plaintext,
+            unlock_chunk,
         )))
     }
 

@@ -38,6 +38,7 @@ use snug_revstore::{
 };
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE, ResponseStream},
+    framed,
     server::{ServerConfig, Services, parse_duration},
     status::invalid_argument,
 };
@@ -311,11 +312,68 @@ impl SyncServer {
     }
 }
 
-/// Wraps the service in its generated server, with the chunk-sized message limits.
-pub fn service(server: SyncServer) -> SyncServiceServer<SyncServer> {
-    SyncServiceServer::new(server)
+/// The generated server's path of GetImage, which [`service`] answers with framed chunks.
+const GET_IMAGE_PATH: &str = "/snug.sync.v1.SyncService/GetImage";
+
+impl SyncServer {
+    /// GetImage's result and the image's pieces (a storage failure as its status), for both the
+    /// generated server's answer and the framed one (see [`service`]).
+    async fn get_image_parts(
+        &self,
+        request: Request<pb::GetImageRequest>,
+    ) -> Result<
+        (
+            pb::GetImageResponse,
+            impl futures::Stream<Item = Result<Bytes, Status>> + Send + 'static,
+        ),
+        Status,
+    > {
+        let request = request.into_inner();
+        let caller = convert::caller(request.caller, "caller")?;
+        let download = match request.revision {
+            None => self.store.get(&caller.user, &caller.principal).await,
+            Some(token) => {
+                let revision = convert::revision(token, "revision")?;
+                self.store
+                    .get_revision(&caller.user, &revision, &caller.principal)
+                    .await
+            }
+        }
+        .map_err(status::read_error)?;
+        let result = pb::GetImageResponse {
+            message: Some(pb::get_image_response::Message::Result(
+                convert::revision_info(download.info),
+            )),
+        };
+        Ok((
+            result,
+            download
+                .body
+                .map(|piece| piece.map_err(status::storage_error)),
+        ))
+    }
+}
+
+/// Wraps the service in its generated server, with the chunk-sized message limits. A download's
+/// bytes go out as framed chunks (`snug_rpc::framed`): the same messages, without a copy of each
+/// chunk into tonic's encode buffer.
+pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncServer>> {
+    let generated = SyncServiceServer::new(server.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    framed::Override::new(generated, GET_IMAGE_PATH, move |request| {
+        let server = server.clone();
+        async move {
+            let parts = match framed::unary_request::<pb::GetImageRequest>(request).await {
+                Ok(request) => server.get_image_parts(request).await,
+                Err(status) => Err(status),
+            };
+            match parts {
+                Ok((result, body)) => framed::respond(result, body, image_chunk),
+                Err(status) => framed::refuse(status),
+            }
+        }
+    })
 }
 
 /// The routes and health names of this service over `store`, with its reclaimer started (so it
@@ -389,32 +447,16 @@ impl SyncService for SyncServer {
         &self,
         request: Request<pb::GetImageRequest>,
     ) -> Result<Response<Self::GetImageStream>, Status> {
-        let request = request.into_inner();
-        let caller = convert::caller(request.caller, "caller")?;
-        let download = match request.revision {
-            None => self.store.get(&caller.user, &caller.principal).await,
-            Some(token) => {
-                let revision = convert::revision(token, "revision")?;
-                self.store
-                    .get_revision(&caller.user, &revision, &caller.principal)
-                    .await
-            }
-        }
-        .map_err(status::read_error)?;
-        let result = pb::GetImageResponse {
-            message: Some(pb::get_image_response::Message::Result(
-                convert::revision_info(download.info),
-            )),
-        };
+        let (result, body) = self.get_image_parts(request).await?;
         // The store yields pieces of any size (a pack extent may be many MiB); each is re-cut into
         // ≤ 1 MiB chunks as zero-copy slices, so memory stays at one piece. A storage failure ends
         // the stream with its status: the client never sees a short stream as a success.
-        let chunks = download.body.flat_map(|piece| {
+        let chunks = body.flat_map(|piece| {
             futures::stream::iter(match piece {
                 Ok(bytes) => chunks::split_into_chunks(bytes)
                     .map(|chunk| Ok(image_chunk(chunk)))
                     .collect::<Vec<_>>(),
-                Err(err) => vec![Err(status::storage_error(err))],
+                Err(status) => vec![Err(status)],
             })
         });
         let stream = futures::stream::once(async move { Ok(result) }).chain(chunks);

@@ -7,6 +7,8 @@
 //!   `google.rpc.ErrorInfo` reason and a domain, never a message a client would have to parse;
 //! - [`chunks`]: payloads of up to 64 MiB travel as streams of ≤ 1 MiB chunks after one header
 //!   message, with the size cap enforced while the bytes arrive;
+//! - [`framed`]: the result-then-chunks responses of the large downloads, framed without
+//!   copying their payload;
 //! - [`server`]: configuration from flags and environment, gRPC health and reflection, request
 //!   timeouts, a global concurrency limit that sheds bursts (never health checks), and graceful
 //!   shutdown on SIGTERM;
@@ -27,6 +29,7 @@
 pub mod admin;
 pub mod blocking;
 pub mod chunks;
+pub mod framed;
 pub mod limit;
 pub mod metrics;
 pub mod observe;
