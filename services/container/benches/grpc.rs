@@ -11,8 +11,9 @@
 //!   target's reference), and the same through an `Opening` fed the whole container at once,
 //!   which decrypts like the service does (fused passes, two threads) where `open_owned` uses
 //!   `aes-gcm`'s one-call decryption;
-//! - gRPC unlock: from the first request message to the last plaintext byte at the client,
-//!   which receives into a buffer it reuses across calls (as the in-process figure's buffer is
+//! - gRPC unlock: from the first request message to the last plaintext byte at the client (the
+//!   reference Rust client, `snug_rpc::framed::client`, which hands out the chunks as slices of
+//!   the HTTP/2 frames), which receives into a buffer it reuses across calls (as the in-process figure's buffer is
 //!   made before its clock starts); the same with a fresh client buffer is shown too;
 //! - of which server part: from the first request message to the response's first message,
 //!   which the server sends once the payload has authenticated (upload, key derivation and
@@ -34,6 +35,7 @@ use snug_container_service::{ContainerConfig, serve};
 use snug_proto::container::v1::{self as pb, container_service_client::ContainerServiceClient};
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE, Part},
+    framed,
     server::ServerConfig,
 };
 use tonic::transport::Channel;
@@ -212,7 +214,7 @@ fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-async fn start_server() -> ContainerServiceClient<Channel> {
+async fn start_server() -> Channel {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = ContainerConfig::default();
@@ -222,17 +224,14 @@ async fn start_server() -> ContainerServiceClient<Channel> {
     );
     // The client gets the same windows and frame size as the server (snug_rpc::server), so
     // neither direction waits on flow control; tonic sets TCP_NODELAY on client sockets.
-    let channel = Channel::from_shared(format!("http://{addr}"))
+    Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .initial_stream_window_size(Some(32 * 1024 * 1024))
         .initial_connection_window_size(Some(64 * 1024 * 1024))
         .max_frame_size(Some(1024 * 1024))
         .connect()
         .await
-        .unwrap();
-    ContainerServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        .unwrap()
 }
 
 struct UnlockTiming {
@@ -240,11 +239,7 @@ struct UnlockTiming {
     total: Duration,
 }
 
-async fn unlock(
-    mut client: ContainerServiceClient<Channel>,
-    container: Bytes,
-    received: &mut Vec<u8>,
-) -> UnlockTiming {
+async fn unlock(channel: Channel, container: Bytes, received: &mut Vec<u8>) -> UnlockTiming {
     let header = pb::UnlockRequest {
         message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
             secrets: Some(pb::Secrets {
@@ -258,28 +253,37 @@ async fn unlock(
     let request = chunks::upload(header, container, |c| pb::UnlockRequest {
         message: Some(pb::unlock_request::Message::Chunk(c)),
     });
-    let mut stream = client.unlock(request).await.unwrap().into_inner();
-    let first_response = std::cell::Cell::new(None);
-    let split = |m: pb::UnlockResponse| {
-        m.message.map(|m| match m {
-            pb::unlock_response::Message::Result(r) => Part::Header(r),
-            pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    };
-    let declared_len = |r: &pb::UnlockResult| {
-        first_response.set(Some(start.elapsed()));
-        r.plaintext_length
-    };
-    chunks::download_into(&mut stream, u64::MAX, split, declared_len, received)
+    // The reference Rust client: chunk payloads are read as slices of the HTTP/2 frames
+    // (`snug_rpc::framed::client`), then copied once into the caller's buffer.
+    let (result, payload) = framed::client::call(
+        channel,
+        pb::UNLOCK_PATH,
+        tonic::Request::new(request),
+        snug_container_service::unlock_chunk,
+        |m: pb::UnlockResponse| {
+            m.message.map(|m| match m {
+                pb::unlock_response::Message::Result(r) => Part::Header(r),
+                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let first_response = start.elapsed();
+    payload
+        .read_into(u64::MAX, result.plaintext_length, received)
         .await
         .unwrap();
     UnlockTiming {
-        first_response: first_response.get().unwrap(),
+        first_response,
         total: start.elapsed(),
     }
 }
 
-async fn inspect(mut client: ContainerServiceClient<Channel>, container: Bytes) -> Duration {
+async fn inspect(channel: Channel, container: Bytes) -> Duration {
+    let mut client = ContainerServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let start = Instant::now();
     let request = futures::stream::iter(
         chunks::split_into_chunks(container).map(|chunk| pb::InspectContainerRequest { chunk }),

@@ -379,14 +379,12 @@ impl ContainerServer {
     }
 }
 
-fn unlock_chunk(chunk: Bytes) -> pb::UnlockResponse {
+/// Unlock's chunk message, for framing in both directions.
+pub fn unlock_chunk(chunk: Bytes) -> pb::UnlockResponse {
     pb::UnlockResponse {
         message: Some(pb::unlock_response::Message::Chunk(chunk)),
     }
 }
-
-/// The generated server's path of Unlock, which [`service`] answers with framed chunks.
-const UNLOCK_PATH: &str = "/snug.container.v1.ContainerService/Unlock";
 
 /// Wraps the service in its generated server, with the chunk-sized message limits. Unlock's
 /// plaintext, the largest answer, goes out as framed chunks (`snug_rpc::framed`): the same
@@ -397,7 +395,7 @@ pub fn service(
     let generated = ContainerServiceServer::new(server.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    framed::Override::new(generated, UNLOCK_PATH, move |request| {
+    framed::Override::new(generated, pb::UNLOCK_PATH, move |request| {
         let server = server.clone();
         async move {
             let request = framed::streaming_request::<pb::UnlockRequest>(request);

@@ -247,7 +247,12 @@ impl Backends {
             caller: Some(caller.pb()),
             revision: revision.map(str::to_owned),
         };
-        start_download(self.sync.clone(), self.request(request), self.deadline).await
+        start_download(
+            self.sync_channel.clone(),
+            self.request(request),
+            self.deadline,
+        )
+        .await
     }
 
     /// Validates `image` with the schema service and writes it with the sync service, from one
@@ -358,7 +363,7 @@ impl Backends {
         // `&self` held across this pipeline's awaits defeats the compiler's `Send` proof
         // (rust-lang/rust#102211).
         let materialize = self.materialize.clone();
-        let sync = self.sync.clone();
+        let sync = self.sync_channel.clone();
         let download = self.request(sync_pb::GetImageRequest {
             caller: Some(caller.pb()),
             revision: None,
@@ -613,22 +618,20 @@ fn export_body(
     ))
 }
 
-/// A download's bytes as a body; each chunk must arrive within `idle`, and a failure ends the
+/// A download's bytes as a body; each piece must arrive within `idle`, and a failure ends the
 /// body with an error (the client sees a response short of its `Content-Length`).
-fn download_body(stream: tonic::Streaming<sync_pb::GetImageResponse>, idle: Duration) -> ImageBody {
+fn download_body(
+    payload: impl futures::Stream<Item = Result<bytes::Bytes, tonic::Status>> + Send + Unpin + 'static,
+    idle: Duration,
+) -> ImageBody {
     Box::pin(futures::stream::unfold(
-        Some(stream),
+        Some(payload),
         move |state| async move {
-            let mut stream = state?;
-            let failure = match tokio::time::timeout(idle, stream.message()).await {
-                Ok(Ok(Some(sync_pb::GetImageResponse {
-                    message: Some(sync_pb::get_image_response::Message::Chunk(chunk)),
-                }))) => {
-                    return Some((Ok(chunk), Some(stream)));
-                }
-                Ok(Ok(None)) => return None,
-                Ok(Ok(Some(_))) => "the download repeated its result",
-                Ok(Err(status)) => {
+            let mut payload = state?;
+            let failure = match tokio::time::timeout(idle, payload.next()).await {
+                Ok(Some(Ok(piece))) => return Some((Ok(piece), Some(payload))),
+                Ok(None) => return None,
+                Ok(Some(Err(status))) => {
                     tracing::warn!(code = ?status.code(), reason = ?snug_rpc::status::reason_of(&status), "a download failed mid-stream");
                     "the download failed mid-stream"
                 }
@@ -640,30 +643,40 @@ fn download_body(stream: tonic::Streaming<sync_pb::GetImageResponse>, idle: Dura
 }
 
 /// Starts a download: waits (under the deadline) for the first message, which must be the
-/// revision; `None` when the user has no image.
+/// revision; `None` when the user has no image. The chunks' bytes are read as framed
+/// (`snug_rpc::framed::client`): slices of what the sync service sent, not copies.
 async fn start_download(
-    mut sync: SyncServiceClient<Channel>,
+    sync: Channel,
     request: tonic::Request<sync_pb::GetImageRequest>,
     deadline: Duration,
 ) -> Result<Option<(sync_pb::RevisionInfo, ImageBody)>, ApiError> {
-    let started = within(deadline, async move {
-        let mut stream = sync.get_image(request).await?.into_inner();
-        let first = stream.message().await?;
-        Ok((first, stream))
-    })
+    let started = within(
+        deadline,
+        snug_rpc::framed::client::call(
+            sync,
+            sync_pb::GET_IMAGE_PATH,
+            request.map(|m| futures::stream::iter([m])),
+            image_chunk,
+            |m: sync_pb::GetImageResponse| match m.message? {
+                sync_pb::get_image_response::Message::Result(info) => {
+                    Some(snug_rpc::chunks::Part::Header(info))
+                }
+                sync_pb::get_image_response::Message::Chunk(c) => {
+                    Some(snug_rpc::chunks::Part::Chunk(c))
+                }
+            },
+        ),
+    )
     .await;
-    let (first, stream) = match started {
-        Ok(started) => started,
-        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => return Ok(None),
-        Err(err) => return Err(err),
-    };
-    match first {
-        Some(sync_pb::GetImageResponse {
-            message: Some(sync_pb::get_image_response::Message::Result(info)),
-        }) => Ok(Some((info, download_body(stream, deadline)))),
-        _ => Err(ApiError::from_reason(
-            reason::BAD_GATEWAY,
-            "the sync service answered a download without its revision",
-        )),
+    match started {
+        Ok((info, payload)) => Ok(Some((info, download_body(payload, deadline)))),
+        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+fn image_chunk(chunk: bytes::Bytes) -> sync_pb::GetImageResponse {
+    sync_pb::GetImageResponse {
+        message: Some(sync_pb::get_image_response::Message::Chunk(chunk)),
     }
 }

@@ -312,9 +312,6 @@ impl SyncServer {
     }
 }
 
-/// The generated server's path of GetImage, which [`service`] answers with framed chunks.
-const GET_IMAGE_PATH: &str = "/snug.sync.v1.SyncService/GetImage";
-
 impl SyncServer {
     /// GetImage's result and the image's pieces (a storage failure as its status), for both the
     /// generated server's answer and the framed one (see [`service`]).
@@ -361,7 +358,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
     let generated = SyncServiceServer::new(server.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    framed::Override::new(generated, GET_IMAGE_PATH, move |request| {
+    framed::Override::new(generated, pb::GET_IMAGE_PATH, move |request| {
         let server = server.clone();
         async move {
             let parts = match framed::unary_request::<pb::GetImageRequest>(request).await {

@@ -17,6 +17,8 @@ use super::*;
 /// A running service with its client and a handle on the store behind it.
 struct Hub {
     client: SyncServiceClient<Channel>,
+    /// The client's channel, for calls made without the generated client.
+    channel: Channel,
     store: AnyStore,
     config: SyncConfig,
     // Keeps the embedded store's directory alive for the test's duration.
@@ -68,11 +70,12 @@ async fn start(backend: Backend, tune: impl FnOnce(&mut SyncConfig)) -> Option<H
         .connect()
         .await
         .expect("connect");
-    let client = SyncServiceClient::new(channel)
+    let client = SyncServiceClient::new(channel.clone())
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     Some(Hub {
         client,
+        channel,
         store,
         config,
         _dir: dir,
@@ -332,6 +335,7 @@ on_every_backend!(
     quota_boundary_is_exact_whether_declared_or_not,
     an_over_quota_stream_is_refused_while_it_streams,
     get_returns_the_exact_bytes_and_digest,
+    the_framed_client_reads_what_the_generated_client_reads,
     head_reports_the_current_revision_without_bytes,
     head_names_a_retained_revision_and_every_answer_carries_its_storage_version,
     history_lists_newest_first_and_restore_copies_forward,
@@ -562,6 +566,73 @@ async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
     let (info, bytes, sizes) = get(&mut hub, "alice", None).await.expect("get empty");
     assert_eq!((info.size, bytes.len(), sizes.len()), (0, 0, 0));
     assert_eq!(info.sha256, sha256_hex(b""));
+}
+
+/// Downloads through `snug_rpc::framed::client` (as the gateway does): result and payload.
+async fn framed_get(
+    hub: &Hub,
+    user: &str,
+    revision: Option<&str>,
+) -> Result<(pb::RevisionInfo, Vec<u8>), Status> {
+    let request = tonic::Request::new(futures::stream::iter([pb::GetImageRequest {
+        caller: caller(user, "device-b"),
+        revision: revision.map(str::to_owned),
+    }]));
+    let (info, payload) = snug_rpc::framed::client::call(
+        hub.channel.clone(),
+        pb::GET_IMAGE_PATH,
+        request,
+        image_chunk,
+        |m: pb::GetImageResponse| {
+            m.message.map(|m| match m {
+                pb::get_image_response::Message::Result(r) => Part::Header(r),
+                pb::get_image_response::Message::Chunk(c) => Part::Chunk(c),
+            })
+        },
+    )
+    .await?;
+    let mut bytes = Vec::new();
+    payload.read_into(u64::MAX, info.size, &mut bytes).await?;
+    Ok((info, bytes))
+}
+
+/// The framed answer, read over HTTP/2 by the framed client, is what the generated client reads,
+/// at every size and for a refusal.
+async fn the_framed_client_reads_what_the_generated_client_reads(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let mut base: Option<String> = None;
+    for (seed, len) in [
+        (1, 0),
+        (2, 1),
+        (3, 100_000),
+        (4, CHUNK_SIZE),
+        (5, 3 * CHUNK_SIZE + 7),
+    ] {
+        let bytes = image(seed, len);
+        let condition = match &base {
+            None => must_not_exist(),
+            Some(rev) => must_match(rev),
+        };
+        let info = put(&mut hub, "alice", condition, &bytes)
+            .await
+            .expect("put");
+        let generated = get(&mut hub, "alice", None).await.expect("get");
+        let framed = framed_get(&hub, "alice", None).await.expect("framed get");
+        assert_eq!(framed.0, generated.0, "{len}");
+        assert!(framed.1 == bytes.to_vec() && generated.1 == bytes, "{len}");
+        base = Some(info.revision);
+    }
+    let generated = get(&mut hub, "nobody", None).await.expect_err("no image");
+    let framed = framed_get(&hub, "nobody", None)
+        .await
+        .expect_err("no image");
+    assert_eq!(
+        (framed.code(), reason(&framed)),
+        (generated.code(), reason(&generated))
+    );
 }
 
 async fn head_reports_the_current_revision_without_bytes(backend: Backend) {

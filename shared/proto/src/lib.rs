@@ -11,6 +11,9 @@ pub mod container {
     /// Version 1 of the package; stable.
     pub mod v1 {
         tonic::include_proto!("snug.container.v1");
+
+        /// The HTTP/2 path of `ContainerService.Unlock`, for the framed server and client.
+        pub const UNLOCK_PATH: &str = "/snug.container.v1.ContainerService/Unlock";
     }
 }
 
@@ -35,9 +38,40 @@ pub mod sync {
     /// Version 1 of the package; stable.
     pub mod v1 {
         tonic::include_proto!("snug.sync.v1");
+
+        /// The HTTP/2 path of `SyncService.GetImage`, for the framed server and client.
+        pub const GET_IMAGE_PATH: &str = "/snug.sync.v1.SyncService/GetImage";
     }
 }
 
 /// The encoded `FileDescriptorSet` of every package, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/snug_descriptor.bin"));
+
+#[cfg(test)]
+mod tests {
+    use prost::Message as _;
+
+    /// The path constants name methods that exist, spelled as gRPC routes them.
+    #[test]
+    fn method_paths_are_in_the_descriptor_set() {
+        let set = prost_types::FileDescriptorSet::decode(super::FILE_DESCRIPTOR_SET).expect("set");
+        let paths: Vec<String> = set
+            .file
+            .iter()
+            .flat_map(|f| {
+                f.service.iter().flat_map(move |s| {
+                    s.method
+                        .iter()
+                        .map(move |m| format!("/{}.{}/{}", f.package(), s.name(), m.name()))
+                })
+            })
+            .collect();
+        for path in [
+            super::container::v1::UNLOCK_PATH,
+            super::sync::v1::GET_IMAGE_PATH,
+        ] {
+            assert!(paths.iter().any(|p| p == path), "{path} is not a method");
+        }
+    }
+}

@@ -258,5 +258,7 @@ pub fn refuse(status: Status) -> http::Response<Body> {
     status.into_http()
 }
 
+pub mod client;
+
 #[cfg(test)]
 mod tests;

@@ -130,3 +130,143 @@ async fn a_failed_piece_ends_the_body_with_its_status() {
         Some("STORAGE_UNAVAILABLE")
     );
 }
+
+/// Splits `bytes` at pseudo-random points (seeded), as a transport may deliver them.
+fn split_randomly(bytes: &[u8], seed: u64) -> Vec<Bytes> {
+    let mut state = seed | 1;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        // Mostly small pieces, sometimes large ones, so every parser state meets a boundary.
+        let len = match state % 4 {
+            0 => 1 + (state >> 8) as usize % 3,
+            1 => 1 + (state >> 8) as usize % 16,
+            2 => 1 + (state >> 8) as usize % 5_000,
+            _ => 1 + (state >> 8) as usize % 300_000,
+        };
+        let end = (at + len).min(bytes.len());
+        out.push(Bytes::copy_from_slice(&bytes[at..end]));
+        at = end;
+    }
+    out
+}
+
+/// However the bytes of a response are cut into frames, the parser finds the same messages: the
+/// result whole, and each chunk's payload in order.
+#[test]
+fn the_parser_reads_any_framing_of_tonics_bytes() {
+    let odd = |c: Bytes| pb::UnlockResponse {
+        message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
+            plaintext_length: c.len() as u64,
+            ..Default::default()
+        })),
+    };
+    let shapes: Vec<Vec<pb::UnlockResponse>> = vec![
+        vec![result()],
+        vec![result(), chunk(payload(1))],
+        vec![result(), chunk(Bytes::new()), chunk(payload(200))],
+        vec![
+            result(),
+            chunk(payload(127)),
+            chunk(payload(128)),
+            chunk(payload(16_384)),
+        ],
+        vec![
+            result(),
+            chunk(payload(chunks::CHUNK_SIZE)),
+            chunk(payload(70_001)),
+        ],
+        // Something other than a lone chunk after the result is handed over whole.
+        vec![
+            result(),
+            chunk(payload(10)),
+            odd(payload(3)),
+            chunk(payload(10)),
+        ],
+    ];
+    for (n, messages) in shapes.iter().enumerate() {
+        let wire = tonic_bytes(messages);
+        for seed in 0..40u64 {
+            let mut parser = client::Parser::new(chunk_tag(&chunk));
+            let mut events = std::collections::VecDeque::new();
+            for frame in split_randomly(&wire, seed * 7919 + n as u64) {
+                parser.feed(frame, &mut events).expect("feed");
+            }
+            assert!(parser.at_boundary(), "shape {n}, seed {seed}");
+            // Rebuild the messages from the events.
+            let mut rebuilt: Vec<pb::UnlockResponse> = Vec::new();
+            let mut payload_of_chunk: Option<Vec<u8>> = None;
+            let mut expected = messages.iter();
+            for event in events {
+                match event {
+                    client::Event::Message(bytes) => {
+                        if let Some(p) = payload_of_chunk.take() {
+                            rebuilt.push(chunk(Bytes::from(p)));
+                        }
+                        rebuilt.push(pb::UnlockResponse::decode(bytes).expect("decode"));
+                    }
+                    client::Event::Payload(bytes) => {
+                        payload_of_chunk
+                            .get_or_insert_with(Vec::new)
+                            .extend_from_slice(&bytes);
+                    }
+                }
+            }
+            if let Some(p) = payload_of_chunk.take() {
+                rebuilt.push(chunk(Bytes::from(p)));
+            }
+            // Chunks arrive as payload pieces, so consecutive chunks merge and empty ones vanish:
+            // compare the payload bytes and the other messages in order.
+            let flatten = |ms: &mut dyn Iterator<Item = &pb::UnlockResponse>| {
+                let mut out: Vec<Result<pb::UnlockResponse, Vec<u8>>> = Vec::new();
+                for m in ms {
+                    match &m.message {
+                        Some(pb::unlock_response::Message::Chunk(c)) => match out.last_mut() {
+                            Some(Err(bytes)) => bytes.extend_from_slice(c),
+                            _ if c.is_empty() => {}
+                            _ => out.push(Err(c.to_vec())),
+                        },
+                        _ => out.push(Ok(m.clone())),
+                    }
+                }
+                out
+            };
+            assert!(
+                flatten(&mut rebuilt.iter()) == flatten(&mut expected.by_ref()),
+                "shape {n}, seed {seed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_parser_refuses_compressed_and_oversized_messages() {
+    let mut events = std::collections::VecDeque::new();
+    let compressed = Bytes::from_static(&[1, 0, 0, 0, 1, 0]);
+    assert_eq!(
+        client::Parser::new(chunk_tag(&chunk))
+            .feed(compressed, &mut events)
+            .expect_err("compressed")
+            .code(),
+        tonic::Code::Internal
+    );
+    let mut huge = vec![0u8];
+    huge.extend_from_slice(&((MAX_MESSAGE_SIZE + 1) as u32).to_be_bytes());
+    assert_eq!(
+        client::Parser::new(chunk_tag(&chunk))
+            .feed(Bytes::from(huge), &mut events)
+            .expect_err("oversized")
+            .code(),
+        tonic::Code::ResourceExhausted
+    );
+    // A response cut inside a message is not at a boundary.
+    let mut parser = client::Parser::new(chunk_tag(&chunk));
+    let wire = tonic_bytes(&[result(), chunk(payload(100))]);
+    parser
+        .feed(Bytes::copy_from_slice(&wire[..wire.len() - 1]), &mut events)
+        .expect("feed");
+    assert!(!parser.at_boundary());
+}
