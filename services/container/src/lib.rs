@@ -401,7 +401,7 @@ pub fn service(
             let request = framed::streaming_request::<pb::UnlockRequest>(request);
             match server.unlock_parts(request).await {
                 Ok((result, plaintext)) => framed::respond_whole(result, plaintext, unlock_chunk),
-                Err(status) => framed::refuse(status),
+                Err(status) => status.into_http(),
             }
         }
     })

@@ -367,7 +367,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
             };
             match parts {
                 Ok((result, body)) => framed::respond(result, body, image_chunk),
-                Err(status) => framed::refuse(status),
+                Err(status) => status.into_http(),
             }
         }
     })
@@ -445,17 +445,10 @@ impl SyncService for SyncServer {
         request: Request<pb::GetImageRequest>,
     ) -> Result<Response<Self::GetImageStream>, Status> {
         let (result, body) = self.get_image_parts(request).await?;
-        // The store yields pieces of any size (a pack extent may be many MiB); each is re-cut into
-        // ≤ 1 MiB chunks as zero-copy slices, so memory stays at one piece. A storage failure ends
-        // the stream with its status: the client never sees a short stream as a success.
-        let chunks = body.flat_map(|piece| {
-            futures::stream::iter(match piece {
-                Ok(bytes) => chunks::split_into_chunks(bytes)
-                    .map(|chunk| Ok(image_chunk(chunk)))
-                    .collect::<Vec<_>>(),
-                Err(status) => vec![Err(status)],
-            })
-        });
+        // The store yields pieces of any size (a pack extent may be many MiB), re-cut into ≤ 1 MiB
+        // chunks; a storage failure ends the stream with its status: the client never sees a
+        // short stream as a success.
+        let chunks = chunks::rechunk(body).map(|chunk| chunk.map(image_chunk));
         let stream = futures::stream::once(async move { Ok(result) }).chain(chunks);
         Ok(Response::new(Box::pin(stream)))
     }

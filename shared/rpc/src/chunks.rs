@@ -202,6 +202,54 @@ pub fn split_into_chunks(bytes: Bytes) -> impl Iterator<Item = Bytes> + Send + '
         .map(move |start| bytes.slice(start..(start + CHUNK_SIZE).min(len)))
 }
 
+/// Re-cuts a payload that arrives in pieces of any size into chunks of at most [`CHUNK_SIZE`],
+/// as zero-copy slices, so memory stays at one piece; a failed piece passes through as the end.
+pub fn rechunk(
+    pieces: impl Stream<Item = Result<Bytes, Status>> + Send + 'static,
+) -> impl Stream<Item = Result<Bytes, Status>> + Send + 'static {
+    pieces.flat_map(|piece| {
+        futures::stream::iter(match piece {
+            Ok(bytes) => split_into_chunks(bytes).map(Ok).collect::<Vec<_>>(),
+            Err(status) => vec![Err(status)],
+        })
+    })
+}
+
+/// Appends `chunk` to a download's `buffer`, refusing to pass the client's `limit`.
+fn append_within(buffer: &mut Vec<u8>, chunk: &[u8], limit: u64) -> Result<(), Status> {
+    if (buffer.len() + chunk.len()) as u64 > limit {
+        return Err(Status::resource_exhausted(format!(
+            "the response exceeds the client's limit of {limit} bytes"
+        )));
+    }
+    buffer.extend_from_slice(chunk);
+    Ok(())
+}
+
+/// Clears a reused download buffer and sizes it once for the `declared` length (at most
+/// `limit`): exact, since the announced length is what arrives, and doubling would reserve twice
+/// the payload.
+fn prepare(buffer: &mut Vec<u8>, declared: u64, limit: u64) {
+    buffer.clear();
+    buffer.reserve_exact(declared.min(limit) as usize);
+}
+
+/// Reads a download's pieces into `buffer` (cleared first and sized for `declared` bytes),
+/// refusing to pass `limit`.
+pub async fn read_into(
+    pieces: impl Stream<Item = Result<Bytes, Status>>,
+    limit: u64,
+    declared: u64,
+    buffer: &mut Vec<u8>,
+) -> Result<(), Status> {
+    prepare(buffer, declared, limit);
+    let mut pieces = std::pin::pin!(pieces);
+    while let Some(piece) = pieces.next().await {
+        append_within(buffer, &piece?, limit)?;
+    }
+    Ok(())
+}
+
 /// Builds a result-then-chunks response stream.
 pub fn respond<M: Send + 'static>(
     result: M,
@@ -253,19 +301,10 @@ pub async fn download_into<M, R>(
             ));
         }
     };
-    buffer.clear();
-    // Exact: the announced length is what arrives, and doubling would reserve twice the payload.
-    buffer.reserve_exact(declared_len(&result).min(limit) as usize);
+    prepare(buffer, declared_len(&result), limit);
     while let Some(message) = stream.message().await? {
         match split(message) {
-            Some(Part::Chunk(chunk)) => {
-                if (buffer.len() + chunk.len()) as u64 > limit {
-                    return Err(Status::resource_exhausted(format!(
-                        "the response exceeds the client's limit of {limit} bytes"
-                    )));
-                }
-                buffer.extend_from_slice(&chunk);
-            }
+            Some(Part::Chunk(chunk)) => append_within(buffer, &chunk, limit)?,
             _ => return Err(Status::internal("the response stream repeated its result")),
         }
     }

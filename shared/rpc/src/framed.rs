@@ -82,18 +82,14 @@ where
 {
     let key = chunk_tag(&chunk);
     let first = futures::stream::once(async move { Ok(encode_message(&result)) });
-    let data = payload.flat_map(move |piece| {
-        let frames: Vec<Result<Bytes, Status>> = match piece {
-            Ok(bytes) => chunks::split_into_chunks(bytes)
-                .flat_map(|c| match &key {
-                    Some(key) => chunk_frames(key, c).to_vec(),
-                    None => vec![encode_message(&chunk(c))],
-                })
-                .map(Ok)
-                .collect(),
+    let data = chunks::rechunk(payload).flat_map(move |chunk_or_failure| {
+        futures::stream::iter(match chunk_or_failure {
+            Ok(c) => match &key {
+                Some(key) => chunk_frames(key, c).map(Ok).to_vec(),
+                None => vec![Ok(encode_message(&chunk(c)))],
+            },
             Err(status) => vec![Err(status)],
-        };
-        futures::stream::iter(frames)
+        })
     });
     let body = GrpcBody {
         frames: Box::pin(first.chain(data)),
@@ -251,11 +247,6 @@ where
 
 impl<S: NamedService> NamedService for Override<S> {
     const NAME: &'static str = S::NAME;
-}
-
-/// Answers with `status` alone (a Trailers-Only response), as tonic does for a failed call.
-pub fn refuse(status: Status) -> http::Response<Body> {
-    status.into_http()
 }
 
 pub mod client;

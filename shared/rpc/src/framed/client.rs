@@ -368,23 +368,11 @@ where
     /// Reads the whole payload into `buffer` (cleared first), which a caller may reuse across
     /// calls; `declared` is the length the result announced, so the buffer is sized once.
     pub async fn read_into(
-        mut self,
+        self,
         limit: u64,
         declared: u64,
         buffer: &mut Vec<u8>,
     ) -> Result<(), Status> {
-        buffer.clear();
-        // Exact: the announced length is what arrives, and doubling would reserve twice the payload.
-        buffer.reserve_exact(declared.min(limit) as usize);
-        while let Some(piece) = self.next().await {
-            let piece = piece?;
-            if (buffer.len() + piece.len()) as u64 > limit {
-                return Err(Status::resource_exhausted(format!(
-                    "the response exceeds the client's limit of {limit} bytes"
-                )));
-            }
-            buffer.extend_from_slice(&piece);
-        }
-        Ok(())
+        crate::chunks::read_into(self, limit, declared, buffer).await
     }
 }
