@@ -16,10 +16,10 @@
 //!   the HTTP/2 frames), which receives into a buffer it reuses across calls (as the in-process figure's buffer is
 //!   made before its clock starts); the same with a fresh client buffer is shown too;
 //! - of which server part: from the first request message to the response's first message,
-//!   which the server sends once the payload has authenticated (upload, key derivation and
-//!   decryption, overlapped);
+//!   which the server sends once the payload has authenticated and its first chunk is decrypted
+//!   (upload, key derivation and GHASH, overlapped);
 //! - of which download only: from the response's first message to its last byte, i.e. the
-//!   plaintext streaming back alone;
+//!   plaintext streaming back while the server decrypts it chunk by chunk;
 //! - upload only: `InspectContainer` with the same bytes (the server keeps the first bytes,
 //!   counts the rest and parses the header), i.e. the transport alone;
 //! - CPU time of one gRPC unlock: client and server together, since this bench runs both in one
@@ -171,7 +171,7 @@ fn main() {
         &over_grpc,
     );
     row(
-        "  of which first request → first response (upload, KDF, decrypt)",
+        "  of which first request → first response (upload, KDF, GHASH)",
         &server_part,
     );
     row(
@@ -186,7 +186,7 @@ fn main() {
     if cpu.iter().all(|c| c.is_some()) {
         let cpu: Vec<Duration> = cpu.into_iter().flatten().collect();
         row(
-            "CPU time of one gRPC unlock (client + server, incl. buffer wipe)",
+            "CPU time of one gRPC unlock (client + server)",
             &cpu,
         );
     }
@@ -200,7 +200,7 @@ fn main() {
     );
 }
 
-/// Lets work a measurement left behind (a pooled buffer being wiped) finish before the next one.
+/// Lets work a measurement left behind (a buffer going back to its pool) finish before the next one.
 fn settle() {
     std::thread::sleep(Duration::from_millis(100));
 }

@@ -22,10 +22,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use std::io::Read as _;
+
 use bytes::Bytes;
+use futures::StreamExt as _;
 use snug_container::{
-    Format, Limits, OpenError, Opening, Passphrase, PayloadDecryptor, RecoveryKey, Secrets,
-    SlotKind, Unlocked,
+    Authenticated, Format, Limits, OpenError, Opening, Passphrase, PayloadDecryptor, RecoveryKey,
+    Secrets, SlotKind,
 };
 use snug_proto::container::v1::{
     self as pb,
@@ -39,7 +42,6 @@ use snug_rpc::{
 };
 use tokio::net::TcpListener;
 use tonic::{Code, Request, Response, Status, Streaming};
-use zeroize::Zeroize as _;
 
 use crate::reason::DOMAIN;
 
@@ -125,8 +127,9 @@ impl KdfPool {
 ///
 /// A fresh 64 MiB allocation is its own `mmap`, and the kernel faults in and zeroes every page
 /// on first touch (30–65 ms of CPU on the reference machine, STACK.md §14), then unmaps it on
-/// free; reusing the allocation skips both. A buffer that carried plaintext is zeroized before
-/// it is kept, so no user's data outlives the response that carried it.
+/// free; reusing the allocation skips both. Uploads are opened authenticate-first
+/// ([`Opening::authenticate_first`]): the plaintext is decrypted into the response's own chunks,
+/// so these buffers only ever hold what clients uploaded (ciphertext) and are kept unwiped.
 #[derive(Debug)]
 struct BufferPool {
     buffers: std::sync::Mutex<Vec<Vec<u8>>>,
@@ -153,13 +156,12 @@ impl BufferPool {
             .unwrap_or_default()
     }
 
-    /// Wipes `buffer` and keeps it if there is room (and it is not oversized).
-    fn give_back(&self, mut buffer: Vec<u8>) {
+    /// Keeps `buffer` (which held an upload, never plaintext) if there is room and it is not
+    /// oversized.
+    fn give_back(&self, buffer: Vec<u8>) {
         if self.max_buffers == 0 || buffer.capacity() > self.max_capacity {
             return;
         }
-        // The whole capacity: bytes past `len` may hold ciphertext or an earlier plaintext.
-        buffer.zeroize();
         if let Ok(mut buffers) = self.buffers.lock()
             && buffers.len() < self.max_buffers
         {
@@ -168,32 +170,12 @@ impl BufferPool {
     }
 }
 
-/// A plaintext on its way out as response chunks; its buffer goes back to the pool once the last
-/// chunk has been encoded (tonic copies each chunk into its own frame buffer).
-struct Pooled {
-    plaintext: Vec<u8>,
-    pool: Arc<BufferPool>,
-}
+/// How many plaintext chunks the decryption of a response may run ahead of its sending: enough
+/// to keep the sender fed, few enough that a slow client holds little memory.
+const DECRYPTED_AHEAD: usize = 4;
 
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        &self.plaintext
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        let plaintext = std::mem::take(&mut self.plaintext);
-        let pool = Arc::clone(&self.pool);
-        // Wiping 64 MiB takes milliseconds: not on an async worker when one is at hand.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(move || pool.give_back(plaintext));
-            }
-            Err(_) => pool.give_back(plaintext),
-        }
-    }
-}
+/// A response's plaintext chunks, decrypted as they are sent.
+type PlaintextChunks = Pin<Box<dyn futures::Stream<Item = Result<Bytes, Status>> + Send>>;
 
 /// The service implementation; cheap to clone.
 #[derive(Debug, Clone)]
@@ -224,31 +206,35 @@ type Derivation =
     Pin<Box<dyn Future<Output = Result<Result<PayloadDecryptor, OpenError>, Status>> + Send>>;
 
 impl ContainerServer {
-    /// Receives a container upload and opens it while it arrives, with the verdict
+    /// Receives a container upload and authenticates it while it arrives, with the verdict
     /// `open_owned` would give for the whole upload.
     ///
     /// The key derivation starts on the [`KdfPool`] as soon as the header, wrapped keys and
     /// payload IV are in (the first chunk), so PBKDF2 runs while the rest of the upload streams
-    /// in. Once the key is known, each arriving chunk is decrypted into the one buffer that
-    /// receives the upload, so when the last chunk lands only its own bytes and the tag remain.
-    /// Chunks are handed to the [`Opening`] in batches on the blocking pool, never on the async
-    /// runtime: catching up the chunks that arrived during PBKDF2 is tens of milliseconds of AES.
-    /// Nothing decrypted leaves the `Opening` before the tag verifies.
+    /// in. Once the key is known, each arriving chunk is hashed (GCM's GHASH) in the one buffer
+    /// that receives the upload, so when the last chunk lands only its own bytes and the tag
+    /// remain. Decryption waits for the tag ([`Opening::authenticate_first`]) and then runs as
+    /// the plaintext is sent ([`ContainerServer::release`]), so sending overlaps it. Chunks are
+    /// handed to the [`Opening`] in batches on the blocking pool, never on the async runtime:
+    /// catching up the chunks that arrived during PBKDF2 is milliseconds of GHASH.
     async fn open_upload<M, H, S>(
         &self,
         mut receiver: Receiver<'_, M, H, S>,
         secrets: Secrets,
-    ) -> Result<Unlocked, Status>
+    ) -> Result<Authenticated, Status>
     where
         S: Fn(M) -> Option<Part<H>>,
     {
         // `None` while a batch job has it.
-        let mut opening = Some(Opening::with_buffer(
-            secrets,
-            &self.limits,
-            receiver.declared_len(),
-            self.buffers.take(),
-        ));
+        let mut opening = Some(
+            Opening::with_buffer(
+                secrets,
+                &self.limits,
+                receiver.declared_len(),
+                self.buffers.take(),
+            )
+            .authenticate_first(),
+        );
         let mut queued: Vec<Bytes> = Vec::new();
         let mut derivation: Option<Derivation> = None;
         let mut derived: Option<Result<PayloadDecryptor, OpenError>> = None;
@@ -320,7 +306,7 @@ impl ContainerServer {
             }
         };
         // Only the tail (under one chunk) and the tag are left; the key was derived above.
-        let unlocked = tokio::task::spawn_blocking(move || opening.finish())
+        let authenticated = tokio::task::spawn_blocking(move || opening.finish_authenticated())
             .await
             .map_err(|join| snug_rpc::status::internal(DOMAIN, &join))?
             .map_err(status::open_error)?;
@@ -328,19 +314,58 @@ impl ContainerServer {
             upload_ms = upload_ended.map(|d| d.as_secs_f64() * 1e3),
             key_ms = key_ready.map(|d| d.as_secs_f64() * 1e3),
             verified_ms = started.elapsed().as_secs_f64() * 1e3,
-            plaintext_len = unlocked.plaintext.len(),
-            "opened an upload as it arrived"
+            plaintext_len = authenticated.plaintext_len(),
+            "authenticated an upload as it arrived"
         );
-        Ok(unlocked)
+        Ok(authenticated)
     }
 
-    /// Wraps a plaintext for the response so that its buffer returns to the pool afterwards.
-    fn pooled(&self, plaintext: Vec<u8>) -> Bytes {
-        Bytes::from_owner(Pooled {
-            plaintext,
-            pool: Arc::clone(&self.buffers),
-        })
+    /// Releases an authenticated payload: its chunks are decrypted on the blocking pool, at most
+    /// [`DECRYPTED_AHEAD`] ahead of the sender, each into its own allocation, so the first
+    /// chunk leaves as soon as the tag has verified and the rest is decrypted while it is on its
+    /// way. Returns the plaintext's format (from its first bytes) and the chunks. The upload's
+    /// buffer returns to the pool once the last chunk is decrypted, or the caller goes away.
+    async fn release(&self, authenticated: Authenticated) -> (Format, PlaintextChunks) {
+        let (sender, mut receiver) = tokio::sync::mpsc::channel::<Bytes>(DECRYPTED_AHEAD);
+        let buffers = Arc::clone(&self.buffers);
+        tokio::task::spawn_blocking(move || {
+            let mut authenticated = authenticated;
+            let mut left = authenticated.plaintext_len();
+            while left > 0 {
+                let mut chunk = vec![0u8; left.min(chunks::CHUNK_SIZE)];
+                match authenticated.read(&mut chunk) {
+                    Ok(n) if n == chunk.len() => left -= n,
+                    // `Authenticated` fills what it is given until the end; anything else ends
+                    // the response short, which the client sees against `plaintext_length`.
+                    _ => break,
+                }
+                if sender.blocking_send(Bytes::from(chunk)).is_err() {
+                    // The call was dropped: nobody is left to send the rest to.
+                    break;
+                }
+            }
+            buffers.give_back(authenticated.into_buffer());
+        });
+        let first = receiver.recv().await;
+        let format = snug_container::detect(first.as_deref().unwrap_or_default());
+        let rest = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|chunk| (chunk, receiver))
+        });
+        let chunks = futures::stream::iter(first).chain(rest).map(Ok);
+        (format, Box::pin(chunks))
     }
+}
+
+/// A result-then-chunks response for the generated server, from chunks made as they are sent.
+fn respond_streaming<M: Send + 'static>(
+    result: M,
+    plaintext: PlaintextChunks,
+    chunk: impl Fn(Bytes) -> M + Send + 'static,
+) -> ResponseStream<M> {
+    Box::pin(
+        futures::stream::once(async move { Ok(result) })
+            .chain(plaintext.map(move |piece| piece.map(&chunk))),
+    )
 }
 
 /// Awaits the future in `slot`, which the caller's `select!` guard has checked is there.
@@ -357,7 +382,7 @@ impl ContainerServer {
     async fn unlock_parts(
         &self,
         request: Request<Streaming<pb::UnlockRequest>>,
-    ) -> Result<(pb::UnlockResponse, Bytes), Status> {
+    ) -> Result<(pb::UnlockResponse, PlaintextChunks), Status> {
         let mut stream = request.into_inner();
         let (header, receiver) = Receiver::start(
             &mut stream,
@@ -367,15 +392,18 @@ impl ContainerServer {
             |h| h.expected_length,
         )
         .await?;
-        let unlocked = self.open_upload(receiver, secrets(header.secrets)).await?;
+        let authenticated = self.open_upload(receiver, secrets(header.secrets)).await?;
+        let opened_by = slot_kind(authenticated.opened_by()).into();
+        let plaintext_length = authenticated.plaintext_len() as u64;
+        let (plaintext_format, plaintext) = self.release(authenticated).await;
         let result = pb::UnlockResponse {
             message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
-                opened_by: slot_kind(unlocked.opened_by).into(),
-                plaintext_length: unlocked.plaintext.len() as u64,
-                plaintext_format: format(snug_container::detect(&unlocked.plaintext)).into(),
+                opened_by,
+                plaintext_length,
+                plaintext_format: format(plaintext_format).into(),
             })),
         };
-        Ok((result, self.pooled(unlocked.plaintext)))
+        Ok((result, plaintext))
     }
 }
 
@@ -400,7 +428,7 @@ pub fn service(
         async move {
             let request = framed::streaming_request::<pb::UnlockRequest>(request);
             match server.unlock_parts(request).await {
-                Ok((result, plaintext)) => framed::respond_whole(result, plaintext, unlock_chunk),
+                Ok((result, plaintext)) => framed::respond(result, plaintext, unlock_chunk),
                 Err(status) => status.into_http(),
             }
         }
@@ -635,7 +663,7 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<Response<Self::UnlockStream>, Status> {
         let (result, plaintext) = self.unlock_parts(request).await?;
-        Ok(Response::new(chunks::respond(
+        Ok(Response::new(respond_streaming(
             result,
             plaintext,
             unlock_chunk,
@@ -735,22 +763,21 @@ impl ContainerService for ContainerServer {
             |h| h.expected_length,
         )
         .await?;
-        let unlocked = self.open_upload(receiver, secrets(header.secrets)).await?;
+        let authenticated = self.open_upload(receiver, secrets(header.secrets)).await?;
         let result = pb::RemoveProtectionResponse {
             message: Some(pb::remove_protection_response::Message::Result(
                 pb::RemoveProtectionResult {
-                    opened_by: slot_kind(unlocked.opened_by).into(),
-                    plaintext_length: unlocked.plaintext.len() as u64,
+                    opened_by: slot_kind(authenticated.opened_by()).into(),
+                    plaintext_length: authenticated.plaintext_len() as u64,
                 },
             )),
         };
-        Ok(Response::new(chunks::respond(
-            result,
-            self.pooled(unlocked.plaintext),
-            |c| pb::RemoveProtectionResponse {
+        let (_, plaintext) = self.release(authenticated).await;
+        Ok(Response::new(respond_streaming(result, plaintext, |c| {
+            pb::RemoveProtectionResponse {
                 message: Some(pb::remove_protection_response::Message::Chunk(c)),
-            },
-        )))
+            }
+        })))
     }
 }
 

@@ -372,6 +372,57 @@ async fn unlocks_in_a_row_reuse_buffers_without_mixing_contents() {
 }
 
 #[tokio::test]
+async fn a_client_leaving_mid_download_leaves_the_next_unlock_whole() {
+    let config = ContainerConfig {
+        buffer_pool: 1,
+        ..test_config()
+    };
+    let mut client = start(config).await;
+    // Larger than the chunks decrypted ahead of the sender, so the decryption is still running
+    // when the client goes away.
+    let first = sqlite_bytes(12 * CHUNK_SIZE + 5);
+    let (_, first_container) = protect(&mut client, first.clone(), PASSPHRASE)
+        .await
+        .expect("protect");
+    let header = pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
+            secrets: Some(secrets(Some(PASSPHRASE), None)),
+            expected_length: None,
+        })),
+    };
+    let request = chunks::upload(header, first_container, |c| pb::UnlockRequest {
+        message: Some(pb::unlock_request::Message::Chunk(c)),
+    });
+    let mut stream = client.unlock(request).await.expect("unlock").into_inner();
+    let Some(pb::UnlockResponse {
+        message: Some(pb::unlock_response::Message::Result(result)),
+    }) = stream.message().await.expect("first message")
+    else {
+        panic!("the result comes first");
+    };
+    assert_eq!(result.plaintext_length, first.len() as u64);
+    drop(stream);
+
+    let mut second = sqlite_bytes(3 * CHUNK_SIZE).to_vec();
+    second[16..].iter_mut().for_each(|b| *b = b.wrapping_add(7));
+    let second = Bytes::from(second);
+    let (_, second_container) = protect(&mut client, second.clone(), PASSPHRASE)
+        .await
+        .expect("protect");
+    for _ in 0..2 {
+        let (result, bytes) = unlock(
+            &mut client,
+            second_container.clone(),
+            secrets(Some(PASSPHRASE), None),
+        )
+        .await
+        .expect("unlock");
+        assert_eq!(bytes, second);
+        assert_eq!(result.plaintext_format(), pb::Format::Sqlite);
+    }
+}
+
+#[tokio::test]
 async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
     let mut client = start(test_config()).await;
     let (_, container) = protect(&mut client, sqlite_bytes(10), PASSPHRASE)

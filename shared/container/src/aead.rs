@@ -127,8 +127,8 @@ type Ctr32 = ctr::CtrCore<Aes256, ctr::flavors::Ctr32BE>;
 /// decrypts all 64 MiB).
 const STRIDE: usize = 32 * 1024;
 
-/// From this size on, a piece is split between two threads (see
-/// [`GcmDecryptor::decrypt_in_place`]); below it a thread costs more than it saves.
+/// From this size on, a piece is split between two threads (see [`GcmDecryptor::process`]);
+/// below it a thread costs more than it saves.
 const PARALLEL_MIN: usize = 4 * 1024 * 1024;
 
 /// AES-256-GCM decryption of one payload that arrives in pieces of any length (SP 800-38D §7.2
@@ -137,12 +137,13 @@ const PARALLEL_MIN: usize = 4 * 1024 * 1024;
 /// GCM is counter mode plus GHASH: the counter block J0 = IV ‖ 0x00000001 encrypts to the tag
 /// mask, the payload is XORed with the keystream from inc32(J0) on, and the tag is GHASH over the
 /// zero-padded AAD, the zero-padded ciphertext and their bit lengths, XOR the mask. Both passes
-/// run over each piece as it is given; only [`GcmDecryptor::verify`] says whether the result may
-/// be used, and the caller keeps every decrypted byte to itself until it does.
+/// run over each piece as it is given, or GHASH alone when decryption is to wait for the tag;
+/// only [`GcmDecryptor::verify`] says whether the result may be used, and the caller keeps every
+/// decrypted byte to itself until it does.
 pub(crate) struct GcmDecryptor {
     hasher: Hasher,
     keystream: ctr::Ctr32BE<Aes256>,
-    /// The cipher and J0 again, for a second keystream at another position.
+    /// The cipher and J0 again, for keystreams at other positions.
     aes: Aes256,
     j0: aes::Block,
     /// E_K(J0), XORed into GHASH's output to make the tag.
@@ -212,21 +213,33 @@ impl GcmDecryptor {
     }
 
     /// Decrypts the next `piece` of ciphertext in place, after hashing it.
+    pub(crate) fn decrypt_in_place(&mut self, piece: &mut [u8]) {
+        self.process(piece, Pass::HashAndDecrypt);
+    }
+
+    /// Hashes the next `piece` of ciphertext and leaves it as it is, for a payload that is
+    /// decrypted only once its tag has verified (the keystream stays at the payload's start).
+    pub(crate) fn hash(&mut self, piece: &mut [u8]) {
+        self.process(piece, Pass::HashOnly);
+    }
+
+    /// Runs `pass` over the next `piece`.
     ///
     /// A large piece (the backlog that built up while the key was being derived) is split in
-    /// two halves decrypted at once on two threads, each with its own keystream position and its
-    /// own GHASH segment; the second segment is then folded into the state (see [`Hasher`]).
-    pub(crate) fn decrypt_in_place(&mut self, piece: &mut [u8]) {
+    /// two halves processed at once on two threads, each with its own GHASH segment (and, when
+    /// decrypting, its own keystream position); the second segment is then folded into the
+    /// state (see [`Hasher`]).
+    fn process(&mut self, piece: &mut [u8], pass: Pass) {
         let fits = self.hasher.ciphertext_len + piece.len() as u64 <= aes_gcm::P_MAX;
         if piece.len() < PARALLEL_MIN || !fits {
-            self.decrypt_sequentially(piece);
+            self.process_sequentially(piece, pass);
             return;
         }
         // Complete a pending GHASH block first, so that both halves start on a block boundary
         // (where the keystream is too), and leave a final partial block for afterwards.
         let head_len = (16 - self.hasher.pending_len) % 16;
         let (head, rest) = piece.split_at_mut(head_len);
-        self.decrypt_sequentially(head);
+        self.process_sequentially(head, pass);
         let whole = rest.len() - rest.len() % 16;
         let (body, tail) = rest.split_at_mut(whole);
         let half = body.len() / 2 / 16 * 16;
@@ -234,23 +247,27 @@ impl GcmDecryptor {
         let (first, second) = body.split_at_mut(half);
         let (first_blocks, second_blocks) = ((first.len() / 16) as u64, (second.len() / 16) as u64);
 
-        let mut second_keystream =
-            ctr::Ctr32BE::from_core(Ctr32::inner_iv_init(self.aes.clone(), &self.j0));
-        second_keystream.seek(self.keystream.current_pos::<u64>() + half as u64);
+        let mut second_keystream = keystream_from_j0(&self.aes, &self.j0);
+        if pass == Pass::HashAndDecrypt {
+            second_keystream.seek(self.keystream.current_pos::<u64>() + half as u64);
+        }
         let mut second_segment = GHash::new(&self.hasher.key);
         let (hasher, keystream) = (&mut self.hasher, &mut self.keystream);
         std::thread::scope(|scope| {
-            scope.spawn(|| decrypt_blocks(&mut second_segment, &mut second_keystream, second));
-            decrypt_blocks(&mut hasher.segment, keystream, first);
+            scope
+                .spawn(|| process_blocks(&mut second_segment, &mut second_keystream, second, pass));
+            process_blocks(&mut hasher.segment, keystream, first, pass);
         });
         hasher.segment_blocks += first_blocks;
         hasher.fold(second_segment, second_blocks);
         hasher.ciphertext_len += body_len as u64;
-        *keystream = second_keystream;
-        self.decrypt_sequentially(tail);
+        if pass == Pass::HashAndDecrypt {
+            *keystream = second_keystream;
+        }
+        self.process_sequentially(tail, pass);
     }
 
-    fn decrypt_sequentially(&mut self, piece: &mut [u8]) {
+    fn process_sequentially(&mut self, piece: &mut [u8], pass: Pass) {
         for stride in piece.chunks_mut(STRIDE) {
             self.hasher.ciphertext_len += stride.len() as u64;
             if self.hasher.ciphertext_len > aes_gcm::P_MAX {
@@ -258,12 +275,15 @@ impl GcmDecryptor {
                 continue;
             }
             self.hasher.hash(stride);
-            self.keystream.apply_keystream(stride);
+            if pass == Pass::HashAndDecrypt {
+                self.keystream.apply_keystream(stride);
+            }
         }
     }
 
-    /// Checks `tag` against everything decrypted so far, in constant time.
-    pub(crate) fn verify(self, tag: &[u8]) -> Result<(), AuthenticationFailed> {
+    /// Checks `tag` against everything hashed so far, in constant time, and returns the
+    /// keystream where it stands: at the payload's start if every piece was only hashed.
+    pub(crate) fn verify(self, tag: &[u8]) -> Result<Keystream, AuthenticationFailed> {
         let mut hasher = self.hasher;
         if hasher.ciphertext_len > aes_gcm::P_MAX {
             return Err(AuthenticationFailed);
@@ -286,19 +306,87 @@ impl GcmDecryptor {
             .zip(self.tag_mask.iter())
             .for_each(|(e, m)| *e ^= m);
         if expected.ct_eq(tag).to_bool() {
-            Ok(())
+            Ok(Keystream {
+                stream: self.keystream,
+                aes: self.aes,
+                j0: self.j0,
+            })
         } else {
             Err(AuthenticationFailed)
         }
     }
 }
 
-/// Hashes and decrypts `blocks` (whole GHASH blocks) stride by stride, so each stride is read
-/// from memory once for both passes.
-fn decrypt_blocks(segment: &mut GHash, keystream: &mut ctr::Ctr32BE<Aes256>, blocks: &mut [u8]) {
+/// What [`GcmDecryptor`] does with the ciphertext it is given.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Hash and decrypt each stride together: one read from memory for both passes.
+    HashAndDecrypt,
+    /// Hash only; decryption waits for the tag ([`Keystream`]).
+    HashOnly,
+}
+
+/// Runs `pass` over `blocks` (whole GHASH blocks) stride by stride, so each stride is read from
+/// memory once for both passes.
+fn process_blocks(
+    segment: &mut GHash,
+    keystream: &mut ctr::Ctr32BE<Aes256>,
+    blocks: &mut [u8],
+    pass: Pass,
+) {
     for stride in blocks.chunks_mut(STRIDE) {
         segment.update_padded(stride);
-        keystream.apply_keystream(stride);
+        if pass == Pass::HashAndDecrypt {
+            keystream.apply_keystream(stride);
+        }
+    }
+}
+
+/// The payload's keystream from a verified tag on: what decrypts ciphertext that has already
+/// authenticated, at any position and in any number of steps.
+pub(crate) struct Keystream {
+    stream: ctr::Ctr32BE<Aes256>,
+    aes: Aes256,
+    j0: aes::Block,
+}
+
+/// GCM's keystream from J0 (position 0 is the tag mask's block).
+fn keystream_from_j0(aes: &Aes256, j0: &aes::Block) -> ctr::Ctr32BE<Aes256> {
+    ctr::Ctr32BE::from_core(Ctr32::inner_iv_init(aes.clone(), j0))
+}
+
+/// Where the payload's keystream starts, in bytes from J0: at inc32(J0), one block on (J0 itself
+/// encrypts to the tag mask).
+const PAYLOAD_START: u64 = 16;
+
+impl Keystream {
+    /// Decrypts `ciphertext` into `plaintext` (same length) from the current position on.
+    pub(crate) fn decrypt(&mut self, ciphertext: &[u8], plaintext: &mut [u8]) {
+        self.stream.apply_keystream_b2b(ciphertext, plaintext);
+    }
+
+    /// Decrypts the whole payload in place from its start, split between two threads when it
+    /// is large.
+    pub(crate) fn decrypt_whole_in_place(&mut self, payload: &mut [u8]) {
+        self.seek(0);
+        if payload.len() < PARALLEL_MIN {
+            self.stream.apply_keystream(payload);
+            return;
+        }
+        let half = payload.len() / 2 / 16 * 16;
+        let (first, second) = payload.split_at_mut(half);
+        let mut second_keystream = keystream_from_j0(&self.aes, &self.j0);
+        second_keystream.seek(PAYLOAD_START + half as u64);
+        let first_keystream = &mut self.stream;
+        std::thread::scope(|scope| {
+            scope.spawn(|| second_keystream.apply_keystream(second));
+            first_keystream.apply_keystream(first);
+        });
+    }
+
+    /// Moves to byte `position` of the payload.
+    pub(crate) fn seek(&mut self, position: u64) {
+        self.stream.seek(PAYLOAD_START + position);
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use zeroize::Zeroize;
 
-use crate::aead::GcmDecryptor;
+use crate::aead::{GcmDecryptor, Keystream};
 use crate::format::{ContainerInfo, Limits, SlotKind, inspect_parts, prefix_len};
 use crate::open::{OpenError, Unlocked, unlock};
 use crate::secret::Secrets;
@@ -186,9 +186,12 @@ pub struct Opening {
     ticket: Ticket,
     /// The container's first bytes, up to the prefix length once it is known.
     prefix: Vec<u8>,
-    /// Every byte after the prefix; `payload[..decrypted]` is decrypted, unauthenticated.
+    /// Every byte after the prefix; `payload[..processed]` has been through the cipher (hashed,
+    /// and unless `authenticate_first` also decrypted, unauthenticated).
     payload: Vec<u8>,
-    decrypted: usize,
+    processed: usize,
+    /// Whether decryption waits for the tag ([`Opening::authenticate_first`]).
+    authenticate_first: bool,
     container_len: usize,
     stage: Stage,
 }
@@ -219,14 +222,39 @@ impl Opening {
             ticket: Arc::new(()),
             prefix: Vec::new(),
             payload: buffer,
-            decrypted: 0,
+            processed: 0,
+            authenticate_first: false,
             container_len: 0,
             stage: Stage::Prefix,
         }
     }
 
+    /// Leaves decryption until the tag has verified: pushed bytes are only hashed as they
+    /// arrive, and [`Opening::finish_authenticated`] hands the payload back to be decrypted as it
+    /// is read. A sender that passes the plaintext on can then start as soon as the payload
+    /// authenticates and decrypt the rest while the first bytes are on their way, instead of
+    /// decrypting everything before sending anything. [`Opening::finish`] gives the same result
+    /// either way. Takes effect only on an opening that has not decrypted anything yet, i.e.
+    /// called right after it is made.
+    pub fn authenticate_first(mut self) -> Self {
+        if self.processed == 0 {
+            self.authenticate_first = true;
+        }
+        self
+    }
+
+    /// How many leading bytes of the buffer hold decrypted, unauthenticated plaintext.
+    fn plaintext_end(&self) -> usize {
+        if self.authenticate_first {
+            0
+        } else {
+            self.processed
+        }
+    }
+
     /// Appends the next bytes of the container. Once the file key is known they are decrypted
-    /// at once, except the last 16 bytes seen, which may be the tag.
+    /// (or, [`Opening::authenticate_first`], hashed) at once, except the last 16 bytes seen,
+    /// which may be the tag.
     pub fn push(&mut self, mut bytes: &[u8]) {
         self.container_len = self.container_len.saturating_add(bytes.len());
         if matches!(self.stage, Stage::Prefix) {
@@ -323,22 +351,22 @@ impl Opening {
         }
     }
 
-    /// Returns true once the file key is known, so pushed bytes are decrypted as they arrive.
+    /// Returns true once the file key is known, so pushed bytes are decrypted (or hashed) as they
+    /// arrive.
     pub fn is_decrypting(&self) -> bool {
         matches!(self.stage, Stage::Decrypting(_))
     }
 
-    /// Decrypts every buffered byte but the last 16.
+    /// Runs every buffered byte but the last 16 through the cipher.
     fn catch_up(&mut self) {
         let Stage::Decrypting(decryptor) = &mut self.stage else {
             return;
         };
         let end = self.payload.len().saturating_sub(TAG_LEN);
-        if end > self.decrypted {
-            decryptor
-                .cipher
-                .decrypt_in_place(&mut self.payload[self.decrypted..end]);
-            self.decrypted = end;
+        if end > self.processed {
+            let piece = &mut self.payload[self.processed..end];
+            advance(&mut decryptor.cipher, piece, self.authenticate_first);
+            self.processed = end;
         }
     }
 
@@ -353,13 +381,14 @@ impl Opening {
         let max_payload =
             (self.limits.max_container_len() as usize).saturating_sub(self.prefix.len());
         let capacity = (len + additional).max((self.payload.capacity() * 2).min(max_payload));
-        if self.decrypted == 0 {
+        let plaintext_end = self.plaintext_end();
+        if plaintext_end == 0 {
             self.payload.reserve_exact(capacity - len);
             return;
         }
         let mut grown = Vec::with_capacity(capacity);
         grown.extend_from_slice(&self.payload);
-        self.payload[..self.decrypted].zeroize();
+        self.payload[..plaintext_end].zeroize();
         self.payload = grown;
     }
 
@@ -371,7 +400,14 @@ impl Opening {
     /// the upload becomes the plaintext, without a copy. On any failure every decrypted byte is
     /// zeroized. If no key was derived yet (the unlocker was never taken or its result never
     /// handed back), it is derived here.
-    pub fn finish(mut self) -> Result<Unlocked, OpenError> {
+    pub fn finish(self) -> Result<Unlocked, OpenError> {
+        Ok(self.finish_authenticated()?.into_unlocked())
+    }
+
+    /// Ends the container like [`Opening::finish`], with the same verdicts, and returns its
+    /// authenticated payload: with [`Opening::authenticate_first`], still encrypted and
+    /// decrypted as it is read, so the first plaintext can leave before the rest is decrypted.
+    pub fn finish_authenticated(mut self) -> Result<Authenticated, OpenError> {
         let info = inspect_parts(&self.prefix, self.container_len, &self.limits)?;
         if info.plaintext_len > self.limits.max_plaintext {
             return Err(OpenError::TooLarge {
@@ -394,30 +430,40 @@ impl Opening {
             return Err(crate::Corruption::TruncatedBody.into());
         };
         debug_assert_eq!(tag_at as u64, info.plaintext_len);
-        decryptor
-            .cipher
-            .decrypt_in_place(&mut self.payload[self.decrypted..tag_at]);
-        self.decrypted = tag_at;
-        let verified = decryptor.cipher.verify(&self.payload[tag_at..]);
-        if verified.is_err() {
+        let piece = &mut self.payload[self.processed..tag_at];
+        advance(&mut decryptor.cipher, piece, self.authenticate_first);
+        self.processed = tag_at;
+        let Ok(keystream) = decryptor.cipher.verify(&self.payload[tag_at..]) else {
             // `Drop` zeroizes the decrypted bytes.
             return Err(crate::Corruption::PayloadAuthenticationFailed.into());
-        }
-        let mut plaintext = std::mem::take(&mut self.payload);
-        self.decrypted = 0;
-        plaintext.truncate(tag_at);
-        Ok(Unlocked {
-            plaintext,
+        };
+        let mut payload = std::mem::take(&mut self.payload);
+        self.processed = 0;
+        payload.truncate(tag_at);
+        Ok(Authenticated {
+            payload,
+            keystream: self.authenticate_first.then_some(keystream),
+            read: 0,
             opened_by: decryptor.opened_by,
             slot_index: decryptor.slot_index,
         })
     }
 }
 
+/// Hashes `piece`, and decrypts it unless decryption waits for the tag.
+fn advance(cipher: &mut GcmDecryptor, piece: &mut [u8], authenticate_first: bool) {
+    if authenticate_first {
+        cipher.hash(piece);
+    } else {
+        cipher.decrypt_in_place(piece);
+    }
+}
+
 impl Drop for Opening {
     fn drop(&mut self) {
         // Unauthenticated plaintext never outlives the opening that made it.
-        self.payload[..self.decrypted].zeroize();
+        let plaintext_end = self.plaintext_end();
+        self.payload[..plaintext_end].zeroize();
     }
 }
 
@@ -425,7 +471,89 @@ impl fmt::Debug for Opening {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Opening")
             .field("container_len", &self.container_len)
-            .field("decrypted", &self.decrypted)
+            .field("processed", &self.processed)
+            .field("authenticate_first", &self.authenticate_first)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A payload whose tag has verified ([`Opening::finish_authenticated`]): its plaintext may be
+/// released, and is, as it is read ([`std::io::Read`]) or all at once
+/// ([`Authenticated::into_unlocked`]).
+///
+/// After [`Opening::authenticate_first`] the buffer still holds ciphertext, and each read
+/// decrypts the next bytes into the caller's buffer: the first bytes can be on their way while
+/// the rest is being decrypted, and the upload's buffer is left as it was, for reuse
+/// ([`Authenticated::into_buffer`]). Otherwise the buffer already holds the plaintext and reads
+/// copy it.
+pub struct Authenticated {
+    payload: Vec<u8>,
+    /// At byte `read` of the payload; `None` when `payload` is plaintext already.
+    keystream: Option<Keystream>,
+    read: usize,
+    opened_by: SlotKind,
+    slot_index: usize,
+}
+
+impl Authenticated {
+    /// Returns the plaintext's length.
+    pub fn plaintext_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// Returns the kind of the slot that opened.
+    pub fn opened_by(&self) -> SlotKind {
+        self.opened_by
+    }
+
+    /// Returns the position of that slot in the slot table.
+    pub fn slot_index(&self) -> usize {
+        self.slot_index
+    }
+
+    /// Returns the whole plaintext in the upload's buffer (decrypted in place, on two threads
+    /// when it is large), whatever was read before.
+    pub fn into_unlocked(mut self) -> Unlocked {
+        if let Some(keystream) = &mut self.keystream {
+            keystream.decrypt_whole_in_place(&mut self.payload);
+        }
+        Unlocked {
+            plaintext: self.payload,
+            opened_by: self.opened_by,
+            slot_index: self.slot_index,
+        }
+    }
+
+    /// Returns the upload's buffer, emptied, so its allocation (pages already mapped) can take
+    /// the next upload. Without [`Opening::authenticate_first`] its capacity still holds the
+    /// plaintext, as a dropped [`Unlocked`] would.
+    pub fn into_buffer(mut self) -> Vec<u8> {
+        self.payload.clear();
+        self.payload
+    }
+}
+
+impl std::io::Read for Authenticated {
+    /// Decrypts (or copies) the next plaintext bytes into `out`; 0 at the end.
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let rest = &self.payload[self.read..];
+        let n = rest.len().min(out.len());
+        match &mut self.keystream {
+            Some(keystream) => keystream.decrypt(&rest[..n], &mut out[..n]),
+            None => out[..n].copy_from_slice(&rest[..n]),
+        }
+        self.read += n;
+        Ok(n)
+    }
+}
+
+impl fmt::Debug for Authenticated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The plaintext and the key schedule stay out of any output.
+        f.debug_struct("Authenticated")
+            .field("plaintext_len", &self.payload.len())
+            .field("read", &self.read)
+            .field("opened_by", &self.opened_by)
             .finish_non_exhaustive()
     }
 }

@@ -36,9 +36,10 @@
 //! - No policy about *when* to protect, quarantine or prompt: a [`OpenError::Locked`] file is
 //!   healthy (§11.2 rule 7) and what to do with it is the caller's business.
 //! - No SQLite: the payload is opaque bytes; validating it as a user database happens elsewhere.
-//! - No streaming output: the format has one GCM tag over the whole payload, so no plaintext may
-//!   be released before the whole payload authenticates. Input may arrive in pieces
-//!   ([`Opening`]), but decrypted bytes stay inside this crate until the tag verifies.
+//! - No unauthenticated output: the format has one GCM tag over the whole payload, so no
+//!   plaintext may be released before the whole payload authenticates. Input may arrive in
+//!   pieces ([`Opening`]), but decrypted bytes stay inside this crate until the tag verifies;
+//!   from then on the plaintext may leave in pieces too ([`Authenticated`]).
 //!   [`open_owned`] and [`Opening`] decrypt in place, so peak memory stays about one container.
 //! - No logging, and no `Debug` output of any secret: passphrases, recovery keys and file keys
 //!   print as redacted and are zeroized on drop.
@@ -77,7 +78,7 @@ pub use format::{
     ContainerInfo, Corruption, Format, Header, Limits, Slot, SlotKind, detect, header_checksum,
     inspect, inspect_prefix,
 };
-pub use incremental::{Opening, PayloadDecryptor, Unlocker};
+pub use incremental::{Authenticated, Opening, PayloadDecryptor, Unlocker};
 pub use kdf::derive_kek;
 pub use open::{
     OpenError, Unlocked, open, open_file_key, open_owned, open_owned_with_file_key,

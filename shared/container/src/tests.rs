@@ -223,14 +223,56 @@ fn gcm_in_pieces(
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (ciphertext.len() + 1)).collect();
     cuts.push(ciphertext.len());
     cuts.sort_unstable();
+    let decrypted = gcm_in_pieces_as(key, iv, aad, ciphertext, tag, &cuts, false);
+    let authenticated_first = gcm_in_pieces_as(key, iv, aad, ciphertext, tag, &cuts, true);
+    assert_eq!(
+        decrypted, authenticated_first,
+        "hashing first decides and decrypts alike"
+    );
+    decrypted
+}
+
+/// [`gcm_in_pieces`] one way: decrypting each piece as it comes, or hashing the pieces and
+/// decrypting only after the tag verifies, from the keystream `verify` returns (in steps at
+/// the cuts, and then again whole, in place).
+fn gcm_in_pieces_as(
+    key: &[u8; 32],
+    iv: &[u8; 12],
+    aad: &[u8],
+    ciphertext: &[u8],
+    tag: &[u8],
+    cuts: &[usize],
+    authenticate_first: bool,
+) -> Option<Vec<u8>> {
     let mut decryptor = crate::aead::GcmDecryptor::new(&crate::FileKey::from_bytes(*key), iv, aad);
     let mut buffer = ciphertext.to_vec();
     let mut start = 0;
-    for cut in cuts {
-        decryptor.decrypt_in_place(&mut buffer[start..cut]);
+    for &cut in cuts {
+        if authenticate_first {
+            decryptor.hash(&mut buffer[start..cut]);
+            assert_eq!(
+                buffer[start..cut],
+                ciphertext[start..cut],
+                "hashing changes nothing"
+            );
+        } else {
+            decryptor.decrypt_in_place(&mut buffer[start..cut]);
+        }
         start = cut;
     }
-    decryptor.verify(tag).ok().map(|()| buffer)
+    let mut keystream = decryptor.verify(tag).ok()?;
+    if !authenticate_first {
+        return Some(buffer);
+    }
+    let mut stepped = vec![0u8; buffer.len()];
+    let mut start = 0;
+    for &cut in cuts {
+        keystream.decrypt(&buffer[start..cut], &mut stepped[start..cut]);
+        start = cut;
+    }
+    keystream.decrypt_whole_in_place(&mut buffer);
+    assert_eq!(stepped, buffer, "decrypting in steps and whole agree");
+    Some(buffer)
 }
 
 fn aes_gcm_seal(key: &[u8; 32], iv: &[u8; 12], aad: &[u8], plaintext: &[u8]) -> (Vec<u8>, Vec<u8>) {

@@ -21,6 +21,27 @@ enum Derive {
     Never,
 }
 
+/// How the caller ends the opening and takes the plaintext.
+#[derive(Debug, Clone, Copy)]
+enum Take {
+    /// Decrypting as pieces arrive, then `finish`.
+    Finish,
+    /// `authenticate_first` (hashing only as pieces arrive), then `finish`.
+    AuthenticatedThenWhole,
+    /// `authenticate_first`, then `finish_authenticated` and reads of this many bytes at most.
+    AuthenticatedThenRead(usize),
+    /// Decrypting as pieces arrive, then `finish_authenticated` and reads of this many bytes.
+    DecryptedThenRead(usize),
+}
+
+const TAKES: [Take; 5] = [
+    Take::Finish,
+    Take::AuthenticatedThenWhole,
+    Take::AuthenticatedThenRead(1),
+    Take::AuthenticatedThenRead(1000),
+    Take::DecryptedThenRead(777),
+];
+
 /// What an open returned, comparable across APIs (`Unlocked` has no `PartialEq`).
 type Verdict = Result<(Vec<u8>, SlotKind, usize), OpenError>;
 
@@ -35,11 +56,18 @@ fn in_pieces(
     cuts: &[usize],
     derive: Derive,
     declared_len: Option<u64>,
+    take: Take,
 ) -> Verdict {
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (container.len() + 1)).collect();
     cuts.push(container.len());
     cuts.sort_unstable();
     let mut opening = Opening::new(secrets.clone(), limits, declared_len);
+    if matches!(
+        take,
+        Take::AuthenticatedThenWhole | Take::AuthenticatedThenRead(_)
+    ) {
+        opening = opening.authenticate_first();
+    }
     let mut unlockers = Vec::new();
     let mut start = 0;
     for cut in cuts {
@@ -60,9 +88,41 @@ fn in_pieces(
     for unlocker in unlockers {
         opening.set_decryptor(unlocker.unlock());
     }
-    opening
-        .finish()
-        .map(|u| (u.plaintext, u.opened_by, u.slot_index))
+    match take {
+        Take::Finish | Take::AuthenticatedThenWhole => opening
+            .finish()
+            .map(|u| (u.plaintext, u.opened_by, u.slot_index)),
+        Take::AuthenticatedThenRead(size) | Take::DecryptedThenRead(size) => {
+            let authenticated = opening.finish_authenticated()?;
+            Ok(read_in_steps(authenticated, size))
+        }
+    }
+}
+
+/// Reads an authenticated payload `size` bytes at a time, then checks that taking it whole
+/// afterwards gives the same plaintext.
+fn read_in_steps(
+    mut authenticated: snug_container::Authenticated,
+    size: usize,
+) -> (Vec<u8>, SlotKind, usize) {
+    use std::io::Read as _;
+    let (opened_by, slot_index) = (authenticated.opened_by(), authenticated.slot_index());
+    let mut plaintext = Vec::new();
+    let mut step = vec![0u8; size];
+    loop {
+        let n = authenticated.read(&mut step).unwrap();
+        if n == 0 {
+            break;
+        }
+        plaintext.extend_from_slice(&step[..n]);
+    }
+    assert_eq!(plaintext.len(), authenticated.plaintext_len());
+    assert_eq!(
+        authenticated.into_unlocked().plaintext,
+        plaintext,
+        "taking the payload whole after reading it gives the same bytes"
+    );
+    (plaintext, opened_by, slot_index)
 }
 
 #[track_caller]
@@ -70,11 +130,13 @@ fn check_same(container: &[u8], secrets: &Secrets, limits: &Limits, cuts: &[usiz
     let expected = one_shot(container, secrets, limits);
     for derive in [Derive::AtOnce, Derive::AtTheEnd, Derive::Never] {
         for declared in [None, Some(container.len() as u64), Some(1), Some(u64::MAX)] {
-            let got = in_pieces(container, secrets, limits, cuts, derive, declared);
-            assert_eq!(
-                got, expected,
-                "{derive:?}, declared {declared:?}, cuts {cuts:?}"
-            );
+            for take in TAKES {
+                let got = in_pieces(container, secrets, limits, cuts, derive, declared, take);
+                assert_eq!(
+                    got, expected,
+                    "{derive:?}, declared {declared:?}, {take:?}, cuts {cuts:?}"
+                );
+            }
         }
     }
 }
@@ -90,7 +152,7 @@ proptest! {
     ) {
         let sample = sample(&plaintext);
         let secrets = if by_recovery_key { sample.by_recovery_key() } else { sample.by_passphrase() };
-        let (opened, kind, _) = in_pieces(&sample.container, &secrets, &LIMITS, &cuts, Derive::AtOnce, None).unwrap();
+        let (opened, kind, _) = in_pieces(&sample.container, &secrets, &LIMITS, &cuts, Derive::AtOnce, None, Take::Finish).unwrap();
         prop_assert_eq!(&opened, &plaintext);
         prop_assert_eq!(kind, if by_recovery_key { SlotKind::RecoveryKey } else { SlotKind::Passphrase });
         check_same(&sample.container, &secrets, &LIMITS, &cuts);
@@ -135,8 +197,13 @@ fn every_single_byte_change_gets_the_one_piece_verdict_and_never_opens() {
                 let cuts = [idx, 100, 268, 300];
                 let expected = one_shot(&damaged, secrets, &LIMITS);
                 for derive in [Derive::AtOnce, Derive::AtTheEnd] {
-                    let got = in_pieces(&damaged, secrets, &LIMITS, &cuts, derive, None);
-                    assert_eq!(got, expected, "byte {idx} ^ {xor:#04x}, {derive:?}");
+                    for take in [Take::Finish, Take::AuthenticatedThenRead(64)] {
+                        let got = in_pieces(&damaged, secrets, &LIMITS, &cuts, derive, None, take);
+                        assert_eq!(
+                            got, expected,
+                            "byte {idx} ^ {xor:#04x}, {derive:?}, {take:?}"
+                        );
+                    }
                 }
                 // A damaged wrapped key locks only its own slot; everything else is refused.
                 if expected.is_ok() {
@@ -163,7 +230,16 @@ fn every_truncation_and_extension_gets_the_one_piece_verdict() {
     let wrong = Secrets::passphrase(Passphrase::new("nope"));
     let short = &sample.container[..sample.container.len() - 70];
     assert_eq!(
-        in_pieces(short, &wrong, &LIMITS, &[], Derive::AtOnce, None).unwrap_err(),
+        in_pieces(
+            short,
+            &wrong,
+            &LIMITS,
+            &[],
+            Derive::AtOnce,
+            None,
+            Take::Finish
+        )
+        .unwrap_err(),
         OpenError::Corrupt(Corruption::TruncatedBody)
     );
     check_same(short, &wrong, &LIMITS, &[]);
@@ -204,7 +280,8 @@ fn hostile_headers_and_sizes_get_the_one_piece_verdict() {
             &small,
             &[],
             Derive::AtOnce,
-            None
+            None,
+            Take::Finish,
         ),
         Err(OpenError::TooLarge {
             plaintext_len: 300,
@@ -229,7 +306,8 @@ fn wrong_and_missing_secrets_are_locked() {
                 &LIMITS,
                 &[],
                 Derive::AtOnce,
-                None
+                None,
+                Take::Finish,
             )
             .unwrap_err(),
             OpenError::Locked
