@@ -50,11 +50,13 @@ fn check(bytes: &[u8], secrets: &Secrets) {
         _ => panic!("open and open_owned disagree: {opened:?} / {owned:?}"),
     }
     // So must an upload opened as it arrives, and the inspection of its first bytes alone.
-    let incremental = in_pieces(bytes, secrets);
-    match (&opened, &incremental) {
-        (Ok(a), Ok(b)) => assert_eq!(a.plaintext, b.plaintext),
-        (Err(a), Err(b)) => assert_eq!(a, b),
-        _ => panic!("open and Opening disagree: {opened:?} / {incremental:?}"),
+    for authenticate_first in [false, true] {
+        let incremental = in_pieces(bytes, secrets, authenticate_first);
+        match (&opened, &incremental) {
+            (Ok(a), Ok(b)) => assert_eq!(a.plaintext, b.plaintext),
+            (Err(a), Err(b)) => assert_eq!(a, b),
+            _ => panic!("open and Opening disagree: {opened:?} / {incremental:?}"),
+        }
     }
     let prefix = &bytes[..bytes.len().min(922)];
     assert_eq!(inspect_prefix(prefix, bytes.len() as u64, &LIMITS), inspected);
@@ -64,9 +66,16 @@ fn check(bytes: &[u8], secrets: &Secrets) {
 }
 
 /// Feeds `bytes` to an `Opening` in pieces of 1, 37, 230 and 1000 bytes in turn, deriving the
-/// key as soon as it is offered.
-fn in_pieces(bytes: &[u8], secrets: &Secrets) -> Result<Unlocked, OpenError> {
+/// key as soon as it is offered; authenticate-first, it reads the plaintext in 100-byte steps.
+fn in_pieces(
+    bytes: &[u8],
+    secrets: &Secrets,
+    authenticate_first: bool,
+) -> Result<Unlocked, OpenError> {
     let mut opening = Opening::new(secrets.clone(), &LIMITS, None);
+    if authenticate_first {
+        opening = opening.authenticate_first();
+    }
     let mut rest = bytes;
     for size in [1, 37, 230, 1000].into_iter().cycle() {
         if rest.is_empty() {
@@ -79,5 +88,23 @@ fn in_pieces(bytes: &[u8], secrets: &Secrets) -> Result<Unlocked, OpenError> {
             opening.set_decryptor(unlocker.unlock());
         }
     }
-    opening.finish()
+    if !authenticate_first {
+        return opening.finish();
+    }
+    let mut authenticated = opening.finish_authenticated()?;
+    let (opened_by, slot_index) = (authenticated.opened_by(), authenticated.slot_index());
+    let mut plaintext = Vec::new();
+    let mut step = [0u8; 100];
+    loop {
+        let n = std::io::Read::read(&mut authenticated, &mut step).expect("reads never fail");
+        if n == 0 {
+            break;
+        }
+        plaintext.extend_from_slice(&step[..n]);
+    }
+    Ok(Unlocked {
+        plaintext,
+        opened_by,
+        slot_index,
+    })
 }
