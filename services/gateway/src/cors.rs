@@ -9,9 +9,8 @@
 use std::sync::Arc;
 
 use axum::{
-    extract::{Request, State},
+    extract::Request,
     http::{HeaderMap, HeaderValue, Method, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 
@@ -36,47 +35,66 @@ impl Origins {
     }
 }
 
-/// The middleware: answers preflights itself, decorates every other response.
-pub async fn layer(State(origins): State<Origins>, request: Request, next: Next) -> Response {
-    let allowed = origins.allowed(request.headers());
-    let preflight = request.method() == Method::OPTIONS
-        && request
-            .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    let mut response = if preflight {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        next.run(request).await
-    };
-    let headers = response.headers_mut();
-    // Caches must not serve one origin's answer to another.
-    headers.append(header::VARY, HeaderValue::from_static("Origin"));
-    let Some(origin) = allowed else {
-        return response;
-    };
-    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-        HeaderValue::from_static("true"),
-    );
-    if preflight {
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static(ALLOW_METHODS),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            HeaderValue::from_static(ALLOW_HEADERS),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_MAX_AGE,
-            HeaderValue::from_static(MAX_AGE),
-        );
-    } else {
-        headers.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static(EXPOSE_HEADERS),
-        );
+/// What CORS makes of one request: whether its origin is allowed, and whether it is a preflight
+/// (answered here, without reaching a route).
+#[derive(Debug)]
+pub struct Cors {
+    allowed: Option<HeaderValue>,
+    preflight: bool,
+}
+
+impl Origins {
+    /// Judges `request`'s origin and method.
+    pub fn judge(&self, request: &Request) -> Cors {
+        Cors {
+            allowed: self.allowed(request.headers()),
+            preflight: request.method() == Method::OPTIONS
+                && request
+                    .headers()
+                    .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD),
+        }
     }
-    response
+}
+
+impl Cors {
+    /// The answer to a preflight, or `None` for a request that goes on to its route.
+    pub fn preflight_answer(&self) -> Option<Response> {
+        self.preflight
+            .then(|| self.decorate(StatusCode::NO_CONTENT.into_response()))
+    }
+
+    /// Adds the CORS headers an allowed origin gets (and `Vary: Origin` for everyone).
+    pub fn decorate(&self, mut response: Response) -> Response {
+        let headers = response.headers_mut();
+        // Caches must not serve one origin's answer to another.
+        headers.append(header::VARY, HeaderValue::from_static("Origin"));
+        let Some(origin) = &self.allowed else {
+            return response;
+        };
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        if self.preflight {
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(ALLOW_METHODS),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static(ALLOW_HEADERS),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static(MAX_AGE),
+            );
+        } else {
+            headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(EXPOSE_HEADERS),
+            );
+        }
+        response
+    }
 }

@@ -14,7 +14,6 @@ use axum::{
     body::Body,
     extract::{MatchedPath, Request},
     http::Method,
-    middleware::Next,
     response::Response,
 };
 use snug_rpc::{
@@ -22,7 +21,6 @@ use snug_rpc::{
     observe::{End, Observed},
     trace_context,
 };
-use tracing::Instrument as _;
 
 use crate::routes;
 
@@ -61,76 +59,107 @@ pub fn method_label(method: &Method) -> &'static str {
     }
 }
 
-/// The middleware: see the module docs.
-pub async fn layer(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = route_label(request.extensions().get::<MatchedPath>());
-    let method = method_label(request.method());
-    let span = if UNTRACED.contains(&route) {
-        tracing::Span::none()
-    } else {
-        let span = tracing::info_span!(
-            "http.server",
-            otel.name = %format_args!("{method} {route}"),
-            otel.kind = "server",
-            http.request.method = method,
-            http.route = route,
-            http.response.status_code = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-        );
-        trace_context::set_parent_from(&span, request.headers());
-        span
-    };
-    let metrics = metrics::global();
-    let route_labels = RouteLabels { route };
-    let request_bytes = metrics
-        .http_request_bytes
-        .get_or_create(&route_labels)
-        .clone();
-    let request = request.map(|body| Body::new(Observed::counting(body, request_bytes)));
+/// One request under observation, from its arrival until its response body ends.
+pub struct Observation {
+    started: Instant,
+    span: tracing::Span,
+    route_labels: RouteLabels,
+    method: &'static str,
+}
 
-    let response = next.run(request).instrument(span.clone()).await;
+impl Observation {
+    /// Starts observing `request` (routed, so its template is known): opens its span and counts
+    /// its body's bytes as they are read.
+    pub fn start(request: Request) -> (Request, Observation) {
+        let started = Instant::now();
+        let route = route_label(request.extensions().get::<MatchedPath>());
+        let method = method_label(request.method());
+        let span = if UNTRACED.contains(&route) {
+            tracing::Span::none()
+        } else {
+            let span = tracing::info_span!(
+                "http.server",
+                otel.name = %format_args!("{method} {route}"),
+                otel.kind = "server",
+                http.request.method = method,
+                http.route = route,
+                http.response.status_code = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            );
+            trace_context::set_parent_from(&span, request.headers());
+            span
+        };
+        let route_labels = RouteLabels { route };
+        let request_bytes = metrics::global()
+            .http_request_bytes
+            .get_or_create(&route_labels)
+            .clone();
+        let request = request.map(|body| Body::new(Observed::counting(body, request_bytes)));
+        let observation = Observation {
+            started,
+            span,
+            route_labels,
+            method,
+        };
+        (request, observation)
+    }
 
-    let status = response.status();
-    let reason = response
-        .extensions()
-        .get::<ErrorCode>()
-        .map_or("", |code| code.0);
-    span.record("http.response.status_code", status.as_u16());
-    if !reason.is_empty() {
-        span.record("error.type", reason);
+    /// The request's span, for the work that answers it.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
-    if status.is_server_error() {
-        span.record("otel.status_code", "error");
+
+    /// Records the response's status and reason on the span, and the request's metrics once the
+    /// response body has ended.
+    pub fn finish(self, response: Response) -> Response {
+        let Observation {
+            started,
+            span,
+            route_labels,
+            method,
+        } = self;
+        let status = response.status();
+        let reason = response
+            .extensions()
+            .get::<ErrorCode>()
+            .map_or("", |code| code.0);
+        span.record("http.response.status_code", status.as_u16());
+        if !reason.is_empty() {
+            span.record("error.type", reason);
+        }
+        if status.is_server_error() {
+            span.record("otel.status_code", "error");
+        }
+        let labels = HttpLabels {
+            method,
+            route: route_labels.route,
+            status: status.as_u16(),
+            reason,
+        };
+        let metrics = metrics::global();
+        let response_bytes = metrics
+            .http_response_bytes
+            .get_or_create(&route_labels)
+            .clone();
+        response.map(|body| {
+            Body::new(Observed::new(
+                body,
+                Some(response_bytes),
+                move |end: End<'_>| {
+                    metrics.record_http(&labels, started.elapsed());
+                    let _entered = span.enter();
+                    tracing::debug!(
+                        status = labels.status,
+                        reason = labels.reason,
+                        failed = matches!(end, End::Failed),
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "HTTP request finished"
+                    );
+                },
+            ))
+        })
     }
-    let labels = HttpLabels {
-        method,
-        route,
-        status: status.as_u16(),
-        reason,
-    };
-    let response_bytes = metrics
-        .http_response_bytes
-        .get_or_create(&route_labels)
-        .clone();
-    response.map(|body| {
-        Body::new(Observed::new(
-            body,
-            Some(response_bytes),
-            move |end: End<'_>| {
-                metrics.record_http(&labels, started.elapsed());
-                let _entered = span.enter();
-                tracing::debug!(
-                    status = labels.status,
-                    reason = labels.reason,
-                    failed = matches!(end, End::Failed),
-                    elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-                    "HTTP request finished"
-                );
-            },
-        ))
-    })
 }
 
 #[cfg(test)]
