@@ -77,7 +77,7 @@ impl Observation {
         let span = if UNTRACED.contains(&route) {
             tracing::Span::none()
         } else {
-            let span = tracing::info_span!(
+            let span = tracing::debug_span!(
                 "http.server",
                 otel.name = %format_args!("{method} {route}"),
                 otel.kind = "server",

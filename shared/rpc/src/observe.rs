@@ -343,7 +343,7 @@ where
         let span = if trace_context::is_health(request.uri().path()) {
             tracing::Span::none()
         } else {
-            let span = tracing::info_span!(
+            let span = tracing::debug_span!(
                 "grpc.server",
                 otel.name = method,
                 otel.kind = "server",

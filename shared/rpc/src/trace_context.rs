@@ -112,7 +112,7 @@ where
             return Box::pin(self.inner.call(request));
         }
         let method = path.trim_start_matches('/').to_owned();
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "grpc.client",
             otel.name = %method,
             otel.kind = "client",
