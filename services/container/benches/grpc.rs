@@ -185,10 +185,7 @@ fn main() {
     row("upload only (InspectContainer)", &upload);
     if cpu.iter().all(|c| c.is_some()) {
         let cpu: Vec<Duration> = cpu.into_iter().flatten().collect();
-        row(
-            "CPU time of one gRPC unlock (client + server)",
-            &cpu,
-        );
+        row("CPU time of one gRPC unlock (client + server)", &cpu);
     }
     println!();
     println!(

@@ -51,6 +51,15 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // The subscriber `snug-hub serve` installs (log lines on stderr at `RUST_LOG`, default
+    // `info`), so what every request costs in spans and filters is measured as it ships.
+    let telemetry = hub_runtime.block_on(async {
+        snug_rpc::telemetry::init(
+            &snug_rpc::telemetry::TelemetryConfig::logs_only(snug_rpc::telemetry::LogFormat::Text),
+            "snug-hub",
+        )
+        .expect("telemetry")
+    });
     let hub = hub_runtime.block_on(Hub::start(Options {
         auth: snug_gateway::config::AuthMode::Off,
         origins: vec![],
@@ -205,6 +214,7 @@ fn main() {
         );
     }
     drop(hub);
+    hub_runtime.block_on(telemetry.shutdown());
     drop(hub_runtime);
 }
 
