@@ -19,6 +19,9 @@ pub(crate) enum Exit {
     /// `snug sync`: the origin and the local file both changed since the last sync (or another
     /// device won a race). Nothing was overwritten; pull, or repeat with `--force`.
     Diverged = 6,
+    /// `snug sync`: another `snug sync` is working on the same file right now. Nothing was
+    /// done; run it again once that one has finished.
+    Busy = 7,
 }
 
 /// A failed command.

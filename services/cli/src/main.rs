@@ -10,7 +10,8 @@
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
 //! in-place commands (which replace it atomically), and reports failures with a message, a
 //! stable code (`--json`) and a distinct exit code:
-//! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported, 6 diverged (sync).
+//! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported, 6 diverged (sync), 7 busy
+//! (another `snug sync` on the same file).
 
 mod app;
 mod container;

@@ -20,7 +20,8 @@
 //! (`snug_restore::push_image`, the same function pull binds with): an unchanged file sends
 //! nothing, not even a request. Divergence (both sides changed since the last sync, or a lost
 //! race) is reported with exit code 6 and code `DIVERGED` and never resolved silently: `--force`
-//! is the explicit last-writer-wins.
+//! is the explicit last-writer-wins. One `snug sync` at a time works on a file: another one on the
+//! same file meanwhile is refused with exit code 7 and code `SYNC_IN_PROGRESS` (`<file>.sync.lock`).
 
 use std::{
     fs::File,
@@ -122,6 +123,14 @@ pub(crate) struct OriginArgs {
 
 /// Runs a sync command.
 pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Failure> {
+    // Push, pull and bootstrap each read FILE and its sidecar and then write one or both; two at
+    // once on the same file could leave one's file bound to the other's revision.
+    let _lock = match &command {
+        SyncCommand::Push { file, .. }
+        | SyncCommand::Pull { file, .. }
+        | SyncCommand::Bootstrap { file, .. } => Some(lock_local(file)?),
+        SyncCommand::Origin { .. } => None,
+    };
     match command {
         SyncCommand::Push {
             file,
@@ -161,6 +170,74 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             pull(&file, &open_origin(&origin)?, selector(revision), options)
         }
         SyncCommand::Origin { path, init } => origin_info(&path, init),
+    }
+}
+
+/// `<file>.sync.lock`, held exclusively for one `snug sync` command on FILE and removed when it
+/// ends (so a refused command leaves nothing behind).
+struct LocalLock {
+    file: File,
+    path: PathBuf,
+}
+
+/// Takes FILE's sync lock, or refuses at once with exit code 7 when another `snug sync` holds it.
+/// A process that dies holding it releases it with its descriptors; the file it leaves is taken
+/// over by the next command.
+fn lock_local(file: &Path) -> Result<LocalLock, Failure> {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".sync.lock");
+    let path = PathBuf::from(name);
+    loop {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Failure::io("open", &path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Failure::new(
+                    Exit::Busy,
+                    "SYNC_IN_PROGRESS",
+                    format!(
+                        "another snug sync is working on {} ({} is held); nothing was done, run this again once it has finished",
+                        file.display(),
+                        path.display()
+                    ),
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Failure::io("lock", &path, e)),
+        }
+        // The holder before us removes the file before it lets go: if we locked a file that is
+        // no longer at `path`, someone may already hold the one that is; open again.
+        if names_same_file(&lock, &path) {
+            return Ok(LocalLock { file: lock, path });
+        }
+    }
+}
+
+#[cfg(unix)]
+fn names_same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn names_same_file(_: &File, _: &Path) -> bool {
+    true
+}
+
+impl Drop for LocalLock {
+    fn drop(&mut self) {
+        // Removed while still locked, so whoever opened it meanwhile sees it gone (above).
+        if cfg!(unix) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        let _ = self.file.unlock();
     }
 }
 

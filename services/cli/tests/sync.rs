@@ -364,3 +364,82 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
     );
     assert!(!fresh.exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sync_on_the_same_file_is_refused_while_the_first_runs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let origin = dir.path().join("origin");
+    std::fs::create_dir_all(&origin).expect("mkdir");
+    let origin = origin.display().to_string();
+    let file = dir.path().join("a.snug");
+    std::fs::write(&file, userdb_vector("sample-v6.user.snug")).expect("write");
+    let file_s = file.display().to_string();
+    let before = std::fs::read(&file).expect("read");
+
+    // Another `snug sync` on a.snug holds its lock (as the running process would).
+    let held = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.path().join("a.snug.sync.lock"))
+        .expect("lock file");
+    held.lock().expect("lock");
+    for command in ["push", "pull", "bootstrap"] {
+        let (code, json) = snug(
+            args(&["sync", command, &file_s, "--origin", &origin]),
+            vec![],
+        )
+        .await;
+        assert_eq!(code, 7, "{command}: {json}");
+        assert_eq!(json["error"]["code"], "SYNC_IN_PROGRESS", "{command}");
+        assert_eq!(std::fs::read(&file).expect("read"), before, "{command}");
+        assert!(
+            !dir.path().join("a.snug.sync.json").exists(),
+            "{command} wrote no sidecar"
+        );
+        assert!(
+            std::fs::read_dir(&origin).expect("origin").next().is_none(),
+            "{command} touched the origin"
+        );
+    }
+    // Another file is not held up, and once the lock is released the push goes through.
+    let other = dir.path().join("b.snug");
+    std::fs::write(&other, userdb_vector("sample-v6.user.snug")).expect("write");
+    let other_origin = dir.path().join("other-origin");
+    std::fs::create_dir_all(&other_origin).expect("mkdir");
+    let (code, json) = snug(
+        args(&[
+            "sync",
+            "push",
+            &other.display().to_string(),
+            "--origin",
+            &other_origin.display().to_string(),
+        ]),
+        vec![],
+    )
+    .await;
+    assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
+    assert!(
+        !dir.path().join("b.snug.sync.lock").exists(),
+        "a finished sync leaves no lock file"
+    );
+    // The holder goes away as a finished sync does: it removes the file, then lets go.
+    std::fs::remove_file(dir.path().join("a.snug.sync.lock")).expect("remove");
+    drop(held);
+    let (code, json) = snug(
+        args(&["sync", "push", &file_s, "--origin", &origin]),
+        vec![],
+    )
+    .await;
+    assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
+    // A lock file left by a holder that died (the lock itself died with it) is taken over.
+    std::fs::write(dir.path().join("a.snug.sync.lock"), b"").expect("stale lock file");
+    edit(&file, "\"dark\"");
+    let (code, json) = snug(
+        args(&["sync", "push", &file_s, "--origin", &origin]),
+        vec![],
+    )
+    .await;
+    assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
+    assert!(!dir.path().join("a.snug.sync.lock").exists());
+}
