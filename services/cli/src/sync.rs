@@ -188,12 +188,7 @@ fn lock_local(file: &Path) -> Result<LocalLock, Failure> {
     name.push(".sync.lock");
     let path = PathBuf::from(name);
     loop {
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Failure::io("open", &path, e))?;
+        let lock = open_lock_file(&path).map_err(|e| Failure::io("open", &path, e))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -215,6 +210,15 @@ fn lock_local(file: &Path) -> Result<LocalLock, Failure> {
             return Ok(LocalLock { file: lock, path });
         }
     }
+}
+
+/// Opens a lock file, creating it empty if it is missing (its contents are never used).
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
 }
 
 #[cfg(unix)]
@@ -979,12 +983,7 @@ impl DirOrigin {
                 ),
             });
         }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| dir_io("open", &path, &e))?;
+        let file = open_lock_file(&path).map_err(|e| dir_io("open", &path, &e))?;
         let locked = if exclusive {
             file.lock()
         } else {
