@@ -156,8 +156,9 @@ pub(crate) fn protect(
         "--passphrase-file",
     )?;
     let recovery_key = RecoveryKey::generate();
+    // Sealed where it lies: no second buffer of the file's size, no fresh pages to fault in.
     let container =
-        snug_container::seal(&plaintext, &passphrase, &recovery_key, iterations, limits)?;
+        snug_container::seal_owned(plaintext, &passphrase, &recovery_key, iterations, limits)?;
     files::write(out, &container)?;
     Ok(Outcome {
         text: format!(
