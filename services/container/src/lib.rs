@@ -17,12 +17,11 @@ pub mod status;
 
 use std::{
     future::Future,
+    io::Read as _,
     pin::Pin,
     sync::Arc,
     time::{Duration, Instant},
 };
-
-use std::io::Read as _;
 
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -356,18 +355,6 @@ impl ContainerServer {
     }
 }
 
-/// A result-then-chunks response for the generated server, from chunks made as they are sent.
-fn respond_streaming<M: Send + 'static>(
-    result: M,
-    plaintext: PlaintextChunks,
-    chunk: impl Fn(Bytes) -> M + Send + 'static,
-) -> ResponseStream<M> {
-    Box::pin(
-        futures::stream::once(async move { Ok(result) })
-            .chain(plaintext.map(move |piece| piece.map(&chunk))),
-    )
-}
-
 /// Awaits the future in `slot`, which the caller's `select!` guard has checked is there.
 async fn poll_some<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
     match slot {
@@ -663,7 +650,7 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<Response<Self::UnlockStream>, Status> {
         let (result, plaintext) = self.unlock_parts(request).await?;
-        Ok(Response::new(respond_streaming(
+        Ok(Response::new(chunks::respond_stream(
             result,
             plaintext,
             unlock_chunk,
@@ -773,11 +760,13 @@ impl ContainerService for ContainerServer {
             )),
         };
         let (_, plaintext) = self.release(authenticated).await;
-        Ok(Response::new(respond_streaming(result, plaintext, |c| {
-            pb::RemoveProtectionResponse {
+        Ok(Response::new(chunks::respond_stream(
+            result,
+            plaintext,
+            |c| pb::RemoveProtectionResponse {
                 message: Some(pb::remove_protection_response::Message::Chunk(c)),
-            }
-        })))
+            },
+        )))
     }
 }
 

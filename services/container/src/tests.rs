@@ -88,20 +88,28 @@ fn secrets(passphrase: Option<&str>, recovery_key: Option<&str>) -> pb::Secrets 
     }
 }
 
-async fn unlock(
-    client: &mut ContainerServiceClient<Channel>,
+/// An Unlock request: the header with `secrets`, then `container` in chunks.
+fn unlock_request(
     container: Bytes,
     secrets: pb::Secrets,
-) -> Result<(pb::UnlockResult, Bytes), Status> {
+) -> impl futures::Stream<Item = pb::UnlockRequest> + Send + 'static {
     let header = pb::UnlockRequest {
         message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
             secrets: Some(secrets),
             expected_length: None,
         })),
     };
-    let request = chunks::upload(header, container, |c| pb::UnlockRequest {
+    chunks::upload(header, container, |c| pb::UnlockRequest {
         message: Some(pb::unlock_request::Message::Chunk(c)),
-    });
+    })
+}
+
+async fn unlock(
+    client: &mut ContainerServiceClient<Channel>,
+    container: Bytes,
+    secrets: pb::Secrets,
+) -> Result<(pb::UnlockResult, Bytes), Status> {
+    let request = unlock_request(container, secrets);
     let mut stream = client.unlock(request).await?.into_inner();
     chunks::download(
         &mut stream,
@@ -384,15 +392,7 @@ async fn a_client_leaving_mid_download_leaves_the_next_unlock_whole() {
     let (_, first_container) = protect(&mut client, first.clone(), PASSPHRASE)
         .await
         .expect("protect");
-    let header = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(secrets(Some(PASSPHRASE), None)),
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, first_container, |c| pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(c)),
-    });
+    let request = unlock_request(first_container, secrets(Some(PASSPHRASE), None));
     let mut stream = client.unlock(request).await.expect("unlock").into_inner();
     let Some(pb::UnlockResponse {
         message: Some(pb::unlock_response::Message::Result(result)),

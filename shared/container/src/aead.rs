@@ -212,24 +212,14 @@ impl GcmDecryptor {
         }
     }
 
-    /// Decrypts the next `piece` of ciphertext in place, after hashing it.
-    pub(crate) fn decrypt_in_place(&mut self, piece: &mut [u8]) {
-        self.process(piece, Pass::HashAndDecrypt);
-    }
-
-    /// Hashes the next `piece` of ciphertext and leaves it as it is, for a payload that is
-    /// decrypted only once its tag has verified (the keystream stays at the payload's start).
-    pub(crate) fn hash(&mut self, piece: &mut [u8]) {
-        self.process(piece, Pass::HashOnly);
-    }
-
-    /// Runs `pass` over the next `piece`.
+    /// Runs `pass` over the next `piece` of ciphertext: hashes it, and decrypts it in place
+    /// unless decryption waits for the tag (then the keystream stays at the payload's start).
     ///
     /// A large piece (the backlog that built up while the key was being derived) is split in
     /// two halves processed at once on two threads, each with its own GHASH segment (and, when
     /// decrypting, its own keystream position); the second segment is then folded into the
     /// state (see [`Hasher`]).
-    fn process(&mut self, piece: &mut [u8], pass: Pass) {
+    pub(crate) fn process(&mut self, piece: &mut [u8], pass: Pass) {
         let fits = self.hasher.ciphertext_len + piece.len() as u64 <= aes_gcm::P_MAX;
         if piece.len() < PARALLEL_MIN || !fits {
             self.process_sequentially(piece, pass);
@@ -318,8 +308,8 @@ impl GcmDecryptor {
 }
 
 /// What [`GcmDecryptor`] does with the ciphertext it is given.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pass {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
     /// Hash and decrypt each stride together: one read from memory for both passes.
     HashAndDecrypt,
     /// Hash only; decryption waits for the tag ([`Keystream`]).
@@ -385,7 +375,7 @@ impl Keystream {
     }
 
     /// Moves to byte `position` of the payload.
-    pub(crate) fn seek(&mut self, position: u64) {
+    fn seek(&mut self, position: u64) {
         self.stream.seek(PAYLOAD_START + position);
     }
 }

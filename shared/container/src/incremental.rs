@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use zeroize::Zeroize;
 
-use crate::aead::{GcmDecryptor, Keystream};
+use crate::aead::{GcmDecryptor, Keystream, Pass};
 use crate::format::{ContainerInfo, Limits, SlotKind, inspect_parts, prefix_len};
 use crate::open::{OpenError, Unlocked, unlock};
 use crate::secret::Secrets;
@@ -186,12 +186,12 @@ pub struct Opening {
     ticket: Ticket,
     /// The container's first bytes, up to the prefix length once it is known.
     prefix: Vec<u8>,
-    /// Every byte after the prefix; `payload[..processed]` has been through the cipher (hashed,
-    /// and unless `authenticate_first` also decrypted, unauthenticated).
+    /// Every byte after the prefix; `payload[..processed]` has been through `pass` (hashed, and
+    /// unless decryption waits for the tag also decrypted, unauthenticated).
     payload: Vec<u8>,
     processed: usize,
-    /// Whether decryption waits for the tag ([`Opening::authenticate_first`]).
-    authenticate_first: bool,
+    /// [`Pass::HashOnly`] after [`Opening::authenticate_first`].
+    pass: Pass,
     container_len: usize,
     stage: Stage,
 }
@@ -223,7 +223,7 @@ impl Opening {
             prefix: Vec::new(),
             payload: buffer,
             processed: 0,
-            authenticate_first: false,
+            pass: Pass::HashAndDecrypt,
             container_len: 0,
             stage: Stage::Prefix,
         }
@@ -238,17 +238,16 @@ impl Opening {
     /// called right after it is made.
     pub fn authenticate_first(mut self) -> Self {
         if self.processed == 0 {
-            self.authenticate_first = true;
+            self.pass = Pass::HashOnly;
         }
         self
     }
 
     /// How many leading bytes of the buffer hold decrypted, unauthenticated plaintext.
     fn plaintext_end(&self) -> usize {
-        if self.authenticate_first {
-            0
-        } else {
-            self.processed
+        match self.pass {
+            Pass::HashOnly => 0,
+            Pass::HashAndDecrypt => self.processed,
         }
     }
 
@@ -365,7 +364,7 @@ impl Opening {
         let end = self.payload.len().saturating_sub(TAG_LEN);
         if end > self.processed {
             let piece = &mut self.payload[self.processed..end];
-            advance(&mut decryptor.cipher, piece, self.authenticate_first);
+            decryptor.cipher.process(piece, self.pass);
             self.processed = end;
         }
     }
@@ -431,7 +430,7 @@ impl Opening {
         };
         debug_assert_eq!(tag_at as u64, info.plaintext_len);
         let piece = &mut self.payload[self.processed..tag_at];
-        advance(&mut decryptor.cipher, piece, self.authenticate_first);
+        decryptor.cipher.process(piece, self.pass);
         self.processed = tag_at;
         let Ok(keystream) = decryptor.cipher.verify(&self.payload[tag_at..]) else {
             // `Drop` zeroizes the decrypted bytes.
@@ -442,20 +441,11 @@ impl Opening {
         payload.truncate(tag_at);
         Ok(Authenticated {
             payload,
-            keystream: self.authenticate_first.then_some(keystream),
+            keystream: (self.pass == Pass::HashOnly).then_some(keystream),
             read: 0,
             opened_by: decryptor.opened_by,
             slot_index: decryptor.slot_index,
         })
-    }
-}
-
-/// Hashes `piece`, and decrypts it unless decryption waits for the tag.
-fn advance(cipher: &mut GcmDecryptor, piece: &mut [u8], authenticate_first: bool) {
-    if authenticate_first {
-        cipher.hash(piece);
-    } else {
-        cipher.decrypt_in_place(piece);
     }
 }
 
@@ -472,7 +462,7 @@ impl fmt::Debug for Opening {
         f.debug_struct("Opening")
             .field("container_len", &self.container_len)
             .field("processed", &self.processed)
-            .field("authenticate_first", &self.authenticate_first)
+            .field("pass", &self.pass)
             .finish_non_exhaustive()
     }
 }

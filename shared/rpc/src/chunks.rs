@@ -256,8 +256,24 @@ pub fn respond<M: Send + 'static>(
     payload: Bytes,
     chunk: impl Fn(Bytes) -> M + Send + 'static,
 ) -> ResponseStream<M> {
-    let chunks = split_into_chunks(payload).map(move |c| Ok(chunk(c)));
-    Box::pin(futures::stream::once(async move { Ok(result) }).chain(futures::stream::iter(chunks)))
+    respond_stream(
+        result,
+        futures::stream::iter(split_into_chunks(payload).map(Ok)),
+        chunk,
+    )
+}
+
+/// Builds a result-then-chunks response stream from a payload made as it is sent, in pieces of
+/// at most [`CHUNK_SIZE`]; a failed piece ends the response with its status.
+pub fn respond_stream<M: Send + 'static>(
+    result: M,
+    payload: impl Stream<Item = Result<Bytes, Status>> + Send + 'static,
+    chunk: impl Fn(Bytes) -> M + Send + 'static,
+) -> ResponseStream<M> {
+    Box::pin(
+        futures::stream::once(async move { Ok(result) })
+            .chain(payload.map(move |piece| piece.map(&chunk))),
+    )
 }
 
 /// Builds a header-then-chunks request stream, for clients.
