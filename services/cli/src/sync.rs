@@ -173,8 +173,9 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
     }
 }
 
-/// `<file>.sync.lock`, held exclusively for one `snug sync` command on FILE and removed when it
-/// ends (so a refused command leaves nothing behind).
+/// The sidecar's lock (`<file>.sync.lock`, `push_state::lock_location`), held exclusively for
+/// one `snug sync` command on FILE and removed when it ends (so a refused command leaves nothing
+/// behind).
 struct LocalLock {
     file: File,
     path: PathBuf,
@@ -184,9 +185,7 @@ struct LocalLock {
 /// A process that dies holding it releases it with its descriptors; the file it leaves is taken
 /// over by the next command.
 fn lock_local(file: &Path) -> Result<LocalLock, Failure> {
-    let mut name = file.as_os_str().to_owned();
-    name.push(".sync.lock");
-    let path = PathBuf::from(name);
+    let path = push_state::lock_location(file);
     loop {
         let lock = open_lock_file(&path).map_err(|e| Failure::io("open", &path, e))?;
         match lock.try_lock() {

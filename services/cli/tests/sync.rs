@@ -31,6 +31,12 @@ async fn snug(args: Vec<String>, env: Vec<(&'static str, String)>) -> (i32, serd
     .expect("join")
 }
 
+/// Runs `snug --json sync COMMAND FILE --origin ORIGIN`.
+async fn sync(command: &str, file: &Path, origin: &str) -> (i32, serde_json::Value) {
+    let file = file.display().to_string();
+    snug(args(&["sync", command, &file, "--origin", origin]), vec![]).await
+}
+
 fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -346,17 +352,7 @@ async fn push_pull_and_divergence_against_a_directory_origin() {
     // A torn origin (an image that does not match its revision file) is reported, not trusted.
     std::fs::write(other.join("user.snug"), userdb_vector("fresh-v6.user.snug")).expect("tamper");
     let fresh = dir.path().join("d.snug");
-    let (code, json) = snug(
-        args(&[
-            "sync",
-            "pull",
-            &fresh.display().to_string(),
-            "--origin",
-            &other.display().to_string(),
-        ]),
-        vec![],
-    )
-    .await;
+    let (code, json) = sync("pull", &fresh, &other.display().to_string()).await;
     assert_eq!(
         (code, json["error"]["code"].clone()),
         (1, "ORIGIN_INCONSISTENT".into()),
@@ -373,7 +369,6 @@ async fn a_second_sync_on_the_same_file_is_refused_while_the_first_runs() {
     let origin = origin.display().to_string();
     let file = dir.path().join("a.snug");
     std::fs::write(&file, userdb_vector("sample-v6.user.snug")).expect("write");
-    let file_s = file.display().to_string();
     let before = std::fs::read(&file).expect("read");
 
     // Another `snug sync` on a.snug holds its lock (as the running process would).
@@ -385,11 +380,7 @@ async fn a_second_sync_on_the_same_file_is_refused_while_the_first_runs() {
         .expect("lock file");
     held.lock().expect("lock");
     for command in ["push", "pull", "bootstrap"] {
-        let (code, json) = snug(
-            args(&["sync", command, &file_s, "--origin", &origin]),
-            vec![],
-        )
-        .await;
+        let (code, json) = sync(command, &file, &origin).await;
         assert_eq!(code, 7, "{command}: {json}");
         assert_eq!(json["error"]["code"], "SYNC_IN_PROGRESS", "{command}");
         assert_eq!(std::fs::read(&file).expect("read"), before, "{command}");
@@ -407,17 +398,7 @@ async fn a_second_sync_on_the_same_file_is_refused_while_the_first_runs() {
     std::fs::write(&other, userdb_vector("sample-v6.user.snug")).expect("write");
     let other_origin = dir.path().join("other-origin");
     std::fs::create_dir_all(&other_origin).expect("mkdir");
-    let (code, json) = snug(
-        args(&[
-            "sync",
-            "push",
-            &other.display().to_string(),
-            "--origin",
-            &other_origin.display().to_string(),
-        ]),
-        vec![],
-    )
-    .await;
+    let (code, json) = sync("push", &other, &other_origin.display().to_string()).await;
     assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
     assert!(
         !dir.path().join("b.snug.sync.lock").exists(),
@@ -426,20 +407,12 @@ async fn a_second_sync_on_the_same_file_is_refused_while_the_first_runs() {
     // The holder goes away as a finished sync does: it removes the file, then lets go.
     std::fs::remove_file(dir.path().join("a.snug.sync.lock")).expect("remove");
     drop(held);
-    let (code, json) = snug(
-        args(&["sync", "push", &file_s, "--origin", &origin]),
-        vec![],
-    )
-    .await;
+    let (code, json) = sync("push", &file, &origin).await;
     assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
     // A lock file left by a holder that died (the lock itself died with it) is taken over.
     std::fs::write(dir.path().join("a.snug.sync.lock"), b"").expect("stale lock file");
     edit(&file, "\"dark\"");
-    let (code, json) = snug(
-        args(&["sync", "push", &file_s, "--origin", &origin]),
-        vec![],
-    )
-    .await;
+    let (code, json) = sync("push", &file, &origin).await;
     assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
     assert!(!dir.path().join("a.snug.sync.lock").exists());
 }

@@ -146,6 +146,14 @@ pub fn sidecar_location(user_file: &Path) -> UserFile {
     UserFile { read, write }
 }
 
+/// Returns the path of the lock a sync client holds while it reads and writes the sidecar of
+/// `user_file`: the sidecar's canonical name with `.lock` for `.json` (`notes.snug.sync.lock`),
+/// so every name of one user file, a legacy one being adopted too, shares one lock. Taking it is
+/// the caller's business; this crate only names it.
+pub fn lock_location(user_file: &Path) -> PathBuf {
+    sidecar_location(user_file).write.with_extension("lock")
+}
+
 /// Reads the push state of `user_file`; a missing or unreadable sidecar is the empty state.
 pub fn load(user_file: &Path) -> Result<PushState, PushStateError> {
     let Some(path) = sidecar_location(user_file).read else {

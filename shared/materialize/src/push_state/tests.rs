@@ -157,6 +157,18 @@ fn the_sidecar_follows_read_and_adopt() {
         sidecar_location(Path::new("user.snug")).write,
         Path::new(".").join("user.snug.sync.json")
     );
+    // One lock per sidecar, whichever name of the user file a client was given.
+    assert_eq!(
+        lock_location(&other),
+        dir.path().join("notes.snug.sync.lock")
+    );
+    for name in ["user.snug", "user.sqlite"] {
+        assert_eq!(
+            lock_location(&dir.path().join(name)),
+            dir.path().join("user.snug.sync.lock"),
+            "{name}"
+        );
+    }
 }
 
 #[test]
