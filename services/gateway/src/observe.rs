@@ -19,7 +19,7 @@ use axum::{
 use snug_rpc::{
     metrics::{self, HttpLabels, RouteLabels},
     observe::{End, Observed},
-    trace_context,
+    telemetry, trace_context,
 };
 
 use crate::routes;
@@ -78,7 +78,7 @@ impl Observation {
             tracing::Span::none()
         } else {
             let span = tracing::debug_span!(
-                "http.server",
+                telemetry::HTTP_SERVER_SPAN,
                 otel.name = %format_args!("{method} {route}"),
                 otel.kind = "server",
                 http.request.method = method,

@@ -344,7 +344,7 @@ where
             tracing::Span::none()
         } else {
             let span = tracing::debug_span!(
-                "grpc.server",
+                crate::telemetry::GRPC_SERVER_SPAN,
                 otel.name = method,
                 otel.kind = "server",
                 rpc.system = "grpc",

@@ -190,7 +190,14 @@ fn env_filter() -> EnvFilter {
 /// neither build nor format them (at `info` they cost a fifth of a small GET: three spans per
 /// request, their fields formatted for log lines that never show them); the trace exporter takes
 /// them whatever the log level, and a log line inside one still carries its trace and span ids.
-pub const CALL_SPANS: [&str; 3] = ["http.server", "grpc.client", "grpc.server"];
+pub const CALL_SPANS: [&str; 3] = [HTTP_SERVER_SPAN, GRPC_CLIENT_SPAN, GRPC_SERVER_SPAN];
+
+/// The gateway's span of one HTTP request.
+pub const HTTP_SERVER_SPAN: &str = "http.server";
+/// The span of one gRPC call a client makes.
+pub const GRPC_CLIENT_SPAN: &str = "grpc.client";
+/// The span of one gRPC call a service answers.
+pub const GRPC_SERVER_SPAN: &str = "grpc.server";
 
 /// What the trace exporter takes: what `logged` lets through, and the [`CALL_SPANS`] at any
 /// level, except spans of the crates in [`NOT_EXPORTED`].
@@ -463,14 +470,12 @@ mod tests {
             );
         let mut exported = Vec::new();
         tracing::subscriber::with_default(subscriber, || {
-            for name in CALL_SPANS {
-                // `debug_span!` needs a literal name; the three are built the way their
-                // modules build them.
-                let span = match name {
-                    "http.server" => tracing::debug_span!("http.server", http.route = "/userdb"),
-                    "grpc.client" => tracing::debug_span!("grpc.client", rpc.method = "m"),
-                    _ => tracing::debug_span!("grpc.server", rpc.method = "m"),
-                };
+            let spans = [
+                tracing::debug_span!(HTTP_SERVER_SPAN, http.route = "/userdb"),
+                tracing::debug_span!(GRPC_CLIENT_SPAN, rpc.method = "m"),
+                tracing::debug_span!(GRPC_SERVER_SPAN, rpc.method = "m"),
+            ];
+            for (span, name) in spans.into_iter().zip(CALL_SPANS) {
                 let _entered = span.enter();
                 let ids = span.context().span().span_context().clone();
                 exported.push(ids.is_valid());

@@ -113,7 +113,7 @@ where
         }
         let method = path.trim_start_matches('/').to_owned();
         let span = tracing::debug_span!(
-            "grpc.client",
+            crate::telemetry::GRPC_CLIENT_SPAN,
             otel.name = %method,
             otel.kind = "client",
             rpc.system = "grpc",
