@@ -26,6 +26,10 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: STORAGE_VERSION,
         sql: include_str!("../migrations/sqlite/0002_storage_version.sql"),
     },
+    Migration {
+        version: 3,
+        sql: include_str!("../migrations/sqlite/0003_served_journal.sql"),
+    },
 ];
 
 /// The PostgreSQL store's migrations.

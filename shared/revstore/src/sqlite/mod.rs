@@ -7,11 +7,16 @@
 //!   connection behind a mutex, a small pool of read-only connections, `foreign_keys=ON`,
 //!   `synchronous=NORMAL` except for the commits a put depends on, which run with `FULL`.
 //! - `packs/<sha256>.pack`: the new chunks of one put, written once and never modified.
+//! - `served/<generation>.journal`: served-ledger entries not yet folded into `meta.sqlite`
+//!   (see [`journal`]); folded on open, on reads of the ledger, by reclamation passes and every
+//!   few thousand downloads.
 //! - `tmp/`: packs being written; emptied on open (the directory lock proves no one else writes).
 //! - `LOCK`: held with an exclusive file lock for as long as the store is open.
 //!
-//! All blocking work (SQLite, file I/O, hashing) runs on Tokio's blocking pool.
+//! All blocking work (SQLite, file I/O, hashing) runs on Tokio's blocking pool, except a
+//! download's served-ledger append: one short write to the page cache, on the download's thread.
 
+mod journal;
 mod packs;
 mod serve;
 
@@ -34,8 +39,9 @@ use rusqlite::{
 use tokio::sync::mpsc;
 
 use self::{
+    journal::{ServedJournal, ServedRow},
     packs::{ChunkLoc, TempPack},
-    serve::{Checkpoints, Heads, Plan, ServedLedger, ServedRow},
+    serve::{Checkpoints, Heads, Plan},
 };
 use crate::{
     cas::{self, Accepted, Decision, Facts},
@@ -82,8 +88,8 @@ struct Inner {
     /// run, more would only crowd the mutex (measured at 32 concurrent GETs: context switches and
     /// futex waits were a fifth of the CPU). Downloads served from [`Heads`] take no permit.
     opens: tokio::sync::Semaphore,
-    /// Served-ledger entries waiting for their group commit.
-    served: ServedLedger,
+    /// Where downloads record their served-ledger entries before their first byte.
+    served: ServedJournal,
     checkpoints: Arc<Checkpoints>,
     /// Bumped by every reclamation that deletes chunks, so a put that deduplicated against the
     /// chunk index re-checks its chunks at commit only when one might have gone.
@@ -151,6 +157,7 @@ impl SqliteStore {
             v.parse::<usize>().map_err(StorageError::unavailable)?
         };
         let writer = Arc::new(Mutex::new(conn));
+        let served = ServedJournal::open(dir.join("served"), &writer)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -168,7 +175,7 @@ impl SqliteStore {
                         .map_or(2, |n| n.get())
                         .max(2),
                 ),
-                served: ServedLedger::default(),
+                served,
                 checkpoints: Arc::new(Checkpoints::new(db_path.clone(), writer)),
                 sweep_epoch: AtomicU64::new(0),
                 _dir_lock: lock,
@@ -184,6 +191,7 @@ impl SqliteStore {
     /// Checkpoints and truncates the WAL, so the database file holds everything (used before
     /// measuring storage, and by operators before a file-level backup).
     pub fn checkpoint(&self) -> Result<(), StorageError> {
+        self.inner.fold_served()?;
         let conn = self.inner.writer();
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         Ok(())
@@ -300,6 +308,16 @@ fn backfill_storage_versions(tx: &Transaction<'_>, packs_dir: &Path) -> Result<u
 impl Inner {
     fn now(&self) -> Timestamp {
         self.config.clock.now()
+    }
+
+    /// Folds the served-ledger journal into `served` (see [`ServedJournal`]), then lets a
+    /// checkpoint copy what the fold wrote.
+    fn fold_served(&self) -> Result<usize, StorageError> {
+        let folded = self.served.fold(&self.writer)?;
+        if folded > 0 {
+            self.checkpoints.note_large_commit();
+        }
+        Ok(folded)
     }
 
     fn writer(&self) -> MutexGuard<'_, Connection> {
@@ -1156,25 +1174,22 @@ impl SqliteStore {
                     .await?
             }
         };
-        // The entry is committed before the first byte is handed out; on a failed commit the
+        // The entry is recorded before the first byte is handed out; when it cannot be, the
         // lease is released and nothing is served.
-        let (recorded, start_committer) = inner.served.push(ServedRow {
+        let fold = inner.served.append(&ServedRow {
             user: user.as_str().to_owned(),
             revision: plan.info.revision.as_str().to_owned(),
             at: inner.now().unix_millis(),
             principal: principal.as_str().to_owned(),
-        });
-        if start_committer {
+        })?;
+        if fold {
             let inner = inner.clone();
             tokio::task::spawn_blocking(move || {
-                inner
-                    .served
-                    .commit_queued(&inner.writer, &inner.checkpoints);
+                if let Err(err) = inner.fold_served() {
+                    tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
+                }
             });
         }
-        recorded
-            .await
-            .map_err(|_| StorageError::unavailable("the served-ledger committer stopped"))??;
         let info = plan.info.clone();
         let body = match plan.bytes() {
             Some(bytes) => ImageBody::new(Guarded::new(futures::stream::iter([Ok(bytes)]), lease)),
@@ -1458,6 +1473,7 @@ impl RevStore for SqliteStore {
     ) -> Result<Vec<ServedEntry>, StorageError> {
         let user = user.clone();
         self.blocking(move |inner| {
+            inner.fold_served()?;
             inner.with_reader(|conn| {
                 conn.prepare_cached("SELECT revision, at, principal FROM served WHERE user_id = ?1 ORDER BY id DESC LIMIT ?2")?
                     .query_map(params![user.as_str(), limit as i64], |r| {
@@ -1585,6 +1601,11 @@ impl Inner {
         let retention = &self.config.retention;
         let cutoff = now.minus(retention.grace).unix_millis();
         let orphan_cutoff = now.minus(retention.orphan_after).unix_millis();
+        // A pass runs periodically: it keeps the `served` table at most one pass behind the
+        // journal even when no one reads the ledger.
+        if let Err(err) = self.fold_served() {
+            tracing::warn!(error = %err, "folding the served-ledger journal failed; the next pass retries");
+        }
         let mut conn = self.writer();
         // 1. The listing, complete or nothing. It is taken before the publication records are
         //    read: a put names its pack in its record before the pack appears, so any pack seen

@@ -1,13 +1,13 @@
-//! The download path's in-memory state: each user's current download plan, the served ledger's
-//! group commit, and the WAL checkpoints moved off the writer.
+//! The download path's in-memory state: each user's current download plan, and the WAL
+//! checkpoints moved off the writer.
 //!
 //! A download of a user's current image is the hot read of an origin: every device of every user
 //! polls it. Reading its rows, re-opening its packs and committing a ledger entry of its own under
 //! the writer lock made downloads queue behind one another (measured: ~6,000 downloads per second
 //! of a 112 KiB image on two cores, the writer's SQL and locking a third of the CPU). Here the
 //! rows are read once per revision, the open pack files are kept with them, a small image's bytes
-//! are kept whole (an image is content-addressed, so they never change), and ledger entries are
-//! committed together by one task while the downloads wait for theirs.
+//! are kept whole (an image is content-addressed, so they never change), and ledger entries go to
+//! a journal (`journal.rs`).
 
 use std::{
     collections::HashMap,
@@ -16,12 +16,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use rusqlite::{Connection, params};
-use tokio::sync::oneshot;
+use rusqlite::Connection;
 
 use super::packs::{self, Extent, PackFiles};
 use crate::{
-    error::StorageError,
     store::{LeaseGuard, Leases},
     types::RevisionInfo,
 };
@@ -123,106 +121,6 @@ impl Heads {
     }
 }
 
-/// One served-ledger entry waiting for its commit.
-#[derive(Debug)]
-pub(super) struct ServedRow {
-    pub(super) user: String,
-    pub(super) revision: String,
-    pub(super) at: i64,
-    pub(super) principal: String,
-}
-
-/// Served-ledger entries of opened downloads, committed together.
-///
-/// A download's entry is committed before its first byte is handed out, as with a transaction of
-/// its own; one committer commits everything queued while the previous commit ran, so a burst of
-/// downloads shares a few commits. A failed commit fails the downloads it was for (nothing is
-/// served unrecorded, and nothing unserved is recorded).
-#[derive(Debug, Default)]
-pub(super) struct ServedLedger(Mutex<Queue>);
-
-#[derive(Debug, Default)]
-struct Queue {
-    rows: Vec<(ServedRow, oneshot::Sender<Result<(), StorageError>>)>,
-    /// A committer is running and will take whatever is queued.
-    committing: bool,
-}
-
-impl ServedLedger {
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Queues `row`; the receiver answers once it is committed (or its commit failed). When no
-    /// committer is running, the caller must start one with [`ServedLedger::commit_queued`] on a
-    /// thread that may block (the second value says so).
-    pub(super) fn push(
-        &self,
-        row: ServedRow,
-    ) -> (oneshot::Receiver<Result<(), StorageError>>, bool) {
-        let (tx, rx) = oneshot::channel();
-        let mut queue = self.lock();
-        queue.rows.push((row, tx));
-        let start = !queue.committing;
-        queue.committing = true;
-        (rx, start)
-    }
-
-    /// Commits batches until the queue is empty, each in one transaction on `writer`'s connection.
-    pub(super) fn commit_queued(&self, writer: &Mutex<Connection>, checkpoints: &Arc<Checkpoints>) {
-        loop {
-            let batch = {
-                let mut queue = self.lock();
-                if queue.rows.is_empty() {
-                    queue.committing = false;
-                    return;
-                }
-                std::mem::take(&mut queue.rows)
-            };
-            let result = {
-                let conn = writer.lock().unwrap_or_else(|p| p.into_inner());
-                insert_batch(&conn, &batch)
-            };
-            checkpoints.note_commit(batch.len());
-            let failure = result
-                .err()
-                .map(|e| format!("the served-ledger commit failed: {e}"));
-            for (_, done) in batch {
-                // A download that went away meanwhile needs no answer.
-                let _ = done.send(match &failure {
-                    None => Ok(()),
-                    Some(message) => Err(StorageError::unavailable(message.clone())),
-                });
-            }
-        }
-    }
-}
-
-fn insert_batch(
-    conn: &Connection,
-    batch: &[(ServedRow, oneshot::Sender<Result<(), StorageError>>)],
-) -> Result<(), rusqlite::Error> {
-    // Cached BEGIN/COMMIT statements: a Transaction would parse both on every commit.
-    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let inserted = (|| {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO served (user_id, revision, at, principal) VALUES (?1, ?2, ?3, ?4)",
-        )?;
-        for (row, _) in batch {
-            insert.execute(params![row.user, row.revision, row.at, row.principal])?;
-        }
-        conn.prepare_cached("COMMIT")?.execute([])
-    })();
-    if inserted.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    inserted.map(|_| ())
-}
-
-/// Commits between WAL checkpoints: enough that a checkpoint copies a batch of pages at once,
-/// few enough that the WAL stays a few MiB.
-const COMMITS_PER_CHECKPOINT: usize = 256;
-
 /// A WAL of more frames than this (4 KiB pages: 4 MiB) is caught up under the writer lock after
 /// a checkpoint, so that it starts over (see [`Checkpoints`]).
 const WAL_FRAMES_HIGH: i64 = 1024;
@@ -250,7 +148,6 @@ pub(super) struct Checkpoints {
 
 #[derive(Debug, Default)]
 struct CheckpointState {
-    commits: usize,
     running: bool,
     conn: Option<Connection>,
 }
@@ -268,20 +165,15 @@ impl Checkpoints {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Counts `n` commits; once enough have accumulated, starts a checkpoint on the blocking pool
-    /// (or runs it here, outside a Tokio runtime).
-    pub(super) fn note_commit(self: &Arc<Self>, n: usize) {
-        let start = {
+    /// Starts a checkpoint on the blocking pool (or runs it here, outside a Tokio runtime) unless
+    /// one is running; called after the commits that write many pages (a put, a ledger fold).
+    pub(super) fn note_large_commit(self: &Arc<Self>) {
+        {
             let mut state = self.lock();
-            state.commits += n;
-            let due = state.commits >= COMMITS_PER_CHECKPOINT && !state.running;
-            if due {
-                state.running = true;
+            if state.running {
+                return;
             }
-            due
-        };
-        if !start {
-            return;
+            state.running = true;
         }
         let this = self.clone();
         match tokio::runtime::Handle::try_current() {
@@ -290,11 +182,6 @@ impl Checkpoints {
             }
             Err(_) => this.run(),
         }
-    }
-
-    /// Asks for a checkpoint soon, whatever the count (after a put's large commit).
-    pub(super) fn note_large_commit(self: &Arc<Self>) {
-        self.note_commit(COMMITS_PER_CHECKPOINT);
     }
 
     fn run(&self) {
@@ -306,8 +193,7 @@ impl Checkpoints {
                 Ok(c)
             }),
         };
-        // The lock is not held while the checkpoint runs: committers count their commits
-        // meanwhile.
+        // The state lock is not held while the checkpoint runs.
         let conn = match conn {
             Ok(conn) => {
                 // PASSIVE never waits for readers or the writer. A failure is only a WAL that
@@ -330,7 +216,6 @@ impl Checkpoints {
             }
         };
         let mut state = self.lock();
-        state.commits = 0;
         state.conn = conn;
         state.running = false;
     }

@@ -11,6 +11,18 @@ fn open(dir: &Path) -> SqliteStore {
     SqliteStore::open(dir, StoreConfig::default()).expect("open store")
 }
 
+/// Opens `dir` again once the dropped store that had it is gone: a download's reader thread may
+/// hold the store (and so its directory lock) for a moment after the download ends.
+fn reopen(dir: &Path) -> SqliteStore {
+    for _ in 0..200 {
+        match SqliteStore::open(dir, StoreConfig::default()) {
+            Err(OpenError::Locked) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            opened => return opened.expect("reopen store"),
+        }
+    }
+    panic!("the store stayed locked after it was dropped");
+}
+
 #[test]
 fn every_table_has_exactly_one_declared_class() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -337,7 +349,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(applied, [1, 2]);
+    assert_eq!(applied, [1, 2, 3]);
     assert_eq!(
         store.head(&user).await.expect("head").storage_version,
         Some(6)
@@ -355,8 +367,8 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
     SqliteStore::open(dir.path(), StoreConfig::default()).expect("reopen");
 }
 
-/// Concurrent downloads share served-ledger commits, yet each one's entry is committed by the
-/// time its download is handed out: none is lost, none is counted twice.
+/// Concurrent downloads append to one journal, yet each one's entry is on disk by the time its
+/// download is handed out: none is lost, none is counted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -376,21 +388,11 @@ async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
         tokio::spawn(async move {
             let principal = Principal::new(format!("reader-{i}")).expect("principal");
             let download = store.get(&user, &principal).await.expect("get");
-            // Read straight from the table, not through the store: the entry is on disk now.
-            let recorded: i64 = {
-                store
-                    .inner
-                    .writer()
-                    .query_row(
-                        "SELECT count(*) FROM served WHERE principal = ?1",
-                        [principal.as_str()],
-                        |r| r.get(0),
-                    )
-                    .expect("count")
-            };
+            // Read straight from the files, not through the store: the entry is on disk now.
+            let recorded = recorded_on_disk(&store, principal.as_str());
             assert_eq!(
                 recorded, 1,
-                "{principal} is served before its entry is committed"
+                "{principal} is served before its entry is recorded"
             );
             download
                 .body
@@ -541,8 +543,9 @@ async fn a_cached_download_survives_reclamation_of_its_revision() {
     assert_eq!(get_bytes(&store, &user).await.0, b.revision);
 }
 
-/// When its served-ledger entry cannot be committed, a download fails: nothing is served
-/// unrecorded, its lease is released, and later downloads work again once the ledger does.
+/// When its served-ledger entry cannot be written, a download fails: nothing is served
+/// unrecorded, its lease is released, and later downloads are recorded again (in a new journal
+/// file: the one that failed may end in a torn record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_whose_ledger_entry_fails_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -553,9 +556,9 @@ async fn a_download_whose_ledger_entry_fails_is_refused() {
     assert_eq!(get_bytes(&store, &user).await.0, a.revision);
     store
         .inner
-        .writer()
-        .execute_batch("ALTER TABLE served RENAME TO served_away")
-        .expect("hide the ledger");
+        .served
+        .break_appends()
+        .expect("break the journal");
     let principal = Principal::new("reader").expect("principal");
     let refused = store.get(&user, &principal).await;
     assert!(
@@ -570,43 +573,206 @@ async fn a_download_whose_ledger_entry_fails_is_refused() {
         !store.inner.leases.is_leased(&a.digest),
         "the lease was kept"
     );
-    store
-        .inner
-        .writer()
-        .execute_batch("ALTER TABLE served_away RENAME TO served")
-        .expect("restore the ledger");
     assert_eq!(get_bytes(&store, &user).await.0, a.revision);
     let ledger = store.served_ledger(&user, 1_000).await.expect("ledger");
     assert_eq!(ledger.len(), 2, "the refused download was recorded");
 }
 
-/// The writer never checkpoints (its automatic checkpoint is off), so the store checkpoints on
-/// its own: a stream of downloads, each committing a ledger entry, leaves a WAL of a few MiB at
-/// most, not one that grows with every download.
+/// How many entries of `principal` are on disk: folded into `served` or still in the journal.
+fn recorded_on_disk(store: &SqliteStore, principal: &str) -> usize {
+    let folded: i64 = store
+        .inner
+        .writer()
+        .query_row(
+            "SELECT count(*) FROM served WHERE principal = ?1",
+            [principal],
+            |r| r.get(0),
+        )
+        .expect("count");
+    let journaled = store
+        .inner
+        .served
+        .unfolded_on_disk()
+        .expect("journal")
+        .iter()
+        .filter(|row| row.principal == principal)
+        .count();
+    folded as usize + journaled
+}
+
+fn journal_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir.join("served"))
+        .expect("journal directory")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// Entries still in the journal when the process ends are folded by the next open, in order,
+/// and the journal is emptied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn served_ledger_commits_are_checkpointed_off_the_writer() {
+async fn unfolded_entries_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let user = UserId::new("u").expect("user");
+    {
+        let store = open(dir.path());
+        store.provision_user(&user).await.expect("provision");
+        put_bytes(&store, &user, None, filled(1_000, 6)).await;
+        for i in 0..10 {
+            let principal = Principal::new(format!("reader-{i}")).expect("principal");
+            drop(store.get(&user, &principal).await.expect("get"));
+        }
+        assert_eq!(journal_files(dir.path()).len(), 1);
+    }
+    let store = reopen(dir.path());
+    assert!(
+        journal_files(dir.path()).is_empty(),
+        "the journal was folded on open"
+    );
+    let principals: Vec<String> = store
+        .served_ledger(&user, 100)
+        .await
+        .expect("ledger")
+        .into_iter()
+        .map(|e| e.principal.as_str().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..10).rev().map(|i| format!("reader-{i}")).collect();
+    assert_eq!(principals, expected, "newest first, as appended");
+}
+
+/// A journal file whose deletion was lost after its fold committed is deleted unread on the next
+/// open, not folded twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_file_already_folded_is_not_folded_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let user = UserId::new("u").expect("user");
+    let copy = dir.path().join("journal.copy");
+    let name = {
+        let store = open(dir.path());
+        store.provision_user(&user).await.expect("provision");
+        put_bytes(&store, &user, None, filled(1_000, 7)).await;
+        for _ in 0..5 {
+            get_bytes(&store, &user).await;
+        }
+        let file = journal_files(dir.path()).pop().expect("journal file");
+        fs::copy(&file, &copy).expect("copy");
+        assert_eq!(
+            store.served_ledger(&user, 100).await.expect("ledger").len(),
+            5
+        );
+        assert!(journal_files(dir.path()).is_empty());
+        file
+    };
+    fs::rename(&copy, &name).expect("the deletion is undone");
+    let store = reopen(dir.path());
+    assert_eq!(
+        store.served_ledger(&user, 100).await.expect("ledger").len(),
+        5
+    );
+    assert!(journal_files(dir.path()).is_empty());
+}
+
+/// A journal ending in half a record (a crash mid-append, or power loss) keeps the entries before
+/// it; downloads after the restart are recorded as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_journal_keeps_its_whole_entries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let user = UserId::new("u").expect("user");
+    {
+        let store = open(dir.path());
+        store.provision_user(&user).await.expect("provision");
+        put_bytes(&store, &user, None, filled(1_000, 8)).await;
+        for _ in 0..3 {
+            get_bytes(&store, &user).await;
+        }
+    }
+    let file = journal_files(dir.path()).pop().expect("journal file");
+    let whole = fs::read(&file).expect("read");
+    let mut torn = whole.clone();
+    // Three records of equal length; the tear is all of a fourth but its last byte.
+    torn.extend_from_slice(&whole[..whole.len() / 3 - 1]);
+    fs::write(&file, torn).expect("tear");
+    let store = reopen(dir.path());
+    assert_eq!(
+        store.served_ledger(&user, 100).await.expect("ledger").len(),
+        3
+    );
+    get_bytes(&store, &user).await;
+    assert_eq!(
+        store.served_ledger(&user, 100).await.expect("ledger").len(),
+        4
+    );
+}
+
+/// Without any read of the ledger, the journal is folded into `served` in the background every
+/// few thousand downloads, so it does not grow without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_is_folded_in_the_background() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(dir.path());
     let user = UserId::new("u").expect("user");
     store.provision_user(&user).await.expect("provision");
-    put_bytes(&store, &user, None, filled(1_000, 5)).await;
+    put_bytes(&store, &user, None, filled(1_000, 9)).await;
+    for _ in 0..journal::FOLD_ENTRIES {
+        get_bytes(&store, &user).await;
+    }
+    let folded = || -> i64 {
+        store
+            .inner
+            .writer()
+            .query_row("SELECT count(*) FROM served", [], |r| r.get(0))
+            .expect("count")
+    };
+    for _ in 0..200 {
+        if folded() == journal::FOLD_ENTRIES as i64 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(folded(), journal::FOLD_ENTRIES as i64);
+    assert!(
+        store
+            .inner
+            .served
+            .unfolded_on_disk()
+            .expect("journal")
+            .is_empty(),
+        "the folded file is gone"
+    );
+}
+
+/// Downloads write nothing to SQLite (their entries go to the journal), and the fold that moves
+/// thousands of entries into `served` is checkpointed off the writer (whose automatic checkpoint
+/// is off): the WAL stays a few MiB at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downloads_leave_the_wal_alone_and_folds_are_checkpointed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let first = put_bytes(&store, &user, None, filled(1_000, 5)).await;
     let autocheckpoint: i64 = store
         .inner
         .writer()
         .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
         .expect("pragma");
     assert_eq!(autocheckpoint, 0);
+    let wal = || {
+        fs::metadata(dir.path().join("meta.sqlite-wal"))
+            .expect("wal")
+            .len()
+    };
+    get_bytes(&store, &user).await;
+    let before = wal();
     for _ in 0..3_000 {
         get_bytes(&store, &user).await;
     }
-    // Let a checkpoint that is due run, and the next commit restart the WAL.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    get_bytes(&store, &user).await;
-    let wal = fs::metadata(dir.path().join("meta.sqlite-wal"))
-        .expect("wal")
-        .len();
-    // Uncheckpointed, 3,000 single-entry commits of two pages each would be ~24 MiB.
-    assert!(wal < 8 << 20, "WAL is {wal} bytes");
+    assert_eq!(wal(), before, "a download wrote to the WAL");
     let ledger = store.served_ledger(&user, 10_000).await.expect("ledger");
     assert_eq!(ledger.len(), 3_001);
+    // Let the checkpoint the fold asked for run, and the next commit restart the WAL.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    put_bytes(&store, &user, Some(&first.revision), filled(1_000, 6)).await;
+    assert!(wal() < 8 << 20, "WAL is {} bytes", wal());
 }
