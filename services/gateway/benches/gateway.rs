@@ -1,7 +1,9 @@
 //! The gateway against nginx, measured in the same run (issue 6): GET of a 64 MiB image, PUT of a
 //! 64 MiB image (validated by the schema service and durable in the sync store, against nginx
 //! DAV's PUT, which neither validates nor fsyncs), and GET of a ~100 KiB image with 32 concurrent
-//! connections (requests per second and p99 latency, the medians of alternating rounds).
+//! connections (requests per second and p99 latency, the medians of alternating rounds). Each
+//! small-GET round also prints the CPU time each side spent per request (the hub's threads, and
+//! nginx's processes), which a busy neighbour on a shared machine disturbs less than a rate.
 //!
 //! The hub runs in this process (schema, sync and materialize services over gRPC on loopback,
 //! the gateway in front, auth off); nginx (Debian's package; `apt-get install nginx`) runs as a
@@ -77,6 +79,7 @@ fn main() {
         .build()
         .expect("runtime");
     let gateway = hub.http;
+    let peer = &nginx;
     let results = client.block_on(async move {
         let mut rows = Vec::new();
 
@@ -100,7 +103,7 @@ fn main() {
         })
         .await;
         let nginx_get = best_of(5, || async {
-            let (status, _, len) = request(nginx.addr, "GET", "/big.snug", &[], Bytes::new()).await;
+            let (status, _, len) = request(peer.addr, "GET", "/big.snug", &[], Bytes::new()).await;
             assert_eq!((status, len), (200, big_len));
         })
         .await;
@@ -131,7 +134,7 @@ fn main() {
             etag = new_etag;
             let started = Instant::now();
             let (status, _, _) = request(
-                nginx.addr,
+                peer.addr,
                 "PUT",
                 "/dav/put.snug",
                 &[("content-type", "application/octet-stream")],
@@ -167,14 +170,16 @@ fn main() {
         let mut snug_loads = Vec::new();
         let mut nginx_loads = Vec::new();
         for round in 1..=LOAD_ROUNDS {
-            let snug_load = load(gateway, "/userdb").await;
-            let nginx_load = load(nginx.addr, "/small.snug").await;
+            let snug_load = load(gateway, "/userdb", hub_cpu).await;
+            let nginx_load = load(peer.addr, "/small.snug", || peer.cpu()).await;
             println!(
-                "GET 112 KiB x32 round {round}: snug {:.0}/s p99 {:.1} ms, nginx {:.0}/s p99 {:.1} ms",
+                "GET 112 KiB x32 round {round}: snug {:.0}/s p99 {:.1} ms, nginx {:.0}/s p99 {:.1} ms; CPU per request: snug {}, nginx {}",
                 snug_load.rate,
                 snug_load.p99.as_secs_f64() * 1e3,
                 nginx_load.rate,
                 nginx_load.p99.as_secs_f64() * 1e3,
+                micros(snug_load.cpu_per_request),
+                micros(nginx_load.cpu_per_request),
             );
             snug_loads.push(snug_load);
             nginx_loads.push(nginx_load);
@@ -379,6 +384,22 @@ impl Nginx {
     }
 }
 
+impl Nginx {
+    /// CPU time of the master and its workers.
+    fn cpu(&self) -> Option<Duration> {
+        let master = Path::new("/proc").join(self.child.id().to_string());
+        let children = std::fs::read_to_string(
+            master.join("task").join(self.child.id().to_string()).join("children"),
+        )
+        .ok()?;
+        let mut total = schedstat(&master)?;
+        for worker in children.split_whitespace() {
+            total += schedstat(&Path::new("/proc").join(worker)).unwrap_or_default();
+        }
+        Some(total)
+    }
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         // `nginx -s stop` makes the master stop its workers too; killing the master alone would
@@ -467,6 +488,8 @@ fn median(times: &mut [Duration]) -> Duration {
 struct Load {
     rate: f64,
     p99: Duration,
+    /// The server's CPU time per completed request, where the platform reports it.
+    cpu_per_request: Option<Duration>,
 }
 
 impl Load {
@@ -479,8 +502,39 @@ impl Load {
     }
 }
 
-/// 32 keep-alive connections issuing GETs back to back for LOAD_SECONDS (after a 1 s warm-up).
-async fn load(addr: SocketAddr, path: &'static str) -> Load {
+fn micros(time: Option<Duration>) -> String {
+    time.map_or_else(|| "n/a".to_owned(), |t| format!("{:.1} us", t.as_secs_f64() * 1e6))
+}
+
+/// CPU time a task (thread or process) has run, from `/proc/.../schedstat` (Linux).
+fn schedstat(path: &Path) -> Option<Duration> {
+    let text = std::fs::read_to_string(path.join("schedstat")).ok()?;
+    let ns = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+/// CPU time of this process's threads but the load generator's (the main thread, which drives
+/// the current-thread client runtime).
+fn hub_cpu() -> Option<Duration> {
+    let main = std::process::id().to_string();
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let task = task.ok()?;
+        if task.file_name() != main.as_str() {
+            // A thread that ended meanwhile is gone from the sum on both sides of the load.
+            total += schedstat(&task.path()).unwrap_or_default();
+        }
+    }
+    Some(total)
+}
+
+/// 32 keep-alive connections issuing GETs back to back for LOAD_SECONDS (after a 1 s warm-up);
+/// `cpu` reads the server's CPU time before and after the measured part.
+async fn load(
+    addr: SocketAddr,
+    path: &'static str,
+    cpu: impl Fn() -> Option<Duration>,
+) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let measuring = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -509,10 +563,12 @@ async fn load(addr: SocketAddr, path: &'static str) -> Load {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     measuring.store(true, Ordering::Relaxed);
+    let cpu_before = cpu();
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(LOAD_SECONDS)).await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let cpu_used = cpu().zip(cpu_before).map(|(after, before)| after.saturating_sub(before));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     for task in tasks {
@@ -523,5 +579,6 @@ async fn load(addr: SocketAddr, path: &'static str) -> Load {
     Load {
         rate: all.len() as f64 / elapsed.as_secs_f64(),
         p99,
+        cpu_per_request: cpu_used.map(|cpu| cpu / all.len().max(1) as u32),
     }
 }
