@@ -389,7 +389,10 @@ impl Nginx {
     fn cpu(&self) -> Option<Duration> {
         let master = Path::new("/proc").join(self.child.id().to_string());
         let children = std::fs::read_to_string(
-            master.join("task").join(self.child.id().to_string()).join("children"),
+            master
+                .join("task")
+                .join(self.child.id().to_string())
+                .join("children"),
         )
         .ok()?;
         let mut total = schedstat(&master)?;
@@ -503,7 +506,10 @@ impl Load {
 }
 
 fn micros(time: Option<Duration>) -> String {
-    time.map_or_else(|| "n/a".to_owned(), |t| format!("{:.1} us", t.as_secs_f64() * 1e6))
+    time.map_or_else(
+        || "n/a".to_owned(),
+        |t| format!("{:.1} us", t.as_secs_f64() * 1e6),
+    )
 }
 
 /// CPU time a task (thread or process) has run, from `/proc/.../schedstat` (Linux).
@@ -530,11 +536,7 @@ fn hub_cpu() -> Option<Duration> {
 
 /// 32 keep-alive connections issuing GETs back to back for LOAD_SECONDS (after a 1 s warm-up);
 /// `cpu` reads the server's CPU time before and after the measured part.
-async fn load(
-    addr: SocketAddr,
-    path: &'static str,
-    cpu: impl Fn() -> Option<Duration>,
-) -> Load {
+async fn load(addr: SocketAddr, path: &'static str, cpu: impl Fn() -> Option<Duration>) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let measuring = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -568,7 +570,9 @@ async fn load(
     tokio::time::sleep(Duration::from_secs(LOAD_SECONDS)).await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed();
-    let cpu_used = cpu().zip(cpu_before).map(|(after, before)| after.saturating_sub(before));
+    let cpu_used = cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
     for task in tasks {
