@@ -13,8 +13,7 @@
 //! - `tmp/`: packs being written; emptied on open (the directory lock proves no one else writes).
 //! - `LOCK`: held with an exclusive file lock for as long as the store is open.
 //!
-//! All blocking work (SQLite, file I/O, hashing) runs on Tokio's blocking pool, except a
-//! download's served-ledger append: one short write to the page cache, on the download's thread.
+//! All blocking work (SQLite, file I/O, hashing) runs on Tokio's blocking pool.
 
 mod journal;
 mod packs;
@@ -1174,22 +1173,27 @@ impl SqliteStore {
                     .await?
             }
         };
-        // The entry is recorded before the first byte is handed out; when it cannot be, the
+        // The entry is written before the first byte is handed out; when it cannot be, the
         // lease is released and nothing is served.
-        let fold = inner.served.append(&ServedRow {
+        let (recorded, start_writer) = inner.served.push(&ServedRow {
             user: user.as_str().to_owned(),
             revision: plan.info.revision.as_str().to_owned(),
             at: inner.now().unix_millis(),
             principal: principal.as_str().to_owned(),
         })?;
-        if fold {
+        if start_writer {
             let inner = inner.clone();
             tokio::task::spawn_blocking(move || {
-                if let Err(err) = inner.fold_served() {
+                if inner.served.write_queued()
+                    && let Err(err) = inner.fold_served()
+                {
                     tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
                 }
             });
         }
+        recorded
+            .await
+            .map_err(|_| StorageError::unavailable("the served-ledger writer stopped"))??;
         let info = plan.info.clone();
         let body = match plan.bytes() {
             Some(bytes) => ImageBody::new(Guarded::new(futures::stream::iter([Ok(bytes)]), lease)),
