@@ -152,15 +152,15 @@ impl ServedJournal {
     }
 
     /// Writes queued records, each batch in one write, until none are left. Blocks on file I/O.
-    /// `true` asks the caller to fold (see [`FOLD_ENTRIES`]).
-    pub(super) fn write_queued(&self) -> bool {
-        let mut fold = false;
+    /// Calls `fold_due` once [`FOLD_ENTRIES`] entries wait to be folded (at once, not when the
+    /// queue runs dry: under a steady load it may never).
+    pub(super) fn write_queued(&self, fold_due: impl Fn()) {
         loop {
             let batch = {
                 let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
                 if queue.records.is_empty() {
                     queue.writing = false;
-                    return fold;
+                    return;
                 }
                 std::mem::take(&mut queue.records)
             };
@@ -171,13 +171,15 @@ impl ServedJournal {
                 .collect();
             let written = self.append(&bytes, batch.len());
             let failure = written.as_ref().err().map(ToString::to_string);
-            fold |= written.unwrap_or(false);
             for (_, done) in batch {
                 // A download that went away meanwhile needs no answer.
                 let _ = done.send(match &failure {
                     None => Ok(()),
                     Some(message) => Err(StorageError::unavailable(message.clone())),
                 });
+            }
+            if written.unwrap_or(false) {
+                fold_due();
             }
         }
     }

@@ -1184,11 +1184,14 @@ impl SqliteStore {
         if start_writer {
             let inner = inner.clone();
             tokio::task::spawn_blocking(move || {
-                if inner.served.write_queued()
-                    && let Err(err) = inner.fold_served()
-                {
-                    tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
-                }
+                inner.served.write_queued(|| {
+                    let inner = inner.clone();
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(err) = inner.fold_served() {
+                            tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
+                        }
+                    });
+                });
             });
         }
         recorded
