@@ -319,6 +319,22 @@ impl Inner {
         Ok(folded)
     }
 
+    /// Runs the served-ledger journal's writer on the blocking pool until its queue is empty,
+    /// starting a fold beside it whenever one is due.
+    fn start_served_writer(self: &Arc<Self>) {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            inner.served.write_queued(|| {
+                let inner = inner.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(err) = inner.fold_served() {
+                        tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
+                    }
+                });
+            });
+        });
+    }
+
     fn writer(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the writer leaves at worst an open transaction, which rusqlite
         // rolls back when the Transaction value is dropped during unwinding.
@@ -1182,17 +1198,7 @@ impl SqliteStore {
             principal: principal.as_str().to_owned(),
         })?;
         if start_writer {
-            let inner = inner.clone();
-            tokio::task::spawn_blocking(move || {
-                inner.served.write_queued(|| {
-                    let inner = inner.clone();
-                    tokio::task::spawn_blocking(move || {
-                        if let Err(err) = inner.fold_served() {
-                            tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
-                        }
-                    });
-                });
-            });
+            inner.start_served_writer();
         }
         recorded
             .await

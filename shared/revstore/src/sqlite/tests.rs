@@ -448,6 +448,19 @@ fn filled(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// A store in `dir` with one user, `u`, whose first image is `filled(len, seed)`.
+async fn store_with_image(dir: &Path, len: usize, seed: u8) -> (SqliteStore, UserId, RevisionInfo) {
+    let store = open(dir);
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let first = put_bytes(&store, &user, None, filled(len, seed)).await;
+    (store, user, first)
+}
+
+async fn ledger_len(store: &SqliteStore, user: &UserId) -> usize {
+    store.served_ledger(user, 100).await.expect("ledger").len()
+}
+
 /// Downloads of the current image are served from a cached plan, and for small images from
 /// memory; whatever the size, every download returns the bytes put, and the revision put last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -488,10 +501,7 @@ async fn cached_downloads_return_the_current_bytes_at_every_size() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_replaces_the_cached_plan() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
-    let user = UserId::new("u").expect("user");
-    store.provision_user(&user).await.expect("provision");
-    let a = put_bytes(&store, &user, None, filled(10_000, 1)).await;
+    let (store, user, a) = store_with_image(dir.path(), 10_000, 1).await;
     let b = put_bytes(&store, &user, Some(&a.revision), filled(20_000, 2)).await;
     assert_eq!(get_bytes(&store, &user).await.0, b.revision);
     let restored = store
@@ -549,10 +559,7 @@ async fn a_cached_download_survives_reclamation_of_its_revision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_whose_ledger_entry_fails_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
-    let user = UserId::new("u").expect("user");
-    store.provision_user(&user).await.expect("provision");
-    let a = put_bytes(&store, &user, None, filled(1_000, 4)).await;
+    let (store, user, a) = store_with_image(dir.path(), 1_000, 4).await;
     assert_eq!(get_bytes(&store, &user).await.0, a.revision);
     store
         .inner
@@ -616,9 +623,7 @@ async fn unfolded_entries_survive_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let user = UserId::new("u").expect("user");
     {
-        let store = open(dir.path());
-        store.provision_user(&user).await.expect("provision");
-        put_bytes(&store, &user, None, filled(1_000, 6)).await;
+        let (store, _, _) = store_with_image(dir.path(), 1_000, 6).await;
         for i in 0..10 {
             let principal = Principal::new(format!("reader-{i}")).expect("principal");
             drop(store.get(&user, &principal).await.expect("get"));
@@ -649,27 +654,19 @@ async fn a_journal_file_already_folded_is_not_folded_again() {
     let user = UserId::new("u").expect("user");
     let copy = dir.path().join("journal.copy");
     let name = {
-        let store = open(dir.path());
-        store.provision_user(&user).await.expect("provision");
-        put_bytes(&store, &user, None, filled(1_000, 7)).await;
+        let (store, _, _) = store_with_image(dir.path(), 1_000, 7).await;
         for _ in 0..5 {
             get_bytes(&store, &user).await;
         }
         let file = journal_files(dir.path()).pop().expect("journal file");
         fs::copy(&file, &copy).expect("copy");
-        assert_eq!(
-            store.served_ledger(&user, 100).await.expect("ledger").len(),
-            5
-        );
+        assert_eq!(ledger_len(&store, &user).await, 5);
         assert!(journal_files(dir.path()).is_empty());
         file
     };
     fs::rename(&copy, &name).expect("the deletion is undone");
     let store = reopen(dir.path());
-    assert_eq!(
-        store.served_ledger(&user, 100).await.expect("ledger").len(),
-        5
-    );
+    assert_eq!(ledger_len(&store, &user).await, 5);
     assert!(journal_files(dir.path()).is_empty());
 }
 
@@ -680,9 +677,7 @@ async fn a_torn_journal_keeps_its_whole_entries() {
     let dir = tempfile::tempdir().expect("tempdir");
     let user = UserId::new("u").expect("user");
     {
-        let store = open(dir.path());
-        store.provision_user(&user).await.expect("provision");
-        put_bytes(&store, &user, None, filled(1_000, 8)).await;
+        let (store, _, _) = store_with_image(dir.path(), 1_000, 8).await;
         for _ in 0..3 {
             get_bytes(&store, &user).await;
         }
@@ -694,15 +689,9 @@ async fn a_torn_journal_keeps_its_whole_entries() {
     torn.extend_from_slice(&whole[..whole.len() / 3 - 1]);
     fs::write(&file, torn).expect("tear");
     let store = reopen(dir.path());
-    assert_eq!(
-        store.served_ledger(&user, 100).await.expect("ledger").len(),
-        3
-    );
+    assert_eq!(ledger_len(&store, &user).await, 3);
     get_bytes(&store, &user).await;
-    assert_eq!(
-        store.served_ledger(&user, 100).await.expect("ledger").len(),
-        4
-    );
+    assert_eq!(ledger_len(&store, &user).await, 4);
 }
 
 /// Without any read of the ledger, the journal is folded into `served` in the background every
@@ -710,10 +699,7 @@ async fn a_torn_journal_keeps_its_whole_entries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_is_folded_in_the_background() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
-    let user = UserId::new("u").expect("user");
-    store.provision_user(&user).await.expect("provision");
-    put_bytes(&store, &user, None, filled(1_000, 9)).await;
+    let (store, user, _) = store_with_image(dir.path(), 1_000, 9).await;
     for _ in 0..journal::FOLD_ENTRIES {
         get_bytes(&store, &user).await;
     }
@@ -748,10 +734,7 @@ async fn the_journal_is_folded_in_the_background() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downloads_leave_the_wal_alone_and_folds_are_checkpointed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
-    let user = UserId::new("u").expect("user");
-    store.provision_user(&user).await.expect("provision");
-    let first = put_bytes(&store, &user, None, filled(1_000, 5)).await;
+    let (store, user, first) = store_with_image(dir.path(), 1_000, 5).await;
     let autocheckpoint: i64 = store
         .inner
         .writer()
