@@ -120,6 +120,41 @@ async fn first_write_then_get_returns_the_exact_bytes_and_every_header() {
 }
 
 #[tokio::test]
+async fn a_kept_image_is_sent_from_sealed_memory_byte_for_byte() {
+    // `snug-hub serve`'s layout: the gateway and the sync store in one process, so the store
+    // seals the small image it keeps and the gateway sends it with sendfile.
+    let (hub, http) = hub().await;
+    let token = hub.add_user("alice");
+    let auth = bearer(&token);
+    let created = put_userdb(&http, &token, ("if-none-match", "*"), image()).await;
+    assert_eq!(created.status, 204);
+    let zero_copy = || snug_rpc::metrics::global().http_zero_copy_bytes.get();
+    // The first download reads the image from its pack and keeps it; later ones are sent from
+    // what was kept.
+    let mut sealed_sent = 0;
+    for _ in 0..3 {
+        let before = zero_copy();
+        let got = http
+            .send(
+                "GET",
+                "/userdb",
+                &[("authorization", &auth)],
+                Payload::Empty,
+            )
+            .await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body.as_ref(), image().as_slice());
+        assert_eq!(got.header("content-length"), image().len().to_string());
+        sealed_sent += zero_copy() - before;
+    }
+    // Other tests in this process may send sealed bytes meanwhile, never fewer.
+    assert!(
+        sealed_sent >= 2 * image().len() as u64,
+        "{sealed_sent} bytes sent from sealed memory"
+    );
+}
+
+#[tokio::test]
 async fn conditional_get_answers_304_for_the_current_revision_in_any_spelling() {
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");

@@ -8,7 +8,8 @@
 //! - [`error`]: the one table from an `ErrorInfo` reason to an HTTP status and JSON code;
 //! - [`backend`]: the gRPC clients, every call under a deadline;
 //! - [`config`]: flags, environment, and the checks that refuse an unsafe start;
-//! - [`observe`]: the request span (parented on a client's `traceparent`) and the HTTP metrics.
+//! - [`observe`]: the request span (parented on a client's `traceparent`) and the HTTP metrics;
+//! - [`zero_copy`]: connections that send sealed buffers with `sendfile` instead of copying them.
 //!
 //! Layer order, outermost first (see [`app`]): observation (so shed and refused requests are
 //! traced and counted too), CORS (so a browser can read even a 401 or 503), the Host guard when
@@ -33,6 +34,7 @@ pub mod observe;
 pub mod routes;
 pub mod session;
 pub mod users;
+pub mod zero_copy;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
@@ -288,8 +290,8 @@ pub async fn serve(
         tracing::info!(addr = %local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
     }
     // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    let listener = zero_copy::ZeroCopyListener::new(listener).tap_io(|stream| {
+        let _ = stream.tcp().set_nodelay(true);
     });
     axum::serve(
         listener,

@@ -94,6 +94,8 @@ pub struct Metrics {
     pub http_request_bytes: Family<RouteLabels, Counter>,
     /// HTTP response body bytes sent, by route.
     pub http_response_bytes: Family<RouteLabels, Counter>,
+    /// HTTP response bytes the kernel sent from sealed memory, without copying them.
+    pub http_zero_copy_bytes: Counter,
     /// gRPC calls served, by method, code and reason.
     pub grpc_requests: Family<GrpcLabels, Counter>,
     /// gRPC call durations until the final status, same labels.
@@ -121,6 +123,7 @@ impl Metrics {
         let http_duration: Histograms<HttpLabels> = Family::new_with_constructor(latency_histogram);
         let http_request_bytes = Family::default();
         let http_response_bytes = Family::default();
+        let http_zero_copy_bytes = Counter::default();
         let grpc_requests = Family::default();
         let grpc_duration: Histograms<GrpcLabels> = Family::new_with_constructor(latency_histogram);
         let grpc_request_bytes = Family::default();
@@ -146,6 +149,11 @@ impl Metrics {
             "snug_http_response_bytes",
             "HTTP response body bytes sent",
             http_response_bytes.clone(),
+        );
+        registry.register(
+            "snug_http_zero_copy_bytes",
+            "HTTP response bytes sent from sealed memory with sendfile, without a copy",
+            http_zero_copy_bytes.clone(),
         );
         registry.register(
             "snug_grpc_server_requests",
@@ -190,6 +198,7 @@ impl Metrics {
             http_duration,
             http_request_bytes,
             http_response_bytes,
+            http_zero_copy_bytes,
             grpc_requests,
             grpc_duration,
             grpc_request_bytes,

@@ -25,7 +25,8 @@ use crate::{
 };
 
 /// Users whose current plan is kept. Each holds its pack files open and at most
-/// [`INLINE_IMAGE`] bytes, so the cache is bounded at 64 MiB of bytes and a few hundred files.
+/// [`INLINE_IMAGE`] bytes (twice that, and one memfd, when sealed), so the cache is bounded at
+/// 64 MiB of bytes (128 MiB sealed) and a few hundred files.
 const CACHED_HEADS: usize = 256;
 
 /// Images up to this size are kept whole in their plan after the first read.
@@ -56,10 +57,13 @@ impl Plan {
         self.bytes.get().cloned()
     }
 
-    /// Keeps `bytes`, the whole image, if it is small enough.
+    /// Keeps `bytes`, the whole image, if it is small enough; sealed (`snug_files::sealed`) where
+    /// this process sends sealed bytes without copying them, as a gateway in it does.
     pub(super) fn keep(&self, bytes: &Bytes) {
         if self.info.size <= INLINE_IMAGE && bytes.len() as u64 == self.info.size {
-            let _ = self.bytes.set(bytes.clone());
+            let _ = self
+                .bytes
+                .get_or_init(|| snug_files::sealed::seal(bytes.clone()));
         }
     }
 
