@@ -62,7 +62,10 @@ pub fn seal(bytes: Bytes) -> Bytes {
         Ok(sealed) => Bytes::from_owner(sealed),
         Err(err) => {
             // Only a cost: the bytes are served by copying, as without sealing.
-            tracing_free_warn(&err);
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %err, "buffers cannot be sealed here; they are sent by copying");
+            }
             bytes
         }
     }
@@ -153,14 +156,6 @@ fn sealed_file(_bytes: &[u8]) -> std::io::Result<File> {
         std::io::ErrorKind::Unsupported,
         "sealed files need Linux memfds",
     ))
-}
-
-/// Reports, once per process, that sealing failed (this crate has no logger: stderr).
-fn tracing_free_warn(err: &std::io::Error) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    if !WARNED.swap(true, Ordering::Relaxed) {
-        eprintln!("snug-files: bytes could not be sealed ({err}); they are sent by copying");
-    }
 }
 
 #[cfg(all(test, target_os = "linux"))]
