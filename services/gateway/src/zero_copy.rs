@@ -93,8 +93,9 @@ impl ZeroCopyStream {
         }
     }
 
-    /// Sends `len` bytes of `file` from `offset`; `fallback` is the same bytes in memory, written
-    /// by copying if `sendfile` is refused.
+    /// Sends what `fallback` holds from `file` at `offset`, where the same bytes are sealed;
+    /// `fallback` itself is written, by copying, if `sendfile` is refused or sends nothing (a
+    /// file shorter than its registration, which its seals rule out).
     fn poll_sendfile(
         &mut self,
         cx: &mut Context<'_>,
