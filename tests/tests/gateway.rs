@@ -154,6 +154,88 @@ async fn a_kept_image_is_sent_from_sealed_memory_byte_for_byte() {
     );
 }
 
+/// A valid, secrets-free user database of about `len` bytes: the reference's fresh export with
+/// settings rows of pseudo-random text (no two pages alike, as in a real user's file).
+fn large_image(len: usize) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("large.snug");
+    std::fs::write(&path, other_image()).expect("write");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for row in 0..len / 50_000 {
+        let mut filler = String::with_capacity(50_000);
+        while filler.len() < 50_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            filler.push_str(&format!("{seed:016x}"));
+        }
+        conn.execute(
+            "INSERT INTO snug_settings (key, value) VALUES (?1, ?2)",
+            (format!("filler:{row}"), format!("\"{filler}\"")),
+        )
+        .expect("insert");
+    }
+    drop(conn);
+    std::fs::read(&path).expect("read")
+}
+
+#[tokio::test]
+async fn a_large_image_is_sent_from_its_packs_byte_for_byte() {
+    // Images too large to keep in memory are read from the store's packs for each download; in
+    // one process the gateway sends those reads from the packs with sendfile.
+    let (hub, http) = hub().await;
+    let token = hub.add_user("alice");
+    let auth = bearer(&token);
+    let image = large_image(5 << 20);
+    assert!(image.len() > 4 << 20, "{} bytes", image.len());
+    let created = put_userdb(&http, &token, ("if-none-match", "*"), image.clone()).await;
+    assert_eq!(created.status, 204, "{}", created.code());
+    let zero_copy = || snug_rpc::metrics::global().http_zero_copy_bytes.get();
+    for _ in 0..2 {
+        let before = zero_copy();
+        let got = http
+            .send(
+                "GET",
+                "/userdb",
+                &[("authorization", &auth)],
+                Payload::Empty,
+            )
+            .await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.body.len(), image.len());
+        assert!(got.body.as_ref() == image.as_slice(), "the exact bytes");
+        // Every whole 2 MiB piece at least; a short last piece may be copied.
+        let sent = zero_copy() - before;
+        assert!(sent >= 4 << 20, "{sent} bytes sent from the packs");
+    }
+
+    // A revision that changed a few pages in the middle: its pieces are runs of the first
+    // revision's pack around the new pack's pages, each long run sent from its own pack.
+    let mut edited = image.clone();
+    let middle = edited.len() / 2;
+    let at = (middle..edited.len())
+        .find(|&i| edited[i..i + 8].iter().all(u8::is_ascii_hexdigit))
+        .expect("a filler character");
+    edited[at] = if edited[at] == b'0' { b'1' } else { b'0' };
+    let revision = etag_revision(&created);
+    let updated = put_userdb(&http, &token, ("if-match", &revision), edited.clone()).await;
+    assert_eq!(updated.status, 204, "{}", updated.code());
+    let before = zero_copy();
+    let got = http
+        .send(
+            "GET",
+            "/userdb",
+            &[("authorization", &auth)],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(got.status, 200);
+    assert!(got.body.as_ref() == edited.as_slice(), "the edited bytes");
+    let sent = zero_copy() - before;
+    assert!(sent >= 3 << 20, "{sent} bytes sent from the packs");
+}
+
 #[tokio::test]
 async fn conditional_get_answers_304_for_the_current_revision_in_any_spelling() {
     let (hub, http) = hub().await;
