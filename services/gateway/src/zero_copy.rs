@@ -1,16 +1,14 @@
-//! The gateway's connections: TCP streams that send bytes which also lie in a file
-//! (`snug_files::sealed`) with `sendfile` instead of copying them into the socket.
+//! The gateway's connections: TCP streams that send sealed bytes (`snug_files::sealed`) with
+//! `sendfile` instead of copying them into the socket.
 //!
-//! When the gateway runs in the same process as the sync store (`snug-hub serve`), a download
-//! hands hyper the very buffers the store read or keeps: a small image kept in memory, which the
-//! store seals in a memfd, or the pieces of a larger one, which the store notes as read from its
-//! packs (files written once). hyper writes a response as a vectored write of its head and the
-//! body's buffers; this stream sends every part of at least `MIN_SEND` bytes that lies in such a
-//! file from the file, so the kernel passes references to the file's pages on to the socket
-//! rather than copying the bytes (what nginx does with `sendfile on`). What comes before such a
-//! part (the head, short pieces) goes out with `MSG_MORE`, so it shares segments with what
-//! follows. Everything else, and everything where `sendfile` is not available, is written as by
-//! a plain `TcpStream`.
+//! When the gateway runs in the same process as the sync store (`snug-hub serve`), a download of
+//! a small image hands hyper the very buffer the store keeps in memory, and the store seals it.
+//! hyper writes a response as a vectored write of its head and the body's buffers; this stream
+//! sends any buffer it finds sealed from the sealed memfd, so the kernel passes references to
+//! the memfd's pages on to the socket rather than copying the bytes (what nginx does for a file
+//! with `sendfile on`). The head before such a buffer goes out with `MSG_MORE`, so it leaves in
+//! the same segment as the body's first bytes. Everything else, and everything where `sendfile`
+//! is not available, is written as by a plain `TcpStream`.
 
 use std::{
     fs::File,
@@ -21,7 +19,6 @@ use std::{
     task::{Context, Poll, ready},
 };
 
-use snug_files::sealed::Lead;
 use tokio::{
     io::{AsyncRead, AsyncWrite, Interest, ReadBuf},
     net::{TcpListener, TcpStream},
@@ -128,8 +125,7 @@ impl ZeroCopyStream {
         }
     }
 
-    /// Writes `bufs` (what precedes a part sent from a file) telling the kernel more follows at
-    /// once.
+    /// Writes `bufs` (what precedes a sealed buffer) telling the kernel more follows at once.
     fn poll_send_more(
         &self,
         cx: &mut Context<'_>,
@@ -186,22 +182,15 @@ impl AsyncWrite for ZeroCopyStream {
         if !snug_files::sealed::any_live() || UNAVAILABLE.load(Ordering::Relaxed) {
             return Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
         }
-        // Copy everything up to the first part worth sending from a file; send that part.
-        for (i, buf) in bufs.iter().enumerate() {
-            match snug_files::sealed::lead(buf) {
-                Lead::Memory(len) if len == buf.len() => {}
-                Lead::Memory(len) => {
-                    let mut head = bufs[..i].to_vec();
-                    head.push(IoSlice::new(&buf[..len]));
-                    return self.poll_send_more(cx, &head);
-                }
-                Lead::File { file, offset, len } if i == 0 => {
-                    return self.poll_sendfile(cx, &file, offset, &buf[..len]);
-                }
-                Lead::File { .. } => return self.poll_send_more(cx, &bufs[..i]),
-            }
+        let sealed = bufs
+            .iter()
+            .enumerate()
+            .find_map(|(i, buf)| Some((i, snug_files::sealed::file_range(buf)?)));
+        match sealed {
+            None => Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs),
+            Some((0, (file, offset))) => self.poll_sendfile(cx, &file, offset, &bufs[0]),
+            Some((first, _)) => self.poll_send_more(cx, &bufs[..first]),
         }
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -279,37 +268,15 @@ mod tests {
             .collect()
     }
 
-    /// Bytes `lead` would send from a file, for buffers each within one region.
-    fn file_bytes(bufs: &[Bytes]) -> u64 {
-        bufs.iter()
-            .map(|b| match snug_files::sealed::lead(b) {
-                Lead::File { len, .. } => len as u64,
-                Lead::Memory(_) => 0,
-            })
-            .sum()
-    }
-
-    /// Writes `bufs` over a fresh connection and checks that the peer receives exactly them, and
-    /// that at least `from_files` bytes went out with sendfile.
-    async fn check_roundtrip(bufs: &[Bytes], from_files: u64) {
-        let expected: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-        let before = snug_rpc::metrics::global().http_zero_copy_bytes.get();
-        let (mut server, client) = connected().await;
-        let reader = tokio::spawn(read_all(client));
-        write_all(&mut server, bufs).await;
-        let received = reader.await.expect("reader");
-        assert_eq!(received.len(), expected.len());
-        assert!(received == expected, "the bytes arrive exactly as written");
-        let sent = snug_rpc::metrics::global().http_zero_copy_bytes.get() - before;
-        // Other tests of this process may send from files at the same time, never fewer.
-        assert!(sent >= from_files, "{sent} < {from_files}");
-    }
-
     #[tokio::test]
     async fn sealed_and_plain_buffers_arrive_whole_and_in_order() {
         snug_files::sealed::enable();
         // Larger than a loopback socket's buffers, so sendfile is cut short and waits.
         let sealed = snug_files::sealed::seal(Bytes::from(pattern(3 << 20, 1)));
+        assert!(
+            snug_files::sealed::file_range(&sealed).is_some(),
+            "sealing works here"
+        );
         let plain = |len, seed| Bytes::from(pattern(len, seed));
         let cases: Vec<Vec<Bytes>> = vec![
             // A response: its head, then an image kept in memory.
@@ -325,56 +292,24 @@ mod tests {
             ],
             vec![plain(64, 7)],
         ];
-        assert!(file_bytes(&cases[0]) == 3 << 20, "sealing works here");
         for bufs in cases {
-            check_roundtrip(&bufs, file_bytes(&bufs)).await;
+            let expected: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let sealed_bytes: usize = bufs
+                .iter()
+                .filter(|b| snug_files::sealed::file_range(b).is_some())
+                .map(Bytes::len)
+                .sum();
+            let before = snug_rpc::metrics::global().http_zero_copy_bytes.get();
+            let (mut server, client) = connected().await;
+            let reader = tokio::spawn(read_all(client));
+            write_all(&mut server, &bufs).await;
+            let received = reader.await.expect("reader");
+            assert_eq!(received.len(), expected.len());
+            assert!(received == expected, "the bytes arrive exactly as written");
+            let sent = snug_rpc::metrics::global().http_zero_copy_bytes.get() - before;
+            // Other tests of this process may send sealed bytes at the same time.
+            assert!(sent >= sealed_bytes as u64, "{sent} < {sealed_bytes}");
         }
-    }
-
-    #[tokio::test]
-    async fn a_buffer_read_from_a_file_in_pieces_is_sent_piece_by_piece() {
-        snug_files::sealed::enable();
-        // A pack: the image's pieces lie in it out of order, as a later revision's do.
-        let mut pack = tempfile::tempfile().expect("tempfile");
-        let content = pattern(1 << 20, 8);
-        std::io::Write::write_all(&mut pack, &content).expect("write");
-        let pack = std::sync::Arc::new(pack);
-        const K: usize = 1024;
-        // (offset in the pack, length): long pieces, short ones between them.
-        let pieces = [
-            (500 * K, 200 * K),
-            (4 * K, 4 * K),
-            (0, 4 * K),
-            (100 * K, 80 * K),
-            (900 * K, 124 * K),
-        ];
-        let mut image = Vec::new();
-        for (offset, len) in pieces {
-            image.extend_from_slice(&content[offset..offset + len]);
-        }
-        let image = Bytes::from(image);
-        let mut registrations = Vec::new();
-        let mut at = 0;
-        for (offset, len) in pieces {
-            registrations.push(snug_files::sealed::register(
-                &image[at..at + len],
-                pack.clone(),
-                offset as u64,
-            ));
-            at += len;
-        }
-        let long: usize = pieces
-            .iter()
-            .map(|p| p.1)
-            .filter(|&len| len >= snug_files::sealed::MIN_SEND)
-            .sum();
-        check_roundtrip(&[Bytes::from(pattern(200, 9)), image.clone()], long as u64).await;
-        check_roundtrip(
-            &[image.slice(3..), Bytes::from(pattern(10, 9))],
-            long as u64 - 3,
-        )
-        .await;
-        drop(registrations);
     }
 
     #[tokio::test]

@@ -269,9 +269,6 @@ struct PooledPiece {
     buf: Vec<u8>,
     len: usize,
     pool: PiecePool,
-    /// Where each range of the piece lies in its pack, for a gateway in this process to send it
-    /// from there (`snug_files::sealed`): packs are written once and only ever deleted whole.
-    registrations: Vec<snug_files::sealed::Registration>,
 }
 
 impl AsRef<[u8]> for PooledPiece {
@@ -282,8 +279,6 @@ impl AsRef<[u8]> for PooledPiece {
 
 impl Drop for PooledPiece {
     fn drop(&mut self) {
-        // The notes go before the buffer can be reused for other bytes.
-        self.registrations.clear();
         self.pool.give_back(std::mem::take(&mut self.buf));
     }
 }
@@ -310,21 +305,10 @@ impl ReadTask {
         }
         let mut buf = pool.take();
         self.fill(&mut buf[..self.len])?;
-        let mut registrations = Vec::with_capacity(self.ranges.len());
-        let mut at = 0;
-        for (file, offset, len) in self.ranges {
-            registrations.push(snug_files::sealed::register(
-                &buf[at..at + len],
-                file,
-                offset,
-            ));
-            at += len;
-        }
         Ok(Bytes::from_owner(PooledPiece {
             buf,
             len: self.len,
             pool: pool.clone(),
-            registrations,
         }))
     }
 
