@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{
-    Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, etag_revision, put_userdb,
-    userdb_vector,
+    Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, etag_revision, get_userdb,
+    put_userdb, userdb_vector,
 };
 use snug_gateway::config::AuthMode;
 
@@ -125,7 +125,6 @@ async fn a_kept_image_is_sent_from_sealed_memory_byte_for_byte() {
     // seals the small image it keeps and the gateway sends it with sendfile.
     let (hub, http) = hub().await;
     let token = hub.add_user("alice");
-    let auth = bearer(&token);
     let created = put_userdb(&http, &token, ("if-none-match", "*"), image()).await;
     assert_eq!(created.status, 204);
     let zero_copy = || snug_rpc::metrics::global().http_zero_copy_bytes.get();
@@ -134,14 +133,7 @@ async fn a_kept_image_is_sent_from_sealed_memory_byte_for_byte() {
     let mut sealed_sent = 0;
     for _ in 0..3 {
         let before = zero_copy();
-        let got = http
-            .send(
-                "GET",
-                "/userdb",
-                &[("authorization", &auth)],
-                Payload::Empty,
-            )
-            .await;
+        let got = get_userdb(&http, &token).await;
         assert_eq!(got.status, 200);
         assert_eq!(got.body.as_ref(), image().as_slice());
         assert_eq!(got.header("content-length"), image().len().to_string());
