@@ -38,6 +38,8 @@ const LOAD_ROUNDS: usize = 3;
 /// Rounds of the 64 MiB GET, alternating likewise; `SNUG_BENCH_BIG_GET_ROUNDS` sets another count
 /// when studying this row.
 const BIG_GET_ROUNDS: usize = 5;
+/// GETs in each such round, of which the fastest counts.
+const BIG_GET_TRIES: usize = 3;
 
 fn main() {
     let Some(nginx) = which("nginx") else {
@@ -100,7 +102,7 @@ fn main() {
         .await;
         assert_eq!(first.0, 204, "first write");
         let mut etag = first.1.clone();
-        // Alternating rounds, each the best of a few GETs, compared by their medians: nginx's
+        // Alternating rounds, each the best of BIG_GET_TRIES GETs, compared by their medians: nginx's
         // own best moves by 2x between rounds here, and one round each would compare a quiet
         // moment with a busy one.
         let mut snug_gets = Vec::new();
@@ -111,21 +113,27 @@ fn main() {
             .unwrap_or(BIG_GET_ROUNDS)
             .max(1);
         for round in 1..=rounds {
-            let snug_get = best_of(3, || async {
+            let snug_cpu = hub_cpu();
+            let snug_get = best_of(BIG_GET_TRIES, || async {
                 let (status, _, len) = request(gateway, "GET", "/userdb", &[], Bytes::new()).await;
                 assert_eq!((status, len), (200, big_len));
             })
             .await;
-            let nginx_get = best_of(3, || async {
+            let snug_cpu = per_get(hub_cpu(), snug_cpu);
+            let nginx_cpu = peer.cpu();
+            let nginx_get = best_of(BIG_GET_TRIES, || async {
                 let (status, _, len) =
                     request(peer.addr, "GET", "/big.snug", &[], Bytes::new()).await;
                 assert_eq!((status, len), (200, big_len));
             })
             .await;
+            let nginx_cpu = per_get(peer.cpu(), nginx_cpu);
             println!(
-                "GET 64 MiB round {round}: snug {:.1} ms, nginx {:.1} ms",
+                "GET 64 MiB round {round}: snug {:.1} ms, nginx {:.1} ms; CPU per GET: snug {}, nginx {}",
                 snug_get.as_secs_f64() * 1e3,
                 nginx_get.as_secs_f64() * 1e3,
+                micros(snug_cpu),
+                micros(nginx_cpu),
             );
             snug_gets.push(snug_get);
             nginx_gets.push(nginx_get);
@@ -556,6 +564,12 @@ fn hub_cpu() -> Option<Duration> {
         }
     }
     Some(total)
+}
+
+/// The server CPU time of one of the GETs a big-GET round makes, from readings before and
+/// after the round.
+fn per_get(after: Option<Duration>, before: Option<Duration>) -> Option<Duration> {
+    after.zip(before).map(|(a, b)| a.saturating_sub(b) / BIG_GET_TRIES as u32)
 }
 
 /// 32 keep-alive connections issuing GETs back to back for LOAD_SECONDS (after a 1 s warm-up);
