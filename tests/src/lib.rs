@@ -44,6 +44,48 @@ pub fn userdb_vector(name: &str) -> Vec<u8> {
     std::fs::read(vectors_dir().join("userdb").join(name)).expect("vector file")
 }
 
+/// A valid, secrets-free user database of at most `len` bytes (and more than `len` less 256 KiB):
+/// the reference's fresh export with settings rows of filler JSON strings. Also returns where a
+/// filler byte sits, so a caller can change one byte and still have a valid database.
+pub fn userdb_with_filler(len: usize) -> (Vec<u8>, usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("filled.snug");
+    std::fs::write(&path, userdb_vector("fresh-v6.export.snug")).expect("write");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
+        .expect("pragmas");
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for row in 0.. {
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .expect("pages");
+        if pages * 4096 > (len as i64) - 256 * 1024 {
+            break;
+        }
+        let mut text = String::with_capacity(60_000);
+        while text.len() < 60_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            text.push_str(&format!("{seed:016x}"));
+        }
+        conn.execute(
+            "INSERT INTO snug_settings (key, value) VALUES (?1, ?2)",
+            (format!("filler:{row}"), format!("\"{text}\"")),
+        )
+        .expect("insert");
+    }
+    drop(conn);
+    let bytes = std::fs::read(&path).expect("read");
+    assert!(bytes.len() <= len, "{} bytes", bytes.len());
+    // A filler character in the middle of the file: a hex digit inside a JSON string.
+    let mid = bytes.len() / 2;
+    let at = (mid..bytes.len())
+        .find(|&i| bytes[i..i + 8].iter().all(u8::is_ascii_hexdigit))
+        .expect("filler");
+    (bytes, at)
+}
+
 /// How to start a hub.
 #[derive(Debug, Clone)]
 pub struct Options {

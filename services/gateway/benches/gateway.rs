@@ -49,7 +49,9 @@ fn main() {
         std::process::exit(1);
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (big, filler_at) = big_image(dir.path());
+    let (big, filler_at) = snug_e2e::userdb_with_filler(BIG);
+    eprintln!("image: {} bytes", big.len());
+    let big = Bytes::from(big);
     let big_len = big.len();
     let small = snug_e2e::userdb_vector("fresh-v6.export.snug");
     let small_body = Bytes::from(small.clone());
@@ -304,50 +306,6 @@ fn which(name: &str) -> Option<String> {
         }
     }
     None
-}
-
-/// A valid, secrets-free user database of just under 64 MiB: the reference's fresh export with
-/// settings rows of filler JSON strings. Also records where a filler byte sits, so a PUT can
-/// change one byte and stay a valid database.
-fn big_image(dir: &Path) -> (Bytes, usize) {
-    let path = dir.join("big.snug");
-    std::fs::write(&path, snug_e2e::userdb_vector("fresh-v6.export.snug")).expect("write");
-    let conn = rusqlite::Connection::open(&path).expect("open");
-    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
-        .expect("pragmas");
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut row = 0;
-    loop {
-        let pages: i64 = conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .expect("pages");
-        if pages * 4096 > (BIG as i64) - 256 * 1024 {
-            break;
-        }
-        let mut text = String::with_capacity(60_000);
-        while text.len() < 60_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            text.push_str(&format!("{seed:016x}"));
-        }
-        conn.execute(
-            "INSERT INTO snug_settings (key, value) VALUES (?1, ?2)",
-            (format!("bench:{row}"), format!("\"{text}\"")),
-        )
-        .expect("insert");
-        row += 1;
-    }
-    drop(conn);
-    let bytes = std::fs::read(&path).expect("read");
-    assert!(bytes.len() <= BIG, "{} bytes", bytes.len());
-    // A filler character in the middle of the file: a hex digit inside a JSON string.
-    let mid = bytes.len() / 2;
-    let at = (mid..bytes.len())
-        .find(|&i| bytes[i..i + 8].iter().all(u8::is_ascii_hexdigit))
-        .expect("filler");
-    eprintln!("image: {} bytes ({row} filler rows)", bytes.len());
-    (Bytes::from(bytes), at)
 }
 
 /// nginx on a loopback port, serving the same files, with DAV PUT under /dav/.
