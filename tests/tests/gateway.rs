@@ -9,7 +9,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{
     Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, etag_revision, get_userdb,
-    put_userdb, userdb_vector,
+    put_userdb, userdb_vector, userdb_with_filler,
 };
 use snug_gateway::config::AuthMode;
 
@@ -144,6 +144,34 @@ async fn a_kept_image_is_sent_from_sealed_memory_byte_for_byte() {
         sealed_sent >= 2 * image().len() as u64,
         "{sealed_sent} bytes sent from sealed memory"
     );
+}
+
+#[tokio::test]
+async fn a_large_image_is_kept_sealed_after_one_download_and_sent_byte_for_byte() {
+    // Over the 256 KiB kept for every image, and over two 2 MiB read pieces: the first download
+    // reads it from the packs and gathers it; once sealed (within the default budget of
+    // `snug-hub serve`), a download goes out through sendfile whole.
+    let (large, _) = userdb_with_filler(5 * 1024 * 1024);
+    let (hub, http) = hub().await;
+    let token = hub.add_user("alice");
+    let created = put_userdb(&http, &token, ("if-none-match", "*"), large.clone()).await;
+    assert_eq!(created.status, 204);
+    let zero_copy = || snug_rpc::metrics::global().http_zero_copy_bytes.get();
+    let mut whole_from_sealed = false;
+    // The gathering finishes just after the first download's last piece: a few tries, bounded.
+    for _ in 0..50 {
+        let before = zero_copy();
+        let got = get_userdb(&http, &token).await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("content-length"), large.len().to_string());
+        assert!(got.body.as_ref() == large.as_slice(), "the bytes put");
+        if zero_copy() - before >= large.len() as u64 {
+            whole_from_sealed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(whole_from_sealed, "no download was sent from sealed memory");
 }
 
 #[tokio::test]

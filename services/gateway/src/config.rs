@@ -68,6 +68,15 @@ pub struct GatewayConfig {
     /// An upload that sends nothing for this long is abandoned (slow-loris guard).
     #[arg(long = "upload-idle-timeout", env = "SNUG_UPLOAD_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub upload_idle_timeout: Duration,
+    /// MiB of large images (over 256 KiB) a store in this process may keep in memory to send
+    /// them without copying, as `snug-hub serve` runs; each kept image costs twice its size (a
+    /// heap copy and a sealed memfd). 0 keeps none. Small images are kept regardless.
+    #[arg(
+        long = "zero-copy-cache-mib",
+        env = "SNUG_ZERO_COPY_CACHE_MIB",
+        default_value_t = 128
+    )]
+    pub zero_copy_cache_mib: usize,
     /// `SNUG_SESSION_SECRET`, from the environment only.
     #[arg(skip = std::env::var(SESSION_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
     pub session_secret: Option<String>,
@@ -87,6 +96,7 @@ impl GatewayConfig {
             rpc_connect_timeout: Duration::from_secs(2),
             http_concurrency_limit: 256,
             upload_idle_timeout: Duration::from_secs(30),
+            zero_copy_cache_mib: 128,
             session_secret: None,
         }
     }
@@ -167,6 +177,8 @@ pub struct Settings {
     pub http_concurrency_limit: usize,
     /// Request body idle timeout.
     pub upload_idle_timeout: Duration,
+    /// Bytes of large images kept sealed for zero-copy downloads.
+    pub zero_copy_cache_bytes: usize,
 }
 
 impl Settings {
@@ -205,6 +217,7 @@ impl Settings {
             rpc_connect_timeout: config.rpc_connect_timeout,
             http_concurrency_limit: config.http_concurrency_limit.max(1),
             upload_idle_timeout: config.upload_idle_timeout,
+            zero_copy_cache_bytes: config.zero_copy_cache_mib.saturating_mul(1 << 20),
         })
     }
 }

@@ -14,6 +14,11 @@
 //! gateway does when it serves in the same process as the store that keeps the images. Where it
 //! is off, or not available (not Linux, or the memfd cannot be made), [`seal`] returns the bytes
 //! as they are and everything works as before, one copy slower.
+//!
+//! Large buffers, which nobody would keep in memory but to send them without copying, are sealed
+//! only within a budget the process sets ([`set_large_budget`]): [`reserve`] claims their length
+//! before the caller gathers them, so buffers being gathered count too, and the claim lasts until
+//! the sealed buffer is dropped.
 
 use std::{
     collections::BTreeMap,
@@ -32,6 +37,10 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// How many sealed buffers are alive: a writer that sees none skips the lookup.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// Bytes of large buffers reserved or sealed ([`reserve`]), and how many may be.
+static RESERVED: AtomicUsize = AtomicUsize::new(0);
+static LARGE_BUDGET: AtomicUsize = AtomicUsize::new(0);
+
 /// Where each live sealed buffer's heap copy starts: its length and its memfd.
 static REGISTRY: RwLock<BTreeMap<usize, Region>> = RwLock::new(BTreeMap::new());
 
@@ -46,6 +55,63 @@ pub fn enable() {
     ENABLED.store(true, Ordering::Relaxed);
 }
 
+/// Lets [`reserve`] claim up to `bytes` of large sealed buffers at once (each costs its length
+/// twice: the heap copy and the memfd). Zero, the default, refuses every reservation.
+pub fn set_large_budget(bytes: usize) {
+    LARGE_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// A claim on `len` bytes of the large-buffer budget, for a buffer the caller is gathering to
+/// seal; `None` when sealing is off or the budget has no room. The claim is given back when the
+/// reservation is dropped unused, or when the buffer sealed with it is.
+pub fn reserve(len: usize) -> Option<Reservation> {
+    if !ENABLED.load(Ordering::Relaxed) || len == 0 {
+        return None;
+    }
+    let budget = LARGE_BUDGET.load(Ordering::Relaxed);
+    RESERVED
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reserved| {
+            reserved.checked_add(len).filter(|&total| total <= budget)
+        })
+        .ok()
+        .map(|_| Reservation { len })
+}
+
+/// Bytes of the large-buffer budget claimed now (reserved or sealed).
+pub fn reserved_bytes() -> usize {
+    RESERVED.load(Ordering::Relaxed)
+}
+
+/// A claim on part of the large-buffer budget ([`reserve`]).
+#[derive(Debug)]
+pub struct Reservation {
+    len: usize,
+}
+
+impl Reservation {
+    /// Seals `bytes` (at most the reserved length), keeping the claim for as long as the sealed
+    /// buffer lives; `None`, and the claim given back, when it cannot be sealed. `bytes` becomes
+    /// the heap copy itself, so nothing is copied in memory but into the memfd.
+    pub fn seal(self, bytes: Vec<u8>) -> Option<Bytes> {
+        if bytes.is_empty() || bytes.len() > self.len {
+            return None;
+        }
+        match Sealed::new(bytes.into_boxed_slice(), Some(self)) {
+            Ok(sealed) => Some(Bytes::from_owner(sealed)),
+            Err(err) => {
+                warn_once(&err);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        RESERVED.fetch_sub(self.len, Ordering::AcqRel);
+    }
+}
+
 /// Whether any sealed buffer is alive (a cheap test before [`file_range`]).
 pub fn any_live() -> bool {
     LIVE.load(Ordering::Relaxed) > 0
@@ -58,16 +124,21 @@ pub fn seal(bytes: Bytes) -> Bytes {
     if !ENABLED.load(Ordering::Relaxed) || bytes.is_empty() {
         return bytes;
     }
-    match Sealed::new(&bytes) {
+    // A copy of its own, so that no other buffer shares the address it is registered under.
+    match Sealed::new(bytes[..].into(), None) {
         Ok(sealed) => Bytes::from_owner(sealed),
         Err(err) => {
-            // Only a cost: the bytes are served by copying, as without sealing.
-            static WARNED: AtomicBool = AtomicBool::new(false);
-            if !WARNED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(error = %err, "buffers cannot be sealed here; they are sent by copying");
-            }
+            warn_once(&err);
             bytes
         }
+    }
+}
+
+/// Only a cost: the bytes are served by copying, as without sealing.
+fn warn_once(err: &std::io::Error) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(error = %err, "buffers cannot be sealed here; they are sent by copying");
     }
 }
 
@@ -94,13 +165,14 @@ fn locate(registry: &BTreeMap<usize, Region>, start: usize, len: usize) -> Optio
 /// points a writer at the memfd holding the same bytes.
 struct Sealed {
     heap: Box<[u8]>,
+    /// The budget claim of a large buffer, given back after the registry entry is gone.
+    _reservation: Option<Reservation>,
 }
 
 impl Sealed {
-    fn new(bytes: &[u8]) -> std::io::Result<Self> {
-        let file = sealed_file(bytes)?;
-        // A copy of its own, so that no other buffer shares the address it is registered under.
-        let heap: Box<[u8]> = bytes.into();
+    /// Seals `heap`, which no other buffer may share an address with.
+    fn new(heap: Box<[u8]>, reservation: Option<Reservation>) -> std::io::Result<Self> {
+        let file = sealed_file(&heap)?;
         let mut registry = REGISTRY.write().unwrap_or_else(|p| p.into_inner());
         registry.insert(
             heap.as_ptr() as usize,
@@ -110,7 +182,10 @@ impl Sealed {
             },
         );
         LIVE.fetch_add(1, Ordering::Relaxed);
-        Ok(Self { heap })
+        Ok(Self {
+            heap,
+            _reservation: reservation,
+        })
     }
 }
 

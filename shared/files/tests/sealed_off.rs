@@ -14,3 +14,9 @@ fn without_enable_bytes_are_returned_unsealed() {
     assert!(snug_files::sealed::file_range(&returned).is_none());
     assert!(!snug_files::sealed::any_live());
 }
+
+#[test]
+fn without_enable_nothing_is_reserved() {
+    snug_files::sealed::set_large_budget(1 << 30);
+    assert!(snug_files::sealed::reserve(4096).is_none());
+}

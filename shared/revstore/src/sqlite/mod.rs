@@ -1213,23 +1213,32 @@ impl SqliteStore {
 
     /// Streams a plan's bytes from its packs: one blocking thread reads, running ahead of the
     /// caller by up to two pieces. A small image's bytes are kept in its plan for the next
-    /// download.
+    /// download, and so is a large one's where it can be kept sealed ([`Plan::gather`]).
     fn read_plan(&self, plan: Arc<Plan>, lease: LeaseGuard) -> Result<ImageBody, ReadError> {
         let tasks = plan.read_tasks().map_err(StorageError::from)?;
         let inner = self.inner.clone();
         let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
         tokio::task::spawn_blocking(move || {
             let whole = tasks.len() == 1;
+            let mut gathering = plan.gather();
             for task in tasks {
                 let piece = task.read(&inner.pieces).map_err(StorageError::from);
                 if whole && let Ok(bytes) = &piece {
                     plan.keep(bytes);
                 }
+                // Gathered after it is handed on, so the download does not wait for the copy.
+                let gathered = gathering.as_ref().and(piece.as_ref().ok()).cloned();
                 let failed = piece.is_err();
                 // A closed channel means the caller dropped the download.
                 if tx.blocking_send(piece).is_err() || failed {
-                    break;
+                    return;
                 }
+                if let (Some(gathering), Some(bytes)) = (&mut gathering, gathered) {
+                    gathering.push(&bytes);
+                }
+            }
+            if let Some(gathering) = gathering {
+                gathering.finish();
             }
         });
         let pieces = Box::pin(futures::stream::unfold(rx, |mut rx| async move {

@@ -11,7 +11,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, MutexGuard, OnceLock},
+    sync::{
+        Arc, Mutex, MutexGuard, OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -26,7 +29,8 @@ use crate::{
 
 /// Users whose current plan is kept. Each holds its pack files open and at most
 /// [`INLINE_IMAGE`] bytes (twice that, and one memfd, when sealed), so the cache is bounded at
-/// 64 MiB of bytes (128 MiB sealed) and a few hundred files.
+/// 64 MiB of bytes (128 MiB sealed) and a few hundred files; larger images are kept only sealed,
+/// within the process's budget for them (`snug_files::sealed::set_large_budget`).
 const CACHED_HEADS: usize = 256;
 
 /// Images up to this size are kept whole in their plan after the first read.
@@ -38,8 +42,10 @@ pub(super) struct Plan {
     pub(super) info: RevisionInfo,
     pub(super) extents: Vec<Extent>,
     pub(super) files: PackFiles,
-    /// The whole image once read, for images up to [`INLINE_IMAGE`].
+    /// The whole image once read: images up to [`INLINE_IMAGE`], and larger ones sealed.
     bytes: OnceLock<Bytes>,
+    /// Whether a download is gathering the whole of a large image to keep it.
+    gathering: AtomicBool,
 }
 
 impl Plan {
@@ -49,6 +55,7 @@ impl Plan {
             extents,
             files,
             bytes: OnceLock::new(),
+            gathering: AtomicBool::new(false),
         }
     }
 
@@ -67,9 +74,67 @@ impl Plan {
         }
     }
 
+    /// A gathering of this large image's bytes to keep it sealed, if it is larger than
+    /// [`INLINE_IMAGE`], not kept yet, no other download is gathering it, and the process's budget
+    /// for large sealed images has room for it. A large image is kept only sealed: in memory it
+    /// saves a download nothing but the copies a gateway in this process skips with `sendfile`.
+    pub(super) fn gather(&self) -> Option<Gathering<'_>> {
+        if self.info.size <= INLINE_IMAGE
+            || self.bytes.get().is_some()
+            || self.gathering.swap(true, Ordering::AcqRel)
+        {
+            return None;
+        }
+        let size = usize::try_from(self.info.size).ok();
+        match size.and_then(snug_files::sealed::reserve) {
+            Some(reservation) => Some(Gathering {
+                plan: self,
+                reservation: Some(reservation),
+                bytes: Vec::with_capacity(size.unwrap_or_default()),
+            }),
+            None => {
+                self.gathering.store(false, Ordering::Release);
+                None
+            }
+        }
+    }
+
     /// The reads of the whole image, one task per download piece.
     pub(super) fn read_tasks(&self) -> std::io::Result<Vec<packs::ReadTask>> {
         packs::read_tasks(&self.extents, &self.files)
+    }
+}
+
+/// A download's copy of a large image's pieces, kept sealed in its plan once complete; dropped
+/// before that (the download failed or was abandoned), it gives its budget claim back and lets
+/// a later download gather.
+pub(super) struct Gathering<'a> {
+    plan: &'a Plan,
+    reservation: Option<snug_files::sealed::Reservation>,
+    bytes: Vec<u8>,
+}
+
+impl Gathering<'_> {
+    /// Adds the next piece.
+    pub(super) fn push(&mut self, piece: &[u8]) {
+        self.bytes.extend_from_slice(piece);
+    }
+
+    /// Keeps the gathered image sealed in its plan, if it is whole.
+    pub(super) fn finish(mut self) {
+        if self.bytes.len() as u64 != self.plan.info.size {
+            return;
+        }
+        let bytes = std::mem::take(&mut self.bytes);
+        if let Some(sealed) = self.reservation.take().and_then(|r| r.seal(bytes)) {
+            let _ = self.plan.bytes.set(sealed);
+        }
+    }
+}
+
+impl Drop for Gathering<'_> {
+    fn drop(&mut self) {
+        self.plan.gathering.store(false, Ordering::Release);
     }
 }
 

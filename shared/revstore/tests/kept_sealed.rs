@@ -1,0 +1,104 @@
+//! Large images kept sealed for a gateway in the same process (`snug_files::sealed`): within the
+//! process's budget, after one whole download, later downloads are served from the sealed copy;
+//! beyond it, or when the first download is abandoned, they are read from the packs as before.
+//! A process of its own: sealing and its budget are global.
+
+#![cfg(target_os = "linux")]
+
+mod support;
+
+use futures::StreamExt as _;
+use snug_revstore::{Precondition, RevStore, SqliteStore};
+use support::*;
+
+const LEN: usize = 5 * 1024 * 1024 + 123;
+
+/// Every piece of the user's current image, and whether each was sealed.
+async fn download(store: &SqliteStore, u: &snug_revstore::UserId) -> (Vec<u8>, Vec<bool>) {
+    let mut body = store.get(u, &who("device-b")).await.expect("get").body;
+    let (mut bytes, mut sealed) = (Vec::new(), Vec::new());
+    while let Some(piece) = body.next().await {
+        let piece = piece.expect("piece");
+        sealed.push(snug_files::sealed::file_range(&piece).is_some());
+        bytes.extend_from_slice(&piece);
+    }
+    (bytes, sealed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_images_are_kept_sealed_within_the_budget() {
+    snug_files::sealed::enable();
+    let fx = sqlite(Tune {
+        quota: 16 << 20,
+        ..Tune::default()
+    })
+    .await
+    .expect("store");
+    let (a, b) = (user("alice"), user("bob"));
+    let (image_a, image_b) = (image(1, LEN), image(2, LEN));
+    for (u, bytes) in [(&a, &image_a), (&b, &image_b)] {
+        fx.store.provision_user(u).await.expect("provision");
+        put_ok(&fx.store, u, Precondition::MustNotExist, bytes).await;
+    }
+
+    // No budget: read from the packs every time.
+    for _ in 0..2 {
+        let (bytes, sealed) = download(&fx.store, &a).await;
+        assert_eq!(bytes, image_a);
+        assert!(sealed.iter().all(|s| !s), "{sealed:?}");
+    }
+    assert_eq!(snug_files::sealed::reserved_bytes(), 0);
+
+    // Room for one: the first whole download keeps alice's image, and the next is served whole
+    // from the sealed copy.
+    snug_files::sealed::set_large_budget(LEN + 1000);
+    let (bytes, sealed) = download(&fx.store, &a).await;
+    assert_eq!(bytes, image_a);
+    assert!(sealed.iter().all(|s| !s), "the first is read from the packs");
+    wait_for_reserved(LEN).await;
+    let (bytes, sealed) = download(&fx.store, &a).await;
+    assert_eq!(bytes, image_a);
+    assert_eq!(sealed, [true], "one sealed piece, the whole image");
+
+    // Bob's does not fit beside it, and is read from the packs every time.
+    for _ in 0..2 {
+        let (bytes, sealed) = download(&fx.store, &b).await;
+        assert_eq!(bytes, image_b);
+        assert!(sealed.iter().all(|s| !s), "{sealed:?}");
+    }
+
+    // A new revision of alice's replaces her plan: the sealed copy of the old one goes, and with
+    // it its claim on the budget, once no download holds it.
+    let mut next = image_a.clone();
+    next[LEN / 2] ^= 0xff;
+    let current = fx.store.get(&a, &who("device-b")).await.expect("get").info.revision;
+    put_ok(&fx.store, &a, Precondition::MustMatch(current), &next).await;
+    wait_for_reserved(0).await;
+
+    // A download abandoned after its first piece keeps nothing; the next whole one does.
+    let mut body = fx.store.get(&b, &who("device-b")).await.expect("get").body;
+    body.next().await.expect("a piece").expect("read");
+    drop(body);
+    wait_for_reserved(0).await;
+    let (bytes, _) = download(&fx.store, &b).await;
+    assert_eq!(bytes, image_b);
+    wait_for_reserved(LEN).await;
+    let (bytes, sealed) = download(&fx.store, &b).await;
+    assert_eq!(bytes, image_b);
+    assert_eq!(sealed, [true]);
+    assert_clean(&fx.store).await;
+}
+
+/// Waits (bounded) for the gathering thread, which finishes after the download's last piece.
+async fn wait_for_reserved(len: usize) {
+    for _ in 0..500 {
+        if snug_files::sealed::reserved_bytes() == len {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!(
+        "reserved {} bytes, expected {len}",
+        snug_files::sealed::reserved_bytes()
+    );
+}
