@@ -289,8 +289,8 @@ pub async fn serve(
     if let Ok(local) = listener.local_addr() {
         tracing::info!(addr = %local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
     }
-    // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
     snug_files::sealed::set_large_budget(state.settings.zero_copy_cache_bytes);
+    // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
     let listener = zero_copy::ZeroCopyListener::new(listener).tap_io(|stream| {
         let _ = stream.tcp().set_nodelay(true);
     });
