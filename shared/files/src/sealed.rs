@@ -77,6 +77,11 @@ pub fn reserve(len: usize) -> Option<Reservation> {
         .map(|_| Reservation { len })
 }
 
+/// Whether large buffers may be sealed at all: sealing is on and the budget is not zero.
+pub fn any_budget() -> bool {
+    ENABLED.load(Ordering::Relaxed) && LARGE_BUDGET.load(Ordering::Relaxed) > 0
+}
+
 /// Bytes of the large-buffer budget claimed now (reserved or sealed).
 pub fn reserved_bytes() -> usize {
     RESERVED.load(Ordering::Relaxed)

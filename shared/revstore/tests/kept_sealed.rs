@@ -1,11 +1,14 @@
 //! Large images kept sealed for a gateway in the same process (`snug_files::sealed`): within the
 //! process's budget, after one whole download, later downloads are served from the sealed copy;
-//! beyond it, or when the first download is abandoned, they are read from the packs as before.
+//! beyond it, or when the first download is abandoned, they are read from the packs as before;
+//! an image kept but not downloaded for five minutes gives its place to one that does not fit.
 //! A process of its own: sealing and its budget are global.
 
 #![cfg(target_os = "linux")]
 
 mod support;
+
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use snug_revstore::{Precondition, RevStore, SqliteStore};
@@ -60,33 +63,65 @@ async fn large_images_are_kept_sealed_within_the_budget() {
     assert_eq!(bytes, image_a);
     assert_eq!(sealed, [true], "one sealed piece, the whole image");
 
-    // Bob's does not fit beside it, and is read from the packs every time.
+    // Bob's does not fit beside it while alice's is in use, and is read from the packs.
     for _ in 0..2 {
         let (bytes, sealed) = download(&fx.store, &b).await;
         assert_eq!(bytes, image_b);
         assert!(sealed.iter().all(|s| !s), "{sealed:?}");
     }
 
-    // A new revision of alice's replaces her plan: the sealed copy of the old one goes, and with
+    // Once alice's has not been downloaded for over five minutes, bob's download takes its place;
+    // alice's next downloads are read from the packs again and do not take it back while bob's
+    // is in use.
+    fx.clock.advance(Duration::from_secs(5 * 60 + 1));
+    let (bytes, _) = download(&fx.store, &b).await;
+    assert_eq!(bytes, image_b);
+    let (bytes, sealed) = retry_until_sealed(&fx.store, &b).await;
+    assert_eq!(bytes, image_b);
+    assert_eq!(sealed, [true]);
+    for _ in 0..2 {
+        let (bytes, sealed) = download(&fx.store, &a).await;
+        assert_eq!(bytes, image_a);
+        assert!(sealed.iter().all(|s| !s), "{sealed:?}");
+    }
+    assert_eq!(snug_files::sealed::reserved_bytes(), LEN);
+
+    // A new revision of bob's replaces his plan: the sealed copy of the old one goes, and with
     // it its claim on the budget, once no download holds it.
-    let mut next = image_a.clone();
+    let mut next = image_b.clone();
     next[LEN / 2] ^= 0xff;
-    let current = fx.store.get(&a, &who("device-b")).await.expect("get").info.revision;
-    put_ok(&fx.store, &a, Precondition::MustMatch(current), &next).await;
+    let current = fx.store.get(&b, &who("device-b")).await.expect("get").info.revision;
+    put_ok(&fx.store, &b, Precondition::MustMatch(current), &next).await;
     wait_for_reserved(0).await;
 
     // A download abandoned after its first piece keeps nothing; the next whole one does.
-    let mut body = fx.store.get(&b, &who("device-b")).await.expect("get").body;
+    let mut body = fx.store.get(&a, &who("device-b")).await.expect("get").body;
     body.next().await.expect("a piece").expect("read");
     drop(body);
     wait_for_reserved(0).await;
-    let (bytes, _) = download(&fx.store, &b).await;
-    assert_eq!(bytes, image_b);
+    let (bytes, _) = download(&fx.store, &a).await;
+    assert_eq!(bytes, image_a);
     wait_for_reserved(LEN).await;
-    let (bytes, sealed) = download(&fx.store, &b).await;
-    assert_eq!(bytes, image_b);
+    let (bytes, sealed) = download(&fx.store, &a).await;
+    assert_eq!(bytes, image_a);
     assert_eq!(sealed, [true]);
     assert_clean(&fx.store).await;
+}
+
+/// Downloads until one is served from the sealed copy (bounded): the gathering that keeps the
+/// image finishes just after the download that gathered it.
+async fn retry_until_sealed(
+    store: &SqliteStore,
+    u: &snug_revstore::UserId,
+) -> (Vec<u8>, Vec<bool>) {
+    for _ in 0..500 {
+        let (bytes, sealed) = download(store, u).await;
+        if sealed == [true] {
+            return (bytes, sealed);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never served from a sealed copy");
 }
 
 /// Waits (bounded) for the gathering thread, which finishes after the download's last piece.
@@ -95,7 +130,7 @@ async fn wait_for_reserved(len: usize) {
         if snug_files::sealed::reserved_bytes() == len {
             return;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!(
         "reserved {} bytes, expected {len}",

@@ -1191,10 +1191,12 @@ impl SqliteStore {
         };
         // The entry is written before the first byte is handed out; when it cannot be, the
         // lease is released and nothing is served.
+        let at = inner.now().unix_millis();
+        plan.note_served(at);
         let (recorded, start_writer) = inner.served.push(&ServedRow {
             user: user.as_str().to_owned(),
             revision: plan.info.revision.as_str().to_owned(),
-            at: inner.now().unix_millis(),
+            at,
             principal: principal.as_str().to_owned(),
         })?;
         if start_writer {
@@ -1221,6 +1223,12 @@ impl SqliteStore {
         tokio::task::spawn_blocking(move || {
             let whole = tasks.len() == 1;
             let mut gathering = plan.gather();
+            if gathering.is_none()
+                && plan.could_gather()
+                && inner.heads.make_room(&plan, inner.now().unix_millis())
+            {
+                gathering = plan.gather();
+            }
             for task in tasks {
                 let piece = task.read(&inner.pieces).map_err(StorageError::from);
                 if whole && let Ok(bytes) = &piece {

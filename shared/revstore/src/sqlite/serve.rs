@@ -13,7 +13,7 @@ use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex, MutexGuard, OnceLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicI64, Ordering},
     },
     time::Duration,
 };
@@ -33,6 +33,12 @@ use crate::{
 /// within the process's budget for them (`snug_files::sealed::set_large_budget`).
 const CACHED_HEADS: usize = 256;
 
+/// A large image kept sealed that has not been downloaded for this long gives its place in the
+/// budget to another that does not fit (`Heads::make_room`). Long enough that two images taking
+/// turns never evict each other on every download (each eviction costs the next keeper a copy of
+/// its image), short enough that an image nobody fetches does not hold the budget for good.
+pub(super) const LARGE_IDLE_MILLIS: i64 = 5 * 60 * 1000;
+
 /// Images up to this size are kept whole in their plan after the first read.
 pub(super) const INLINE_IMAGE: u64 = 256 << 10;
 
@@ -46,6 +52,8 @@ pub(super) struct Plan {
     bytes: OnceLock<Bytes>,
     /// Whether a download is gathering the whole of a large image to keep it.
     gathering: AtomicBool,
+    /// When a download last began from this plan (Unix milliseconds, the store's clock).
+    served_at: AtomicI64,
 }
 
 impl Plan {
@@ -56,7 +64,26 @@ impl Plan {
             files,
             bytes: OnceLock::new(),
             gathering: AtomicBool::new(false),
+            served_at: AtomicI64::new(i64::MIN),
         }
+    }
+
+    /// Notes that a download began from this plan at `at`.
+    pub(super) fn note_served(&self, at: i64) {
+        self.served_at.fetch_max(at, Ordering::Relaxed);
+    }
+
+    /// Whether this plan keeps a large image, sealed.
+    fn keeps_large(&self) -> bool {
+        self.info.size > INLINE_IMAGE && self.bytes.get().is_some()
+    }
+
+    /// Whether [`Plan::gather`] would gather but for the budget.
+    pub(super) fn could_gather(&self) -> bool {
+        self.info.size > INLINE_IMAGE
+            && self.bytes.get().is_none()
+            && !self.gathering.load(Ordering::Acquire)
+            && snug_files::sealed::any_budget()
     }
 
     /// The image's bytes, if they are kept in memory.
@@ -180,6 +207,27 @@ impl Heads {
     /// Forgets the user's plan. Call with the writer lock held, before the change commits.
     pub(super) fn forget(&self, user: &str) {
         self.lock().remove(user);
+    }
+
+    /// Forgets the plan of the large image kept sealed that was downloaded least recently, if
+    /// that was at least [`LARGE_IDLE_MILLIS`] before `now` and it is not `for_plan`'s own, so
+    /// that `for_plan` may keep its image instead; whether one was forgotten. Its bytes, and its
+    /// claim on the budget, go when the downloads still reading them end; its user's next
+    /// download reads the rows again, like any miss.
+    pub(super) fn make_room(&self, for_plan: &Plan, now: i64) -> bool {
+        let forgotten = {
+            let mut heads = self.lock();
+            let coldest = heads
+                .iter()
+                .filter(|(_, plan)| !std::ptr::eq(&***plan, for_plan) && plan.keeps_large())
+                .map(|(user, plan)| (plan.served_at.load(Ordering::Relaxed), user))
+                .filter(|(served_at, _)| now.saturating_sub(*served_at) >= LARGE_IDLE_MILLIS)
+                .min()
+                .map(|(_, user)| user.clone());
+            coldest.and_then(|user| heads.remove(&user))
+        };
+        // Dropped outside the lock: the last reference frees a large buffer.
+        forgotten.is_some()
     }
 
     /// Forgets every plan. Reclamation calls this with the writer lock held, before it checks
