@@ -1,7 +1,8 @@
 //! Large images kept sealed for a gateway in the same process (`snug_files::sealed`): within the
 //! process's budget, after one whole download, later downloads are served from the sealed copy;
 //! beyond it, or when the first download is abandoned, they are read from the packs as before;
-//! an image kept but not downloaded for five minutes gives its place to one that does not fit.
+//! an image kept but not downloaded for five minutes gives its place to one that does not fit;
+//! a download of a named revision keeps nothing.
 //! A process of its own: sealing and its budget are global.
 
 #![cfg(target_os = "linux")]
@@ -55,6 +56,21 @@ async fn large_images_are_kept_sealed_within_the_budget() {
     // Room for one: the first whole download keeps alice's image, and the next is served whole
     // from the sealed copy.
     snug_files::sealed::set_large_budget(LEN + 1000);
+    // A download of a named revision uses a plan no later download finds: nothing is kept.
+    let revision = fx.store.head(&a).await.expect("head").revision;
+    // (A gathering would hold its claim from before the first piece to the end.)
+    let mut named = fx
+        .store
+        .get_revision(&a, &revision, &who("device-b"))
+        .await
+        .expect("get revision")
+        .body;
+    let mut bytes = named.next().await.expect("a piece").expect("read").to_vec();
+    assert_eq!(snug_files::sealed::reserved_bytes(), 0);
+    while let Some(piece) = named.next().await {
+        bytes.extend_from_slice(&piece.expect("read"));
+    }
+    assert_eq!(bytes, image_a);
     let (bytes, sealed) = download(&fx.store, &a).await;
     assert_eq!(bytes, image_a);
     assert!(sealed.iter().all(|s| !s), "the first is read from the packs");

@@ -1155,7 +1155,7 @@ impl Inner {
         let paths = Inner::pack_paths(&conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
         let files = packs::open_packs(&paths).map_err(StorageError::from)?;
         let lease = self.leases.take(info.digest);
-        let plan = Arc::new(Plan::new(info, extents, files));
+        let plan = Arc::new(Plan::new(info, extents, files, revision.is_none()));
         if revision.is_none() {
             self.heads.insert(user.as_str(), plan.clone());
         }

@@ -54,10 +54,18 @@ pub(super) struct Plan {
     gathering: AtomicBool,
     /// When a download last began from this plan (Unix milliseconds, the store's clock).
     served_at: AtomicI64,
+    /// Whether the plan is cached for later downloads (a user's current revision); bytes are
+    /// kept only in such a plan, since no other download would find them.
+    cached: bool,
 }
 
 impl Plan {
-    pub(super) fn new(info: RevisionInfo, extents: Vec<Extent>, files: PackFiles) -> Self {
+    pub(super) fn new(
+        info: RevisionInfo,
+        extents: Vec<Extent>,
+        files: PackFiles,
+        cached: bool,
+    ) -> Self {
         Self {
             info,
             extents,
@@ -65,6 +73,7 @@ impl Plan {
             bytes: OnceLock::new(),
             gathering: AtomicBool::new(false),
             served_at: AtomicI64::new(i64::MIN),
+            cached,
         }
     }
 
@@ -80,7 +89,8 @@ impl Plan {
 
     /// Whether [`Plan::gather`] would gather but for the budget.
     pub(super) fn could_gather(&self) -> bool {
-        self.info.size > INLINE_IMAGE
+        self.cached
+            && self.info.size > INLINE_IMAGE
             && self.bytes.get().is_none()
             && !self.gathering.load(Ordering::Acquire)
             && snug_files::sealed::any_budget()
@@ -91,22 +101,25 @@ impl Plan {
         self.bytes.get().cloned()
     }
 
-    /// Keeps `bytes`, the whole image, if it is small enough; sealed (`snug_files::sealed`) where
-    /// this process sends sealed bytes without copying them, as a gateway in it does.
+    /// Keeps `bytes`, the whole image, if it is small enough and the plan cached; sealed
+    /// (`snug_files::sealed`) where this process sends sealed bytes without copying them, as a
+    /// gateway in it does.
     pub(super) fn keep(&self, bytes: &Bytes) {
-        if self.info.size <= INLINE_IMAGE && bytes.len() as u64 == self.info.size {
+        if self.cached && self.info.size <= INLINE_IMAGE && bytes.len() as u64 == self.info.size {
             let _ = self
                 .bytes
                 .get_or_init(|| snug_files::sealed::seal(bytes.clone()));
         }
     }
 
-    /// A gathering of this large image's bytes to keep it sealed, if it is larger than
-    /// [`INLINE_IMAGE`], not kept yet, no other download is gathering it, and the process's budget
-    /// for large sealed images has room for it. A large image is kept only sealed: in memory it
-    /// saves a download nothing but the copies a gateway in this process skips with `sendfile`.
+    /// A gathering of this large image's bytes to keep it sealed, if the plan is cached, the image
+    /// larger than [`INLINE_IMAGE`], not kept yet, no other download is gathering it, and the
+    /// process's budget for large sealed images has room for it. A large image is kept only
+    /// sealed: in memory it saves a download nothing but the copies a gateway in this process
+    /// skips with `sendfile`.
     pub(super) fn gather(&self) -> Option<Gathering<'_>> {
-        if self.info.size <= INLINE_IMAGE
+        if !self.cached
+            || self.info.size <= INLINE_IMAGE
             || self.bytes.get().is_some()
             || self.gathering.swap(true, Ordering::AcqRel)
         {
