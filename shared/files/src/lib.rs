@@ -4,8 +4,8 @@
 //! and in-place commands, and later the embedded stores. A reader therefore sees either the old
 //! file or the new one, never a torn mix, even across a power cut.
 //!
-//! [`sealed`] keeps small immutable buffers in sealed memfds as well, so that a socket can send
-//! them without copying.
+//! [`sealed`] keeps immutable buffers (small ones freely, large ones within a budget) in sealed
+//! memfds as well, so that a socket can send them without copying.
 //!
 //! What this crate deliberately does not do: lock files against concurrent writers (the last
 //! rename wins, and callers that need compare-and-swap keep their own revision), or follow the

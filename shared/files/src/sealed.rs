@@ -62,24 +62,29 @@ pub fn set_large_budget(bytes: usize) {
 }
 
 /// A claim on `len` bytes of the large-buffer budget, for a buffer the caller is gathering to
-/// seal; `None` when sealing is off or the budget has no room. The claim is given back when the
-/// reservation is dropped unused, or when the buffer sealed with it is.
-pub fn reserve(len: usize) -> Option<Reservation> {
-    if !ENABLED.load(Ordering::Relaxed) || len == 0 {
-        return None;
-    }
+/// seal. The claim is given back when the reservation is dropped unused, or when the buffer
+/// sealed with it is.
+pub fn reserve(len: usize) -> Result<Reservation, NoRoom> {
     let budget = LARGE_BUDGET.load(Ordering::Relaxed);
+    if !ENABLED.load(Ordering::Relaxed) || len == 0 || len > budget {
+        return Err(NoRoom::Never);
+    }
     RESERVED
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reserved| {
             reserved.checked_add(len).filter(|&total| total <= budget)
         })
-        .ok()
         .map(|_| Reservation { len })
+        .map_err(|_| NoRoom::Taken)
 }
 
-/// Whether large buffers may be sealed at all: sealing is on and the budget is not zero.
-pub fn any_budget() -> bool {
-    ENABLED.load(Ordering::Relaxed) && LARGE_BUDGET.load(Ordering::Relaxed) > 0
+/// Why [`reserve`] made no claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoRoom {
+    /// Sealing is off, or the buffer is empty or larger than the whole budget: freeing other
+    /// buffers would not help.
+    Never,
+    /// Other buffers hold the budget: there is room once enough of them are dropped.
+    Taken,
 }
 
 /// Bytes of the large-buffer budget claimed now (reserved or sealed).

@@ -15,12 +15,12 @@ fn content(len: usize) -> Vec<u8> {
 #[test]
 fn large_buffers_are_sealed_within_the_budget_and_give_it_back() {
     sealed::enable();
-    assert!(sealed::reserve(MIB).is_none(), "no budget, no reservation");
+    assert!(sealed::reserve(MIB).is_err(), "no budget, no reservation");
 
     sealed::set_large_budget(3 * MIB);
     let first = sealed::reserve(2 * MIB).expect("room for 2 MiB");
-    assert!(sealed::reserve(2 * MIB).is_none(), "only 1 MiB left");
-    assert!(sealed::reserve(usize::MAX).is_none(), "no overflow");
+    assert!(sealed::reserve(2 * MIB).is_err(), "only 1 MiB left");
+    assert!(sealed::reserve(usize::MAX).is_err(), "no overflow");
     let second = sealed::reserve(MIB).expect("the last MiB");
     assert_eq!(sealed::reserved_bytes(), 3 * MIB);
 
@@ -54,7 +54,7 @@ fn large_buffers_are_sealed_within_the_budget_and_give_it_back() {
     // A smaller budget applies to new reservations only.
     let held = sealed::reserve(2 * MIB).expect("room");
     sealed::set_large_budget(MIB);
-    assert!(sealed::reserve(1).is_none(), "over the new budget");
+    assert!(sealed::reserve(1).is_err(), "over the new budget");
     drop(held);
-    assert!(sealed::reserve(MIB).is_some());
+    assert!(sealed::reserve(MIB).is_ok());
 }

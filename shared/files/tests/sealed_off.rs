@@ -18,5 +18,5 @@ fn without_enable_bytes_are_returned_unsealed() {
 #[test]
 fn without_enable_nothing_is_reserved() {
     snug_files::sealed::set_large_budget(1 << 30);
-    assert!(snug_files::sealed::reserve(4096).is_none());
+    assert!(snug_files::sealed::reserve(4096).is_err());
 }

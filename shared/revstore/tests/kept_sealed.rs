@@ -124,32 +124,38 @@ async fn large_images_are_kept_sealed_within_the_budget() {
     assert_clean(&fx.store).await;
 }
 
-/// Downloads until one is served from the sealed copy (bounded): the gathering that keeps the
-/// image finishes just after the download that gathered it.
+/// Downloads until one is served from the sealed copy: the gathering that keeps the image
+/// finishes just after the download that gathered it.
 async fn retry_until_sealed(
     store: &SqliteStore,
     u: &snug_revstore::UserId,
 ) -> (Vec<u8>, Vec<bool>) {
-    for _ in 0..500 {
+    eventually("a download served from a sealed copy", async || {
         let (bytes, sealed) = download(store, u).await;
-        if sealed == [true] {
-            return (bytes, sealed);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never served from a sealed copy");
+        (sealed == [true]).then_some((bytes, sealed))
+    })
+    .await
 }
 
-/// Waits (bounded) for the gathering thread, which finishes after the download's last piece.
+/// Waits for the budget's claims to come to `len`: the gathering thread finishes after the
+/// download's last piece, and a forgotten plan's bytes go with the last download holding them.
 async fn wait_for_reserved(len: usize) {
+    eventually(&format!("{len} bytes reserved"), async || {
+        (snug_files::sealed::reserved_bytes() == len).then_some(())
+    })
+    .await
+}
+
+/// Polls `check` every 10 ms until it yields a value, for at most five seconds.
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
     for _ in 0..500 {
-        if snug_files::sealed::reserved_bytes() == len {
-            return;
+        if let Some(value) = check().await {
+            return value;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!(
-        "reserved {} bytes, expected {len}",
+        "never: {what} (reserved now: {})",
         snug_files::sealed::reserved_bytes()
     );
 }

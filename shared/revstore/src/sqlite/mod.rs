@@ -1222,13 +1222,8 @@ impl SqliteStore {
         let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
         tokio::task::spawn_blocking(move || {
             let whole = tasks.len() == 1;
-            let mut gathering = plan.gather();
-            if gathering.is_none()
-                && plan.could_gather()
-                && inner.heads.make_room(&plan, inner.now().unix_millis())
-            {
-                gathering = plan.gather();
-            }
+            let mut gathering =
+                plan.gather(|| inner.heads.make_room(&plan, inner.now().unix_millis()));
             for task in tasks {
                 let piece = task.read(&inner.pieces).map_err(StorageError::from);
                 if whole && let Ok(bytes) = &piece {

@@ -87,15 +87,6 @@ impl Plan {
         self.info.size > INLINE_IMAGE && self.bytes.get().is_some()
     }
 
-    /// Whether [`Plan::gather`] would gather but for the budget.
-    pub(super) fn could_gather(&self) -> bool {
-        self.cached
-            && self.info.size > INLINE_IMAGE
-            && self.bytes.get().is_none()
-            && !self.gathering.load(Ordering::Acquire)
-            && snug_files::sealed::any_budget()
-    }
-
     /// The image's bytes, if they are kept in memory.
     pub(super) fn bytes(&self) -> Option<Bytes> {
         self.bytes.get().cloned()
@@ -114,10 +105,11 @@ impl Plan {
 
     /// A gathering of this large image's bytes to keep it sealed, if the plan is cached, the image
     /// larger than [`INLINE_IMAGE`], not kept yet, no other download is gathering it, and the
-    /// process's budget for large sealed images has room for it. A large image is kept only
-    /// sealed: in memory it saves a download nothing but the copies a gateway in this process
-    /// skips with `sendfile`.
-    pub(super) fn gather(&self) -> Option<Gathering<'_>> {
+    /// process's budget for large sealed images has room for it, or gets it from `make_room`
+    /// when other images hold it. A large image is kept only sealed: in memory it saves a
+    /// download nothing but the copies a gateway in this process skips with `sendfile`.
+    pub(super) fn gather(&self, make_room: impl FnOnce() -> bool) -> Option<Gathering<'_>> {
+        let size = usize::try_from(self.info.size).ok()?;
         if !self.cached
             || self.info.size <= INLINE_IMAGE
             || self.bytes.get().is_some()
@@ -125,12 +117,18 @@ impl Plan {
         {
             return None;
         }
-        let size = usize::try_from(self.info.size).ok();
-        match size.and_then(snug_files::sealed::reserve) {
+        let reservation = match snug_files::sealed::reserve(size) {
+            Ok(reservation) => Some(reservation),
+            Err(snug_files::sealed::NoRoom::Taken) if make_room() => {
+                snug_files::sealed::reserve(size).ok()
+            }
+            Err(_) => None,
+        };
+        match reservation {
             Some(reservation) => Some(Gathering {
                 plan: self,
                 reservation: Some(reservation),
-                bytes: Vec::with_capacity(size.unwrap_or_default()),
+                bytes: Vec::with_capacity(size),
             }),
             None => {
                 self.gathering.store(false, Ordering::Release);
