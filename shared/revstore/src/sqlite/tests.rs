@@ -710,22 +710,16 @@ async fn the_journal_is_folded_in_the_background() {
             .query_row("SELECT count(*) FROM served", [], |r| r.get(0))
             .expect("count")
     };
+    let unfolded = || store.inner.served.unfolded_on_disk().expect("journal");
+    // The fold commits its rows, then deletes the file: wait for both.
     for _ in 0..200 {
-        if folded() == journal::FOLD_ENTRIES as i64 {
+        if folded() == journal::FOLD_ENTRIES as i64 && unfolded().is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     assert_eq!(folded(), journal::FOLD_ENTRIES as i64);
-    assert!(
-        store
-            .inner
-            .served
-            .unfolded_on_disk()
-            .expect("journal")
-            .is_empty(),
-        "the folded file is gone"
-    );
+    assert!(unfolded().is_empty(), "the folded file is gone");
 }
 
 /// Downloads write nothing to SQLite (their entries go to the journal), and the fold that moves
