@@ -119,11 +119,13 @@ struct Opened {
     db: UserDb,
     report: OpenReport,
     protected: bool,
+    /// What FILE stands for under §10: the file read and where a write goes.
+    source: files::UserFile,
 }
 
 /// Reads FILE and opens it in memory; a protected file is unlocked with its secret.
 fn open(file: &Path, secret_args: &SecretArgs, limits: &Limits) -> Result<Opened, Failure> {
-    let bytes = files::read(file)?;
+    let (source, bytes) = files::read_user_file(file)?;
     let (plaintext, protected) = match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => (bytes, false),
         FileFormat::Unknown => {
@@ -149,12 +151,13 @@ fn open(file: &Path, secret_args: &SecretArgs, limits: &Limits) -> Result<Opened
         db,
         report,
         protected,
+        source,
     })
 }
 
 /// Reads FILE for a command that may write it: a protected file is refused up front.
 fn open_writable(file: &Path) -> Result<Opened, Failure> {
-    let bytes = files::read(file)?;
+    let (source, bytes) = files::read_user_file(file)?;
     if snug_schema::detect_format(&bytes) == FileFormat::Protected {
         return Err(protected_write(file));
     }
@@ -163,6 +166,7 @@ fn open_writable(file: &Path) -> Result<Opened, Failure> {
         db,
         report,
         protected: false,
+        source,
     })
 }
 
@@ -178,9 +182,10 @@ fn protected_write(file: &Path) -> Failure {
     )
 }
 
-/// Replaces FILE with the database, atomically. A file the open migrated is compacted first, so
-/// tables and credentials the migration dropped leave no bytes in free pages (as `snug migrate`).
-fn save(file: &Path, opened: &mut Opened) -> Result<u64, Failure> {
+/// Replaces FILE with the database, atomically (a legacy FILE is adopted: `user.snug` is created
+/// and the legacy file left as it is). A file the open migrated is compacted first, so tables and
+/// credentials the migration dropped leave no bytes in free pages (as `snug migrate`).
+fn save(opened: &mut Opened) -> Result<u64, Failure> {
     if opened.report.advanced {
         opened
             .db
@@ -189,7 +194,7 @@ fn save(file: &Path, opened: &mut Opened) -> Result<u64, Failure> {
             .map_err(storage)?;
     }
     let image = opened.db.to_bytes().map_err(storage)?;
-    files::write(file, &image)?;
+    files::write_user_file(&opened.source, &image)?;
     Ok(image.len() as u64)
 }
 
@@ -295,9 +300,14 @@ fn run_sql(
         return Err(protected_write(file));
     }
     let written = if report.persist.wrote {
-        Some(save(file, &mut opened)?)
+        Some(save(&mut opened)?)
     } else {
         None
+    };
+    // Written: the file now holding it (`user.snug` after an adoption); else the file read.
+    let file = match written {
+        Some(_) => opened.source.write.as_path(),
+        None => opened.source.read.as_path(),
     };
     let mut text = String::new();
     for (index, result) in report.results.iter().enumerate() {
@@ -411,9 +421,14 @@ fn persist(file: &Path, app: &str, from: &Path) -> Result<Outcome, Failure> {
     let report = snug_materialize::persist(&mut opened.db, &mut runtime)?;
     drop(runtime);
     let written = if report.wrote {
-        Some(save(file, &mut opened)?)
+        Some(save(&mut opened)?)
     } else {
         None
+    };
+    // Written: the file now holding it (`user.snug` after an adoption); else the file read.
+    let file = match written {
+        Some(_) => opened.source.write.as_path(),
+        None => opened.source.read.as_path(),
     };
     let text = match written {
         Some(length) => format!(

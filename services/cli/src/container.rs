@@ -55,7 +55,7 @@ pub(crate) fn header_json(info: &ContainerInfo) -> serde_json::Value {
 
 /// `snug inspect FILE`.
 pub(crate) fn inspect(file: &Path, limits: &Limits) -> Result<Outcome, Failure> {
-    let bytes = files::read(file)?;
+    let bytes = files::read_user_file(file)?.1;
     let format = snug_container::detect(&bytes);
     match format {
         Format::Sqlite => {
@@ -130,7 +130,7 @@ pub(crate) fn protect(
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
     files::check_output(input, out, force)?;
-    let plaintext = files::read(input)?;
+    let plaintext = files::read_user_file(input)?.1;
     match snug_container::detect(&plaintext) {
         Format::Sqlite => {}
         Format::Container => {
@@ -188,7 +188,7 @@ pub(crate) fn unlock(
     verb: &str,
 ) -> Result<Outcome, Failure> {
     files::check_output(input, out, force)?;
-    let container = files::read(input)?;
+    let container = files::read_user_file(input)?.1;
     // Structure first, so a damaged file is reported as damaged before anyone is asked for a secret.
     snug_container::inspect(&container, limits)?;
     let secrets = secrets::opening_secrets(secret_args)?;

@@ -124,8 +124,9 @@ fn done_changes(report: &OpenReport) -> Vec<String> {
 }
 
 /// `snug check FILE`: a read-only report.
-pub(crate) fn check(file: &Path, limits: &Limits) -> Result<Outcome, Failure> {
-    let bytes = files::read(file)?;
+pub(crate) fn check(given: &Path, limits: &Limits) -> Result<Outcome, Failure> {
+    let (user_file, bytes) = files::read_user_file(given)?;
+    let file = user_file.read.as_path();
     match snug_schema::detect_format(&bytes) {
         FileFormat::Unknown => Err(not_sqlite(file)),
         FileFormat::Protected => {
@@ -224,9 +225,10 @@ fn check_report(file: &Path, length: u64, inspection: &Inspection) -> Outcome {
 }
 
 /// `snug migrate IN --out OUT`: IN at storage version 6 in OUT; IN is only read.
-pub(crate) fn migrate(input: &Path, out: &Path, force: bool) -> Result<Outcome, Failure> {
-    files::check_output(input, out, force)?;
-    let bytes = files::read(input)?;
+pub(crate) fn migrate(given: &Path, out: &Path, force: bool) -> Result<Outcome, Failure> {
+    files::check_output(given, out, force)?;
+    let (user_file, bytes) = files::read_user_file(given)?;
+    let input = user_file.read.as_path();
     if snug_schema::detect_format(&bytes) == FileFormat::Unknown {
         return Err(not_sqlite(input));
     }
@@ -277,7 +279,8 @@ pub(crate) fn export(
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
     files::check_output(input, out, force)?;
-    let bytes = files::read(input)?;
+    let (user_file, bytes) = files::read_user_file(input)?;
+    let input = user_file.read.as_path();
     let (plaintext, was_protected) = match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => (bytes, false),
         FileFormat::Unknown => return Err(not_sqlite(input)),

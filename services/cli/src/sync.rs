@@ -308,6 +308,7 @@ fn restore_failure(origin: &str, err: RestoreError) -> Failure {
         RestoreError::Refused { source, .. } => import_exit(source),
         RestoreError::Gate(snug_restore::GateError::Open(source)) => open_exit(source).0,
         RestoreError::InvalidRevision { .. }
+        | RestoreError::LegacyBackup { .. }
         | RestoreError::NoDirectory { .. }
         | RestoreError::IsDirectory { .. } => Exit::Usage,
         RestoreError::TooLarge { .. }
@@ -435,7 +436,7 @@ fn export_for_push(
     args: &SecretArgs,
     limits: &Limits,
 ) -> Result<snug_restore::PushImage, Failure> {
-    let bytes = files::read(file)?;
+    let bytes = files::read_user_file(file)?.1;
     let plaintext = match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => bytes,
         FileFormat::Protected => {
@@ -470,6 +471,9 @@ fn push(
         sha256: hash,
     } = export_for_push(file, include_secrets, args, limits)?;
     let state = push_state::load(file).map_err(state_failure)?;
+    // A legacy backup has no push state (§10): it is compared with the origin afresh every time,
+    // like a file that never synced, and nothing is recorded for it.
+    let backup = snug_schema::resolve_given(file).standing == snug_schema::Standing::Backup;
     let unchanged = state.last_pushed_hash.as_deref() == Some(hash.as_str());
     if unchanged && !force {
         // The gate: nothing changed since the last push, so nothing is sent, not even a request.
@@ -491,7 +495,9 @@ fn push(
         Some(remote) if remote.sha256.as_deref() == Some(hash.as_str()) => {
             // The origin already holds exactly these bytes (pushed from elsewhere, or a push whose
             // answer was lost): adopt its revision instead of writing it again.
-            save_state(file, &remote.revision, &hash)?;
+            if !backup {
+                save_state(file, &remote.revision, &hash)?;
+            }
             return Ok(Outcome {
                 text: format!(
                     "{} already holds this file as revision {}; nothing pushed",
@@ -519,15 +525,20 @@ fn push(
     };
     match origin.push(&image, base.as_deref())? {
         Pushed::Accepted { revision } => {
-            save_state(file, &revision, &hash)?;
+            let note = if backup {
+                "; it is the backup beside user.snug, so no push state was recorded for it"
+            } else {
+                save_state(file, &revision, &hash)?;
+                ""
+            };
             Ok(Outcome {
                 text: format!(
-                    "Pushed {} to {} as revision {revision} ({} bytes)",
+                    "Pushed {} to {} as revision {revision} ({} bytes){note}",
                     file.display(),
                     origin.describe_origin(),
                     image.len()
                 ),
-                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some() }),
+                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup }),
             })
         }
         Pushed::Conflict { current } => Err(diverged(format!(
@@ -584,6 +595,8 @@ fn pull(
         .map_err(fail)?;
     drop(bar);
     let done = downloaded.install().map_err(fail)?;
+    // The file written: FILE, or `user.snug` when FILE stood for a legacy file (§10 adoption).
+    let file = done.destination.as_path();
     let text = if done.bootstrapped {
         format!(
             "Created {} from revision {} of {name} ({} bytes)",

@@ -55,6 +55,21 @@ pub fn write_atomically_with(
     }
 }
 
+/// Creates `dest` with `bytes` atomically and durably, refusing (`AlreadyExists`) if `dest`
+/// exists: the complete file is published with a hard link, which fails rather than replace a
+/// file created meanwhile (a legacy file's adoption must never clobber the canonical one).
+pub fn write_new_atomically(dest: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = TempSibling::create(dest)?;
+    {
+        let mut file = OpenOptions::new().write(true).open(&temp.path)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    // The temporary name is removed when `temp` drops; the link keeps the file.
+    fs::hard_link(&temp.path, dest)?;
+    sync_parent_dir(dest)
+}
+
 /// Flushes the directory holding `path`, which makes a completed rename or create durable.
 pub fn sync_parent_dir(path: &Path) -> io::Result<()> {
     let parent = parent_dir(path);

@@ -42,3 +42,15 @@ fn missing_directory_is_an_error_not_a_panic() {
     let dest = dir.path().join("no/such/dir/user.snug");
     assert!(write_atomically(&dest, b"x").is_err());
 }
+
+#[test]
+fn a_new_file_is_created_whole_and_never_replaces_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dest = dir.path().join("user.snug");
+    write_new_atomically(&dest, b"adopted").expect("create");
+    assert_eq!(fs::read(&dest).expect("read"), b"adopted");
+    let err = write_new_atomically(&dest, b"second").expect_err("exists");
+    assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+    assert_eq!(fs::read(&dest).expect("read"), b"adopted");
+    assert_eq!(entries(dir.path()), vec!["user.snug".to_owned()]);
+}

@@ -9,14 +9,17 @@
 //!
 //! The file name is `<user file>.sync.json`, under the §10 read-and-adopt rule: beside
 //! `user.snug`, the sidecar of a not-yet-adopted `user.sqlite` (`user.sqlite.sync.json`) is
-//! read until `user.snug.sync.json` exists, and writes always go to the canonical name.
+//! read until `user.snug.sync.json` exists, and writes always go to the canonical name. Once
+//! `user.snug` exists, a `user.sqlite` beside it is the user's backup (`snug_schema::Standing`):
+//! that legacy sidecar is the lineage `user.snug` continues, so the backup has no push state at
+//! all; it reads as never pushed and none is ever saved for it.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use snug_schema::{
-    LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX, USER_FILE, UserFile,
-    resolve_derived, write_atomically,
+    LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX, Standing, USER_FILE,
+    UserFile, resolve_derived, resolve_given, write_atomically,
 };
 
 /// The sidecar's leading bytes.
@@ -97,6 +100,16 @@ pub enum PushStateError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is the legacy `user.sqlite` beside an existing `user.snug`: the user's backup,
+    /// which has no push state of its own to record (the legacy sidecar belongs to `user.snug`).
+    #[error(
+        "{} is the backup left beside the adopted user.snug; it has no push state to record",
+        path.display()
+    )]
+    LegacyBackup {
+        /// The backup.
+        path: PathBuf,
+    },
 }
 
 impl PushStateError {
@@ -104,16 +117,25 @@ impl PushStateError {
     pub fn reason(&self) -> &'static str {
         match self {
             PushStateError::Io { .. } => "IO",
+            PushStateError::LegacyBackup { .. } => "LEGACY_BACKUP",
         }
     }
 }
 
-/// Returns where the sidecar of `user_file` is read from and written to.
+/// Returns where the sidecar of `user_file` is read from and written to; `None` for a legacy
+/// backup, which has none ([`Standing::Backup`]).
 ///
 /// For `user.snug` and `user.sqlite` this is `snug-schema`'s [`resolve_derived`] rule exactly.
 /// For any other name `<f>` it is `<f>.sync.json`; for `<stem>.snug`, a `<stem>.sqlite.sync.json`
 /// written before the file was renamed is read until the canonical sidecar exists.
-pub fn sidecar_location(user_file: &Path) -> UserFile {
+pub fn sidecar_location(user_file: &Path) -> Option<UserFile> {
+    if resolve_given(user_file).standing == Standing::Backup {
+        return None;
+    }
+    Some(own_sidecar_location(user_file))
+}
+
+fn own_sidecar_location(user_file: &Path) -> UserFile {
     let dir = match user_file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -148,15 +170,24 @@ pub fn sidecar_location(user_file: &Path) -> UserFile {
 
 /// Returns the path of the lock a sync client holds while it reads and writes the sidecar of
 /// `user_file`: the sidecar's canonical name with `.lock` for `.json` (`notes.snug.sync.lock`),
-/// so every name of one user file, a legacy one being adopted too, shares one lock. Taking it is
-/// the caller's business; this crate only names it.
+/// so every name of one user file, a legacy one being adopted too, shares one lock. A legacy
+/// backup is a file of its own and has its own (`user.sqlite.sync.lock`). Taking it is the
+/// caller's business; this crate only names it.
 pub fn lock_location(user_file: &Path) -> PathBuf {
-    sidecar_location(user_file).write.with_extension("lock")
+    match sidecar_location(user_file) {
+        Some(sidecar) => sidecar.write.with_extension("lock"),
+        None => {
+            let mut name = user_file.as_os_str().to_owned();
+            name.push(".sync.lock");
+            PathBuf::from(name)
+        }
+    }
 }
 
-/// Reads the push state of `user_file`; a missing or unreadable sidecar is the empty state.
+/// Reads the push state of `user_file`; a missing or unreadable sidecar is the empty state, and
+/// so is the state of a legacy backup.
 pub fn load(user_file: &Path) -> Result<PushState, PushStateError> {
-    let Some(path) = sidecar_location(user_file).read else {
+    let Some(path) = sidecar_location(user_file).and_then(|sidecar| sidecar.read) else {
         return Ok(PushState::default());
     };
     match std::fs::read(&path) {
@@ -167,9 +198,14 @@ pub fn load(user_file: &Path) -> Result<PushState, PushStateError> {
 }
 
 /// Writes the push state of `user_file` atomically to the canonical sidecar name, returning
-/// it. The user file itself is never opened.
+/// it. The user file itself is never opened. A legacy backup is refused
+/// ([`PushStateError::LegacyBackup`]): it has no push state.
 pub fn save(user_file: &Path, state: &PushState) -> Result<PathBuf, PushStateError> {
-    let path = sidecar_location(user_file).write;
+    let path = sidecar_location(user_file)
+        .ok_or_else(|| PushStateError::LegacyBackup {
+            path: user_file.to_owned(),
+        })?
+        .write;
     write_atomically(&path, &state.encode()).map_err(|source| PushStateError::Io {
         path: path.clone(),
         source,

@@ -83,6 +83,17 @@ pub enum RestoreError {
         /// The file found.
         path: PathBuf,
     },
+    /// The destination is the legacy `user.sqlite` beside an existing `user.snug`: the user's own
+    /// backup (§10), which a pull would overwrite and which has no push state to bind. Pull into
+    /// `user.snug` instead.
+    #[error(
+        "{} is the backup left beside the adopted user.snug (§10); pull into user.snug, or copy the backup elsewhere to sync it as a file of its own",
+        path.display()
+    )]
+    LegacyBackup {
+        /// The backup.
+        path: PathBuf,
+    },
     /// The destination is a SQLite file that does not open as a user database (damaged, hostile,
     /// or newer than this build). It may hold the only copy of unpushed work, so it is never
     /// replaced: move it aside and pull into the empty path.
@@ -193,6 +204,7 @@ impl RestoreError {
             RestoreError::DestinationExists { .. } => "DESTINATION_EXISTS",
             RestoreError::NotSnugFile { .. } => "DESTINATION_NOT_SNUG",
             RestoreError::Protected { .. } => "PROTECTED",
+            RestoreError::LegacyBackup { .. } => "LEGACY_BACKUP",
             RestoreError::Unreadable { source, .. } => source.reason(),
             RestoreError::Diverged { .. } => "DIVERGED",
             RestoreError::SizeMismatch { .. } => "SIZE_MISMATCH",

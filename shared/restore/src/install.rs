@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 use snug_files::{TempSibling, sync_parent_dir};
 use snug_materialize::push_state::{PushState, sidecar_location};
 use snug_schema::{
-    Clock, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION, USER_FILE, UserDb,
+    Clock, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION, Standing, UserDb,
 };
 use zeroize::Zeroizing;
 
@@ -140,7 +140,7 @@ struct SidecarSeen {
 
 impl SidecarSeen {
     fn observe(destination: &Path) -> Result<Self, RestoreError> {
-        let read = sidecar_location(destination).read;
+        let read = sidecar_location(destination).and_then(|sidecar| sidecar.read);
         let bytes = match &read {
             None => None,
             Some(path) => match fs::read(path) {
@@ -218,19 +218,22 @@ fn check_selector(selector: &Selector) -> Result<(), RestoreError> {
     Ok(())
 }
 
-/// Finds the local copy `destination` stands for: the file itself, or (for `user.snug` only) a
-/// legacy `user.sqlite` beside it that has not been adopted yet.
-fn locate(destination: &Path) -> Result<Option<(PathBuf, Observed)>, RestoreError> {
-    if let Some(observed) = observe(destination)? {
-        return Ok(Some((destination.to_owned(), observed)));
+/// Finds the local copy `destination` stands for and where the install goes, by §10
+/// (`snug_schema::resolve_given`): the file itself, or a legacy `user.sqlite` not adopted yet
+/// (given as `user.snug` or as itself), which is read and never written: the install creates
+/// `user.snug`. A `user.sqlite` beside an existing `user.snug` is the user's backup and refused.
+fn locate(destination: &Path) -> Result<(PathBuf, Option<(PathBuf, Observed)>), RestoreError> {
+    let given = snug_schema::resolve_given(destination);
+    if given.standing == Standing::Backup {
+        return Err(RestoreError::LegacyBackup {
+            path: destination.to_owned(),
+        });
     }
-    if destination.file_name().and_then(|n| n.to_str()) != Some(USER_FILE) {
-        return Ok(None);
-    }
-    let Some(legacy) = snug_schema::resolve_user_file(parent_dir(destination)).read else {
-        return Ok(None);
+    let local = match given.read {
+        None => None,
+        Some(read) => observe(&read)?.map(|observed| (read, observed)),
     };
-    Ok(observe(&legacy)?.map(|observed| (legacy, observed)))
+    Ok((given.write, local))
 }
 
 /// Opens the local copy as the push gate would, refusing anything that is not a plain Snug user
@@ -286,7 +289,9 @@ pub fn prepare(
             path: destination.to_owned(),
         });
     }
-    let local = match locate(destination)? {
+    let (destination, local) = locate(destination)?;
+    let destination = destination.as_path();
+    let local = match local {
         None => None,
         Some((read, _)) if options.only_if_absent => {
             return Err(RestoreError::DestinationExists { path: read });
@@ -601,7 +606,11 @@ impl Downloaded {
         let content_hash = gate::content_hash(&image, clock.clone())?;
         rewrite(temp.path(), &image)?;
 
-        let sidecar_path = sidecar_location(&prepared.destination).write;
+        let sidecar_path = sidecar_location(&prepared.destination)
+            .ok_or_else(|| RestoreError::LegacyBackup {
+                path: prepared.destination.clone(),
+            })?
+            .write;
         let state = PushState {
             last_pushed_revision: Some(revision.clone()),
             last_pushed_hash: Some(content_hash.clone()),
@@ -691,8 +700,9 @@ impl Prepared {
             return Err(changed(&self.destination));
         }
         if SidecarSeen::observe(&self.destination)? != self.sidecar {
-            let sidecar = sidecar_location(&self.destination);
-            return Err(changed(sidecar.read.as_deref().unwrap_or(&sidecar.write)));
+            let sidecar = sidecar_location(&self.destination)
+                .map_or_else(|| self.destination.clone(), |s| s.read.unwrap_or(s.write));
+            return Err(changed(&sidecar));
         }
         Ok(())
     }

@@ -17,7 +17,8 @@
 //! - [`export_file`] / [`export_bytes`]: default-deny by class, secrets stripped with no byte
 //!   left in free pages; [`import`]: containers, caps, defensive open, `quick_check`, identity and
 //!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch.
-//! - [`resolve_user_file`] / [`resolve_derived`]: the §10 read-and-adopt naming rule, and
+//! - [`resolve_user_file`] / [`resolve_derived`]: the §10 read-and-adopt naming rule, with
+//!   [`resolve_given`] deciding what a path a command was given stands for (read, write, backup), and
 //!   [`app_data_token`] / [`app_rest_table_name`]: the §8.2 per-app namespace functions.
 //!
 //! Every fallible operation family has its own error enum with a stable
@@ -110,9 +111,9 @@ pub use kv::{
     app_model_key, canonical_json, encode_json,
 };
 pub use naming::{
-    EXPORT_FILE, FileFormat, LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX,
-    USER_FILE, USER_FILE_EXTENSION, UserFile, detect_format, has_user_file_extension,
-    resolve_derived, resolve_user_file,
+    EXPORT_FILE, FileFormat, GivenFile, LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION,
+    SYNC_SIDECAR_SUFFIX, Standing, USER_FILE, USER_FILE_EXTENSION, UserFile, detect_format,
+    has_user_file_extension, resolve_derived, resolve_given, resolve_user_file,
 };
 pub use open::{
     HealPlan, HealReport, Inspection, OpenReport, RefusalSummary, SQLITE_MAGIC, SchemaObject,

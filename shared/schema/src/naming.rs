@@ -5,6 +5,10 @@
 //! user's own backup, and once the canonical file exists it takes precedence. Names derived from
 //! the user file (the sync sidecar, quarantine copies) follow the same rule independently, so a
 //! sidecar written beside `user.sqlite` is still found after the user file was adopted.
+//!
+//! Derived names follow the file they belong to: once `user.snug` exists, a `user.sqlite` beside
+//! it is the user's backup, a file of its own, and the legacy sidecar it leaves belongs to the
+//! lineage `user.snug` continues, never to the backup ([`resolve_given`], [`Standing::Backup`]).
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +69,71 @@ pub fn resolve_derived(dir: &Path, suffix: &str) -> UserFile {
     UserFile {
         read,
         write: canonical,
+    }
+}
+
+/// What a path a command was given for a user file stands for under §10, decided here once for
+/// every command (reads, writes, the sync sidecar and lock): see [`resolve_given`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GivenFile {
+    /// The file to read: the given one, or the legacy `user.sqlite` a missing `user.snug` stands
+    /// for; `None` when there is nothing to read yet.
+    pub read: Option<PathBuf>,
+    /// Where a write goes: `user.snug` while a legacy file is being adopted, else the given path.
+    pub write: PathBuf,
+    /// Whose file it is, which decides its derived names.
+    pub standing: Standing,
+}
+
+/// How a given user file stands under the read-and-adopt rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// The file under the name it was given: `user.snug`, any name other than the two of §10, or
+    /// a `user.sqlite` when neither file exists. Its derived names are its own.
+    AsNamed,
+    /// `user.sqlite` with no `user.snug` beside it, given under either name: it is read, the next
+    /// write creates `user.snug`, and its derived names follow the same rule
+    /// ([`resolve_derived`]), so its push state carries over to `user.snug`.
+    Adopting,
+    /// `user.sqlite` beside an existing `user.snug`: the user's own backup, a file of its own.
+    /// The lineage it once carried (its push state above all) continues in `user.snug`, so the
+    /// backup has no push state and is never anchored to an origin: syncing it is syncing a file
+    /// that never synced.
+    Backup,
+}
+
+/// Decides what `path` stands for under §10 (see [`Standing`]).
+///
+/// Only the two §10 names in one directory are related; any other name stands for itself.
+pub fn resolve_given(path: &Path) -> GivenFile {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().and_then(|n| n.to_str());
+    let as_named = || GivenFile {
+        read: path.exists().then(|| path.to_owned()),
+        write: path.to_owned(),
+        standing: Standing::AsNamed,
+    };
+    let canonical = dir.join(USER_FILE);
+    let legacy = dir.join(LEGACY_USER_FILE);
+    match name {
+        Some(USER_FILE) if !path.exists() && legacy.exists() => GivenFile {
+            read: Some(legacy),
+            write: path.to_owned(),
+            standing: Standing::Adopting,
+        },
+        Some(LEGACY_USER_FILE) if canonical.exists() => GivenFile {
+            standing: Standing::Backup,
+            ..as_named()
+        },
+        Some(LEGACY_USER_FILE) if path.exists() => GivenFile {
+            read: Some(path.to_owned()),
+            write: canonical,
+            standing: Standing::Adopting,
+        },
+        _ => as_named(),
     }
 }
 

@@ -99,6 +99,7 @@ fn reasons_are_upper_snake_and_short() {
             source: std::io::Error::other("x"),
         }
         .reason(),
+        PushStateError::LegacyBackup { path: "p".into() }.reason(),
     ]);
     for reason in reasons {
         assert!(

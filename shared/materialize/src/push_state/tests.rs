@@ -143,10 +143,10 @@ fn the_sidecar_follows_read_and_adopt() {
     // Other names: <f>.sync.json, and <stem>.sqlite.sync.json read for <stem>.snug.
     let other = dir.path().join("notes.snug");
     assert_eq!(
-        sidecar_location(&other).write,
+        sidecar_location(&other).unwrap().write,
         dir.path().join("notes.snug.sync.json")
     );
-    assert_eq!(sidecar_location(&other).read, None);
+    assert_eq!(sidecar_location(&other).unwrap().read, None);
     std::fs::write(dir.path().join("notes.sqlite.sync.json"), state.encode()).unwrap();
     assert_eq!(load(&other).unwrap(), state);
     assert_eq!(
@@ -154,7 +154,7 @@ fn the_sidecar_follows_read_and_adopt() {
         PushState::default()
     );
     assert_eq!(
-        sidecar_location(Path::new("user.snug")).write,
+        sidecar_location(Path::new("user.snug")).unwrap().write,
         Path::new(".").join("user.snug.sync.json")
     );
     // One lock per sidecar, whichever name of the user file a client was given.
@@ -169,6 +169,52 @@ fn the_sidecar_follows_read_and_adopt() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn a_legacy_backup_has_no_push_state_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().join("user.snug");
+    let legacy = dir.path().join("user.sqlite");
+    std::fs::write(&legacy, b"x").unwrap();
+    let lineage = PushState {
+        last_pushed_revision: Some("r5-aa".into()),
+        last_pushed_hash: Some("abc".into()),
+        ..PushState::default()
+    };
+    std::fs::write(dir.path().join("user.sqlite.sync.json"), lineage.encode()).unwrap();
+    // Before adoption both names are one user file with one state and one lock.
+    assert_eq!(load(&legacy).unwrap(), lineage);
+    assert_eq!(
+        lock_location(&legacy),
+        dir.path().join("user.snug.sync.lock")
+    );
+
+    // Adopted: user.snug continues the lineage; user.sqlite is a backup that never synced.
+    std::fs::write(&canonical, b"x").unwrap();
+    assert_eq!(load(&canonical).unwrap(), lineage);
+    assert_eq!(sidecar_location(&legacy), None);
+    assert!(load(&legacy).unwrap().is_empty());
+    let err = save(&legacy, &lineage).unwrap_err();
+    assert_eq!(err.reason(), "LEGACY_BACKUP");
+    assert_eq!(
+        lock_location(&legacy),
+        dir.path().join("user.sqlite.sync.lock"),
+        "a file of its own, with a lock of its own"
+    );
+    // Once user.snug has its own sidecar, the legacy one is still nobody's state but history.
+    let newer = PushState {
+        last_pushed_revision: Some("r6-bb".into()),
+        ..PushState::default()
+    };
+    save(&canonical, &newer).unwrap();
+    assert_eq!(load(&canonical).unwrap(), newer);
+    assert!(load(&legacy).unwrap().is_empty());
+    assert_eq!(
+        std::fs::read(dir.path().join("user.sqlite.sync.json")).unwrap(),
+        lineage.encode(),
+        "the legacy sidecar is never rewritten"
+    );
 }
 
 #[test]

@@ -34,6 +34,7 @@ fn every_pipeline_reason_is_upper_snake_and_distinct() {
             found: "not SQLite",
         },
         RestoreError::Protected { path: path() },
+        RestoreError::LegacyBackup { path: path() },
         RestoreError::Unreadable {
             path: path(),
             source: OpenError::NotAUserDatabase,

@@ -63,6 +63,51 @@ fn derived_names_follow_the_same_rule_independently() {
 }
 
 #[test]
+fn a_given_path_stands_for_its_file_its_adopted_file_or_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().join(USER_FILE);
+    let legacy = dir.path().join(LEGACY_USER_FILE);
+    let given = |path: &Path| {
+        let g = resolve_given(path);
+        (g.read, g.write, g.standing)
+    };
+    // Nothing yet: each name stands for itself.
+    assert_eq!(
+        given(&canonical),
+        (None, canonical.clone(), Standing::AsNamed)
+    );
+    assert_eq!(given(&legacy), (None, legacy.clone(), Standing::AsNamed));
+    // A lone legacy file, given under either name: read it, write user.snug.
+    touch(&legacy);
+    for path in [&canonical, &legacy] {
+        assert_eq!(
+            given(path),
+            (Some(legacy.clone()), canonical.clone(), Standing::Adopting),
+            "{}",
+            path.display()
+        );
+    }
+    // Adopted: user.snug is the user file, user.sqlite the backup, a file of its own.
+    touch(&canonical);
+    assert_eq!(
+        given(&canonical),
+        (
+            Some(canonical.clone()),
+            canonical.clone(),
+            Standing::AsNamed
+        )
+    );
+    assert_eq!(
+        given(&legacy),
+        (Some(legacy.clone()), legacy.clone(), Standing::Backup)
+    );
+    // Other names are never related to each other.
+    let other = dir.path().join("notes.snug");
+    touch(&dir.path().join("notes.sqlite"));
+    assert_eq!(given(&other), (None, other.clone(), Standing::AsNamed));
+}
+
+#[test]
 fn extensions_are_a_hint_and_formats_come_from_bytes() {
     assert!(has_user_file_extension("snug-user.snug"));
     assert!(has_user_file_extension("backup.SQLITE"));
