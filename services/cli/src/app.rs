@@ -48,9 +48,8 @@ pub(crate) enum AppCommand {
         /// Where to write the app database.
         #[arg(long)]
         out: PathBuf,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
         #[command(flatten)]
         secrets: SecretArgs,
     },
@@ -95,9 +94,9 @@ pub(crate) fn run(command: AppCommand, limits: &Limits) -> Result<Outcome, Failu
             file,
             app,
             out,
-            force,
+            replace,
             secrets,
-        } => export(&file, &app, &out, force, &secrets, limits),
+        } => export(&file, &app, &out, replace, &secrets, limits),
         AppCommand::Sql {
             file,
             app,
@@ -236,11 +235,11 @@ fn export(
     file: &Path,
     app: &str,
     out: &Path,
-    force: bool,
+    replace: files::Replace,
     secret_args: &SecretArgs,
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
-    files::check_output(file, out, force)?;
+    files::check_output(file, out, replace)?;
     let opened = open(file, secret_args, limits)?;
     let image = snug_materialize::export_app(&opened.db, app)?;
     files::write(out, &image)?;

@@ -126,10 +126,10 @@ pub(crate) fn protect(
     out: &Path,
     iterations: u32,
     passphrase_file: Option<&Path>,
-    force: bool,
+    replace: files::Replace,
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
-    files::check_output(input, out, force)?;
+    files::check_output(input, out, replace)?;
     let plaintext = files::read_user_file(input)?.1;
     match snug_container::detect(&plaintext) {
         Format::Sqlite => {}
@@ -183,11 +183,11 @@ pub(crate) fn unlock(
     input: &Path,
     out: &Path,
     secret_args: &SecretArgs,
-    force: bool,
+    replace: files::Replace,
     limits: &Limits,
     verb: &str,
 ) -> Result<Outcome, Failure> {
-    files::check_output(input, out, force)?;
+    files::check_output(input, out, replace)?;
     let container = files::read_user_file(input)?.1;
     // Structure first, so a damaged file is reported as damaged before anyone is asked for a secret.
     snug_container::inspect(&container, limits)?;

@@ -22,6 +22,9 @@ pub(crate) enum Exit {
     /// `snug sync`: another `snug sync` is working on the same file right now. Nothing was
     /// done; run it again once that one has finished.
     Busy = 7,
+    /// An OUT to be replaced is a protected (SNUGENC1) file and `--replace-protected` was not
+    /// given (§11.2 rule 7). Nothing was written.
+    ProtectedOutput = 8,
 }
 
 /// A failed command.

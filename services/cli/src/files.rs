@@ -63,9 +63,23 @@ fn resolved(path: &Path) -> PathBuf {
     }
 }
 
+/// How an existing OUT may be replaced. `--force` replaces a plain file; a protected (SNUGENC1)
+/// one is replaced only when `--replace-protected` names it too (§11.2 rule 7: a protected file
+/// is healthy and is never replaced by accident; its contents and recovery key go with it).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub(crate) struct Replace {
+    /// Replace OUT if it exists (a protected OUT also needs --replace-protected).
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// With --force: replace OUT even if it is a protected (SNUGENC1) file, whose contents and
+    /// recovery key are then gone.
+    #[arg(long, requires = "force")]
+    pub(crate) replace_protected: bool,
+}
+
 /// Checks that writing `out` can neither modify `input` (nor the legacy file it stands for) nor
 /// clobber a file by accident.
-pub(crate) fn check_output(input: &Path, out: &Path, force: bool) -> Result<(), Failure> {
+pub(crate) fn check_output(input: &Path, out: &Path, replace: Replace) -> Result<(), Failure> {
     let read = snug_schema::resolve_given(input).read;
     let inputs = [Some(input), read.as_deref()];
     if inputs
@@ -79,19 +93,48 @@ pub(crate) fn check_output(input: &Path, out: &Path, force: bool) -> Result<(), 
             out.display()
         )));
     }
-    check_new_output(out, force)
+    check_new_output(out, replace)
 }
 
 /// Checks that writing `out` cannot clobber a file by accident (for outputs with no input).
-pub(crate) fn check_new_output(out: &Path, force: bool) -> Result<(), Failure> {
-    if !force && out.exists() {
+pub(crate) fn check_new_output(out: &Path, replace: Replace) -> Result<(), Failure> {
+    if !out.exists() {
+        return Ok(());
+    }
+    if !replace.force {
         return Err(Failure::new(
             Exit::Other,
             "OUTPUT_EXISTS",
             format!("{} exists; pass --force to replace it", out.display()),
         ));
     }
+    if !replace.replace_protected && is_protected(out)? {
+        return Err(Failure::new(
+            Exit::ProtectedOutput,
+            "OUTPUT_PROTECTED",
+            format!(
+                "{} is a protected Snug file (SNUGENC1) and --force alone never replaces one; \
+                 add --replace-protected if you mean to replace it (its contents and its \
+                 recovery key go with it); nothing was written",
+                out.display()
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// Whether `path` starts with the SNUGENC1 magic. A file that cannot be read is not replaced
+/// either: what it is cannot be told.
+fn is_protected(path: &Path) -> Result<bool, Failure> {
+    use std::io::Read as _;
+    let mut leading = Vec::with_capacity(snug_container::MAGIC.len());
+    std::fs::File::open(path)
+        .and_then(|file| {
+            file.take(snug_container::MAGIC.len() as u64)
+                .read_to_end(&mut leading)
+        })
+        .map_err(|e| Failure::io("read", path, e))?;
+    Ok(snug_container::detect(&leading) == snug_container::Format::Container)
 }
 
 /// Writes an output atomically: whole or not at all.

@@ -11,7 +11,8 @@
 //! in-place commands (which replace it atomically), and reports failures with a message, a
 //! stable code (`--json`) and a distinct exit code:
 //! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported, 6 diverged (sync), 7 busy
-//! (another `snug sync` on the same file).
+//! (another `snug sync` on the same file), 8 a protected OUT that `--force` alone does not replace
+//! (`--replace-protected`).
 
 mod app;
 mod container;
@@ -38,7 +39,8 @@ use crate::{
     version,
     about = "Work with Snug user files (user.snug) offline: check, migrate, export, protect, unlock",
     after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build),\n\
-                  6 diverged (snug sync: both sides changed; nothing was overwritten).\n\
+                  6 diverged (snug sync: both sides changed; nothing was overwritten), 7 busy (another snug sync on the file),\n\
+                  8 OUT is a protected file (--force never replaces one; add --replace-protected).\n\
                   Secrets are never taken from arguments: use --passphrase-file / --recovery-key-file,\n\
                   SNUG_PASSPHRASE / SNUG_RECOVERY_KEY, or answer the prompt on a terminal."
 )]
@@ -74,9 +76,8 @@ enum Command {
         /// A file holding the new passphrase. Also: SNUG_PASSPHRASE.
         #[arg(long, value_name = "FILE")]
         passphrase_file: Option<PathBuf>,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
     },
     /// Writes the plaintext of a protected file to OUT; the protected file is unchanged.
     Unlock {
@@ -87,9 +88,8 @@ enum Command {
         out: PathBuf,
         #[command(flatten)]
         secrets: SecretArgs,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
     },
     /// Changes the passphrase of a protected file in place; the recovery key keeps working.
     Passwd {
@@ -118,9 +118,8 @@ enum Command {
         out: PathBuf,
         #[command(flatten)]
         secrets: SecretArgs,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
     },
     /// Reports a user database's storage version, tables and health, and what opening it would
     /// change (migration, heal, legacy credential wipe), without writing anything.
@@ -136,9 +135,8 @@ enum Command {
         /// Where to write the migrated database.
         #[arg(long)]
         out: PathBuf,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
     },
     /// Writes a portable export to OUT: credentials stripped (unless --include-secrets) and no
     /// stripped byte left in free pages. A protected input is opened with its secret; the export
@@ -154,17 +152,15 @@ enum Command {
         include_secrets: bool,
         #[command(flatten)]
         secrets: SecretArgs,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
     },
     /// Creates a new, empty user database at storage version 6.
     Init {
         /// Where to write it.
         out: PathBuf,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        replace: files::Replace,
     },
     /// Syncs a user database with an origin: a hub (https://…) or a plain directory (exit 6:
     /// diverged).
@@ -235,27 +231,27 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             out,
             iterations,
             passphrase_file,
-            force,
+            replace,
         } => container::protect(
             &input,
             &out,
             iterations,
             passphrase_file.as_deref(),
-            force,
+            replace,
             &limits,
         ),
         Command::Unlock {
             input,
             out,
             secrets,
-            force,
-        } => container::unlock(&input, &out, &secrets, force, &limits, "unlocked"),
+            replace,
+        } => container::unlock(&input, &out, &secrets, replace, &limits, "unlocked"),
         Command::Unprotect {
             input,
             out,
             secrets,
-            force,
-        } => container::unlock(&input, &out, &secrets, force, &limits, "unprotected"),
+            replace,
+        } => container::unlock(&input, &out, &secrets, replace, &limits, "unprotected"),
         Command::Passwd {
             file,
             secrets,
@@ -265,15 +261,19 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             container::rotate_recovery_key(&file, &secrets, &limits, cli.json)
         }
         Command::Check { file } => schema::check(&file, &limits),
-        Command::Migrate { input, out, force } => schema::migrate(&input, &out, force),
+        Command::Migrate {
+            input,
+            out,
+            replace,
+        } => schema::migrate(&input, &out, replace),
         Command::Export {
             input,
             out,
             include_secrets,
             secrets,
-            force,
-        } => schema::export(&input, &out, include_secrets, &secrets, force, &limits),
-        Command::Init { out, force } => schema::init(&out, force),
+            replace,
+        } => schema::export(&input, &out, include_secrets, &secrets, replace, &limits),
+        Command::Init { out, replace } => schema::init(&out, replace),
         Command::Sync(command) => sync::run(command, &limits),
         Command::App(command) => app::run(command, &limits),
     }

@@ -225,8 +225,12 @@ fn check_report(file: &Path, length: u64, inspection: &Inspection) -> Outcome {
 }
 
 /// `snug migrate IN --out OUT`: IN at storage version 6 in OUT; IN is only read.
-pub(crate) fn migrate(given: &Path, out: &Path, force: bool) -> Result<Outcome, Failure> {
-    files::check_output(given, out, force)?;
+pub(crate) fn migrate(
+    given: &Path,
+    out: &Path,
+    replace: files::Replace,
+) -> Result<Outcome, Failure> {
+    files::check_output(given, out, replace)?;
     let (user_file, bytes) = files::read_user_file(given)?;
     let input = user_file.read.as_path();
     if snug_schema::detect_format(&bytes) == FileFormat::Unknown {
@@ -275,10 +279,10 @@ pub(crate) fn export(
     out: &Path,
     include_secrets: bool,
     secret_args: &SecretArgs,
-    force: bool,
+    replace: files::Replace,
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
-    files::check_output(input, out, force)?;
+    files::check_output(input, out, replace)?;
     let (user_file, bytes) = files::read_user_file(input)?;
     let input = user_file.read.as_path();
     let (plaintext, was_protected) = match snug_schema::detect_format(&bytes) {
@@ -328,8 +332,8 @@ pub(crate) fn export(
 }
 
 /// `snug init OUT`: a new, empty user database at storage version 6.
-pub(crate) fn init(out: &Path, force: bool) -> Result<Outcome, Failure> {
-    files::check_new_output(out, force)?;
+pub(crate) fn init(out: &Path, replace: files::Replace) -> Result<Outcome, Failure> {
+    files::check_new_output(out, replace)?;
     let (mut db, _) = UserDb::create_in_memory(Arc::new(SystemClock))?;
     let db_id = db.db_id().map_err(storage)?.unwrap_or_default();
     let image = db.to_bytes().map_err(storage)?;
