@@ -181,7 +181,8 @@ impl From<ExportError> for Failure {
             ExportError::TooLarge { .. }
             | ExportError::OutputExists { .. }
             | ExportError::Io { .. }
-            | ExportError::Sqlite(_) => Failure::new(Exit::Other, err.reason(), with_causes(&err)),
+            | ExportError::Sqlite(_)
+            | ExportError::Scrub(_) => Failure::new(Exit::Other, err.reason(), with_causes(&err)),
         }
     }
 }

@@ -11,7 +11,7 @@
 use snug_container::Corruption;
 use snug_schema::{
     AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
-    OpenError, SaveError,
+    OpenError, SaveError, ScrubError,
 };
 use tonic::Code;
 
@@ -91,6 +91,20 @@ fn hostile(problem: &Hostility, message: String) -> Mapped {
     )
 }
 
+/// An image whose free space cannot be accounted for page by page: MALFORMED with detail
+/// `free_space_unaccounted`, since zeroing by guesswork could destroy live records.
+pub fn scrub_error(err: ScrubError) -> Mapped {
+    let detail = match err {
+        ScrubError::Header { .. } | ScrubError::Page { .. } => "free_space_unaccounted",
+    };
+    Mapped::new(
+        Code::InvalidArgument,
+        reason::MALFORMED,
+        err.to_string(),
+        [("detail", detail.to_owned())],
+    )
+}
+
 /// Maps a failed open, create or migration.
 pub fn open_error(err: OpenError) -> Mapped {
     let message = err.to_string();
@@ -167,9 +181,10 @@ pub fn export_error(err: ExportError) -> Mapped {
         ExportError::Source(open) => open_error(open),
         ExportError::TooLarge { max, .. } => Mapped::too_large(err.to_string(), max),
         // The service exports to bytes; a path-related failure here is a bug.
-        ExportError::OutputExists { .. } | ExportError::Io { .. } | ExportError::Sqlite(_) => {
-            Mapped::internal(&err)
-        }
+        ExportError::OutputExists { .. }
+        | ExportError::Io { .. }
+        | ExportError::Sqlite(_)
+        | ExportError::Scrub(_) => Mapped::internal(&err),
     }
 }
 

@@ -389,6 +389,10 @@ pub enum ExportError {
     /// SQLite failed.
     #[error("sqlite")]
     Sqlite(#[source] rusqlite::Error),
+    /// The output, as SQLite wrote it, could not be walked to zero its free space (a bug: the
+    /// output is withheld rather than left with free space nobody checked).
+    #[error("the export's free space could not be scrubbed")]
+    Scrub(#[source] crate::scrub::ScrubError),
 }
 
 impl ExportError {
@@ -399,7 +403,7 @@ impl ExportError {
             ExportError::TooLarge { .. } => "TOO_LARGE",
             ExportError::OutputExists { .. } => "OUTPUT_EXISTS",
             ExportError::Io { .. } => "IO",
-            ExportError::Sqlite(_) => "STORAGE",
+            ExportError::Sqlite(_) | ExportError::Scrub(_) => "STORAGE",
         }
     }
 }

@@ -11,7 +11,13 @@
 //! are deleted — which zeroes their cells and any freed overflow page in place. The output is
 //! VACUUMed again only if the stripping freed whole pages. A source that needs migration or heal
 //! is loaded into memory, brought to v6 there, stripped, and written with one `VACUUM INTO`.
+//!
+//! Every export then has its free space zeroed ([`scrub_free_space`](crate::scrub_free_space)): VACUUM copies live records
+//! only, but page balancing leaves copies of live cells in freeblocks and unallocated areas, so
+//! without the scrub a hub that zeroes the free space of what it stores would store bytes other
+//! than the ones a client pushed, and the client's hash would not come back.
 
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use rusqlite::Connection;
@@ -92,6 +98,30 @@ fn freelist_count(conn: &Connection) -> rusqlite::Result<i64> {
     conn.pragma_query_value(None, "freelist_count", |row| row.get(0))
 }
 
+/// Zeroes the free space of the export file at `path` in place, writing only the dirty ranges.
+fn scrub_file(path: &Path) -> Result<(), ExportError> {
+    let io = |source| ExportError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let image = std::fs::read(path).map_err(io)?;
+    let dirty = crate::scrub::dirty_free_space(&image).map_err(ExportError::Scrub)?;
+    if dirty.is_empty() {
+        return Ok(());
+    }
+    drop(image);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    for range in dirty {
+        file.seek(SeekFrom::Start(range.start)).map_err(io)?;
+        let zeros = vec![0u8; (range.end - range.start) as usize];
+        file.write_all(&zeros).map_err(io)?;
+    }
+    file.sync_all().map_err(io)
+}
+
 fn save_error(err: SaveError) -> ExportError {
     match err {
         SaveError::Io { path, source } => ExportError::Io { path, source },
@@ -156,6 +186,7 @@ fn export_fast(
             max: MAX_USERDB_BYTES,
         });
     }
+    scrub_file(dst)?;
     Ok(ExportReport {
         bytes,
         secrets_removed,
@@ -192,12 +223,14 @@ fn export_via_memory(
     crate::db::vacuum_into(&conn, dst).map_err(save_error)?;
     let out = open_file_connection(dst, true)?;
     let bytes = db_size(&out)?;
+    drop(out);
     if bytes > MAX_USERDB_BYTES {
         return Err(ExportError::TooLarge {
             size: bytes,
             max: MAX_USERDB_BYTES,
         });
     }
+    scrub_file(dst)?;
     Ok(ExportReport {
         bytes,
         secrets_removed,
@@ -212,7 +245,7 @@ fn export_via_memory(
 ///
 /// The image is copied into a scratch in-memory database, stripped and VACUUMed there: the
 /// serialized image carries the source's free pages, which may hold old secret bytes, and
-/// VACUUM rebuilds the file from live records only.
+/// VACUUM rebuilds the file from live records only. The result has its free space zeroed.
 pub fn export_bytes(
     db: &mut UserDb,
     options: ExportOptions,
@@ -224,7 +257,8 @@ pub fn export_bytes(
     drop(image);
     let (secrets_removed, tables_dropped) = strip(&conn, options, false)?;
     conn.execute_batch("VACUUM")?;
-    let bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    let mut bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    crate::scrub::scrub_free_space_in_place(&mut bytes).map_err(ExportError::Scrub)?;
     let size = bytes.len() as u64;
     if size > MAX_USERDB_BYTES {
         return Err(ExportError::TooLarge {

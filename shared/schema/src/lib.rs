@@ -17,6 +17,9 @@
 //! - [`export_file`] / [`export_bytes`]: default-deny by class, secrets stripped with no byte
 //!   left in free pages; [`import`]: containers, caps, defensive open, `quick_check`, identity and
 //!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch.
+//! - [`scrub_free_space`]: a page-level walk of a SQLite image that zeroes its free space
+//!   (freeblocks, unallocated page areas, free-list pages, overflow tails) and nothing else, so
+//!   no deleted record survives in what a hub stores; exports come out scrubbed.
 //! - [`resolve_user_file`] / [`resolve_derived`]: the §10 read-and-adopt naming rule, with
 //!   [`resolve_given`] deciding what a path a command was given stands for (read, write, backup), and
 //!   [`app_data_token`] / [`app_rest_table_name`]: the §8.2 per-app namespace functions.
@@ -77,6 +80,7 @@ mod import;
 mod kv;
 mod naming;
 mod open;
+mod scrub;
 mod token;
 mod wipe;
 
@@ -118,6 +122,9 @@ pub use naming::{
 pub use open::{
     HealPlan, HealReport, Inspection, OpenReport, RefusalSummary, SQLITE_MAGIC, SchemaObject,
     TableSummary, schema_objects,
+};
+pub use scrub::{
+    ScrubError, ScrubReport, dirty_free_space, scrub_free_space, scrub_free_space_in_place,
 };
 pub use token::{
     MAX_APP_OBJECT_NAME_LEN, SNUG_KV, app_data_token, app_rest_table_name, app_rest_table_prefix,

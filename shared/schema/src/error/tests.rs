@@ -77,6 +77,9 @@ fn all_reasons() -> Vec<(&'static str, String)> {
             source: io(),
         },
         ExportError::Sqlite(sqlite()),
+        ExportError::Scrub(crate::ScrubError::Header {
+            problem: "x".into(),
+        }),
     ] {
         push(e.reason(), &e);
     }
