@@ -168,6 +168,11 @@ fn image_response(
         HeaderValue::from_static("nosniff"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // §10: the artifact a hub offers for download is `snug-user.snug`, whichever revision it is.
+    headers.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment; filename=\"snug-user.snug\""),
+    );
     if let Some(digest) = etag::repr_digest(&info.sha256) {
         headers.insert("repr-digest", digest);
     }
