@@ -7,7 +7,10 @@
 //!   secrets-stripped plain export, never a container (§11.3);
 //! - a personal origin that is a plain directory (`--origin file:///path` or a path): `user.snug`
 //!   beside `user.snug.rev`, compare-and-swap under a lock file, so two devices sharing a folder
-//!   (a USB stick, a synced folder) get the same conflict rules without any hub.
+//!   (a USB stick, a synced folder) get the same conflict rules without any hub. A protected FILE
+//!   arrives there protected: its own container resealed over the export (header and slots
+//!   unchanged, a fresh payload IV), so both its secrets open it there and a pull installs it
+//!   protected; plaintext only with `--plaintext-to-origin`, and the output says so.
 //!
 //! Pull and bootstrap are `snug-restore`'s install pipeline (the Coven discipline of issue #8):
 //! the revision's metadata is read first (a storage version newer than this build is refused
@@ -71,6 +74,10 @@ pub(crate) enum SyncCommand {
         /// Directory origins only: keep the credentials in the pushed copy. A hub never gets them.
         #[arg(long)]
         include_secrets: bool,
+        /// Directory origins only: send a protected FILE's plaintext instead of its container
+        /// resealed (the copy at the origin is then not protected). A hub always gets plaintext.
+        #[arg(long)]
+        plaintext_to_origin: bool,
         #[command(flatten)]
         secrets: SecretArgs,
     },
@@ -89,6 +96,9 @@ pub(crate) enum SyncCommand {
         /// Replace FILE's unpushed changes with the origin's copy (last writer wins).
         #[arg(long)]
         force: bool,
+        /// Opens a protected revision (a personal origin keeps protected files protected).
+        #[command(flatten)]
+        secrets: SecretArgs,
     },
     /// A new device: creates FILE from the origin's current revision (or --revision) with one
     /// download. Refuses if FILE exists (use pull to update a file).
@@ -100,6 +110,9 @@ pub(crate) enum SyncCommand {
         /// A revision from the origin's history instead of the current one.
         #[arg(long, value_name = "REV")]
         revision: Option<String>,
+        /// Opens a protected revision (a personal origin keeps protected files protected).
+        #[command(flatten)]
+        secrets: SecretArgs,
     },
     /// Reports a directory origin's current revision; with --init, creates the directory.
     Origin {
@@ -137,12 +150,16 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             origin,
             force,
             include_secrets,
+            plaintext_to_origin,
             secrets,
         } => push(
             &file,
             &open_origin(&origin)?,
-            force,
-            include_secrets,
+            PushOptions {
+                force,
+                include_secrets,
+                plaintext_to_origin,
+            },
             &secrets,
             limits,
         ),
@@ -151,23 +168,41 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             origin,
             revision,
             force,
+            secrets,
         } => {
             let options = snug_restore::Options {
                 force,
                 only_if_absent: false,
             };
-            pull(&file, &open_origin(&origin)?, selector(revision), options)
+            let origin = open_origin(&origin)?;
+            pull(
+                &file,
+                &origin,
+                selector(revision),
+                options,
+                &secrets,
+                limits,
+            )
         }
         SyncCommand::Bootstrap {
             file,
             origin,
             revision,
+            secrets,
         } => {
             let options = snug_restore::Options {
                 force: false,
                 only_if_absent: true,
             };
-            pull(&file, &open_origin(&origin)?, selector(revision), options)
+            let origin = open_origin(&origin)?;
+            pull(
+                &file,
+                &origin,
+                selector(revision),
+                options,
+                &secrets,
+                limits,
+            )
         }
         SyncCommand::Origin { path, init } => origin_info(&path, init),
     }
@@ -307,6 +342,8 @@ fn restore_failure(origin: &str, err: RestoreError) -> Failure {
         RestoreError::Unreadable { source, .. } => open_exit(source).0,
         RestoreError::Refused { source, .. } => import_exit(source),
         RestoreError::Gate(snug_restore::GateError::Open(source)) => open_exit(source).0,
+        // A protected revision that did not open: locked, damaged or newer, as for a local file.
+        RestoreError::Container { source, .. } => Failure::from(source.clone()).exit,
         RestoreError::InvalidRevision { .. }
         | RestoreError::LegacyBackup { .. }
         | RestoreError::NoDirectory { .. }
@@ -318,6 +355,7 @@ fn restore_failure(origin: &str, err: RestoreError) -> Failure {
         | RestoreError::Secrets(_)
         | RestoreError::Storage(_)
         | RestoreError::Gate(_)
+        | RestoreError::Reseal(_)
         | RestoreError::Unbound { .. } => Exit::Other,
     };
     Failure::new(exit, err.reason(), with_causes(&err))
@@ -428,48 +466,108 @@ fn dir_path(origin: &str) -> Result<PathBuf, Failure> {
     }
 }
 
+/// How `snug sync push` was asked to push.
+#[derive(Debug, Clone, Copy)]
+struct PushOptions {
+    force: bool,
+    include_secrets: bool,
+    plaintext_to_origin: bool,
+}
+
+/// FILE's container and the file key that opens it, kept so that a personal origin receives the
+/// push image resealed in it (§11.3).
+struct Sealed {
+    container: Vec<u8>,
+    file_key: snug_container::FileKey,
+}
+
 /// Reads FILE and returns what a push sends: the export, plain, secrets stripped unless the
-/// origin takes them and the user asked. A protected FILE is opened with its secret.
+/// origin takes them and the user asked. A protected FILE is opened with its secret, and its
+/// container comes back too.
 fn export_for_push(
     file: &Path,
     include_secrets: bool,
     args: &SecretArgs,
     limits: &Limits,
-) -> Result<snug_restore::PushImage, Failure> {
+) -> Result<(snug_restore::PushImage, Option<Sealed>), Failure> {
     let bytes = files::read_user_file(file)?.1;
-    let plaintext = match snug_schema::detect_format(&bytes) {
-        FileFormat::Sqlite => bytes,
+    let (plaintext, sealed) = match snug_schema::detect_format(&bytes) {
+        FileFormat::Sqlite => (zeroize::Zeroizing::new(bytes), None),
         FileFormat::Protected => {
             snug_container::inspect(&bytes, limits)?;
             let secrets = secrets::opening_secrets(args)?;
-            snug_container::open_owned(bytes, &secrets, limits)?.plaintext
+            let (unlocked, file_key) =
+                snug_container::open_owned_with_file_key(bytes.clone(), &secrets, limits)?;
+            let sealed = Sealed {
+                container: bytes,
+                file_key,
+            };
+            (zeroize::Zeroizing::new(unlocked.plaintext), Some(sealed))
         }
         FileFormat::Unknown => return Err(Failure::from(snug_schema::OpenError::NotSqlite)),
     };
-    snug_restore::push_image(&plaintext, include_secrets, clock()).map_err(|err| match err {
-        snug_restore::GateError::Open(err) => Failure::from(err),
-        snug_restore::GateError::Export(err) => Failure::from(err),
-    })
+    let image =
+        snug_restore::push_image(&plaintext, include_secrets, clock()).map_err(
+            |err| match err {
+                snug_restore::GateError::Open(err) => Failure::from(err),
+                snug_restore::GateError::Export(err) => Failure::from(err),
+            },
+        )?;
+    Ok((image, sealed))
 }
 
 /// `snug sync push FILE --origin O`.
 fn push(
     file: &Path,
     origin: &Origin,
-    force: bool,
-    include_secrets: bool,
+    options: PushOptions,
     args: &SecretArgs,
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
+    let PushOptions {
+        force,
+        include_secrets,
+        plaintext_to_origin,
+    } = options;
     if include_secrets && !origin.secrets_allowed() {
         return Err(Failure::usage(
             "--include-secrets is for directory origins: a hub origin holds the secrets-stripped copy only (§11.3)",
         ));
     }
-    let snug_restore::PushImage {
-        bytes: image,
-        sha256: hash,
-    } = export_for_push(file, include_secrets, args, limits)?;
+    if plaintext_to_origin && !origin.secrets_allowed() {
+        return Err(Failure::usage(
+            "--plaintext-to-origin is for directory origins: a hub origin always holds the secrets-stripped plaintext (§11.3)",
+        ));
+    }
+    let (
+        snug_restore::PushImage {
+            bytes: image,
+            sha256: hash,
+        },
+        sealed,
+    ) = export_for_push(file, include_secrets, args, limits)?;
+    // A personal origin receives a protected file as it is protected (§11.3): the push image
+    // resealed in FILE's own container, header and slots unchanged and a fresh payload IV, so
+    // both secrets open it there. A hub holds the secrets-stripped plaintext, and a personal
+    // origin plaintext only when asked. The gate's hash stays the plaintext image's, so a
+    // reseal (a new IV every time) is never mistaken for a change.
+    let was_protected = sealed.is_some();
+    let (image, protected) = match sealed {
+        Some(sealed) if origin.secrets_allowed() && !plaintext_to_origin => {
+            let resealed =
+                snug_container::reseal_owned(&sealed.container, &sealed.file_key, image, limits)?;
+            (resealed, true)
+        }
+        _ => (image, false),
+    };
+    let plaintext_to_origin = was_protected && !protected && origin.secrets_allowed();
+    let plaintext_note = if plaintext_to_origin {
+        "; sent in plaintext (--plaintext-to-origin): the copy at the origin is not protected"
+    } else if protected {
+        "; protected: resealed in the file's own container, so its passphrase and recovery key open it there"
+    } else {
+        ""
+    };
     let state = push_state::load(file).map_err(state_failure)?;
     // A legacy backup has no push state (§10): it is compared with the origin afresh every time,
     // like a file that never synced, and nothing is recorded for it.
@@ -533,12 +631,12 @@ fn push(
             };
             Ok(Outcome {
                 text: format!(
-                    "Pushed {} to {} as revision {revision} ({} bytes){note}",
+                    "Pushed {} to {} as revision {revision} ({} bytes){plaintext_note}{note}",
                     file.display(),
                     origin.describe_origin(),
                     image.len()
                 ),
-                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup }),
+                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup, "protected": protected, "plaintextToOrigin": plaintext_to_origin }),
             })
         }
         Pushed::Conflict { current } => Err(diverged(format!(
@@ -566,6 +664,8 @@ fn pull(
     origin: &Origin,
     selector: Selector,
     options: snug_restore::Options,
+    args: &SecretArgs,
+    limits: &Limits,
 ) -> Result<Outcome, Failure> {
     let name = origin.describe_origin();
     let fail = |err| restore_failure(&name, err);
@@ -594,10 +694,18 @@ fn pull(
         .download(origin, &mut |progress| bar.update(progress))
         .map_err(fail)?;
     drop(bar);
-    let done = downloaded.install().map_err(fail)?;
+    // A protected revision is opened with the user's secret and installed protected; the secret
+    // is asked for only when the download turns out to need one.
+    let secrets = match downloaded.is_protected().map_err(fail)? {
+        true => Some(secrets::opening_secrets(args)?),
+        false => None,
+    };
+    let done = downloaded
+        .install_unlocking(secrets.as_ref(), limits)
+        .map_err(fail)?;
     // The file written: FILE, or `user.snug` when FILE stood for a legacy file (§10 adoption).
     let file = done.destination.as_path();
-    let text = if done.bootstrapped {
+    let mut text = if done.bootstrapped {
         format!(
             "Created {} from revision {} of {name} ({} bytes)",
             file.display(),
@@ -618,6 +726,9 @@ fn pull(
             }
         )
     };
+    if done.protected {
+        text.push_str("; kept protected: the revision's passphrase and recovery key open it");
+    }
     Ok(Outcome {
         text,
         json: json!({
@@ -632,6 +743,7 @@ fn pull(
             "secretsKept": done.secrets_kept,
             "forced": done.replaced_local_changes,
             "bootstrapped": done.bootstrapped,
+            "protected": done.protected,
         }),
     })
 }

@@ -151,6 +151,20 @@ pub enum RestoreError {
         #[source]
         source: ImportError,
     },
+    /// The revision is a protected (SNUGENC1) file that did not open: no secret was given, none
+    /// of those given opened it (locked: the origin's copy is healthy), or the container is
+    /// damaged or from a newer format.
+    #[error("revision {revision} is a protected file that did not open")]
+    Container {
+        /// The revision.
+        revision: String,
+        /// Why it did not open.
+        #[source]
+        source: snug_container::OpenError,
+    },
+    /// Resealing the installed database into the revision's container failed.
+    #[error("the installed database could not be resealed in the revision's container")]
+    Reseal(#[source] snug_container::SealError),
     /// The destination or its sidecar changed between prepare and install (another process
     /// wrote it). Nothing was replaced; run the pull again to decide afresh.
     #[error("{} changed while the revision was being installed; nothing was replaced", path.display())]
@@ -210,6 +224,15 @@ impl RestoreError {
             RestoreError::SizeMismatch { .. } => "SIZE_MISMATCH",
             RestoreError::DigestMismatch { .. } => "DIGEST_MISMATCH",
             RestoreError::Refused { source, .. } => source.reason(),
+            RestoreError::Container { source, .. } => match source {
+                snug_container::OpenError::Locked => "LOCKED",
+                snug_container::OpenError::Corrupt(corruption) if corruption.is_unsupported() => {
+                    "UNSUPPORTED_FORMAT_VERSION"
+                }
+                snug_container::OpenError::Corrupt(_) => "CORRUPT",
+                snug_container::OpenError::TooLarge { .. } => "USERDB_TOO_LARGE",
+            },
+            RestoreError::Reseal(_) => "RESEAL_FAILED",
             RestoreError::DestinationChanged { .. } => "DESTINATION_CHANGED",
             RestoreError::Io { .. } => "IO",
             RestoreError::Secrets(err) => err.reason(),

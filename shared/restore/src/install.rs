@@ -544,6 +544,10 @@ pub struct Installed {
     pub bootstrapped: bool,
     /// The push-state sidecar written.
     pub sidecar: PathBuf,
+    /// Whether the revision was a protected (SNUGENC1) file and was installed protected: resealed
+    /// in its own container (header and slots unchanged, a fresh payload IV), so every secret
+    /// that opened it at the origin opens the installed file (§11.3).
+    pub protected: bool,
 }
 
 impl Downloaded {
@@ -567,11 +571,53 @@ impl Downloaded {
     /// The sidecar is renamed into place after the file: a crash between the two leaves the
     /// new file under the old push state, which reads as a local change (a refusal on the next
     /// sync), never the old file under the new state, which a push would send over the origin.
+    ///
+    /// A protected revision needs [`Downloaded::install_unlocking`]; here it is refused as locked.
     pub fn install(self) -> Result<Installed, RestoreError> {
+        self.install_unlocking(None, &snug_container::Limits::default())
+    }
+
+    /// Whether the download is a protected (SNUGENC1) file, which only
+    /// [`Downloaded::install_unlocking`] with a secret installs. Reads its leading bytes.
+    pub fn is_protected(&self) -> Result<bool, RestoreError> {
+        let mut leading = Vec::with_capacity(snug_container::MAGIC.len());
+        File::open(self.temp.path())
+            .and_then(|file| {
+                file.take(snug_container::MAGIC.len() as u64)
+                    .read_to_end(&mut leading)
+            })
+            .map_err(io_error("read", self.temp.path()))?;
+        Ok(snug_schema::detect_format(&leading) == FileFormat::Protected)
+    }
+
+    /// Installs like [`Downloaded::install`], opening a protected revision with `secrets`
+    /// (within `limits`) and keeping it protected: the installed file is the revision's own
+    /// container resealed over the installed database (`snug_container::reseal`: header, slots
+    /// and wrapped keys unchanged, a fresh payload IV), so it opens with every secret that opened
+    /// the origin's copy and never lands on disk in plaintext. A plain revision ignores `secrets`.
+    pub fn install_unlocking(
+        self,
+        secrets: Option<&snug_container::Secrets>,
+        limits: &snug_container::Limits,
+    ) -> Result<Installed, RestoreError> {
         let Downloaded { prepared, temp } = self;
         let revision = prepared.snapshot.revision.clone();
         let clock = prepared.clock.clone();
         let bytes = fs::read(temp.path()).map_err(io_error("read", temp.path()))?;
+        let (bytes, sealed) = match snug_schema::detect_format(&bytes) {
+            FileFormat::Protected => {
+                let container_error = |source| RestoreError::Container {
+                    revision: revision.clone(),
+                    source,
+                };
+                let secrets = secrets.ok_or(container_error(snug_container::OpenError::Locked))?;
+                let (unlocked, file_key) =
+                    snug_container::open_owned_with_file_key(bytes.clone(), secrets, limits)
+                        .map_err(container_error)?;
+                (Zeroizing::new(unlocked.plaintext), Some((bytes, file_key)))
+            }
+            FileFormat::Sqlite | FileFormat::Unknown => (Zeroizing::new(bytes), None),
+        };
         if let Some(found) = header_storage_version(&bytes)
             && found > STORAGE_VERSION
         {
@@ -604,6 +650,13 @@ impl Downloaded {
             });
         }
         let content_hash = gate::content_hash(&image, clock.clone())?;
+        let image = match &sealed {
+            Some((container, file_key)) => {
+                snug_container::reseal_owned(container, file_key, image, limits)
+                    .map_err(RestoreError::Reseal)?
+            }
+            None => image,
+        };
         rewrite(temp.path(), &image)?;
 
         let sidecar_path = sidecar_location(&prepared.destination)
@@ -644,6 +697,7 @@ impl Downloaded {
             replaced_local_changes: prepared.replaces_local_changes,
             bootstrapped: prepared.local.is_none(),
             sidecar: sidecar_path,
+            protected: sealed.is_some(),
         })
     }
 }

@@ -58,6 +58,11 @@ fn every_pipeline_reason_is_upper_snake_and_distinct() {
             revision: revision(),
             source: ImportError::NotSqlite,
         },
+        RestoreError::Container {
+            revision: revision(),
+            source: snug_container::OpenError::Locked,
+        },
+        RestoreError::Reseal(snug_container::SealError::FileKeyMismatch),
         RestoreError::DestinationChanged { path: path() },
         RestoreError::Io {
             action: "read",
