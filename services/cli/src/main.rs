@@ -4,7 +4,8 @@
 //! Container commands (inspect, protect, unlock, passwd, rotate-recovery-key, unprotect) live in
 //! `container.rs`; user-database commands (check, migrate, export, init) in `schema.rs`; the sync
 //! client (push, pull, bootstrap, origin) in `sync.rs`, with its download progress bar in
-//! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`.
+//! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`; `snug import` in
+//! `import.rs`.
 //!
 //! Every command works on local files through the domain crates directly (never through gRPC),
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
@@ -17,6 +18,7 @@ mod app;
 mod container;
 mod failure;
 mod files;
+mod import;
 mod progress;
 mod schema;
 mod secrets;
@@ -166,6 +168,22 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Imports a file as the user database FILE (§9.2): checked, migrated, its connections
+    /// reconciled against FILE's approved grants, runtime contracts FILE does not hold cleared,
+    /// endpoint re-confirmation re-armed. FILE is replaced (or created) atomically; its own
+    /// credentials are not carried over. IN is only read and may be protected.
+    Import {
+        /// The file to import: a user database, plain or protected.
+        input: PathBuf,
+        /// The user database it becomes (replaced atomically; created when absent).
+        #[arg(long, value_name = "FILE")]
+        into: PathBuf,
+        /// IN comes from the user's own sync origin: keep its runtime contracts.
+        #[arg(long)]
+        trusted_origin: bool,
+        #[command(flatten)]
+        secrets: SecretArgs,
+    },
     /// Syncs a user database with an origin: a hub (https://…) or a plain directory (exit 6:
     /// diverged).
     #[command(subcommand)]
@@ -274,6 +292,12 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             force,
         } => schema::export(&input, &out, include_secrets, &secrets, force, &limits),
         Command::Init { out, force } => schema::init(&out, force),
+        Command::Import {
+            input,
+            into,
+            trusted_origin,
+            secrets,
+        } => import::import(&input, &into, trusted_origin, &secrets, &limits),
         Command::Sync(command) => sync::run(command, &limits),
         Command::App(command) => app::run(command, &limits),
     }

@@ -16,7 +16,9 @@
 //!   namespaced settings keys, and [`UserDb::delete_app`].
 //! - [`export_file`] / [`export_bytes`]: default-deny by class, secrets stripped with no byte
 //!   left in free pages; [`import`]: containers, caps, defensive open, `quick_check`, identity and
-//!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch.
+//!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch,
+//!   measured against the replaced database or, with [`import_against`], an [`ImportBaseline`]
+//!   of grants and contracts a hub keeps elsewhere.
 //! - [`resolve_user_file`] / [`resolve_derived`]: the §10 read-and-adopt naming rule, and
 //!   [`app_data_token`] / [`app_rest_table_name`]: the §8.2 per-app namespace functions.
 //!
@@ -102,8 +104,9 @@ pub use error::{
 };
 pub use export::{ExportOptions, ExportReport, export_bytes, export_file};
 pub use import::{
-    DroppedConnection, DroppedContract, ImportOptions, ImportReport, RequirementProblem,
-    check_requirement, derive_allowed_hosts, https_url_host, import, import_check, normalize_host,
+    ApprovedGrant, DroppedConnection, DroppedContract, ImportBaseline, ImportOptions, ImportReport,
+    RequirementProblem, check_requirement, derive_allowed_hosts, https_url_host, import,
+    import_against, import_check, normalize_host,
 };
 pub use kv::{
     KvTable, NEEDS_ENDPOINT_CONFIRM_KEY, SIDECAR_HOST, SIDECAR_IDENTITY_DIRECTORY_KEY,
