@@ -5,7 +5,8 @@
 //! `container.rs`; user-database commands (check, migrate, export, init) in `schema.rs`; the sync
 //! client (push, pull, bootstrap, origin) in `sync.rs`, with its download progress bar in
 //! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`; `snug import` in
-//! `import.rs`.
+//! `import.rs`; the hub-namespace operations (app rows and versions, docs, chat, settings,
+//! profile, sync config, secrets) in `hubns.rs`.
 //!
 //! Every command works on local files through the domain crates directly (never through gRPC),
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
@@ -18,6 +19,7 @@ mod app;
 mod container;
 mod failure;
 mod files;
+mod hubns;
 mod import;
 mod progress;
 mod schema;
@@ -192,6 +194,24 @@ enum Command {
     /// unknown app).
     #[command(subcommand)]
     App(app::AppCommand),
+    /// One app's docs (its wiki): seed (absent slugs only), set, get, list, delete.
+    #[command(subcommand)]
+    Docs(hubns::DocsCommand),
+    /// Chat history: append, prune, pin, delete, threads, messages.
+    #[command(subcommand)]
+    Chat(hubns::ChatCommand),
+    /// `snug_settings` values (JSON): get, set, delete, list, sidecar-identities.
+    #[command(subcommand)]
+    Settings(hubns::SettingsCommand),
+    /// `snug_profile` values (JSON): get, set, delete, list.
+    #[command(subcommand)]
+    Profile(hubns::KvCommand),
+    /// `snug_sync` values (sync-origin config, JSON, no credentials): get, set, delete, list.
+    #[command(subcommand)]
+    SyncConfig(hubns::KvCommand),
+    /// Credentials in `snug_secrets`: list (keys only), set (from a file), delete.
+    #[command(subcommand)]
+    Secrets(hubns::SecretsCommand),
 }
 
 /// What a successful command reports: text for people, JSON for scripts.
@@ -300,5 +320,11 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
         } => import::import(&input, &into, trusted_origin, &secrets, &limits),
         Command::Sync(command) => sync::run(command, &limits),
         Command::App(command) => app::run(command, &limits),
+        Command::Docs(command) => hubns::run_docs(command, &limits),
+        Command::Chat(command) => hubns::run_chat(command, &limits),
+        Command::Settings(command) => hubns::run_settings(command, &limits),
+        Command::Profile(command) => hubns::run_kv(snug_schema::KvTable::Profile, command, &limits),
+        Command::SyncConfig(command) => hubns::run_kv(snug_schema::KvTable::Sync, command, &limits),
+        Command::Secrets(command) => hubns::run_secrets(command, &limits),
     }
 }
