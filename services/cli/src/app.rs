@@ -85,6 +85,10 @@ pub(crate) enum AppCommand {
         #[arg(long, value_name = "RUNTIME_DB")]
         from: PathBuf,
     },
+    /// The app rows and their versions (hubns.rs): install, save, versions, show, revert,
+    /// reset, delete-version, meta, delete, model.
+    #[command(flatten)]
+    Namespace(crate::hubns::AppOps),
 }
 
 pub(crate) fn run(command: AppCommand, limits: &Limits) -> Result<Outcome, Failure> {
@@ -106,6 +110,7 @@ pub(crate) fn run(command: AppCommand, limits: &Limits) -> Result<Outcome, Failu
             secrets,
         } => run_sql(&file, &app, &sql, read_only, max_rows, &secrets, limits),
         AppCommand::Persist { file, app, from } => persist(&file, &app, &from),
+        AppCommand::Namespace(command) => crate::hubns::run_app(command, limits),
     }
 }
 

@@ -286,3 +286,25 @@ impl From<snug_materialize::ListError> for Failure {
         }
     }
 }
+
+// --- `snug import`: the import pipeline (snug-schema) --------------------------------------------
+
+impl From<snug_schema::ImportError> for Failure {
+    /// The file's age, protection or damage decides the exit code; a container's problems are
+    /// reported as every container command reports them.
+    fn from(err: snug_schema::ImportError) -> Self {
+        use snug_schema::ImportError as E;
+        let exit = match &err {
+            E::Locked => return OpenError::Locked.into(),
+            E::CorruptContainer(corruption) => return corruption.clone().into(),
+            E::SchemaTooNew { .. } => Exit::Unsupported,
+            E::NotSqlite
+            | E::Malformed { .. }
+            | E::Unreadable(_)
+            | E::NotAUserDatabase
+            | E::HostileSchema { .. } => Exit::Corrupt,
+            E::TooLarge { .. } | E::Entropy(_) | E::Sqlite(_) => Exit::Other,
+        };
+        Failure::new(exit, err.reason(), with_causes(&err))
+    }
+}

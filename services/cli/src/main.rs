@@ -4,7 +4,9 @@
 //! Container commands (inspect, protect, unlock, passwd, rotate-recovery-key, unprotect) live in
 //! `container.rs`; user-database commands (check, migrate, export, init) in `schema.rs`; the sync
 //! client (push, pull, bootstrap, origin) in `sync.rs`, with its download progress bar in
-//! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`.
+//! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`; `snug import` in
+//! `import.rs`; the hub-namespace operations (app rows and versions, docs, chat, settings,
+//! profile, sync config, secrets) in `hubns.rs`.
 //!
 //! Every command works on local files through the domain crates directly (never through gRPC),
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
@@ -18,6 +20,8 @@ mod app;
 mod container;
 mod failure;
 mod files;
+mod hubns;
+mod import;
 mod progress;
 mod schema;
 mod secrets;
@@ -162,6 +166,22 @@ enum Command {
         #[command(flatten)]
         replace: files::Replace,
     },
+    /// Imports a file as the user database FILE (§9.2): checked, migrated, its connections
+    /// reconciled against FILE's approved grants, runtime contracts FILE does not hold cleared,
+    /// endpoint re-confirmation re-armed. FILE is replaced (or created) atomically; its own
+    /// credentials are not carried over. IN is only read and may be protected.
+    Import {
+        /// The file to import: a user database, plain or protected.
+        input: PathBuf,
+        /// The user database it becomes (replaced atomically; created when absent).
+        #[arg(long, value_name = "FILE")]
+        into: PathBuf,
+        /// IN comes from the user's own sync origin: keep its runtime contracts.
+        #[arg(long)]
+        trusted_origin: bool,
+        #[command(flatten)]
+        secrets: SecretArgs,
+    },
     /// Syncs a user database with an origin: a hub (https://…) or a plain directory (exit 6:
     /// diverged).
     #[command(subcommand)]
@@ -170,6 +190,24 @@ enum Command {
     /// unknown app).
     #[command(subcommand)]
     App(app::AppCommand),
+    /// One app's docs (its wiki): seed (absent slugs only), set, get, list, delete.
+    #[command(subcommand)]
+    Docs(hubns::DocsCommand),
+    /// Chat history: append, prune, pin, delete, threads, messages.
+    #[command(subcommand)]
+    Chat(hubns::ChatCommand),
+    /// `snug_settings` values (JSON): get, set, delete, list, sidecar-identities.
+    #[command(subcommand)]
+    Settings(hubns::SettingsCommand),
+    /// `snug_profile` values (JSON): get, set, delete, list.
+    #[command(subcommand)]
+    Profile(hubns::KvCommand),
+    /// `snug_sync` values (sync-origin config, JSON, no credentials): get, set, delete, list.
+    #[command(subcommand)]
+    SyncConfig(hubns::KvCommand),
+    /// Credentials in `snug_secrets`: list (keys only), set (from a file), delete.
+    #[command(subcommand)]
+    Secrets(hubns::SecretsCommand),
 }
 
 /// What a successful command reports: text for people, JSON for scripts.
@@ -274,7 +312,19 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             replace,
         } => schema::export(&input, &out, include_secrets, &secrets, replace, &limits),
         Command::Init { out, replace } => schema::init(&out, replace),
+        Command::Import {
+            input,
+            into,
+            trusted_origin,
+            secrets,
+        } => import::import(&input, &into, trusted_origin, &secrets, &limits),
         Command::Sync(command) => sync::run(command, &limits),
         Command::App(command) => app::run(command, &limits),
+        Command::Docs(command) => hubns::run_docs(command, &limits),
+        Command::Chat(command) => hubns::run_chat(command, &limits),
+        Command::Settings(command) => hubns::run_settings(command, &limits),
+        Command::Profile(command) => hubns::run_kv(snug_schema::KvTable::Profile, command, &limits),
+        Command::SyncConfig(command) => hubns::run_kv(snug_schema::KvTable::Sync, command, &limits),
+        Command::Secrets(command) => hubns::run_secrets(command, &limits),
     }
 }

@@ -31,7 +31,7 @@ pub(crate) struct SecretArgs {
     pub(crate) recovery_key_file: Option<PathBuf>,
 }
 
-fn read_secret_file(path: &Path) -> Result<Zeroizing<String>, Failure> {
+pub(crate) fn read_secret_file(path: &Path) -> Result<Zeroizing<String>, Failure> {
     let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| Failure::io("read", path, e))?);
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| Failure::usage(format!("{} is not UTF-8 text", path.display())))?;

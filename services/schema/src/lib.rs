@@ -11,13 +11,14 @@
 //!
 //! What this crate deliberately does not do: keep any state between calls, touch the local file
 //! system, persist a result (the caller writes the bytes it gets back, atomically, where it
-//! chooses), log a secret, or open a SNUGENC1 container anywhere but CheckImport (unlocking is
-//! `snug.container.v1`'s job).
+//! chooses), log a secret, or open a SNUGENC1 container anywhere but the incoming file of
+//! CheckImport and ImportUserDatabase (unlocking is `snug.container.v1`'s job).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod convert;
+mod import;
 mod operations;
 pub mod reason;
 pub mod status;
@@ -166,6 +167,11 @@ split_fn!(
     pb::ExportUserDatabaseHeader
 );
 split_fn!(check_part, check_import_request, pb::CheckImportHeader);
+split_fn!(
+    import_part,
+    import_user_database_request,
+    pb::ImportUserDatabaseHeader
+);
 split_fn!(
     validate_part,
     validate_sync_image_request,
@@ -415,6 +421,43 @@ impl SchemaService for SchemaServer {
             })
             .await?;
         Ok(Response::new(convert::import_report(report)))
+    }
+
+    type ImportUserDatabaseStream = ResponseStream<pb::ImportUserDatabaseResponse>;
+
+    async fn import_user_database(
+        &self,
+        request: Request<Streaming<pb::ImportUserDatabaseRequest>>,
+    ) -> Result<Response<Self::ImportUserDatabaseStream>, Status> {
+        let (header, bytes) = import::receive(&mut request.into_inner()).await?;
+        let clock = self.clock.clone();
+        let (report, bytes) = self
+            .pool
+            .try_run::<_, Mapped>(move || import::run(header, bytes, clock))
+            .await?;
+        tracing::info!(
+            found_version = report.found_version,
+            restored_grants = report.restored_grants,
+            demoted_connections = report.demoted_connections,
+            dropped_connections = report.dropped_connections.len(),
+            dropped_runtime_contracts = report.dropped_runtime_contracts.len(),
+            "imported a user database"
+        );
+        let result = pb::ImportUserDatabaseResponse {
+            message: Some(pb::import_user_database_response::Message::Result(
+                pb::ImportUserDatabaseResult {
+                    report: Some(convert::import_report(report)),
+                    length: bytes.len() as u64,
+                },
+            )),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(bytes),
+            |c| pb::ImportUserDatabaseResponse {
+                message: Some(pb::import_user_database_response::Message::Chunk(c)),
+            },
+        )))
     }
 
     async fn validate_sync_image(

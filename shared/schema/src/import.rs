@@ -290,44 +290,89 @@ pub fn check_requirement(requirement: &Value, row_slot: &str) -> Result<(), Requ
     Ok(())
 }
 
-/// A local approved grant, as the import compares against it.
-struct LocalGrant {
-    requirement_json: String,
-    allowed_hosts: String,
-    approved_at: Option<String>,
-    requirement_version: i64,
+/// One approved grant of the database an import replaces: a `snug_connections` row with status
+/// `approved`, as the import compares the incoming file's rows against it (§12.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovedGrant {
+    /// The app.
+    pub app_id: String,
+    /// The slot.
+    pub slot: String,
+    /// The requirement the user approved, as stored (compared byte for byte).
+    pub requirement_json: String,
+    /// The host ceiling the user approved, as stored (compared byte for byte).
+    pub allowed_hosts: String,
+    /// When the user approved it; restored with the grant.
+    pub approved_at: Option<String>,
+    /// The requirement version approved; restored with the grant.
+    pub requirement_version: i64,
 }
 
-fn local_grants(conn: &Connection) -> rusqlite::Result<HashMap<(String, String), LocalGrant>> {
-    let mut stmt = conn.prepare(
-        "SELECT app_id, slot, requirement_json, allowed_hosts, approved_at, requirement_version \
-         FROM snug_connections WHERE status = 'approved'",
-    )?;
-    let rows = stmt.query_map([], |row| {
-        Ok((
-            (row.get::<_, String>(0)?, row.get::<_, String>(1)?),
-            LocalGrant {
-                requirement_json: row.get(2)?,
-                allowed_hosts: row.get(3)?,
-                approved_at: row.get(4)?,
-                requirement_version: row.get(5)?,
-            },
-        ))
-    })?;
-    rows.collect()
+/// What an import measures the incoming file against: the approved grants and the runtime
+/// contracts of the database it replaces. Built from that database ([`ImportBaseline::of`]) or,
+/// for a hub that keeps grants outside a file, from its grants and contracts
+/// ([`ImportBaseline::new`]). The default is the strictest: nothing approved, no contract known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportBaseline {
+    grants: HashMap<(String, String), ApprovedGrant>,
+    known_contracts: HashSet<String>,
 }
 
-fn known_contracts(conn: &Connection) -> rusqlite::Result<HashSet<String>> {
-    let mut stmt =
-        conn.prepare("SELECT runtime_contract_json FROM snug_app_versions WHERE runtime_contract_json IS NOT NULL")?;
-    let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
-    let mut known = HashSet::new();
-    for raw in rows {
-        if let Ok(value) = serde_json::from_str::<Value>(&raw?) {
-            known.insert(canonical_json(&value));
+impl ImportBaseline {
+    /// The baseline of a database the import replaces: its rows with status `approved`, and the
+    /// canonical form of every runtime contract it stores (unparseable ones are known to nobody).
+    pub fn of(local: &UserDb) -> Result<Self, ImportError> {
+        let conn = local.connection();
+        let mut stmt = conn.prepare(
+            "SELECT app_id, slot, requirement_json, allowed_hosts, approved_at, requirement_version \
+             FROM snug_connections WHERE status = 'approved'",
+        )?;
+        let grants = stmt
+            .query_map([], |row| {
+                Ok(ApprovedGrant {
+                    app_id: row.get(0)?,
+                    slot: row.get(1)?,
+                    requirement_json: row.get(2)?,
+                    allowed_hosts: row.get(3)?,
+                    approved_at: row.get(4)?,
+                    requirement_version: row.get(5)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut stmt = conn.prepare(
+            "SELECT runtime_contract_json FROM snug_app_versions WHERE runtime_contract_json IS NOT NULL",
+        )?;
+        let contracts = stmt
+            .query_map([], |row| row.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+            .into_iter()
+            .filter_map(|raw| serde_json::from_str::<Value>(&raw).ok());
+        Ok(Self::new(grants, contracts))
+    }
+
+    /// A baseline from a hub's approved grants and the runtime contracts it holds. Grants are
+    /// keyed by `(app_id, slot)`; of two with one key, the later is kept, as a database holds
+    /// one row per key (a caller that must refuse duplicates checks them first).
+    pub fn new(
+        grants: impl IntoIterator<Item = ApprovedGrant>,
+        runtime_contracts: impl IntoIterator<Item = Value>,
+    ) -> Self {
+        Self {
+            grants: grants
+                .into_iter()
+                .map(|grant| ((grant.app_id.clone(), grant.slot.clone()), grant))
+                .collect(),
+            known_contracts: runtime_contracts
+                .into_iter()
+                .map(|contract| canonical_json(&contract))
+                .collect(),
         }
     }
-    Ok(known)
+
+    /// How many approved grants the baseline holds.
+    pub fn grant_count(&self) -> usize {
+        self.grants.len()
+    }
 }
 
 struct Reconciled {
@@ -339,7 +384,7 @@ struct Reconciled {
 /// Reconciles the candidate's connection rows against the local approved grants (§12.4).
 fn reconcile_connections(
     tx: &Connection,
-    local: &HashMap<(String, String), LocalGrant>,
+    local: &HashMap<(String, String), ApprovedGrant>,
     now: &str,
 ) -> rusqlite::Result<Reconciled> {
     let rows: Vec<(String, String, String, String, String)> = {
@@ -487,6 +532,22 @@ pub fn import(
     options: &ImportOptions<'_>,
     clock: Arc<dyn Clock>,
 ) -> Result<(UserDb, ImportReport), ImportError> {
+    let baseline = match local {
+        Some(local) => ImportBaseline::of(local)?,
+        None => ImportBaseline::default(),
+    };
+    import_against(bytes, &baseline, options, clock)
+}
+
+/// Imports `bytes` as a candidate user database measured against `baseline`: the one import
+/// every path runs (a pull, `snug import`, and `snug.schema.v1` ImportUserDatabase for hubs in
+/// other languages), whatever holds the grants it compares with.
+pub fn import_against(
+    bytes: &[u8],
+    baseline: &ImportBaseline,
+    options: &ImportOptions<'_>,
+    clock: Arc<dyn Clock>,
+) -> Result<(UserDb, ImportReport), ImportError> {
     let (plain, was_protected) = plaintext(bytes, options)?;
     let size = plain.len() as u64;
     if size > MAX_USERDB_BYTES {
@@ -500,20 +561,13 @@ pub fn import(
     quick_check(&conn)?;
     let report = open::run(&mut conn, clock.as_ref(), Trust::Foreign)?;
 
-    let (grants, known) = match local {
-        Some(local) => (
-            local_grants(local.connection())?,
-            known_contracts(local.connection())?,
-        ),
-        None => (HashMap::new(), HashSet::new()),
-    };
     let now = clock.timestamp();
     let tx = conn.transaction()?;
-    let reconciled = reconcile_connections(&tx, &grants, &now)?;
+    let reconciled = reconcile_connections(&tx, &baseline.grants, &now)?;
     let dropped_runtime_contracts = if options.trusted_origin {
         Vec::new()
     } else {
-        drop_unknown_contracts(&tx, &known)?
+        drop_unknown_contracts(&tx, &baseline.known_contracts)?
     };
     tx.execute(
         "INSERT OR REPLACE INTO snug_settings (key, value) VALUES (?1, ?2)",
@@ -546,3 +600,6 @@ pub fn import_check(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod baseline_tests;

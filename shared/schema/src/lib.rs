@@ -16,7 +16,9 @@
 //!   namespaced settings keys, and [`UserDb::delete_app`].
 //! - [`export_file`] / [`export_bytes`]: default-deny by class, secrets stripped with no byte
 //!   left in free pages; [`import`]: containers, caps, defensive open, `quick_check`, identity and
-//!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch.
+//!   hostility checks, migrate/heal/wipe, grant reconciliation, contract guard, re-confirm latch,
+//!   measured against the replaced database or, with [`import_against`], an [`ImportBaseline`]
+//!   of grants and contracts a hub keeps elsewhere.
 //! - [`scrub_free_space`]: a page-level walk of a SQLite image that zeroes its free space
 //!   (freeblocks, unallocated page areas, free-list pages, overflow tails) and nothing else, so
 //!   no deleted record survives in what a hub stores; exports come out scrubbed.
@@ -107,8 +109,9 @@ pub use error::{
 };
 pub use export::{ExportOptions, ExportReport, export_bytes, export_file};
 pub use import::{
-    DroppedConnection, DroppedContract, ImportOptions, ImportReport, RequirementProblem,
-    check_requirement, derive_allowed_hosts, https_url_host, import, import_check, normalize_host,
+    ApprovedGrant, DroppedConnection, DroppedContract, ImportBaseline, ImportOptions, ImportReport,
+    RequirementProblem, check_requirement, derive_allowed_hosts, https_url_host, import,
+    import_against, import_check, normalize_host,
 };
 pub use kv::{
     KvTable, NEEDS_ENDPOINT_CONFIRM_KEY, SIDECAR_HOST, SIDECAR_IDENTITY_DIRECTORY_KEY,
