@@ -166,6 +166,12 @@ pub(crate) fn check(file: &Path, limits: &Limits) -> Result<Outcome, Failure> {
                     )),
                 };
             }
+            if let Some(collision) = inspection.token_collisions.first() {
+                return Err(snug_schema::OpenError::AppTokenCollision {
+                    collision: collision.clone(),
+                }
+                .into());
+            }
             Ok(check_report(file, bytes.len() as u64, &inspection))
         }
     }
@@ -231,6 +237,7 @@ pub(crate) fn migrate(input: &Path, out: &Path, force: bool) -> Result<Outcome, 
         return Err(not_sqlite(input));
     }
     let (mut db, report) = UserDb::from_bytes(&bytes, Arc::new(SystemClock))?;
+    db.check_app_isolation()?;
     let image = if report.wrote {
         // VACUUM rebuilds the image from live records, so the dropped v1 blob table and wiped
         // credentials leave no bytes in free pages of the output.

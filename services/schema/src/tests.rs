@@ -1828,3 +1828,5 @@ fn mapped_statuses_carry_the_domain_and_their_reason() {
         reason::DOMAIN
     );
 }
+
+mod isolation;
