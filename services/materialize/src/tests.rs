@@ -932,3 +932,5 @@ fn mapped_reasons_are_the_domain_crates_own() {
 }
 
 mod isolation;
+
+mod read_never_writes;

@@ -180,6 +180,10 @@ pub(crate) fn persist_with(
     detach_runtime(user, attached)?;
     let report = written?;
     runtime.mark_clean(user_db);
+    if report.wrote {
+        // The registry row now lists every table the runtime has, recovered ones included.
+        runtime.clear_unregistered();
+    }
     Ok(report)
 }
 
