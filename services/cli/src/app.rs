@@ -308,6 +308,13 @@ fn run_sql(
     } else {
         None
     };
+    if !report.unregistered_tables.is_empty() {
+        // Reported, not repaired: a read leaves FILE byte-identical, and the next write registers them.
+        eprintln!(
+            "note: app {app} has tables at rest that its schema record does not list ({});              they were read as they are, and a statement that changes the app registers them",
+            report.unregistered_tables.join(", ")
+        );
+    }
     // Written: the file now holding it (`user.snug` after an adoption); else the file read.
     let file = match written {
         Some(_) => opened.source.write.as_path(),
@@ -343,6 +350,7 @@ fn run_sql(
             "results": report.results,
             "wrote": report.persist.wrote,
             "persist": report.persist,
+            "unregistered_tables": report.unregistered_tables,
         }),
     })
 }

@@ -154,6 +154,8 @@ pub(crate) fn open_exit(err: &DbOpenError) -> (Exit, &'static str) {
         | DbOpenError::Unreadable(_)
         | DbOpenError::NotAUserDatabase
         | DbOpenError::HostileSchema { .. } => (Exit::Corrupt, ""),
+        // No conforming hub writes two app ids of one token: the file is refused like a hostile one.
+        DbOpenError::AppTokenCollision { .. } => (Exit::Corrupt, ""),
         // A protected file is healthy: like a locked one, it needs its secret first.
         DbOpenError::Protected => (
             Exit::Locked,
@@ -204,7 +206,8 @@ fn materialize_exit(err: &snug_materialize::MaterializeError) -> Exit {
     use snug_materialize::MaterializeError as E;
     match err {
         E::AppNotFound { .. } => Exit::Usage,
-        E::CorruptSchema { .. }
+        E::AppTokenCollision { .. }
+        | E::CorruptSchema { .. }
         | E::StoredObjectRefused { .. }
         | E::Replay { .. }
         | E::SchemaMismatch { .. }
@@ -236,6 +239,7 @@ impl From<snug_materialize::ExecuteError> for Failure {
             // refusal of its schema is the statements' fault, not the file's.
             E::Persist(persist) => match persist {
                 P::AppNotFound { .. } | P::Refused(_) | P::CreateFailed { .. } => Exit::Usage,
+                P::AppTokenCollision { .. } => Exit::Corrupt,
                 // The CLI opens user databases from bytes, so no legacy file is ever adopted.
                 P::NameCollision { .. } | P::TooLarge { .. } | P::Adopt(_) | P::Sqlite(_) => {
                     Exit::Other
@@ -253,7 +257,7 @@ impl From<snug_materialize::PersistError> for Failure {
         use snug_materialize::PersistError as P;
         let exit = match &err {
             P::AppNotFound { .. } => Exit::Usage,
-            P::Refused(_) | P::CreateFailed { .. } => Exit::Corrupt,
+            P::AppTokenCollision { .. } | P::Refused(_) | P::CreateFailed { .. } => Exit::Corrupt,
             // The CLI opens user databases from bytes, so no legacy file is ever adopted.
             P::NameCollision { .. } | P::TooLarge { .. } | P::Adopt(_) | P::Sqlite(_) => {
                 Exit::Other

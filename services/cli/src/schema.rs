@@ -167,6 +167,12 @@ pub(crate) fn check(given: &Path, limits: &Limits) -> Result<Outcome, Failure> {
                     )),
                 };
             }
+            if let Some(collision) = inspection.token_collisions.first() {
+                return Err(snug_schema::OpenError::AppTokenCollision {
+                    collision: collision.clone(),
+                }
+                .into());
+            }
             Ok(check_report(file, bytes.len() as u64, &inspection))
         }
     }
@@ -237,6 +243,7 @@ pub(crate) fn migrate(
         return Err(not_sqlite(input));
     }
     let (mut db, report) = UserDb::from_bytes(&bytes, Arc::new(SystemClock))?;
+    db.check_app_isolation()?;
     let image = if report.wrote {
         // VACUUM rebuilds the image from live records, so the dropped v1 blob table and wiped
         // credentials leave no bytes in free pages of the output.

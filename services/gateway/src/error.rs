@@ -234,6 +234,14 @@ pub const TABLE: &[Mapping] = &[
         "SECRETS_PRESENT",
         false,
     ),
+    // Two registered apps of one appDataToken (§8.2): a pushed image is refused (schema), and so
+    // is the per-app export of either app from an image stored before the check (materialize).
+    row(
+        "APP_TOKEN_COLLISION",
+        StatusCode::BAD_REQUEST,
+        "APP_TOKEN_COLLISION",
+        false,
+    ),
     row(
         "PROTECTED",
         StatusCode::BAD_REQUEST,

@@ -595,6 +595,7 @@ impl MaterializeService for MaterializeServer {
                     open: Some(convert::open_summary(&open)),
                     user_db_changed,
                     length: bytes.len() as u64,
+                    unregistered_tables: report.unregistered_tables,
                 };
                 Ok((result, bytes))
             })

@@ -12,6 +12,9 @@ pub const DOMAIN: &str = "snug.materialize";
 
 /// No `snug_apps` row for the namespace; metadata `appId`.
 pub const APP_NOT_FOUND: &str = "APP_NOT_FOUND";
+/// Another registered app id has the namespace's `appDataToken` (§8.2), so its tables are
+/// refused to both; metadata `appId`, `otherAppId`, `token`.
+pub const APP_TOKEN_COLLISION: &str = "APP_TOKEN_COLLISION";
 /// An object name breaks the §8.2 rule; metadata `object`, `kind`.
 pub const INVALID_NAME: &str = "INVALID_NAME";
 /// A virtual table in a runtime or a statement; metadata `object`.
@@ -56,6 +59,7 @@ pub const PROTECTED: &str = "PROTECTED";
 /// Every reason this service can return, for the reason-table tests.
 pub const ALL: &[&str] = &[
     APP_NOT_FOUND,
+    APP_TOKEN_COLLISION,
     INVALID_NAME,
     VIRTUAL_TABLE,
     INVALID_KV_TABLE,

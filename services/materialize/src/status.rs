@@ -82,6 +82,16 @@ pub fn open_error(err: OpenError) -> Mapped {
                 ("supportedVersion", supported.to_string()),
             ],
         ),
+        OpenError::AppTokenCollision { collision } => Mapped::new(
+            Code::InvalidArgument,
+            reason::APP_TOKEN_COLLISION,
+            message,
+            [
+                ("appId", collision.app_id.clone()),
+                ("otherAppId", collision.other_app_id.clone()),
+                ("token", collision.token.clone()),
+            ],
+        ),
         OpenError::HostileSchema { problem } => {
             let (detail, object) = match problem {
                 Hostility::Trigger { name, .. } => ("trigger", name.clone()),
@@ -186,6 +196,20 @@ fn statement(index: usize, problem: &StatementProblem, ddl: bool, message: Strin
     mapped.with("statement", index.to_string())
 }
 
+/// A namespace whose token another registered app id also has; nothing was read or written.
+fn token_collision(namespace: &str, other_app_id: &str, token: &str, message: String) -> Mapped {
+    Mapped::new(
+        Code::InvalidArgument,
+        reason::APP_TOKEN_COLLISION,
+        message,
+        [
+            ("appId", namespace.to_owned()),
+            ("otherAppId", other_app_id.to_owned()),
+            ("token", token.to_owned()),
+        ],
+    )
+}
+
 /// Maps a failed materialization or export.
 pub fn materialize_error(err: MaterializeError) -> Mapped {
     let message = with_causes(&err);
@@ -196,6 +220,11 @@ pub fn materialize_error(err: MaterializeError) -> Mapped {
             message,
             [("appId", namespace.clone())],
         ),
+        MaterializeError::AppTokenCollision {
+            namespace,
+            other_app_id,
+            token,
+        } => token_collision(namespace, other_app_id, token, message),
         MaterializeError::CorruptSchema { namespace, .. } => {
             invalid(reason::CORRUPT_SCHEMA, message).with("appId", namespace.clone())
         }
@@ -228,6 +257,11 @@ pub fn persist_error(err: PersistError) -> Mapped {
             message,
             [("appId", namespace)],
         ),
+        PersistError::AppTokenCollision {
+            namespace,
+            other_app_id,
+            token,
+        } => token_collision(&namespace, &other_app_id, &token, message),
         PersistError::Refused(refused) => refusal(&refused, message),
         PersistError::NameCollision { name } => Mapped::new(
             Code::FailedPrecondition,

@@ -930,3 +930,7 @@ fn mapped_reasons_are_the_domain_crates_own() {
         assert_eq!(status::execute_error(reason).reason(), library);
     }
 }
+
+mod isolation;
+
+mod read_never_writes;

@@ -309,6 +309,7 @@ impl SchemaService for SchemaServer {
             .pool
             .try_run::<_, Mapped>(move || {
                 let (mut db, report) = open(&upload.bytes, clock)?;
+                db.check_app_isolation().map_err(status::open_error)?;
                 if !report.wrote {
                     // Nothing to do: the caller gets its own bytes back, not a re-serialisation.
                     return Ok((report, upload.bytes, true));

@@ -43,6 +43,9 @@ pub const THREAD_NOT_FOUND: &str = "THREAD_NOT_FOUND";
 pub const MESSAGE_NOT_FOUND: &str = "MESSAGE_NOT_FOUND";
 /// InstallApp with an explicit app id that is taken.
 pub const APP_EXISTS: &str = "APP_EXISTS";
+/// Two registered apps share an `appDataToken` (§8.2): a file holding both (import, migrate,
+/// validate), or InstallApp of an id whose token is taken; metadata `appId`, `otherAppId`, `token`.
+pub const APP_TOKEN_COLLISION: &str = "APP_TOKEN_COLLISION";
 /// DeleteAppVersion of a pinned version.
 pub const VERSION_PINNED: &str = "VERSION_PINNED";
 /// DeleteAppVersion of the current version.
@@ -73,6 +76,7 @@ pub const ALL: &[&str] = &[
     THREAD_NOT_FOUND,
     MESSAGE_NOT_FOUND,
     APP_EXISTS,
+    APP_TOKEN_COLLISION,
     VERSION_PINNED,
     VERSION_CURRENT,
     NO_FACTORY_VERSION,

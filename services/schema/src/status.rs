@@ -11,7 +11,7 @@
 use snug_container::Corruption;
 use snug_schema::{
     AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
-    OpenError, SaveError, ScrubError,
+    OpenError, SaveError, ScrubError, TokenCollision,
 };
 use tonic::Code;
 
@@ -105,6 +105,20 @@ pub fn scrub_error(err: ScrubError) -> Mapped {
     )
 }
 
+/// Two registered apps that share a token; metadata names both app ids and the token.
+fn token_collision(collision: &TokenCollision, message: String) -> Mapped {
+    Mapped::new(
+        Code::InvalidArgument,
+        reason::APP_TOKEN_COLLISION,
+        message,
+        [
+            ("appId", collision.app_id.clone()),
+            ("otherAppId", collision.other_app_id.clone()),
+            ("token", collision.token.clone()),
+        ],
+    )
+}
+
 /// Maps a failed open, create or migration.
 pub fn open_error(err: OpenError) -> Mapped {
     let message = err.to_string();
@@ -122,6 +136,7 @@ pub fn open_error(err: OpenError) -> Mapped {
         OpenError::NotAUserDatabase => not_a_user_database(message),
         OpenError::SchemaTooNew { found, supported } => schema_too_new(*found, *supported, message),
         OpenError::HostileSchema { problem } => hostile(problem, message),
+        OpenError::AppTokenCollision { collision } => token_collision(collision, message),
         OpenError::Io { .. } | OpenError::Entropy(_) | OpenError::Sqlite(_) => {
             Mapped::internal(&err)
         }
@@ -171,6 +186,7 @@ pub fn import_error(err: ImportError) -> Mapped {
             schema_too_new(*found, *supported, message)
         }
         ImportError::HostileSchema { problem } => hostile(problem, message),
+        ImportError::AppTokenCollision { collision } => token_collision(collision, message),
         ImportError::Entropy(_) | ImportError::Sqlite(_) => Mapped::internal(&err),
     }
 }
@@ -234,6 +250,19 @@ pub fn app_error(err: AppError) -> Mapped {
             reason::APP_EXISTS,
             message,
             [("appId", app_id.clone())],
+        ),
+        AppError::AppTokenCollision {
+            app_id,
+            other_app_id,
+        } => Mapped::new(
+            Code::InvalidArgument,
+            reason::APP_TOKEN_COLLISION,
+            message,
+            [
+                ("appId", app_id.clone()),
+                ("otherAppId", other_app_id.clone()),
+                ("token", snug_schema::app_data_token(app_id)),
+            ],
         ),
         AppError::InvalidContract => {
             Mapped::new(Code::InvalidArgument, reason::INVALID_CONTRACT, message, [])

@@ -1830,3 +1830,4 @@ fn mapped_statuses_carry_the_domain_and_their_reason() {
 }
 
 mod import;
+mod isolation;

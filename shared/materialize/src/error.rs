@@ -35,6 +35,19 @@ pub enum MaterializeError {
         /// The namespace asked for.
         namespace: String,
     },
+    /// Another registered app id has the namespace's `appDataToken` (`A7F3…` beside `a7f3…`),
+    /// so the at-rest tables are that app's as well: neither id may reach them (§8.2).
+    #[error(
+        "app {namespace:?} shares the data token {token} with app {other_app_id:?}; its tables are refused to both"
+    )]
+    AppTokenCollision {
+        /// The namespace asked for.
+        namespace: String,
+        /// The other registered app id with the same token.
+        other_app_id: String,
+        /// The shared token.
+        token: String,
+    },
     /// The app's `schema_json` cannot be read. Materialization fails closed rather than hand
     /// out a runtime whose write-back would drop the tables the registry no longer describes.
     #[error("the registered schema of app {namespace:?} is unreadable: {problem}")]
@@ -89,6 +102,7 @@ impl MaterializeError {
     pub fn reason(&self) -> &'static str {
         match self {
             MaterializeError::AppNotFound { .. } => "APP_NOT_FOUND",
+            MaterializeError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
             MaterializeError::CorruptSchema { .. } => "CORRUPT_SCHEMA",
             MaterializeError::StoredObjectRefused { refusal, .. } => refusal.reason(),
             MaterializeError::Replay { problem, .. } => match problem {
@@ -136,6 +150,19 @@ pub enum PersistError {
         /// The namespace.
         namespace: String,
     },
+    /// Another registered app id has the namespace's `appDataToken`, so the write would land in
+    /// that app's tables (§8.2).
+    #[error(
+        "app {namespace:?} shares the data token {token} with app {other_app_id:?}; its tables are refused to both"
+    )]
+    AppTokenCollision {
+        /// The namespace.
+        namespace: String,
+        /// The other registered app id with the same token.
+        other_app_id: String,
+        /// The shared token.
+        token: String,
+    },
     /// The runtime's schema is refused (invalid name, virtual table, foreign `snug_kv`).
     #[error("write-back refused: {0}")]
     Refused(Refusal),
@@ -177,6 +204,7 @@ impl PersistError {
     pub fn reason(&self) -> &'static str {
         match self {
             PersistError::AppNotFound { .. } => "APP_NOT_FOUND",
+            PersistError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
             PersistError::Refused(refusal) => refusal.reason(),
             PersistError::NameCollision { .. } => "NAME_COLLISION",
             PersistError::CreateFailed { .. } => "DDL_FAILED",

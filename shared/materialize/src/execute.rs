@@ -182,11 +182,17 @@ pub struct ExecuteReport {
     pub results: Vec<StatementResult>,
     /// The write-back (`wrote == false` when the statements changed nothing).
     pub persist: PersistReport,
+    /// Natural names of the app's at-rest tables that its schema record does not list and that
+    /// are still unlisted after the call: a call that writes registers them, one that does not
+    /// leaves them (and every other byte) as they were. Empty for a conforming file.
+    pub unregistered_tables: Vec<String>,
 }
 
 /// Runs `statements` (exactly one statement per entry) against app `namespace`'s materialized
 /// database, all or nothing, and writes the outcome back as [`persist`] does: a read-only call,
-/// or one whose writes changed nothing, writes no byte.
+/// or one whose writes changed nothing, writes no byte — even when the app has at-rest tables
+/// its schema record does not list, which are then reported
+/// ([`ExecuteReport::unregistered_tables`]) and registered only by a call that writes.
 pub fn execute<S: AsRef<str>>(
     user_db: &mut UserDb,
     namespace: &str,
@@ -196,7 +202,11 @@ pub fn execute<S: AsRef<str>>(
     let mut runtime = materialize(user_db, namespace).map_err(ExecuteError::Materialize)?;
     let results = runtime.execute(statements, limits)?;
     let persist = persist(user_db, &mut runtime).map_err(ExecuteError::Persist)?;
-    Ok(ExecuteReport { results, persist })
+    Ok(ExecuteReport {
+        results,
+        persist,
+        unregistered_tables: runtime.unregistered_tables().to_vec(),
+    })
 }
 
 /// The per-statement step budget, checked by SQLite's progress handler.

@@ -35,13 +35,23 @@ use crate::userside::{
 ///
 /// The runtime holds only this app's objects, under natural names; hub tables and other apps'
 /// tables are absent (not filtered), so app SQL has nothing else to name. The user database is
-/// only read.
+/// only read. A namespace whose token another registered app id also has is refused
+/// ([`MaterializeError::AppTokenCollision`]): its at-rest tables are that app's too.
 ///
 /// At-rest tables of the app that the registry does not list (a registry lost or written by a
 /// faulty host) are recovered: re-created from their at-rest DDL and renamed to their natural
 /// name by SQLite, so their rows survive the next write-back instead of being dropped by it.
+/// They are named by [`AppDatabase::unregistered_tables`]; a persist of the unchanged runtime
+/// still writes nothing, so a read leaves the file as it is.
 pub fn materialize(user_db: &UserDb, namespace: &str) -> Result<AppDatabase, MaterializeError> {
     let ns = AppNamespace::new(namespace);
+    if let Some(other_app_id) = user_db.other_app_with_token(namespace)? {
+        return Err(MaterializeError::AppTokenCollision {
+            namespace: namespace.to_owned(),
+            other_app_id,
+            token: ns.token().to_owned(),
+        });
+    }
     let user = user_db.connection();
     let mut runtime = AppDatabase::create(ns.clone())?;
     // A read-only user connection (a legacy file whose adoption is pending) cannot attach the
@@ -64,7 +74,7 @@ pub fn materialize(user_db: &UserDb, namespace: &str) -> Result<AppDatabase, Mat
     }
     let loaded = loaded?;
     finish(&runtime, &loaded)?;
-    runtime.finish_materialize(user_db, loaded.recovered.is_empty())?;
+    runtime.finish_materialize(user_db, loaded.recovered)?;
     Ok(runtime)
 }
 

@@ -103,8 +103,9 @@ impl Plan<'_> {
 
 /// Writes `runtime` back into `user_db` (spec §8.2).
 ///
-/// Fails closed: a runtime with an invalid object name, a virtual table or a foreign `snug_kv`
-/// is refused before the user database is touched; any later failure (including the size cap,
+/// Fails closed: a runtime with an invalid object name, a virtual table or a foreign `snug_kv`,
+/// and a namespace whose token another registered app id also has, are refused before the
+/// user database is touched; any later failure (including the size cap,
 /// [`PersistError::TooLarge`]) rolls the one transaction back, so the app's previous rest
 /// state, the secrets and every other app are exactly as they were.
 pub fn persist(
@@ -119,6 +120,13 @@ pub(crate) fn persist_with(
     runtime: &mut AppDatabase,
     audit: Option<&Audit<'_>>,
 ) -> Result<PersistReport, PersistError> {
+    if let Some(other_app_id) = user_db.other_app_with_token(runtime.namespace())? {
+        return Err(PersistError::AppTokenCollision {
+            namespace: runtime.namespace().to_owned(),
+            other_app_id,
+            token: runtime.token().to_owned(),
+        });
+    }
     if audit.is_none() && runtime.is_clean_for(user_db) {
         return Ok(PersistReport {
             unchanged_runtime: true,
@@ -172,6 +180,10 @@ pub(crate) fn persist_with(
     detach_runtime(user, attached)?;
     let report = written?;
     runtime.mark_clean(user_db);
+    if report.wrote {
+        // The registry row now lists every table the runtime has, recovered ones included.
+        runtime.clear_unregistered();
+    }
     Ok(report)
 }
 

@@ -55,6 +55,7 @@ pub struct AppDatabase {
     uri: String,
     sandbox: Sandbox,
     baseline: Option<Baseline>,
+    unregistered: Vec<String>,
 }
 
 impl std::fmt::Debug for AppDatabase {
@@ -121,6 +122,7 @@ impl AppDatabase {
             uri,
             sandbox,
             baseline: None,
+            unregistered: Vec::new(),
         };
         db.cap_size()?;
         Ok(db)
@@ -201,6 +203,20 @@ impl AppDatabase {
 
     pub(crate) fn app_namespace(&self) -> &AppNamespace {
         &self.namespace
+    }
+
+    /// Returns the natural names of the app's at-rest tables that its schema record did not
+    /// list when this runtime was materialized, recovered here with their rows.
+    ///
+    /// A read never writes: they are registered only by a persist that writes (a change to the
+    /// runtime, or apply-DDL); until then the user database keeps them as they are at rest.
+    pub fn unregistered_tables(&self) -> &[String] {
+        &self.unregistered
+    }
+
+    /// Records that a persist registered every table, recovered ones included.
+    pub(crate) fn clear_unregistered(&mut self) {
+        self.unregistered.clear();
     }
 
     /// Returns the sandboxed connection, for app SQL a host runs itself.
@@ -292,17 +308,17 @@ impl AppDatabase {
         self.sandbox.enter(mode)
     }
 
+    /// Ends a materialization: the runtime matches `user_db` as far as a persist is concerned,
+    /// even with `unregistered` tables recovered, so that reading the app writes nothing; the
+    /// first persist that writes registers them with everything else.
     pub(crate) fn finish_materialize(
         &mut self,
         user_db: &UserDb,
-        clean: bool,
+        unregistered: Vec<String>,
     ) -> rusqlite::Result<()> {
         self.cap_size()?;
-        if clean {
-            self.mark_clean(user_db);
-        } else {
-            self.baseline = None;
-        }
+        self.mark_clean(user_db);
+        self.unregistered = unregistered;
         Ok(())
     }
 }

@@ -302,6 +302,9 @@ fn encode_contract(contract: &serde_json::Value) -> Result<String, AppError> {
 impl UserDb {
     /// Installs an app with version 1 (pinned: the factory version), or returns the existing
     /// app with the same install source.
+    ///
+    /// An app id whose `appDataToken` is another installed app's (`A7F3…` beside `a7f3…`) is
+    /// refused ([`AppError::AppTokenCollision`]): the two would share their tables (§8.2).
     pub fn install_app(&mut self, new: &NewApp) -> Result<Installed, AppError> {
         let now = self.now();
         let app_id = match &new.app_id {
@@ -331,6 +334,12 @@ impl UserDb {
         )?;
         if taken {
             return Err(AppError::AppExists { app_id });
+        }
+        if let Some(other_app_id) = crate::isolation::other_holder(&tx, &app_id)? {
+            return Err(AppError::AppTokenCollision {
+                app_id,
+                other_app_id,
+            });
         }
         tx.execute(
             &format!("INSERT INTO snug_apps ({APP_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, ?8)"),
@@ -605,7 +614,8 @@ impl UserDb {
     }
 
     /// Deletes an app and everything that belongs to it, in one transaction: its at-rest data
-    /// tables, chat threads and messages, docs, versions, migrations, schema registry row,
+    /// tables (not those under a token another registered app also holds: they are that app's
+    /// data as well, so deleting one of two colliding apps repairs the file), chat threads and messages, docs, versions, migrations, schema registry row,
     /// connections (tombstones too), `auth:<appId>:…` secrets, per-app settings keys and their
     /// share-link secrets, the sidecar identity directory when no approved grant needs it any
     /// more, and last the app row.
@@ -651,6 +661,17 @@ impl UserDb {
                 prefixes.push(prefix);
             }
         }
+        // A prefix another registered app also holds (a file with two app ids of one token)
+        // names that app's tables too: deleting this app must not delete its data.
+        let others: Vec<String> = crate::isolation::registered_app_ids(&tx)?
+            .into_iter()
+            .filter(|other| other != app_id)
+            .collect();
+        prefixes.retain(|prefix| {
+            !others
+                .iter()
+                .any(|other| app_rest_table_prefix(&app_data_token(other)) == *prefix)
+        });
         let tables: Vec<String> = {
             let mut stmt =
                 tx.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?;

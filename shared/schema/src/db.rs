@@ -426,11 +426,13 @@ pub fn inspect_path(path: &Path) -> Result<Inspection, OpenError> {
 }
 
 /// Opens an image in memory, runs the pipeline and returns the resulting image and report.
+/// Two registered apps that share a token refuse the file ([`OpenError::AppTokenCollision`]).
 pub fn migrate_bytes(
     bytes: &[u8],
     clock: Arc<dyn Clock>,
 ) -> Result<(Vec<u8>, OpenReport), OpenError> {
     let (mut db, report) = UserDb::from_bytes(bytes, clock)?;
+    db.check_app_isolation()?;
     let bytes = db.to_bytes()?;
     Ok((bytes, report))
 }
@@ -439,7 +441,8 @@ pub fn migrate_bytes(
 ///
 /// The source is loaded into memory straight from the file, migrated and healed there, and
 /// written compacted with `VACUUM INTO`, so free pages (dropped v1 blobs, wiped legacy
-/// credentials) never reach `dst`. `dst` must not exist.
+/// credentials) never reach `dst`. `dst` must not exist. Two registered apps that share a token
+/// refuse the file ([`OpenError::AppTokenCollision`]).
 pub fn migrate_file(
     src: &Path,
     dst: &Path,
@@ -470,6 +473,12 @@ pub fn migrate_file(
     // The source may be anyone's file: nothing in it is trusted before quick_check says ok.
     quick_check(&conn)?;
     let report = open::run(&mut conn, clock.as_ref(), Trust::Own)?;
+    if let Some(collision) = crate::isolation::token_collisions(&conn)?
+        .into_iter()
+        .next()
+    {
+        return Err(OpenError::AppTokenCollision { collision });
+    }
     // VACUUM INTO a temp sibling, then fsync and rename: `dst` appears whole or not at all.
     let tmp = temp_sibling(dst, "migrate");
     let written = vacuum_into(&conn, &tmp)

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::isolation::TokenCollision;
+
 /// Why the bytes are not a well-formed SQLite file, found before or by SQLite itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -203,6 +205,14 @@ pub enum OpenError {
         /// What was found.
         problem: Hostility,
     },
+    /// Two registered apps share an `appDataToken` (§8.2): refused by migrate and inspection.
+    #[error(
+        "{collision}; no conforming hub registers both, so the file is refused (delete one of the apps)"
+    )]
+    AppTokenCollision {
+        /// The two app ids and their token.
+        collision: TokenCollision,
+    },
     /// Reading the file from disk failed.
     #[error("cannot read {path}")]
     Io {
@@ -230,6 +240,7 @@ impl OpenError {
             OpenError::NotAUserDatabase => "NOT_A_USER_DATABASE",
             OpenError::SchemaTooNew { .. } => "SCHEMA_TOO_NEW",
             OpenError::HostileSchema { .. } => "HOSTILE_SCHEMA",
+            OpenError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
             OpenError::Io { .. } => "IO",
             OpenError::Entropy(_) => "ENTROPY_UNAVAILABLE",
             OpenError::Sqlite(_) => "STORAGE",
@@ -307,6 +318,12 @@ pub enum ImportError {
         /// What was found.
         problem: Hostility,
     },
+    /// Two registered apps share an `appDataToken` (§8.2).
+    #[error("{collision}; no conforming hub registers both, so the file is refused")]
+    AppTokenCollision {
+        /// The two app ids and their token.
+        collision: TokenCollision,
+    },
     /// The CSPRNG failed while minting a database id for a file that had none.
     #[error("no randomness for a database id")]
     Entropy(#[source] getrandom::Error),
@@ -327,6 +344,7 @@ impl ImportError {
             ImportError::NotAUserDatabase => "NOT_A_USER_DATABASE",
             ImportError::SchemaTooNew { .. } => "SCHEMA_TOO_NEW",
             ImportError::HostileSchema { .. } => "HOSTILE_SCHEMA",
+            ImportError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
             ImportError::Entropy(_) => "ENTROPY_UNAVAILABLE",
             ImportError::Sqlite(_) => "STORAGE",
         }
@@ -492,6 +510,17 @@ pub enum AppError {
         /// The app id.
         app_id: String,
     },
+    /// The app id's `appDataToken` is already another installed app's (`A7F3…` beside
+    /// `a7f3…`), so the two would share their tables (§8.2).
+    #[error(
+        "app id {app_id:?} has the data token of installed app {other_app_id:?}; the two would share their tables"
+    )]
+    AppTokenCollision {
+        /// The app id asked for.
+        app_id: String,
+        /// The installed app holding the token.
+        other_app_id: String,
+    },
     /// A runtime contract that is not a JSON object.
     #[error("the runtime contract must be a JSON object")]
     InvalidContract,
@@ -521,6 +550,7 @@ impl AppError {
             AppError::VersionCurrent { .. } => "VERSION_CURRENT",
             AppError::NoFactoryVersion { .. } => "NO_FACTORY_VERSION",
             AppError::AppExists { .. } => "APP_EXISTS",
+            AppError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
             AppError::InvalidContract => "INVALID_CONTRACT",
             AppError::TooLarge { .. } => "TOO_LARGE",
             AppError::Entropy(_) => "ENTROPY_UNAVAILABLE",

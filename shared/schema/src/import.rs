@@ -7,7 +7,8 @@
 //! 3. SQLite magic and header sanity, then a defensive in-memory open and `quick_check`;
 //! 4. newer than v6 refused; no `snug_meta` refused; hostile schema refused (triggers, views,
 //!    virtual tables, foreign indexes on hub tables, foreign tables, hub tables of another shape);
-//! 5. migrate, heal, and wipe the legacy credential slice when the version advanced;
+//! 5. migrate, heal, and wipe the legacy credential slice when the version advanced; then
+//!    refuse two registered apps that share an `appDataToken` (§8.2);
 //! 6. reconcile `snug_connections` against the local approved grants (§12.4);
 //! 7. drop runtime contracts the local database does not already hold (§18.2), unless the file
 //!    comes from the user's own trusted sync origin;
@@ -560,6 +561,13 @@ pub fn import_against(
     drop(plain);
     quick_check(&conn)?;
     let report = open::run(&mut conn, clock.as_ref(), Trust::Foreign)?;
+    // After the ladder, so a file of any version is judged on its v6 registry.
+    if let Some(collision) = crate::isolation::token_collisions(&conn)?
+        .into_iter()
+        .next()
+    {
+        return Err(ImportError::AppTokenCollision { collision });
+    }
 
     let now = clock.timestamp();
     let tx = conn.transaction()?;

@@ -79,6 +79,7 @@ mod docs;
 mod error;
 mod export;
 mod import;
+mod isolation;
 mod kv;
 mod naming;
 mod open;
@@ -113,6 +114,7 @@ pub use import::{
     RequirementProblem, check_requirement, derive_allowed_hosts, https_url_host, import,
     import_against, import_check, normalize_host,
 };
+pub use isolation::TokenCollision;
 pub use kv::{
     KvTable, NEEDS_ENDPOINT_CONFIRM_KEY, SIDECAR_HOST, SIDECAR_IDENTITY_DIRECTORY_KEY,
     app_model_key, canonical_json, encode_json,

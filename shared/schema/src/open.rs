@@ -704,8 +704,12 @@ pub struct Inspection {
     /// Why opening the file as the user's own would refuse it, if it would.
     pub open_refusal: Option<RefusalSummary>,
     /// Why importing the file would refuse it (stricter: `snug_meta` required, foreign tables
-    /// refused), if it would. Container and cap checks are not part of an inspection.
+    /// refused, no two apps sharing a token), if it would. Container and cap checks are not part
+    /// of an inspection.
     pub import_refusal: Option<RefusalSummary>,
+    /// Pairs of registered apps that share an `appDataToken` (§8.2); a migration, an import and
+    /// a hub's push validation refuse a file with any.
+    pub token_collisions: Vec<crate::isolation::TokenCollision>,
 }
 
 /// A refusal an inspection predicts.
@@ -771,6 +775,19 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Inspection> {
         0
     };
     let needs_meta_seed = needs_meta_seed(conn, &objects)?;
+    // A `snug_apps` without an `app_id` column cannot be read here; the shape check refuses it.
+    let token_collisions = crate::isolation::token_collisions(conn).unwrap_or_default();
+    let import_refusal = preflight(conn, &objects, version, Trust::Foreign).or_else(|| {
+        token_collisions.first().map(|collision| {
+            let err = crate::error::ImportError::AppTokenCollision {
+                collision: collision.clone(),
+            };
+            RefusalSummary {
+                reason: err.reason(),
+                message: err.to_string(),
+            }
+        })
+    });
     Ok(Inspection {
         storage_version: version,
         supported_version: STORAGE_VERSION,
@@ -780,7 +797,8 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Inspection> {
         legacy_credentials,
         needs_meta_seed,
         open_refusal: preflight(conn, &objects, version, Trust::Own),
-        import_refusal: preflight(conn, &objects, version, Trust::Foreign),
+        import_refusal,
+        token_collisions,
     })
 }
 

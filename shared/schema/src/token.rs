@@ -22,8 +22,10 @@ pub fn is_uuid_shaped(namespace: &str) -> bool {
 /// Returns `appDataToken(namespace)`: a UUID-shaped namespace becomes its 32 lowercase hex
 /// digits, anything else `x` followed by the lowercase hex of its UTF-8 bytes.
 ///
-/// The function is total and injective: the `x` prefix lies outside the hex alphabet, so the two
-/// ranges cannot collide, and a 32-hex-digit namespace that is not UUID-shaped takes the `x` branch.
+/// The function is total, and injective except for letter case in a UUID-shaped namespace: the
+/// `x` prefix lies outside the hex alphabet, so the two ranges cannot collide, and a
+/// 32-hex-digit namespace that is not UUID-shaped takes the `x` branch; but `A7F3…` and `a7f3…`
+/// share a token, which is why two such app ids are never registered side by side (§8.2).
 pub fn app_data_token(namespace: &str) -> String {
     if is_uuid_shaped(namespace) {
         namespace

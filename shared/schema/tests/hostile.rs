@@ -218,7 +218,7 @@ fn import_errors_are_exhaustively_mappable() {
             ImportError::Malformed { .. } | ImportError::Unreadable(_) => 4,
             ImportError::NotAUserDatabase => 4,
             ImportError::SchemaTooNew { .. } => 5,
-            ImportError::HostileSchema { .. } => 6,
+            ImportError::HostileSchema { .. } | ImportError::AppTokenCollision { .. } => 6,
             ImportError::Entropy(_) | ImportError::Sqlite(_) => 7,
         }
     }

@@ -339,13 +339,23 @@ fn unregistered_rest_tables_are_recovered_not_lost() {
         .query_row("SELECT count(*) FROM trades", [], |row| row.get(0))
         .unwrap();
     assert_eq!(rows, 2);
-    assert!(
-        runtime.is_dirty(),
-        "the registry must be rewritten on the next persist"
-    );
+    assert_eq!(runtime.unregistered_tables(), ["trades", "equities"]);
+    // A read never writes: the unchanged runtime persists as a no-op and the tables stay as found.
+    assert!(!runtime.is_dirty());
+    assert!(!persist(&mut db, &mut runtime).unwrap().wrote);
+    assert!(crate::test_support::schema_json(&db, TRADER).is_none());
+    // The first write registers them with everything else.
+    runtime
+        .connection()
+        .execute(
+            "DELETE FROM trades WHERE rowid = (SELECT min(rowid) FROM trades)",
+            [],
+        )
+        .unwrap();
     let report = persist(&mut db, &mut runtime).unwrap();
     assert!(report.wrote);
     assert!(crate::test_support::schema_json(&db, TRADER).is_some());
+    assert_eq!(runtime.unregistered_tables(), Vec::<String>::new());
 }
 
 #[test]
