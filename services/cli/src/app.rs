@@ -311,7 +311,8 @@ fn run_sql(
     if !report.unregistered_tables.is_empty() {
         // Reported, not repaired: a read leaves FILE byte-identical, and the next write registers them.
         eprintln!(
-            "note: app {app} has tables at rest that its schema record does not list ({});              they were read as they are, and a statement that changes the app registers them",
+            "note: app {app} has tables at rest that its schema record does not list ({}); \
+             they were read as they are, and a statement that changes the app registers them",
             report.unregistered_tables.join(", ")
         );
     }

@@ -306,7 +306,8 @@ impl From<snug_schema::ImportError> for Failure {
             | E::Malformed { .. }
             | E::Unreadable(_)
             | E::NotAUserDatabase
-            | E::HostileSchema { .. } => Exit::Corrupt,
+            | E::HostileSchema { .. }
+            | E::AppTokenCollision { .. } => Exit::Corrupt,
             E::TooLarge { .. } | E::Entropy(_) | E::Sqlite(_) => Exit::Other,
         };
         Failure::new(exit, err.reason(), with_causes(&err))

@@ -40,7 +40,7 @@ use crate::{
 // --- errors -------------------------------------------------------------------------------------
 //
 // A name that is not in the file (app, version, doc, thread, message) and a request the file's
-// state forbids (a taken app id, a pinned or current version, no factory version, a contract that
+// state forbids (a taken app id or one whose token another app holds, a pinned or current version, no factory version, a contract that
 // is not an object) are usage errors (2): the file is fine, the command line is not. A row no
 // conforming hub writes is a damaged file (4). Caps and host failures are 1.
 
@@ -53,6 +53,7 @@ impl From<AppError> for Failure {
             | AppError::VersionCurrent { .. }
             | AppError::NoFactoryVersion { .. }
             | AppError::AppExists { .. }
+            | AppError::AppTokenCollision { .. }
             | AppError::InvalidContract => Exit::Usage,
             AppError::TooLarge { .. } | AppError::Entropy(_) | AppError::Sqlite(_) => Exit::Other,
         };

@@ -73,7 +73,13 @@ pub(crate) fn import(
     secret_args: &SecretArgs,
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
-    files::check_output(input, into, true).map_err(|_| {
+    // FILE is meant to be replaced, and a protected FILE is refused below with PROTECTED, so the
+    // only refusal left here is --into naming IN itself.
+    let replace = files::Replace {
+        force: true,
+        replace_protected: true,
+    };
+    files::check_output(input, into, replace).map_err(|_| {
         Failure::usage(format!(
             "--into {} is IN itself; import a file into another one",
             into.display()
