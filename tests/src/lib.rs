@@ -76,7 +76,8 @@ pub fn userdb_with_filler(len: usize) -> (Vec<u8>, usize) {
         .expect("insert");
     }
     drop(conn);
-    let bytes = std::fs::read(&path).expect("read");
+    // In the form the hub stores, so that a test can compare what it gets back byte for byte.
+    let bytes = stored_form(&std::fs::read(&path).expect("read"));
     assert!(bytes.len() <= len, "{} bytes", bytes.len());
     // A filler character in the middle of the file: a hex digit inside a JSON string.
     let mid = bytes.len() / 2;
@@ -192,6 +193,11 @@ impl Hub {
             .expect("add user")
             .1
             .token
+    }
+
+    /// The directory holding everything the hub stores (the sync store's files, the gateway's).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
     }
 
     /// The gateway's base URL.
@@ -489,6 +495,12 @@ pub const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
 /// The `Authorization` value for a bearer token.
 pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")
+}
+
+/// `image` as the hub stores and serves it: its SQLite free space zeroed, the one rewrite of a
+/// pushed image (ValidateSyncImage); an image already in that form is stored as sent.
+pub fn stored_form(image: &[u8]) -> Vec<u8> {
+    snug_schema::scrub_free_space(image).expect("a walkable SQLite image")
 }
 
 /// `PUT /userdb` with `token`, one precondition header and `body`.

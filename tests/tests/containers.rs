@@ -48,14 +48,15 @@ fn options() -> HubOptions {
         .with_env("SNUG_RPC_CONNECT_TIMEOUT", "1s")
 }
 
-/// A plain, secrets-free v6 user database (the reference's default export of its sample).
+/// A plain, secrets-free v6 user database (the reference's default export of its sample), as
+/// the hub stores it (free space zeroed), so that it is stored and served as sent.
 fn first_image() -> Vec<u8> {
-    userdb_vector("sample-v6.export.snug")
+    snug_e2e::stored_form(&userdb_vector("sample-v6.export.snug"))
 }
 
 /// Another one.
 fn second_image() -> Vec<u8> {
-    userdb_vector("fresh-v6.export.snug")
+    snug_e2e::stored_form(&userdb_vector("fresh-v6.export.snug"))
 }
 
 /// Asserts a 200 GET carries exactly `bytes` as revision `revision`, with every header §9.3 needs.

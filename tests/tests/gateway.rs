@@ -13,14 +13,15 @@ use snug_e2e::{
 };
 use snug_gateway::config::AuthMode;
 
-/// A plain, secrets-free user database (the reference's default export of its sample).
+/// A plain, secrets-free user database (the reference's default export of its sample), as
+/// the hub stores it (free space zeroed), so that it is stored and served as sent.
 fn image() -> Vec<u8> {
-    userdb_vector("sample-v6.export.snug")
+    snug_e2e::stored_form(&userdb_vector("sample-v6.export.snug"))
 }
 
 /// A different plain, secrets-free user database.
 fn other_image() -> Vec<u8> {
-    userdb_vector("fresh-v6.export.snug")
+    snug_e2e::stored_form(&userdb_vector("fresh-v6.export.snug"))
 }
 
 async fn hub() -> (Hub, Http) {

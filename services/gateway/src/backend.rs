@@ -255,15 +255,16 @@ impl Backends {
         .await
     }
 
-    /// Validates `image` with the schema service and writes it with the sync service, from one
-    /// buffer.
+    /// Validates `image` with the schema service, zeroes the free space the validation names, and
+    /// writes the result with the sync service.
     ///
-    /// Both calls stream the same bytes at the same time (zero-copy slices of `image`), so the
-    /// transfer and storage of the image overlap its validation. The write cannot land before the
-    /// validation says yes: the PutImage header declares the image's length, and the last chunk is
-    /// held back until the verdict. On a refusal the stream ends one chunk short, and the sync
-    /// service refuses a stream shorter than its declared length and writes nothing (sync.proto,
-    /// `expected_length`); the same happens if this future is dropped because the client went away.
+    /// The one rewrite of accepted bytes: the hub never keeps or serves bytes that are not live
+    /// content (a credential deleted without VACUUM stays in SQLite's free space), so the stored
+    /// image is the pushed one with the ranges of `ValidateSyncImageResponse.free_space` zeroed,
+    /// and its hash, `Repr-Digest` and the sync service's replay check all refer to those bytes.
+    /// The write therefore starts only after the verdict: no unscrubbed byte ever reaches the
+    /// sync service, not even in an upload it would abandon. An image this project's CLI or
+    /// library exported has nothing to zero and is stored as sent.
     pub async fn put(
         &self,
         caller: &Caller,
@@ -271,8 +272,6 @@ impl Backends {
         image: Bytes,
     ) -> Result<sync_pb::RevisionInfo, ApiError> {
         let length = image.len() as u64;
-        let (verdict_tx, verdict_rx) = tokio::sync::oneshot::channel::<bool>();
-
         let validate_stream = chunks::upload(
             schema_pb::ValidateSyncImageRequest {
                 message: Some(schema_pb::validate_sync_image_request::Message::Header(
@@ -290,62 +289,55 @@ impl Backends {
         );
         let mut schema = self.schema.clone();
         let validate_request = self.request(validate_stream);
-        let validate = async move {
-            let result = schema.validate_sync_image(validate_request).await;
-            let _ = verdict_tx.send(result.is_ok());
-            result
-        };
-
-        let put_chunk = |chunk| sync_pb::PutImageRequest {
-            message: Some(sync_pb::put_image_request::Message::Chunk(chunk)),
-        };
-        let mut pieces: Vec<Bytes> = chunks::split_into_chunks(image).collect();
-        let last = pieces.pop();
-        let header = sync_pb::PutImageRequest {
-            message: Some(sync_pb::put_image_request::Message::Header(
-                sync_pb::PutImageHeader {
-                    caller: Some(caller.pb()),
-                    precondition: Some(precondition.pb()),
-                    idempotency_key: None,
-                    expected_length: Some(length),
-                },
-            )),
-        };
-        let held_back = futures::stream::once(async move {
-            match (verdict_rx.await, last) {
-                (Ok(true), Some(last)) => Some(put_chunk(last)),
-                _ => None,
-            }
-        })
-        .filter_map(std::future::ready);
-        let put_stream =
-            futures::stream::iter(std::iter::once(header).chain(pieces.into_iter().map(put_chunk)))
-                .chain(held_back);
         let mut sync = self.sync.clone();
-        let put_request = self.request(put_stream);
-        let put = sync.put_image(put_request);
-
-        let (validation, put) = tokio::time::timeout(self.deadline, async {
-            tokio::join!(validate, put)
+        let caller = caller.pb();
+        let precondition = precondition.pb();
+        tokio::time::timeout(self.deadline, async move {
+            let verdict = schema
+                .validate_sync_image(validate_request)
+                .await
+                .map_err(|status| ApiError::from_status(&status))?
+                .into_inner();
+            let stored = zero_free_space(image, &verdict.free_space)?;
+            let header = sync_pb::PutImageRequest {
+                message: Some(sync_pb::put_image_request::Message::Header(
+                    sync_pb::PutImageHeader {
+                        caller: Some(caller),
+                        precondition: Some(precondition),
+                        idempotency_key: None,
+                        expected_length: Some(length),
+                    },
+                )),
+            };
+            let put_stream = chunks::upload(header, stored, |chunk| sync_pb::PutImageRequest {
+                message: Some(sync_pb::put_image_request::Message::Chunk(chunk)),
+            });
+            let response = sync
+                .put_image(self.request(put_stream))
+                .await
+                .map_err(|status| ApiError::from_status(&status))?
+                .into_inner();
+            let revision = response.revision.ok_or_else(|| {
+                ApiError::from_reason(
+                    reason::BAD_GATEWAY,
+                    "the sync service accepted an image without a revision",
+                )
+            })?;
+            if revision.sha256 != hex_lower(&verdict.sha256) {
+                // Stored, but not the bytes validated: say so rather than report success.
+                return Err(ApiError::from_reason(
+                    reason::BAD_GATEWAY,
+                    "the sync service stored bytes whose hash differs from the validated image's",
+                ));
+            }
+            Ok(revision)
         })
         .await
         .map_err(|_| {
             ApiError::unavailable(
                 "validating and storing the image took longer than the deadline; retry shortly",
             )
-        })?;
-        // A refused image is reported as such even if the store refused too (it always does, for
-        // the short stream): the reference server checks the body before the precondition.
-        validation.map_err(|status| ApiError::from_status(&status))?;
-        let response = put
-            .map_err(|status| ApiError::from_status(&status))?
-            .into_inner();
-        response.revision.ok_or_else(|| {
-            ApiError::from_reason(
-                reason::BAD_GATEWAY,
-                "the sync service accepted an image without a revision",
-            )
-        })
+        })?
     }
 
     /// Exports one app of the user's current image as a standalone database with natural names:
@@ -679,4 +671,35 @@ fn image_chunk(chunk: bytes::Bytes) -> sync_pb::GetImageResponse {
     sync_pb::GetImageResponse {
         message: Some(sync_pb::get_image_response::Message::Chunk(chunk)),
     }
+}
+
+/// Returns `image` with the given ranges zeroed (a copy only when it holds a range and the
+/// buffer is shared); a range outside the image is the schema service's mistake.
+fn zero_free_space(image: Bytes, ranges: &[schema_pb::ByteRange]) -> Result<Bytes, ApiError> {
+    if ranges.is_empty() {
+        return Ok(image);
+    }
+    let len = image.len() as u64;
+    let outside = || {
+        ApiError::from_reason(
+            reason::BAD_GATEWAY,
+            "the schema service named free space outside the image",
+        )
+    };
+    let mut bytes = image
+        .try_into_mut()
+        .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
+    for range in ranges {
+        let end = range.offset.checked_add(range.length).ok_or_else(outside)?;
+        if end > len {
+            return Err(outside());
+        }
+        bytes[range.offset as usize..end as usize].fill(0);
+    }
+    Ok(bytes.freeze())
+}
+
+/// Lowercase hex, as the sync service spells a SHA-256.
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -19,7 +19,8 @@
 //!
 //! What this crate deliberately does not do: look inside a user database, store one, or link any
 //! domain crate (checked by `tests/tests/tidy.rs`). Validation is the schema service's, storage
-//! the sync service's; the gateway never rewrites the bytes it is given.
+//! the sync service's; the gateway never rewrites the bytes it is given, except to zero the SQLite
+//! free space the schema service names (ValidateSyncImage), so no deleted record is stored.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

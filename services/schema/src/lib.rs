@@ -199,12 +199,15 @@ fn secrets(secrets: Option<snug_proto::container::v1::Secrets>) -> Secrets {
 
 /// Compacts an opened database and returns its image. Used after an open that advanced the
 /// version: the v1 blob table and wiped credentials were deleted, and VACUUM rebuilds the file
-/// from live records so none of their bytes travel in free pages.
+/// from live records so none of their bytes travel in free pages; the scrub then zeroes the
+/// copies of live cells that page balancing leaves in free space, as an export's are.
 fn compacted_image(db: &mut UserDb) -> Result<Vec<u8>, Mapped> {
     db.connection()
         .execute_batch("VACUUM")
         .map_err(|err| Mapped::internal(&err))?;
-    db.to_bytes().map_err(|err| Mapped::internal(&err))
+    let mut image = db.to_bytes().map_err(|err| Mapped::internal(&err))?;
+    snug_schema::scrub_free_space_in_place(&mut image).map_err(|err| Mapped::internal(&err))?;
+    Ok(image)
 }
 
 /// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed).
@@ -258,10 +261,29 @@ fn validate_sync_image(
             ));
         }
     }
+    // The hub stores the image with its free space zeroed (the proto's one stated rewrite); the
+    // hash is of those bytes, computed here so the caller can check what it stores.
+    let dirty = snug_schema::dirty_free_space(bytes).map_err(status::scrub_error)?;
+    let sha256 = if dirty.is_empty() {
+        Sha256::digest(bytes)
+    } else {
+        let mut stored = bytes.to_vec();
+        for range in &dirty {
+            stored[range.start as usize..range.end as usize].fill(0);
+        }
+        Sha256::digest(&stored)
+    };
     Ok(pb::ValidateSyncImageResponse {
         storage_version: inspection.storage_version,
         length: bytes.len() as u64,
-        sha256: Bytes::copy_from_slice(&Sha256::digest(bytes)),
+        sha256: Bytes::copy_from_slice(&sha256),
+        free_space: dirty
+            .into_iter()
+            .map(|range| pb::ByteRange {
+                offset: range.start,
+                length: range.end - range.start,
+            })
+            .collect(),
     })
 }
 

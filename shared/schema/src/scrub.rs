@@ -71,12 +71,11 @@ pub fn dirty_free_space(image: &[u8]) -> Result<Vec<Range<u64>>, ScrubError> {
     let mut dirty: Vec<Range<u64>> = Vec::new();
     for range in free {
         let bytes = &image[range.clone()];
-        let (Some(first), Some(last)) = (
-            bytes.iter().position(|&b| b != 0),
-            bytes.iter().rposition(|&b| b != 0),
-        ) else {
+        // An all-zero range (the common case in a scrubbed image) is scanned once.
+        let Some(first) = bytes.iter().position(|&b| b != 0) else {
             continue;
         };
+        let last = bytes.iter().rposition(|&b| b != 0).unwrap_or(first);
         let start = (range.start + first) as u64;
         let end = (range.start + last + 1) as u64;
         match dirty.last_mut() {
@@ -210,7 +209,7 @@ impl<'a> Walk<'a> {
         if usable < 480 {
             return Err(header_error(format!("usable page size {usable} below 480")));
         }
-        if image.len() % page_size != 0 {
+        if !image.len().is_multiple_of(page_size) {
             return Err(header_error(format!(
                 "{} bytes is not a whole number of {page_size}-byte pages",
                 image.len()

@@ -35,11 +35,11 @@ fn a_cell_spills_exactly_where_sqlite_spills_it() {
     page[1] = 0x5d;
     page[2] = 1; // rowid
     assert_eq!(varint(&page, 0, usable), Some((max_local as u64, 2)));
-    let cell = parse_cell(&page, 0, usable, 0x0d).unwrap();
+    let cell = parse_cell(&page, 0, usable, 0x0d).expect("a cell");
     assert_eq!((cell.local, cell.overflow), (max_local, None));
     // One byte more spills, keeping the minimum local part plus a 4-byte page number.
     page[1] = 0x5e;
-    let cell = parse_cell(&page, 0, usable, 0x0d).unwrap();
+    let cell = parse_cell(&page, 0, usable, 0x0d).expect("a cell");
     let min_local = (usable - 12) * 32 / 255 - 23;
     let surplus = min_local + (max_local + 1 - min_local) % (usable - 4);
     let expected = if surplus <= max_local {
