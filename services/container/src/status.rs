@@ -38,11 +38,31 @@ pub fn corrupt(corruption: Corruption) -> Status {
         Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
             reason::UNSUPPORTED_FORMAT_VERSION
         }
+        &Corruption::IterationsOutOfRange {
+            iterations,
+            min,
+            max,
+        } => {
+            return error(
+                Code::InvalidArgument,
+                reason::ITERATIONS_OUT_OF_POLICY,
+                DOMAIN,
+                format!(
+                    "{corruption}; the file is healthy: give iteration_policy to open it, and \
+                     rewrite it at the default count to keep it openable everywhere"
+                ),
+                [
+                    ("iterations", iterations.to_string()),
+                    ("minIterations", min.to_string()),
+                    ("maxIterations", max.to_string()),
+                ],
+            );
+        }
         Corruption::TruncatedHeader
         | Corruption::ImplausibleSlotCount(_)
         | Corruption::TruncatedBody
         | Corruption::HeaderChecksumMismatch { .. }
-        | Corruption::IterationsOutOfRange { .. }
+        | Corruption::ZeroIterations
         | Corruption::PayloadAuthenticationFailed => reason::CORRUPT,
     };
     error(
@@ -109,6 +129,10 @@ pub fn rewrap_error(err: RewrapError) -> Status {
         // The service generates the new key itself, so an implausible one is a bug.
         RewrapError::ImplausibleRecoveryKey => {
             snug_rpc::status::internal(DOMAIN, &RewrapError::ImplausibleRecoveryKey)
+        }
+        // No RPC of this service changes the KDF setting, so neither can be reached.
+        err @ (RewrapError::IterationsOutOfRange { .. } | RewrapError::SlotNotOpened { .. }) => {
+            snug_rpc::status::internal(DOMAIN, &err)
         }
     }
 }

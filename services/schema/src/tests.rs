@@ -19,6 +19,8 @@ use tonic::{Code, Status, transport::Channel};
 
 use super::*;
 
+mod kdf_policy;
+
 type Client = SchemaServiceClient<Channel>;
 
 const PASSPHRASE: &str = "correct horse battery staple";

@@ -129,19 +129,20 @@ fn check_seal(
     if !recovery_key.is_plausible() {
         return Err(SealError::ImplausibleRecoveryKey);
     }
-    if let Err(Corruption::IterationsOutOfRange {
-        iterations,
-        min,
-        max,
-    }) = limits.check_iterations(iterations)
-    {
+    check_seal_iterations(iterations, limits)?;
+    check_plaintext_len(plaintext, limits)
+}
+
+/// Refuses to write a header this crate's own [`Limits`] would refuse to open (zero included).
+fn check_seal_iterations(iterations: u32, limits: &Limits) -> Result<(), SealError> {
+    if limits.check_iterations(iterations).is_err() {
         return Err(SealError::IterationsOutOfRange {
             iterations,
-            min,
-            max,
+            min: limits.min_iterations,
+            max: limits.max_iterations,
         });
     }
-    check_plaintext_len(plaintext, limits)
+    Ok(())
 }
 
 fn check_plaintext_len(plaintext: &[u8], limits: &Limits) -> Result<(), SealError> {
