@@ -18,6 +18,7 @@ mod container;
 mod failure;
 mod files;
 mod progress;
+mod protected;
 mod schema;
 mod secrets;
 mod sync;

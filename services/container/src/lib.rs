@@ -550,6 +550,28 @@ split_fn!(
     remove_protection_request,
     pb::RemoveProtectionHeader
 );
+split_fn!(reseal_part, reseal_request, pb::ResealHeader);
+
+/// Refuses a plaintext that is not a SQLite user database (Protect's and Reseal's input).
+fn user_database(plaintext: &[u8]) -> Result<(), Status> {
+    match snug_container::detect(plaintext) {
+        Format::Sqlite => Ok(()),
+        Format::Container => Err(error(
+            Code::InvalidArgument,
+            reason::ALREADY_PROTECTED,
+            DOMAIN,
+            "the file is already a protected Snug file",
+            [],
+        )),
+        Format::Unknown => Err(error(
+            Code::InvalidArgument,
+            reason::NOT_A_USER_DATABASE,
+            DOMAIN,
+            "only a SQLite user database can be protected",
+            [],
+        )),
+    }
+}
 
 #[tonic::async_trait]
 impl ContainerService for ContainerServer {
@@ -644,27 +666,7 @@ impl ContainerService for ContainerServer {
                 [],
             ));
         }
-        match snug_container::detect(&upload.bytes) {
-            Format::Sqlite => {}
-            Format::Container => {
-                return Err(error(
-                    Code::InvalidArgument,
-                    reason::ALREADY_PROTECTED,
-                    DOMAIN,
-                    "the file is already a protected Snug file",
-                    [],
-                ));
-            }
-            Format::Unknown => {
-                return Err(error(
-                    Code::InvalidArgument,
-                    reason::NOT_A_USER_DATABASE,
-                    DOMAIN,
-                    "only a SQLite user database can be protected",
-                    [],
-                ));
-            }
-        }
+        user_database(&upload.bytes)?;
         let iterations = match header.iterations {
             0 => snug_container::DEFAULT_ITERATIONS,
             n => n,
@@ -795,6 +797,75 @@ impl ContainerService for ContainerServer {
             Bytes::from(container),
             |c| pb::RotateRecoveryKeyResponse {
                 message: Some(pb::rotate_recovery_key_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
+    type ResealStream = ResponseStream<pb::ResealResponse>;
+
+    async fn reseal(
+        &self,
+        request: Request<Streaming<pb::ResealRequest>>,
+    ) -> Result<Response<Self::ResealStream>, Status> {
+        let mut stream = request.into_inner();
+        let max_container = self.limits.max_container_len();
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            max_container.saturating_add(self.limits.max_plaintext),
+            |m: pb::ResealRequest| m.message.map(reseal_part),
+            |h| {
+                h.plaintext_length
+                    .map(|len| len.saturating_add(h.container_length))
+            },
+        )
+        .await?;
+        let header = upload.header;
+        let limits = self.limits_for(header.iteration_policy)?;
+        if header.container_length > max_container {
+            return Err(snug_rpc::status::too_large(DOMAIN, max_container));
+        }
+        let mut container = upload.bytes;
+        let Ok(split) = usize::try_from(header.container_length) else {
+            return Err(snug_rpc::status::too_large(DOMAIN, max_container));
+        };
+        if split > container.len() {
+            return Err(snug_rpc::status::invalid_argument(
+                DOMAIN,
+                "header.container_length",
+                format!(
+                    "container_length is {split} but only {} bytes arrived",
+                    container.len()
+                ),
+            ));
+        }
+        let plaintext = container.split_off(split);
+        if plaintext.len() as u64 > self.limits.max_plaintext {
+            return Err(snug_rpc::status::too_large(
+                DOMAIN,
+                self.limits.max_plaintext,
+            ));
+        }
+        user_database(&plaintext)?;
+        let secrets = secrets(header.secrets);
+        let (resealed, opened_by) = self
+            .pool
+            .run(move || {
+                snug_container::reseal_with_secrets(&container, &secrets, plaintext, &limits)
+            })
+            .await?
+            .map_err(status::reseal_error)?;
+        let result = pb::ResealResponse {
+            message: Some(pb::reseal_response::Message::Result(pb::ResealResult {
+                opened_by: slot_kind(opened_by).into(),
+                container_length: resealed.len() as u64,
+            })),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(resealed),
+            |c| pb::ResealResponse {
+                message: Some(pb::reseal_response::Message::Chunk(c)),
             },
         )))
     }

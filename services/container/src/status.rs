@@ -3,7 +3,7 @@
 //! Every match is exhaustive, so a new error variant in `snug-container` does not compile until
 //! someone picks its code and reason here.
 
-use snug_container::{Corruption, OpenError, RewrapError, SealError};
+use snug_container::{Corruption, OpenError, ResealError, RewrapError, SealError};
 use snug_rpc::status::{error, too_large};
 use tonic::{Code, Status};
 
@@ -134,5 +134,13 @@ pub fn rewrap_error(err: RewrapError) -> Status {
         err @ (RewrapError::IterationsOutOfRange { .. } | RewrapError::SlotNotOpened { .. }) => {
             snug_rpc::status::internal(DOMAIN, &err)
         }
+    }
+}
+
+/// Maps a failed reseal (an edit of a protected file).
+pub fn reseal_error(err: ResealError) -> Status {
+    match err {
+        ResealError::Open(open) => open_error(open),
+        ResealError::TooLarge { max, .. } => too_large(DOMAIN, max),
     }
 }

@@ -11,6 +11,7 @@ use tonic::{Code, Status, transport::Channel};
 use super::*;
 
 mod policy;
+mod reseal;
 
 const ITERATIONS: u32 = 1_000;
 const PASSPHRASE: &str = "correct horse battery staple";

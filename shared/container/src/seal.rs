@@ -7,8 +7,8 @@ use zeroize::Zeroizing;
 use crate::aead::{self, encrypt_payload, encrypt_payload_in_place};
 use crate::format::{ContainerInfo, Corruption, Header, Limits, Slot, SlotKind, inspect};
 use crate::kdf::derive_kek;
-use crate::open::decrypt_to_vec;
-use crate::secret::{FileKey, Passphrase, RecoveryKey};
+use crate::open::{OpenError, decrypt_to_vec, inspect_for_open, unlock};
+use crate::secret::{FileKey, Passphrase, RecoveryKey, Secrets};
 use crate::{IV_LEN, KDF_PBKDF2_HMAC_SHA256, TAG_LEN, VERSION, WRAPPED_KEY_LEN};
 
 /// All the randomness one seal consumes, so that tests can fix it (the c03 vector).
@@ -447,4 +447,69 @@ fn reseal_into(
         ciphertext,
     )?);
     Ok(())
+}
+
+/// Why [`reseal_with_secrets`] wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResealError {
+    /// The container did not open with the secrets given (locked, corrupt, out of policy or too
+    /// large). A locked container is healthy and is left as it is (§11.2 rule 7).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The new plaintext exceeds [`Limits::max_plaintext`] (§11.2 rule 9).
+    #[error("the new contents are {plaintext_len} bytes, over the limit of {max}")]
+    TooLarge {
+        /// The new plaintext's length.
+        plaintext_len: u64,
+        /// The accepted maximum.
+        max: u64,
+    },
+}
+
+/// Opens `container` with `secrets` and writes `plaintext` as its new payload: the one call an
+/// edit of a protected file needs (see [`reseal`], which this is after an open).
+///
+/// Everything up to the payload IV (header, salt, slot table, wrapped keys) is kept byte for
+/// byte, so every secret that opened the container, the recovery key included, opens the result;
+/// the payload gets a fresh IV from the CSPRNG (§11.2 rule 5) under the same file key. The
+/// current payload is authenticated first, so a damaged file is reported as corrupt rather than
+/// papered over. Returns the resealed container and the kind of slot the secret opened.
+pub fn reseal_with_secrets(
+    container: &[u8],
+    secrets: &Secrets,
+    plaintext: Vec<u8>,
+    limits: &Limits,
+) -> Result<(Vec<u8>, SlotKind), ResealError> {
+    let plaintext_len = plaintext.len() as u64;
+    if plaintext_len > limits.max_plaintext {
+        return Err(ResealError::TooLarge {
+            plaintext_len,
+            max: limits.max_plaintext,
+        });
+    }
+    let info = inspect_for_open(container, limits)?;
+    let opened = unlock(
+        container,
+        &info,
+        secrets.passphrase.as_ref(),
+        secrets.recovery_key.as_ref(),
+    )?;
+    drop(Zeroizing::new(decrypt_to_vec(
+        container,
+        &info,
+        &opened.file_key,
+    )?));
+    let mut resealed = make_room(plaintext, info.payload_iv_offset() + IV_LEN);
+    reseal_into(
+        &mut resealed,
+        container,
+        &info,
+        &opened.file_key,
+        Payload::InPlace,
+    )
+    .map_err(|_| ResealError::TooLarge {
+        plaintext_len,
+        max: aes_gcm::P_MAX,
+    })?;
+    Ok((resealed, opened.kind))
 }
