@@ -127,6 +127,9 @@ impl From<SealError> for Failure {
                 Failure::new(Exit::Other, "INTERNAL", err.to_string())
             }
             SealError::Corrupt(corruption) => corruption.into(),
+            SealError::WeakRecoveryKey { .. } => {
+                Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())
+            }
         }
     }
 }
@@ -146,6 +149,9 @@ impl From<RewrapError> for Failure {
                 Failure::new(Exit::Other, "INTERNAL", err.to_string())
             }
             RewrapError::IterationsOutOfRange { .. } => Failure::usage(err.to_string()),
+            RewrapError::WeakRecoveryKey { .. } => {
+                Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())
+            }
             // A secret that does not open its slot: locked, as a wrong secret is everywhere.
             RewrapError::SlotNotOpened { .. } => Failure::new(
                 Exit::Locked,

@@ -97,6 +97,8 @@ pub fn seal_error(err: SealError) -> Status {
             snug_rpc::status::internal(DOMAIN, &SealError::ImplausibleRecoveryKey)
         }
         SealError::Corrupt(corruption) => corrupt(corruption),
+        // The service generates every recovery key it seals under.
+        err @ SealError::WeakRecoveryKey { .. } => snug_rpc::status::internal(DOMAIN, &err),
         SealError::FileKeyMismatch => {
             snug_rpc::status::internal(DOMAIN, &SealError::FileKeyMismatch)
         }
@@ -130,6 +132,8 @@ pub fn rewrap_error(err: RewrapError) -> Status {
         RewrapError::ImplausibleRecoveryKey => {
             snug_rpc::status::internal(DOMAIN, &RewrapError::ImplausibleRecoveryKey)
         }
+        // The service generates the new key itself, so a weak one is a bug.
+        err @ RewrapError::WeakRecoveryKey { .. } => snug_rpc::status::internal(DOMAIN, &err),
         // No RPC of this service changes the KDF setting, so neither can be reached.
         err @ (RewrapError::IterationsOutOfRange { .. } | RewrapError::SlotNotOpened { .. }) => {
             snug_rpc::status::internal(DOMAIN, &err)

@@ -69,6 +69,7 @@ mod format;
 mod incremental;
 mod kdf;
 mod open;
+mod random;
 mod rewrap;
 mod seal;
 mod secret;

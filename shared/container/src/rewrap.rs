@@ -28,6 +28,15 @@ pub enum RewrapError {
     /// The new recovery key is not 26 or 27 symbols of the alphabet.
     #[error("the new recovery key is not a valid recovery key")]
     ImplausibleRecoveryKey,
+    /// A caller-supplied recovery key for a new slot that is plausible but short of full strength
+    /// (26 legacy symbols, 127.6 bits): new slots take only 27 symbols (§11.2 rule 3).
+    #[error(
+        "the new recovery key has {symbols} symbols; a new slot needs a full-strength 27-symbol key"
+    )]
+    WeakRecoveryKey {
+        /// Symbols in the key given.
+        symbols: usize,
+    },
     /// [`change_iterations`]: the new count is outside [`Limits`], so the result would not open.
     #[error("iteration count {iterations} is outside the accepted range {min}..={max}")]
     IterationsOutOfRange {
@@ -112,6 +121,11 @@ pub fn rotate_recovery_key_to(
 ) -> Result<Vec<u8>, RewrapError> {
     if !new_key.is_plausible() {
         return Err(RewrapError::ImplausibleRecoveryKey);
+    }
+    if !new_key.is_full_strength() {
+        return Err(RewrapError::WeakRecoveryKey {
+            symbols: new_key.symbols(),
+        });
     }
     let info = inspect_for_open(container, limits)?;
     let Some(slot_idx) = info

@@ -8,6 +8,7 @@ use crate::aead::{self, encrypt_payload, encrypt_payload_in_place};
 use crate::format::{ContainerInfo, Corruption, Header, Limits, Slot, SlotKind, inspect};
 use crate::kdf::derive_kek;
 use crate::open::{OpenError, decrypt_to_vec, inspect_for_open, unlock};
+use crate::random::fill;
 use crate::secret::{FileKey, Passphrase, RecoveryKey, Secrets};
 use crate::{IV_LEN, KDF_PBKDF2_HMAC_SHA256, TAG_LEN, VERSION, WRAPPED_KEY_LEN};
 
@@ -52,10 +53,6 @@ impl SealMaterial {
     }
 }
 
-fn fill(buf: &mut [u8]) {
-    getrandom::fill(buf).expect("the operating system random source failed");
-}
-
 /// Why no container was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
@@ -83,6 +80,15 @@ pub enum SealError {
     /// The recovery key is not 26 or 27 symbols of the alphabet, so it could never be typed back.
     #[error("the recovery key is not a valid recovery key")]
     ImplausibleRecoveryKey,
+    /// A caller-supplied recovery key for a new slot that is plausible but short of full strength
+    /// (26 legacy symbols, 127.6 bits): new slots take only 27 symbols (§11.2 rule 3).
+    #[error(
+        "the new recovery key has {symbols} symbols; a new slot needs a full-strength 27-symbol key"
+    )]
+    WeakRecoveryKey {
+        /// Symbols in the key given.
+        symbols: usize,
+    },
     /// [`reseal`] was given a container that cannot be read.
     #[error(transparent)]
     Corrupt(#[from] Corruption),
@@ -128,6 +134,11 @@ fn check_seal(
     }
     if !recovery_key.is_plausible() {
         return Err(SealError::ImplausibleRecoveryKey);
+    }
+    if !recovery_key.is_full_strength() {
+        return Err(SealError::WeakRecoveryKey {
+            symbols: recovery_key.symbols(),
+        });
     }
     check_seal_iterations(iterations, limits)?;
     check_plaintext_len(plaintext, limits)
