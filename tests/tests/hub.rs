@@ -171,6 +171,7 @@ async fn slow_unlock(channel: Channel, container: bytes::Bytes) -> Result<(), to
                 recovery_key: None,
             }),
             expected_length: None,
+            iteration_policy: None,
         })),
     };
     let request = snug_rpc::chunks::upload(header, container, |c| pb::UnlockRequest {

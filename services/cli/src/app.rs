@@ -6,10 +6,9 @@
 //! an unchanged runtime leaves FILE byte-for-byte as it was (even when the in-memory open would
 //! have migrated it — a read never upgrades a user's file behind their back).
 //!
-//! A protected (SNUGENC1) FILE is opened for reading with its secret (`list`, `export`, and `sql`
-//! that only reads); writing one is refused with `PROTECTED`, because re-sealing would need the
-//! passphrase and the recovery key to be re-wrapped, which `snug unlock` / `snug protect` do
-//! explicitly.
+//! A protected (SNUGENC1) FILE is opened with its secret, and a write is resealed into it
+//! (`protected.rs`): same header, salt and slots, a fresh payload IV, so the passphrase and the
+//! recovery key keep opening it and no new recovery key is ever drawn.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,13 +19,14 @@ use clap::Subcommand;
 use serde_json::json;
 use snug_container::Limits;
 use snug_materialize::{AppDatabase, AppNamespace, ExecuteLimits, SqlValue, StatementResult};
-use snug_schema::{FileFormat, OpenReport, SystemClock, UserDb};
+use snug_schema::{OpenReport, SystemClock, UserDb};
 
 use crate::{
     Outcome,
     failure::{Exit, Failure},
     files,
-    secrets::{self, SecretArgs},
+    protected::{self, Unsealed},
+    secrets::SecretArgs,
 };
 
 #[derive(Debug, Subcommand)]
@@ -84,6 +84,8 @@ pub(crate) enum AppCommand {
         /// The runtime database to write back.
         #[arg(long, value_name = "RUNTIME_DB")]
         from: PathBuf,
+        #[command(flatten)]
+        secrets: SecretArgs,
     },
     /// The app rows and their versions (hubns.rs): install, save, versions, show, revert,
     /// reset, delete-version, meta, delete, model.
@@ -109,7 +111,12 @@ pub(crate) fn run(command: AppCommand, limits: &Limits) -> Result<Outcome, Failu
             max_rows,
             secrets,
         } => run_sql(&file, &app, &sql, read_only, max_rows, &secrets, limits),
-        AppCommand::Persist { file, app, from } => persist(&file, &app, &from),
+        AppCommand::Persist {
+            file,
+            app,
+            from,
+            secrets,
+        } => persist(&file, &app, &from, &secrets, limits),
         AppCommand::Namespace(command) => crate::hubns::run_app(command, limits),
     }
 }
@@ -122,74 +129,29 @@ fn storage(err: impl std::fmt::Display) -> Failure {
 struct Opened {
     db: UserDb,
     report: OpenReport,
-    protected: bool,
-    /// What FILE stands for under §10: the file read and where a write goes.
-    source: files::UserFile,
+    /// FILE as read: how an edit is written back (resealed when it is protected).
+    file: Unsealed,
+}
+
+impl Opened {
+    fn protected(&self) -> bool {
+        self.file.is_protected()
+    }
 }
 
 /// Reads FILE and opens it in memory; a protected file is unlocked with its secret.
 fn open(file: &Path, secret_args: &SecretArgs, limits: &Limits) -> Result<Opened, Failure> {
-    let (source, bytes) = files::read_user_file(file)?;
-    let (plaintext, protected) = match snug_schema::detect_format(&bytes) {
-        FileFormat::Sqlite => (bytes, false),
-        FileFormat::Unknown => {
-            let mut failure = Failure::from(snug_schema::OpenError::NotSqlite);
-            failure.message = format!(
-                "{} is neither a SQLite user database nor a protected Snug file",
-                file.display()
-            );
-            return Err(failure);
-        }
-        FileFormat::Protected => {
-            // Structure first, so damage is reported before anyone is asked for a secret.
-            snug_container::inspect(&bytes, limits)?;
-            let secrets = secrets::opening_secrets(secret_args)?;
-            (
-                snug_container::open_owned(bytes, &secrets, limits)?.plaintext,
-                true,
-            )
-        }
-    };
+    let mut file = protected::read(file, secret_args, limits)?;
+    let plaintext = std::mem::take(&mut file.plaintext);
     let (db, report) = UserDb::from_bytes(&plaintext, Arc::new(SystemClock))?;
-    Ok(Opened {
-        db,
-        report,
-        protected,
-        source,
-    })
+    Ok(Opened { db, report, file })
 }
 
-/// Reads FILE for a command that may write it: a protected file is refused up front.
-fn open_writable(file: &Path) -> Result<Opened, Failure> {
-    let (source, bytes) = files::read_user_file(file)?;
-    if snug_schema::detect_format(&bytes) == FileFormat::Protected {
-        return Err(protected_write(file));
-    }
-    let (db, report) = UserDb::from_bytes(&bytes, Arc::new(SystemClock))?;
-    Ok(Opened {
-        db,
-        report,
-        protected: false,
-        source,
-    })
-}
-
-fn protected_write(file: &Path) -> Failure {
-    Failure::new(
-        Exit::Locked,
-        "PROTECTED",
-        format!(
-            "{} is protected (SNUGENC1) and `snug app` does not write protected files; \
-             `snug unlock` it, run the command on the plain copy, then `snug protect` that",
-            file.display()
-        ),
-    )
-}
-
-/// Replaces FILE with the database, atomically (a legacy FILE is adopted: `user.snug` is created
-/// and the legacy file left as it is). A file the open migrated is compacted first, so tables and
-/// credentials the migration dropped leave no bytes in free pages (as `snug migrate`).
-fn save(opened: &mut Opened) -> Result<u64, Failure> {
+/// Replaces FILE with the database, atomically; a protected FILE is resealed with its own
+/// header and slots, so its passphrase and recovery key keep opening it. A file the open
+/// migrated is compacted first, so tables and credentials the migration dropped leave no bytes
+/// in free pages (as `snug migrate`).
+fn save(opened: &mut Opened, limits: &Limits) -> Result<u64, Failure> {
     if opened.report.advanced {
         opened
             .db
@@ -198,8 +160,7 @@ fn save(opened: &mut Opened) -> Result<u64, Failure> {
             .map_err(storage)?;
     }
     let image = opened.db.to_bytes().map_err(storage)?;
-    files::write_user_file(&opened.source, &image)?;
-    Ok(image.len() as u64)
+    opened.file.write(image, limits)
 }
 
 /// `snug app list FILE`.
@@ -228,7 +189,7 @@ fn list(file: &Path, secret_args: &SecretArgs, limits: &Limits) -> Result<Outcom
         json: json!({
             "ok": true,
             "file": file,
-            "protected": opened.protected,
+            "protected": opened.protected(),
             "apps": listing.apps,
             "orphaned": listing.orphaned,
         }),
@@ -248,7 +209,7 @@ fn export(
     let opened = open(file, secret_args, limits)?;
     let image = snug_materialize::export_app(&opened.db, app)?;
     files::write(out, &image)?;
-    if opened.protected {
+    if opened.protected() {
         eprintln!(
             "note: {} is not protected; it holds the app's data in the clear",
             out.display()
@@ -267,7 +228,7 @@ fn export(
             "token": token,
             "out": out,
             "length": image.len(),
-            "was_protected": opened.protected,
+            "was_protected": opened.protected(),
         }),
     })
 }
@@ -300,11 +261,8 @@ fn run_sql(
             ),
         ));
     }
-    if report.persist.wrote && opened.protected {
-        return Err(protected_write(file));
-    }
     let written = if report.persist.wrote {
-        Some(save(&mut opened)?)
+        Some(save(&mut opened, limits)?)
     } else {
         None
     };
@@ -318,8 +276,8 @@ fn run_sql(
     }
     // Written: the file now holding it (`user.snug` after an adoption); else the file read.
     let file = match written {
-        Some(_) => opened.source.write.as_path(),
-        None => opened.source.read.as_path(),
+        Some(_) => opened.file.source.write.as_path(),
+        None => opened.file.source.read.as_path(),
     };
     let mut text = String::new();
     for (index, result) in report.results.iter().enumerate() {
@@ -421,27 +379,33 @@ fn cell(value: &SqlValue) -> String {
 }
 
 /// `snug app persist FILE --app NS --from RUNTIME_DB`.
-fn persist(file: &Path, app: &str, from: &Path) -> Result<Outcome, Failure> {
+fn persist(
+    file: &Path,
+    app: &str,
+    from: &Path,
+    secret_args: &SecretArgs,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
     if file.canonicalize().ok() == from.canonicalize().ok() && file.exists() {
         return Err(Failure::usage(
             "--from is FILE itself; give the runtime database the app wrote",
         ));
     }
-    let mut opened = open_writable(file)?;
+    let mut opened = open(file, secret_args, limits)?;
     let runtime_bytes = files::read(from)?;
     let mut runtime = AppDatabase::from_bytes(app, &runtime_bytes)?;
     drop(runtime_bytes);
     let report = snug_materialize::persist(&mut opened.db, &mut runtime)?;
     drop(runtime);
     let written = if report.wrote {
-        Some(save(&mut opened)?)
+        Some(save(&mut opened, limits)?)
     } else {
         None
     };
     // Written: the file now holding it (`user.snug` after an adoption); else the file read.
     let file = match written {
-        Some(_) => opened.source.write.as_path(),
-        None => opened.source.read.as_path(),
+        Some(_) => opened.file.source.write.as_path(),
+        None => opened.file.source.read.as_path(),
     };
     let text = match written {
         Some(length) => format!(

@@ -246,6 +246,67 @@ pub(crate) fn passwd(
     })
 }
 
+/// `snug passwd FILE --upgrade-kdf`: the same secrets at another PBKDF2 iteration count, with a
+/// fresh salt; replaced atomically.
+///
+/// The count and the salt are in the header every slot is bound to, so every slot is
+/// re-derived and each needs its own secret: the passphrase and the recovery key.
+pub(crate) fn upgrade_kdf(
+    file: &Path,
+    secret_args: &SecretArgs,
+    iterations: u32,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
+    let container = files::read(file)?;
+    let before = snug_container::inspect(&container, limits)?;
+    eprintln!(
+        "note: a new KDF setting re-derives every slot, so it needs both the passphrase and the \
+         recovery key"
+    );
+    let (passphrase, recovery_key) = secrets::both_secrets(secret_args)?;
+    // The file was opened under `limits`; the new count must be one a default reader accepts
+    // too, or the rewrite would leave a file that still needs the flags.
+    let write_limits = Limits {
+        min_iterations: Limits::default().min_iterations,
+        max_iterations: Limits::default().max_iterations,
+        ..*limits
+    };
+    if write_limits.min_iterations > iterations || iterations > write_limits.max_iterations {
+        return Err(Failure::usage(format!(
+            "--iterations {iterations} is outside the range {}..={} every Snug build opens by \
+             default",
+            write_limits.min_iterations, write_limits.max_iterations
+        )));
+    }
+    let rewritten = snug_container::change_iterations(
+        &container,
+        &passphrase,
+        &recovery_key,
+        iterations,
+        &Limits {
+            min_iterations: limits.min_iterations.min(iterations),
+            max_iterations: limits.max_iterations.max(iterations),
+            ..*limits
+        },
+    )?;
+    files::write(file, &rewritten)?;
+    Ok(Outcome {
+        text: format!(
+            "Rewrote {} at {iterations} PBKDF2 iterations (was {}), every slot re-derived with a \
+             fresh salt; the passphrase and the recovery key are unchanged and both open it",
+            file.display(),
+            before.header.iterations
+        ),
+        json: json!({
+            "ok": true,
+            "file": file,
+            "iterations": iterations,
+            "previous_iterations": before.header.iterations,
+            "container_length": rewritten.len(),
+        }),
+    })
+}
+
 /// `snug rotate-recovery-key FILE`: a new recovery key, printed once; replaced atomically.
 pub(crate) fn rotate_recovery_key(
     file: &Path,

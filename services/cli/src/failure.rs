@@ -85,12 +85,31 @@ impl From<Corruption> for Failure {
             Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
                 (Exit::Unsupported, "UNSUPPORTED_FORMAT_VERSION")
             }
+            // A KDF setting, not damage (§11.1): the same exit as a newer format.
+            Corruption::IterationsOutOfRange {
+                iterations, min, ..
+            } => {
+                let flag = if iterations < min {
+                    format!("--min-iterations {iterations}")
+                } else {
+                    format!("--max-iterations {iterations}")
+                };
+                return Failure::new(
+                    Exit::Unsupported,
+                    "ITERATIONS_OUT_OF_POLICY",
+                    format!(
+                        "{corruption}; the file is healthy and unchanged: open it with {flag}, \
+                         and `snug passwd FILE --upgrade-kdf {flag}` rewrites it at the default \
+                         count (that needs both the passphrase and the recovery key)"
+                    ),
+                );
+            }
             Corruption::NotAContainer => (Exit::Corrupt, "NOT_A_CONTAINER"),
             Corruption::TruncatedHeader
             | Corruption::ImplausibleSlotCount(_)
             | Corruption::TruncatedBody
             | Corruption::HeaderChecksumMismatch { .. }
-            | Corruption::IterationsOutOfRange { .. }
+            | Corruption::ZeroIterations
             | Corruption::PayloadAuthenticationFailed => (Exit::Corrupt, "CORRUPT"),
         };
         let hint = match exit {
@@ -111,6 +130,9 @@ impl From<SealError> for Failure {
                 Failure::new(Exit::Other, "INTERNAL", err.to_string())
             }
             SealError::Corrupt(corruption) => corruption.into(),
+            SealError::WeakRecoveryKey { .. } => {
+                Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())
+            }
         }
     }
 }
@@ -129,6 +151,16 @@ impl From<RewrapError> for Failure {
             RewrapError::ImplausibleRecoveryKey => {
                 Failure::new(Exit::Other, "INTERNAL", err.to_string())
             }
+            RewrapError::IterationsOutOfRange { .. } => Failure::usage(err.to_string()),
+            RewrapError::WeakRecoveryKey { .. } => {
+                Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())
+            }
+            // A secret that does not open its slot: locked, as a wrong secret is everywhere.
+            RewrapError::SlotNotOpened { .. } => Failure::new(
+                Exit::Locked,
+                "LOCKED",
+                format!("{err}; the file is healthy and unchanged"),
+            ),
         }
     }
 }

@@ -23,6 +23,7 @@ mod files;
 mod hubns;
 mod import;
 mod progress;
+mod protected;
 mod schema;
 mod secrets;
 mod sync;
@@ -42,7 +43,8 @@ use crate::{
     name = "snug",
     version,
     about = "Work with Snug user files (user.snug) offline: check, migrate, export, protect, unlock",
-    after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build),\n\
+    after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build,\n\
+                  or a KDF setting outside --min-iterations/--max-iterations),\n\
                   6 diverged (snug sync: both sides changed; nothing was overwritten), 7 busy (another snug sync on the file),\n\
                   8 OUT is a protected file (--force never replaces one; add --replace-protected).\n\
                   Secrets are never taken from arguments: use --passphrase-file / --recovery-key-file,\n\
@@ -52,10 +54,15 @@ struct Cli {
     /// Print one JSON object on stdout instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// Smallest PBKDF2 iteration count accepted when opening a protected file. Files below it are
-    /// reported corrupt; lower it only for files you know were made with a weak setting.
+    /// Smallest PBKDF2 iteration count accepted when opening a protected file. A file below it is
+    /// refused as out of policy (exit 5; healthy, untouched); lower it to open a file you know was
+    /// made with a weak setting, and `snug passwd FILE --upgrade-kdf` to rewrite it.
     #[arg(long, global = true, env = "SNUG_MIN_ITERATIONS", default_value_t = Limits::default().min_iterations)]
     min_iterations: u32,
+    /// Largest PBKDF2 iteration count accepted when opening a protected file (every iteration is
+    /// spent before the secret is checked). A file above it is refused as out of policy (exit 5).
+    #[arg(long, global = true, env = "SNUG_MAX_ITERATIONS", default_value_t = Limits::default().max_iterations)]
+    max_iterations: u32,
     #[command(subcommand)]
     command: Command,
 }
@@ -96,15 +103,25 @@ enum Command {
         replace: files::Replace,
     },
     /// Changes the passphrase of a protected file in place; the recovery key keeps working.
+    /// With --upgrade-kdf, rewrites it at another PBKDF2 iteration count instead.
     Passwd {
         /// The protected file, replaced atomically.
         file: PathBuf,
-        /// The current passphrase (file); also SNUG_PASSPHRASE.
+        /// The current passphrase (file); also SNUG_PASSPHRASE. With --upgrade-kdf, the recovery
+        /// key too (--recovery-key-file; also SNUG_RECOVERY_KEY).
         #[command(flatten)]
         secrets: SecretArgs,
         /// A file holding the new passphrase. Also: SNUG_NEW_PASSPHRASE.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "upgrade_kdf")]
         new_passphrase_file: Option<PathBuf>,
+        /// Rewrites the file at --iterations (default: the count new files get) with a fresh
+        /// salt, keeping the passphrase and the recovery key. Every slot is re-derived, so this
+        /// needs BOTH the passphrase and the recovery key.
+        #[arg(long)]
+        upgrade_kdf: bool,
+        /// The PBKDF2 iteration count --upgrade-kdf writes.
+        #[arg(long, default_value_t = DEFAULT_ITERATIONS, requires = "upgrade_kdf")]
+        iterations: u32,
     },
     /// Replaces the recovery key of a protected file in place and prints the new one once.
     RotateRecoveryKey {
@@ -260,6 +277,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<Outcome, Failure> {
     let limits = Limits {
         min_iterations: cli.min_iterations,
+        max_iterations: cli.max_iterations,
         ..Limits::default()
     };
     match cli.command {
@@ -293,7 +311,15 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Passwd {
             file,
             secrets,
+            upgrade_kdf: true,
+            iterations,
+            ..
+        } => container::upgrade_kdf(&file, &secrets, iterations, &limits),
+        Command::Passwd {
+            file,
+            secrets,
             new_passphrase_file,
+            ..
         } => container::passwd(&file, &secrets, new_passphrase_file.as_deref(), &limits),
         Command::RotateRecoveryKey { file, secrets } => {
             container::rotate_recovery_key(&file, &secrets, &limits, cli.json)

@@ -140,3 +140,25 @@ fn no_secret(what: &str, flag: &str, env: &str) -> Failure {
         "{what} is needed: give {flag} FILE, set {env}, or run on a terminal to be asked"
     ))
 }
+
+/// Both secrets, for `snug passwd --upgrade-kdf`, which re-derives every slot: flags, then
+/// environment, then a prompt for each.
+pub(crate) fn both_secrets(args: &SecretArgs) -> Result<(Passphrase, RecoveryKey), Failure> {
+    let passphrase = current_passphrase(args)?;
+    let recovery_key = match &args.recovery_key_file {
+        Some(path) => Some(read_secret_file(path)?),
+        None => from_env(ENV_RECOVERY_KEY),
+    };
+    let recovery_key = match recovery_key {
+        Some(key) => key,
+        None if on_terminal() => prompt("Recovery key: ")?,
+        None => {
+            return Err(no_secret(
+                "the recovery key (a new KDF setting re-derives every slot, so both secrets)",
+                "--recovery-key-file",
+                ENV_RECOVERY_KEY,
+            ));
+        }
+    };
+    Ok((passphrase, RecoveryKey::parse(&recovery_key)))
+}

@@ -504,7 +504,7 @@ fn persist_writes_a_changed_runtime_and_refuses_hostile_ones_whole() {
 }
 
 #[test]
-fn a_protected_file_is_read_with_its_secret_and_never_written() {
+fn a_protected_file_is_read_and_written_with_its_secret() {
     let dir = tempfile::tempdir().expect("tempdir");
     let protected = dir.path().join("protected.snug");
     let env = [("SNUG_PASSPHRASE", PASSPHRASE)];
@@ -543,7 +543,7 @@ fn a_protected_file_is_read_with_its_secret_and_never_written() {
         0,
     );
     assert_eq!(tables(&out), vec!["moves".to_owned()]);
-    // Reading needs no write; writing is refused with PROTECTED (exit 3), the file untouched.
+    // Reading needs no write; a write is resealed into the protected file (tests/reseal.rs).
     snug_json(
         &[
             "app",
@@ -556,7 +556,7 @@ fn a_protected_file_is_read_with_its_secret_and_never_written() {
         &env,
         0,
     );
-    assert_refused(
+    let body = snug_json(
         &[
             "app",
             "sql",
@@ -566,11 +566,15 @@ fn a_protected_file_is_read_with_its_secret_and_never_written() {
             "INSERT INTO moves VALUES ('e4')",
         ],
         &env,
-        &protected,
-        3,
-        "PROTECTED",
+        0,
     );
-    assert_refused(
+    assert_eq!(body["wrote"], true);
+    assert!(
+        std::fs::read(&protected)
+            .expect("read")
+            .starts_with(b"SNUGENC1\n")
+    );
+    snug_json(
         &[
             "app",
             "persist",
@@ -581,9 +585,7 @@ fn a_protected_file_is_read_with_its_secret_and_never_written() {
             p(&out),
         ],
         &env,
-        &protected,
-        3,
-        "PROTECTED",
+        0,
     );
     // Without a secret, the healthy file is locked, not corrupt.
     assert_refused(

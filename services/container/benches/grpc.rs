@@ -244,6 +244,7 @@ async fn unlock(channel: Channel, container: Bytes, received: &mut Vec<u8>) -> U
                 recovery_key: None,
             }),
             expected_length: Some(container.len() as u64),
+            iteration_policy: None,
         })),
     };
     let start = Instant::now();
@@ -282,9 +283,12 @@ async fn inspect(channel: Channel, container: Bytes) -> Duration {
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     let start = Instant::now();
-    let request = futures::stream::iter(
-        chunks::split_into_chunks(container).map(|chunk| pb::InspectContainerRequest { chunk }),
-    );
+    let request = futures::stream::iter(chunks::split_into_chunks(container).map(|chunk| {
+        pb::InspectContainerRequest {
+            chunk,
+            iteration_policy: None,
+        }
+    }));
     client.inspect_container(request).await.unwrap();
     start.elapsed()
 }

@@ -51,11 +51,16 @@ const MAX_PREFIX_LEN: usize = snug_container::MAX_OVERHEAD as usize - snug_conta
 /// The fully qualified gRPC service name, as health checks report it.
 pub const SERVICE_NAME: &str = "snug.container.v1.ContainerService";
 
+/// The default of [`ContainerConfig::iterations_ceiling`]: ten times the default maximum, about
+/// 15 s of one core per derivation.
+pub const DEFAULT_ITERATIONS_CEILING: u32 = 100_000_000;
+
 /// Settings of the container service, from flags or the environment.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ContainerConfig {
     /// Smallest PBKDF2 iteration count accepted when opening or creating a container; files
-    /// below it are reported corrupt rather than opened cheaply.
+    /// below it are refused as ITERATIONS_OUT_OF_POLICY (healthy, not opened cheaply) unless a
+    /// request's `iteration_policy` lowers it.
     #[arg(long, env = "SNUG_CONTAINER_MIN_ITERATIONS", default_value_t = 10_000)]
     pub min_iterations: u32,
     /// Largest PBKDF2 iteration count accepted; beyond it a header is a CPU sink, not a file.
@@ -65,6 +70,14 @@ pub struct ContainerConfig {
         default_value_t = 10_000_000
     )]
     pub max_iterations: u32,
+    /// The most a request's `iteration_policy.max_iterations` may raise the accepted count to:
+    /// every iteration is CPU spent before any secret is checked.
+    #[arg(
+        long,
+        env = "SNUG_CONTAINER_ITERATIONS_CEILING",
+        default_value_t = DEFAULT_ITERATIONS_CEILING
+    )]
+    pub iterations_ceiling: u32,
     /// Key derivations run at once (default: the number of CPUs).
     #[arg(long, env = "SNUG_CONTAINER_KDF_CONCURRENCY")]
     pub kdf_concurrency: Option<usize>,
@@ -82,6 +95,7 @@ impl Default for ContainerConfig {
         Self {
             min_iterations: Limits::default().min_iterations,
             max_iterations: Limits::default().max_iterations,
+            iterations_ceiling: DEFAULT_ITERATIONS_CEILING,
             kdf_concurrency: None,
             kdf_queue_timeout: Duration::from_secs(10),
             buffer_pool: 2,
@@ -180,6 +194,7 @@ type PlaintextChunks = Pin<Box<dyn futures::Stream<Item = Result<Bytes, Status>>
 #[derive(Debug, Clone)]
 pub struct ContainerServer {
     limits: Limits,
+    iterations_ceiling: u32,
     pool: Arc<KdfPool>,
     buffers: Arc<BufferPool>,
 }
@@ -194,9 +209,48 @@ impl ContainerServer {
         });
         Self {
             limits: config.limits(),
+            iterations_ceiling: config.iterations_ceiling,
             pool: Arc::new(KdfPool::new(concurrency, config.kdf_queue_timeout)),
             buffers: Arc::new(BufferPool::new(config.buffer_pool, &config.limits())),
         }
+    }
+}
+
+impl ContainerServer {
+    /// Returns the limits one request's container is judged by: the server's, with the
+    /// iteration range the request's `policy` asks for (the maximum at most the ceiling).
+    fn limits_for(&self, policy: Option<pb::IterationPolicy>) -> Result<Limits, Status> {
+        let Some(policy) = policy else {
+            return Ok(self.limits);
+        };
+        let mut limits = self.limits;
+        if policy.min_iterations != 0 {
+            limits.min_iterations = policy.min_iterations;
+        }
+        if policy.max_iterations != 0 {
+            if policy.max_iterations > self.iterations_ceiling {
+                return Err(snug_rpc::status::invalid_argument(
+                    DOMAIN,
+                    "iteration_policy.max_iterations",
+                    format!(
+                        "max_iterations {} is over this server's ceiling of {}",
+                        policy.max_iterations, self.iterations_ceiling
+                    ),
+                ));
+            }
+            limits.max_iterations = policy.max_iterations;
+        }
+        if limits.min_iterations > limits.max_iterations {
+            return Err(snug_rpc::status::invalid_argument(
+                DOMAIN,
+                "iteration_policy",
+                format!(
+                    "the accepted range {}..={} is empty",
+                    limits.min_iterations, limits.max_iterations
+                ),
+            ));
+        }
+        Ok(limits)
     }
 }
 
@@ -220,6 +274,7 @@ impl ContainerServer {
         &self,
         mut receiver: Receiver<'_, M, H, S>,
         secrets: Secrets,
+        limits: &Limits,
     ) -> Result<Authenticated, Status>
     where
         S: Fn(M) -> Option<Part<H>>,
@@ -228,7 +283,7 @@ impl ContainerServer {
         let mut opening = Some(
             Opening::with_buffer(
                 secrets,
-                &self.limits,
+                limits,
                 receiver.declared_len(),
                 self.buffers.take(),
             )
@@ -379,7 +434,10 @@ impl ContainerServer {
             |h| h.expected_length,
         )
         .await?;
-        let authenticated = self.open_upload(receiver, secrets(header.secrets)).await?;
+        let limits = self.limits_for(header.iteration_policy)?;
+        let authenticated = self
+            .open_upload(receiver, secrets(header.secrets), &limits)
+            .await?;
         let opened_by = slot_kind(authenticated.opened_by()).into();
         let plaintext_length = authenticated.plaintext_len() as u64;
         let (plaintext_format, plaintext) = self.release(authenticated).await;
@@ -492,6 +550,28 @@ split_fn!(
     remove_protection_request,
     pb::RemoveProtectionHeader
 );
+split_fn!(reseal_part, reseal_request, pb::ResealHeader);
+
+/// Refuses a plaintext that is not a SQLite user database (Protect's and Reseal's input).
+fn user_database(plaintext: &[u8]) -> Result<(), Status> {
+    match snug_container::detect(plaintext) {
+        Format::Sqlite => Ok(()),
+        Format::Container => Err(error(
+            Code::InvalidArgument,
+            reason::ALREADY_PROTECTED,
+            DOMAIN,
+            "the file is already a protected Snug file",
+            [],
+        )),
+        Format::Unknown => Err(error(
+            Code::InvalidArgument,
+            reason::NOT_A_USER_DATABASE,
+            DOMAIN,
+            "only a SQLite user database can be protected",
+            [],
+        )),
+    }
+}
 
 #[tonic::async_trait]
 impl ContainerService for ContainerServer {
@@ -514,7 +594,12 @@ impl ContainerService for ContainerServer {
         let mut prefix = Vec::with_capacity(MAX_PREFIX_LEN);
         let mut container_len = 0u64;
         let limit = self.limits.max_container_len();
+        let mut policy = None;
+        let mut first = true;
         while let Some(message) = stream.message().await? {
+            if std::mem::take(&mut first) {
+                policy = message.iteration_policy;
+            }
             if message.chunk.len() > chunks::CHUNK_SIZE {
                 return Err(snug_rpc::status::invalid_argument(
                     DOMAIN,
@@ -529,7 +614,8 @@ impl ContainerService for ContainerServer {
             let keep = (MAX_PREFIX_LEN - prefix.len()).min(message.chunk.len());
             prefix.extend_from_slice(&message.chunk[..keep]);
         }
-        let info = snug_container::inspect_prefix(&prefix, container_len, &self.limits)
+        let limits = self.limits_for(policy)?;
+        let info = snug_container::inspect_prefix(&prefix, container_len, &limits)
             .map_err(status::corrupt)?;
         Ok(Response::new(pb::InspectContainerResponse {
             version: info.header.version.into(),
@@ -580,27 +666,7 @@ impl ContainerService for ContainerServer {
                 [],
             ));
         }
-        match snug_container::detect(&upload.bytes) {
-            Format::Sqlite => {}
-            Format::Container => {
-                return Err(error(
-                    Code::InvalidArgument,
-                    reason::ALREADY_PROTECTED,
-                    DOMAIN,
-                    "the file is already a protected Snug file",
-                    [],
-                ));
-            }
-            Format::Unknown => {
-                return Err(error(
-                    Code::InvalidArgument,
-                    reason::NOT_A_USER_DATABASE,
-                    DOMAIN,
-                    "only a SQLite user database can be protected",
-                    [],
-                ));
-            }
-        }
+        user_database(&upload.bytes)?;
         let iterations = match header.iterations {
             0 => snug_container::DEFAULT_ITERATIONS,
             n => n,
@@ -672,9 +738,9 @@ impl ContainerService for ContainerServer {
             |h| h.expected_length,
         )
         .await?;
+        let limits = self.limits_for(upload.header.iteration_policy)?;
         let current = Passphrase::new(upload.header.current_passphrase);
         let new = Passphrase::new(upload.header.new_passphrase);
-        let limits = self.limits;
         let container = self
             .pool
             .run(move || snug_container::change_passphrase(&upload.bytes, &current, &new, &limits))
@@ -711,8 +777,8 @@ impl ContainerService for ContainerServer {
             |h| h.expected_length,
         )
         .await?;
+        let limits = self.limits_for(upload.header.iteration_policy)?;
         let secrets = secrets(upload.header.secrets);
-        let limits = self.limits;
         let (container, recovery_key) = self
             .pool
             .run(move || snug_container::rotate_recovery_key(&upload.bytes, &secrets, &limits))
@@ -735,6 +801,75 @@ impl ContainerService for ContainerServer {
         )))
     }
 
+    type ResealStream = ResponseStream<pb::ResealResponse>;
+
+    async fn reseal(
+        &self,
+        request: Request<Streaming<pb::ResealRequest>>,
+    ) -> Result<Response<Self::ResealStream>, Status> {
+        let mut stream = request.into_inner();
+        let max_container = self.limits.max_container_len();
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            max_container.saturating_add(self.limits.max_plaintext),
+            |m: pb::ResealRequest| m.message.map(reseal_part),
+            |h| {
+                h.plaintext_length
+                    .map(|len| len.saturating_add(h.container_length))
+            },
+        )
+        .await?;
+        let header = upload.header;
+        let limits = self.limits_for(header.iteration_policy)?;
+        if header.container_length > max_container {
+            return Err(snug_rpc::status::too_large(DOMAIN, max_container));
+        }
+        let mut container = upload.bytes;
+        let Ok(split) = usize::try_from(header.container_length) else {
+            return Err(snug_rpc::status::too_large(DOMAIN, max_container));
+        };
+        if split > container.len() {
+            return Err(snug_rpc::status::invalid_argument(
+                DOMAIN,
+                "header.container_length",
+                format!(
+                    "container_length is {split} but only {} bytes arrived",
+                    container.len()
+                ),
+            ));
+        }
+        let plaintext = container.split_off(split);
+        if plaintext.len() as u64 > self.limits.max_plaintext {
+            return Err(snug_rpc::status::too_large(
+                DOMAIN,
+                self.limits.max_plaintext,
+            ));
+        }
+        user_database(&plaintext)?;
+        let secrets = secrets(header.secrets);
+        let (resealed, opened_by) = self
+            .pool
+            .run(move || {
+                snug_container::reseal_with_secrets(&container, &secrets, plaintext, &limits)
+            })
+            .await?
+            .map_err(status::reseal_error)?;
+        let result = pb::ResealResponse {
+            message: Some(pb::reseal_response::Message::Result(pb::ResealResult {
+                opened_by: slot_kind(opened_by).into(),
+                container_length: resealed.len() as u64,
+            })),
+        };
+        Ok(Response::new(chunks::respond(
+            result,
+            Bytes::from(resealed),
+            |c| pb::ResealResponse {
+                message: Some(pb::reseal_response::Message::Chunk(c)),
+            },
+        )))
+    }
+
     type RemoveProtectionStream = ResponseStream<pb::RemoveProtectionResponse>;
 
     async fn remove_protection(
@@ -750,7 +885,10 @@ impl ContainerService for ContainerServer {
             |h| h.expected_length,
         )
         .await?;
-        let authenticated = self.open_upload(receiver, secrets(header.secrets)).await?;
+        let limits = self.limits_for(header.iteration_policy)?;
+        let authenticated = self
+            .open_upload(receiver, secrets(header.secrets), &limits)
+            .await?;
         let result = pb::RemoveProtectionResponse {
             message: Some(pb::remove_protection_response::Message::Result(
                 pb::RemoveProtectionResult {

@@ -13,6 +13,9 @@ pub const LOCKED: &str = "LOCKED";
 pub const CORRUPT: &str = "CORRUPT";
 /// A container version or KDF newer than this build understands.
 pub const UNSUPPORTED_FORMAT_VERSION: &str = "UNSUPPORTED_FORMAT_VERSION";
+/// A healthy container whose PBKDF2 iteration count is outside the accepted range (a setting, not
+/// damage); metadata `iterations`, `minIterations`, `maxIterations`.
+pub const ITERATIONS_OUT_OF_POLICY: &str = "ITERATIONS_OUT_OF_POLICY";
 /// The bytes are not a SNUGENC1 container.
 pub const NOT_A_CONTAINER: &str = "NOT_A_CONTAINER";
 /// Protect was given a container rather than a plain database.
@@ -31,6 +34,7 @@ pub const ALL: &[&str] = &[
     LOCKED,
     CORRUPT,
     UNSUPPORTED_FORMAT_VERSION,
+    ITERATIONS_OUT_OF_POLICY,
     NOT_A_CONTAINER,
     ALREADY_PROTECTED,
     NOT_A_USER_DATABASE,

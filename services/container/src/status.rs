@@ -3,7 +3,7 @@
 //! Every match is exhaustive, so a new error variant in `snug-container` does not compile until
 //! someone picks its code and reason here.
 
-use snug_container::{Corruption, OpenError, RewrapError, SealError};
+use snug_container::{Corruption, OpenError, ResealError, RewrapError, SealError};
 use snug_rpc::status::{error, too_large};
 use tonic::{Code, Status};
 
@@ -38,11 +38,31 @@ pub fn corrupt(corruption: Corruption) -> Status {
         Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
             reason::UNSUPPORTED_FORMAT_VERSION
         }
+        &Corruption::IterationsOutOfRange {
+            iterations,
+            min,
+            max,
+        } => {
+            return error(
+                Code::InvalidArgument,
+                reason::ITERATIONS_OUT_OF_POLICY,
+                DOMAIN,
+                format!(
+                    "{corruption}; the file is healthy: give iteration_policy to open it, and \
+                     rewrite it at the default count to keep it openable everywhere"
+                ),
+                [
+                    ("iterations", iterations.to_string()),
+                    ("minIterations", min.to_string()),
+                    ("maxIterations", max.to_string()),
+                ],
+            );
+        }
         Corruption::TruncatedHeader
         | Corruption::ImplausibleSlotCount(_)
         | Corruption::TruncatedBody
         | Corruption::HeaderChecksumMismatch { .. }
-        | Corruption::IterationsOutOfRange { .. }
+        | Corruption::ZeroIterations
         | Corruption::PayloadAuthenticationFailed => reason::CORRUPT,
     };
     error(
@@ -77,6 +97,8 @@ pub fn seal_error(err: SealError) -> Status {
             snug_rpc::status::internal(DOMAIN, &SealError::ImplausibleRecoveryKey)
         }
         SealError::Corrupt(corruption) => corrupt(corruption),
+        // The service generates every recovery key it seals under.
+        err @ SealError::WeakRecoveryKey { .. } => snug_rpc::status::internal(DOMAIN, &err),
         SealError::FileKeyMismatch => {
             snug_rpc::status::internal(DOMAIN, &SealError::FileKeyMismatch)
         }
@@ -110,5 +132,19 @@ pub fn rewrap_error(err: RewrapError) -> Status {
         RewrapError::ImplausibleRecoveryKey => {
             snug_rpc::status::internal(DOMAIN, &RewrapError::ImplausibleRecoveryKey)
         }
+        // The service generates the new key itself, so a weak one is a bug.
+        err @ RewrapError::WeakRecoveryKey { .. } => snug_rpc::status::internal(DOMAIN, &err),
+        // No RPC of this service changes the KDF setting, so neither can be reached.
+        err @ (RewrapError::IterationsOutOfRange { .. } | RewrapError::SlotNotOpened { .. }) => {
+            snug_rpc::status::internal(DOMAIN, &err)
+        }
+    }
+}
+
+/// Maps a failed reseal (an edit of a protected file).
+pub fn reseal_error(err: ResealError) -> Status {
+    match err {
+        ResealError::Open(open) => open_error(open),
+        ResealError::TooLarge { max, .. } => too_large(DOMAIN, max),
     }
 }

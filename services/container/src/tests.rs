@@ -10,6 +10,9 @@ use tonic::{Code, Status, transport::Channel};
 
 use super::*;
 
+mod policy;
+mod reseal;
+
 const ITERATIONS: u32 = 1_000;
 const PASSPHRASE: &str = "correct horse battery staple";
 
@@ -97,6 +100,7 @@ fn unlock_request(
         message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
             secrets: Some(secrets),
             expected_length: None,
+            iteration_policy: None,
         })),
     };
     chunks::upload(header, container, |c| pb::UnlockRequest {
@@ -250,6 +254,7 @@ async fn unlock_in_pieces(
         message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
             secrets: Some(secrets(Some(PASSPHRASE), None)),
             expected_length: declared,
+            iteration_policy: None,
         })),
     }];
     let mut start = 0;
@@ -481,6 +486,7 @@ async fn oversize_uploads_are_refused_early_with_resource_exhausted() {
         message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
             secrets: Some(secrets(Some(PASSPHRASE), None)),
             expected_length: Some(snug_container::MAX_USERDB_BYTES * 2),
+            iteration_policy: None,
         })),
     };
     let status = client
@@ -539,6 +545,7 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
                 current_passphrase: PASSPHRASE.to_owned(),
                 new_passphrase: "new passphrase".to_owned(),
                 expected_length: None,
+                iteration_policy: None,
             },
         )),
     };
@@ -599,6 +606,7 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
             pb::RotateRecoveryKeyHeader {
                 secrets: Some(secrets(Some("new passphrase"), None)),
                 expected_length: None,
+                iteration_policy: None,
             },
         )),
     };
@@ -647,6 +655,7 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
             pb::RemoveProtectionHeader {
                 secrets: Some(secrets(Some("new passphrase"), None)),
                 expected_length: None,
+                iteration_policy: None,
             },
         )),
     };
@@ -698,7 +707,10 @@ async fn detect_and_inspect_need_no_secret() {
         .expect("protect");
     let request = futures::stream::iter(
         chunks::split_into_chunks(container.clone())
-            .map(|chunk| pb::InspectContainerRequest { chunk })
+            .map(|chunk| pb::InspectContainerRequest {
+                chunk,
+                iteration_policy: None,
+            })
             .collect::<Vec<_>>(),
     );
     let info = client
@@ -719,6 +731,7 @@ async fn detect_and_inspect_need_no_secret() {
     let status = client
         .inspect_container(futures::stream::iter([pb::InspectContainerRequest {
             chunk: truncated,
+            iteration_policy: None,
         }]))
         .await
         .expect_err("truncated");

@@ -676,6 +676,7 @@ async fn unlock(
         message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
             secrets: Some(secrets),
             expected_length: None,
+            iteration_policy: None,
         })),
     };
     let request = chunks::upload(header, container, |c| pb::UnlockRequest {
@@ -707,6 +708,7 @@ async fn rotate(
             pb::RotateRecoveryKeyHeader {
                 secrets: Some(secrets),
                 expected_length: None,
+                iteration_policy: None,
             },
         )),
     };

@@ -27,6 +27,9 @@ pub const LOCKED: &str = "LOCKED";
 pub const CORRUPT_CONTAINER: &str = "CORRUPT_CONTAINER";
 /// A container version or KDF newer than this build (CheckImport).
 pub const UNSUPPORTED_FORMAT_VERSION: &str = "UNSUPPORTED_FORMAT_VERSION";
+/// A healthy container whose PBKDF2 iteration count is outside the accepted range (CheckImport);
+/// metadata `iterations`, `minIterations`, `maxIterations`.
+pub const ITERATIONS_OUT_OF_POLICY: &str = "ITERATIONS_OUT_OF_POLICY";
 /// ValidateSyncImage was given a SNUGENC1 container: a hub origin stores plaintext only.
 pub const CONTAINER_NOT_ACCEPTED: &str = "CONTAINER_NOT_ACCEPTED";
 /// ValidateSyncImage was given an image with rows in `snug_secrets`; metadata `secretRows`.
@@ -68,6 +71,7 @@ pub const ALL: &[&str] = &[
     LOCKED,
     CORRUPT_CONTAINER,
     UNSUPPORTED_FORMAT_VERSION,
+    ITERATIONS_OUT_OF_POLICY,
     CONTAINER_NOT_ACCEPTED,
     SECRETS_PRESENT,
     APP_NOT_FOUND,

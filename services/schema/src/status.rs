@@ -149,12 +149,29 @@ fn corrupt_container(corruption: &Corruption, message: String) -> Mapped {
         Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
             reason::UNSUPPORTED_FORMAT_VERSION
         }
+        // A KDF setting, not damage (§11.1); the range it was judged by goes with it.
+        &Corruption::IterationsOutOfRange {
+            iterations,
+            min,
+            max,
+        } => {
+            return Mapped::new(
+                Code::InvalidArgument,
+                reason::ITERATIONS_OUT_OF_POLICY,
+                message,
+                [
+                    ("iterations", iterations.to_string()),
+                    ("minIterations", min.to_string()),
+                    ("maxIterations", max.to_string()),
+                ],
+            );
+        }
         Corruption::NotAContainer
         | Corruption::TruncatedHeader
         | Corruption::ImplausibleSlotCount(_)
         | Corruption::TruncatedBody
         | Corruption::HeaderChecksumMismatch { .. }
-        | Corruption::IterationsOutOfRange { .. }
+        | Corruption::ZeroIterations
         | Corruption::PayloadAuthenticationFailed => reason::CORRUPT_CONTAINER,
     };
     Mapped::new(

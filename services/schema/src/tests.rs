@@ -20,6 +20,7 @@ use tonic::{Code, Status, transport::Channel};
 use super::*;
 
 mod free_space;
+mod kdf_policy;
 
 type Client = SchemaServiceClient<Channel>;
 

@@ -203,9 +203,13 @@ impl Limits {
         self.max_plaintext.saturating_add(MAX_OVERHEAD)
     }
 
-    /// Returns the out-of-range error for `iterations`, if it is one.
+    /// Returns the error for a header asking for `iterations`, if it is one: zero is damage
+    /// (no key derivation at all, whatever the policy), anything else outside the range is this
+    /// reader's policy.
     pub(crate) fn check_iterations(&self, iterations: u32) -> Result<(), Corruption> {
-        if (self.min_iterations..=self.max_iterations).contains(&iterations) {
+        if iterations == 0 {
+            Err(Corruption::ZeroIterations)
+        } else if (self.min_iterations..=self.max_iterations).contains(&iterations) {
             Ok(())
         } else {
             Err(Corruption::IterationsOutOfRange {
@@ -219,8 +223,14 @@ impl Limits {
 
 /// Why a container cannot be read, whatever the secret.
 ///
+/// Most variants are damage. Two kinds are not, and callers must not treat them as such (no
+/// quarantine, no overwrite): a newer format ([`Corruption::is_unsupported`]) and an iteration
+/// count outside this reader's [`Limits`] ([`Corruption::is_out_of_policy`]): the count lives in
+/// the header so it can be raised later (§11.1), so a file made with a low or a raised count is
+/// healthy and opens once the caller widens its limits.
+///
 /// The variants are listed in the order they are checked, which is the reference's order; the
-/// iteration bound and the payload check come after everything the reference checks.
+/// iteration checks and the payload check come after everything the reference checks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Corruption {
     /// The bytes do not start with `SNUGENC1\n`.
@@ -249,8 +259,14 @@ pub enum Corruption {
         /// The checksum of the header as read.
         computed: u32,
     },
-    /// The header asks for an iteration count outside [`Limits`].
-    #[error("iteration count {iterations} is outside the accepted range {min}..={max}")]
+    /// The header's iteration count is 0: no key derivation at all, which no writer produces.
+    #[error("the container header asks for zero key-derivation iterations")]
+    ZeroIterations,
+    /// The header asks for an iteration count outside [`Limits`]: a policy refusal, not damage.
+    #[error(
+        "the key-derivation iteration count {iterations} is outside the accepted range \
+         {min}..={max} (a setting, not damage)"
+    )]
     IterationsOutOfRange {
         /// The iteration count in the header.
         iterations: u32,
@@ -273,6 +289,12 @@ impl Corruption {
         )
     }
 
+    /// Returns true for an iteration count outside the reader's [`Limits`]: a healthy file that
+    /// opens with wider limits (zero iterations is [`Corruption::ZeroIterations`], damage).
+    pub fn is_out_of_policy(&self) -> bool {
+        matches!(self, Corruption::IterationsOutOfRange { .. })
+    }
+
     /// Returns a stable snake_case name of the cause, for machines.
     pub fn code(&self) -> &'static str {
         match self {
@@ -283,6 +305,7 @@ impl Corruption {
             Corruption::ImplausibleSlotCount(_) => "implausible_slot_count",
             Corruption::TruncatedBody => "truncated_body",
             Corruption::HeaderChecksumMismatch { .. } => "header_checksum_mismatch",
+            Corruption::ZeroIterations => "zero_iterations",
             Corruption::IterationsOutOfRange { .. } => "iterations_out_of_range",
             Corruption::PayloadAuthenticationFailed => "payload_authentication_failed",
         }

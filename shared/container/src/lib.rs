@@ -18,9 +18,11 @@
 //!   opens a healthy container (§11.2 rule 6 keeps *locked* apart from *corrupt*).
 //! - [`seal`] makes a two-slot container (passphrase + recovery key, never fewer: §11.2 rule 2);
 //!   [`reseal`] writes a new payload under the same file key (every save of a protected file),
-//!   with the key from [`open_file_key`] or [`open_owned_with_file_key`];
+//!   with the key from [`open_file_key`] or [`open_owned_with_file_key`], and
+//!   [`reseal_with_secrets`] does both steps for a caller holding only a secret;
 //!   [`change_passphrase`] and [`rotate_recovery_key`] re-wrap one slot and change only its 48
-//!   bytes; [`remove_protection`] returns the plaintext to be written back as a plain database.
+//!   bytes; [`change_iterations`] rewrites a file at another KDF setting (every slot, so both
+//!   secrets); [`remove_protection`] returns the plaintext to be written back as a plain database.
 //! - [`seal_owned`] and [`reseal_owned`] take the plaintext by value and encrypt it where it lies.
 //! - [`Opening`] opens a container whose bytes arrive in pieces (an upload) with the verdict of
 //!   [`open`]: it hands out an [`Unlocker`] as soon as the header, wrapped keys and payload IV
@@ -67,6 +69,7 @@ mod format;
 mod incremental;
 mod kdf;
 mod open;
+mod random;
 mod rewrap;
 mod seal;
 mod secret;
@@ -84,8 +87,13 @@ pub use open::{
     OpenError, Unlocked, open, open_file_key, open_owned, open_owned_with_file_key,
     remove_protection,
 };
-pub use rewrap::{RewrapError, change_passphrase, rotate_recovery_key, rotate_recovery_key_to};
-pub use seal::{SealError, SealMaterial, reseal, reseal_owned, seal, seal_owned, seal_with};
+pub use rewrap::{
+    RewrapError, change_iterations, change_passphrase, rotate_recovery_key, rotate_recovery_key_to,
+};
+pub use seal::{
+    ResealError, SealError, SealMaterial, reseal, reseal_owned, reseal_with_secrets, seal,
+    seal_owned, seal_with,
+};
 pub use secret::{
     FileKey, Passphrase, RECOVERY_KEY_ALPHABET, RECOVERY_KEY_SYMBOLS, RecoveryKey, Secrets,
 };

@@ -96,29 +96,7 @@ pub(crate) fn unlock(
     passphrase: Option<&Passphrase>,
     recovery_key: Option<&RecoveryKey>,
 ) -> Result<Opened, OpenError> {
-    // NFC first, which is what this crate writes; then the bytes as typed, which is what the
-    // reference writes (it does not normalise), so an NFD passphrase from such a file still opens.
-    let mut forms: Vec<(SlotKind, Zeroizing<Vec<u8>>)> = Vec::with_capacity(3);
-    if let Some(passphrase) = passphrase.filter(|p| !p.is_empty()) {
-        let nfc = passphrase.nfc();
-        let differs = nfc.as_str() != passphrase.raw();
-        forms.push((
-            SlotKind::Passphrase,
-            Zeroizing::new(nfc.as_bytes().to_vec()),
-        ));
-        if differs {
-            forms.push((
-                SlotKind::Passphrase,
-                Zeroizing::new(passphrase.raw().as_bytes().to_vec()),
-            ));
-        }
-    }
-    if let Some(recovery_key) = recovery_key.filter(|k| k.is_plausible()) {
-        forms.push((
-            SlotKind::RecoveryKey,
-            Zeroizing::new(recovery_key.normalized().as_bytes().to_vec()),
-        ));
-    }
+    let forms = candidate_forms(passphrase, recovery_key);
 
     let header = &info.header;
     let aad = &container[..info.header_len];
@@ -142,6 +120,42 @@ pub(crate) fn unlock(
         }
     }
     Err(OpenError::Locked)
+}
+
+/// Byte strings a KEK may be derived from, each with the slot kind it can open.
+pub(crate) type CandidateForms = Vec<(SlotKind, Zeroizing<Vec<u8>>)>;
+
+/// Returns the forms of the supplied secrets, in the order they are tried.
+///
+/// NFC first, which is what this crate writes; then the bytes as typed, which is what the
+/// reference writes (it does not normalise), so an NFD passphrase from such a file still opens.
+/// Empty passphrases and implausible recovery keys give no form: they are never tried.
+pub(crate) fn candidate_forms(
+    passphrase: Option<&Passphrase>,
+    recovery_key: Option<&RecoveryKey>,
+) -> CandidateForms {
+    let mut forms: CandidateForms = Vec::with_capacity(3);
+    if let Some(passphrase) = passphrase.filter(|p| !p.is_empty()) {
+        let nfc = passphrase.nfc();
+        let differs = nfc.as_str() != passphrase.raw();
+        forms.push((
+            SlotKind::Passphrase,
+            Zeroizing::new(nfc.as_bytes().to_vec()),
+        ));
+        if differs {
+            forms.push((
+                SlotKind::Passphrase,
+                Zeroizing::new(passphrase.raw().as_bytes().to_vec()),
+            ));
+        }
+    }
+    if let Some(recovery_key) = recovery_key.filter(|k| k.is_plausible()) {
+        forms.push((
+            SlotKind::RecoveryKey,
+            Zeroizing::new(recovery_key.normalized().as_bytes().to_vec()),
+        ));
+    }
+    forms
 }
 
 /// Decrypts the payload of `container` into a new buffer (used where the container is borrowed).

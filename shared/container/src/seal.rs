@@ -7,8 +7,9 @@ use zeroize::Zeroizing;
 use crate::aead::{self, encrypt_payload, encrypt_payload_in_place};
 use crate::format::{ContainerInfo, Corruption, Header, Limits, Slot, SlotKind, inspect};
 use crate::kdf::derive_kek;
-use crate::open::decrypt_to_vec;
-use crate::secret::{FileKey, Passphrase, RecoveryKey};
+use crate::open::{OpenError, decrypt_to_vec, inspect_for_open, unlock};
+use crate::random::fill;
+use crate::secret::{FileKey, Passphrase, RecoveryKey, Secrets};
 use crate::{IV_LEN, KDF_PBKDF2_HMAC_SHA256, TAG_LEN, VERSION, WRAPPED_KEY_LEN};
 
 /// All the randomness one seal consumes, so that tests can fix it (the c03 vector).
@@ -52,10 +53,6 @@ impl SealMaterial {
     }
 }
 
-fn fill(buf: &mut [u8]) {
-    getrandom::fill(buf).expect("the operating system random source failed");
-}
-
 /// Why no container was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
@@ -83,6 +80,15 @@ pub enum SealError {
     /// The recovery key is not 26 or 27 symbols of the alphabet, so it could never be typed back.
     #[error("the recovery key is not a valid recovery key")]
     ImplausibleRecoveryKey,
+    /// A caller-supplied recovery key for a new slot that is plausible but short of full strength
+    /// (26 legacy symbols, 127.6 bits): new slots take only 27 symbols (§11.2 rule 3).
+    #[error(
+        "the new recovery key has {symbols} symbols; a new slot needs a full-strength 27-symbol key"
+    )]
+    WeakRecoveryKey {
+        /// Symbols in the key given.
+        symbols: usize,
+    },
     /// [`reseal`] was given a container that cannot be read.
     #[error(transparent)]
     Corrupt(#[from] Corruption),
@@ -129,19 +135,25 @@ fn check_seal(
     if !recovery_key.is_plausible() {
         return Err(SealError::ImplausibleRecoveryKey);
     }
-    if let Err(Corruption::IterationsOutOfRange {
-        iterations,
-        min,
-        max,
-    }) = limits.check_iterations(iterations)
-    {
-        return Err(SealError::IterationsOutOfRange {
-            iterations,
-            min,
-            max,
+    if !recovery_key.is_full_strength() {
+        return Err(SealError::WeakRecoveryKey {
+            symbols: recovery_key.symbols(),
         });
     }
+    check_seal_iterations(iterations, limits)?;
     check_plaintext_len(plaintext, limits)
+}
+
+/// Refuses to write a header this crate's own [`Limits`] would refuse to open (zero included).
+fn check_seal_iterations(iterations: u32, limits: &Limits) -> Result<(), SealError> {
+    if limits.check_iterations(iterations).is_err() {
+        return Err(SealError::IterationsOutOfRange {
+            iterations,
+            min: limits.min_iterations,
+            max: limits.max_iterations,
+        });
+    }
+    Ok(())
 }
 
 fn check_plaintext_len(plaintext: &[u8], limits: &Limits) -> Result<(), SealError> {
@@ -446,4 +458,69 @@ fn reseal_into(
         ciphertext,
     )?);
     Ok(())
+}
+
+/// Why [`reseal_with_secrets`] wrote nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResealError {
+    /// The container did not open with the secrets given (locked, corrupt, out of policy or too
+    /// large). A locked container is healthy and is left as it is (§11.2 rule 7).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The new plaintext exceeds [`Limits::max_plaintext`] (§11.2 rule 9).
+    #[error("the new contents are {plaintext_len} bytes, over the limit of {max}")]
+    TooLarge {
+        /// The new plaintext's length.
+        plaintext_len: u64,
+        /// The accepted maximum.
+        max: u64,
+    },
+}
+
+/// Opens `container` with `secrets` and writes `plaintext` as its new payload: the one call an
+/// edit of a protected file needs (see [`reseal`], which this is after an open).
+///
+/// Everything up to the payload IV (header, salt, slot table, wrapped keys) is kept byte for
+/// byte, so every secret that opened the container, the recovery key included, opens the result;
+/// the payload gets a fresh IV from the CSPRNG (§11.2 rule 5) under the same file key. The
+/// current payload is authenticated first, so a damaged file is reported as corrupt rather than
+/// papered over. Returns the resealed container and the kind of slot the secret opened.
+pub fn reseal_with_secrets(
+    container: &[u8],
+    secrets: &Secrets,
+    plaintext: Vec<u8>,
+    limits: &Limits,
+) -> Result<(Vec<u8>, SlotKind), ResealError> {
+    let plaintext_len = plaintext.len() as u64;
+    if plaintext_len > limits.max_plaintext {
+        return Err(ResealError::TooLarge {
+            plaintext_len,
+            max: limits.max_plaintext,
+        });
+    }
+    let info = inspect_for_open(container, limits)?;
+    let opened = unlock(
+        container,
+        &info,
+        secrets.passphrase.as_ref(),
+        secrets.recovery_key.as_ref(),
+    )?;
+    drop(Zeroizing::new(decrypt_to_vec(
+        container,
+        &info,
+        &opened.file_key,
+    )?));
+    let mut resealed = make_room(plaintext, info.payload_iv_offset() + IV_LEN);
+    reseal_into(
+        &mut resealed,
+        container,
+        &info,
+        &opened.file_key,
+        Payload::InPlace,
+    )
+    .map_err(|_| ResealError::TooLarge {
+        plaintext_len,
+        max: aes_gcm::P_MAX,
+    })?;
+    Ok((resealed, opened.kind))
 }

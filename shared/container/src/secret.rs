@@ -65,9 +65,7 @@ impl RecoveryKey {
     /// # Panics
     /// Panics if the operating system has no working random source; no key may be made then.
     pub fn generate() -> Self {
-        Self::from_entropy_source(|buf| {
-            getrandom::fill(buf).expect("the operating system random source failed")
-        })
+        Self::from_entropy_source(crate::random::fill)
     }
 
     /// Returns a key built from the bytes `fill` provides, 32 at a time: a byte is discarded when
@@ -111,6 +109,18 @@ impl RecoveryKey {
             self.0.len(),
             LEGACY_RECOVERY_KEY_SYMBOLS | RECOVERY_KEY_SYMBOLS
         ) && self.0.chars().all(|c| RECOVERY_KEY_ALPHABET.contains(c))
+    }
+
+    /// Returns true for a key a new slot may be wrapped under: the 27 symbols of a generated key
+    /// (≈ 132.5 bits, §11.2 rule 3). A 26-symbol legacy key (127.6 bits) still opens its old
+    /// file but is never written into a new slot.
+    pub fn is_full_strength(&self) -> bool {
+        self.0.len() == RECOVERY_KEY_SYMBOLS && self.is_plausible()
+    }
+
+    /// Returns the number of symbols in the normalised form.
+    pub fn symbols(&self) -> usize {
+        self.0.len()
     }
 
     /// Returns the entropy of a uniformly drawn key of this length, in bits.
@@ -189,7 +199,7 @@ impl FileKey {
     /// Panics if the operating system has no working random source.
     pub fn generate() -> Self {
         let mut key = FileKey::from_bytes([0; 32]);
-        getrandom::fill(&mut key.bytes[..]).expect("the operating system random source failed");
+        crate::random::fill(&mut key.bytes[..]);
         key
     }
 

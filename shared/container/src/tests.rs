@@ -1,6 +1,8 @@
 //! Unit tests of the pieces that have no public seam of their own: the PBKDF2 fast path, the checksum, the header codec and secret normalisation.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod nonces;
+
 use proptest::prelude::*;
 
 use crate::format::{Header, Slot, SlotKind, header_checksum};

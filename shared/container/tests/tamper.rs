@@ -134,14 +134,18 @@ fn hostile_iteration_counts_are_refused_before_any_key_derivation() {
         });
         let started = Instant::now();
         let err = open(&hostile, &sample.by_passphrase(), &Limits::default()).unwrap_err();
-        assert_eq!(
-            err,
-            OpenError::Corrupt(Corruption::IterationsOutOfRange {
+        // Zero is damage whatever the policy; any other count is a setting (§11.1).
+        let expected = if iterations == 0 {
+            Corruption::ZeroIterations
+        } else {
+            Corruption::IterationsOutOfRange {
                 iterations,
                 min: 10_000,
-                max: 10_000_000
-            })
-        );
+                max: 10_000_000,
+            }
+        };
+        assert_eq!(expected.is_out_of_policy(), iterations != 0);
+        assert_eq!(err, OpenError::Corrupt(expected));
         // u32::MAX iterations would run for minutes.
         assert!(
             started.elapsed() < Duration::from_millis(300),

@@ -414,13 +414,19 @@ fn corruption_codes_are_stable() {
             "the container header is damaged (integrity check failed)",
         ),
         (
+            Corruption::ZeroIterations,
+            "zero_iterations",
+            "the container header asks for zero key-derivation iterations",
+        ),
+        (
             Corruption::IterationsOutOfRange {
                 iterations: 1,
                 min: 2,
                 max: 3,
             },
             "iterations_out_of_range",
-            "iteration count 1 is outside the accepted range 2..=3",
+            "the key-derivation iteration count 1 is outside the accepted range 2..=3 (a \
+             setting, not damage)",
         ),
         (
             Corruption::PayloadAuthenticationFailed,

@@ -1,0 +1,179 @@
+//! End-to-end tests of editing a protected file (issue #17 point 4): `snug app sql` writes and `snug app persist` reseal it in place, so it stays SNUGENC1 with the same header and slots, and the recovery key from `snug protect` keeps opening it.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+const PASSPHRASE: &str = "correct horse battery staple";
+const CHESS_APP: &str = "starter--chess";
+
+fn vectors() -> PathBuf {
+    let dir = std::env::var_os("SNUG_VECTORS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
+        });
+    assert!(
+        dir.is_dir(),
+        "reference vectors not found at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
+    command
+        .args(args)
+        .env_remove("SNUG_PASSPHRASE")
+        .env_remove("SNUG_RECOVERY_KEY")
+        .env_remove("SNUG_NEW_PASSPHRASE")
+        .env_remove("SNUG_MIN_ITERATIONS")
+        .env_remove("SNUG_MAX_ITERATIONS");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.output().expect("run snug")
+}
+
+#[track_caller]
+fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let output = snug(&args, env);
+    assert_eq!(
+        output.status.code(),
+        Some(exit),
+        "snug {args:?}: stderr {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// The bytes of a two-slot container before its payload IV: header (160) and wrapped keys (96).
+const KEPT: usize = 160 + 2 * 48;
+
+fn moves(file: &str, env: &[(&str, &str)]) -> serde_json::Value {
+    let body = snug_json(
+        &[
+            "app",
+            "sql",
+            file,
+            "--app",
+            CHESS_APP,
+            "SELECT count(*) AS n FROM moves",
+        ],
+        env,
+        0,
+    );
+    body["results"][0]["rows"][0][0].clone()
+}
+
+#[test]
+fn app_sql_write_reseals_and_the_recovery_key_still_opens_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("user.snug");
+    let f = file.display().to_string();
+    let body = snug_json(
+        &[
+            "protect",
+            &vectors()
+                .join("userdb/sample-v6.user.snug")
+                .display()
+                .to_string(),
+            "--out",
+            &f,
+            "--iterations",
+            "10000",
+        ],
+        &[("SNUG_PASSPHRASE", PASSPHRASE)],
+        0,
+    );
+    let key = body["recovery_key"].as_str().expect("key").to_owned();
+    let by_key = [("SNUG_RECOVERY_KEY", key.as_str())];
+    let before = std::fs::read(&file).expect("read");
+    let count_before = moves(&f, &by_key);
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        before,
+        "a read writes nothing"
+    );
+
+    // Written with the passphrase, read back with the recovery key written down at protect.
+    let body = snug_json(
+        &[
+            "app",
+            "sql",
+            &f,
+            "--app",
+            CHESS_APP,
+            "INSERT INTO moves VALUES ('e4')",
+        ],
+        &[("SNUG_PASSPHRASE", PASSPHRASE)],
+        0,
+    );
+    assert_eq!(body["wrote"], true);
+    let after = std::fs::read(&file).expect("read");
+    assert!(after.starts_with(b"SNUGENC1\n"), "still protected");
+    assert_eq!(after[..KEPT], before[..KEPT], "same header, salt and slots");
+    assert_ne!(
+        after[KEPT..KEPT + 12],
+        before[KEPT..KEPT + 12],
+        "a fresh payload IV"
+    );
+    let count_after = moves(&f, &by_key);
+    assert_eq!(
+        count_after.as_i64().expect("count"),
+        count_before.as_i64().expect("count") + 1,
+        "the content changed"
+    );
+    assert_eq!(moves(&f, &[("SNUG_PASSPHRASE", PASSPHRASE)]), count_after);
+
+    // A wrong secret is locked and leaves the file as it was.
+    let body = snug_json(
+        &[
+            "app",
+            "sql",
+            &f,
+            "--app",
+            CHESS_APP,
+            "INSERT INTO moves VALUES ('e5')",
+        ],
+        &[("SNUG_PASSPHRASE", "not it")],
+        3,
+    );
+    assert_eq!(body["error"]["code"], "LOCKED");
+    assert_eq!(std::fs::read(&file).expect("read"), after);
+
+    // persist with the recovery key reseals too.
+    let runtime = dir.path().join("chess.sqlite");
+    let r = runtime.display().to_string();
+    snug_json(
+        &["app", "export", &f, "--app", CHESS_APP, "--out", &r],
+        &by_key,
+        0,
+    );
+    add_a_move(&runtime);
+    let body = snug_json(
+        &["app", "persist", &f, "--app", CHESS_APP, "--from", &r],
+        &by_key,
+        0,
+    );
+    assert_eq!(body["unchanged"], false);
+    let persisted = std::fs::read(&file).expect("read");
+    assert_eq!(persisted[..KEPT], before[..KEPT]);
+    assert_eq!(
+        moves(&f, &by_key).as_i64().expect("count"),
+        count_after.as_i64().expect("count") + 1
+    );
+}
+
+/// Adds a move to an exported app database, as the app would while it runs.
+fn add_a_move(runtime: &Path) {
+    let connection = rusqlite::Connection::open(runtime).expect("open runtime");
+    let changed = connection
+        .execute("INSERT INTO moves VALUES ('d4')", [])
+        .expect("insert");
+    assert_eq!(changed, 1);
+}
