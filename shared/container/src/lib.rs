@@ -91,9 +91,11 @@ pub use rewrap::{
     RewrapError, change_iterations, change_passphrase, rotate_recovery_key, rotate_recovery_key_to,
 };
 pub use seal::{
-    ResealError, SealError, SealMaterial, reseal, reseal_owned, reseal_with_secrets, seal,
-    seal_owned, seal_with,
+    ResealError, SealError, reseal, reseal_owned, reseal_with_secrets, seal, seal_owned,
 };
+/// Fixed seal material, reachable only with the `test-support` feature (test vectors, benches).
+#[cfg(any(test, feature = "test-support"))]
+pub use seal::{SealMaterial, seal_with};
 pub use secret::{
     FileKey, Passphrase, RECOVERY_KEY_ALPHABET, RECOVERY_KEY_SYMBOLS, RecoveryKey, Secrets,
 };

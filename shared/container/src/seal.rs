@@ -12,8 +12,13 @@ use crate::random::fill;
 use crate::secret::{FileKey, Passphrase, RecoveryKey, Secrets};
 use crate::{IV_LEN, KDF_PBKDF2_HMAC_SHA256, TAG_LEN, VERSION, WRAPPED_KEY_LEN};
 
-/// All the randomness one seal consumes, so that tests can fix it (the c03 vector).
+/// All the randomness one seal consumes, so that tests can fix it (the c03 vector). Public only
+/// with the `test-support` feature.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(any(test, feature = "test-support")),
+    allow(unreachable_pub, reason = "exported only with test-support")
+)]
 pub struct SealMaterial {
     /// The salt every slot's KEK is derived with.
     pub salt: [u8; 16],
@@ -27,6 +32,10 @@ pub struct SealMaterial {
     pub payload_iv: [u8; 12],
 }
 
+#[cfg_attr(
+    not(any(test, feature = "test-support")),
+    allow(unreachable_pub, reason = "exported only with test-support")
+)]
 impl SealMaterial {
     /// Returns fresh CSPRNG material, drawn in the reference's order: salt, file key, passphrase
     /// slot IV, recovery slot IV, payload IV (§11.2 rule 5).
@@ -112,7 +121,7 @@ pub fn seal(
     limits: &Limits,
 ) -> Result<Vec<u8>, SealError> {
     check_seal(plaintext, passphrase, recovery_key, iterations, limits)?;
-    seal_with(
+    seal_material(
         plaintext,
         passphrase,
         recovery_key,
@@ -167,12 +176,13 @@ fn check_plaintext_len(plaintext: &[u8], limits: &Limits) -> Result<(), SealErro
     Ok(())
 }
 
-/// Seals like [`seal`] with the given `material` instead of fresh randomness.
+/// Seals like [`seal`] with the given `material` instead of fresh randomness; only with the
+/// `test-support` feature, so a fixed salt or IV is never reachable from a normal build.
 ///
 /// The passphrase is used in NFC, so the same passphrase typed on any platform opens the file.
 /// The header, the AAD of every GCM operation, is fully known before any KEK, so the payload is
 /// encrypted while the two PBKDF2 derivations run on threads of their own.
-pub fn seal_with(
+fn seal_material(
     plaintext: &[u8],
     passphrase: &Passphrase,
     recovery_key: &RecoveryKey,
@@ -195,6 +205,26 @@ pub fn seal_with(
         &material,
     )?;
     Ok(container)
+}
+
+/// Seals like [`seal`] with the given `material`; only with the `test-support` feature.
+#[cfg(any(test, feature = "test-support"))]
+pub fn seal_with(
+    plaintext: &[u8],
+    passphrase: &Passphrase,
+    recovery_key: &RecoveryKey,
+    iterations: u32,
+    limits: &Limits,
+    material: SealMaterial,
+) -> Result<Vec<u8>, SealError> {
+    seal_material(
+        plaintext,
+        passphrase,
+        recovery_key,
+        iterations,
+        limits,
+        material,
+    )
 }
 
 /// Seals like [`seal`], taking ownership of the plaintext and encrypting it where it lies.
