@@ -529,7 +529,9 @@ fn hub_cpu() -> Option<Duration> {
 /// The server CPU time of one of the GETs a big-GET round makes, from readings before and
 /// after the round.
 fn per_get(after: Option<Duration>, before: Option<Duration>) -> Option<Duration> {
-    after.zip(before).map(|(a, b)| a.saturating_sub(b) / BIG_GET_TRIES as u32)
+    after
+        .zip(before)
+        .map(|(a, b)| a.saturating_sub(b) / BIG_GET_TRIES as u32)
 }
 
 /// 32 keep-alive connections issuing GETs back to back for LOAD_SECONDS (after a 1 s warm-up);

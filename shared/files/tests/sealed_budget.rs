@@ -48,7 +48,12 @@ fn large_buffers_are_sealed_within_the_budget_and_give_it_back() {
     // More than was reserved, or nothing: not sealed, and the claim is given back.
     let small = sealed::reserve(MIB).expect("room");
     assert!(small.seal(content(MIB + 1)).is_none());
-    assert!(sealed::reserve(MIB).expect("room").seal(Vec::new()).is_none());
+    assert!(
+        sealed::reserve(MIB)
+            .expect("room")
+            .seal(Vec::new())
+            .is_none()
+    );
     assert_eq!(sealed::reserved_bytes(), 0);
 
     // A smaller budget applies to new reservations only.

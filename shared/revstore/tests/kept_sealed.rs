@@ -73,7 +73,10 @@ async fn large_images_are_kept_sealed_within_the_budget() {
     assert_eq!(bytes, image_a);
     let (bytes, sealed) = download(&fx.store, &a).await;
     assert_eq!(bytes, image_a);
-    assert!(sealed.iter().all(|s| !s), "the first is read from the packs");
+    assert!(
+        sealed.iter().all(|s| !s),
+        "the first is read from the packs"
+    );
     wait_for_reserved(LEN).await;
     let (bytes, sealed) = download(&fx.store, &a).await;
     assert_eq!(bytes, image_a);
@@ -106,7 +109,13 @@ async fn large_images_are_kept_sealed_within_the_budget() {
     // it its claim on the budget, once no download holds it.
     let mut next = image_b.clone();
     next[LEN / 2] ^= 0xff;
-    let current = fx.store.get(&b, &who("device-b")).await.expect("get").info.revision;
+    let current = fx
+        .store
+        .get(&b, &who("device-b"))
+        .await
+        .expect("get")
+        .info
+        .revision;
     put_ok(&fx.store, &b, Precondition::MustMatch(current), &next).await;
     wait_for_reserved(0).await;
 
