@@ -149,13 +149,24 @@ enum Command {
         file: PathBuf,
     },
     /// Writes the user database brought to storage version 6 (migrated and healed) to OUT; the
-    /// input is only read.
+    /// input is only read. With --in-place, replaces the input instead (atomically, and only when
+    /// something changed); a protected input is opened with its secret and written back resealed
+    /// in its own container, so its passphrase and recovery key keep opening it.
     Migrate {
-        /// The user database.
+        /// The user database (with --in-place, plain or protected).
         input: PathBuf,
         /// Where to write the migrated database.
+        #[arg(
+            long,
+            required_unless_present = "in_place",
+            conflicts_with = "in_place"
+        )]
+        out: Option<PathBuf>,
+        /// Migrate the input itself.
         #[arg(long)]
-        out: PathBuf,
+        in_place: bool,
+        #[command(flatten)]
+        secrets: SecretArgs,
         #[command(flatten)]
         replace: files::Replace,
     },
@@ -327,9 +338,13 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Check { file } => schema::check(&file, &limits),
         Command::Migrate {
             input,
-            out,
+            out: Some(out),
             replace,
+            ..
         } => schema::migrate(&input, &out, replace),
+        Command::Migrate { input, secrets, .. } => {
+            schema::migrate_in_place(&input, &secrets, &limits)
+        }
         Command::Export {
             input,
             out,

@@ -1,6 +1,7 @@
 //! Reading a user file that may be protected, and writing an edit of it back the way it was: a protected file is resealed (same header, salt, slots and wrapped keys; a fresh payload IV, §11.2 rule 5), so the passphrase and the recovery key the user wrote down keep opening it.
 //!
-//! The commands that change a user file in place (`snug app sql`, `snug app persist`)
+//! The commands that change a user file in place (`snug app sql`, `snug app persist`,
+//! `snug migrate --in-place`)
 //! read it with [`read`] and write with [`Unsealed::write`]; nothing here draws a new salt or
 //! recovery key. The resealing itself is `snug_container::reseal_owned`.
 

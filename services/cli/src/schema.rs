@@ -18,7 +18,7 @@ use crate::{
     Outcome,
     container::header_json,
     failure::{Exit, Failure},
-    files,
+    files, protected,
     secrets::{self, SecretArgs},
 };
 
@@ -274,6 +274,60 @@ pub(crate) fn migrate(
             "ok": true,
             "out": out,
             "length": image.len(),
+            "unchanged": !report.wrote,
+            "report": report,
+        }),
+    })
+}
+
+/// `snug migrate FILE --in-place`: FILE brought to storage version 6 and written back, resealed
+/// in its own container when it is protected (§11.2 rule 5: no new salt or recovery key); a file
+/// already current is left byte-identical.
+pub(crate) fn migrate_in_place(
+    given: &Path,
+    secret_args: &SecretArgs,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
+    let unsealed = protected::read(given, secret_args, limits)?;
+    let (mut db, report) = UserDb::from_bytes(&unsealed.plaintext, Arc::new(SystemClock))?;
+    db.check_app_isolation()?;
+    let written = if report.wrote {
+        // As `migrate`: VACUUM first, so what the migration dropped leaves no bytes behind.
+        db.connection().execute_batch("VACUUM").map_err(storage)?;
+        let image = db.to_bytes().map_err(storage)?;
+        Some(unsealed.write(image, limits)?)
+    } else {
+        None
+    };
+    let file = match written {
+        Some(_) => unsealed.source.write.as_path(),
+        None => unsealed.source.read.as_path(),
+    };
+    let changes = done_changes(&report);
+    let text = if changes.is_empty() {
+        format!(
+            "{} is healthy at storage version {STORAGE_VERSION}; nothing was written",
+            file.display()
+        )
+    } else {
+        let sealed = if unsealed.is_protected() {
+            " (resealed: its passphrase and recovery key still open it)"
+        } else {
+            ""
+        };
+        format!(
+            "Migrated {} in place{sealed}: {}",
+            file.display(),
+            changes.join("; ")
+        )
+    };
+    Ok(Outcome {
+        text,
+        json: json!({
+            "ok": true,
+            "file": file,
+            "protected": unsealed.is_protected(),
+            "length": written,
             "unchanged": !report.wrote,
             "report": report,
         }),

@@ -177,3 +177,81 @@ fn add_a_move(runtime: &Path) {
         .expect("insert");
     assert_eq!(changed, 1);
 }
+
+/// `snug migrate --in-place` on a protected v5 file (the ladder fixture written from the reference
+/// notes): it comes back at storage version 6, still SNUGENC1 in its own container, and the
+/// recovery key from `snug protect` opens it; a second run writes nothing.
+#[test]
+fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("v5.sqlite");
+    rusqlite::Connection::open(&plain)
+        .expect("create")
+        .execute_batch(include_str!("../../../shared/schema/tests/ladder/v5.sql"))
+        .expect("fixture");
+    let file = dir.path().join("user.snug");
+    let f = file.display().to_string();
+    let body = snug_json(
+        &[
+            "protect",
+            &plain.display().to_string(),
+            "--out",
+            &f,
+            "--iterations",
+            "10000",
+        ],
+        &[("SNUG_PASSPHRASE", PASSPHRASE)],
+        0,
+    );
+    let key = body["recovery_key"].as_str().expect("key").to_owned();
+    let before = std::fs::read(&file).expect("read");
+
+    // Without a secret: locked, and the file is as it was.
+    let body = snug_json(&["migrate", &f, "--in-place"], &[], 3);
+    assert_eq!(body["error"]["code"], "LOCKED", "{body}");
+    assert_eq!(std::fs::read(&file).expect("read"), before);
+
+    let body = snug_json(
+        &["migrate", &f, "--in-place"],
+        &[("SNUG_PASSPHRASE", PASSPHRASE)],
+        0,
+    );
+    assert_eq!(body["unchanged"], false, "{body}");
+    assert_eq!(body["protected"], true, "{body}");
+    let after = std::fs::read(&file).expect("read");
+    assert!(after.starts_with(b"SNUGENC1\n"), "still protected");
+    assert_eq!(after[..KEPT], before[..KEPT], "same header, salt and slots");
+    assert_ne!(
+        after[KEPT..KEPT + 12],
+        before[KEPT..KEPT + 12],
+        "a fresh payload IV"
+    );
+
+    let unlocked = dir.path().join("unlocked.snug");
+    snug_json(
+        &["unlock", &f, "--out", &unlocked.display().to_string()],
+        &[("SNUG_RECOVERY_KEY", key.as_str())],
+        0,
+    );
+    let stamped: i64 = rusqlite::Connection::open(&unlocked)
+        .expect("open")
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .expect("user_version");
+    assert_eq!(stamped, 6, "migrated to storage version 6");
+
+    let body = snug_json(
+        &["migrate", &f, "--in-place"],
+        &[("SNUG_RECOVERY_KEY", key.as_str())],
+        0,
+    );
+    assert_eq!(body["unchanged"], true, "{body}");
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        after,
+        "nothing to do, nothing written"
+    );
+
+    // --in-place and --out together are a usage error.
+    let output = snug(&["migrate", &f, "--in-place", "--out", "x.snug"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+}
