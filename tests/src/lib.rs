@@ -4,6 +4,24 @@
 //! checks every answer against the served OpenAPI document.
 //!
 //! Other crates' tests use it too (the `snug sync` client's tests in `services/cli`).
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map.)
+//!
+//! The hub as it ships is tested through `snug-testcontainers`: `tests/tests/containers.rs` runs the
+//! /userdb conformance cases against the split deployment's gateway port, stops the schema
+//! container mid-run (503, nothing stored, recovery) and restarts the sync container between two
+//! PUTs (the revision survives on its volume), and checks the all-in-one container runs read-only
+//! as uid 65532; `tests/tests/python_client.rs` generates a Python client from `proto/` with
+//! grpcio-tools (`tests/python/`) and calls the container, schema and sync containers with it, and
+//! checks every proto field, RPC, enum value and error reason is documented.
+//! Without Docker (or grpcio-tools) these tests skip with a message on stderr; `.ci/run` sets
+//! `SNUG_REQUIRE_DOCKER=1` and `SNUG_REQUIRE_GRPCIO_TOOLS=1` so CI fails instead, builds the static
+//! binary and the image once before `cargo test` (in `SNUG_STATIC_TARGET_DIR`, default
+//! `/work/target-static`), and installs grpcio-tools and googleapis-common-protos into the Python
+//! virtualenv the tests find through `SNUG_TEST_PYTHON`. `SNUG_HUB_IMAGE=name:tag` tests an existing
+//! image instead of building one.
 
 use std::{
     net::SocketAddr,

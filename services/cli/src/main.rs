@@ -15,6 +15,67 @@
 //! 0 ok, 1 other, 2 usage, 3 locked, 4 corrupt, 5 unsupported, 6 diverged (sync), 7 busy
 //! (another `snug sync` on the same file), 8 a protected OUT that `--force` alone does not replace
 //! (`--replace-protected`).
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map.)
+//!
+//! `snug app` (`app.rs`: list, export, sql, persist) reads FILE whole and works on an in-memory
+//! copy through `snug-materialize`; `sql` and `persist` replace FILE atomically only when the app's
+//! data or schema changed (a read, a no-op write or an unchanged runtime leaves it byte-identical).
+//! A protected FILE is read with its secret, and `sql`/`persist` write it back resealed
+//! (`protected.rs` over `snug_container::reseal_owned`: header, salt, slots and wrapped keys byte for
+//! byte, a fresh payload IV; `snug migrate --in-place` likewise), so no edit ever draws a new recovery key; `snug.container.v1` Reseal
+//! does the same for other callers (`reseal_with_secrets`).
+//!
+//! `snug import IN --into FILE` (`import.rs`) is `snug_schema::import_against` with FILE's baseline
+//! (none when FILE is absent): FILE is replaced atomically only once the import succeeded.
+//! The hub-namespace commands (`hubns.rs`) are what ApplyOperations and Query offer other hubs:
+//! `snug app install|save|versions|show|revert|reset|delete-version|meta|delete|model`,
+//! `snug docs seed|set|get|list|delete`, `snug chat append|prune|pin|delete|threads|messages`,
+//! `snug settings|profile|sync-config get|set|delete|list`, `snug settings sidecar-identities` and
+//! `snug secrets list|set|delete` (values from a file or `SNUG_SECRET_VALUE`, never argv).
+//! Writers rewrite FILE only when the operation changed something and refuse a protected FILE
+//! (`PROTECTED`, 3); a name the file lacks or a state that forbids the operation is 2, a row no
+//! conforming hub writes 4.
+//!
+//! `snug sync` (`sync.rs`: push, pull, bootstrap, origin) is the client side of §9.4 against two
+//! kinds of origin behind one contract (describe / download / push(bytes, base)): a hub over HTTP (`ureq`, blocking, rustls;
+//! the CLI still links no tonic) and a personal origin that is a plain directory (`user.snug` +
+//! `user.snug.rev`, compare-and-swap under an exclusive `flock` on `user.snug.lock`; the revision file
+//! is written last and names the image's SHA-256, so an interrupted push is detected as
+//! `ORIGIN_INCONSISTENT`, never trusted).
+//! The push state is snug-materialize's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
+//! JSON).
+//! What a FILE argument stands for is decided once, by `snug_schema::resolve_given` (§10), for every
+//! command: a lone legacy `user.sqlite` (given as `user.snug` or as itself) is read, and a write creates
+//! `user.snug` and never touches the legacy file; once `user.snug` exists, `user.sqlite` is the user's
+//! backup, a file of its own with no push state (its legacy sidecar is the lineage `user.snug`
+//! continues), so pushing it is pushing a file that never synced (exit 6 unless `--force`, and nothing
+//! is recorded), and pulling into it is refused (`LEGACY_BACKUP`, exit 2).
+//! Push sends `snug_restore::push_image` (the default export: secrets stripped, a hub never gets
+//! them, a directory only with `--include-secrets`), gated by its SHA-256: an unchanged file sends
+//! nothing, not even a request.
+//! A protected FILE reaches a directory origin protected (§11.3): that export resealed in FILE's own
+//! container (`snug_container::reseal_owned`: header, slots and wrapped keys unchanged, a fresh payload
+//! IV), so both secrets open it there; plaintext only with `--plaintext-to-origin`, said in the output.
+//! The gate's hash stays the plaintext export's, so a reseal's new IV is never a change.
+//! A hub always gets the secrets-stripped plaintext.
+//! A pull of a protected revision (`Downloaded::install_unlocking`, the secret asked for only then)
+//! installs it protected, resealed in the revision's container, never in plaintext on disk.
+//! Pull (`--revision REV` for one from history; `--force` to replace unpushed changes) and
+//! `bootstrap` (a new device: FILE must not exist) are `snug-restore`'s pipeline with both origins
+//! implementing its `Origin`: the hub's `HEAD /userdb` (or `/userdb/revisions/{rev}`) gives revision,
+//! `Content-Length`, `Repr-Digest` and `Snug-Storage-Version`, and the bytes come from the immutable
+//! `GET /userdb/revisions/{rev}` (a hub without that route: `GET /userdb`, accepted only if its ETag is
+//! still the revision, else `ORIGIN_MOVED`); a directory reads the storage version from the image's
+//! header and checks size and SHA-256 under its lock (`ORIGIN_INCONSISTENT`). A hand-drawn progress
+//! bar (`progress.rs`) goes to stderr only when stderr is a terminal. Exit codes: 5 too new (before
+//! any download when declared), 6 diverged, 4 damaged or mismatched bytes, 3 a protected FILE, 2 a
+//! wrong destination or revision token, 1 anything else (an interrupted download is
+//! `DOWNLOAD_INTERRUPTED`).
+//! **Architecture Invariant:** divergence (both sides changed since the anchor, or a lost race: 412)
+//! is exit 6 / `DIVERGED` and changes nothing on either side; only `--force` is last-writer-wins.
 
 mod app;
 mod container;

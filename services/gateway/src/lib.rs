@@ -21,6 +21,117 @@
 //! domain crate (checked by `tests/tests/tidy.rs`). Validation is the schema service's, storage
 //! the sync service's; the gateway never rewrites the bytes it is given, except to zero the SQLite
 //! free space the schema service names (ValidateSyncImage), so no deleted record is stored.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map.)
+//!
+//! Layer order, outermost first: observation (`observe.rs`: the request span and metrics) → CORS (so a browser can read a 401 or 503) →
+//! closing the connection after a refused upload → Host guard (auth off only) → load shedding in
+//! front of one global concurrency limit (`SNUG_HTTP_CONCURRENCY_LIMIT`; beyond it 503 at once) →
+//! routes. The first four are one middleware (`edge` in `lib.rs`) and the stack is one
+//! `Router::layer`: axum boxes every route's service once per layer and clones that box on every
+//! request, which as four layers cost a tenth of a small GET.
+//! Connections are `zero_copy::ZeroCopyStream`s: a response buffer the store sealed (its small
+//! images, and large ones within `SNUG_ZERO_COPY_CACHE_MIB`, when it runs in this process, as in
+//! `snug-hub serve`) goes out with `sendfile` from the
+//! sealed memfd, the response head before it with `MSG_MORE`, so the kernel hands the socket page
+//! references instead of copying the image (what nginx's `sendfile on` does for a file); every other
+//! buffer, and every platform or sandbox without `sendfile`, is written as by a plain `TcpStream`.
+//! Deadlines are per gRPC call (`SNUG_RPC_DEADLINE`, wrapped around the whole call, because a server
+//! that accepts TCP and never answers would otherwise hold a request forever), not per HTTP request:
+//! a 64 MiB download to a slow client may rightly outlast any one call; a download's chunks must each
+//! arrive within the deadline.
+//! An upload that goes idle for `SNUG_UPLOAD_IDLE_TIMEOUT` is abandoned.
+//!
+//! `PUT /userdb` checks in the reference's order (401 → 403 → 415 → 413 from `Content-Length` →
+//! 400 by leading bytes → 428 → 413 while streaming → 400 from validation → 412 → 204), except that
+//! authentication comes first (the reference's body parser answers 413 before it authenticates).
+//! The body is buffered once (validation needs the whole image before the compare-and-swap), then
+//! streamed from that one buffer to ValidateSyncImage; only after its verdict is the image, with the
+//! free space the verdict names zeroed in that buffer, streamed to PutImage, so no unscrubbed byte
+//! reaches the sync service, not even in an upload it would abandon (this gives up the overlap of
+//! validation and storage an earlier version had). The gateway checks that the revision PutImage
+//! reports has the hash ValidateSyncImage gave.
+//! `If-Match` takes quoted or bare revisions; `*`, lists and weak tags are compared with the current
+//! revision (HeadImage) per RFC 9110; `If-None-Match: *` is the first write; `If-Match` wins if both.
+//! ETags are strong and quoted; `Repr-Digest` (RFC 9530) is the stored SHA-256;
+//! `Snug-Storage-Version` is the recorded storage version (absent when unknown), and revision JSON
+//! carries it as `storageVersion` (null when unknown). Conditional GET (`If-None-Match`) answers 304
+//! from HeadImage, without a download.
+//! `GET|HEAD /userdb/revisions/{rev}` serve one retained revision (GetImage / HeadImage with
+//! `revision`) with exactly the headers of `/userdb` and the same 304 rule; an unknown, reclaimed,
+//! malformed (even undecodable) or another user's revision is one identical 404 `NOT_FOUND`.
+//! The per-app export pipes the sync download chunk by chunk into ExportApp and streams its answer
+//! on: the gateway holds neither file.
+//!
+//! Auth (`SNUG_AUTH`): `on` (the default on a non-loopback address) or `off` (the default on a
+//! loopback address, so `snug-hub serve` runs with no setup: every request is the user `local`).
+//! With auth off the hub refuses to listen on a non-loopback address, and answers only requests whose
+//! `Host` is a loopback name (421 otherwise): any web page can make a browser reach 127.0.0.1, and DNS
+//! rebinding can make it look same-origin, but the `Host` it sends still names the attacker's domain.
+//! The remaining risk is any local process or user of the machine, which can read and write the
+//! image; use auth on for a machine that is shared.
+//! With auth on:
+//! - users and bearer tokens live in the gateway's own SQLite file `<SNUG_DATA_DIR>/gateway/users.db`
+//!   (tables `users` and `tokens`, each with a declared class, checked by a test; WAL, one writer,
+//!   `synchronous=FULL`); a token is `snug_` + base64url of 32 random bytes, shown once by
+//!   `snug-hub users add NAME` (or `users token NAME`) and stored only as its SHA-256; user ids are
+//!   random, so a user removed and re-added under the same name does not inherit the old image;
+//! - browsers trade a token for a session with `POST /auth/session` (`Authorization: Bearer …`), which
+//!   sets `snug_session` (the reference's format: `base64url(JSON{userId, exp})` `.`
+//!   `base64url(HMAC-SHA256)`, 7 days, HttpOnly, SameSite=Lax, Path=/, `Secure` unless plain http to a
+//!   loopback name) and `snug_csrf` (32 random bytes hex, readable by the page); cookie-authenticated
+//!   PUT and POST need `x-snug-csrf` equal to it (403 `CSRF_REJECTED`); bearer requests are exempt;
+//!   `POST /auth/logout` clears both;
+//! - the session key is `SNUG_SESSION_SECRET` (≥ 32 characters, environment only) or
+//!   `<SNUG_DATA_DIR>/gateway/session.key`, generated on first start with mode 0600;
+//! - a request with an `Authorization` header is judged by it alone (a bad token is 401 even beside
+//!   a valid cookie); a removed user's tokens and sessions stop working at once;
+//! - CORS is fail-closed: `SNUG_CORS_ORIGINS` lists the origins (no wildcard; the hub refuses to start
+//!   with auth on and an empty list); a listed origin gets credentialed CORS with `ETag`,
+//!   `Repr-Digest`, `Retry-After` and `Snug-Storage-Version` exposed and preflights allowing `authorization`, `content-type`,
+//!   `if-match`, `if-none-match`, `x-snug-csrf`; any other origin gets no `Access-Control-*` header
+//!   at all (written by hand: tower-http's `CorsLayer` sends its other CORS headers to every origin).
+//!
+//! Every error is JSON `{code, message, retryable}` (+ `revision` on 412), chosen by one table
+//! (`error::TABLE`) from the service's `ErrorInfo` reason or the gateway's own; a status without a
+//! reason falls back to google.rpc.Code's HTTP mapping, except that any "no answer" (UNAVAILABLE,
+//! DEADLINE_EXCEEDED, CANCELLED, a missed deadline) is 503 `SERVICE_UNAVAILABLE` with
+//! `Retry-After: 1`. Tests check that every reason `sync.proto` and `materialize.proto` declare, and
+//! every reason ValidateSyncImage documents, has a row.
+//!
+//! | reason (domain) | HTTP | `code` | retryable |
+//! |---|---|---|---|
+//! | `UNAUTHENTICATED` (gateway) | 401 + `WWW-Authenticate` | `UNAUTHENTICATED` | no |
+//! | `CSRF_REJECTED` (gateway) | 403 | `CSRF_REJECTED` | no |
+//! | `UNSUPPORTED_MEDIA_TYPE` (gateway) | 415 | `UNSUPPORTED_MEDIA_TYPE` | no |
+//! | `NO_ROUTE` (gateway) | 404 | `NOT_FOUND` | no |
+//! | `METHOD_NOT_ALLOWED` (gateway) | 405 | `METHOD_NOT_ALLOWED` | no |
+//! | `MISDIRECTED_REQUEST` (gateway, auth off) | 421 | `MISDIRECTED_REQUEST` | no |
+//! | `BAD_REQUEST` (gateway) | 400 | `BAD_REQUEST` | no |
+//! | `BODY_INCOMPLETE` (gateway), `BODY_ABORTED` (sync) | 400 | `BODY_INCOMPLETE` | yes |
+//! | `SERVICE_UNAVAILABLE` (gateway: unreachable, deadline) | 503 + `Retry-After` | `SERVICE_UNAVAILABLE` | yes |
+//! | `GATEWAY_OVERLOADED` (gateway), `OVERLOADED` (schema, materialize) | 503 + `Retry-After` | `OVERLOADED` | yes |
+//! | `BAD_GATEWAY` (gateway) | 502 | `BAD_GATEWAY` | yes |
+//! | `NOT_DEPLOYED` (gateway: no materialize address) | 501 | `NOT_DEPLOYED` | no |
+//! | `PRECONDITION_REQUIRED` (sync, gateway) | 428 | `PRECONDITION_REQUIRED` | no |
+//! | `REVISION_MISMATCH`, `STALE_REVISION` (sync) | 412 + `ETag` of the current revision | same | yes |
+//! | `QUOTA_EXCEEDED` (sync, gateway), `TOO_LARGE` (schema) | 413 | `USERDB_TOO_LARGE` | no |
+//! | `NOT_FOUND` (sync) | 404 | `NOT_FOUND` | no |
+//! | `IDEMPOTENCY_KEY_REUSED` (sync) | 409 | same | no |
+//! | `STORAGE_UNAVAILABLE` (sync) | 503 + `Retry-After` | same | yes |
+//! | `IMAGE_CONFLICT`, `STORAGE_CORRUPT` (sync), `INTERNAL` (any) | 500 | same | no |
+//! | `NOT_SQLITE`, `MALFORMED`, `NOT_A_USER_DATABASE`, `HOSTILE_SCHEMA`, `SCHEMA_TOO_NEW`, `CONTAINER_NOT_ACCEPTED`, `SECRETS_PRESENT` (schema) | 400 | same | no |
+//! | `APP_TOKEN_COLLISION` (schema on `PUT /userdb`, materialize on the per-app export) | 400 | same | no |
+//! | `PROTECTED` (schema) | 400 | `CONTAINER_NOT_ACCEPTED` | no |
+//! | `INVALID_ARGUMENT` (any) | 400 | same | no |
+//! | `APP_NOT_FOUND` (materialize) | 404 | same | no |
+//! | the other materialize reasons (`CORRUPT_SCHEMA`, `SHAPE_MISMATCH`, `INVALID_NAME`, …) | 422 | same | no |
+//!
+//! SCHEMA_TOO_NEW is 400 here although the service calls it FAILED_PRECONDITION (google.rpc maps that
+//! to 400 too): for an upload, the body is what the hub cannot take. `USERDB_TOO_LARGE` and
+//! `NOT_FOUND` keep the reference server's words so its clients need no change.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

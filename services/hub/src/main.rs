@@ -7,6 +7,61 @@
 //! configuration and composes routes.
 //! The whole hub also serves the HTTP gateway (`gateway.rs`); `snug-hub serve gateway` runs the
 //! gateway alone against services elsewhere, and `snug-hub users` manages who may call it.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map.)
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `SNUG_LISTEN` | `127.0.0.1:50051` | gRPC listen address |
+//! | `SNUG_REQUEST_TIMEOUT` | `60s` | per-request deadline (a shorter client `grpc-timeout` wins) |
+//! | `SNUG_CONCURRENCY_LIMIT` | `64` | gRPC requests in flight across connections; beyond it, shed with UNAVAILABLE/`OVERLOADED` (health checks exempt) |
+//! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
+//! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
+//! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format |
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to, plaintext `http://host:4317`; unset or empty: no exporter, no background task |
+//! | `OTEL_SERVICE_NAME` | `snug-hub`, `snug-hub-<service>` | `service.name` of the exported spans (the default names the role: `snug-hub-gateway`, `snug-hub-sync`, …) |
+//! | `SNUG_CONTAINER_MIN_ITERATIONS` | `10000` | smallest PBKDF2 count opened or created |
+//! | `SNUG_CONTAINER_MAX_ITERATIONS` | `10000000` | largest PBKDF2 count opened or created |
+//! | `SNUG_CONTAINER_ITERATIONS_CEILING` | `100000000` | the most a request's `iteration_policy.max_iterations` may raise the accepted count to |
+//! | `SNUG_CONTAINER_KDF_CONCURRENCY` | CPUs | key derivations at once |
+//! | `SNUG_CONTAINER_KDF_QUEUE_TIMEOUT` | `10s` | wait for a derivation slot before `OVERLOADED` |
+//! | `SNUG_CONTAINER_BUFFER_POOL` | `2` | 64 MiB receive buffers kept for reuse (they only ever hold uploaded ciphertext), so unlocks do not fault in fresh pages |
+//! | `SNUG_SCHEMA_CONCURRENCY` | CPUs | user-database jobs (open, migrate, export, operations) at once |
+//! | `SNUG_SCHEMA_QUEUE_TIMEOUT` | `10s` | wait for a job slot before `OVERLOADED` |
+//! | `SNUG_SYNC_STORE` | `sqlite` | sync backend: `sqlite` (embedded, one node) or `postgres` (`--store`) |
+//! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory; the embedded sync store is its `sync/` |
+//! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed |
+//! | `SNUG_SYNC_POSTGRES_SCHEMA` | search path | schema for the store's tables (created if missing) |
+//! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |
+//! | `SNUG_SYNC_QUOTA_BYTES` | `67108864` | per-user quota on one image; exactly this size is accepted |
+//! | `SNUG_SYNC_KEEP_REVISIONS` | `5` | newest revisions per user that reclamation always keeps (≥ 1) |
+//! | `SNUG_SYNC_GRACE` | `24h` | a superseded revision is kept at least this long |
+//! | `SNUG_SYNC_ORPHAN_AFTER` | `24h` | an unfinished put's objects are reclaimed after this long |
+//! | `SNUG_SYNC_RECLAIM_INTERVAL` | `10m` | time between reclamation passes; `0` turns them off |
+//! | `SNUG_HTTP_LISTEN` | `127.0.0.1:8080` | the gateway's HTTP address |
+//! | `SNUG_AUTH` | off on loopback, on elsewhere | `on` (tokens, sessions) or `off` (the local user; loopback only) |
+//! | `SNUG_CORS_ORIGINS` | — | comma-separated browser origins; required with auth on |
+//! | `SNUG_SESSION_SECRET` | `<data dir>/gateway/session.key` | session HMAC key, ≥ 32 characters; environment only |
+//! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501) |
+//! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
+//! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
+//! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
+//! | `SNUG_UPLOAD_IDLE_TIMEOUT` | `30s` | an upload that sends nothing this long is abandoned |
+//! | `SNUG_ZERO_COPY_CACHE_MIB` | `128` | `serve` only: MiB of large images (over 256 KiB) the sync store may keep sealed, so the gateway sends them with `sendfile`; each costs twice its size in memory; `0` keeps none |
+//! | `SNUG_HEALTHCHECK_ADDR` | — | `snug-hub healthcheck` only: probe this gRPC address and nothing else, whatever the role |
+//!
+//! In `snug-hub serve` the gateway calls the process's own services in-process
+//! (`snug_rpc::server::local`: the same generated clients and servers, the same observation layer
+//! and concurrency limit as the gRPC port, minus the socket and HTTP/2 framing); the gRPC port
+//! serves everyone else. The sync service trusts the caller it is given, so the gRPC port must stay
+//! unreachable to anyone but the gateway: on loopback (the default) or behind network policy.
+//!
+//! The CLI reads `SNUG_MIN_ITERATIONS` / `SNUG_MAX_ITERATIONS` (`--min-iterations` /
+//! `--max-iterations`, default 10,000..=10,000,000) to open files made with a weak or a raised
+//! setting (outside the range: `ITERATIONS_OUT_OF_POLICY`, exit 5, the file untouched), and
+//! `SNUG_TOKEN` (or `--token-file`) for `snug sync` against a hub.
 
 mod gateway;
 mod healthcheck;

@@ -13,6 +13,44 @@
 //! system, persist a result (the caller writes the bytes it gets back, atomically, where it
 //! chooses), log a secret, or open a SNUGENC1 container anywhere but the incoming file of
 //! CheckImport and ImportUserDatabase (unlocking is `snug.container.v1`'s job).
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! `snug.schema.v1.SchemaService` over `snug-schema`: InspectUserDatabase, MigrateUserDatabase,
+//! ExportUserDatabase, CheckImport, ValidateSyncImage (the check behind the gateway's
+//! `PUT /userdb`), and, for hubs in other languages, ImportUserDatabase (`import.rs`: the incoming
+//! file then, optionally, the hub's current file in one chunk stream, or the hub's approved grants
+//! and contracts in the header; `snug_schema::import_against`, as the pull and `snug import` run it)
+//! and ApplyOperations / Query, the hub-namespace operations.
+//! Stateless: every call carries the file as header-then-chunks, the file is opened in memory, and
+//! results come back as new bytes; the service never persists anything and never touches the local
+//! file system.
+//! SQLite work runs on the blocking pool behind a semaphore (`FilePool`, `SNUG_SCHEMA_CONCURRENCY`);
+//! a request that cannot get a slot within the queue timeout is refused as `OVERLOADED`.
+//! `status.rs` holds one exhaustive match per `snug-schema` error enum; host failures (SQLite I/O,
+//! the CSPRNG) are `INTERNAL`, logged with their cause.
+//! **Architecture Invariant:** ApplyOperations is all-or-nothing without a transaction of its own:
+//! the operations run on an in-memory copy that is dropped unreturned on the first error.
+//! **Architecture Invariant:** ValidateSyncImage never rewrites bytes: it accepts a plain Snug user
+//! database an import would take, with no row in `snug_secrets`, or refuses it with a reason.
+//! Its one stated exception (§9.2, §11.3: the hub never keeps or serves bytes that are not live
+//! content): the response lists the ranges of the image's SQLite free space (freeblocks, the
+//! unallocated area of each page, free-list pages, the unused tail of an overflow chain) that hold
+//! a non-zero byte, and its `sha256` is of the image with them zeroed, the bytes the gateway stores.
+//! A delete without VACUUM leaves the deleted record there (a credential, from `snug_secrets`), and
+//! a structural test cannot tell such an image from a conforming export (the reference's own
+//! `sample-v6.export.snug` holds copies of live cells left by page balancing), so every image is
+//! scrubbed rather than some refused. The walk is `snug_schema::scrub_free_space`, a parser of the
+//! file format that accounts for every page and every byte of each b-tree page exactly as
+//! `integrity_check` does and zeroes bytes, never structure; what it cannot account for (pages past
+//! the declared size, an unreachable page, a fragment count that disagrees) is `MALFORMED` with
+//! `detail` `free_space_unaccounted`, never guessed at. Exports (`export_bytes`, `export_file`, the
+//! CLI's push) come out scrubbed, so a client's hash of what it pushed is the hash the hub stores.
+//! Headers and unary responses may be 8 MiB (an app's HTML travels in an operation), not 1 MiB like
+//! chunks; a Query whose answers exceed that is refused as `TOO_LARGE` rather than failing in the
+//! transport, and ListChatMessages pages.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -15,6 +15,33 @@
 //! What this crate deliberately does not do: authenticate, look inside images (validating that an
 //! image is a secrets-stripped user database is `snug.schema.v1`'s `ValidateSyncImage`, called by
 //! the gateway), or create an image on first contact.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! `snug.sync.v1.SyncService` over `snug-revstore`: ProvisionUser, HeadImage (the current revision or
+//! a named retained one), GetImage, PutImage, ListRevisions, RestoreRevision, ListLedger and
+//! GetStoreStatus (the backend's name and whether it
+//! answers a probe; grpc.health reports the process).
+//! `open_store()` opens the backend `SyncConfig` names: the embedded store in
+//! `$SNUG_DATA_DIR/sync` by default, or PostgreSQL with the connection string from
+//! `SNUG_SYNC_POSTGRES_URL`, which is deliberately not a flag (argv is visible to every local user)
+//! and never printed (`Debug` redacts it).
+//! PutImage hands each decoded chunk straight to the store's body stream, so the store's quota check
+//! refuses an over-quota upload while it streams; a header's `expected_length` over the quota is
+//! refused before any chunk.
+//! GetImage re-cuts the store's pieces into ≤ 1 MiB chunks without copying and frames them
+//! without copying either (`snug_rpc::framed`); a storage failure mid-stream ends the stream with its
+//! status, never as a short success.
+//! A background task runs a reclamation pass every `SNUG_SYNC_RECLAIM_INTERVAL`.
+//! `status.rs` holds one exhaustive match per `snug-revstore` error enum, and its reasons are the
+//! store's own `reason()` strings, so the put ledger, the status and the gateway say the same word.
+//! **Architecture Invariant:** the service trusts the `Caller` (user id and principal) in each
+//! request: the gateway authenticates users and fills it in, and only the gateway may reach this
+//! service (the deployment's network policy enforces it).
+//! **Architecture Invariant:** the service never looks inside an image; the gateway validates a
+//! pushed image with `snug.schema.v1` ValidateSyncImage before it reaches PutImage.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -40,6 +40,42 @@
 //! - No sync loop: [`push_state`] only stores what the loop decides.
 //! - No concurrency control beyond SQLite's locks: a runtime materialized twice and persisted
 //!   twice is last-writer-wins per table, as in the reference.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! Per-app native tables (§8.2): an app's data lives in the user database as `app_<token>__<name>`
+//! tables; this crate moves it between there and a runtime database (`AppDatabase`, in memory)
+//! holding only that app's objects under natural names.
+//! `materialize`/`export_app` build the runtime: a fresh database, the user database's connection
+//! ATTACHes it for one operation and copies the rows with `INSERT … SELECT` (bulk, no row-by-row
+//! round trips), the registered DDL (`snug_app_schemas.schema_json`, the reference's format) is
+//! replayed verbatim in creation order — tables, rows, then indexes, triggers and views, so triggers
+//! do not fire on the copy — and AUTOINCREMENT counters are restored.
+//! `persist` writes a runtime back in one `BEGIN IMMEDIATE` transaction: the natural DDL runs in
+//! the user database and SQLite's `ALTER TABLE … RENAME` makes the at-rest name (statement text is
+//! never edited), `schema_json` records the verbatim DDL and counters, `uses_db` flips, and the
+//! 64 MiB cap is checked with an overflow rolled back whole.
+//! Unchanged detection: a runtime this crate materialized knows whether anything ran on it since
+//! (SQLite's change and schema counters), so persisting it untouched compares nothing and writes
+//! nothing; any other runtime is compared table by table (shape, then content), and only tables
+//! whose shape or content differ are rewritten.
+//! `apply_ddl` runs statements atomically and appends them to `snug_app_migrations` with
+//! consecutive sequence numbers; `execute` runs app SQL with typed, bounded results; writes persist.
+//! The `push_state` module keeps the last pushed revision in a `SNUGSYNC1` sidecar beside the file.
+//! **Architecture Invariant:** names are validated against `^[A-Za-z][A-Za-z0-9_]{0,40}$` (no
+//! `snug_`/`sqlite_`/`app_` prefix in any case, `snug_kv` exempt) before any interpolation; a
+//! runtime that breaks the rule is refused whole before the user database is touched (fail closed:
+//! the prior rest state, the secrets and every other app untouched).
+//! **Architecture Invariant:** isolation is physical, not filtered: a runtime contains only its
+//! app's objects, so app SQL cannot name hub tables or other apps' tables by either name.
+//! **Architecture Invariant:** the sandbox (an authorizer on every runtime connection, plus
+//! `SQLITE_LIMIT_ATTACHED = 0`) refuses ATTACH/DETACH, `writable_schema` and every pragma off its
+//! allowlist, `load_extension`, transaction control, virtual tables and any database but `main`/
+//! `temp`; each statement has a virtual-machine step budget; stored DDL is replayed under a
+//! stricter replay-only mode that may only create the registered objects.
+//! No gRPC, no files (except the push-state sidecar), no sync loop.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

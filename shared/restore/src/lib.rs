@@ -30,6 +30,52 @@
 //! What this crate deliberately does not do: talk to a network, merge two histories (a
 //! divergence is surfaced, and `force` is the explicit last-writer-wins), push, or create the
 //! destination's directory.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! Device bootstrap and restore from a sync origin (issue #8), Coven's snapshot-install discipline
+//! where the snapshot is one revision of the user's file: a library other hubs call, with no sockets,
+//! HTTP or gRPC (tidy). The origin is a trait the caller implements, blocking:
+//! `Origin::describe(&Selector) -> SnapshotInfo` (revision, SHA-256, size, storage version if known;
+//! `Selector` is `Current` or `Revision(token)`) and `Origin::download(&SnapshotInfo, &mut dyn Write)`.
+//! The CLI implements it for a hub (`HEAD` then `GET /userdb/revisions/{rev}`) and for a directory.
+//! Three single-use steps, each consuming the last (`prepare` → `Prepared::download` →
+//! `Downloaded::install`; `restore` runs all three), every refusal a typed `RestoreError` with a
+//! stable `reason()`:
+//! 1. `prepare` checks the destination (its directory exists; not a directory; if present a plain Snug
+//!    user database that opens — else `DESTINATION_*`, `PROTECTED` or the open error's reason; a
+//!    missing `user.snug` stands for an unadopted `user.sqlite` beside it, read and never written),
+//!    describes the revision, refuses `SCHEMA_TOO_NEW` and `USERDB_TOO_LARGE` before any download,
+//!    answers up to date when the sidecar already names the revision, and refuses `DIVERGED` when the
+//!    destination's push-gate hash differs from its sidecar's last pushed hash and from the
+//!    revision's SHA-256, unless `force`.
+//! 2. `download` streams into a `TempSibling` in the destination's directory, refusing any byte past
+//!    the declared size, then checks the size (`SIZE_MISMATCH`) and SHA-256 (`DIGEST_MISMATCH`); a
+//!    progress callback sees every byte that lands.
+//! 3. `install` checks the header's `user_version` (an origin that did not declare one is checked
+//!    here, before anything opens the bytes), imports the image as a pull from the user's own origin
+//!    (snug-schema's `import` with `trusted_origin`: defensive open, `quick_check`, hostile schemas
+//!    refused, migrate and heal, grants reconciled against the local copy, endpoint re-confirmation
+//!    re-armed), carries every local `snug_secrets` row in (local wins), writes the result and the new
+//!    sidecar to temp files, re-checks the destination and its sidecar against what `prepare` saw
+//!    (size, mtime, inode, SHA-256; a file that appeared where there was none), then replaces the
+//!    destination (rename over an existing file; a hard link, which cannot clobber, where there was
+//!    none), fsyncs the directory, and renames the sidecar into place last.
+//!
+//! The push gate lives here too (`push_image`, `content_hash`), so `snug sync push` and the pipeline
+//! compute one hash: the SHA-256 of the default export with the SQLite header's history counters
+//! (change counter, schema cookie, version-valid-for) set to 1, so the hash depends on content only —
+//! a credential refreshed on the device, or a re-export, no longer looks like an unpushed change.
+//! **Architecture Invariant:** every failure before the final rename leaves the destination and its
+//! sidecar byte-identical and no temporary file behind (each step's temp file removes itself on
+//! drop); the tests inject each failure through a fake origin and compare the whole directory.
+//! **Architecture Invariant:** the sidecar is renamed after the file, so a crash between the two
+//! leaves the new file under the old push state (a refusal on the next sync), never the old file
+//! under the new state (which a push would send over the origin).
+//! **Architecture Invariant:** nothing is downloaded for a revision the origin declares newer than
+//! `STORAGE_VERSION`, or for a destination with unpushed changes without `force`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

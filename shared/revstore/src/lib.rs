@@ -65,6 +65,91 @@
 //!   decides (Snug's conflict policy v1).
 //! - Compact pack files whose chunks are partly dead: a pack is deleted when none of its chunks is
 //!   live, not before.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! The sync origin's storage (§9.3): per user, the current revision or none, and a history of
+//! revisions, each an opaque strong token (`r<seq>-<16 hex>`) carrying the SHA-256 of its bytes.
+//! One trait, `RevStore` (put, restore, head, head_revision, get, get_revision, list_revisions, the
+//! served and put ledgers, reclaim, journal, health, stats, check_integrity), with three backends: `MemStore`
+//! (tests), `SqliteStore` (the embedded default: SQLite metadata plus pack files under one
+//! directory) and `PgStore` (feature `postgres`: everything in PostgreSQL, chunks as `bytea`, a
+//! deadpool of tokio-postgres connections); `AnyStore` picks one at run time.
+//! One conformance suite (`tests/conformance`) runs against every backend, plus a concurrency test
+//! (16 writers × 200 puts on one user: one linear history, no acknowledged write lost) and a crash
+//! test (a child SIGKILLed at random points during puts, then the store reopened and checked).
+//! A put follows Coven's publication order: stream the bytes in (quota and SHA-256 checked as they
+//! arrive; an over-quota put is refused at the byte that crosses the quota), write a durable
+//! publication record, create the new objects create-once (different bytes at an occupied address
+//! are refused as `IMAGE_CONFLICT`), read them back and verify every chunk against its address, then
+//! one transaction compare-and-swaps the user's pointer, appends the history and ledger rows and
+//! clears the publication record.
+//! The compare-and-swap decision is one pure function (`cas.rs`) every backend calls inside its
+//! transaction, so the backends agree on which refusal a caller gets.
+//! Images are content-addressed chunks (4 KiB, one SQLite page, by default) plus a manifest, so
+//! revisions that differ in a few pages share the rest; the embedded store writes the new chunks of
+//! one put into one pack file (`packs/<sha256>.pack`, one fsync per put) and keeps each image's
+//! coalesced extents, so a download reads a few ranges.
+//! Downloads of a user's current image, the origin's hot read, are served from a cached plan
+//! (`sqlite/serve.rs`: the revision, its extents and its open pack files, read once under the writer
+//! lock; a small image's bytes kept whole, since content-addressed bytes never change, and sealed
+//! (`snug_files::sealed`) where a gateway in the process sends them with `sendfile`; a large image,
+//! only sealed and within the process's budget for that: the first whole download gathers its
+//! pieces after handing each on, and seals them when the last is read; an abandoned or failed
+//! download gives the claim back; an image that does not fit takes the place of the one downloaded
+//! least recently if that was five minutes ago or more, by forgetting that one's plan; only the
+//! cached plan of a user's current revision keeps bytes, a download of a named revision reads its
+//! packs). A commit that
+//! moves the pointer forgets the plan under the writer lock before it is visible, and reclamation
+//! clears the cache before it checks leases while a cache hit takes its lease under the cache's lock,
+//! so a hit is always the current revision as of its lookup and its bytes survive any pass. Each
+//! download's served-ledger entry is written before its first byte to the ledger's journal
+//! (`sqlite/journal.rs`: `served/<generation>.journal`, checksummed records, durable as a
+//! `synchronous=NORMAL` commit is), by one writer on the blocking pool that writes everything queued
+//! meanwhile in one `write(2)` while the downloads wait (a file write can wait on the file system's
+//! own journal; an async worker must not); an entry that cannot be written fails its download, so
+//! nothing is served unrecorded. Folds move the journal into the `served` table in bulk (every 4,096
+//! downloads in the background, and on every read of the ledger, reclamation pass, explicit
+//! checkpoint and open): each file's entries and its generation number go in one durable transaction
+//! before the file is deleted, so a crash at any point neither loses an entry nor folds one twice,
+//! and a torn last record is ignored. (Committing each batch of entries to SQLite instead made SQLite
+//! a tenth of the hub's CPU under 32 concurrent small GETs, with WAL writes and checkpoints to
+//! match.) The writer's automatic WAL checkpoint is off; checkpoints run on a connection of their own
+//! beside it after large commits (puts, folds), catching up under the writer lock only once the WAL
+//! passes 4 MiB, since SQLite restarts a WAL only when a write begins with every frame copied.
+//! Every table declares one class in its migration — `record` (never rebuilt), `ledger`
+//! (append-only audit) or `bookkeeping` (work in progress) — and a test checks the declarations
+//! against the tables that exist; migrations are forward-only and checksummed.
+//! Each revision records, beside its SHA-256, size, principal and time, the image's storage version
+//! (`RevisionInfo::storage_version`: the SQLite header's `user_version`, read from the first 100
+//! bytes as they stream in; `None` for anything that is not a SQLite header), so a client can decide
+//! before downloading; the store records it and never judges it (a v7 image is stored as 7), and a
+//! restore carries its source's. Migration 2 added the column and fills it for the revisions already
+//! stored: PostgreSQL in its SQL, from each image's first chunk checked with `sha256()` against its
+//! address; the embedded store in code, in the same transaction, from the pack files (one read and
+//! one hash of a chunk per image). A revision whose bytes were already reclaimed, or whose header
+//! fails its address check, stays `None` (unknown); a migration test starts from the schema-1
+//! database and checks both.
+//! **Architecture Invariant:** a put names exactly one `Precondition` (must-not-exist or
+//! must-match); a mismatch (`Conflict`, reported with the current revision, or none) and a stale
+//! base (`Stale`: an earlier revision of this user, even one whose bytes were reclaimed) are distinct
+//! errors, and `PreconditionRequired` exists only for adapters whose wire format can omit one.
+//! **Architecture Invariant:** a crash at any point loses no acknowledged revision and leaves nothing
+//! torn; a retry of a landed put (same base and bytes, or the same idempotency key) is answered with
+//! the revision it produced.
+//! **Architecture Invariant:** uniform denial — an unknown user, a reclaimed revision and another
+//! user's revision are the same `NotFound` with the same message.
+//! **Architecture Invariant:** first contact (`provision_user`) creates the user record only, never
+//! an image.
+//! Retention keeps each user's newest N revisions and anything superseded less than the grace period
+//! ago, and never reclaims a current image, the base or image of a put in flight, a leased download,
+//! or anything at all when the listing of stored objects is incomplete or holds an object it cannot
+//! identify; every deletion is journaled, and publication records older than `orphan_after` are
+//! reclaimed with their objects.
+//! Deliberately not here: authentication, looking inside images beyond that header field, gRPC,
+//! merging divergent histories, compacting partly dead packs.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -6,6 +6,55 @@
 //! trailers at the end of the body, not the response headers; so the response body is wrapped
 //! ([`Observed`]) and the span and the measurements end with it. The same body wrapper serves
 //! the gateway's HTTP middleware and the traced client channel.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map.)
+//!
+//! - **Logs**: one line per event on stderr, `text` or `json` (`SNUG_LOG_FORMAT`), filtered by
+//!   `RUST_LOG` (default `info`). A JSON line is one object: `timestamp`, `level`, `message`, the
+//!   event's fields, `target`, and `span` (the current span's fields); inside a traced request it
+//!   starts with `trace_id` and `span_id`, the ids of the exported span, so logs and traces join.
+//! - **Traces**: OpenTelemetry over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (batch
+//!   processor, flushed at shutdown after the drain; `service.name` from `OTEL_SERVICE_NAME` or the
+//!   role). The gateway's `http.server` span per request (`PUT /userdb`, named by method and route
+//!   template) continues a client's W3C `traceparent`; each gRPC call the gateway makes is a
+//!   `grpc.client` span whose context goes out as `traceparent`; each service's `grpc.server` span
+//!   (named `package.Service/Method`) is parented on it. So one `PUT /userdb` is one trace across the
+//!   gateway, schema and sync processes. Spans record the gRPC code, the HTTP status and the error
+//!   reason (`error.type`). Health checks (`grpc.health.v1`, `/healthz`, `/readyz`) are counted but
+//!   not traced. The exporter's own transport crates (h2, hyper, tonic, tower) are never exported,
+//!   so exports do not trace themselves. These three per-call spans (`telemetry::CALL_SPANS`) are
+//!   `debug` spans that the exporter takes at any `RUST_LOG`: at the default `info`, log lines
+//!   neither build nor show them (three spans with their fields formatted for every request cost a
+//!   fifth of a small GET's throughput), and a line inside one still carries its trace ids.
+//! - **Metrics**: Prometheus text format on `GET /metrics` of the admin port (`SNUG_ADMIN_LISTEN`,
+//!   off when unset; one registry per process, so the all-in-one hub has one scrape target):
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `snug_http_requests_total` | `method`, `route`, `status`, `reason` | HTTP requests answered by the gateway |
+//! | `snug_http_request_duration_seconds` (histogram) | same | until the last response byte |
+//! | `snug_http_request_bytes_total`, `snug_http_response_bytes_total` | `route` | body bytes in and out |
+//! | `snug_http_zero_copy_bytes_total` | — | response bytes sent from sealed memory with `sendfile` (no copy) |
+//! | `snug_grpc_server_requests_total` | `method`, `code`, `reason` | gRPC calls served (every service; shed calls too) |
+//! | `snug_grpc_server_request_duration_seconds` (histogram) | same | until the final status (the trailers, for a stream) |
+//! | `snug_grpc_server_request_bytes_total`, `snug_grpc_server_response_bytes_total` | `method` | HTTP/2 data bytes in and out, gRPC framing included |
+//! | `snug_sync_cas_conflicts_total` | `reason` (`REVISION_MISMATCH`, `STALE_REVISION`) | sync writes refused by the compare-and-swap |
+//! | `snug_container_unlock_attempts_total` | `outcome` (`ok`, `locked`, `corrupt`) | Unlock, RemoveProtection, ChangePassphrase and RotateRecoveryKey calls that tried a secret |
+//!
+//! `route` is the route template (`/userdb/revisions/{rev}/restore`, `unmatched` for none), never
+//! the raw path; `method` is `package.Service/Method` from the compiled descriptor sets (`unknown`
+//! otherwise); `reason` is the JSON error `code` (HTTP) or the `ErrorInfo` reason (gRPC), empty on
+//! success. The CAS and unlock counters are derived from each call's final status in
+//! `snug_rpc::observe`, so the services need no code of their own for them.
+//! **Architecture Invariant:** no secret in a log line, a span or a metric label: label values come
+//! from closed sets, spans carry methods, routes, codes and reasons only, and
+//! `services/hub/tests/observability.rs` runs the real binary as separate processes at `RUST_LOG=trace`
+//! through protect/unlock, bearer tokens and session cookies, and searches every captured log line,
+//! exported span and scraped metric for each secret (and the token's hash).
+//! The same test checks the cross-process trace (parent links from the gateway's client spans to each
+//! service's server span, and the client's own `traceparent`) and the metrics by route and reason.
 
 use std::{
     collections::HashSet,

@@ -66,6 +66,36 @@
 //!   requirement's structure ([`check_requirement`]) and compares contracts by canonical form;
 //!   field-level lints belong to the connection and contract capabilities.
 //! - It reads no clock of its own: times come from the [`Clock`] passed in.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! The user database of §8–§10, one SQLite file per user: the v6 DDL (13 hub tables and the partial
+//! unique index, text identical to the reference's, locked by a snapshot test), each table's export
+//! class, the open pipeline (`UserDb::open_path`/`open_dir`/`from_bytes`/`create_in_memory`,
+//! `migrate_bytes`, `migrate_file`, `inspect_bytes`/`inspect_path`), the hub-namespace operations as
+//! `UserDb` methods (apps and versions with retention, docs, chat, settings/profile/sync/secrets,
+//! `delete_app`), `export_file`/`export_bytes`, `import`/`import_check`, and the §10 naming rule.
+//! `import_against` is the one import (reconciliation, contract guard, re-confirmation latch) every
+//! path runs, measured against an `ImportBaseline`: the replaced database's approved grants and
+//! contracts (`ImportBaseline::of`, what `import` and the pull use) or a hub's own
+//! (`ImportBaseline::new`, for ImportUserDatabase).
+//! One error enum per operation family, each with a stable `reason()`.
+//! **Architecture Invariant:** the ladder is forward-only, and applied migrations never change; a
+//! file stamped newer than 6 is refused with its bytes untouched (`SCHEMA_TOO_NEW`).
+//! **Architecture Invariant:** a healthy current file is opened with zero bytes written; everything
+//! an open changes (ladder, heal, legacy credential wipe, `snug_meta` seeding) runs in one transaction.
+//! **Architecture Invariant:** export is default-deny by table class: a table whose class is not
+//! exported (and every foreign table) is dropped, `snug_secrets` is emptied unless secrets are asked
+//! for, and no stripped byte survives in free pages.
+//! **Architecture Invariant:** untrusted files are opened defensively (`SQLITE_DBCONFIG_DEFENSIVE`,
+//! `trusted_schema=OFF`, no extensions, `cell_size_check`, `quick_check` first); triggers, views,
+//! virtual tables, foreign indexes and wrong table shapes are refused as hostile, never executed.
+//! Beyond the reference: a missing migration-added column is restored by the heal; retention counts
+//! rows, so at least five unpinned versions survive in every case.
+//! No network, no gRPC and no container cryptography of its own (SNUGENC1 files are opened through
+//! `snug-container`); it reads no clock except the `Clock` passed in.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
