@@ -22,6 +22,35 @@
 //! `/work/target-static`), and installs grpcio-tools and googleapis-common-protos into the Python
 //! virtualenv the tests find through `SNUG_TEST_PYTHON`. `SNUG_HUB_IMAGE=name:tag` tests an existing
 //! image instead of building one.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! Unit tests sit beside the code; the shared reference vectors (`../shared/vectors/reference`,
+//! override with `SNUG_VECTORS_DIR`) are read by the tests and a missing directory fails them.
+//! Property tests cover round trips and tampering; the fuzz target covers the parser.
+//! Services are tested in-process over loopback; the CLI by running the built binary.
+//! The revstore conformance suite and the sync service's tests also run against PostgreSQL when
+//! `SNUG_TEST_POSTGRES_URL` names a server (each test in a fresh schema), and skip visibly without
+//! it; `.ci/run` starts a throwaway PostgreSQL 15 cluster on 127.0.0.1 (installing Debian's
+//! `postgresql` package if needed) so CI always runs them.
+//! The sync service enables `snug-revstore/postgres`, so `cargo test --workspace` builds the
+//! PostgreSQL cases through feature unification.
+//! Crypto tests use a low PBKDF2 count except where a test is about the 600,000 default; dependencies
+//! and `snug-container` are optimised even in dev builds (see `Cargo.toml`), because unoptimised
+//! PBKDF2 is orders of magnitude slower.
+//! The gateway's OpenAPI document is also fuzzed: `tests/tests/schemathesis.rs` starts the hub
+//! in-process with one user and a pushed image, and runs schemathesis (pinned in `k8s/validate.sh`)
+//! on the served document twice, with the user's bearer token and with none, over every operation
+//! (coverage and fuzzing phases, a fixed seed, 100 cases per operation), with the checks for 5xx,
+//! undocumented statuses, content types, headers and bodies, accepted schema-violating input, 405s
+//! and their `Allow`, and ignored auth; a config file makes it sometimes use the real revision and
+//! app ids so the 200 paths are reached.
+//! It skips visibly without schemathesis unless `SNUG_REQUIRE_SCHEMATHESIS=1`, as `.ci/run` sets.
+//! Benchmarks are not tests: they print figures with the named peer measured in the same run.
+//!
+//! How it works in detail: the module docs of `tests/src/lib.rs`.
 
 use std::{
     net::SocketAddr,

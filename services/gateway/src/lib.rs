@@ -132,6 +132,29 @@
 //! SCHEMA_TOO_NEW is 400 here although the service calls it FAILED_PRECONDITION (google.rpc maps that
 //! to 400 too): for an upload, the body is what the hub cannot take. `USERDB_TOO_LARGE` and
 //! `NOT_FOUND` keep the reference server's words so its clients need no change.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! The hub's HTTP surface (§9.3) composed from `snug.schema.v1`, `snug.sync.v1` and
+//! `snug.materialize.v1` over gRPC: `GET|HEAD|PUT /userdb`, `GET /userdb/revisions`,
+//! `GET|HEAD /userdb/revisions/{rev}`, `POST /userdb/revisions/{rev}/restore`, `GET /userdb/apps/{appId}/export`, `POST /auth/session`,
+//! `POST /auth/logout`, `GET /auth/me`, `GET /openapi.json`, `GET /healthz`, `GET /readyz`.
+//! The router is built from one table (`routes::ROUTES`); `openapi.json` (OpenAPI 3.1, hand-written,
+//! served as is) is checked against that table and against every status the end-to-end tests observe.
+//! The test suite also runs schemathesis against it (see Testing): no 5xx, and no answer it does not promise.
+//! **Architecture Invariant:** the gateway links no domain crate (tidy): it knows files only as bytes
+//! and the services' contracts; validation is the schema service's, storage the sync service's.
+//! **Architecture Invariant:** the bytes a client PUTs are the bytes stored and served, never
+//! rewritten, with one stated exception: the free space ValidateSyncImage names is zeroed before
+//! PutImage (an export from this project's CLI or library has none, and is stored as sent), so
+//! `Repr-Digest`, the revision's `sha256` and the sync service's replay check refer to the stored
+//! bytes; GET declares `Content-Length`, so a download that breaks off is visibly short.
+//! **Architecture Invariant:** a user can only name their own image: the sync `Caller` is always the
+//! authenticated user, and another user's revision is the same 404 as one that never existed.
+//!
+//! How it works in detail: the module docs of `services/gateway/src/lib.rs`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

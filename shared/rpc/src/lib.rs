@@ -22,6 +22,26 @@
 //!
 //! What it deliberately does not do: choose a status code for a domain error (each service's
 //! `status.rs` does, exhaustively) or know anything about Snug files.
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
+//!
+//! The runtime every service shares: `ServerConfig` (flags and `SNUG_*` environment variables),
+//! `serve()` with grpc.health.v1, reflection, request timeout, a global concurrency limit that sheds
+//! a burst at once with UNAVAILABLE/`OVERLOADED` (domain `snug.rpc`; health checks bypass it, so a busy
+//! pod is never restarted as a dead one — `limit.rs`), graceful shutdown on SIGTERM (health flips to NOT_SERVING, then a bounded drain);
+//! `status::error()` (the only way a status is built: code + `ErrorInfo` reason + domain);
+//! `chunks` (header-then-chunks streams of ≤ 1 MiB, cap enforced while bytes arrive); `framed`
+//! (the large downloads — container Unlock, sync GetImage — answered through `framed::Override` with
+//! a body of each chunk message's gRPC and protobuf headers followed by the payload's own slices: the
+//! bytes tonic would send, checked byte for byte in its tests and through generated clients in every
+//! service suite, without tonic's copy of every chunk into a fresh encode buffer; `framed::client`
+//! reads such answers handing out chunk payloads as slices of the frames they arrived in, for the
+//! gateway's downloads and the reference Rust client); telemetry
+//! (`telemetry.rs`: logs, OpenTelemetry traces; `trace_context.rs`: W3C `traceparent` in and out;
+//! `observe.rs`: each call's server span and metrics, outermost layer of `serve()`; `metrics.rs` and
+//! `admin.rs`: the Prometheus registry and the admin port) — see "Observability" below.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
