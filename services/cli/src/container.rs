@@ -307,18 +307,50 @@ pub(crate) fn upgrade_kdf(
     })
 }
 
-/// `snug rotate-recovery-key FILE`: a new recovery key, printed once; replaced atomically.
+/// `snug rotate-recovery-key FILE [--new-recovery-key-file PATH]`: a new recovery key (generated
+/// and printed once, or the full-strength one the user chose); replaced atomically.
 pub(crate) fn rotate_recovery_key(
     file: &Path,
     secret_args: &SecretArgs,
+    chosen: Option<&Path>,
     limits: &Limits,
     json: bool,
 ) -> Result<Outcome, Failure> {
     let container = files::read(file)?;
     snug_container::inspect(&container, limits)?;
+    let chosen = match chosen {
+        None => None,
+        Some(path) => Some(RecoveryKey::parse(&secrets::read_secret_file(path)?)),
+    };
     let secrets = secrets::opening_secrets(secret_args)?;
-    let (rotated, recovery_key) =
-        snug_container::rotate_recovery_key(&container, &secrets, limits)?;
+    let Some(chosen) = chosen else {
+        return rotate_to_generated(file, &container, &secrets, limits, json);
+    };
+    let rotated = snug_container::rotate_recovery_key_to(&container, &secrets, &chosen, limits)?;
+    files::write(file, &rotated)?;
+    Ok(Outcome {
+        text: format!(
+            "Replaced the recovery key of {} with the one in the file given; the old recovery key \
+             no longer opens it",
+            file.display()
+        ),
+        json: json!({
+            "ok": true,
+            "file": file,
+            "recovery_key_supplied": true,
+            "container_length": rotated.len(),
+        }),
+    })
+}
+
+fn rotate_to_generated(
+    file: &Path,
+    container: &[u8],
+    secrets: &snug_container::Secrets,
+    limits: &Limits,
+    json: bool,
+) -> Result<Outcome, Failure> {
+    let (rotated, recovery_key) = snug_container::rotate_recovery_key(container, secrets, limits)?;
     // The new key is shown before the file changes: if the write then fails, the old key still
     // opens the unchanged file, so at no moment is the user left without a working key.
     if !json {
@@ -350,6 +382,7 @@ pub(crate) fn rotate_recovery_key(
             "ok": true,
             "file": file,
             "recovery_key": recovery_key.grouped(),
+            "recovery_key_supplied": false,
             "container_length": rotated.len(),
         }),
     })

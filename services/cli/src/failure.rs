@@ -148,9 +148,10 @@ impl From<RewrapError> for Failure {
             RewrapError::NoRecoverySlot => {
                 Failure::new(Exit::Other, "NO_RECOVERY_SLOT", err.to_string())
             }
-            RewrapError::ImplausibleRecoveryKey => {
-                Failure::new(Exit::Other, "INTERNAL", err.to_string())
-            }
+            // Only a key the user chose can be either (a generated one is full strength).
+            RewrapError::ImplausibleRecoveryKey => Failure::usage(
+                "the new recovery key is not 27 symbols of the recovery-key alphabet",
+            ),
             RewrapError::IterationsOutOfRange { .. } => Failure::usage(err.to_string()),
             RewrapError::WeakRecoveryKey { .. } => {
                 Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())

@@ -190,6 +190,10 @@ enum Command {
         file: PathBuf,
         #[command(flatten)]
         secrets: SecretArgs,
+        /// Use the recovery key in this file instead of generating one. Only a full-strength key
+        /// (the 27 symbols of a generated one; case and separators ignored) is accepted.
+        #[arg(long, value_name = "PATH")]
+        new_recovery_key_file: Option<PathBuf>,
     },
     /// Removes protection: writes the plain user database to OUT.
     Unprotect {
@@ -214,7 +218,8 @@ enum Command {
     /// something changed); a protected input is opened with its secret and written back resealed
     /// in its own container, so its passphrase and recovery key keep opening it.
     Migrate {
-        /// The user database (with --in-place, plain or protected).
+        /// The user database, plain or protected (opened with its secret; the result is
+        /// resealed in its own container).
         input: PathBuf,
         /// Where to write the migrated database.
         #[arg(
@@ -393,18 +398,30 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             new_passphrase_file,
             ..
         } => container::passwd(&file, &secrets, new_passphrase_file.as_deref(), &limits),
-        Command::RotateRecoveryKey { file, secrets } => {
-            container::rotate_recovery_key(&file, &secrets, &limits, cli.json)
-        }
+        Command::RotateRecoveryKey {
+            file,
+            secrets,
+            new_recovery_key_file,
+        } => container::rotate_recovery_key(
+            &file,
+            &secrets,
+            new_recovery_key_file.as_deref(),
+            &limits,
+            cli.json,
+        ),
         Command::Check { file } => schema::check(&file, &limits),
         Command::Migrate {
             input,
-            out: Some(out),
+            out,
+            secrets,
             replace,
             ..
-        } => schema::migrate(&input, &out, replace),
-        Command::Migrate { input, secrets, .. } => {
-            schema::migrate_in_place(&input, &secrets, &limits)
+        } => {
+            let to = match &out {
+                Some(out) => schema::MigrateTo::Out(out, replace),
+                None => schema::MigrateTo::InPlace,
+            };
+            schema::migrate(&input, to, &secrets, &limits)
         }
         Command::Export {
             input,

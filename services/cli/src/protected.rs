@@ -1,9 +1,8 @@
 //! Reading a user file that may be protected, and writing an edit of it back the way it was: a protected file is resealed (same header, salt, slots and wrapped keys; a fresh payload IV, §11.2 rule 5), so the passphrase and the recovery key the user wrote down keep opening it.
 //!
-//! The commands that change a user file in place (`snug app sql`, `snug app persist`,
-//! `snug migrate --in-place`)
-//! read it with [`read`] and write with [`Unsealed::write`]; nothing here draws a new salt or
-//! recovery key. The resealing itself is `snug_container::reseal_owned`.
+//! The commands that change a user file (`snug app sql`, `snug app persist`, `snug migrate`)
+//! read it with [`read`] and write with [`Unsealed::write`] (or [`Unsealed::seal`] for another
+//! path); nothing here draws a new salt or recovery key. The resealing itself is `snug_container::reseal_owned`.
 
 use std::path::Path;
 
@@ -43,14 +42,28 @@ impl Unsealed {
     /// `user.snug` is created and the legacy file left as it is): resealed when the file is
     /// protected, as it is otherwise. Returns the length written.
     pub(crate) fn write(&self, image: Vec<u8>, limits: &Limits) -> Result<u64, Failure> {
-        let bytes = match &self.seal {
+        let bytes = self.seal(image, limits)?;
+        files::write_user_file(&self.source, &bytes)?;
+        Ok(bytes.len() as u64)
+    }
+
+    /// `image`, an edit of this file's database, as this file would hold it: resealed in its
+    /// container when it is protected, as it is otherwise.
+    pub(crate) fn seal(&self, image: Vec<u8>, limits: &Limits) -> Result<Vec<u8>, Failure> {
+        Ok(match &self.seal {
             None => image,
             Some(seal) => {
                 snug_container::reseal_owned(&seal.container, &seal.file_key, image, limits)?
             }
-        };
-        files::write_user_file(&self.source, &bytes)?;
-        Ok(bytes.len() as u64)
+        })
+    }
+
+    /// The file's bytes as read: the container of a protected file, the database otherwise.
+    pub(crate) fn as_read(&self) -> &[u8] {
+        match &self.seal {
+            None => &self.plaintext,
+            Some(seal) => &seal.container,
+        }
     }
 }
 

@@ -230,108 +230,99 @@ fn check_report(file: &Path, length: u64, inspection: &Inspection) -> Outcome {
     }
 }
 
-/// `snug migrate IN --out OUT`: IN at storage version 6 in OUT; IN is only read.
+/// Where `snug migrate` writes.
+pub(crate) enum MigrateTo<'a> {
+    /// `--out OUT`: a new file; the input is only read.
+    Out(&'a Path, files::Replace),
+    /// `--in-place`: the input itself (a legacy file is adopted as `user.snug`).
+    InPlace,
+}
+
+/// `snug migrate IN --out OUT` and `snug migrate FILE --in-place`: the file brought to storage
+/// version 6. A protected input is opened with its secret and the result resealed in its own
+/// container (§11.2 rule 5: the same header, salt and slots, a fresh payload IV), so its
+/// passphrase and recovery key open the output too; nothing here draws a new salt or recovery
+/// key. A file already current is copied byte-identical to OUT, and in place left untouched.
 pub(crate) fn migrate(
     given: &Path,
-    out: &Path,
-    replace: files::Replace,
+    to: MigrateTo<'_>,
+    secret_args: &SecretArgs,
+    limits: &Limits,
 ) -> Result<Outcome, Failure> {
-    files::check_output(given, out, replace)?;
-    let (user_file, bytes) = files::read_user_file(given)?;
-    let input = user_file.read.as_path();
-    if snug_schema::detect_format(&bytes) == FileFormat::Unknown {
-        return Err(not_sqlite(input));
+    if let MigrateTo::Out(out, replace) = &to {
+        files::check_output(given, out, *replace)?;
     }
-    let (mut db, report) = UserDb::from_bytes(&bytes, Arc::new(SystemClock))?;
+    let unsealed = protected::read(given, secret_args, limits)?;
+    let (mut db, report) = UserDb::from_bytes(&unsealed.plaintext, Arc::new(SystemClock))?;
     db.check_app_isolation()?;
     let image = if report.wrote {
         // VACUUM rebuilds the image from live records, so the dropped v1 blob table and wiped
         // credentials leave no bytes in free pages of the output.
         db.connection().execute_batch("VACUUM").map_err(storage)?;
-        db.to_bytes().map_err(storage)?
-    } else {
-        bytes
-    };
-    files::write(out, &image)?;
-    let changes = done_changes(&report);
-    let text = if changes.is_empty() {
-        format!(
-            "{} is healthy at storage version {STORAGE_VERSION}; {} is an identical copy",
-            input.display(),
-            out.display()
-        )
-    } else {
-        format!(
-            "Migrated {} -> {}: {}",
-            input.display(),
-            out.display(),
-            changes.join("; ")
-        )
-    };
-    Ok(Outcome {
-        text,
-        json: json!({
-            "ok": true,
-            "out": out,
-            "length": image.len(),
-            "unchanged": !report.wrote,
-            "report": report,
-        }),
-    })
-}
-
-/// `snug migrate FILE --in-place`: FILE brought to storage version 6 and written back, resealed
-/// in its own container when it is protected (§11.2 rule 5: no new salt or recovery key); a file
-/// already current is left byte-identical.
-pub(crate) fn migrate_in_place(
-    given: &Path,
-    secret_args: &SecretArgs,
-    limits: &Limits,
-) -> Result<Outcome, Failure> {
-    let unsealed = protected::read(given, secret_args, limits)?;
-    let (mut db, report) = UserDb::from_bytes(&unsealed.plaintext, Arc::new(SystemClock))?;
-    db.check_app_isolation()?;
-    let written = if report.wrote {
-        // As `migrate`: VACUUM first, so what the migration dropped leaves no bytes behind.
-        db.connection().execute_batch("VACUUM").map_err(storage)?;
-        let image = db.to_bytes().map_err(storage)?;
-        Some(unsealed.write(image, limits)?)
+        Some(db.to_bytes().map_err(storage)?)
     } else {
         None
     };
-    let file = match written {
-        Some(_) => unsealed.source.write.as_path(),
-        None => unsealed.source.read.as_path(),
+    drop(db);
+    let (file, length) = match (&to, image) {
+        (MigrateTo::Out(out, _), Some(image)) => {
+            let bytes = unsealed.seal(image, limits)?;
+            files::write(out, &bytes)?;
+            (out.to_path_buf(), Some(bytes.len() as u64))
+        }
+        (MigrateTo::Out(out, _), None) => {
+            let bytes = unsealed.as_read();
+            files::write(out, bytes)?;
+            (out.to_path_buf(), Some(bytes.len() as u64))
+        }
+        (MigrateTo::InPlace, Some(image)) => {
+            let length = unsealed.write(image, limits)?;
+            (unsealed.source.write.clone(), Some(length))
+        }
+        (MigrateTo::InPlace, None) => (unsealed.source.read.clone(), None),
     };
+    let input = unsealed.source.read.as_path();
     let changes = done_changes(&report);
-    let text = if changes.is_empty() {
-        format!(
+    let sealed = if unsealed.is_protected() {
+        " (resealed: its passphrase and recovery key open it)"
+    } else {
+        ""
+    };
+    let text = match (&to, changes.is_empty()) {
+        (MigrateTo::Out(..), true) => format!(
+            "{} is healthy at storage version {STORAGE_VERSION}; {} is an identical copy",
+            input.display(),
+            file.display()
+        ),
+        (MigrateTo::Out(..), false) => format!(
+            "Migrated {} -> {}{sealed}: {}",
+            input.display(),
+            file.display(),
+            changes.join("; ")
+        ),
+        (MigrateTo::InPlace, true) => format!(
             "{} is healthy at storage version {STORAGE_VERSION}; nothing was written",
             file.display()
-        )
-    } else {
-        let sealed = if unsealed.is_protected() {
-            " (resealed: its passphrase and recovery key still open it)"
-        } else {
-            ""
-        };
-        format!(
+        ),
+        (MigrateTo::InPlace, false) => format!(
             "Migrated {} in place{sealed}: {}",
             file.display(),
             changes.join("; ")
-        )
+        ),
     };
-    Ok(Outcome {
-        text,
-        json: json!({
-            "ok": true,
-            "file": file,
-            "protected": unsealed.is_protected(),
-            "length": written,
-            "unchanged": !report.wrote,
-            "report": report,
-        }),
-    })
+    let mut json = json!({
+        "ok": true,
+        "protected": unsealed.is_protected(),
+        "length": length,
+        "unchanged": !report.wrote,
+        "report": report,
+    });
+    let key = match to {
+        MigrateTo::Out(..) => "out",
+        MigrateTo::InPlace => "file",
+    };
+    json[key] = json!(file);
+    Ok(Outcome { text, json })
 }
 
 /// `snug export IN --out OUT [--include-secrets]`: the §9.2 export; IN may be protected.

@@ -16,7 +16,9 @@
 //! the revision's metadata is read first (a storage version newer than this build is refused
 //! before anything is downloaded), the bytes land in a temporary file beside FILE and are checked
 //! against the recorded SHA-256, opened, migrated and healed, FILE's local credentials are carried
-//! in, and FILE is replaced atomically and bound to the revision in its sidecar.
+//! in, and FILE is replaced atomically and bound to the revision in its sidecar. A protected FILE
+//! is opened with its secret and the pull resealed in its own container (no new salt or recovery
+//! key); the download itself lands beside it as the origin sent it.
 //!
 //! The push state (last pushed revision and hash) lives in the `<file>.sync.json` sidecar, never in
 //! the file (snug-materialize's `push_state`). Push is gated by the SHA-256 of the export
@@ -96,7 +98,8 @@ pub(crate) enum SyncCommand {
         /// Replace FILE's unpushed changes with the origin's copy (last writer wins).
         #[arg(long)]
         force: bool,
-        /// Opens a protected revision (a personal origin keeps protected files protected).
+        /// Opens a protected FILE (the pull is resealed in its own container, so its passphrase
+        /// and recovery key keep opening it) and a protected revision.
         #[command(flatten)]
         secrets: SecretArgs,
     },
@@ -329,7 +332,7 @@ fn origin_failure(origin: &str, err: &OriginError) -> Failure {
 }
 
 /// A pipeline failure as this command's: 5 too new, 6 diverged, 4 damaged or mismatched bytes,
-/// 3 a protected FILE, 2 a wrong command line, 1 anything else.
+/// 3 a protected FILE or revision that did not open (locked), 2 a wrong command line, 1 anything else.
 fn restore_failure(origin: &str, err: RestoreError) -> Failure {
     let exit = match &err {
         RestoreError::Origin(inner) => return origin_failure(origin, inner),
@@ -343,7 +346,9 @@ fn restore_failure(origin: &str, err: RestoreError) -> Failure {
         RestoreError::Refused { source, .. } => import_exit(source),
         RestoreError::Gate(snug_restore::GateError::Open(source)) => open_exit(source).0,
         // A protected revision that did not open: locked, damaged or newer, as for a local file.
-        RestoreError::Container { source, .. } => Failure::from(source.clone()).exit,
+        RestoreError::Container { source, .. } | RestoreError::LocalContainer { source, .. } => {
+            Failure::from(source.clone()).exit
+        }
         RestoreError::InvalidRevision { .. }
         | RestoreError::LegacyBackup { .. }
         | RestoreError::NoDirectory { .. }
@@ -669,9 +674,21 @@ fn pull(
 ) -> Result<Outcome, Failure> {
     let name = origin.describe_origin();
     let fail = |err| restore_failure(&name, err);
-    let prepared = match snug_restore::prepare(origin, file, &selector, options, clock())
-        .map_err(fail)?
-    {
+    // A protected FILE is refused before the origin is asked anything, so the secret is asked
+    // for only then, and the same secret opens a protected revision.
+    let mut secrets = None;
+    let planned = match snug_restore::prepare(origin, file, &selector, options, clock()) {
+        Err(RestoreError::Protected { .. }) => {
+            let given = secrets.insert(secrets::opening_secrets(args)?);
+            let unlock = snug_restore::Unlock {
+                secrets: given,
+                limits,
+            };
+            snug_restore::prepare_unlocking(origin, file, &selector, options, Some(unlock), clock())
+        }
+        planned => planned,
+    };
+    let prepared = match planned.map_err(fail)? {
         Plan::UpToDate(up) => {
             let note = if up.local_changes {
                 "; the local file has unpushed changes (snug sync push)"
@@ -696,10 +713,9 @@ fn pull(
     drop(bar);
     // A protected revision is opened with the user's secret and installed protected; the secret
     // is asked for only when the download turns out to need one.
-    let secrets = match downloaded.is_protected().map_err(fail)? {
-        true => Some(secrets::opening_secrets(args)?),
-        false => None,
-    };
+    if secrets.is_none() && downloaded.is_protected().map_err(fail)? {
+        secrets = Some(secrets::opening_secrets(args)?);
+    }
     let done = downloaded
         .install_unlocking(secrets.as_ref(), limits)
         .map_err(fail)?;
@@ -726,7 +742,9 @@ fn pull(
             }
         )
     };
-    if done.protected {
+    if done.kept_destination_container {
+        text.push_str("; kept protected: resealed in its own container, so its passphrase and recovery key still open it");
+    } else if done.protected {
         text.push_str("; kept protected: the revision's passphrase and recovery key open it");
     }
     Ok(Outcome {

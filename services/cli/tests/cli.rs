@@ -431,6 +431,52 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     let (status, out) = unlock(("SNUG_RECOVERY_KEY", &second_key), "x4");
     assert_eq!(status, 0);
     assert_eq!(sha256(&out), plain_hash);
+
+    // A recovery key the user chose (issue #17 point 10): only at full strength. A 26-symbol
+    // (legacy-length) or malformed key is refused with exit 2 and the file is left as it was.
+    let chosen_file = dir.path().join("chosen-key.txt");
+    let rotate_to = |key: &str| {
+        std::fs::write(&chosen_file, format!("{key}\n")).expect("write key");
+        snug(
+            &[
+                "rotate-recovery-key",
+                &sealed_arg,
+                "--new-recovery-key-file",
+                &chosen_file.display().to_string(),
+                "--json",
+            ],
+            &[("SNUG_PASSPHRASE", "second passphrase")],
+        )
+    };
+    let before = sha256(&sealed);
+    let full = second_key.replace('-', "");
+    for (key, expected) in [
+        (&full[..26], "WEAK_RECOVERY_KEY"),
+        ("not a recovery key", "USAGE"),
+    ] {
+        let output = rotate_to(key);
+        assert_eq!(code(&output), 2, "{key}");
+        assert_eq!(json(&output)["error"]["code"], expected, "{key}");
+        assert_eq!(sha256(&sealed), before, "{key}: the file is unchanged");
+    }
+    let chosen: String = full.chars().rev().collect();
+    let output = rotate_to(&chosen.to_lowercase());
+    assert_eq!(
+        code(&output),
+        0,
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let body = json(&output);
+    assert_eq!(body["recovery_key_supplied"], true);
+    assert!(
+        body.get("recovery_key").is_none(),
+        "a chosen key is not echoed"
+    );
+    assert_eq!(unlock(("SNUG_RECOVERY_KEY", &second_key), "x5").0, 3);
+    let (status, out) = unlock(("SNUG_RECOVERY_KEY", &chosen), "x6");
+    assert_eq!(status, 0);
+    assert_eq!(sha256(&out), plain_hash);
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! origin protected, as its own container resealed (header and slots unchanged, a fresh payload
 //! IV), opens there with both secrets and is pulled back protected; plaintext reaches a personal
 //! origin only with `--plaintext-to-origin`, stated in the output; a hub keeps receiving the
-//! secrets-stripped plaintext.
+//! secrets-stripped plaintext, and a pull from it into a protected file reseals the pull in that
+//! file's own container (point 4).
 
 use std::{
     path::{Path, PathBuf},
@@ -284,4 +285,93 @@ async fn a_hub_keeps_receiving_the_secrets_stripped_plaintext_of_a_protected_fil
     let copy = root.path().join("hub-copy.snug");
     std::fs::write(&copy, &got.body).expect("write");
     assert_eq!(secret_rows(&copy), 0, "and no credentials");
+
+    // Another (plain) device pushes a change; the pull into the protected file reseals it in its
+    // own container (issue #17 point 4): no new salt or recovery key, its credentials kept.
+    let b = root.path().join("b").join("user.snug");
+    std::fs::create_dir_all(b.parent().expect("parent")).expect("mkdir");
+    let run = |args: Vec<String>, env: Vec<(&'static str, String)>| {
+        let token = token.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
+            command
+                .arg("--json")
+                .args(&args)
+                .env_remove("SNUG_PASSPHRASE")
+                .env_remove("SNUG_RECOVERY_KEY")
+                .env("SNUG_TOKEN", token)
+                .env("SNUG_MIN_ITERATIONS", "1000");
+            for (name, value) in env {
+                command.env(name, value);
+            }
+            command.output().expect("run snug")
+        })
+    };
+    let args = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+    ok(&run(
+        args(&["sync", "bootstrap", p(&b), "--origin", &url]),
+        vec![],
+    )
+    .await
+    .expect("join"));
+    ok(&run(
+        args(&["settings", "set", p(&b), "theme", "\"from-b\""]),
+        vec![],
+    )
+    .await
+    .expect("join"));
+    ok(
+        &run(args(&["sync", "push", p(&b), "--origin", &url]), vec![])
+            .await
+            .expect("join"),
+    );
+
+    let before = std::fs::read(&a).expect("read");
+    let output = run(args(&["sync", "pull", p(&a), "--origin", &url]), vec![])
+        .await
+        .expect("join");
+    assert_eq!(output.status.code(), Some(3), "no secret: locked");
+    assert_eq!(std::fs::read(&a).expect("read"), before, "and untouched");
+    let output = run(
+        args(&["sync", "pull", p(&a), "--origin", &url]),
+        vec![("SNUG_PASSPHRASE", "not it".to_owned())],
+    )
+    .await
+    .expect("join");
+    assert_eq!(output.status.code(), Some(3), "a wrong secret: locked");
+    assert_eq!(std::fs::read(&a).expect("read"), before, "and untouched");
+    let body = ok(&run(
+        args(&["sync", "pull", p(&a), "--origin", &url]),
+        vec![("SNUG_PASSPHRASE", PASSPHRASE.to_owned())],
+    )
+    .await
+    .expect("join"));
+    assert_eq!(body["protected"], true, "{body}");
+    assert_eq!(body["secretsKept"], 2, "{body}");
+    let after = std::fs::read(&a).expect("read");
+    assert!(after.starts_with(b"SNUGENC1\n"), "still protected");
+    assert_eq!(
+        after[..PAYLOAD_IV.start],
+        before[..PAYLOAD_IV.start],
+        "header, slot table and wrapped keys are unchanged"
+    );
+    assert_ne!(after[PAYLOAD_IV], before[PAYLOAD_IV], "a fresh payload IV");
+    let body = ok(&run(
+        args(&["settings", "get", p(&a), "theme"]),
+        vec![("SNUG_PASSPHRASE", PASSPHRASE.to_owned())],
+    )
+    .await
+    .expect("join"));
+    assert_eq!(
+        body["value_json"], "\"from-b\"",
+        "the pulled contents: {body}"
+    );
+    // Bound to the revision: nothing to push back.
+    let body = ok(&run(
+        args(&["sync", "push", p(&a), "--origin", &url]),
+        vec![("SNUG_PASSPHRASE", PASSPHRASE.to_owned())],
+    )
+    .await
+    .expect("join"));
+    assert_eq!(body["reason"], "UNCHANGED", "{body}");
 }

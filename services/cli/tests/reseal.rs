@@ -1,4 +1,4 @@
-//! End-to-end tests of editing a protected file (issue #17 point 4): `snug app sql` writes and `snug app persist` reseal it in place, so it stays SNUGENC1 with the same header and slots, and the recovery key from `snug protect` keeps opening it.
+//! End-to-end tests of editing a protected file (issue #17 point 4): `snug app sql` writes, `snug app persist` and `snug migrate` (in place or to `--out`) reseal it in its own container, so it stays SNUGENC1 with the same header and slots, and the recovery key from `snug protect` keeps opening it.
 
 use std::{
     path::{Path, PathBuf},
@@ -254,4 +254,89 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
     // --in-place and --out together are a usage error.
     let output = snug(&["migrate", &f, "--in-place", "--out", "x.snug"], &[]);
     assert_eq!(output.status.code(), Some(2));
+}
+
+/// `snug migrate IN --out OUT` on a protected v5 file: OUT is the migrated database in IN's own
+/// container (same header, salt and slots, a fresh payload IV), so the recovery key from
+/// `snug protect` opens it; IN is untouched, and a current protected file is copied as it is.
+#[test]
+fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("v5.sqlite");
+    rusqlite::Connection::open(&plain)
+        .expect("create")
+        .execute_batch(include_str!("../../../shared/schema/tests/ladder/v5.sql"))
+        .expect("fixture");
+    let file = dir.path().join("user.snug");
+    let f = file.display().to_string();
+    let body = snug_json(
+        &[
+            "protect",
+            &plain.display().to_string(),
+            "--out",
+            &f,
+            "--iterations",
+            "10000",
+        ],
+        &[("SNUG_PASSPHRASE", PASSPHRASE)],
+        0,
+    );
+    let key = body["recovery_key"].as_str().expect("key").to_owned();
+    let before = std::fs::read(&file).expect("read");
+
+    let out = dir.path().join("migrated.snug");
+    let o = out.display().to_string();
+    let body = snug_json(
+        &["migrate", &f, "--out", &o],
+        &[("SNUG_PASSPHRASE", "not it")],
+        3,
+    );
+    assert_eq!(body["error"]["code"], "LOCKED", "{body}");
+    assert!(!out.exists(), "a refused migrate writes no output");
+
+    let body = snug_json(
+        &["migrate", &f, "--out", &o],
+        &[("SNUG_RECOVERY_KEY", key.as_str())],
+        0,
+    );
+    assert_eq!(body["unchanged"], false, "{body}");
+    assert_eq!(body["protected"], true, "{body}");
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        before,
+        "IN is only read"
+    );
+    let migrated = std::fs::read(&out).expect("read");
+    assert!(migrated.starts_with(b"SNUGENC1\n"), "OUT is protected");
+    assert_eq!(
+        migrated[..KEPT],
+        before[..KEPT],
+        "same header, salt and slots"
+    );
+    assert_ne!(
+        migrated[KEPT..KEPT + 12],
+        before[KEPT..KEPT + 12],
+        "a fresh payload IV"
+    );
+    let unlocked = dir.path().join("unlocked.snug");
+    snug_json(
+        &["unlock", &o, "--out", &unlocked.display().to_string()],
+        &[("SNUG_RECOVERY_KEY", key.as_str())],
+        0,
+    );
+    let stamped: i64 = rusqlite::Connection::open(&unlocked)
+        .expect("open")
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .expect("user_version");
+    assert_eq!(stamped, 6, "migrated to storage version 6");
+
+    // A current protected file: OUT is a byte-identical copy.
+    let copy = dir.path().join("copy.snug");
+    let body = snug_json(
+        &["migrate", &o, "--out", &copy.display().to_string()],
+        &[("SNUG_PASSPHRASE", PASSPHRASE)],
+        0,
+    );
+    assert_eq!(body["unchanged"], true, "{body}");
+    assert_eq!(std::fs::read(&copy).expect("read"), migrated);
 }

@@ -248,11 +248,11 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
             error_code: Some("MALFORMED"),
         },
         Case {
-            name: "migrate protected",
+            name: "migrate protected without its secret",
             args: vec![s("migrate"), p(&c01), s("--out"), out("e")],
             env: vec![],
             exit: 3,
-            error_code: Some("PROTECTED"),
+            error_code: Some("LOCKED"),
         },
         Case {
             name: "migrate onto its input",

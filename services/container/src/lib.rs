@@ -779,9 +779,20 @@ impl ContainerService for ContainerServer {
         .await?;
         let limits = self.limits_for(upload.header.iteration_policy)?;
         let secrets = secrets(upload.header.secrets);
+        let chosen = upload
+            .header
+            .new_recovery_key
+            .as_deref()
+            .map(snug_container::RecoveryKey::parse);
         let (container, recovery_key) = self
             .pool
-            .run(move || snug_container::rotate_recovery_key(&upload.bytes, &secrets, &limits))
+            .run(move || match chosen {
+                None => snug_container::rotate_recovery_key(&upload.bytes, &secrets, &limits),
+                Some(key) => {
+                    snug_container::rotate_recovery_key_to(&upload.bytes, &secrets, &key, &limits)
+                        .map(|rotated| (rotated, key))
+                }
+            })
             .await?
             .map_err(status::rewrap_error)?;
         let result = pb::RotateRecoveryKeyResponse {

@@ -28,6 +28,8 @@ pub const NO_PASSPHRASE_SLOT: &str = "NO_PASSPHRASE_SLOT";
 pub const NO_RECOVERY_SLOT: &str = "NO_RECOVERY_SLOT";
 /// Protect without the custody acknowledgement of §11.3.
 pub const CUSTODY_NOT_ACKNOWLEDGED: &str = "CUSTODY_NOT_ACKNOWLEDGED";
+/// RotateRecoveryKey given a new recovery key below full strength (§11.2 rule 3).
+pub const WEAK_RECOVERY_KEY: &str = "WEAK_RECOVERY_KEY";
 
 /// Every reason this service can return, for the reason-table test.
 pub const ALL: &[&str] = &[
@@ -41,6 +43,7 @@ pub const ALL: &[&str] = &[
     NO_PASSPHRASE_SLOT,
     NO_RECOVERY_SLOT,
     CUSTODY_NOT_ACKNOWLEDGED,
+    WEAK_RECOVERY_KEY,
     TOO_LARGE,
     INVALID_ARGUMENT,
     OVERLOADED,

@@ -128,12 +128,19 @@ pub fn rewrap_error(err: RewrapError) -> Status {
             "this container has no recovery-key slot",
             [],
         ),
-        // The service generates the new key itself, so an implausible one is a bug.
-        RewrapError::ImplausibleRecoveryKey => {
-            snug_rpc::status::internal(DOMAIN, &RewrapError::ImplausibleRecoveryKey)
-        }
-        // The service generates the new key itself, so a weak one is a bug.
-        err @ RewrapError::WeakRecoveryKey { .. } => snug_rpc::status::internal(DOMAIN, &err),
+        // Only a caller-supplied key can be either (a generated one is full strength).
+        RewrapError::ImplausibleRecoveryKey => snug_rpc::status::invalid_argument(
+            DOMAIN,
+            "header.new_recovery_key",
+            "the new recovery key is not 27 symbols of the recovery-key alphabet",
+        ),
+        err @ RewrapError::WeakRecoveryKey { .. } => error(
+            Code::InvalidArgument,
+            reason::WEAK_RECOVERY_KEY,
+            DOMAIN,
+            err.to_string(),
+            [],
+        ),
         // No RPC of this service changes the KDF setting, so neither can be reached.
         err @ (RewrapError::IterationsOutOfRange { .. } | RewrapError::SlotNotOpened { .. }) => {
             snug_rpc::status::internal(DOMAIN, &err)

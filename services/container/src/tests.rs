@@ -12,6 +12,7 @@ use super::*;
 
 mod policy;
 mod reseal;
+mod rotate;
 
 const ITERATIONS: u32 = 1_000;
 const PASSPHRASE: &str = "correct horse battery staple";
@@ -607,6 +608,7 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
                 secrets: Some(secrets(Some("new passphrase"), None)),
                 expected_length: None,
                 iteration_policy: None,
+                new_recovery_key: None,
             },
         )),
     };

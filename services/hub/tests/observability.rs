@@ -709,6 +709,7 @@ async fn rotate(
                 secrets: Some(secrets),
                 expected_length: None,
                 iteration_policy: None,
+                new_recovery_key: None,
             },
         )),
     };

@@ -73,10 +73,10 @@ pub enum RestoreError {
         /// What it is instead.
         found: &'static str,
     },
-    /// The destination is a SNUGENC1 protected file: installing a plain copy over it would drop
-    /// its protection.
+    /// The destination is a SNUGENC1 protected file and no secret was given to open it
+    /// ([`crate::prepare_unlocking`] installs into it resealed).
     #[error(
-        "{} is protected; pull into a plain file (snug unlock it first), then protect it again",
+        "{} is protected; give its passphrase or recovery key to pull into it (it stays protected)",
         path.display()
     )]
     Protected {
@@ -162,6 +162,17 @@ pub enum RestoreError {
         #[source]
         source: snug_container::OpenError,
     },
+    /// The destination is a protected (SNUGENC1) file that did not open with the secret given:
+    /// locked (the file is healthy and untouched), damaged, out of the iteration policy or from a
+    /// newer format.
+    #[error("{} is a protected file that did not open", path.display())]
+    LocalContainer {
+        /// The destination.
+        path: PathBuf,
+        /// Why it did not open.
+        #[source]
+        source: snug_container::OpenError,
+    },
     /// Resealing the installed database into the revision's container failed.
     #[error("the installed database could not be resealed in the revision's container")]
     Reseal(#[source] snug_container::SealError),
@@ -224,14 +235,8 @@ impl RestoreError {
             RestoreError::SizeMismatch { .. } => "SIZE_MISMATCH",
             RestoreError::DigestMismatch { .. } => "DIGEST_MISMATCH",
             RestoreError::Refused { source, .. } => source.reason(),
-            RestoreError::Container { source, .. } => match source {
-                snug_container::OpenError::Locked => "LOCKED",
-                snug_container::OpenError::Corrupt(corruption) if corruption.is_unsupported() => {
-                    "UNSUPPORTED_FORMAT_VERSION"
-                }
-                snug_container::OpenError::Corrupt(_) => "CORRUPT",
-                snug_container::OpenError::TooLarge { .. } => "USERDB_TOO_LARGE",
-            },
+            RestoreError::Container { source, .. }
+            | RestoreError::LocalContainer { source, .. } => container_reason(source),
             RestoreError::Reseal(_) => "RESEAL_FAILED",
             RestoreError::DestinationChanged { .. } => "DESTINATION_CHANGED",
             RestoreError::Io { .. } => "IO",
@@ -240,6 +245,21 @@ impl RestoreError {
             RestoreError::Gate(err) => err.reason(),
             RestoreError::Unbound { .. } => "PUSH_STATE_NOT_WRITTEN",
         }
+    }
+}
+
+/// The reason of a container that did not open, as the container service reports it.
+fn container_reason(source: &snug_container::OpenError) -> &'static str {
+    match source {
+        snug_container::OpenError::Locked => "LOCKED",
+        snug_container::OpenError::Corrupt(corruption) if corruption.is_unsupported() => {
+            "UNSUPPORTED_FORMAT_VERSION"
+        }
+        snug_container::OpenError::Corrupt(corruption) if corruption.is_out_of_policy() => {
+            "ITERATIONS_OUT_OF_POLICY"
+        }
+        snug_container::OpenError::Corrupt(_) => "CORRUPT",
+        snug_container::OpenError::TooLarge { .. } => "USERDB_TOO_LARGE",
     }
 }
 

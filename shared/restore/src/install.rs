@@ -172,6 +172,19 @@ struct Local {
     db: UserDb,
     /// The push gate's hash of the local copy.
     content_hash: String,
+    /// `Some` for a protected local copy: its container (header and wrapped keys kept) and the
+    /// file key its secret unwrapped. The installed file is resealed in it.
+    seal: Option<(Vec<u8>, snug_container::FileKey)>,
+}
+
+/// What opens a protected local copy for [`prepare_unlocking`]: the user's secret, and the
+/// container limits (iteration policy, size) it is opened within.
+#[derive(Clone, Copy)]
+pub struct Unlock<'a> {
+    /// The passphrase or recovery key.
+    pub secrets: &'a snug_container::Secrets,
+    /// The limits the container is opened within.
+    pub limits: &'a snug_container::Limits,
 }
 
 /// A revision selected and checked against the destination, ready to download. Single use.
@@ -236,11 +249,13 @@ fn locate(destination: &Path) -> Result<(PathBuf, Option<(PathBuf, Observed)>), 
     Ok((given.write, local))
 }
 
-/// Opens the local copy as the push gate would, refusing anything that is not a plain Snug user
-/// database.
+/// Opens the local copy as the push gate would, refusing anything that is not a Snug user
+/// database; a protected one opens with `unlock` and is refused as [`RestoreError::Protected`]
+/// without it.
 fn open_local(
     read: PathBuf,
     observed: Observed,
+    unlock: Option<Unlock<'_>>,
     clock: Arc<dyn Clock>,
 ) -> Result<Local, RestoreError> {
     if observed.bytes.len() as u64 > MAX_USERDB_BYTES {
@@ -249,38 +264,72 @@ fn open_local(
             found: "larger than a user database may be",
         });
     }
-    match snug_schema::detect_format(&observed.bytes) {
-        FileFormat::Sqlite => {}
-        FileFormat::Protected => return Err(RestoreError::Protected { path: read }),
+    let Observed { identity, bytes } = observed;
+    let (plaintext, seal) = match snug_schema::detect_format(&bytes) {
+        FileFormat::Sqlite => (Zeroizing::new(bytes), None),
+        FileFormat::Protected => {
+            let Some(unlock) = unlock else {
+                return Err(RestoreError::Protected { path: read });
+            };
+            let (unlocked, file_key) = snug_container::open_owned_with_file_key(
+                bytes.clone(),
+                unlock.secrets,
+                unlock.limits,
+            )
+            .map_err(|source| RestoreError::LocalContainer {
+                path: read.clone(),
+                source,
+            })?;
+            (Zeroizing::new(unlocked.plaintext), Some((bytes, file_key)))
+        }
         FileFormat::Unknown => {
             return Err(RestoreError::NotSnugFile {
                 path: read,
                 found: "not SQLite",
             });
         }
-    }
-    let mut db = match UserDb::from_bytes(&observed.bytes, clock) {
+    };
+    let mut db = match UserDb::from_bytes(&plaintext, clock) {
         Ok((db, _)) => db,
         Err(source) => return Err(RestoreError::Unreadable { path: read, source }),
     };
     let content_hash = gate::export_of(&mut db, false)?.sha256;
     Ok(Local {
         read,
-        identity: observed.identity,
+        identity,
         db,
         content_hash,
+        seal,
     })
 }
 
 /// Selects the revision, refuses what this build cannot open (before any download), checks the
 /// destination and applies the never-clobber rule.
 ///
-/// Nothing is written: the destination, its sidecar and its directory are only read.
+/// Nothing is written: the destination, its sidecar and its directory are only read. A protected
+/// destination is refused as [`RestoreError::Protected`] before the origin is asked anything;
+/// [`prepare_unlocking`] opens it with its secret.
 pub fn prepare(
     origin: &dyn Origin,
     destination: &Path,
     selector: &Selector,
     options: Options,
+    clock: Arc<dyn Clock>,
+) -> Result<Plan, RestoreError> {
+    prepare_unlocking(origin, destination, selector, options, None, clock)
+}
+
+/// [`prepare`], opening a protected destination with `unlock`: its plaintext is what the
+/// never-clobber rule compares and whose credentials are carried, and the install reseals the
+/// new database in the destination's own container (header, salt and slots unchanged, a fresh
+/// payload IV, §11.2 rule 5), so the passphrase and recovery key that opened it keep opening it
+/// and the pulled contents never land there in plaintext.
+pub fn prepare_unlocking(
+    origin: &dyn Origin,
+    destination: &Path,
+    selector: &Selector,
+    options: Options,
+    unlock: Option<Unlock<'_>>,
     clock: Arc<dyn Clock>,
 ) -> Result<Plan, RestoreError> {
     check_selector(selector)?;
@@ -296,7 +345,7 @@ pub fn prepare(
         Some((read, _)) if options.only_if_absent => {
             return Err(RestoreError::DestinationExists { path: read });
         }
-        Some((read, observed)) => Some(open_local(read, observed, clock.clone())?),
+        Some((read, observed)) => Some(open_local(read, observed, unlock, clock.clone())?),
     };
     let sidecar = SidecarSeen::observe(destination)?;
 
@@ -544,10 +593,13 @@ pub struct Installed {
     pub bootstrapped: bool,
     /// The push-state sidecar written.
     pub sidecar: PathBuf,
-    /// Whether the revision was a protected (SNUGENC1) file and was installed protected: resealed
-    /// in its own container (header and slots unchanged, a fresh payload IV), so every secret
-    /// that opened it at the origin opens the installed file (§11.3).
+    /// Whether the installed file is protected (SNUGENC1): resealed in the destination's own
+    /// container when that was protected ([`prepare_unlocking`]), otherwise in the revision's
+    /// when the revision was protected; header and slots unchanged, a fresh payload IV (§11.3).
     pub protected: bool,
+    /// Whether the installed file was resealed in the destination's container (it was protected
+    /// before the pull, so the secrets that opened it still do).
+    pub kept_destination_container: bool,
 }
 
 impl Downloaded {
@@ -650,7 +702,14 @@ impl Downloaded {
             });
         }
         let content_hash = gate::content_hash(&image, clock.clone())?;
-        let image = match &sealed {
+        // The destination's own container outranks the revision's: the file on this device keeps
+        // opening with what opened it before the pull.
+        let local_seal = prepared
+            .local
+            .as_ref()
+            .and_then(|local| local.seal.as_ref());
+        let kept_destination_container = local_seal.is_some();
+        let image = match local_seal.or(sealed.as_ref()) {
             Some((container, file_key)) => {
                 snug_container::reseal_owned(container, file_key, image, limits)
                     .map_err(RestoreError::Reseal)?
@@ -697,7 +756,8 @@ impl Downloaded {
             replaced_local_changes: prepared.replaces_local_changes,
             bootstrapped: prepared.local.is_none(),
             sidecar: sidecar_path,
-            protected: sealed.is_some(),
+            protected: sealed.is_some() || kept_destination_container,
+            kept_destination_container,
         })
     }
 }

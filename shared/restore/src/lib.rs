@@ -44,8 +44,10 @@
 //! Three single-use steps, each consuming the last (`prepare` → `Prepared::download` →
 //! `Downloaded::install`; `restore` runs all three), every refusal a typed `RestoreError` with a
 //! stable `reason()`:
-//! 1. `prepare` checks the destination (its directory exists; not a directory; if present a plain Snug
+//! 1. `prepare` checks the destination (its directory exists; not a directory; if present a Snug
 //!    user database that opens — else `DESTINATION_*`, `PROTECTED` or the open error's reason; a
+//!    protected one opens with the secret given to `prepare_unlocking` and the install reseals the
+//!    new database in its container; a
 //!    missing `user.snug` stands for an unadopted `user.sqlite` beside it, read and never written),
 //!    describes the revision, refuses `SCHEMA_TOO_NEW` and `USERDB_TOO_LARGE` before any download,
 //!    answers up to date when the sidecar already names the revision, and refuses `DIVERGED` when the
@@ -88,6 +90,7 @@ mod origin;
 pub use error::{GateError, RestoreError};
 pub use gate::{PushImage, content_hash, push_image};
 pub use install::{
-    Downloaded, Installed, Options, Plan, Prepared, Progress, Restored, UpToDate, prepare, restore,
+    Downloaded, Installed, Options, Plan, Prepared, Progress, Restored, Unlock, UpToDate, prepare,
+    prepare_unlocking, restore,
 };
 pub use origin::{Origin, OriginError, Selector, SnapshotInfo, header_storage_version};

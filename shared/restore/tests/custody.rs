@@ -1,5 +1,5 @@
-//! The install pipeline keeps a protected revision protected (§11.3, issue #17 point 3) and
-//! refuses to install into the legacy backup beside an adopted `user.snug` (§10, point 2).
+//! The install pipeline keeps a protected revision protected (§11.3, issue #17 point 3), installs
+//! into a protected destination resealed in its own container (point 4), and refuses to install into the legacy backup beside an adopted `user.snug` (§10, point 2).
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
@@ -137,4 +137,103 @@ fn the_legacy_backup_beside_user_snug_is_never_a_destination() {
     .unwrap_err();
     assert_eq!(err.reason(), "LEGACY_BACKUP");
     assert_eq!(std::fs::read(&backup).unwrap(), before);
+}
+
+/// A pull into a protected destination (issue #17 point 4): refused as `PROTECTED` without a
+/// secret and `LOCKED` with a wrong one (the file untouched both times); with its secret the new
+/// database is resealed in the destination's own container (same header, salt and slots, a fresh
+/// payload IV), so the recovery key written down at protect still opens it, and the local
+/// credentials are carried in.
+#[test]
+fn a_pull_into_a_protected_destination_is_resealed_in_its_own_container() {
+    let passphrase = Passphrase::new("correct horse battery staple");
+    let recovery_key = RecoveryKey::generate();
+    let (mut local, _) = UserDb::create_in_memory(clock()).unwrap();
+    local.set_setting("theme", &json!("local")).unwrap();
+    local.set_secret("provider.key", "sk-local").unwrap();
+    let container = snug_container::seal(
+        &local.to_bytes().unwrap(),
+        &passphrase,
+        &recovery_key,
+        1_000,
+        &limits(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("user.snug");
+    std::fs::write(&dest, &container).unwrap();
+    let origin = OneRevision::new(plain_image());
+    let force = Options {
+        force: true,
+        ..Options::default()
+    };
+
+    let err = prepare(&origin, &dest, &Selector::Current, force, clock()).unwrap_err();
+    assert_eq!(err.reason(), "PROTECTED");
+    let wrong = Secrets::passphrase(Passphrase::new("not it"));
+    let limits = limits();
+    let unlock = |secrets| snug_restore::Unlock {
+        secrets,
+        limits: &limits,
+    };
+    let err = snug_restore::prepare_unlocking(
+        &origin,
+        &dest,
+        &Selector::Current,
+        force,
+        Some(unlock(&wrong)),
+        clock(),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason(), "LOCKED");
+    assert_eq!(std::fs::read(&dest).unwrap(), container, "untouched");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    let by_passphrase = Secrets::passphrase(passphrase);
+    let Plan::Install(prepared) = snug_restore::prepare_unlocking(
+        &origin,
+        &dest,
+        &Selector::Current,
+        force,
+        Some(unlock(&by_passphrase)),
+        clock(),
+    )
+    .unwrap() else {
+        panic!("nothing to install");
+    };
+    let done = prepared
+        .download(&origin, &mut |_| {})
+        .unwrap()
+        .install_unlocking(None, &limits)
+        .unwrap();
+    assert!(done.protected && done.kept_destination_container);
+    assert_eq!(done.secrets_kept, 1);
+    let installed = std::fs::read(&dest).unwrap();
+    let keep = snug_container::inspect(&container, &limits)
+        .unwrap()
+        .payload_iv_offset();
+    assert_eq!(
+        installed[..keep],
+        container[..keep],
+        "header and slots unchanged"
+    );
+    assert_ne!(
+        installed[keep..keep + 12],
+        container[keep..keep + 12],
+        "a fresh payload IV"
+    );
+    let by_recovery_key = Secrets::recovery_key(RecoveryKey::parse(&recovery_key.grouped()));
+    for secrets in [by_passphrase, by_recovery_key] {
+        let opened = snug_container::open(&installed, &secrets, &limits).unwrap();
+        let (db, _) = UserDb::from_bytes(&opened.plaintext, clock()).unwrap();
+        assert_eq!(
+            db.setting("theme").unwrap(),
+            Some(json!("protected")),
+            "pulled"
+        );
+        assert_eq!(
+            db.secret("provider.key").unwrap().as_deref(),
+            Some("sk-local")
+        );
+    }
 }

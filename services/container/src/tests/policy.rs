@@ -173,6 +173,7 @@ async fn a_weak_file_is_out_of_policy_and_opens_with_an_iteration_policy() {
                     secrets: Some(secrets(Some(PASSPHRASE), None)),
                     expected_length: None,
                     iteration_policy,
+                    new_recovery_key: None,
                 },
             )),
         };
