@@ -182,7 +182,7 @@ impl Hub {
     pub async fn start(options: Options) -> Hub {
         let dir = tempfile::tempdir().expect("tempdir");
         let sync_config = SyncConfig {
-            data_dir: dir.path().to_path_buf(),
+            sqlite_dir: dir.path().join("sync"),
             quota_bytes: options.quota_bytes,
             reclaim_interval: Duration::ZERO,
             ..SyncConfig::default()

@@ -19,6 +19,7 @@ use axum::{
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt as _;
 use serde_json::json;
+use snug_files::format::{CONTAINER_MAGIC, SQLITE_MAGIC};
 use snug_proto::sync::v1 as sync_pb;
 
 use crate::{
@@ -49,10 +50,6 @@ pub const ROUTES: &[(&str, &[&str])] = &[
 
 /// The OpenAPI 3.1 document, hand-written next to the code it describes.
 pub const OPENAPI: &str = include_str!("../openapi.json");
-
-/// The SQLite and SNUGENC1 leading bytes (§10: the format is known by its first bytes).
-const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
-const CONTAINER_MAGIC: &[u8] = b"SNUGENC1\n";
 
 /// Builds the router from [`ROUTES`].
 pub fn router(state: Arc<AppState>) -> Router {

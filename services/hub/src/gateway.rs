@@ -5,21 +5,12 @@
 //! the process's own gRPC listener: the same code path as a split deployment, so what the tests
 //! exercise in one process is what runs in many.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::ExitCode,
-};
+use std::{net::SocketAddr, path::Path, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::Subcommand;
 use snug_gateway::{config::GatewayConfig, users::UserStore};
 use snug_rpc::server::{ServerConfig, Services, shutdown_signal};
-
-/// The gateway's directory under the hub's data directory: its users file and session key.
-pub(crate) fn gateway_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("gateway")
-}
 
 /// The address a client on this machine uses to reach `bound` (an unspecified listen address
 /// such as 0.0.0.0 is reached through loopback).
@@ -35,12 +26,13 @@ pub(crate) fn loopback_url(bound: SocketAddr) -> String {
     format!("http://{}", SocketAddr::new(ip, bound.port()))
 }
 
-/// Runs the gRPC services and the gateway in one process until SIGTERM.
+/// Runs the gRPC services and the gateway (its files in `gateway_dir`) in one process until
+/// SIGTERM.
 pub(crate) async fn serve_with_gateway(
     server: &ServerConfig,
     services: Services,
     gateway: &GatewayConfig,
-    data_dir: &Path,
+    gateway_dir: &Path,
 ) -> anyhow::Result<()> {
     let grpc_listener = tokio::net::TcpListener::bind(server.listen)
         .await
@@ -57,7 +49,7 @@ pub(crate) async fn serve_with_gateway(
     .await;
     let state = snug_gateway::build(
         gateway,
-        gateway_dir(data_dir),
+        gateway_dir.to_owned(),
         snug_gateway::Addresses::in_process(own),
     )
     .context("the gateway refused its configuration")?;
@@ -78,11 +70,15 @@ pub(crate) async fn serve_with_gateway(
     Ok(())
 }
 
-/// Runs the gateway alone, against services at the configured addresses.
-pub(crate) async fn serve_gateway(gateway: &GatewayConfig, data_dir: &Path) -> anyhow::Result<()> {
+/// Runs the gateway alone (its files in `gateway_dir`), against services at the configured
+/// addresses.
+pub(crate) async fn serve_gateway(
+    gateway: &GatewayConfig,
+    gateway_dir: &Path,
+) -> anyhow::Result<()> {
     let state = snug_gateway::build(
         gateway,
-        gateway_dir(data_dir),
+        gateway_dir.to_owned(),
         snug_gateway::Addresses::default(),
     )
     .context("the gateway refused its configuration")?;
@@ -116,10 +112,9 @@ pub(crate) enum UsersCommand {
     },
 }
 
-/// Runs a `users` command against the gateway's users file under `data_dir`.
-pub(crate) fn users(command: UsersCommand, data_dir: &Path) -> anyhow::Result<ExitCode> {
-    let dir = gateway_dir(data_dir);
-    let store = UserStore::open(&dir)
+/// Runs a `users` command against the gateway's users file in `dir`.
+pub(crate) fn users(command: UsersCommand, dir: &Path) -> anyhow::Result<ExitCode> {
+    let store = UserStore::open(dir)
         .with_context(|| format!("cannot open the users file in {}", dir.display()))?;
     match command {
         UsersCommand::Add { name } => {

@@ -118,12 +118,11 @@ fn serve_config<S: AsRef<str>>(argv: &[S]) -> anyhow::Result<(Role, ServerConfig
     let cli = Cli::try_parse_from(argv.iter().map(AsRef::as_ref))
         .map_err(|err| anyhow::anyhow!("{err}"))?;
     match cli.command {
-        Command::Serve {
-            service,
-            server,
-            gateway,
-            ..
-        } => Ok((Role::from(service), server, gateway.http_listen)),
+        Command::Serve(args) => Ok((
+            Role::from(args.service),
+            args.server,
+            args.gateway.http_listen,
+        )),
         _ => bail!("not a `snug-hub serve` command line"),
     }
 }

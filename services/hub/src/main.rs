@@ -97,28 +97,11 @@ struct Cli {
 )]
 enum Command {
     /// Serves the hub: every service in one process, or the one named.
-    Serve {
-        /// Which service to run alone; omit it to run the whole hub in one process.
-        #[arg(value_enum)]
-        service: Option<ServiceName>,
-        #[command(flatten)]
-        server: ServerConfig,
-        #[command(flatten)]
-        container: ContainerConfig,
-        #[command(flatten)]
-        schema: SchemaConfig,
-        #[command(flatten)]
-        materialize: MaterializeConfig,
-        #[command(flatten)]
-        sync: SyncConfig,
-        #[command(flatten)]
-        gateway: snug_gateway::config::GatewayConfig,
-    },
+    Serve(ServeArgs),
     /// Manages the users and bearer tokens of the HTTP gateway (in <data-dir>/gateway/users.db).
     Users {
-        /// The hub's data directory.
-        #[arg(long, env = "SNUG_DATA_DIR", default_value = "./snug-data")]
-        data_dir: std::path::PathBuf,
+        #[command(flatten)]
+        data: DataDir,
         #[command(subcommand)]
         command: gateway::UsersCommand,
     },
@@ -126,6 +109,53 @@ enum Command {
     ///
     /// Images built FROM scratch have no shell or probe binary, so health checks call this.
     Healthcheck(healthcheck::HealthcheckArgs),
+}
+
+/// What `snug-hub serve` runs, and every component's settings (each reads only its own).
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Which service to run alone; omit it to run the whole hub in one process.
+    #[arg(value_enum)]
+    service: Option<ServiceName>,
+    #[command(flatten)]
+    server: ServerConfig,
+    #[command(flatten)]
+    container: ContainerConfig,
+    #[command(flatten)]
+    schema: SchemaConfig,
+    #[command(flatten)]
+    materialize: MaterializeConfig,
+    #[command(flatten)]
+    sync: SyncConfig,
+    #[command(flatten)]
+    gateway: snug_gateway::config::GatewayConfig,
+    #[command(flatten)]
+    data: DataDir,
+}
+
+/// The hub's data directory: the embedded sync store in `sync/`, the gateway's users and session
+/// key in `gateway/`. A component that keeps no files ignores it.
+#[derive(Debug, Clone, clap::Args)]
+struct DataDir {
+    /// The hub's data directory.
+    #[arg(
+        long = "data-dir",
+        env = "SNUG_DATA_DIR",
+        default_value = "./snug-data"
+    )]
+    data_dir: std::path::PathBuf,
+}
+
+impl DataDir {
+    /// Where the embedded sync store keeps its files.
+    fn sync(&self) -> std::path::PathBuf {
+        self.data_dir.join("sync")
+    }
+
+    /// Where the gateway keeps its users file and session key.
+    fn gateway(&self) -> std::path::PathBuf {
+        self.data_dir.join("gateway")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -166,28 +196,14 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve {
-            service,
-            server,
-            container,
-            schema,
-            materialize,
-            sync,
-            gateway,
-        } => {
-            let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(service))?;
+        Command::Serve(mut args) => {
+            // The composition root owns the data directory's layout: one subdirectory per
+            // component that keeps files, none reaching into another's.
+            args.sync.sqlite_dir = args.data.sync();
+            let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(args.service))?;
             let served = async {
-                start_admin(server.admin_listen).await?;
-                serve_role(
-                    service,
-                    &server,
-                    &container,
-                    &schema,
-                    &materialize,
-                    &sync,
-                    &gateway,
-                )
-                .await
+                start_admin(args.server.admin_listen).await?;
+                serve_role(&args).await
             }
             .await;
             // Spans still buffered (the last requests before SIGTERM) are exported before exit.
@@ -198,9 +214,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let _logs = logs_only(&cli.telemetry);
             healthcheck::run(args).await
         }
-        Command::Users { data_dir, command } => {
+        Command::Users { data, command } => {
             let _logs = logs_only(&cli.telemetry);
-            gateway::users(command, &data_dir)
+            gateway::users(command, &data.gateway())
         }
     }
 }
@@ -240,22 +256,25 @@ async fn start_admin(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
 }
 
 /// Runs what `snug-hub serve [SERVICE]` names until SIGTERM.
-async fn serve_role(
-    service: Option<ServiceName>,
-    server: &ServerConfig,
-    container: &ContainerConfig,
-    schema: &SchemaConfig,
-    materialize: &MaterializeConfig,
-    sync: &SyncConfig,
-    gateway: &snug_gateway::config::GatewayConfig,
-) -> anyhow::Result<ExitCode> {
+async fn serve_role(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let ServeArgs {
+        service,
+        server,
+        container,
+        schema,
+        materialize,
+        sync,
+        gateway,
+        data,
+    } = args;
+    let service = *service;
     if service == Some(ServiceName::Gateway) {
-        gateway::serve_gateway(gateway, &sync.data_dir).await?;
+        gateway::serve_gateway(gateway, &data.gateway()).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let services = compose(service, container, schema, materialize, sync).await?;
     if service.is_none() {
-        gateway::serve_with_gateway(server, services, gateway, &sync.data_dir).await?;
+        gateway::serve_with_gateway(server, services, gateway, &data.gateway()).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let listener = tokio::net::TcpListener::bind(server.listen)

@@ -118,17 +118,14 @@ impl fmt::Debug for PostgresUrl {
 /// Settings of the sync service, from flags or the environment.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SyncConfig {
-    /// Where revisions are kept: `sqlite` (embedded, under --data-dir) or `postgres` (the
-    /// connection string comes from SNUG_SYNC_POSTGRES_URL).
+    /// Where revisions are kept: `sqlite` (embedded, under the hub's --data-dir) or `postgres`
+    /// (the connection string comes from SNUG_SYNC_POSTGRES_URL).
     #[arg(long = "store", env = "SNUG_SYNC_STORE", value_enum, default_value_t = Backend::Sqlite)]
     pub store: Backend,
-    /// The hub's data directory; the embedded sync store lives in its `sync/` subdirectory.
-    #[arg(
-        long = "data-dir",
-        env = "SNUG_DATA_DIR",
-        default_value = "./snug-data"
-    )]
-    pub data_dir: PathBuf,
+    /// Where the embedded store keeps its files. Not a flag of its own: the composition root
+    /// (`snug-hub`) owns the data directory's layout and sets this to its `sync/` subdirectory.
+    #[arg(skip = PathBuf::from("./snug-data/sync"))]
+    pub sqlite_dir: PathBuf,
     /// The PostgreSQL connection string, from SNUG_SYNC_POSTGRES_URL only. It is deliberately not
     /// a flag: flags are visible to every local user in the process list and end up in logs.
     #[arg(skip = PostgresUrl::from_process_env())]
@@ -167,7 +164,7 @@ impl Default for SyncConfig {
         let retention = Retention::default();
         Self {
             store: Backend::Sqlite,
-            data_dir: PathBuf::from("./snug-data"),
+            sqlite_dir: PathBuf::from("./snug-data/sync"),
             postgres_url: None,
             postgres_schema: None,
             postgres_pool_size: 16,
@@ -192,11 +189,6 @@ impl SyncConfig {
             },
             ..StoreConfig::default()
         }
-    }
-
-    /// Where the embedded store keeps its files.
-    pub fn sqlite_dir(&self) -> PathBuf {
-        self.data_dir.join("sync")
     }
 }
 
@@ -242,7 +234,7 @@ pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError>
     let store_config = config.store_config();
     match config.store {
         Backend::Sqlite => {
-            let dir = config.sqlite_dir();
+            let dir = config.sqlite_dir.clone();
             let open_dir = dir.clone();
             // Opening creates directories, takes the directory lock and migrates: blocking work.
             let opened =

@@ -30,7 +30,7 @@ struct Hub {
 async fn start(backend: Backend, tune: impl FnOnce(&mut SyncConfig)) -> Option<Hub> {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = SyncConfig {
-        data_dir: dir.path().to_owned(),
+        sqlite_dir: dir.path().join("sync"),
         // Tests that reclaim do it explicitly, at a moment they choose.
         reclaim_interval: Duration::ZERO,
         ..SyncConfig::default()
@@ -1218,7 +1218,7 @@ async fn vanished_pack_files_are_storage_unavailable_not_a_short_image() {
     .await
     .expect("put");
     // An operator (or a failing disk) removes the pack files under the running store.
-    let packs = hub.config.sqlite_dir().join("packs");
+    let packs = hub.config.sqlite_dir.join("packs");
     std::fs::remove_dir_all(&packs).expect("remove packs");
     std::fs::create_dir_all(&packs).expect("recreate packs dir");
     let status = assert_refused(

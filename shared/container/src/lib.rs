@@ -101,10 +101,9 @@ pub use secret::{
 };
 
 /// The leading bytes of a protected user file (§11.1).
-pub const MAGIC: &[u8; 9] = b"SNUGENC1\n";
-
+pub use snug_files::format::CONTAINER_MAGIC as MAGIC;
 /// The leading bytes of a plain SQLite user database (§10).
-pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+pub use snug_files::format::SQLITE_MAGIC;
 
 /// The size cap of a user database (§8); for a container it bounds the PLAINTEXT (§11.2 rule 9).
 pub const MAX_USERDB_BYTES: u64 = 67_108_864;

@@ -17,9 +17,10 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use snug_files::write_atomically;
 use snug_schema::{
     LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX, Standing, USER_FILE,
-    UserFile, resolve_derived, resolve_given, write_atomically,
+    UserFile, resolve_derived, resolve_given,
 };
 
 /// The sidecar's leading bytes.

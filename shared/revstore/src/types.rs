@@ -3,6 +3,7 @@
 use std::fmt;
 
 use sha2::{Digest as _, Sha256};
+use snug_files::format::SQLITE_MAGIC;
 
 use crate::error::{InvalidToken, PutError};
 
@@ -262,9 +263,6 @@ impl Timestamp {
         )
     }
 }
-
-/// The leading bytes of every SQLite database file (§10: a file's format is known by them).
-const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
 /// Length of the SQLite database header, which holds `user_version` at offset 60.
 pub const SQLITE_HEADER_LEN: usize = 100;

@@ -4,11 +4,12 @@
 //! which is where a legacy `user.sqlite` is adopted as `user.snug` on the first write (§10).
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use snug_files::{TempSibling, sync_parent_dir};
 
 use crate::clock::Clock;
 use crate::ddl::MAX_USERDB_BYTES;
@@ -143,25 +144,6 @@ fn io_as_sqlite(path: &Path, err: &std::io::Error) -> rusqlite::Error {
     )
 }
 
-/// Returns a sibling temp path for writing `target` atomically.
-fn temp_sibling(target: &Path, purpose: &str) -> PathBuf {
-    let mut random = [0u8; 6];
-    // A fixed suffix is still unique per process and purpose; randomness only avoids collisions
-    // between concurrent writers, so a CSPRNG failure is not worth failing the write over.
-    let suffix = match getrandom::fill(&mut random) {
-        Ok(()) => random
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>(),
-        Err(_) => std::process::id().to_string(),
-    };
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    target.with_file_name(format!(".{name}.{purpose}-{suffix}.tmp"))
-}
-
 /// Returns the UTF-8 text of `path` for `VACUUM INTO`, which takes a string.
 fn path_text(path: &Path) -> std::io::Result<&str> {
     path.to_str()
@@ -177,14 +159,6 @@ pub(crate) fn vacuum_into(conn: &Connection, out: &Path) -> Result<(), SaveError
     })?;
     conn.execute("VACUUM INTO ?1", [text])?;
     Ok(())
-}
-
-fn sync_parent(path: &Path) -> std::io::Result<()> {
-    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        // Directories can be opened and fsynced on Unix; elsewhere this is best effort.
-        Some(dir) => File::open(dir).and_then(|d| d.sync_all()).or(Ok(())),
-        None => Ok(()),
-    }
 }
 
 impl UserDb {
@@ -304,17 +278,16 @@ impl UserDb {
             let path = path.to_owned();
             move |source| OpenError::Io { path, source }
         };
-        let tmp = temp_sibling(&write, "adopt");
-        vacuum_into(&self.conn, &tmp).map_err(|err| match err {
+        let tmp = TempSibling::create(&write).map_err(io_err(&write))?;
+        vacuum_into(&self.conn, tmp.path()).map_err(|err| match err {
             SaveError::Io { path, source } => OpenError::Io { path, source },
             SaveError::Sqlite(err) => OpenError::Sqlite(err),
         })?;
         // A hard link publishes the complete file under the canonical name and fails if that
-        // name exists, so a canonical file created meanwhile is never clobbered.
-        let linked = std::fs::hard_link(&tmp, &write);
-        let _ = std::fs::remove_file(&tmp);
-        linked.map_err(io_err(&write))?;
-        sync_parent(&write).map_err(io_err(&write))?;
+        // name exists, so a canonical file created meanwhile is never clobbered. The temporary
+        // name is removed when `tmp` drops.
+        std::fs::hard_link(tmp.path(), &write).map_err(io_err(&write))?;
+        sync_parent_dir(&write).map_err(io_err(&write))?;
         self.conn = open_file_connection(&write, false)?;
         self.location = Location::File(write);
         debug_assert!(read.exists(), "the legacy file is left in place");
@@ -368,21 +341,15 @@ impl UserDb {
     /// (temp file, `VACUUM INTO`, rename, directory sync). Secrets are kept: this is persistence,
     /// not export.
     pub fn save_to(&self, path: &Path) -> Result<(), SaveError> {
-        let tmp = temp_sibling(path, "save");
-        let result = vacuum_into(&self.conn, &tmp).and_then(|()| {
-            std::fs::rename(&tmp, path).map_err(|source| SaveError::Io {
-                path: path.to_owned(),
-                source,
-            })?;
-            sync_parent(path).map_err(|source| SaveError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        });
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        let io_err = |source| SaveError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let tmp = TempSibling::create(path).map_err(io_err)?;
+        vacuum_into(&self.conn, tmp.path())?;
+        std::fs::rename(tmp.path(), path).map_err(io_err)?;
+        tmp.disarm();
+        sync_parent_dir(path).map_err(io_err)
     }
 
     /// Reports version, tables, and what a heal would do, without writing.
@@ -480,42 +447,20 @@ pub fn migrate_file(
         return Err(OpenError::AppTokenCollision { collision });
     }
     // VACUUM INTO a temp sibling, then fsync and rename: `dst` appears whole or not at all.
-    let tmp = temp_sibling(dst, "migrate");
-    let written = vacuum_into(&conn, &tmp)
-        .map_err(|err| match err {
-            SaveError::Io { path, source } => OpenError::Io { path, source },
-            SaveError::Sqlite(err) => OpenError::Sqlite(err),
-        })
-        .and_then(|()| {
-            let io_err = |source| OpenError::Io {
-                path: dst.to_owned(),
-                source,
-            };
-            File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err)?;
-            std::fs::rename(&tmp, dst).map_err(io_err)?;
-            sync_parent(dst).map_err(io_err)
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
+    let dst_err = |source| OpenError::Io {
+        path: dst.to_owned(),
+        source,
+    };
+    let tmp = TempSibling::create(dst).map_err(dst_err)?;
+    vacuum_into(&conn, tmp.path()).map_err(|err| match err {
+        SaveError::Io { path, source } => OpenError::Io { path, source },
+        SaveError::Sqlite(err) => OpenError::Sqlite(err),
+    })?;
+    File::open(tmp.path())
+        .and_then(|f| f.sync_all())
+        .map_err(dst_err)?;
+    std::fs::rename(tmp.path(), dst).map_err(dst_err)?;
+    tmp.disarm();
+    sync_parent_dir(dst).map_err(dst_err)?;
     Ok(report)
-}
-
-/// Writes `bytes` to `path` atomically (temp file, fsync, rename, directory sync).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = temp_sibling(path, "write");
-    let result = (|| {
-        let mut file = File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        sync_parent(path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

@@ -60,7 +60,7 @@
 //! - No container cryptography: SNUGENC1 files are opened through `snug-container`, and sealing a
 //!   saved or exported image is the caller's choice.
 //! - No persistence policy: an in-memory [`UserDb`] is written where and when the caller says
-//!   ([`UserDb::save_to`], [`write_atomically`]); there is no debounce, no quarantine of corrupt
+//!   ([`UserDb::save_to`], or `snug_files::write_atomically` over [`UserDb::to_bytes`]); there is no debounce, no quarantine of corrupt
 //!   files and no sync loop.
 //! - No full validation of connection requirements or runtime contracts: import checks a
 //!   requirement's structure ([`check_requirement`]) and compares contracts by canonical form;
@@ -128,7 +128,7 @@ pub use chat::{ChatMessage, ChatRole, ChatThread, NewChatMessage};
 pub use clock::{
     Clock, ManualClock, SteppingClock, SystemClock, format_uuid_v4, iso_timestamp, uuid_v4,
 };
-pub use db::{UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file, write_atomically};
+pub use db::{UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file};
 pub use ddl::{
     Column, MAX_USERDB_BYTES, STORAGE_VERSION, TABLES, TableClass, TableDef, TableKind,
     VERSIONS_RETAINED, classify_table,

@@ -19,7 +19,7 @@ use crate::error::{Hostility, Malformation, Refusal, ShapeProblem};
 use crate::wipe::wipe_legacy_credentials;
 
 /// SQLite's 16-byte magic at offset 0 of every database file.
-pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+pub use snug_files::format::SQLITE_MAGIC;
 
 /// Length of the SQLite database header.
 pub(crate) const SQLITE_HEADER_LEN: usize = 100;

@@ -501,5 +501,4 @@ fn connections_are_configured_defensively() {
 #[test]
 fn constants_agree_with_the_container_crate() {
     assert_eq!(crate::MAX_USERDB_BYTES, snug_container::MAX_USERDB_BYTES);
-    assert_eq!(SQLITE_MAGIC, snug_container::SQLITE_MAGIC);
 }
