@@ -5,6 +5,26 @@
 //!
 //! Other crates' tests use it too (the `snug sync` client's tests in `services/cli`).
 //!
+//! The environment of the tests and benchmarks (`tests/tests/tidy.rs` checks this table against
+//! the code; the hub's own variables are in `services/hub/src/main.rs`, the CLI's in
+//! `services/cli/src/main.rs`):
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `SNUG_VECTORS_DIR` | the reference vectors (default `../shared/vectors/reference`) |
+//! | `SNUG_TEST_POSTGRES_URL` | a PostgreSQL server for the PostgreSQL cases; without it they skip |
+//! | `SNUG_TEST_PYTHON` | the Python with schemathesis and grpcio-tools (default: the `k8s/validate.sh` venv) |
+//! | `SNUG_K8S_VENV` | where `k8s/validate.sh` keeps that venv (default `/var/tmp/snug-hub-venv`) |
+//! | `SNUG_REQUIRE_DOCKER` | `1`: the container suites fail without Docker instead of skipping |
+//! | `SNUG_REQUIRE_GRPCIO_TOOLS` | `1`: the Python client suite fails without grpcio-tools |
+//! | `SNUG_REQUIRE_SCHEMATHESIS` | `1`: the schemathesis suite fails without schemathesis |
+//! | `SNUG_HUB_IMAGE` | test this image (`name:tag`) instead of building one |
+//! | `SNUG_REVSTORE_CRASH_CHILD` | internal: marks the revstore crash test's child process |
+//! | `SNUG_BENCH_RUNS` | container benches: measured runs per row |
+//! | `SNUG_BENCH_CHILD`, `SNUG_BENCH_FILE` | internal: the container bench's child process and its input |
+//! | `SNUG_BENCH_DIR` | revstore bench: where its stores are made (default: the temp dir) |
+//! | `SNUG_BENCH_BIG_GET_ROUNDS` | gateway bench: rounds of the 64 MiB GET row |
+//!
 //! # Design notes
 //!
 //! (Moved from ARCHITECTURE.md, which stays a map.)
@@ -22,10 +42,6 @@
 //! `/work/target-static`), and installs grpcio-tools and googleapis-common-protos into the Python
 //! virtualenv the tests find through `SNUG_TEST_PYTHON`. `SNUG_HUB_IMAGE=name:tag` tests an existing
 //! image instead of building one.
-//!
-//! # Design notes
-//!
-//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
 //!
 //! Unit tests sit beside the code; the shared reference vectors (`../shared/vectors/reference`,
 //! override with `SNUG_VECTORS_DIR`) are read by the tests and a missing directory fails them.

@@ -1,5 +1,5 @@
 //! Workspace invariants, checked as tests (rust-analyzer's tidy): the crate graph, file headers,
-//! and the error-reason table in ARCHITECTURE.md.
+//! the error-reason table and the size of ARCHITECTURE.md, and the environment-variable tables.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -198,4 +198,118 @@ fn every_container_reason_is_documented_in_architecture_md() {
         );
         assert!(proto.contains(reason), "container.proto lacks {reason}");
     }
+}
+
+/// The `SNUG_*` variables the code reads or sets, by file: every string literal `"SNUG_…"` (one
+/// inside another string, `\"SNUG_…\"`, is text, not a variable).
+fn environment_in_code() -> Vec<(PathBuf, String)> {
+    let mut found = Vec::new();
+    for top in ["services", "shared", "tests"] {
+        for file in rust_files(&root().join(top)) {
+            let text = std::fs::read_to_string(&file).expect("read");
+            for (at, _) in text.match_indices("\"SNUG_") {
+                let name: String = text[at + 1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                let closed = text[at + 1 + name.len()..].starts_with('"');
+                // `SNUG_SECRETS` is a hostile table name in a schema test, not a variable.
+                let variable = name.len() > "SNUG_".len() && name != "SNUG_SECRETS";
+                if closed && variable && !text[..at].ends_with('\\') {
+                    found.push((file.clone(), name));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The variables a table in `file`'s module docs documents: every backticked `SNUG_…` in the
+/// first cell of a `//! | … |` row.
+fn environment_table(file: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(file)).expect("read");
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let Some(row) = line.strip_prefix("//! | ") else {
+            continue;
+        };
+        let first = row.split(" | ").next().unwrap_or("");
+        for part in first.split('`').skip(1).step_by(2) {
+            if part.starts_with("SNUG_") {
+                names.insert(part.to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// Every `SNUG_*` variable is documented: the hub's in `snug-hub`'s table, the CLI's in `snug`'s,
+/// the tests' and benches' in `snug-e2e`'s; and no table names a variable nothing reads.
+#[test]
+fn every_environment_variable_is_in_its_table() {
+    let hub = environment_table("services/hub/src/main.rs");
+    let cli = environment_table("services/cli/src/main.rs");
+    let tests = environment_table("tests/src/lib.rs");
+    assert!(
+        hub.len() > 30 && !cli.is_empty() && !tests.is_empty(),
+        "tables not found"
+    );
+    let in_code = environment_in_code();
+    let is_test_code = |path: &Path| {
+        let text = path.to_string_lossy();
+        text.contains("/tests/")
+            || text.contains("/benches/")
+            || text.ends_with("tests.rs")
+            || text.ends_with("test_support.rs")
+            || text.contains("/shared/testcontainers/")
+            || text.contains(&root().join("tests").to_string_lossy().into_owned())
+    };
+    let mut undocumented = Vec::new();
+    for (file, name) in &in_code {
+        let relative = file
+            .strip_prefix(root())
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let table = if is_test_code(file) {
+            None
+        } else if relative.starts_with("services/cli/") {
+            Some(("services/cli/src/main.rs", &cli))
+        } else {
+            Some(("services/hub/src/main.rs", &hub))
+        };
+        let documented = match table {
+            Some((_, table)) => table.contains(name),
+            None => hub.contains(name) || cli.contains(name) || tests.contains(name),
+        };
+        if !documented {
+            let where_ = table.map_or("a table", |(path, _)| path);
+            undocumented.push(format!("{name} ({relative}) is not in {where_}"));
+        }
+    }
+    undocumented.sort();
+    undocumented.dedup();
+    assert!(undocumented.is_empty(), "{undocumented:#?}");
+
+    let read: BTreeSet<&str> = in_code.iter().map(|(_, name)| name.as_str()).collect();
+    let stale: Vec<_> = hub
+        .iter()
+        .chain(&cli)
+        .chain(&tests)
+        .filter(|name| !read.contains(name.as_str()))
+        .collect();
+    assert!(stale.is_empty(), "documented but never read: {stale:?}");
+}
+
+/// ARCHITECTURE.md stays a map a newcomer reads in one sitting (rust-analyzer's is 27 KB):
+/// mechanisms belong in the module docs.
+#[test]
+fn architecture_md_stays_a_map() {
+    let architecture =
+        std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    assert!(
+        architecture.len() <= 30 * 1024,
+        "ARCHITECTURE.md is {} bytes, over 30 KiB: move mechanisms to module docs",
+        architecture.len()
+    );
 }

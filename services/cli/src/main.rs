@@ -16,6 +16,19 @@
 //! (another `snug sync` on the same file), 8 a protected OUT that `--force` alone does not replace
 //! (`--replace-protected`).
 //!
+//! Secrets come from a file flag, the environment or a prompt, never from argv. The environment
+//! (`tests/tests/tidy.rs` checks this table against the code):
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `SNUG_PASSPHRASE` | the passphrase that opens a protected file |
+//! | `SNUG_RECOVERY_KEY` | the recovery key that opens a protected file |
+//! | `SNUG_NEW_PASSPHRASE` | `protect` and `passwd`: the passphrase to set |
+//! | `SNUG_MIN_ITERATIONS` | `--min-iterations`: the smallest PBKDF2 count opened (default 10000) |
+//! | `SNUG_MAX_ITERATIONS` | `--max-iterations`: the largest PBKDF2 count opened (default 10000000) |
+//! | `SNUG_TOKEN` | `snug sync` against a hub: the bearer token |
+//! | `SNUG_SECRET_VALUE` | `snug secrets set`: the value to store |
+//!
 //! # Design notes
 //!
 //! (Moved from ARCHITECTURE.md, which stays a map.)

@@ -30,8 +30,10 @@
 //! | `SNUG_CONTAINER_BUFFER_POOL` | `2` | 64 MiB receive buffers kept for reuse (they only ever hold uploaded ciphertext), so unlocks do not fault in fresh pages |
 //! | `SNUG_SCHEMA_CONCURRENCY` | CPUs | user-database jobs (open, migrate, export, operations) at once |
 //! | `SNUG_SCHEMA_QUEUE_TIMEOUT` | `10s` | wait for a job slot before `OVERLOADED` |
+//! | `SNUG_MATERIALIZE_CONCURRENCY` | CPUs | app jobs (materialize, persist, DDL, SQL) at once; each may hold a few copies of a 64 MiB user database |
+//! | `SNUG_MATERIALIZE_QUEUE_TIMEOUT` | `10s` | wait for an app-job slot before `OVERLOADED` |
 //! | `SNUG_SYNC_STORE` | `sqlite` | sync backend: `sqlite` (embedded, one node) or `postgres` (`--store`) |
-//! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory; the embedded sync store is its `sync/` |
+//! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory: the embedded sync store in `sync/`, the gateway's users and session key in `gateway/` |
 //! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed |
 //! | `SNUG_SYNC_POSTGRES_SCHEMA` | search path | schema for the store's tables (created if missing) |
 //! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |

@@ -284,6 +284,42 @@ mod tests {
         assert!(!text.contains("snug_grpc_server_requests_total"), "{text}");
     }
 
+    /// The metrics table in `observe.rs`'s module docs names exactly the families registered here
+    /// (counters with the `_total` the text format adds).
+    #[test]
+    fn the_documented_metrics_are_the_registered_ones() {
+        let literals = |text: &str, start: &str| -> std::collections::BTreeSet<String> {
+            text.match_indices(start)
+                .map(|(at, _)| {
+                    text[at + start.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                        .collect::<String>()
+                })
+                .map(|name| name.trim_end_matches("_total").to_owned())
+                .collect()
+        };
+        let source = include_str!("metrics.rs");
+        let registrations = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let registered = literals(registrations, "\"snug_");
+        let documented: std::collections::BTreeSet<String> = include_str!("observe.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("//! | "))
+            .flat_map(|row| {
+                let first = row.split(" | ").next().unwrap_or("");
+                first
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .filter_map(|name| name.strip_prefix("snug_"))
+                    .map(|name| name.trim_end_matches("_total").to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(registered.len() >= 10, "{registered:?}");
+        assert_eq!(documented, registered);
+    }
+
     #[test]
     fn conflict_and_unlock_series_exist_before_any_event() {
         let text = Metrics::new().encode();
