@@ -297,6 +297,7 @@ fn services(sync: SyncServer) -> Services {
         .routes
         .add_service(snug_sync_service::service(sync));
     services.names.push(snug_sync_service::SERVICE_NAME);
+    services.classify.push(snug_sync_service::observe::classify);
     services.routes = services
         .routes
         .add_service(snug_materialize_service::service(

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod observe;
 pub mod reason;
 pub mod status;
 
@@ -485,6 +486,7 @@ pub fn services(config: &ContainerConfig) -> Services {
     Services {
         routes: tonic::service::Routes::new(service(ContainerServer::new(config))),
         names: vec![SERVICE_NAME],
+        classify: vec![observe::classify],
     }
 }
 

@@ -44,6 +44,7 @@ pub(crate) async fn serve_with_gateway(
         Services {
             routes: services.routes.clone(),
             names: services.names.clone(),
+            classify: services.classify.clone(),
         },
     )
     .await;

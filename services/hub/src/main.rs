@@ -328,6 +328,7 @@ async fn compose(
                 .routes
                 .add_service(snug_sync_service::service(sync_server));
             all.names.push(snug_sync_service::SERVICE_NAME);
+            all.classify.push(snug_sync_service::observe::classify);
             all
         }
     })

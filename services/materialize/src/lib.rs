@@ -127,6 +127,7 @@ pub fn services(config: &MaterializeConfig) -> Services {
     Services {
         routes: tonic::service::Routes::new(service(MaterializeServer::new(config))),
         names: vec![SERVICE_NAME],
+        classify: Vec::new(),
     }
 }
 

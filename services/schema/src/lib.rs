@@ -165,6 +165,7 @@ pub fn services(config: &SchemaConfig) -> Services {
     Services {
         routes: tonic::service::Routes::new(service(SchemaServer::new(config))),
         names: vec![SERVICE_NAME],
+        classify: Vec::new(),
     }
 }
 

@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 mod convert;
+pub mod observe;
 pub mod reason;
 pub mod status;
 mod upload;
@@ -400,6 +401,7 @@ pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
     Services {
         routes: tonic::service::Routes::new(service(server)),
         names: vec![SERVICE_NAME],
+        classify: vec![observe::classify],
     }
 }
 

@@ -60,7 +60,7 @@ use std::{
     collections::HashSet,
     future::Future,
     pin::Pin,
-    sync::LazyLock,
+    sync::{Arc, LazyLock},
     task::{Context, Poll, ready},
     time::Instant,
 };
@@ -289,47 +289,25 @@ pub fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// The container methods that try a secret against a container: each call is an unlock attempt.
-const UNLOCK_METHODS: [&str; 4] = [
-    "snug.container.v1.ContainerService/Unlock",
-    "snug.container.v1.ContainerService/RemoveProtection",
-    "snug.container.v1.ContainerService/ChangePassphrase",
-    "snug.container.v1.ContainerService/RotateRecoveryKey",
-];
-
-/// The unlock outcome a call's final status means, if the call got as far as trying a secret
-/// (a malformed or shed request is no attempt).
-fn unlock_outcome(method: &str, status: &GrpcStatus) -> Option<&'static str> {
-    if !UNLOCK_METHODS.contains(&method) {
-        return None;
-    }
-    if status.code == Code::Ok {
-        return Some("ok");
-    }
-    if status.domain.as_deref() != Some("snug.container") {
-        return None;
-    }
-    match status.reason.as_deref() {
-        Some("LOCKED") => Some("locked"),
-        Some("CORRUPT" | "NOT_A_CONTAINER" | "UNSUPPORTED_FORMAT_VERSION") => Some("corrupt"),
-        _ => None,
-    }
+/// A counter a finished call feeds beyond the per-call request metrics. The runtime owns the
+/// counters; which calls feed them is the knowledge of the service that serves them
+/// ([`Classify`]), so no method name or reason of a service is spelled here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Derived {
+    /// `snug_container_unlock_attempts_total`: a call that tried a secret against a container,
+    /// with its outcome (`ok`, `locked`, `corrupt`).
+    UnlockAttempt(&'static str),
+    /// `snug_sync_cas_conflicts_total`: a write refused by the compare-and-swap, with its reason.
+    CasConflict(&'static str),
 }
 
-/// The compare-and-swap refusal a status is, if it is one (sync.proto's two ABORTED reasons).
-fn cas_conflict(status: &GrpcStatus) -> Option<&'static str> {
-    if status.domain.as_deref() != Some("snug.sync") {
-        return None;
-    }
-    match status.reason.as_deref() {
-        Some("REVISION_MISMATCH") => Some("REVISION_MISMATCH"),
-        Some("STALE_REVISION") => Some("STALE_REVISION"),
-        _ => None,
-    }
-}
+/// How a service tells which of its calls feed a [`Derived`] counter, from the method
+/// (`package.Service/Method`) and the call's final status. Services hand theirs to the runtime
+/// in [`crate::server::Services::classify`].
+pub type Classify = fn(method: &str, status: &GrpcStatus) -> Option<Derived>;
 
 /// Records a finished gRPC call: the request counters, latency, and the derived counters.
-fn record(method: &'static str, status: &GrpcStatus, started: Instant) {
+fn record(method: &'static str, status: &GrpcStatus, started: Instant, classify: &[Classify]) {
     let metrics = metrics::global();
     let labels = GrpcLabels {
         method,
@@ -337,30 +315,47 @@ fn record(method: &'static str, status: &GrpcStatus, started: Instant) {
         reason: status.reason.clone().unwrap_or_default(),
     };
     metrics.record_grpc(&labels, started.elapsed());
-    if let Some(outcome) = unlock_outcome(method, status) {
-        metrics
-            .unlock_attempts
-            .get_or_create(&metrics::UnlockLabels { outcome })
-            .inc();
-    }
-    if let Some(reason) = cas_conflict(status) {
-        metrics
-            .cas_conflicts
-            .get_or_create(&metrics::ConflictLabels { reason })
-            .inc();
+    for derived in classify
+        .iter()
+        .filter_map(|classify| classify(method, status))
+    {
+        match derived {
+            Derived::UnlockAttempt(outcome) => metrics
+                .unlock_attempts
+                .get_or_create(&metrics::UnlockLabels { outcome })
+                .inc(),
+            Derived::CasConflict(reason) => metrics
+                .cas_conflicts
+                .get_or_create(&metrics::ConflictLabels { reason })
+                .inc(),
+        };
     }
 }
 
 /// The gRPC server layer: see the module docs. Outermost in [`crate::server::serve`], so shed
 /// and timed-out calls are observed too.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ObserveLayer;
+#[derive(Debug, Clone, Default)]
+pub struct ObserveLayer {
+    classify: Arc<[Classify]>,
+}
+
+impl ObserveLayer {
+    /// Observes the calls of services whose derived counters `classify` decides.
+    pub fn new(classify: &[Classify]) -> Self {
+        Self {
+            classify: classify.into(),
+        }
+    }
+}
 
 impl<S> Layer<S> for ObserveLayer {
     type Service = Observe<S>;
 
     fn layer(&self, inner: S) -> Observe<S> {
-        Observe { inner }
+        Observe {
+            inner,
+            classify: self.classify.clone(),
+        }
     }
 }
 
@@ -368,6 +363,7 @@ impl<S> Layer<S> for ObserveLayer {
 #[derive(Debug, Clone)]
 pub struct Observe<S> {
     inner: S,
+    classify: Arc<[Classify]>,
 }
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
@@ -418,6 +414,7 @@ where
             self.inner.call(request)
         };
         let response_bytes = metrics.grpc_response_bytes.get_or_create(&labels).clone();
+        let classify = self.classify.clone();
         Box::pin(async move {
             let response = match tracing::Instrument::instrument(response, span.clone()).await {
                 Ok(response) => response,
@@ -427,7 +424,7 @@ where
                         reason: None,
                         domain: None,
                     };
-                    record(method, &status, started);
+                    record(method, &status, started, &classify);
                     return Err(err);
                 }
             };
@@ -438,7 +435,7 @@ where
                     Some(response_bytes),
                     move |end: End<'_>| {
                         let status = end.grpc_status(in_headers);
-                        record(method, &status, started);
+                        record(method, &status, started, &classify);
                         span.record("rpc.grpc.status_code", status.code as i64);
                         if let Some(reason) = &status.reason {
                             span.record("error.type", reason.as_str());
@@ -488,65 +485,6 @@ mod tests {
         assert_eq!(method_label(""), "unknown");
     }
 
-    #[test]
-    fn unlock_outcomes_and_conflicts_follow_the_reason() {
-        let status = |code, reason: &str, domain: &str| GrpcStatus {
-            code,
-            reason: Some(reason.to_owned()),
-            domain: Some(domain.to_owned()),
-        };
-        let unlock = "snug.container.v1.ContainerService/Unlock";
-        let ok = GrpcStatus {
-            code: Code::Ok,
-            reason: None,
-            domain: None,
-        };
-        assert_eq!(unlock_outcome(unlock, &ok), Some("ok"));
-        assert_eq!(
-            unlock_outcome(
-                unlock,
-                &status(Code::FailedPrecondition, "LOCKED", "snug.container")
-            ),
-            Some("locked")
-        );
-        assert_eq!(
-            unlock_outcome(
-                unlock,
-                &status(Code::InvalidArgument, "CORRUPT", "snug.container")
-            ),
-            Some("corrupt")
-        );
-        assert_eq!(
-            unlock_outcome(unlock, &status(Code::Unavailable, "OVERLOADED", "snug.rpc")),
-            None
-        );
-        assert_eq!(
-            unlock_outcome(
-                unlock,
-                &status(Code::InvalidArgument, "INVALID_ARGUMENT", "snug.container")
-            ),
-            None
-        );
-        assert_eq!(
-            unlock_outcome("snug.container.v1.ContainerService/Protect", &ok),
-            None
-        );
-
-        assert_eq!(
-            cas_conflict(&status(Code::Aborted, "STALE_REVISION", "snug.sync")),
-            Some("STALE_REVISION")
-        );
-        assert_eq!(
-            cas_conflict(&status(Code::Aborted, "REVISION_MISMATCH", "snug.sync")),
-            Some("REVISION_MISMATCH")
-        );
-        assert_eq!(
-            cas_conflict(&status(Code::Aborted, "REVISION_MISMATCH", "elsewhere")),
-            None
-        );
-        assert_eq!(cas_conflict(&ok), None);
-    }
-
     fn series(text: &str, prefix: &str) -> Option<f64> {
         text.lines()
             .find_map(|line| line.strip_prefix(prefix))
@@ -557,7 +495,12 @@ mod tests {
     /// the metrics back from the text format.
     #[tokio::test]
     async fn calls_are_counted_by_method_code_and_reason_when_their_body_ends() {
-        let mut service = ObserveLayer.layer(tower::service_fn(
+        // The sync service's rule for this one reason (services/sync classifies its own calls).
+        fn stale(_method: &str, status: &GrpcStatus) -> Option<Derived> {
+            (status.reason.as_deref() == Some("STALE_REVISION"))
+                .then_some(Derived::CasConflict("STALE_REVISION"))
+        }
+        let mut service = ObserveLayer::new(&[stale]).layer(tower::service_fn(
             |request: http::Request<tonic::body::Body>| async move {
                 let body = request
                     .into_body()

@@ -64,6 +64,9 @@ pub struct Services {
     pub routes: Routes,
     /// Fully qualified service names (`snug.container.v1.ContainerService`) for grpc.health.v1.
     pub names: Vec<&'static str>,
+    /// Which of the services' calls feed the runtime's derived counters, one per service that
+    /// has any (`crate::observe::Classify`).
+    pub classify: Vec<crate::observe::Classify>,
 }
 
 /// Adds grpc.health.v1 (every name SERVING) and reflection to `routes`.
@@ -128,7 +131,7 @@ impl std::error::Error for ChannelError {
 pub async fn local(config: &ServerConfig, services: Services) -> LocalChannel {
     let (routes, _health) = with_health_and_reflection(services.routes, &services.names).await;
     let service = tower::ServiceBuilder::new()
-        .layer(crate::observe::ObserveLayer)
+        .layer(crate::observe::ObserveLayer::new(&services.classify))
         .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         .service(routes);
     tower::util::BoxCloneSyncService::new(tower::ServiceExt::map_err(
@@ -177,7 +180,7 @@ pub async fn serve(
     }
     let server = tonic::transport::Server::builder()
         .timeout(config.request_timeout)
-        .layer(crate::observe::ObserveLayer)
+        .layer(crate::observe::ObserveLayer::new(&services.classify))
         .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         // Large windows and frames let a 64 MiB payload stream without stalling on flow control.
         .initial_stream_window_size(32 * 1024 * 1024)
