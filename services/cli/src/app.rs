@@ -23,7 +23,7 @@ use snug_schema::{OpenReport, SystemClock, UserDb};
 
 use crate::{
     Outcome,
-    failure::{Exit, Failure},
+    failure::Failure,
     files,
     protected::{self, Unsealed},
     secrets::SecretArgs,
@@ -122,7 +122,7 @@ pub(crate) fn run(command: AppCommand, limits: &Limits) -> Result<Outcome, Failu
 }
 
 fn storage(err: impl std::fmt::Display) -> Failure {
-    Failure::new(Exit::Other, "STORAGE", format!("sqlite failed: {err}"))
+    Failure::of(&snug_reasons::cli::STORAGE, format!("sqlite failed: {err}"))
 }
 
 /// A user database read from FILE and opened in memory.
@@ -252,9 +252,8 @@ fn run_sql(
     let report = snug_materialize::execute(&mut opened.db, app, statements, &execute_limits)?;
     // The statements ran on the in-memory copy; refusing here drops their writes unsaved.
     if report.persist.wrote && read_only {
-        return Err(Failure::new(
-            Exit::Usage,
-            "READ_ONLY",
+        return Err(Failure::of(
+            &snug_reasons::materialize::READ_ONLY,
             format!(
                 "the statements would change app {app}, and --read-only was given; {} is unchanged",
                 file.display()

@@ -7,7 +7,7 @@ use snug_container::{ContainerInfo, Format, Limits, RecoveryKey, SlotKind};
 
 use crate::{
     Outcome,
-    failure::{Exit, Failure},
+    failure::Failure,
     files,
     secrets::{self, SecretArgs},
 };
@@ -85,9 +85,8 @@ pub(crate) fn inspect(file: &Path, limits: &Limits) -> Result<Outcome, Failure> 
                 }),
             })
         }
-        Format::Unknown => Err(Failure::new(
-            Exit::Corrupt,
-            "UNKNOWN_FORMAT",
+        Format::Unknown => Err(Failure::of(
+            &snug_reasons::cli::UNKNOWN_FORMAT,
             format!(
                 "{} is neither a SQLite user database nor a protected Snug file (by its leading bytes)",
                 file.display()
@@ -134,16 +133,14 @@ pub(crate) fn protect(
     match snug_container::detect(&plaintext) {
         Format::Sqlite => {}
         Format::Container => {
-            return Err(Failure::new(
-                Exit::Other,
-                "ALREADY_PROTECTED",
+            return Err(Failure::of(
+                &snug_reasons::container::ALREADY_PROTECTED,
                 format!("{} is already a protected Snug file", input.display()),
             ));
         }
         Format::Unknown => {
-            return Err(Failure::new(
-                Exit::Corrupt,
-                "NOT_A_USER_DATABASE",
+            return Err(Failure::of(
+                &snug_reasons::container::NOT_A_USER_DATABASE,
                 format!("{} is not a SQLite user database", input.display()),
             ));
         }

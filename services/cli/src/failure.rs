@@ -3,29 +3,9 @@
 use snug_container::{Corruption, OpenError, RewrapError, SealError};
 use snug_schema::{ExportError, OpenError as DbOpenError};
 
-/// Exit codes, shared by every `snug` command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exit {
-    /// Anything not covered below (I/O failures, refusals to overwrite).
-    Other = 1,
-    /// The command line was wrong.
-    Usage = 2,
-    /// A protected file that no supplied secret opened. The file is healthy.
-    Locked = 3,
-    /// The input is damaged or not the kind of file the command works on.
-    Corrupt = 4,
-    /// The input is newer than this build understands.
-    Unsupported = 5,
-    /// `snug sync`: the origin and the local file both changed since the last sync (or another
-    /// device won a race). Nothing was overwritten; pull, or repeat with `--force`.
-    Diverged = 6,
-    /// `snug sync`: another `snug sync` is working on the same file right now. Nothing was
-    /// done; run it again once that one has finished.
-    Busy = 7,
-    /// An OUT to be replaced is a protected (SNUGENC1) file and `--replace-protected` was not
-    /// given (§11.2 rule 7). Nothing was written.
-    ProtectedOutput = 8,
-}
+/// Exit codes, shared by every `snug` command; each reason's is in `snug-reasons`.
+pub(crate) use snug_reasons::Exit;
+use snug_reasons::{Reason, cli, container, rpc};
 
 /// A failed command.
 #[derive(Debug)]
@@ -45,14 +25,24 @@ impl Failure {
         }
     }
 
+    /// A failure of a reason whose exit code the cause does not decide: the registry's.
+    pub(crate) fn of(reason: &'static Reason, message: impl Into<String>) -> Self {
+        let exit = match reason.exit {
+            snug_reasons::CliExit::Always(exit) => exit,
+            // A reason whose exit the cause decides, or one the CLI does not report, is given
+            // with `new`; reaching this is a bug in the caller (a test covers every `of`).
+            snug_reasons::CliExit::ByCause(_) | snug_reasons::CliExit::Never => Exit::Other,
+        };
+        Self::new(exit, reason.name, message)
+    }
+
     pub(crate) fn usage(message: impl Into<String>) -> Self {
-        Self::new(Exit::Usage, "USAGE", message)
+        Self::of(&cli::USAGE, message)
     }
 
     pub(crate) fn io(action: &str, path: &std::path::Path, err: std::io::Error) -> Self {
-        Self::new(
-            Exit::Other,
-            "IO",
+        Self::of(
+            &cli::IO,
             format!("cannot {action} {}: {err}", path.display()),
         )
     }
@@ -61,16 +51,14 @@ impl Failure {
 impl From<OpenError> for Failure {
     fn from(err: OpenError) -> Self {
         match err {
-            OpenError::Locked => Failure::new(
-                Exit::Locked,
-                "LOCKED",
+            OpenError::Locked => Failure::of(
+                &container::LOCKED,
                 "this Snug file is protected and no supplied secret opened it; the file is \
                  healthy and unchanged — try the passphrase or the recovery key",
             ),
             OpenError::Corrupt(corruption) => corruption.into(),
-            OpenError::TooLarge { plaintext_len, max } => Failure::new(
-                Exit::Other,
-                "TOO_LARGE",
+            OpenError::TooLarge { plaintext_len, max } => Failure::of(
+                &rpc::TOO_LARGE,
                 format!(
                     "the protected contents are {plaintext_len} bytes, over the limit of {max}"
                 ),
@@ -81,9 +69,9 @@ impl From<OpenError> for Failure {
 
 impl From<Corruption> for Failure {
     fn from(corruption: Corruption) -> Self {
-        let (exit, code) = match corruption {
+        let reason = match corruption {
             Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
-                (Exit::Unsupported, "UNSUPPORTED_FORMAT_VERSION")
+                &container::UNSUPPORTED_FORMAT_VERSION
             }
             // A KDF setting, not damage (§11.1): the same exit as a newer format.
             Corruption::IterationsOutOfRange {
@@ -94,9 +82,8 @@ impl From<Corruption> for Failure {
                 } else {
                     format!("--max-iterations {iterations}")
                 };
-                return Failure::new(
-                    Exit::Unsupported,
-                    "ITERATIONS_OUT_OF_POLICY",
+                return Failure::of(
+                    &container::ITERATIONS_OUT_OF_POLICY,
                     format!(
                         "{corruption}; the file is healthy and unchanged: open it with {flag}, \
                          and `snug passwd FILE --upgrade-kdf {flag}` rewrites it at the default \
@@ -104,19 +91,21 @@ impl From<Corruption> for Failure {
                     ),
                 );
             }
-            Corruption::NotAContainer => (Exit::Corrupt, "NOT_A_CONTAINER"),
+            Corruption::NotAContainer => &container::NOT_A_CONTAINER,
             Corruption::TruncatedHeader
             | Corruption::ImplausibleSlotCount(_)
             | Corruption::TruncatedBody
             | Corruption::HeaderChecksumMismatch { .. }
             | Corruption::ZeroIterations
-            | Corruption::PayloadAuthenticationFailed => (Exit::Corrupt, "CORRUPT"),
+            | Corruption::PayloadAuthenticationFailed => &container::CORRUPT,
         };
-        let hint = match exit {
-            Exit::Unsupported => "; a newer Snug build may open it — do not overwrite the file",
+        let hint = match reason.exit {
+            snug_reasons::CliExit::Always(Exit::Unsupported) => {
+                "; a newer Snug build may open it — do not overwrite the file"
+            }
             _ => "",
         };
-        Failure::new(exit, code, format!("{corruption}{hint}"))
+        Failure::of(reason, format!("{corruption}{hint}"))
     }
 }
 
@@ -125,13 +114,13 @@ impl From<SealError> for Failure {
         match err {
             SealError::EmptyPassphrase => Failure::usage("the passphrase is empty"),
             SealError::IterationsOutOfRange { .. } => Failure::usage(err.to_string()),
-            SealError::TooLarge { .. } => Failure::new(Exit::Other, "TOO_LARGE", err.to_string()),
+            SealError::TooLarge { .. } => Failure::of(&rpc::TOO_LARGE, err.to_string()),
             SealError::ImplausibleRecoveryKey | SealError::FileKeyMismatch => {
-                Failure::new(Exit::Other, "INTERNAL", err.to_string())
+                Failure::of(&rpc::INTERNAL, err.to_string())
             }
             SealError::Corrupt(corruption) => corruption.into(),
             SealError::WeakRecoveryKey { .. } => {
-                Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())
+                Failure::of(&container::WEAK_RECOVERY_KEY, err.to_string())
             }
         }
     }
@@ -143,10 +132,10 @@ impl From<RewrapError> for Failure {
             RewrapError::Open(open) => open.into(),
             RewrapError::EmptyPassphrase => Failure::usage("the new passphrase is empty"),
             RewrapError::NoPassphraseSlot => {
-                Failure::new(Exit::Other, "NO_PASSPHRASE_SLOT", err.to_string())
+                Failure::of(&container::NO_PASSPHRASE_SLOT, err.to_string())
             }
             RewrapError::NoRecoverySlot => {
-                Failure::new(Exit::Other, "NO_RECOVERY_SLOT", err.to_string())
+                Failure::of(&container::NO_RECOVERY_SLOT, err.to_string())
             }
             // Only a key the user chose can be either (a generated one is full strength).
             RewrapError::ImplausibleRecoveryKey => Failure::usage(
@@ -154,12 +143,11 @@ impl From<RewrapError> for Failure {
             ),
             RewrapError::IterationsOutOfRange { .. } => Failure::usage(err.to_string()),
             RewrapError::WeakRecoveryKey { .. } => {
-                Failure::new(Exit::Usage, "WEAK_RECOVERY_KEY", err.to_string())
+                Failure::of(&container::WEAK_RECOVERY_KEY, err.to_string())
             }
             // A secret that does not open its slot: locked, as a wrong secret is everywhere.
-            RewrapError::SlotNotOpened { .. } => Failure::new(
-                Exit::Locked,
-                "LOCKED",
+            RewrapError::SlotNotOpened { .. } => Failure::of(
+                &container::LOCKED,
                 format!("{err}; the file is healthy and unchanged"),
             ),
         }
@@ -346,3 +334,6 @@ impl From<snug_schema::ImportError> for Failure {
         Failure::new(exit, err.reason(), with_causes(&err))
     }
 }
+
+#[cfg(test)]
+mod tests;

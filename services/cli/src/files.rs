@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::failure::{Exit, Failure};
+use crate::failure::Failure;
 
 /// Reads a whole input file.
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>, Failure> {
@@ -102,16 +102,14 @@ pub(crate) fn check_new_output(out: &Path, replace: Replace) -> Result<(), Failu
         return Ok(());
     }
     if !replace.force {
-        return Err(Failure::new(
-            Exit::Other,
-            "OUTPUT_EXISTS",
+        return Err(Failure::of(
+            &snug_reasons::cli::OUTPUT_EXISTS,
             format!("{} exists; pass --force to replace it", out.display()),
         ));
     }
     if !replace.replace_protected && is_protected(out)? {
-        return Err(Failure::new(
-            Exit::ProtectedOutput,
-            "OUTPUT_PROTECTED",
+        return Err(Failure::of(
+            &snug_reasons::cli::OUTPUT_PROTECTED,
             format!(
                 "{} is a protected Snug file (SNUGENC1) and --force alone never replaces one; \
                  add --replace-protected if you mean to replace it (its contents and its \

@@ -94,11 +94,11 @@ impl From<KvError> for Failure {
 
 /// A malformed value on the command line (JSON that does not parse, a role that does not exist).
 fn invalid(message: impl Into<String>) -> Failure {
-    Failure::new(Exit::Usage, "INVALID_ARGUMENT", message)
+    Failure::of(&snug_reasons::rpc::INVALID_ARGUMENT, message)
 }
 
 fn storage(err: impl std::fmt::Display) -> Failure {
-    Failure::new(Exit::Other, "STORAGE", format!("sqlite failed: {err}"))
+    Failure::of(&snug_reasons::cli::STORAGE, format!("sqlite failed: {err}"))
 }
 
 fn parse_json(what: &str, text: &str) -> Result<Value, Failure> {
@@ -161,9 +161,8 @@ fn write<T>(
         FileFormat::Sqlite => {}
         FileFormat::Unknown => return Err(not_sqlite(file)),
         FileFormat::Protected => {
-            return Err(Failure::new(
-                Exit::Locked,
-                "PROTECTED",
+            return Err(Failure::of(
+                &snug_reasons::schema::PROTECTED,
                 format!(
                     "{} is protected (SNUGENC1) and this command does not write protected files; \
                      `snug unlock` it, run the command on the plain copy, then `snug protect` that",

@@ -16,13 +16,13 @@ use snug_schema::{FileFormat, ImportBaseline, ImportOptions, SystemClock, UserDb
 
 use crate::{
     Outcome,
-    failure::{Exit, Failure},
+    failure::Failure,
     files,
     secrets::{self, SecretArgs},
 };
 
 fn storage(err: impl std::fmt::Display) -> Failure {
-    Failure::new(Exit::Other, "STORAGE", format!("sqlite failed: {err}"))
+    Failure::of(&snug_reasons::cli::STORAGE, format!("sqlite failed: {err}"))
 }
 
 /// FILE's baseline: its approved grants and contracts, or nothing when FILE does not exist yet.
@@ -37,9 +37,8 @@ fn baseline(into: &Path) -> Result<(ImportBaseline, bool), Failure> {
     match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => {}
         FileFormat::Protected => {
-            return Err(Failure::new(
-                Exit::Locked,
-                "PROTECTED",
+            return Err(Failure::of(
+                &snug_reasons::schema::PROTECTED,
                 format!(
                     "{} is protected (SNUGENC1) and `snug import` does not write protected files; \
                      `snug unlock` it, import into the plain copy, then `snug protect` that",
@@ -114,9 +113,8 @@ pub(crate) fn import(
     }
     let image = db.to_bytes().map_err(storage)?;
     if image.len() as u64 > snug_schema::MAX_USERDB_BYTES {
-        return Err(Failure::new(
-            Exit::Other,
-            "TOO_LARGE",
+        return Err(Failure::of(
+            &snug_reasons::rpc::TOO_LARGE,
             format!(
                 "the imported database is {} bytes, over the {}-byte cap; {} is unchanged",
                 image.len(),

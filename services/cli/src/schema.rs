@@ -17,13 +17,13 @@ use snug_schema::{
 use crate::{
     Outcome,
     container::header_json,
-    failure::{Exit, Failure},
+    failure::Failure,
     files, protected,
     secrets::{self, SecretArgs},
 };
 
 fn storage(err: impl std::fmt::Display) -> Failure {
-    Failure::new(Exit::Other, "STORAGE", format!("sqlite failed: {err}"))
+    Failure::of(&snug_reasons::cli::STORAGE, format!("sqlite failed: {err}"))
 }
 
 fn not_sqlite(file: &Path) -> Failure {
@@ -160,9 +160,8 @@ pub(crate) fn check(given: &Path, limits: &Limits) -> Result<Outcome, Failure> {
                 // gives the typed error and so the exit code.
                 return match UserDb::from_bytes(&bytes, Arc::new(SystemClock)) {
                     Err(err) => Err(err.into()),
-                    Ok(_) => Err(Failure::new(
-                        Exit::Other,
-                        "INTERNAL",
+                    Ok(_) => Err(Failure::of(
+                        &snug_reasons::rpc::INTERNAL,
                         "the inspection predicted a refusal the open did not make",
                     )),
                 };

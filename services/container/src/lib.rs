@@ -34,14 +34,15 @@ use snug_proto::container::v1::{
     self as pb,
     container_service_server::{ContainerService, ContainerServiceServer},
 };
+use snug_reasons::container as reasons;
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE, Part, Receiver, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
-    status::error,
+    status::from_reason,
 };
 use tokio::net::TcpListener;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::reason::DOMAIN;
 
@@ -558,16 +559,14 @@ split_fn!(reseal_part, reseal_request, pb::ResealHeader);
 fn user_database(plaintext: &[u8]) -> Result<(), Status> {
     match snug_container::detect(plaintext) {
         Format::Sqlite => Ok(()),
-        Format::Container => Err(error(
-            Code::InvalidArgument,
-            reason::ALREADY_PROTECTED,
+        Format::Container => Err(from_reason(
+            &reasons::ALREADY_PROTECTED,
             DOMAIN,
             "the file is already a protected Snug file",
             [],
         )),
-        Format::Unknown => Err(error(
-            Code::InvalidArgument,
-            reason::NOT_A_USER_DATABASE,
+        Format::Unknown => Err(from_reason(
+            &reasons::NOT_A_USER_DATABASE,
             DOMAIN,
             "only a SQLite user database can be protected",
             [],
@@ -658,9 +657,8 @@ impl ContainerService for ContainerServer {
         .await?;
         let header = upload.header;
         if !header.custody_rule_acknowledged {
-            return Err(error(
-                Code::FailedPrecondition,
-                reason::CUSTODY_NOT_ACKNOWLEDGED,
+            return Err(from_reason(
+                &reasons::CUSTODY_NOT_ACKNOWLEDGED,
                 DOMAIN,
                 "protect requires custody_rule_acknowledged: the user must be told first that a \
                  file whose passphrase and recovery key are both lost is unrecoverable (no escrow, \

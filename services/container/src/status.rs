@@ -1,29 +1,29 @@
-//! The one place `snug.container.v1` chooses a gRPC code: domain errors to `tonic::Status`.
+//! The one place `snug.container.v1` chooses a reason, and with it the gRPC code: domain errors
+//! to `tonic::Status`.
 //!
 //! Every match is exhaustive, so a new error variant in `snug-container` does not compile until
 //! someone picks its code and reason here.
 
 use snug_container::{Corruption, OpenError, ResealError, RewrapError, SealError};
-use snug_rpc::status::{error, too_large};
-use tonic::{Code, Status};
+use snug_reasons::container as reasons;
+use snug_rpc::status::{from_reason, too_large};
+use tonic::Status;
 
-use crate::reason::{self, DOMAIN};
+use crate::reason::DOMAIN;
 
 /// Maps a failed open (unlock, remove protection, and the open step of every rewrap).
 pub fn open_error(err: OpenError) -> Status {
     match err {
-        OpenError::Locked => error(
-            Code::FailedPrecondition,
-            reason::LOCKED,
+        OpenError::Locked => from_reason(
+            &reasons::LOCKED,
             DOMAIN,
             "this Snug file is protected and no supplied secret opened it; \
              the file is healthy — try the passphrase or the recovery key",
             [],
         ),
         OpenError::Corrupt(corruption) => corrupt(corruption),
-        OpenError::TooLarge { plaintext_len, max } => error(
-            Code::ResourceExhausted,
-            reason::TOO_LARGE,
+        OpenError::TooLarge { plaintext_len, max } => from_reason(
+            &reasons::TOO_LARGE,
             DOMAIN,
             format!("the protected contents are {plaintext_len} bytes, over the limit of {max}"),
             [("limit", max.to_string())],
@@ -34,18 +34,17 @@ pub fn open_error(err: OpenError) -> Status {
 /// Maps a structural problem found without (or after) a secret.
 pub fn corrupt(corruption: Corruption) -> Status {
     let reason = match &corruption {
-        Corruption::NotAContainer => reason::NOT_A_CONTAINER,
+        Corruption::NotAContainer => &reasons::NOT_A_CONTAINER,
         Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
-            reason::UNSUPPORTED_FORMAT_VERSION
+            &reasons::UNSUPPORTED_FORMAT_VERSION
         }
         &Corruption::IterationsOutOfRange {
             iterations,
             min,
             max,
         } => {
-            return error(
-                Code::InvalidArgument,
-                reason::ITERATIONS_OUT_OF_POLICY,
+            return from_reason(
+                &reasons::ITERATIONS_OUT_OF_POLICY,
                 DOMAIN,
                 format!(
                     "{corruption}; the file is healthy: give iteration_policy to open it, and \
@@ -63,10 +62,9 @@ pub fn corrupt(corruption: Corruption) -> Status {
         | Corruption::TruncatedBody
         | Corruption::HeaderChecksumMismatch { .. }
         | Corruption::ZeroIterations
-        | Corruption::PayloadAuthenticationFailed => reason::CORRUPT,
+        | Corruption::PayloadAuthenticationFailed => &reasons::CORRUPT,
     };
-    error(
-        Code::InvalidArgument,
+    from_reason(
         reason,
         DOMAIN,
         corruption.to_string(),
@@ -114,16 +112,14 @@ pub fn rewrap_error(err: RewrapError) -> Status {
             "header.new_passphrase",
             "the new passphrase is empty",
         ),
-        RewrapError::NoPassphraseSlot => error(
-            Code::FailedPrecondition,
-            reason::NO_PASSPHRASE_SLOT,
+        RewrapError::NoPassphraseSlot => from_reason(
+            &reasons::NO_PASSPHRASE_SLOT,
             DOMAIN,
             "this container has no passphrase slot",
             [],
         ),
-        RewrapError::NoRecoverySlot => error(
-            Code::FailedPrecondition,
-            reason::NO_RECOVERY_SLOT,
+        RewrapError::NoRecoverySlot => from_reason(
+            &reasons::NO_RECOVERY_SLOT,
             DOMAIN,
             "this container has no recovery-key slot",
             [],
@@ -134,13 +130,9 @@ pub fn rewrap_error(err: RewrapError) -> Status {
             "header.new_recovery_key",
             "the new recovery key is not 27 symbols of the recovery-key alphabet",
         ),
-        err @ RewrapError::WeakRecoveryKey { .. } => error(
-            Code::InvalidArgument,
-            reason::WEAK_RECOVERY_KEY,
-            DOMAIN,
-            err.to_string(),
-            [],
-        ),
+        err @ RewrapError::WeakRecoveryKey { .. } => {
+            from_reason(&reasons::WEAK_RECOVERY_KEY, DOMAIN, err.to_string(), [])
+        }
         // No RPC of this service changes the KDF setting, so neither can be reached.
         err @ (RewrapError::IterationsOutOfRange { .. } | RewrapError::SlotNotOpened { .. }) => {
             snug_rpc::status::internal(DOMAIN, &err)

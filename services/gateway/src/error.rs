@@ -18,32 +18,35 @@ use tonic::Code;
 
 use crate::etag;
 
-/// Reasons the gateway itself gives (the services' reasons come from their protos).
+/// Reasons the gateway itself gives (the services' reasons come from their protos); their HTTP
+/// answers are defined in `snug_reasons::gateway`.
 pub mod reason {
+    use snug_reasons::gateway as g;
+
     /// No valid bearer token or session.
-    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const UNAUTHENTICATED: &str = g::UNAUTHENTICATED.name;
     /// A cookie-authenticated write without the matching `x-snug-csrf` header.
-    pub const CSRF_REJECTED: &str = "CSRF_REJECTED";
+    pub const CSRF_REJECTED: &str = g::CSRF_REJECTED.name;
     /// A `PUT /userdb` body that is not `application/octet-stream`.
-    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UNSUPPORTED_MEDIA_TYPE";
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = g::UNSUPPORTED_MEDIA_TYPE.name;
     /// No such route.
-    pub const NO_ROUTE: &str = "NO_ROUTE";
+    pub const NO_ROUTE: &str = g::NO_ROUTE.name;
     /// The route exists but not for this method.
-    pub const METHOD_NOT_ALLOWED: &str = "METHOD_NOT_ALLOWED";
+    pub const METHOD_NOT_ALLOWED: &str = g::METHOD_NOT_ALLOWED.name;
     /// A service did not answer within its deadline, or could not be reached.
-    pub const SERVICE_UNAVAILABLE: &str = "SERVICE_UNAVAILABLE";
+    pub const SERVICE_UNAVAILABLE: &str = g::SERVICE_UNAVAILABLE.name;
     /// The gateway sheds load: too many requests in flight.
-    pub const GATEWAY_OVERLOADED: &str = "GATEWAY_OVERLOADED";
+    pub const GATEWAY_OVERLOADED: &str = g::GATEWAY_OVERLOADED.name;
     /// With authentication off, a request whose Host is not a loopback name (DNS rebinding guard).
-    pub const MISDIRECTED_REQUEST: &str = "MISDIRECTED_REQUEST";
+    pub const MISDIRECTED_REQUEST: &str = g::MISDIRECTED_REQUEST.name;
     /// A malformed request the gateway refuses before any service sees it.
-    pub const BAD_REQUEST: &str = "BAD_REQUEST";
+    pub const BAD_REQUEST: &str = g::BAD_REQUEST.name;
     /// A request body that stopped arriving (idle timeout) or broke off.
-    pub const BODY_INCOMPLETE: &str = "BODY_INCOMPLETE";
+    pub const BODY_INCOMPLETE: &str = g::BODY_INCOMPLETE.name;
     /// A service answered with something the gateway cannot use (a bug on one side).
-    pub const BAD_GATEWAY: &str = "BAD_GATEWAY";
+    pub const BAD_GATEWAY: &str = g::BAD_GATEWAY.name;
     /// The route needs a service this deployment does not run (no address configured).
-    pub const NOT_DEPLOYED: &str = "NOT_DEPLOYED";
+    pub const NOT_DEPLOYED: &str = g::NOT_DEPLOYED.name;
 }
 
 /// One row of the table: what a reason becomes over HTTP.
@@ -60,316 +63,32 @@ pub struct Mapping {
     pub retryable: bool,
 }
 
-const fn row(
-    reason: &'static str,
-    status: StatusCode,
-    code: &'static str,
-    retryable: bool,
-) -> Mapping {
-    Mapping {
-        reason,
-        status,
-        code,
-        retryable,
+impl Mapping {
+    /// The row of a reason with an HTTP answer in the registry.
+    fn of(reason: &'static snug_reasons::Reason) -> Option<Mapping> {
+        let http = reason.http?;
+        Some(Mapping {
+            reason: reason.name,
+            // The registry's statuses are checked to be 4xx or 5xx by its tests and here.
+            status: StatusCode::from_u16(http.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            code: http.code,
+            retryable: http.retryable,
+        })
     }
 }
 
-/// The mapping, reason → HTTP. ARCHITECTURE.md carries the same table; a test checks that every
-/// reason `sync.proto` and `schema.proto` declare for the calls the gateway makes is here.
-pub const TABLE: &[Mapping] = &[
-    // The gateway's own.
-    row(
-        reason::UNAUTHENTICATED,
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHENTICATED",
-        false,
-    ),
-    row(
-        reason::CSRF_REJECTED,
-        StatusCode::FORBIDDEN,
-        "CSRF_REJECTED",
-        false,
-    ),
-    row(
-        reason::UNSUPPORTED_MEDIA_TYPE,
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "UNSUPPORTED_MEDIA_TYPE",
-        false,
-    ),
-    row(reason::NO_ROUTE, StatusCode::NOT_FOUND, "NOT_FOUND", false),
-    row(
-        reason::METHOD_NOT_ALLOWED,
-        StatusCode::METHOD_NOT_ALLOWED,
-        "METHOD_NOT_ALLOWED",
-        false,
-    ),
-    row(
-        reason::SERVICE_UNAVAILABLE,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "SERVICE_UNAVAILABLE",
-        true,
-    ),
-    row(
-        reason::GATEWAY_OVERLOADED,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "OVERLOADED",
-        true,
-    ),
-    row(
-        reason::MISDIRECTED_REQUEST,
-        StatusCode::MISDIRECTED_REQUEST,
-        "MISDIRECTED_REQUEST",
-        false,
-    ),
-    row(
-        reason::BAD_REQUEST,
-        StatusCode::BAD_REQUEST,
-        "BAD_REQUEST",
-        false,
-    ),
-    row(
-        reason::BODY_INCOMPLETE,
-        StatusCode::BAD_REQUEST,
-        "BODY_INCOMPLETE",
-        true,
-    ),
-    row(
-        reason::BAD_GATEWAY,
-        StatusCode::BAD_GATEWAY,
-        "BAD_GATEWAY",
-        true,
-    ),
-    row(
-        reason::NOT_DEPLOYED,
-        StatusCode::NOT_IMPLEMENTED,
-        "NOT_DEPLOYED",
-        false,
-    ),
-    // snug.sync (sync.proto).
-    row(
-        "PRECONDITION_REQUIRED",
-        StatusCode::PRECONDITION_REQUIRED,
-        "PRECONDITION_REQUIRED",
-        false,
-    ),
-    row(
-        "REVISION_MISMATCH",
-        StatusCode::PRECONDITION_FAILED,
-        "REVISION_MISMATCH",
-        true,
-    ),
-    row(
-        "STALE_REVISION",
-        StatusCode::PRECONDITION_FAILED,
-        "STALE_REVISION",
-        true,
-    ),
-    row(
-        "QUOTA_EXCEEDED",
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "USERDB_TOO_LARGE",
-        false,
-    ),
-    row("NOT_FOUND", StatusCode::NOT_FOUND, "NOT_FOUND", false),
-    row(
-        "IDEMPOTENCY_KEY_REUSED",
-        StatusCode::CONFLICT,
-        "IDEMPOTENCY_KEY_REUSED",
-        false,
-    ),
-    row(
-        "BODY_ABORTED",
-        StatusCode::BAD_REQUEST,
-        "BODY_INCOMPLETE",
-        true,
-    ),
-    row(
-        "IMAGE_CONFLICT",
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "IMAGE_CONFLICT",
-        false,
-    ),
-    row(
-        "STORAGE_UNAVAILABLE",
-        StatusCode::SERVICE_UNAVAILABLE,
-        "STORAGE_UNAVAILABLE",
-        true,
-    ),
-    row(
-        "STORAGE_CORRUPT",
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "STORAGE_CORRUPT",
-        false,
-    ),
-    // snug.schema (schema.proto), as ValidateSyncImage returns them.
-    row("NOT_SQLITE", StatusCode::BAD_REQUEST, "NOT_SQLITE", false),
-    row("MALFORMED", StatusCode::BAD_REQUEST, "MALFORMED", false),
-    row(
-        "NOT_A_USER_DATABASE",
-        StatusCode::BAD_REQUEST,
-        "NOT_A_USER_DATABASE",
-        false,
-    ),
-    row(
-        "HOSTILE_SCHEMA",
-        StatusCode::BAD_REQUEST,
-        "HOSTILE_SCHEMA",
-        false,
-    ),
-    row(
-        "SCHEMA_TOO_NEW",
-        StatusCode::BAD_REQUEST,
-        "SCHEMA_TOO_NEW",
-        false,
-    ),
-    row(
-        "CONTAINER_NOT_ACCEPTED",
-        StatusCode::BAD_REQUEST,
-        "CONTAINER_NOT_ACCEPTED",
-        false,
-    ),
-    row(
-        "SECRETS_PRESENT",
-        StatusCode::BAD_REQUEST,
-        "SECRETS_PRESENT",
-        false,
-    ),
-    // Two registered apps of one appDataToken (§8.2): a pushed image is refused (schema), and so
-    // is the per-app export of either app from an image stored before the check (materialize).
-    row(
-        "APP_TOKEN_COLLISION",
-        StatusCode::BAD_REQUEST,
-        "APP_TOKEN_COLLISION",
-        false,
-    ),
-    row(
-        "PROTECTED",
-        StatusCode::BAD_REQUEST,
-        "CONTAINER_NOT_ACCEPTED",
-        false,
-    ),
-    row(
-        "TOO_LARGE",
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "USERDB_TOO_LARGE",
-        false,
-    ),
-    row(
-        "OVERLOADED",
-        StatusCode::SERVICE_UNAVAILABLE,
-        "OVERLOADED",
-        true,
-    ),
-    // snug.materialize (materialize.proto), for the per-app export. An app in the stored image
-    // that cannot be exported is the image's problem, not the request's: 422.
-    row(
-        "APP_NOT_FOUND",
-        StatusCode::NOT_FOUND,
-        "APP_NOT_FOUND",
-        false,
-    ),
-    row(
-        "INVALID_NAME",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "INVALID_NAME",
-        false,
-    ),
-    row(
-        "VIRTUAL_TABLE",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "VIRTUAL_TABLE",
-        false,
-    ),
-    row(
-        "INVALID_KV_TABLE",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "INVALID_KV_TABLE",
-        false,
-    ),
-    row(
-        "FORBIDDEN_STATEMENT",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "FORBIDDEN_STATEMENT",
-        false,
-    ),
-    row(
-        "NOT_ONE_STATEMENT",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "NOT_ONE_STATEMENT",
-        false,
-    ),
-    row(
-        "STATEMENT_FAILED",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "STATEMENT_FAILED",
-        false,
-    ),
-    row(
-        "DDL_FAILED",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "DDL_FAILED",
-        false,
-    ),
-    row(
-        "BUDGET_EXCEEDED",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "BUDGET_EXCEEDED",
-        false,
-    ),
-    row(
-        "RESULT_TOO_LARGE",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "RESULT_TOO_LARGE",
-        false,
-    ),
-    row(
-        "READ_ONLY",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "READ_ONLY",
-        false,
-    ),
-    row(
-        "NAME_COLLISION",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "NAME_COLLISION",
-        false,
-    ),
-    row(
-        "CORRUPT_SCHEMA",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "CORRUPT_SCHEMA",
-        false,
-    ),
-    row(
-        "SCHEMA_MISMATCH",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "SCHEMA_MISMATCH",
-        false,
-    ),
-    row(
-        "SHAPE_MISMATCH",
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "SHAPE_MISMATCH",
-        false,
-    ),
-    // Shared by every service (snug_rpc::status::reason).
-    row(
-        "INVALID_ARGUMENT",
-        StatusCode::BAD_REQUEST,
-        "INVALID_ARGUMENT",
-        false,
-    ),
-    row(
-        "INTERNAL",
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "INTERNAL",
-        false,
-    ),
-];
+/// The mapping, reason → HTTP: every reason of `snug-reasons` with an HTTP answer (the gateway's
+/// own, and the services' reasons the gateway's calls can meet). Reason names are unique across
+/// every domain (the registry's test), so a service's reason is looked up by name alone.
+/// A test checks that every reason `sync.proto` and `materialize.proto` declare, and every one
+/// ValidateSyncImage documents, is here.
+pub fn table() -> impl Iterator<Item = Mapping> {
+    snug_reasons::ALL.iter().copied().filter_map(Mapping::of)
+}
 
 /// Returns the row of `reason`, if the table has one.
-pub fn lookup(reason: &str) -> Option<&'static Mapping> {
-    TABLE.iter().find(|m| m.reason == reason)
+pub fn lookup(reason: &str) -> Option<Mapping> {
+    snug_reasons::find(reason).and_then(Mapping::of)
 }
 
 /// The status for a gRPC code without a reason, per google.rpc.Code's HTTP mapping. Codes that
@@ -598,7 +317,7 @@ mod tests {
     #[test]
     fn reasons_are_unique_and_well_formed() {
         let mut seen = std::collections::BTreeSet::new();
-        for m in TABLE {
+        for m in table() {
             assert!(seen.insert(m.reason), "duplicate row {}", m.reason);
             assert!(
                 m.reason.len() <= 63

@@ -95,7 +95,7 @@
 //!   at all (written by hand: tower-http's `CorsLayer` sends its other CORS headers to every origin).
 //!
 //! Every error is JSON `{code, message, retryable}` (+ `revision` on 412), chosen by one table
-//! (`error::TABLE`) from the service's `ErrorInfo` reason or the gateway's own; a status without a
+//! (`error::table()`, built from `snug-reasons`) from the service's `ErrorInfo` reason or the gateway's own; a status without a
 //! reason falls back to google.rpc.Code's HTTP mapping, except that any "no answer" (UNAVAILABLE,
 //! DEADLINE_EXCEEDED, CANCELLED, a missed deadline) is 503 `SERVICE_UNAVAILABLE` with
 //! `Retry-After: 1`. Tests check that every reason `sync.proto` and `materialize.proto` declare, and

@@ -36,6 +36,7 @@ use snug_proto::materialize::v1::{
     self as pb,
     materialize_service_server::{MaterializeService, MaterializeServiceServer},
 };
+use snug_reasons::materialize as reasons;
 use snug_rpc::{
     blocking::{BlockingPool, concurrency_or_cpus},
     chunks::{self, Part, Receiver, ResponseStream},
@@ -43,7 +44,7 @@ use snug_rpc::{
 };
 use snug_schema::{Clock, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
 use tokio::net::TcpListener;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::status::Mapped;
 
@@ -568,8 +569,7 @@ impl MaterializeService for MaterializeServer {
                 if read_only && report.persist.wrote {
                     // The writes reached only the in-memory copy, which is dropped here.
                     return Err(Mapped::new(
-                        Code::InvalidArgument,
-                        reason::READ_ONLY,
+                        &reasons::READ_ONLY,
                         "the statements would change the app's data or schema, and the call is \
                          read-only; nothing was kept",
                         [],

@@ -7,81 +7,58 @@
 
 pub use snug_rpc::status::reason::{INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
 
+/// The registry's domain of this service: every reason it sends, with its gRPC code.
+pub const REASONS: snug_reasons::Domain = snug_reasons::materialize::DOMAIN;
+
 /// The error domain of this service.
-pub const DOMAIN: &str = "snug.materialize";
+pub const DOMAIN: &str = REASONS.name;
 
 /// No `snug_apps` row for the namespace; metadata `appId`.
-pub const APP_NOT_FOUND: &str = "APP_NOT_FOUND";
+pub const APP_NOT_FOUND: &str = snug_reasons::materialize::APP_NOT_FOUND.name;
 /// Another registered app id has the namespace's `appDataToken` (§8.2), so its tables are
 /// refused to both; metadata `appId`, `otherAppId`, `token`.
-pub const APP_TOKEN_COLLISION: &str = "APP_TOKEN_COLLISION";
+pub const APP_TOKEN_COLLISION: &str = snug_reasons::materialize::APP_TOKEN_COLLISION.name;
 /// An object name breaks the §8.2 rule; metadata `object`, `kind`.
-pub const INVALID_NAME: &str = "INVALID_NAME";
+pub const INVALID_NAME: &str = snug_reasons::materialize::INVALID_NAME.name;
 /// A virtual table in a runtime or a statement; metadata `object`.
-pub const VIRTUAL_TABLE: &str = "VIRTUAL_TABLE";
+pub const VIRTUAL_TABLE: &str = snug_reasons::materialize::VIRTUAL_TABLE.name;
 /// `snug_kv` is not the driver's key/value table.
-pub const INVALID_KV_TABLE: &str = "INVALID_KV_TABLE";
+pub const INVALID_KV_TABLE: &str = snug_reasons::materialize::INVALID_KV_TABLE.name;
 /// The sandbox refused a statement; metadata `statement`, `detail`.
-pub const FORBIDDEN_STATEMENT: &str = "FORBIDDEN_STATEMENT";
+pub const FORBIDDEN_STATEMENT: &str = snug_reasons::materialize::FORBIDDEN_STATEMENT.name;
 /// A statement entry or stored DDL text is not exactly one statement.
-pub const NOT_ONE_STATEMENT: &str = "NOT_ONE_STATEMENT";
+pub const NOT_ONE_STATEMENT: &str = snug_reasons::materialize::NOT_ONE_STATEMENT.name;
 /// SQLite rejected or failed a statement; metadata `statement`.
-pub const STATEMENT_FAILED: &str = "STATEMENT_FAILED";
+pub const STATEMENT_FAILED: &str = snug_reasons::materialize::STATEMENT_FAILED.name;
 /// SQLite rejected DDL (given, stored, or a runtime table at rest).
-pub const DDL_FAILED: &str = "DDL_FAILED";
+pub const DDL_FAILED: &str = snug_reasons::materialize::DDL_FAILED.name;
 /// A statement ran out of its step budget; metadata `statement`, `limit`.
-pub const BUDGET_EXCEEDED: &str = "BUDGET_EXCEEDED";
+pub const BUDGET_EXCEEDED: &str = snug_reasons::materialize::BUDGET_EXCEEDED.name;
 /// A result exceeded its bounds with `OVERFLOW_FAIL`; metadata `statement`.
-pub const RESULT_TOO_LARGE: &str = "RESULT_TOO_LARGE";
+pub const RESULT_TOO_LARGE: &str = snug_reasons::materialize::RESULT_TOO_LARGE.name;
 /// ExecuteSql with `read_only` whose statements would change the app.
-pub const READ_ONLY: &str = "READ_ONLY";
+pub const READ_ONLY: &str = snug_reasons::materialize::READ_ONLY.name;
 /// A runtime table's natural name is taken in the user database; metadata `object`.
-pub const NAME_COLLISION: &str = "NAME_COLLISION";
+pub const NAME_COLLISION: &str = snug_reasons::materialize::NAME_COLLISION.name;
 /// The app's registered schema is unreadable; metadata `appId`.
-pub const CORRUPT_SCHEMA: &str = "CORRUPT_SCHEMA";
+pub const CORRUPT_SCHEMA: &str = snug_reasons::materialize::CORRUPT_SCHEMA.name;
 /// Replaying the registered schema created other objects than it lists.
-pub const SCHEMA_MISMATCH: &str = "SCHEMA_MISMATCH";
+pub const SCHEMA_MISMATCH: &str = snug_reasons::materialize::SCHEMA_MISMATCH.name;
 /// An at-rest table's columns differ from its registered DDL; metadata `object`.
-pub const SHAPE_MISMATCH: &str = "SHAPE_MISMATCH";
+pub const SHAPE_MISMATCH: &str = snug_reasons::materialize::SHAPE_MISMATCH.name;
 /// Not a SQLite database; metadata `part`.
-pub const NOT_SQLITE: &str = "NOT_SQLITE";
+pub const NOT_SQLITE: &str = snug_reasons::materialize::NOT_SQLITE.name;
 /// A damaged SQLite file; metadata `part`, `detail`.
-pub const MALFORMED: &str = "MALFORMED";
+pub const MALFORMED: &str = snug_reasons::materialize::MALFORMED.name;
 /// A SQLite database that is not a Snug user database.
-pub const NOT_A_USER_DATABASE: &str = "NOT_A_USER_DATABASE";
+pub const NOT_A_USER_DATABASE: &str = snug_reasons::materialize::NOT_A_USER_DATABASE.name;
 /// The user database's hub schema is hostile; metadata `detail`, `object`.
-pub const HOSTILE_SCHEMA: &str = "HOSTILE_SCHEMA";
+pub const HOSTILE_SCHEMA: &str = snug_reasons::materialize::HOSTILE_SCHEMA.name;
 /// The user database is stamped newer than this build understands.
-pub const SCHEMA_TOO_NEW: &str = "SCHEMA_TOO_NEW";
+pub const SCHEMA_TOO_NEW: &str = snug_reasons::materialize::SCHEMA_TOO_NEW.name;
 /// A SNUGENC1 file where a plain one is needed.
-pub const PROTECTED: &str = "PROTECTED";
+pub const PROTECTED: &str = snug_reasons::materialize::PROTECTED.name;
 
-/// Every reason this service can return, for the reason-table tests.
-pub const ALL: &[&str] = &[
-    APP_NOT_FOUND,
-    APP_TOKEN_COLLISION,
-    INVALID_NAME,
-    VIRTUAL_TABLE,
-    INVALID_KV_TABLE,
-    FORBIDDEN_STATEMENT,
-    NOT_ONE_STATEMENT,
-    STATEMENT_FAILED,
-    DDL_FAILED,
-    BUDGET_EXCEEDED,
-    RESULT_TOO_LARGE,
-    READ_ONLY,
-    NAME_COLLISION,
-    CORRUPT_SCHEMA,
-    SCHEMA_MISMATCH,
-    SHAPE_MISMATCH,
-    NOT_SQLITE,
-    MALFORMED,
-    NOT_A_USER_DATABASE,
-    HOSTILE_SCHEMA,
-    SCHEMA_TOO_NEW,
-    PROTECTED,
-    TOO_LARGE,
-    INVALID_ARGUMENT,
-    OVERLOADED,
-    INTERNAL,
-];
+/// Every reason this service can return, for the reason-table tests: the names of
+/// [`REASONS`], in its order.
+pub const ALL: &[&str] = &snug_reasons::names::<{ REASONS.reasons.len() }>(REASONS.reasons);

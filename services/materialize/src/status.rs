@@ -1,4 +1,5 @@
-//! The one place `snug.materialize.v1` chooses a gRPC code: domain errors to statuses.
+//! The one place `snug.materialize.v1` chooses a reason, and with it the gRPC code: domain
+//! errors to statuses.
 //!
 //! There is one exhaustive match per error enum of `snug-materialize` (and one for
 //! `snug-schema`'s `OpenError`, the only schema family this service meets), so a new variant does
@@ -12,10 +13,10 @@ use snug_materialize::{
     DdlError, ExecuteError, Forbidden, ListError, LoadError, MaterializeError, PersistError,
     Refusal, ReplayProblem, StatementProblem,
 };
+use snug_reasons::{Reason, materialize as reasons};
 use snug_schema::{Hostility, Malformation, OpenError};
-use tonic::Code;
 
-use crate::reason::{self, DOMAIN};
+use crate::reason::DOMAIN;
 
 /// This service's ErrorInfo domain.
 #[derive(Debug)]
@@ -42,18 +43,18 @@ fn with_causes(err: &dyn std::error::Error) -> String {
     message
 }
 
-fn invalid(reason: &'static str, message: String) -> Mapped {
-    Mapped::new(Code::InvalidArgument, reason, message, [])
+/// A refusal of the input; every one of these reasons is INVALID_ARGUMENT.
+fn invalid(reason: &'static Reason, message: String) -> Mapped {
+    Mapped::new(reason, message, [])
 }
 
 /// Maps a failed open of the user database (metadata `part`: `user_db`).
 pub fn open_error(err: OpenError) -> Mapped {
     let message = with_causes(&err);
     let mapped = match &err {
-        OpenError::NotSqlite => invalid(reason::NOT_SQLITE, message),
+        OpenError::NotSqlite => invalid(&reasons::NOT_SQLITE, message),
         OpenError::Protected => Mapped::new(
-            Code::FailedPrecondition,
-            reason::PROTECTED,
+            &reasons::PROTECTED,
             "this Snug file is protected (SNUGENC1); unlock it with snug.container.v1 first — \
              the file is healthy",
             [],
@@ -67,15 +68,14 @@ pub fn open_error(err: OpenError) -> Mapped {
                 Malformation::NegativeVersion { .. } => "negative_version",
                 Malformation::QuickCheck { .. } => "quick_check_failed",
             };
-            invalid(reason::MALFORMED, message).with("detail", detail.to_owned())
+            invalid(&reasons::MALFORMED, message).with("detail", detail.to_owned())
         }
         OpenError::Unreadable(_) => {
-            invalid(reason::MALFORMED, message).with("detail", "unreadable".to_owned())
+            invalid(&reasons::MALFORMED, message).with("detail", "unreadable".to_owned())
         }
-        OpenError::NotAUserDatabase => invalid(reason::NOT_A_USER_DATABASE, message),
+        OpenError::NotAUserDatabase => invalid(&reasons::NOT_A_USER_DATABASE, message),
         OpenError::SchemaTooNew { found, supported } => Mapped::new(
-            Code::FailedPrecondition,
-            reason::SCHEMA_TOO_NEW,
+            &reasons::SCHEMA_TOO_NEW,
             message,
             [
                 ("foundVersion", found.to_string()),
@@ -83,8 +83,7 @@ pub fn open_error(err: OpenError) -> Mapped {
             ],
         ),
         OpenError::AppTokenCollision { collision } => Mapped::new(
-            Code::InvalidArgument,
-            reason::APP_TOKEN_COLLISION,
+            &reasons::APP_TOKEN_COLLISION,
             message,
             [
                 ("appId", collision.app_id.clone()),
@@ -102,8 +101,7 @@ pub fn open_error(err: OpenError) -> Mapped {
                 Hostility::ShapeMismatch { table, .. } => ("shape_mismatch", (*table).to_owned()),
             };
             Mapped::new(
-                Code::InvalidArgument,
-                reason::HOSTILE_SCHEMA,
+                &reasons::HOSTILE_SCHEMA,
                 message,
                 [("detail", detail.to_owned()), ("object", object)],
             )
@@ -119,10 +117,10 @@ pub fn open_error(err: OpenError) -> Mapped {
 pub fn load_error(err: LoadError) -> Mapped {
     let message = format!("the runtime database: {}", with_causes(&err));
     let mapped = match &err {
-        LoadError::NotSqlite => invalid(reason::NOT_SQLITE, message),
+        LoadError::NotSqlite => invalid(&reasons::NOT_SQLITE, message),
         LoadError::TooLarge { max, .. } => Mapped::too_large(message, *max),
         LoadError::Malformed { .. } => {
-            invalid(reason::MALFORMED, message).with("detail", "unreadable".to_owned())
+            invalid(&reasons::MALFORMED, message).with("detail", "unreadable".to_owned())
         }
         LoadError::Sqlite(_) => return Mapped::internal(&err),
     };
@@ -132,21 +130,21 @@ pub fn load_error(err: LoadError) -> Mapped {
 /// Maps a sandbox refusal; `detail` names its kind in snake_case.
 fn forbidden(problem: &Forbidden, message: String) -> Mapped {
     let (reason, detail, object) = match problem {
-        Forbidden::InvalidName { name } => (reason::INVALID_NAME, "invalid_name", Some(name)),
+        Forbidden::InvalidName { name } => (&reasons::INVALID_NAME, "invalid_name", Some(name)),
         Forbidden::VirtualTable { name, .. } => {
-            (reason::VIRTUAL_TABLE, "virtual_table", Some(name))
+            (&reasons::VIRTUAL_TABLE, "virtual_table", Some(name))
         }
-        Forbidden::Attach => (reason::FORBIDDEN_STATEMENT, "attach", None),
-        Forbidden::Detach => (reason::FORBIDDEN_STATEMENT, "detach", None),
-        Forbidden::Pragma { name } => (reason::FORBIDDEN_STATEMENT, "pragma", Some(name)),
-        Forbidden::Function { name } => (reason::FORBIDDEN_STATEMENT, "function", Some(name)),
-        Forbidden::Transaction => (reason::FORBIDDEN_STATEMENT, "transaction", None),
+        Forbidden::Attach => (&reasons::FORBIDDEN_STATEMENT, "attach", None),
+        Forbidden::Detach => (&reasons::FORBIDDEN_STATEMENT, "detach", None),
+        Forbidden::Pragma { name } => (&reasons::FORBIDDEN_STATEMENT, "pragma", Some(name)),
+        Forbidden::Function { name } => (&reasons::FORBIDDEN_STATEMENT, "function", Some(name)),
+        Forbidden::Transaction => (&reasons::FORBIDDEN_STATEMENT, "transaction", None),
         Forbidden::OtherDatabase { database } => (
-            reason::FORBIDDEN_STATEMENT,
+            &reasons::FORBIDDEN_STATEMENT,
             "other_database",
             Some(database),
         ),
-        Forbidden::Statement { .. } => (reason::FORBIDDEN_STATEMENT, "statement", None),
+        Forbidden::Statement { .. } => (&reasons::FORBIDDEN_STATEMENT, "statement", None),
     };
     let mapped = invalid(reason, message).with("detail", detail.to_owned());
     match object {
@@ -158,16 +156,16 @@ fn forbidden(problem: &Forbidden, message: String) -> Mapped {
 /// Maps a refused runtime schema (nothing was written).
 fn refusal(refused: &Refusal, message: String) -> Mapped {
     match refused {
-        Refusal::InvalidName { kind, name } => invalid(reason::INVALID_NAME, message)
+        Refusal::InvalidName { kind, name } => invalid(&reasons::INVALID_NAME, message)
             .with("object", name.clone())
             .with("kind", kind.as_str().to_owned()),
-        Refusal::UnknownObject { kind, name } => invalid(reason::INVALID_NAME, message)
+        Refusal::UnknownObject { kind, name } => invalid(&reasons::INVALID_NAME, message)
             .with("object", name.clone())
             .with("kind", kind.clone()),
         Refusal::VirtualTable { name } => {
-            invalid(reason::VIRTUAL_TABLE, message).with("object", name.clone())
+            invalid(&reasons::VIRTUAL_TABLE, message).with("object", name.clone())
         }
-        Refusal::KvTable => invalid(reason::INVALID_KV_TABLE, message),
+        Refusal::KvTable => invalid(&reasons::INVALID_KV_TABLE, message),
     }
 }
 
@@ -175,23 +173,19 @@ fn refusal(refused: &Refusal, message: String) -> Mapped {
 /// `STATEMENT_FAILED` for SQLite's own rejection, as the domain crate's `DdlError` does.
 fn statement(index: usize, problem: &StatementProblem, ddl: bool, message: String) -> Mapped {
     let mapped = match problem {
-        StatementProblem::NotOneStatement => invalid(reason::NOT_ONE_STATEMENT, message),
+        StatementProblem::NotOneStatement => invalid(&reasons::NOT_ONE_STATEMENT, message),
         StatementProblem::Forbidden(refused) => forbidden(refused, message),
-        StatementProblem::Failed(_) if ddl => invalid(reason::DDL_FAILED, message),
-        StatementProblem::Failed(_) => invalid(reason::STATEMENT_FAILED, message),
+        StatementProblem::Failed(_) if ddl => invalid(&reasons::DDL_FAILED, message),
+        StatementProblem::Failed(_) => invalid(&reasons::STATEMENT_FAILED, message),
         StatementProblem::BudgetExceeded { max_steps } => Mapped::new(
-            Code::ResourceExhausted,
-            reason::BUDGET_EXCEEDED,
+            &reasons::BUDGET_EXCEEDED,
             message,
             [("limit", max_steps.to_string())],
         ),
         StatementProblem::TooLarge { max } => Mapped::too_large(message, *max),
-        StatementProblem::ResultTooLarge { .. } => Mapped::new(
-            Code::ResourceExhausted,
-            reason::RESULT_TOO_LARGE,
-            message,
-            [],
-        ),
+        StatementProblem::ResultTooLarge { .. } => {
+            Mapped::new(&reasons::RESULT_TOO_LARGE, message, [])
+        }
     };
     mapped.with("statement", index.to_string())
 }
@@ -199,8 +193,7 @@ fn statement(index: usize, problem: &StatementProblem, ddl: bool, message: Strin
 /// A namespace whose token another registered app id also has; nothing was read or written.
 fn token_collision(namespace: &str, other_app_id: &str, token: &str, message: String) -> Mapped {
     Mapped::new(
-        Code::InvalidArgument,
-        reason::APP_TOKEN_COLLISION,
+        &reasons::APP_TOKEN_COLLISION,
         message,
         [
             ("appId", namespace.to_owned()),
@@ -215,8 +208,7 @@ pub fn materialize_error(err: MaterializeError) -> Mapped {
     let message = with_causes(&err);
     match &err {
         MaterializeError::AppNotFound { namespace } => Mapped::new(
-            Code::NotFound,
-            reason::APP_NOT_FOUND,
+            &reasons::APP_NOT_FOUND,
             message,
             [("appId", namespace.clone())],
         ),
@@ -226,22 +218,22 @@ pub fn materialize_error(err: MaterializeError) -> Mapped {
             token,
         } => token_collision(namespace, other_app_id, token, message),
         MaterializeError::CorruptSchema { namespace, .. } => {
-            invalid(reason::CORRUPT_SCHEMA, message).with("appId", namespace.clone())
+            invalid(&reasons::CORRUPT_SCHEMA, message).with("appId", namespace.clone())
         }
         MaterializeError::StoredObjectRefused {
             refusal: refused, ..
         } => refusal(refused, message),
         MaterializeError::Replay { name, problem, .. } => {
             let mapped = match problem {
-                ReplayProblem::NotOneStatement => invalid(reason::NOT_ONE_STATEMENT, message),
+                ReplayProblem::NotOneStatement => invalid(&reasons::NOT_ONE_STATEMENT, message),
                 ReplayProblem::Forbidden(refused) => forbidden(refused, message),
-                ReplayProblem::Failed(_) => invalid(reason::DDL_FAILED, message),
+                ReplayProblem::Failed(_) => invalid(&reasons::DDL_FAILED, message),
             };
             mapped.with("object", name.clone())
         }
-        MaterializeError::SchemaMismatch { .. } => invalid(reason::SCHEMA_MISMATCH, message),
+        MaterializeError::SchemaMismatch { .. } => invalid(&reasons::SCHEMA_MISMATCH, message),
         MaterializeError::RestTableMismatch { rest_table } => {
-            invalid(reason::SHAPE_MISMATCH, message).with("object", rest_table.clone())
+            invalid(&reasons::SHAPE_MISMATCH, message).with("object", rest_table.clone())
         }
         MaterializeError::Sqlite(_) => Mapped::internal(&err),
     }
@@ -251,26 +243,20 @@ pub fn materialize_error(err: MaterializeError) -> Mapped {
 pub fn persist_error(err: PersistError) -> Mapped {
     let message = with_causes(&err);
     match err {
-        PersistError::AppNotFound { namespace } => Mapped::new(
-            Code::NotFound,
-            reason::APP_NOT_FOUND,
-            message,
-            [("appId", namespace)],
-        ),
+        PersistError::AppNotFound { namespace } => {
+            Mapped::new(&reasons::APP_NOT_FOUND, message, [("appId", namespace)])
+        }
         PersistError::AppTokenCollision {
             namespace,
             other_app_id,
             token,
         } => token_collision(&namespace, &other_app_id, &token, message),
         PersistError::Refused(refused) => refusal(&refused, message),
-        PersistError::NameCollision { name } => Mapped::new(
-            Code::FailedPrecondition,
-            reason::NAME_COLLISION,
-            message,
-            [("object", name)],
-        ),
+        PersistError::NameCollision { name } => {
+            Mapped::new(&reasons::NAME_COLLISION, message, [("object", name)])
+        }
         PersistError::CreateFailed { name, .. } => {
-            invalid(reason::DDL_FAILED, message).with("object", name)
+            invalid(&reasons::DDL_FAILED, message).with("object", name)
         }
         PersistError::TooLarge { max, .. } => Mapped::too_large(message, max),
         // The service opens user databases from bytes, never a legacy file on disk.

@@ -71,6 +71,7 @@ use snug_proto::schema::v1::{
     self as pb,
     schema_service_server::{SchemaService, SchemaServiceServer},
 };
+use snug_reasons::schema as reasons;
 use snug_rpc::{
     blocking::{BlockingPool, concurrency_or_cpus},
     chunks::{self, Part, ResponseStream},
@@ -81,7 +82,7 @@ use snug_schema::{
     SystemClock, UserDb,
 };
 use tokio::net::TcpListener;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::status::Mapped;
 
@@ -263,8 +264,7 @@ fn validate_sync_image(
         FileFormat::Sqlite => {}
         FileFormat::Protected => {
             return Err(Mapped::new(
-                Code::InvalidArgument,
-                reason::CONTAINER_NOT_ACCEPTED,
+                &reasons::CONTAINER_NOT_ACCEPTED,
                 "a hub sync origin stores the secrets-stripped plaintext only; push the \
                  unprotected export, never a SNUGENC1 container (§11.3)",
                 [],
@@ -290,8 +290,7 @@ fn validate_sync_image(
         Some(rows) => {
             let counted = rows.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
             return Err(Mapped::new(
-                Code::InvalidArgument,
-                reason::SECRETS_PRESENT,
+                &reasons::SECRETS_PRESENT,
                 format!(
                     "the image carries credentials ({counted} rows in snug_secrets); a hub sync \
                      origin only takes the default export, which strips them"

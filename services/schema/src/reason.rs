@@ -6,88 +6,63 @@
 
 pub use snug_rpc::status::reason::{INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
 
+/// The registry's domain of this service: every reason it sends, with its gRPC code.
+pub const REASONS: snug_reasons::Domain = snug_reasons::schema::DOMAIN;
+
 /// The error domain of this service.
-pub const DOMAIN: &str = "snug.schema";
+pub const DOMAIN: &str = REASONS.name;
 
 /// The bytes are not a SQLite database (nor, where one is accepted, a SNUGENC1 container).
-pub const NOT_SQLITE: &str = "NOT_SQLITE";
+pub const NOT_SQLITE: &str = snug_reasons::schema::NOT_SQLITE.name;
 /// A damaged SQLite file; metadata `detail` names the damage.
-pub const MALFORMED: &str = "MALFORMED";
+pub const MALFORMED: &str = snug_reasons::schema::MALFORMED.name;
 /// A SQLite database that is not a Snug user database.
-pub const NOT_A_USER_DATABASE: &str = "NOT_A_USER_DATABASE";
+pub const NOT_A_USER_DATABASE: &str = snug_reasons::schema::NOT_A_USER_DATABASE.name;
 /// A schema no conforming hub writes; metadata `detail` and `object`.
-pub const HOSTILE_SCHEMA: &str = "HOSTILE_SCHEMA";
+pub const HOSTILE_SCHEMA: &str = snug_reasons::schema::HOSTILE_SCHEMA.name;
 /// Stamped newer than this build understands; metadata `foundVersion`, `supportedVersion`.
-pub const SCHEMA_TOO_NEW: &str = "SCHEMA_TOO_NEW";
+pub const SCHEMA_TOO_NEW: &str = snug_reasons::schema::SCHEMA_TOO_NEW.name;
 /// A SNUGENC1 file where a plain one is needed.
-pub const PROTECTED: &str = "PROTECTED";
+pub const PROTECTED: &str = snug_reasons::schema::PROTECTED.name;
 /// A healthy container that no supplied secret opened (CheckImport).
-pub const LOCKED: &str = "LOCKED";
+pub const LOCKED: &str = snug_reasons::schema::LOCKED.name;
 /// A damaged container (CheckImport); metadata `detail`.
-pub const CORRUPT_CONTAINER: &str = "CORRUPT_CONTAINER";
+pub const CORRUPT_CONTAINER: &str = snug_reasons::schema::CORRUPT_CONTAINER.name;
 /// A container version or KDF newer than this build (CheckImport).
-pub const UNSUPPORTED_FORMAT_VERSION: &str = "UNSUPPORTED_FORMAT_VERSION";
+pub const UNSUPPORTED_FORMAT_VERSION: &str = snug_reasons::schema::UNSUPPORTED_FORMAT_VERSION.name;
 /// A healthy container whose PBKDF2 iteration count is outside the accepted range (CheckImport);
 /// metadata `iterations`, `minIterations`, `maxIterations`.
-pub const ITERATIONS_OUT_OF_POLICY: &str = "ITERATIONS_OUT_OF_POLICY";
+pub const ITERATIONS_OUT_OF_POLICY: &str = snug_reasons::schema::ITERATIONS_OUT_OF_POLICY.name;
 /// ValidateSyncImage was given a SNUGENC1 container: a hub origin stores plaintext only.
-pub const CONTAINER_NOT_ACCEPTED: &str = "CONTAINER_NOT_ACCEPTED";
+pub const CONTAINER_NOT_ACCEPTED: &str = snug_reasons::schema::CONTAINER_NOT_ACCEPTED.name;
 /// ValidateSyncImage was given an image with rows in `snug_secrets`; metadata `secretRows`.
-pub const SECRETS_PRESENT: &str = "SECRETS_PRESENT";
+pub const SECRETS_PRESENT: &str = snug_reasons::schema::SECRETS_PRESENT.name;
 /// No app with the id; metadata `appId`.
-pub const APP_NOT_FOUND: &str = "APP_NOT_FOUND";
+pub const APP_NOT_FOUND: &str = snug_reasons::schema::APP_NOT_FOUND.name;
 /// The app has no such version; metadata `appId`, `version`.
-pub const VERSION_NOT_FOUND: &str = "VERSION_NOT_FOUND";
+pub const VERSION_NOT_FOUND: &str = snug_reasons::schema::VERSION_NOT_FOUND.name;
 /// The app has no doc with the slug; metadata `appId`, `slug`.
-pub const DOC_NOT_FOUND: &str = "DOC_NOT_FOUND";
+pub const DOC_NOT_FOUND: &str = snug_reasons::schema::DOC_NOT_FOUND.name;
 /// No chat thread with the id; metadata `threadId`.
-pub const THREAD_NOT_FOUND: &str = "THREAD_NOT_FOUND";
+pub const THREAD_NOT_FOUND: &str = snug_reasons::schema::THREAD_NOT_FOUND.name;
 /// No chat message with the id; metadata `messageId`.
-pub const MESSAGE_NOT_FOUND: &str = "MESSAGE_NOT_FOUND";
+pub const MESSAGE_NOT_FOUND: &str = snug_reasons::schema::MESSAGE_NOT_FOUND.name;
 /// InstallApp with an explicit app id that is taken.
-pub const APP_EXISTS: &str = "APP_EXISTS";
+pub const APP_EXISTS: &str = snug_reasons::schema::APP_EXISTS.name;
 /// Two registered apps share an `appDataToken` (§8.2): a file holding both (import, migrate,
 /// validate), or InstallApp of an id whose token is taken; metadata `appId`, `otherAppId`, `token`.
-pub const APP_TOKEN_COLLISION: &str = "APP_TOKEN_COLLISION";
+pub const APP_TOKEN_COLLISION: &str = snug_reasons::schema::APP_TOKEN_COLLISION.name;
 /// DeleteAppVersion of a pinned version.
-pub const VERSION_PINNED: &str = "VERSION_PINNED";
+pub const VERSION_PINNED: &str = snug_reasons::schema::VERSION_PINNED.name;
 /// DeleteAppVersion of the current version.
-pub const VERSION_CURRENT: &str = "VERSION_CURRENT";
+pub const VERSION_CURRENT: &str = snug_reasons::schema::VERSION_CURRENT.name;
 /// ResetToFactory of an app without a pinned version.
-pub const NO_FACTORY_VERSION: &str = "NO_FACTORY_VERSION";
+pub const NO_FACTORY_VERSION: &str = snug_reasons::schema::NO_FACTORY_VERSION.name;
 /// A runtime contract that is not a JSON object.
-pub const INVALID_CONTRACT: &str = "INVALID_CONTRACT";
+pub const INVALID_CONTRACT: &str = snug_reasons::schema::INVALID_CONTRACT.name;
 /// The file holds a row no conforming hub writes.
-pub const CORRUPT_ROW: &str = "CORRUPT_ROW";
+pub const CORRUPT_ROW: &str = snug_reasons::schema::CORRUPT_ROW.name;
 
-/// Every reason this service can return, for the reason-table tests.
-pub const ALL: &[&str] = &[
-    NOT_SQLITE,
-    MALFORMED,
-    NOT_A_USER_DATABASE,
-    HOSTILE_SCHEMA,
-    SCHEMA_TOO_NEW,
-    PROTECTED,
-    LOCKED,
-    CORRUPT_CONTAINER,
-    UNSUPPORTED_FORMAT_VERSION,
-    ITERATIONS_OUT_OF_POLICY,
-    CONTAINER_NOT_ACCEPTED,
-    SECRETS_PRESENT,
-    APP_NOT_FOUND,
-    VERSION_NOT_FOUND,
-    DOC_NOT_FOUND,
-    THREAD_NOT_FOUND,
-    MESSAGE_NOT_FOUND,
-    APP_EXISTS,
-    APP_TOKEN_COLLISION,
-    VERSION_PINNED,
-    VERSION_CURRENT,
-    NO_FACTORY_VERSION,
-    INVALID_CONTRACT,
-    CORRUPT_ROW,
-    TOO_LARGE,
-    INVALID_ARGUMENT,
-    OVERLOADED,
-    INTERNAL,
-];
+/// Every reason this service can return, for the reason-table tests: the names of
+/// [`REASONS`], in its order.
+pub const ALL: &[&str] = &snug_reasons::names::<{ REASONS.reasons.len() }>(REASONS.reasons);

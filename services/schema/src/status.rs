@@ -1,4 +1,5 @@
-//! The one place `snug.schema.v1` chooses a gRPC code: `snug-schema` errors to statuses.
+//! The one place `snug.schema.v1` chooses a reason, and with it the gRPC code: `snug-schema`
+//! errors to statuses.
 //!
 //! There is one exhaustive match per error enum of the domain crate, so a new variant does not
 //! compile until someone picks its code, reason and metadata here. The matches produce a
@@ -9,13 +10,13 @@
 //! with their cause, reported with a generic message.
 
 use snug_container::Corruption;
+use snug_reasons::schema as reasons;
 use snug_schema::{
     AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
     OpenError, SaveError, ScrubError, TokenCollision,
 };
-use tonic::Code;
 
-use crate::reason::{self, DOMAIN};
+use crate::reason::DOMAIN;
 
 /// This service's ErrorInfo domain.
 #[derive(Debug)]
@@ -30,8 +31,7 @@ pub type Mapped = snug_rpc::status::Mapped<SchemaDomain>;
 
 fn schema_too_new(found: i64, supported: i64, message: String) -> Mapped {
     Mapped::new(
-        Code::FailedPrecondition,
-        reason::SCHEMA_TOO_NEW,
+        &reasons::SCHEMA_TOO_NEW,
         message,
         [
             ("foundVersion", found.to_string()),
@@ -41,16 +41,11 @@ fn schema_too_new(found: i64, supported: i64, message: String) -> Mapped {
 }
 
 fn not_sqlite(message: String) -> Mapped {
-    Mapped::new(Code::InvalidArgument, reason::NOT_SQLITE, message, [])
+    Mapped::new(&reasons::NOT_SQLITE, message, [])
 }
 
 fn not_a_user_database(message: String) -> Mapped {
-    Mapped::new(
-        Code::InvalidArgument,
-        reason::NOT_A_USER_DATABASE,
-        message,
-        [],
-    )
+    Mapped::new(&reasons::NOT_A_USER_DATABASE, message, [])
 }
 
 /// A damaged SQLite file; `detail` names the damage in snake_case.
@@ -66,8 +61,7 @@ fn malformed(problem: Option<&Malformation>, message: String) -> Mapped {
         None => "unreadable",
     };
     Mapped::new(
-        Code::InvalidArgument,
-        reason::MALFORMED,
+        &reasons::MALFORMED,
         message,
         [("detail", detail.to_owned())],
     )
@@ -84,8 +78,7 @@ fn hostile(problem: &Hostility, message: String) -> Mapped {
         Hostility::ShapeMismatch { table, .. } => ("shape_mismatch", (*table).to_owned()),
     };
     Mapped::new(
-        Code::InvalidArgument,
-        reason::HOSTILE_SCHEMA,
+        &reasons::HOSTILE_SCHEMA,
         message,
         [("detail", detail.to_owned()), ("object", object)],
     )
@@ -98,8 +91,7 @@ pub fn scrub_error(err: ScrubError) -> Mapped {
         ScrubError::Header { .. } | ScrubError::Page { .. } => "free_space_unaccounted",
     };
     Mapped::new(
-        Code::InvalidArgument,
-        reason::MALFORMED,
+        &reasons::MALFORMED,
         err.to_string(),
         [("detail", detail.to_owned())],
     )
@@ -108,8 +100,7 @@ pub fn scrub_error(err: ScrubError) -> Mapped {
 /// Two registered apps that share a token; metadata names both app ids and the token.
 fn token_collision(collision: &TokenCollision, message: String) -> Mapped {
     Mapped::new(
-        Code::InvalidArgument,
-        reason::APP_TOKEN_COLLISION,
+        &reasons::APP_TOKEN_COLLISION,
         message,
         [
             ("appId", collision.app_id.clone()),
@@ -125,8 +116,7 @@ pub fn open_error(err: OpenError) -> Mapped {
     match &err {
         OpenError::NotSqlite => not_sqlite(message),
         OpenError::Protected => Mapped::new(
-            Code::FailedPrecondition,
-            reason::PROTECTED,
+            &reasons::PROTECTED,
             "this Snug file is protected (SNUGENC1); unlock it with snug.container.v1 first — \
              the file is healthy",
             [],
@@ -147,7 +137,7 @@ pub fn open_error(err: OpenError) -> Mapped {
 fn corrupt_container(corruption: &Corruption, message: String) -> Mapped {
     let reason = match corruption {
         Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
-            reason::UNSUPPORTED_FORMAT_VERSION
+            &reasons::UNSUPPORTED_FORMAT_VERSION
         }
         // A KDF setting, not damage (§11.1); the range it was judged by goes with it.
         &Corruption::IterationsOutOfRange {
@@ -156,8 +146,7 @@ fn corrupt_container(corruption: &Corruption, message: String) -> Mapped {
             max,
         } => {
             return Mapped::new(
-                Code::InvalidArgument,
-                reason::ITERATIONS_OUT_OF_POLICY,
+                &reasons::ITERATIONS_OUT_OF_POLICY,
                 message,
                 [
                     ("iterations", iterations.to_string()),
@@ -172,14 +161,9 @@ fn corrupt_container(corruption: &Corruption, message: String) -> Mapped {
         | Corruption::TruncatedBody
         | Corruption::HeaderChecksumMismatch { .. }
         | Corruption::ZeroIterations
-        | Corruption::PayloadAuthenticationFailed => reason::CORRUPT_CONTAINER,
+        | Corruption::PayloadAuthenticationFailed => &reasons::CORRUPT_CONTAINER,
     };
-    Mapped::new(
-        Code::InvalidArgument,
-        reason,
-        message,
-        [("detail", corruption.code().to_owned())],
-    )
+    Mapped::new(reason, message, [("detail", corruption.code().to_owned())])
 }
 
 /// Maps a refused import (and import check).
@@ -187,8 +171,7 @@ pub fn import_error(err: ImportError) -> Mapped {
     let message = err.to_string();
     match &err {
         ImportError::Locked => Mapped::new(
-            Code::FailedPrecondition,
-            reason::LOCKED,
+            &reasons::LOCKED,
             "this Snug file is protected and no supplied secret opened it; the file is healthy — \
              try the passphrase or the recovery key",
             [],
@@ -233,47 +216,38 @@ pub fn app_error(err: AppError) -> Mapped {
     let message = err.to_string();
     match &err {
         AppError::AppNotFound { app_id } => Mapped::new(
-            Code::NotFound,
-            reason::APP_NOT_FOUND,
+            &reasons::APP_NOT_FOUND,
             message,
             [("appId", app_id.clone())],
         ),
         AppError::VersionNotFound { app_id, version } => Mapped::new(
-            Code::NotFound,
-            reason::VERSION_NOT_FOUND,
+            &reasons::VERSION_NOT_FOUND,
             message,
             [("appId", app_id.clone()), ("version", version.to_string())],
         ),
         AppError::VersionPinned { app_id, version } => Mapped::new(
-            Code::FailedPrecondition,
-            reason::VERSION_PINNED,
+            &reasons::VERSION_PINNED,
             message,
             [("appId", app_id.clone()), ("version", version.to_string())],
         ),
         AppError::VersionCurrent { app_id, version } => Mapped::new(
-            Code::FailedPrecondition,
-            reason::VERSION_CURRENT,
+            &reasons::VERSION_CURRENT,
             message,
             [("appId", app_id.clone()), ("version", version.to_string())],
         ),
         AppError::NoFactoryVersion { app_id } => Mapped::new(
-            Code::FailedPrecondition,
-            reason::NO_FACTORY_VERSION,
+            &reasons::NO_FACTORY_VERSION,
             message,
             [("appId", app_id.clone())],
         ),
-        AppError::AppExists { app_id } => Mapped::new(
-            Code::AlreadyExists,
-            reason::APP_EXISTS,
-            message,
-            [("appId", app_id.clone())],
-        ),
+        AppError::AppExists { app_id } => {
+            Mapped::new(&reasons::APP_EXISTS, message, [("appId", app_id.clone())])
+        }
         AppError::AppTokenCollision {
             app_id,
             other_app_id,
         } => Mapped::new(
-            Code::InvalidArgument,
-            reason::APP_TOKEN_COLLISION,
+            &reasons::APP_TOKEN_COLLISION,
             message,
             [
                 ("appId", app_id.clone()),
@@ -281,9 +255,7 @@ pub fn app_error(err: AppError) -> Mapped {
                 ("token", snug_schema::app_data_token(app_id)),
             ],
         ),
-        AppError::InvalidContract => {
-            Mapped::new(Code::InvalidArgument, reason::INVALID_CONTRACT, message, [])
-        }
+        AppError::InvalidContract => Mapped::new(&reasons::INVALID_CONTRACT, message, []),
         AppError::TooLarge { max, .. } => Mapped::too_large(message, *max),
         AppError::Entropy(_) | AppError::Sqlite(_) => Mapped::internal(&err),
     }
@@ -294,20 +266,17 @@ pub fn chat_error(err: ChatError) -> Mapped {
     let message = err.to_string();
     match &err {
         ChatError::ThreadNotFound { thread_id } => Mapped::new(
-            Code::NotFound,
-            reason::THREAD_NOT_FOUND,
+            &reasons::THREAD_NOT_FOUND,
             message,
             [("threadId", thread_id.clone())],
         ),
         ChatError::MessageNotFound { id } => Mapped::new(
-            Code::NotFound,
-            reason::MESSAGE_NOT_FOUND,
+            &reasons::MESSAGE_NOT_FOUND,
             message,
             [("messageId", id.to_string())],
         ),
         ChatError::UnknownRole { id, .. } => Mapped::new(
-            Code::InvalidArgument,
-            reason::CORRUPT_ROW,
+            &reasons::CORRUPT_ROW,
             message,
             [
                 ("table", "snug_chat_messages".to_owned()),
@@ -324,8 +293,7 @@ pub fn doc_error(err: DocError) -> Mapped {
     let message = err.to_string();
     match &err {
         DocError::DocNotFound { app_id, slug } => Mapped::new(
-            Code::NotFound,
-            reason::DOC_NOT_FOUND,
+            &reasons::DOC_NOT_FOUND,
             message,
             [("appId", app_id.clone()), ("slug", slug.clone())],
         ),
@@ -339,8 +307,7 @@ pub fn kv_error(err: KvError) -> Mapped {
     let message = err.to_string();
     match &err {
         KvError::NotJson { table, key } | KvError::UnexpectedType { table, key } => Mapped::new(
-            Code::InvalidArgument,
-            reason::CORRUPT_ROW,
+            &reasons::CORRUPT_ROW,
             message,
             [("table", (*table).to_owned()), ("key", key.clone())],
         ),

@@ -10,8 +10,11 @@ pub use snug_revstore::reason::{
 };
 pub use snug_rpc::status::reason::{INTERNAL, INVALID_ARGUMENT};
 
+/// The registry's domain of this service: every reason it sends, with its gRPC code.
+pub const REASONS: snug_reasons::Domain = snug_reasons::sync::DOMAIN;
+
 /// The error domain of this service.
-pub const DOMAIN: &str = "snug.sync";
+pub const DOMAIN: &str = REASONS.name;
 
 /// Metadata key: the user's current revision (on REVISION_MISMATCH and STALE_REVISION).
 pub const CURRENT_REVISION: &str = "currentRevision";
@@ -22,18 +25,6 @@ pub const QUOTA_BYTES: &str = "quotaBytes";
 /// Metadata key: the revision an idempotency key produced (on IDEMPOTENCY_KEY_REUSED).
 pub const REVISION: &str = "revision";
 
-/// Every reason this service can return, for the reason-table tests.
-pub const ALL: &[&str] = &[
-    PRECONDITION_REQUIRED,
-    REVISION_MISMATCH,
-    STALE_REVISION,
-    QUOTA_EXCEEDED,
-    NOT_FOUND,
-    IDEMPOTENCY_KEY_REUSED,
-    BODY_ABORTED,
-    IMAGE_CONFLICT,
-    STORAGE_UNAVAILABLE,
-    STORAGE_CORRUPT,
-    INVALID_ARGUMENT,
-    INTERNAL,
-];
+/// Every reason this service can return, for the reason-table tests: the names of
+/// [`REASONS`], in its order.
+pub const ALL: &[&str] = &snug_reasons::names::<{ REASONS.reasons.len() }>(REASONS.reasons);

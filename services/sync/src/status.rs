@@ -1,12 +1,15 @@
-//! The one place `snug.sync.v1` chooses a gRPC code: store errors to `tonic::Status`.
+//! The one place `snug.sync.v1` chooses a reason, and with it the gRPC code: store errors to
+//! `tonic::Status`.
 //!
 //! There is one exhaustive match per `snug-revstore` error enum, so a new variant does not compile
 //! until someone picks its code and reason here. Reasons are the store's own (`err.reason()` and
-//! the status always agree; a test checks it), and the codes follow the table in `sync.proto`.
+//! the status always agree; a test checks it), and each code is the reason's own in `snug-reasons`,
+//! which a test checks against the table in `sync.proto`.
 
+use snug_reasons::sync as reasons;
 use snug_revstore::{InvalidToken, PutError, ReadError, StorageError};
-use snug_rpc::status::error;
-use tonic::{Code, Status};
+use snug_rpc::status::from_reason;
+use tonic::Status;
 
 use crate::reason::{self, DOMAIN};
 
@@ -17,9 +20,8 @@ pub const DENIED: &str = "no such image";
 /// Maps a refused or failed put or restore.
 pub fn put_error(err: PutError) -> Status {
     match err {
-        PutError::PreconditionRequired => error(
-            Code::FailedPrecondition,
-            reason::PRECONDITION_REQUIRED,
+        PutError::PreconditionRequired => from_reason(
+            &reasons::PRECONDITION_REQUIRED,
             DOMAIN,
             "a write requires a precondition: must_not_exist for the first write, \
              must_match the current revision otherwise",
@@ -33,17 +35,15 @@ pub fn put_error(err: PutError) -> Status {
                     "revision mismatch: there is no image yet; the first write uses must_not_exist"
                 }
             };
-            error(
-                Code::Aborted,
-                reason::REVISION_MISMATCH,
+            from_reason(
+                &reasons::REVISION_MISMATCH,
                 DOMAIN,
                 message,
                 current.map(|current| (reason::CURRENT_REVISION, current.to_string())),
             )
         }
-        PutError::Stale { base, current } => error(
-            Code::Aborted,
-            reason::STALE_REVISION,
+        PutError::Stale { base, current } => from_reason(
+            &reasons::STALE_REVISION,
             DOMAIN,
             format!("stale revision: the image changed since {base}"),
             [
@@ -59,27 +59,24 @@ pub fn put_error(err: PutError) -> Status {
                 identity,
                 "different bytes occupy a content-addressed identity"
             );
-            error(
-                Code::Internal,
-                reason::IMAGE_CONFLICT,
+            from_reason(
+                &reasons::IMAGE_CONFLICT,
                 DOMAIN,
                 "the store refused the image: different bytes occupy its content address; \
                  the server log has the details",
                 [],
             )
         }
-        PutError::IdempotencyKeyReused { revision } => error(
-            Code::FailedPrecondition,
-            reason::IDEMPOTENCY_KEY_REUSED,
+        PutError::IdempotencyKeyReused { revision } => from_reason(
+            &reasons::IDEMPOTENCY_KEY_REUSED,
             DOMAIN,
             "the idempotency key was already used for a different write",
             [(reason::REVISION, revision.to_string())],
         ),
         PutError::BodyAborted(cause) => {
             tracing::info!(error = %cause, "an upload stream failed before its end");
-            error(
-                Code::Cancelled,
-                reason::BODY_ABORTED,
+            from_reason(
+                &reasons::BODY_ABORTED,
                 DOMAIN,
                 "the image stream failed before its end; nothing was written",
                 [],
@@ -103,9 +100,8 @@ pub fn storage_error(err: StorageError) -> Status {
     match err {
         StorageError::Unavailable(cause) => {
             tracing::warn!(error = %cause, "the sync store is unavailable");
-            error(
-                Code::Unavailable,
-                reason::STORAGE_UNAVAILABLE,
+            from_reason(
+                &reasons::STORAGE_UNAVAILABLE,
                 DOMAIN,
                 "the storage backend is unavailable; retry later",
                 [],
@@ -113,9 +109,8 @@ pub fn storage_error(err: StorageError) -> Status {
         }
         StorageError::Corrupt { object } => {
             tracing::error!(object, "stored bytes failed verification");
-            error(
-                Code::DataLoss,
-                reason::STORAGE_CORRUPT,
+            from_reason(
+                &reasons::STORAGE_CORRUPT,
                 DOMAIN,
                 "stored bytes failed verification; the server log has the details",
                 [],
@@ -126,14 +121,13 @@ pub fn storage_error(err: StorageError) -> Status {
 
 /// The uniform denial: no such user, no image, a reclaimed or another user's revision.
 pub fn denied() -> Status {
-    error(Code::NotFound, reason::NOT_FOUND, DOMAIN, DENIED, [])
+    from_reason(&reasons::NOT_FOUND, DOMAIN, DENIED, [])
 }
 
 /// An image over the per-user quota, declared or streamed.
 pub fn quota_exceeded(quota: u64) -> Status {
-    error(
-        Code::ResourceExhausted,
-        reason::QUOTA_EXCEEDED,
+    from_reason(
+        &reasons::QUOTA_EXCEEDED,
         DOMAIN,
         format!("the image exceeds the per-user quota of {quota} bytes"),
         [(reason::QUOTA_BYTES, quota.to_string())],

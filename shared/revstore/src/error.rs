@@ -8,30 +8,32 @@ use std::{error::Error as StdError, io};
 
 use crate::types::{Digest, Revision};
 
-/// Reason constants, one per cause, shared by every backend.
+/// Reason constants, one per cause, shared by every backend. The ones `snug.sync.v1` sends are
+/// the registry's (`snug-reasons`); the others (validation, reclamation, migrations, the store
+/// lock) stay inside the hub.
 pub mod reason {
     /// A value failed validation.
     pub const INVALID_FIELD: &str = "INVALID_FIELD";
     /// A put arrived without a precondition.
-    pub const PRECONDITION_REQUIRED: &str = "PRECONDITION_REQUIRED";
+    pub const PRECONDITION_REQUIRED: &str = snug_reasons::sync::PRECONDITION_REQUIRED.name;
     /// The precondition named a revision that is not current and never was this user's.
-    pub const REVISION_MISMATCH: &str = "REVISION_MISMATCH";
+    pub const REVISION_MISMATCH: &str = snug_reasons::sync::REVISION_MISMATCH.name;
     /// The precondition named an earlier revision of this user.
-    pub const STALE_REVISION: &str = "STALE_REVISION";
+    pub const STALE_REVISION: &str = snug_reasons::sync::STALE_REVISION.name;
     /// The image exceeds the per-user quota.
-    pub const QUOTA_EXCEEDED: &str = "QUOTA_EXCEEDED";
+    pub const QUOTA_EXCEEDED: &str = snug_reasons::sync::QUOTA_EXCEEDED.name;
     /// Nothing the caller may see exists under that name.
-    pub const NOT_FOUND: &str = "NOT_FOUND";
+    pub const NOT_FOUND: &str = snug_reasons::sync::NOT_FOUND.name;
     /// Different bytes already occupy a content-addressed identity.
-    pub const IMAGE_CONFLICT: &str = "IMAGE_CONFLICT";
+    pub const IMAGE_CONFLICT: &str = snug_reasons::sync::IMAGE_CONFLICT.name;
     /// An idempotency key was reused for a different write.
-    pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
+    pub const IDEMPOTENCY_KEY_REUSED: &str = snug_reasons::sync::IDEMPOTENCY_KEY_REUSED.name;
     /// The client's byte stream failed before it ended.
-    pub const BODY_ABORTED: &str = "BODY_ABORTED";
+    pub const BODY_ABORTED: &str = snug_reasons::sync::BODY_ABORTED.name;
     /// The storage backend could not be reached or failed an I/O operation.
-    pub const STORAGE_UNAVAILABLE: &str = "STORAGE_UNAVAILABLE";
+    pub const STORAGE_UNAVAILABLE: &str = snug_reasons::sync::STORAGE_UNAVAILABLE.name;
     /// Stored bytes failed verification.
-    pub const STORAGE_CORRUPT: &str = "STORAGE_CORRUPT";
+    pub const STORAGE_CORRUPT: &str = snug_reasons::sync::STORAGE_CORRUPT.name;
     /// Reclamation refused: the object listing was incomplete.
     pub const LISTING_INCOMPLETE: &str = "LISTING_INCOMPLETE";
     /// Reclamation refused: an object in the listing could not be identified.

@@ -7,9 +7,9 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::sync::Semaphore;
-use tonic::{Code, Status};
+use tonic::Status;
 
-use crate::status::{self, reason};
+use crate::status;
 
 /// Runs blocking jobs at most `concurrency` at a time.
 #[derive(Debug)]
@@ -79,9 +79,8 @@ impl BlockingPool {
     }
 
     fn overloaded(&self) -> Status {
-        status::error(
-            Code::Unavailable,
-            reason::OVERLOADED,
+        status::from_reason(
+            &snug_reasons::rpc::OVERLOADED,
             self.domain,
             format!("too many {} are in flight; retry shortly", self.jobs),
             [],

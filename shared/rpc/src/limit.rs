@@ -14,10 +14,10 @@ use std::{
 };
 
 use tokio::sync::Semaphore;
-use tonic::Code;
+
 use tower::{Layer, Service};
 
-use crate::status::{self, reason};
+use crate::status;
 
 /// The error domain of statuses the shared runtime itself produces.
 pub const DOMAIN: &str = "snug.rpc";
@@ -86,9 +86,8 @@ where
                 })
             }
             Err(_) => Box::pin(async {
-                Ok(status::error(
-                    Code::Unavailable,
-                    reason::OVERLOADED,
+                Ok(status::from_reason(
+                    &snug_reasons::rpc::OVERLOADED,
                     DOMAIN,
                     "the server is at its concurrency limit; retry shortly",
                     [],

@@ -2,25 +2,47 @@
 //!
 //! Clients (the gateway, other hubs) switch on `ErrorInfo.reason`, never on the message text, so
 //! every status a service returns is made here with a reason from that service's `reason.rs`.
+//! A service names a [`Reason`] of `snug-reasons` and [`from_reason`] (or [`Mapped::new`]) takes the
+//! gRPC code from it, so no service picks a code by hand.
 
 use std::collections::HashMap;
 
+use snug_reasons::Reason;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt as _};
 
 /// Reasons shared by every service (each service adds its own in its `reason.rs`).
 pub mod reason {
     /// A malformed request; metadata `field` names the offending field.
-    pub const INVALID_ARGUMENT: &str = "INVALID_ARGUMENT";
+    pub const INVALID_ARGUMENT: &str = snug_reasons::rpc::INVALID_ARGUMENT.name;
     /// The request's payload exceeds the cap.
-    pub const TOO_LARGE: &str = "TOO_LARGE";
+    pub const TOO_LARGE: &str = snug_reasons::rpc::TOO_LARGE.name;
     /// Too much work in flight; retry later.
-    pub const OVERLOADED: &str = "OVERLOADED";
+    pub const OVERLOADED: &str = snug_reasons::rpc::OVERLOADED.name;
     /// A bug. The message is generic; the cause is in the server's log.
-    pub const INTERNAL: &str = "INTERNAL";
+    pub const INTERNAL: &str = snug_reasons::rpc::INTERNAL.name;
 }
 
-/// Builds a status with `ErrorInfo { reason, domain, metadata }` attached.
+/// Returns the gRPC code of `reason`. A reason without one (the gateway's, the CLI's) is no
+/// service's to send; a test of `snug-reasons` keeps those out of every service domain.
+pub fn code_of(reason: &Reason) -> Code {
+    reason
+        .grpc
+        .map_or(Code::Internal, |code| Code::from(code.number()))
+}
+
+/// Builds a status for `reason`: its gRPC code and `ErrorInfo { reason, domain, metadata }`.
+pub fn from_reason(
+    reason: &'static Reason,
+    domain: &'static str,
+    message: impl Into<String>,
+    metadata: impl IntoIterator<Item = (&'static str, String)>,
+) -> Status {
+    error(code_of(reason), reason.name, domain, message, metadata)
+}
+
+/// Builds a status with `ErrorInfo { reason, domain, metadata }` attached and a code chosen by
+/// the caller; services use [`from_reason`], whose code comes from the reason.
 pub fn error(
     code: Code,
     reason: &'static str,
@@ -41,9 +63,8 @@ pub fn error(
 
 /// A malformed request: `INVALID_ARGUMENT` with reason `INVALID_ARGUMENT` and the field's path.
 pub fn invalid_argument(domain: &'static str, field: &str, message: impl Into<String>) -> Status {
-    error(
-        Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+    from_reason(
+        &snug_reasons::rpc::INVALID_ARGUMENT,
         domain,
         message,
         [("field", field.to_owned())],
@@ -52,9 +73,8 @@ pub fn invalid_argument(domain: &'static str, field: &str, message: impl Into<St
 
 /// A payload over its cap: `RESOURCE_EXHAUSTED` with reason `TOO_LARGE`.
 pub fn too_large(domain: &'static str, max: u64) -> Status {
-    error(
-        Code::ResourceExhausted,
-        reason::TOO_LARGE,
+    from_reason(
+        &snug_reasons::rpc::TOO_LARGE,
         domain,
         format!("the payload exceeds the limit of {max} bytes"),
         [("limit", max.to_string())],
@@ -65,9 +85,8 @@ pub fn too_large(domain: &'static str, max: u64) -> Status {
 /// client gets a generic message, so internals (paths, SQL) never leak.
 pub fn internal(domain: &'static str, cause: &dyn std::error::Error) -> Status {
     tracing::error!(error = %cause, domain, "internal error");
-    error(
-        Code::Internal,
-        reason::INTERNAL,
+    from_reason(
+        &snug_reasons::rpc::INTERNAL,
         domain,
         "internal error; the server log has the details",
         [],
@@ -120,17 +139,16 @@ impl<D> std::fmt::Debug for Mapped<D> {
 }
 
 impl<D: Domain> Mapped<D> {
-    /// Builds a mapping.
+    /// Builds a mapping; the gRPC code is the reason's.
     pub fn new(
-        code: Code,
-        reason: &'static str,
+        reason: &'static Reason,
         message: impl Into<String>,
         metadata: impl IntoIterator<Item = (&'static str, String)>,
     ) -> Self {
         Mapped(
             MappedInner::Error {
-                code,
-                reason,
+                code: code_of(reason),
+                reason: reason.name,
                 message: message.into(),
                 metadata: metadata.into_iter().collect(),
             },
@@ -141,8 +159,7 @@ impl<D: Domain> Mapped<D> {
     /// A malformed request: reason `INVALID_ARGUMENT`, metadata `field`.
     pub fn invalid_argument(field: impl Into<String>, message: impl Into<String>) -> Self {
         Mapped::new(
-            Code::InvalidArgument,
-            reason::INVALID_ARGUMENT,
+            &snug_reasons::rpc::INVALID_ARGUMENT,
             message,
             [("field", field.into())],
         )
@@ -151,8 +168,7 @@ impl<D: Domain> Mapped<D> {
     /// A payload or response over its cap: reason `TOO_LARGE`, metadata `limit`.
     pub fn too_large(message: impl Into<String>, limit: u64) -> Self {
         Mapped::new(
-            Code::ResourceExhausted,
-            reason::TOO_LARGE,
+            &snug_reasons::rpc::TOO_LARGE,
             message,
             [("limit", limit.to_string())],
         )

@@ -1,0 +1,114 @@
+//! `snug.gateway`: the reasons the HTTP gateway gives itself, before or instead of a service.
+//!
+//! No service sends these, so they have no gRPC code; each is an HTTP answer only.
+
+use crate::{CliExit, Domain, Http, Reason, http};
+
+const fn gateway(name: &'static str, http: Option<Http>, summary: &'static str) -> Reason {
+    Reason {
+        name,
+        grpc: None,
+        http,
+        exit: CliExit::Never,
+        summary,
+    }
+}
+
+/// No valid bearer token or session.
+pub const UNAUTHENTICATED: Reason = gateway(
+    "UNAUTHENTICATED",
+    http(401, "UNAUTHENTICATED", false),
+    "no valid bearer token or session",
+);
+
+/// A cookie-authenticated write without the matching `x-snug-csrf` header.
+pub const CSRF_REJECTED: Reason = gateway(
+    "CSRF_REJECTED",
+    http(403, "CSRF_REJECTED", false),
+    "a cookie-authenticated write without the matching `x-snug-csrf` header",
+);
+
+/// A `PUT /userdb` body that is not `application/octet-stream`.
+pub const UNSUPPORTED_MEDIA_TYPE: Reason = gateway(
+    "UNSUPPORTED_MEDIA_TYPE",
+    http(415, "UNSUPPORTED_MEDIA_TYPE", false),
+    "a `PUT /userdb` body that is not `application/octet-stream`",
+);
+
+/// No such route.
+pub const NO_ROUTE: Reason = gateway("NO_ROUTE", http(404, "NOT_FOUND", false), "no such route");
+
+/// The route exists but not for this method.
+pub const METHOD_NOT_ALLOWED: Reason = gateway(
+    "METHOD_NOT_ALLOWED",
+    http(405, "METHOD_NOT_ALLOWED", false),
+    "the route exists but not for this method",
+);
+
+/// A service did not answer within its deadline, or could not be reached.
+pub const SERVICE_UNAVAILABLE: Reason = gateway(
+    "SERVICE_UNAVAILABLE",
+    http(503, "SERVICE_UNAVAILABLE", true),
+    "a service did not answer within its deadline, or could not be reached",
+);
+
+/// The gateway sheds load: too many requests in flight.
+pub const GATEWAY_OVERLOADED: Reason = gateway(
+    "GATEWAY_OVERLOADED",
+    http(503, "OVERLOADED", true),
+    "the gateway sheds load: too many requests in flight",
+);
+
+/// With authentication off, a request whose Host is not a loopback name (DNS rebinding guard).
+pub const MISDIRECTED_REQUEST: Reason = gateway(
+    "MISDIRECTED_REQUEST",
+    http(421, "MISDIRECTED_REQUEST", false),
+    "with authentication off, a request whose Host is not a loopback name",
+);
+
+/// A malformed request the gateway refuses before any service sees it.
+pub const BAD_REQUEST: Reason = gateway(
+    "BAD_REQUEST",
+    http(400, "BAD_REQUEST", false),
+    "a malformed request the gateway refuses before any service sees it",
+);
+
+/// A request body that stopped arriving (idle timeout) or broke off.
+pub const BODY_INCOMPLETE: Reason = gateway(
+    "BODY_INCOMPLETE",
+    http(400, "BODY_INCOMPLETE", true),
+    "a request body that stopped arriving (idle timeout) or broke off",
+);
+
+/// A service answered with something the gateway cannot use (a bug on one side).
+pub const BAD_GATEWAY: Reason = gateway(
+    "BAD_GATEWAY",
+    http(502, "BAD_GATEWAY", true),
+    "a service answered with something the gateway cannot use",
+);
+
+/// The route needs a service this deployment does not run (no address configured).
+pub const NOT_DEPLOYED: Reason = gateway(
+    "NOT_DEPLOYED",
+    http(501, "NOT_DEPLOYED", false),
+    "the route needs a service this deployment does not run",
+);
+
+/// The gateway's own reasons.
+pub const DOMAIN: Domain = Domain {
+    name: "snug.gateway",
+    reasons: &[
+        &UNAUTHENTICATED,
+        &CSRF_REJECTED,
+        &UNSUPPORTED_MEDIA_TYPE,
+        &NO_ROUTE,
+        &METHOD_NOT_ALLOWED,
+        &SERVICE_UNAVAILABLE,
+        &GATEWAY_OVERLOADED,
+        &MISDIRECTED_REQUEST,
+        &BAD_REQUEST,
+        &BODY_INCOMPLETE,
+        &BAD_GATEWAY,
+        &NOT_DEPLOYED,
+    ],
+};

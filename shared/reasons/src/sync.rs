@@ -1,0 +1,125 @@
+//! `snug.sync`: the reasons of `snug.sync.v1` (sync.proto's table), which are also the reasons
+//! `snug-revstore` writes to its put ledger.
+//!
+//! The CLI never finds these causes itself: `snug sync` passes a hub's refusal on under the hub's
+//! JSON code.
+
+use crate::{CliExit, Domain, GrpcCode, Reason, http};
+
+pub use crate::rpc::{INTERNAL, INVALID_ARGUMENT};
+
+const fn sync(
+    name: &'static str,
+    grpc: GrpcCode,
+    http: Option<crate::Http>,
+    summary: &'static str,
+) -> Reason {
+    Reason {
+        name,
+        grpc: Some(grpc),
+        http,
+        exit: CliExit::Never,
+        summary,
+    }
+}
+
+/// A write without a precondition.
+pub const PRECONDITION_REQUIRED: Reason = sync(
+    "PRECONDITION_REQUIRED",
+    GrpcCode::FailedPrecondition,
+    http(428, "PRECONDITION_REQUIRED", false),
+    "a write without a precondition",
+);
+
+/// Must-not-exist while an image exists, or must-match a revision this user never had; metadata
+/// `currentRevision`, absent when the user has no image.
+pub const REVISION_MISMATCH: Reason = sync(
+    "REVISION_MISMATCH",
+    GrpcCode::Aborted,
+    // Retryable after a pull: the answer carries the current revision.
+    http(412, "REVISION_MISMATCH", true),
+    "must-not-exist while an image exists, or must-match a revision this user never had",
+);
+
+/// Must-match an earlier revision of this user; metadata `currentRevision`, `baseRevision`.
+pub const STALE_REVISION: Reason = sync(
+    "STALE_REVISION",
+    GrpcCode::Aborted,
+    http(412, "STALE_REVISION", true),
+    "must-match an earlier revision of this user",
+);
+
+/// The image, declared or streamed, is over the per-user quota; metadata `quotaBytes`.
+pub const QUOTA_EXCEEDED: Reason = sync(
+    "QUOTA_EXCEEDED",
+    GrpcCode::ResourceExhausted,
+    http(413, "USERDB_TOO_LARGE", false),
+    "the image, declared or streamed, is over the per-user quota",
+);
+
+/// The uniform denial: no such user, no image, a reclaimed or another user's revision.
+pub const NOT_FOUND: Reason = sync(
+    "NOT_FOUND",
+    GrpcCode::NotFound,
+    http(404, "NOT_FOUND", false),
+    "no such user, no image yet, a reclaimed or another user's revision",
+);
+
+/// The idempotency key already produced a different write; metadata `revision`.
+pub const IDEMPOTENCY_KEY_REUSED: Reason = sync(
+    "IDEMPOTENCY_KEY_REUSED",
+    GrpcCode::FailedPrecondition,
+    http(409, "IDEMPOTENCY_KEY_REUSED", false),
+    "the idempotency key produced a different write",
+);
+
+/// The upload stream failed before its end; nothing written.
+pub const BODY_ABORTED: Reason = sync(
+    "BODY_ABORTED",
+    GrpcCode::Cancelled,
+    http(400, "BODY_INCOMPLETE", true),
+    "the upload stream failed before its end; nothing was written",
+);
+
+/// Different bytes at a content address: damaged storage.
+pub const IMAGE_CONFLICT: Reason = sync(
+    "IMAGE_CONFLICT",
+    GrpcCode::Internal,
+    http(500, "IMAGE_CONFLICT", false),
+    "different bytes occupy a content address: stored data is damaged",
+);
+
+/// The backend cannot be reached or failed an I/O; retry.
+pub const STORAGE_UNAVAILABLE: Reason = sync(
+    "STORAGE_UNAVAILABLE",
+    GrpcCode::Unavailable,
+    http(503, "STORAGE_UNAVAILABLE", true),
+    "the storage backend cannot be reached or failed; retry later",
+);
+
+/// Stored bytes failed verification.
+pub const STORAGE_CORRUPT: Reason = sync(
+    "STORAGE_CORRUPT",
+    GrpcCode::DataLoss,
+    http(500, "STORAGE_CORRUPT", false),
+    "stored bytes failed verification against their address",
+);
+
+/// The domain `snug.sync` and its reasons, in sync.proto's order.
+pub const DOMAIN: Domain = Domain {
+    name: "snug.sync",
+    reasons: &[
+        &PRECONDITION_REQUIRED,
+        &REVISION_MISMATCH,
+        &STALE_REVISION,
+        &QUOTA_EXCEEDED,
+        &NOT_FOUND,
+        &IDEMPOTENCY_KEY_REUSED,
+        &BODY_ABORTED,
+        &IMAGE_CONFLICT,
+        &STORAGE_UNAVAILABLE,
+        &STORAGE_CORRUPT,
+        &INVALID_ARGUMENT,
+        &INTERNAL,
+    ],
+};
