@@ -45,7 +45,7 @@
 //! `user.snug.rev`, compare-and-swap under an exclusive `flock` on `user.snug.lock`; the revision file
 //! is written last and names the image's SHA-256, so an interrupted push is detected as
 //! `ORIGIN_INCONSISTENT`, never trusted).
-//! The push state is snug-materialize's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
+//! The push state is snug-restore's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
 //! JSON).
 //! What a FILE argument stands for is decided once, by `snug_schema::resolve_given` (§10), for every
 //! command: a lone legacy `user.sqlite` (given as `user.snug` or as itself) is read, and a write creates

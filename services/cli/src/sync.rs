@@ -21,7 +21,7 @@
 //! key); the download itself lands beside it as the origin sent it.
 //!
 //! The push state (last pushed revision and hash) lives in the `<file>.sync.json` sidecar, never in
-//! the file (snug-materialize's `push_state`). Push is gated by the SHA-256 of the export
+//! the file (`snug_restore::push_state`). Push is gated by the SHA-256 of the export
 //! (`snug_restore::push_image`, the same function pull binds with): an unchanged file sends
 //! nothing, not even a request. Divergence (both sides changed since the last sync, or a lost
 //! race) is reported with exit code 6 and code `DIVERGED` and never resolved silently: `--force`
@@ -40,8 +40,10 @@ use base64::Engine as _;
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use snug_container::Limits;
-use snug_materialize::push_state::{self, PushState};
-use snug_restore::{OriginError, Plan, RestoreError, Selector, SnapshotInfo};
+use snug_restore::{
+    OriginError, Plan, RestoreError, Selector, SnapshotInfo,
+    push_state::{self, PushState},
+};
 use snug_schema::{Clock as _, FileFormat, ImportError, SystemClock};
 
 use crate::{

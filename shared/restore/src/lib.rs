@@ -27,6 +27,9 @@
 //! Any failure removes the temporary file and leaves the destination and its sidecar
 //! byte-identical. [`restore`] runs the three steps in one call.
 //!
+//! The sidecar is [`push_state`] (`<file>.sync.json`): the revision a file was last pushed or
+//! pulled as and the push gate's hash of it, beside the file and never in it.
+//!
 //! What this crate deliberately does not do: talk to a network, merge two histories (a
 //! divergence is surfaced, and `force` is the explicit last-writer-wins), push, or create the
 //! destination's directory.
@@ -86,6 +89,7 @@ mod error;
 mod gate;
 mod install;
 mod origin;
+pub mod push_state;
 
 pub use error::{GateError, RestoreError};
 pub use gate::{PushImage, content_hash, push_image};
