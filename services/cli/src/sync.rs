@@ -30,7 +30,6 @@
 //! same file meanwhile is refused with exit code 7 and code `SYNC_IN_PROGRESS` (`<file>.sync.lock`).
 
 use std::{
-    fs::File,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -39,7 +38,7 @@ use serde_json::json;
 use snug_container::Limits;
 use snug_restore::{
     DirOrigin, HubOrigin, Origin, OriginError, Plan, Pushed, RestoreError, Selector, SnapshotInfo,
-    push_state::{self, PushState},
+    push_state::{self, PushState, SyncLock, SyncLockError},
 };
 use snug_schema::{Clock as _, FileFormat, ImportError, SystemClock};
 
@@ -202,75 +201,25 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
     }
 }
 
-/// The sidecar's lock (`<file>.sync.lock`, `push_state::lock_location`), held exclusively for
-/// one `snug sync` command on FILE and removed when it ends (so a refused command leaves nothing
-/// behind).
-struct LocalLock {
-    file: File,
-    path: PathBuf,
-}
-
-/// Takes FILE's sync lock, or refuses at once with exit code 7 when another `snug sync` holds it.
-/// A process that dies holding it releases it with its descriptors; the file it leaves is taken
-/// over by the next command.
-fn lock_local(file: &Path) -> Result<LocalLock, Failure> {
-    let path = push_state::lock_location(file);
-    loop {
-        let lock = open_lock_file(&path).map_err(|e| Failure::io("open", &path, e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Failure::new(
-                    Exit::Busy,
-                    "SYNC_IN_PROGRESS",
-                    format!(
-                        "another snug sync is working on {} ({} is held); nothing was done, run this again once it has finished",
-                        file.display(),
-                        path.display()
-                    ),
-                ));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Failure::io("lock", &path, e)),
-        }
-        // The holder before us removes the file before it lets go: if we locked a file that is
-        // no longer at `path`, someone may already hold the one that is; open again.
-        if names_same_file(&lock, &path) {
-            return Ok(LocalLock { file: lock, path });
-        }
-    }
-}
-
-/// Opens a lock file, creating it empty if it is missing (its contents are never used).
-fn open_lock_file(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-}
-
-#[cfg(unix)]
-fn names_same_file(file: &File, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    match (file.metadata(), std::fs::metadata(path)) {
-        (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
-        _ => false,
-    }
-}
-
-#[cfg(not(unix))]
-fn names_same_file(_: &File, _: &Path) -> bool {
-    true
-}
-
-impl Drop for LocalLock {
-    fn drop(&mut self) {
-        // Removed while still locked, so whoever opened it meanwhile sees it gone (above).
-        if cfg!(unix) {
-            let _ = std::fs::remove_file(&self.path);
-        }
-        let _ = self.file.unlock();
-    }
+/// Takes FILE's sync lock (`<file>.sync.lock`), held for one `snug sync` command on FILE, or
+/// refuses at once with exit code 7 when another `snug sync` holds it.
+fn lock_local(file: &Path) -> Result<SyncLock, Failure> {
+    SyncLock::try_acquire(file).map_err(|err| match err {
+        SyncLockError::Busy { ref path } => Failure::new(
+            Exit::Busy,
+            err.reason(),
+            format!(
+                "another snug sync is working on {} ({} is held); nothing was done, run this again once it has finished",
+                file.display(),
+                path.display()
+            ),
+        ),
+        SyncLockError::Io {
+            action,
+            path,
+            source,
+        } => Failure::io(action, &path, source),
+    })
 }
 
 fn selector(revision: Option<String>) -> Selector {

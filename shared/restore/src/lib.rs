@@ -30,7 +30,8 @@
 //! byte-identical. [`restore`] runs the three steps in one call.
 //!
 //! The sidecar is [`push_state`] (`<file>.sync.json`): the revision a file was last pushed or
-//! pulled as and the push gate's hash of it, beside the file and never in it.
+//! pulled as and the push gate's hash of it, beside the file and never in it; a client holds its
+//! [`SyncLock`](push_state::SyncLock) while it reads and writes the two.
 //!
 //! What this crate deliberately does not do: talk to a network outside [`HubOrigin`], merge two
 //! histories (a divergence is surfaced, and `force` is the explicit last-writer-wins), decide
@@ -93,6 +94,7 @@
 mod error;
 mod gate;
 mod install;
+mod lock;
 mod origin;
 pub mod push_state;
 

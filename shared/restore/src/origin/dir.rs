@@ -18,6 +18,8 @@ use std::{
 
 use sha2::{Digest as _, Sha256};
 
+use crate::lock::open_lock_file;
+
 use super::{
     DOWNLOAD_BUFFER, Origin, OriginError, Pushed, Selector, SnapshotInfo, header_storage_version,
 };
@@ -250,15 +252,6 @@ impl Origin for DirOrigin {
             .map_err(|e| dir_io("write", &rev_path, &e))?;
         Ok(Pushed::Accepted { revision })
     }
-}
-
-/// Opens a lock file, creating it empty if it is missing (its contents are never used).
-fn open_lock_file(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
 }
 
 #[cfg(test)]

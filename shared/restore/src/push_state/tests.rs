@@ -275,3 +275,25 @@ fn saving_never_changes_the_image() {
     .unwrap();
     assert!(load(&path).unwrap().is_empty());
 }
+
+#[test]
+fn the_sync_lock_is_exclusive_per_user_file_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().join("user.snug");
+    let held = SyncLock::try_acquire(&canonical).unwrap();
+    assert_eq!(held.path(), dir.path().join("user.snug.sync.lock"));
+    // Every name of one user file is one lock.
+    let err = SyncLock::try_acquire(&dir.path().join("user.sqlite")).unwrap_err();
+    assert_eq!(err.reason(), "SYNC_IN_PROGRESS");
+    assert!(matches!(err, SyncLockError::Busy { path } if path == held.path()));
+    let other = SyncLock::try_acquire(&dir.path().join("notes.snug")).unwrap();
+    drop((held, other));
+    let left = || std::fs::read_dir(dir.path()).unwrap().count();
+    // Elsewhere the lock file is left behind, since removing a held file is not portable.
+    if cfg!(unix) {
+        assert_eq!(left(), 0, "a released lock removes its file");
+    }
+    let again = SyncLock::try_acquire(&canonical).unwrap();
+    assert!(left() >= 1);
+    drop(again);
+}
