@@ -95,10 +95,14 @@ fn domain_crates_and_the_cli_stay_free_of_rpc_and_http() {
         "snug-restore",
     ];
     let rpc = ["tonic", "prost", "axum", "hyper", "snug-proto", "snug-rpc"];
+    // An HTTP client too, except in snug-restore, whose hub origin is one (checked below).
+    let rpc_and_http = [rpc.as_slice(), &["ureq", "reqwest"]].concat();
     let mut violations = Vec::new();
     for (package, deps) in &closure {
-        let forbidden: &[&str] = if domain.contains(&package.as_str()) {
+        let forbidden: &[&str] = if package == "snug-restore" {
             &rpc
+        } else if domain.contains(&package.as_str()) {
+            &rpc_and_http
         } else if package == "snug-cli" {
             &["tonic", "prost", "snug-proto", "snug-rpc"]
         } else if package == "snug-gateway" {
@@ -122,6 +126,51 @@ fn domain_crates_and_the_cli_stay_free_of_rpc_and_http() {
         closure.contains_key("snug-gateway"),
         "the check sees the gateway"
     );
+}
+
+#[test]
+fn the_restore_crate_talks_http_only_in_its_optional_hub_origin() {
+    // The HTTP client is behind the `hub` feature, so the pure library builds without it.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let restore = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"] == "snug-restore")
+        .expect("snug-restore");
+    for dependency in restore["dependencies"].as_array().expect("dependencies") {
+        if dependency["name"] == "ureq" {
+            assert_eq!(dependency["optional"], true, "ureq is optional");
+        }
+    }
+    assert!(
+        restore["features"]["hub"]
+            .as_array()
+            .expect("a hub feature")
+            .iter()
+            .any(|f| f == "dep:ureq"),
+        "the hub feature enables ureq"
+    );
+    // And only the hub origin's module (with its tests) uses it; nothing opens a socket itself.
+    let src = root().join("shared/restore/src");
+    let mut violations = Vec::new();
+    for file in rust_files(&src) {
+        let text = std::fs::read_to_string(&file).expect("read");
+        let relative = file.strip_prefix(&src).expect("below src");
+        let hub = relative.starts_with("origin/hub") || relative == Path::new("origin/hub.rs");
+        for word in ["ureq", "std::net", "TcpStream"] {
+            if text.contains(word) && !(hub && word == "ureq") {
+                violations.push(format!("{} uses {word}", relative.display()));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
 }
 
 #[test]

@@ -52,13 +52,11 @@
 //! (`PROTECTED`, 3); a name the file lacks or a state that forbids the operation is 2, a row no
 //! conforming hub writes 4.
 //!
-//! `snug sync` (`sync.rs`: push, pull, bootstrap, origin) is the client side of §9.4 against two
-//! kinds of origin behind one contract (describe / download / push(bytes, base)): a hub over HTTP (`ureq`, blocking, rustls;
-//! the CLI still links no tonic) and a personal origin that is a plain directory (`user.snug` +
-//! `user.snug.rev`, compare-and-swap under an exclusive `flock` on `user.snug.lock`; the revision file
-//! is written last and names the image's SHA-256, so an interrupted push is detected as
-//! `ORIGIN_INCONSISTENT`, never trusted).
-//! The push state is snug-materialize's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
+//! `snug sync` (`sync.rs`: push, pull, bootstrap, origin) is the client side of §9.4 over
+//! `snug-restore`'s one origin contract (describe / download / push(bytes, base)) and its two
+//! origins, a hub over HTTP (`HubOrigin`; the CLI still links no tonic) and a plain directory
+//! (`DirOrigin`); how each works is in their module docs (`shared/restore/src/origin/`).
+//! The push state is snug-restore's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
 //! JSON).
 //! What a FILE argument stands for is decided once, by `snug_schema::resolve_given` (§10), for every
 //! command: a lone legacy `user.sqlite` (given as `user.snug` or as itself) is read, and a write creates
@@ -77,12 +75,9 @@
 //! A pull of a protected revision (`Downloaded::install_unlocking`, the secret asked for only then)
 //! installs it protected, resealed in the revision's container, never in plaintext on disk.
 //! Pull (`--revision REV` for one from history; `--force` to replace unpushed changes) and
-//! `bootstrap` (a new device: FILE must not exist) are `snug-restore`'s pipeline with both origins
-//! implementing its `Origin`: the hub's `HEAD /userdb` (or `/userdb/revisions/{rev}`) gives revision,
-//! `Content-Length`, `Repr-Digest` and `Snug-Storage-Version`, and the bytes come from the immutable
-//! `GET /userdb/revisions/{rev}` (a hub without that route: `GET /userdb`, accepted only if its ETag is
-//! still the revision, else `ORIGIN_MOVED`); a directory reads the storage version from the image's
-//! header and checks size and SHA-256 under its lock (`ORIGIN_INCONSISTENT`). A hand-drawn progress
+//! `bootstrap` (a new device: FILE must not exist) are `snug-restore`'s pipeline over either origin:
+//! the revision is described (storage version included) before a byte is downloaded, and the bytes
+//! are that revision or a refusal (`ORIGIN_MOVED`, `ORIGIN_INCONSISTENT`). A hand-drawn progress
 //! bar (`progress.rs`) goes to stderr only when stderr is a terminal. Exit codes: 5 too new (before
 //! any download when declared), 6 diverged, 4 damaged or mismatched bytes, 3 a protected FILE, 2 a
 //! wrong destination or revision token, 1 anything else (an interrupted download is

@@ -1,16 +1,17 @@
 //! `snug sync`: the client side of the sync origin (spec §9.3–§9.4, notes §(d) "Sync loop"), one
 //! step at a time from the command line.
 //!
-//! Two kinds of origin share one contract (`describe / download / push(bytes, base)`):
-//! - a hub (`--origin https://hub.example`): `HEAD`/`GET`/`PUT /userdb` and the immutable
-//!   `/userdb/revisions/{rev}` with revision compare-and-swap; what is pushed is always the
-//!   secrets-stripped plain export, never a container (§11.3);
-//! - a personal origin that is a plain directory (`--origin file:///path` or a path): `user.snug`
-//!   beside `user.snug.rev`, compare-and-swap under a lock file, so two devices sharing a folder
-//!   (a USB stick, a synced folder) get the same conflict rules without any hub. A protected FILE
-//!   arrives there protected: its own container resealed over the export (header and slots
-//!   unchanged, a fresh payload IV), so both its secrets open it there and a pull installs it
-//!   protected; plaintext only with `--plaintext-to-origin`, and the output says so.
+//! This file is command logic only: arguments, messages, exit codes and the order of steps. The
+//! origin is `snug_restore::Origin` (`describe / download / push(bytes, base)`), and `--origin`
+//! picks one of its two implementations there:
+//! - a hub (`--origin https://hub.example`, `snug_restore::HubOrigin`): what is pushed is always
+//!   the secrets-stripped plain export, never a container (§11.3);
+//! - a personal origin that is a plain directory (`--origin file:///path` or a path,
+//!   `snug_restore::DirOrigin`), so two devices sharing a folder (a USB stick, a synced folder)
+//!   get the same conflict rules without any hub. A protected FILE arrives there protected: its
+//!   own container resealed over the export (header and slots unchanged, a fresh payload IV), so
+//!   both its secrets open it there and a pull installs it protected; plaintext only with
+//!   `--plaintext-to-origin`, and the output says so.
 //!
 //! Pull and bootstrap are `snug-restore`'s install pipeline (the Coven discipline of issue #8):
 //! the revision's metadata is read first (a storage version newer than this build is refused
@@ -21,7 +22,7 @@
 //! key); the download itself lands beside it as the origin sent it.
 //!
 //! The push state (last pushed revision and hash) lives in the `<file>.sync.json` sidecar, never in
-//! the file (snug-materialize's `push_state`). Push is gated by the SHA-256 of the export
+//! the file (`snug_restore::push_state`). Push is gated by the SHA-256 of the export
 //! (`snug_restore::push_image`, the same function pull binds with): an unchanged file sends
 //! nothing, not even a request. Divergence (both sides changed since the last sync, or a lost
 //! race) is reported with exit code 6 and code `DIVERGED` and never resolved silently: `--force`
@@ -29,19 +30,16 @@
 //! same file meanwhile is refused with exit code 7 and code `SYNC_IN_PROGRESS` (`<file>.sync.lock`).
 
 use std::{
-    fs::File,
-    io::{Read as _, Write},
     path::{Path, PathBuf},
     sync::Arc,
-    time::Duration,
 };
 
-use base64::Engine as _;
 use serde_json::json;
-use sha2::{Digest as _, Sha256};
 use snug_container::Limits;
-use snug_materialize::push_state::{self, PushState};
-use snug_restore::{OriginError, Plan, RestoreError, Selector, SnapshotInfo};
+use snug_restore::{
+    DirOrigin, HubOrigin, Origin, OriginError, Plan, Pushed, RestoreError, Selector, SnapshotInfo,
+    push_state::{self, PushState, SyncLock, SyncLockError},
+};
 use snug_schema::{Clock as _, FileFormat, ImportError, SystemClock};
 
 use crate::{
@@ -51,14 +49,6 @@ use crate::{
     progress::ProgressBar,
     secrets::{self, SecretArgs},
 };
-
-/// The image and revision file names of a directory origin.
-const DIR_IMAGE: &str = "user.snug";
-const DIR_REVISION: &str = "user.snug.rev";
-const DIR_LOCK: &str = "user.snug.lock";
-
-/// How much of a response body is read at a time while downloading.
-const DOWNLOAD_BUFFER: usize = 256 * 1024;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum SyncCommand {
@@ -157,7 +147,7 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             secrets,
         } => push(
             &file,
-            &open_origin(&origin)?,
+            open_origin(&origin)?.as_ref(),
             PushOptions {
                 force,
                 include_secrets,
@@ -180,7 +170,7 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             let origin = open_origin(&origin)?;
             pull(
                 &file,
-                &origin,
+                origin.as_ref(),
                 selector(revision),
                 options,
                 &secrets,
@@ -200,7 +190,7 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             let origin = open_origin(&origin)?;
             pull(
                 &file,
-                &origin,
+                origin.as_ref(),
                 selector(revision),
                 options,
                 &secrets,
@@ -211,83 +201,29 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
     }
 }
 
-/// The sidecar's lock (`<file>.sync.lock`, `push_state::lock_location`), held exclusively for
-/// one `snug sync` command on FILE and removed when it ends (so a refused command leaves nothing
-/// behind).
-struct LocalLock {
-    file: File,
-    path: PathBuf,
-}
-
-/// Takes FILE's sync lock, or refuses at once with exit code 7 when another `snug sync` holds it.
-/// A process that dies holding it releases it with its descriptors; the file it leaves is taken
-/// over by the next command.
-fn lock_local(file: &Path) -> Result<LocalLock, Failure> {
-    let path = push_state::lock_location(file);
-    loop {
-        let lock = open_lock_file(&path).map_err(|e| Failure::io("open", &path, e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Failure::new(
-                    Exit::Busy,
-                    "SYNC_IN_PROGRESS",
-                    format!(
-                        "another snug sync is working on {} ({} is held); nothing was done, run this again once it has finished",
-                        file.display(),
-                        path.display()
-                    ),
-                ));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Failure::io("lock", &path, e)),
-        }
-        // The holder before us removes the file before it lets go: if we locked a file that is
-        // no longer at `path`, someone may already hold the one that is; open again.
-        if names_same_file(&lock, &path) {
-            return Ok(LocalLock { file: lock, path });
-        }
-    }
-}
-
-/// Opens a lock file, creating it empty if it is missing (its contents are never used).
-fn open_lock_file(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-}
-
-#[cfg(unix)]
-fn names_same_file(file: &File, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    match (file.metadata(), std::fs::metadata(path)) {
-        (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
-        _ => false,
-    }
-}
-
-#[cfg(not(unix))]
-fn names_same_file(_: &File, _: &Path) -> bool {
-    true
-}
-
-impl Drop for LocalLock {
-    fn drop(&mut self) {
-        // Removed while still locked, so whoever opened it meanwhile sees it gone (above).
-        if cfg!(unix) {
-            let _ = std::fs::remove_file(&self.path);
-        }
-        let _ = self.file.unlock();
-    }
+/// Takes FILE's sync lock (`<file>.sync.lock`), held for one `snug sync` command on FILE, or
+/// refuses at once with exit code 7 when another `snug sync` holds it.
+fn lock_local(file: &Path) -> Result<SyncLock, Failure> {
+    SyncLock::try_acquire(file).map_err(|err| match err {
+        SyncLockError::Busy { ref path } => Failure::new(
+            Exit::Busy,
+            err.reason(),
+            format!(
+                "another snug sync is working on {} ({} is held); nothing was done, run this again once it has finished",
+                file.display(),
+                path.display()
+            ),
+        ),
+        SyncLockError::Io {
+            action,
+            path,
+            source,
+        } => Failure::io(action, &path, source),
+    })
 }
 
 fn selector(revision: Option<String>) -> Selector {
     revision.map_or(Selector::Current, Selector::Revision)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 fn clock() -> Arc<SystemClock> {
@@ -324,10 +260,18 @@ fn origin_failure(origin: &str, err: &OriginError) -> Failure {
         } => Exit::Unsupported,
         _ => Exit::Other,
     };
+    // How to fix it from this command line.
+    let hint = match err {
+        OriginError::Unauthorized { .. } => "; set SNUG_TOKEN or --token-file".to_owned(),
+        OriginError::Other {
+            code: "NO_ORIGIN", ..
+        } => format!(" (snug sync origin {origin} --init)"),
+        _ => String::new(),
+    };
     Failure::new(
         exit,
         err.reason(),
-        format!("{origin}: {}", with_causes(err)),
+        format!("{origin}: {}{hint}", with_causes(err)),
     )
 }
 
@@ -366,82 +310,14 @@ fn restore_failure(origin: &str, err: RestoreError) -> Failure {
     Failure::new(exit, err.reason(), with_causes(&err))
 }
 
-/// The origin's current revision, as `head` reports it.
-#[derive(Debug, Clone)]
-struct Remote {
-    revision: String,
-    /// SHA-256 hex of the origin's bytes, when the origin says.
-    sha256: Option<String>,
+/// The origin's current revision, or `None` when it holds no copy yet.
+fn head(origin: &dyn Origin) -> Result<Option<SnapshotInfo>, Failure> {
+    origin
+        .head()
+        .map_err(|err| origin_failure(&origin.name(), &err))
 }
 
-/// What a push did.
-enum Pushed {
-    Accepted {
-        revision: String,
-    },
-    /// The origin's revision was not the base: somebody else wrote first.
-    Conflict {
-        current: Option<String>,
-    },
-}
-
-/// A sync origin (the reference's SyncProvider contract).
-enum Origin {
-    Hub(HubOrigin),
-    Directory(DirOrigin),
-}
-
-impl Origin {
-    fn describe_origin(&self) -> String {
-        match self {
-            Origin::Hub(hub) => hub.url.clone(),
-            Origin::Directory(dir) => dir.dir.display().to_string(),
-        }
-    }
-
-    /// Hubs hold the secrets-stripped plaintext (§9, §11.3); personal origins may carry secrets
-    /// on explicit opt-in.
-    fn secrets_allowed(&self) -> bool {
-        matches!(self, Origin::Directory(_))
-    }
-
-    fn head(&self) -> Result<Option<Remote>, Failure> {
-        match snug_restore::Origin::describe(self, &Selector::Current) {
-            Ok(info) => Ok(Some(Remote {
-                sha256: Some(info.sha256_hex()),
-                revision: info.revision,
-            })),
-            Err(OriginError::Empty) => Ok(None),
-            Err(err) => Err(origin_failure(&self.describe_origin(), &err)),
-        }
-    }
-
-    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, Failure> {
-        match self {
-            Origin::Hub(hub) => hub.push(bytes, base),
-            Origin::Directory(dir) => dir.push(bytes, base),
-        }
-        .map_err(|err| origin_failure(&self.describe_origin(), &err))
-    }
-}
-
-impl snug_restore::Origin for Origin {
-    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
-        match self {
-            Origin::Hub(hub) => hub.describe(which),
-            Origin::Directory(dir) => dir.describe(which),
-        }
-    }
-
-    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
-        match self {
-            Origin::Hub(hub) => hub.download(snapshot, sink),
-            Origin::Directory(dir) => dir.download(snapshot, sink),
-        }
-    }
-}
-
-fn open_origin(args: &OriginArgs) -> Result<Origin, Failure> {
+fn open_origin(args: &OriginArgs) -> Result<Box<dyn Origin>, Failure> {
     let origin = args.origin.trim();
     if origin.starts_with("http://") || origin.starts_with("https://") {
         let token = match &args.token_file {
@@ -453,9 +329,9 @@ fn open_origin(args: &OriginArgs) -> Result<Origin, Failure> {
                 .map(|t| t.trim().to_owned())
                 .filter(|t| !t.is_empty()),
         };
-        return Ok(Origin::Hub(HubOrigin::new(origin, token)));
+        return Ok(Box::new(HubOrigin::new(origin, token)));
     }
-    Ok(Origin::Directory(DirOrigin::new(dir_path(origin)?)))
+    Ok(Box::new(DirOrigin::new(dir_path(origin)?)))
 }
 
 fn dir_path(origin: &str) -> Result<PathBuf, Failure> {
@@ -524,7 +400,7 @@ fn export_for_push(
 /// `snug sync push FILE --origin O`.
 fn push(
     file: &Path,
-    origin: &Origin,
+    origin: &dyn Origin,
     options: PushOptions,
     args: &SecretArgs,
     limits: &Limits,
@@ -534,12 +410,12 @@ fn push(
         include_secrets,
         plaintext_to_origin,
     } = options;
-    if include_secrets && !origin.secrets_allowed() {
+    if include_secrets && !origin.is_personal() {
         return Err(Failure::usage(
             "--include-secrets is for directory origins: a hub origin holds the secrets-stripped copy only (§11.3)",
         ));
     }
-    if plaintext_to_origin && !origin.secrets_allowed() {
+    if plaintext_to_origin && !origin.is_personal() {
         return Err(Failure::usage(
             "--plaintext-to-origin is for directory origins: a hub origin always holds the secrets-stripped plaintext (§11.3)",
         ));
@@ -558,14 +434,14 @@ fn push(
     // reseal (a new IV every time) is never mistaken for a change.
     let was_protected = sealed.is_some();
     let (image, protected) = match sealed {
-        Some(sealed) if origin.secrets_allowed() && !plaintext_to_origin => {
+        Some(sealed) if origin.is_personal() && !plaintext_to_origin => {
             let resealed =
                 snug_container::reseal_owned(&sealed.container, &sealed.file_key, image, limits)?;
             (resealed, true)
         }
         _ => (image, false),
     };
-    let plaintext_to_origin = was_protected && !protected && origin.secrets_allowed();
+    let plaintext_to_origin = was_protected && !protected && origin.is_personal();
     let plaintext_note = if plaintext_to_origin {
         "; sent in plaintext (--plaintext-to-origin): the copy at the origin is not protected"
     } else if protected {
@@ -589,13 +465,13 @@ fn push(
             json: json!({ "ok": true, "pushed": false, "reason": "UNCHANGED", "revision": state.last_pushed_revision }),
         });
     }
-    let remote = origin.head()?;
+    let remote = head(origin)?;
     let base = match &remote {
         None => None,
         Some(remote) if state.last_pushed_revision.as_deref() == Some(remote.revision.as_str()) => {
             Some(remote.revision.clone())
         }
-        Some(remote) if remote.sha256.as_deref() == Some(hash.as_str()) => {
+        Some(remote) if remote.sha256_hex() == hash => {
             // The origin already holds exactly these bytes (pushed from elsewhere, or a push whose
             // answer was lost): adopt its revision instead of writing it again.
             if !backup {
@@ -604,7 +480,7 @@ fn push(
             return Ok(Outcome {
                 text: format!(
                     "{} already holds this file as revision {}; nothing pushed",
-                    origin.describe_origin(),
+                    origin.name(),
                     remote.revision
                 ),
                 json: json!({ "ok": true, "pushed": false, "reason": "ALREADY_AT_ORIGIN", "revision": remote.revision }),
@@ -620,13 +496,16 @@ fn push(
                 });
             return Err(diverged(format!(
                 "{} moved to revision {} ({since}) and {} changed too; pull to get the origin's copy, or push --force to overwrite it",
-                origin.describe_origin(),
+                origin.name(),
                 remote.revision,
                 file.display()
             )));
         }
     };
-    match origin.push(&image, base.as_deref())? {
+    let pushed = origin
+        .push(&image, base.as_deref())
+        .map_err(|err| origin_failure(&origin.name(), &err))?;
+    match pushed {
         Pushed::Accepted { revision } => {
             let note = if backup {
                 "; it is the backup beside user.snug, so no push state was recorded for it"
@@ -638,7 +517,7 @@ fn push(
                 text: format!(
                     "Pushed {} to {} as revision {revision} ({} bytes){plaintext_note}{note}",
                     file.display(),
-                    origin.describe_origin(),
+                    origin.name(),
                     image.len()
                 ),
                 json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup, "protected": protected, "plaintextToOrigin": plaintext_to_origin }),
@@ -646,7 +525,7 @@ fn push(
         }
         Pushed::Conflict { current } => Err(diverged(format!(
             "{} changed while pushing (now {}); nothing was overwritten — pull, or push --force",
-            origin.describe_origin(),
+            origin.name(),
             current.as_deref().unwrap_or("no image")
         ))),
     }
@@ -666,13 +545,13 @@ fn save_state(file: &Path, revision: &str, hash: &str) -> Result<(), Failure> {
 /// pipeline, step by step, with a progress bar while the bytes arrive.
 fn pull(
     file: &Path,
-    origin: &Origin,
+    origin: &dyn Origin,
     selector: Selector,
     options: snug_restore::Options,
     args: &SecretArgs,
     limits: &Limits,
 ) -> Result<Outcome, Failure> {
-    let name = origin.describe_origin();
+    let name = origin.name();
     let fail = |err| restore_failure(&name, err);
     // A protected FILE is refused before the origin is asked anything, so the secret is asked
     // for only then, and the same secret opens a protected revision.
@@ -770,20 +649,19 @@ fn pull(
 fn origin_info(path: &str, init: bool) -> Result<Outcome, Failure> {
     let dir = DirOrigin::new(dir_path(path)?);
     if init {
-        std::fs::create_dir_all(&dir.dir).map_err(|e| Failure::io("create", &dir.dir, e))?;
-    } else if !dir.dir.is_dir() {
+        std::fs::create_dir_all(dir.dir()).map_err(|e| Failure::io("create", dir.dir(), e))?;
+    } else if !dir.dir().is_dir() {
         return Err(Failure::new(
             Exit::Other,
             "NO_ORIGIN",
             format!(
                 "{} is not a directory (pass --init to create it)",
-                dir.dir.display()
+                dir.dir().display()
             ),
         ));
     }
-    let path = dir.dir.clone();
-    let origin = Origin::Directory(dir);
-    match origin.head()? {
+    let path = dir.dir().to_owned();
+    match head(&dir)? {
         None => Ok(Outcome {
             text: format!("{}: a directory origin with no copy yet", path.display()),
             json: json!({ "ok": true, "kind": "directory", "path": path, "revision": null }),
@@ -793,502 +671,9 @@ fn origin_info(path: &str, init: bool) -> Result<Outcome, Failure> {
                 "{}: revision {} (sha256 {})",
                 path.display(),
                 remote.revision,
-                remote.sha256.as_deref().unwrap_or("?")
+                remote.sha256_hex()
             ),
-            json: json!({ "ok": true, "kind": "directory", "path": path, "revision": remote.revision, "sha256": remote.sha256 }),
+            json: json!({ "ok": true, "kind": "directory", "path": path, "revision": remote.revision, "sha256": remote.sha256_hex() }),
         }),
-    }
-}
-
-/// A hub origin over HTTP.
-struct HubOrigin {
-    /// `<base>/userdb`.
-    url: String,
-    token: Option<String>,
-    agent: ureq::Agent,
-}
-
-/// The JSON error codes of a hub that are passed on as this command's code (the same words as
-/// the hub's, so scripts need one vocabulary).
-const HUB_CODES: &[&str] = &[
-    "NOT_SQLITE",
-    "MALFORMED",
-    "NOT_A_USER_DATABASE",
-    "HOSTILE_SCHEMA",
-    "SCHEMA_TOO_NEW",
-    "CONTAINER_NOT_ACCEPTED",
-    "SECRETS_PRESENT",
-    "USERDB_TOO_LARGE",
-    "UNSUPPORTED_MEDIA_TYPE",
-    "PRECONDITION_REQUIRED",
-    "SERVICE_UNAVAILABLE",
-    "STORAGE_UNAVAILABLE",
-    "OVERLOADED",
-];
-
-/// Characters a path segment keeps as they are (RFC 3986 unreserved); everything else in a
-/// revision token is percent-encoded.
-fn path_segment(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-type Response = ureq::http::Response<ureq::Body>;
-
-impl HubOrigin {
-    fn new(origin: &str, token: Option<String>) -> Self {
-        let base = origin.trim_end_matches('/');
-        let url = if base.ends_with("/userdb") {
-            base.to_owned()
-        } else {
-            format!("{base}/userdb")
-        };
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            // Every status is an answer to interpret here, not an error.
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(10)))
-            .timeout_global(Some(Duration::from_secs(300)))
-            .build()
-            .into();
-        Self { url, token, agent }
-    }
-
-    /// The immutable address of one revision.
-    fn revision_url(&self, revision: &str) -> String {
-        format!("{}/revisions/{}", self.url, path_segment(revision))
-    }
-
-    fn authorize<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        match &self.token {
-            Some(token) => request.header("authorization", format!("Bearer {token}")),
-            None => request,
-        }
-    }
-
-    fn unreachable(err: ureq::Error) -> OriginError {
-        OriginError::Unreachable {
-            detail: err.to_string(),
-        }
-    }
-
-    /// Turns an unexpected answer into an origin error, keeping the hub's code where it is one
-    /// of ours.
-    fn refused(status: u16, body: &str) -> OriginError {
-        if status == 401 || status == 403 {
-            return OriginError::Unauthorized {
-                detail: format!("{status}; set SNUG_TOKEN or --token-file"),
-            };
-        }
-        let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
-        let code = parsed
-            .as_ref()
-            .and_then(|v| v["code"].as_str())
-            .unwrap_or("");
-        let message = parsed
-            .as_ref()
-            .and_then(|v| v["message"].as_str())
-            .unwrap_or(body);
-        let code = HUB_CODES
-            .iter()
-            .find(|c| **c == code)
-            .copied()
-            .unwrap_or("SYNC_HTTP");
-        OriginError::Other {
-            code,
-            detail: format!("answered {status}: {message}"),
-        }
-    }
-
-    fn refused_with_body(mut response: Response) -> OriginError {
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(64 * 1024)
-            .read_to_string()
-            .unwrap_or_default();
-        Self::refused(status, &body)
-    }
-
-    fn etag(response: &Response) -> Option<String> {
-        let value = response.headers().get("etag")?.to_str().ok()?.trim();
-        let value = value.strip_prefix("W/").unwrap_or(value);
-        Some(value.trim_matches('"').to_owned()).filter(|v| !v.is_empty())
-    }
-
-    fn header<'r>(response: &'r Response, name: &str) -> Option<&'r str> {
-        response.headers().get(name)?.to_str().ok().map(str::trim)
-    }
-
-    /// The SHA-256 from `Repr-Digest: sha-256=:<base64>:`.
-    fn digest(response: &Response) -> Option<[u8; 32]> {
-        let value = Self::header(response, "repr-digest")?;
-        let encoded = value
-            .split(',')
-            .map(str::trim)
-            .find_map(|item| item.strip_prefix("sha-256=:"))?
-            .strip_suffix(':')?;
-        base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()?
-            .try_into()
-            .ok()
-    }
-
-    /// Reads a revision's metadata from the headers of a `HEAD`: the ETag, `Content-Length`,
-    /// `Repr-Digest` and (from hubs that record it) `Snug-Storage-Version`.
-    fn snapshot(response: &Response) -> Result<SnapshotInfo, OriginError> {
-        let bad = |detail: &str| OriginError::BadResponse {
-            detail: detail.to_owned(),
-        };
-        let revision = Self::etag(response).ok_or_else(|| bad("an answer without an ETag"))?;
-        let size = Self::header(response, "content-length")
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or_else(|| bad("an answer without a Content-Length"))?;
-        let sha256 =
-            Self::digest(response).ok_or_else(|| bad("an answer without a sha-256 Repr-Digest"))?;
-        let storage_version = match Self::header(response, "snug-storage-version") {
-            None => None,
-            Some(value) => Some(
-                value
-                    .parse::<u32>()
-                    .map_err(|_| bad("a Snug-Storage-Version that is not a number"))?,
-            ),
-        };
-        Ok(SnapshotInfo {
-            revision,
-            sha256,
-            size,
-            storage_version,
-        })
-    }
-
-    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
-        let url = match which {
-            Selector::Current => self.url.clone(),
-            Selector::Revision(revision) => self.revision_url(revision),
-        };
-        let response = self
-            .authorize(self.agent.head(&url))
-            .call()
-            .map_err(Self::unreachable)?;
-        match (response.status().as_u16(), which) {
-            (200, _) => Self::snapshot(&response),
-            (404, Selector::Current) => Err(OriginError::Empty),
-            (404, Selector::Revision(revision)) => Err(OriginError::UnknownRevision {
-                revision: revision.clone(),
-            }),
-            // A HEAD answer has no body to read a code from.
-            (status, _) => Err(Self::refused(status, "")),
-        }
-    }
-
-    /// Downloads one revision from its immutable address, so the bytes are the revision that
-    /// was described even if the origin moves meanwhile.
-    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
-        let mut response = self
-            .authorize(self.agent.get(&self.revision_url(&snapshot.revision)))
-            .call()
-            .map_err(Self::unreachable)?;
-        if response.status().as_u16() == 404 {
-            // A hub without revision addresses (or one that reclaimed the revision since it was
-            // described): the current image is the same bytes only if it is still this revision.
-            response = self
-                .authorize(self.agent.get(&self.url))
-                .call()
-                .map_err(Self::unreachable)?;
-            match (response.status().as_u16(), Self::etag(&response)) {
-                (200, Some(current)) if current != snapshot.revision => {
-                    return Err(OriginError::Moved {
-                        revision: snapshot.revision.clone(),
-                        current,
-                    });
-                }
-                (404, _) => {
-                    return Err(OriginError::UnknownRevision {
-                        revision: snapshot.revision.clone(),
-                    });
-                }
-                _ => {}
-            }
-        }
-        if response.status().as_u16() != 200 {
-            return Err(Self::refused_with_body(response));
-        }
-        match Self::etag(&response) {
-            Some(etag) if etag == snapshot.revision => {}
-            Some(etag) => {
-                return Err(OriginError::BadResponse {
-                    detail: format!("revision {etag} when asked for {}", snapshot.revision),
-                });
-            }
-            None => {
-                return Err(OriginError::BadResponse {
-                    detail: "an image without an ETag".to_owned(),
-                });
-            }
-        }
-        let mut reader = response.body_mut().as_reader();
-        let mut buffer = vec![0u8; DOWNLOAD_BUFFER];
-        loop {
-            let n = match reader.read(&mut buffer) {
-                Ok(0) => return Ok(()),
-                Ok(n) => n,
-                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(err) => {
-                    return Err(OriginError::Interrupted {
-                        detail: err.to_string(),
-                    });
-                }
-            };
-            sink.write_all(&buffer[..n]).map_err(OriginError::Sink)?;
-        }
-    }
-
-    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError> {
-        let request = self
-            .authorize(self.agent.put(&self.url))
-            .header("content-type", "application/octet-stream");
-        let request = match base {
-            Some(base) => request.header("if-match", format!("\"{base}\"")),
-            None => request.header("if-none-match", "*"),
-        };
-        let mut response = request.send(bytes).map_err(Self::unreachable)?;
-        match response.status().as_u16() {
-            204 | 200 | 201 => {
-                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
-                    detail: "an accepted write without an ETag".to_owned(),
-                })?;
-                Ok(Pushed::Accepted { revision })
-            }
-            409 | 412 => {
-                let etag = Self::etag(&response);
-                let body = response.body_mut().read_to_string().unwrap_or_default();
-                let revision = serde_json::from_str::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v["revision"].as_str().map(str::to_owned));
-                Ok(Pushed::Conflict {
-                    current: etag.or(revision),
-                })
-            }
-            _ => Err(Self::refused_with_body(response)),
-        }
-    }
-}
-
-/// A personal origin in a plain directory: `user.snug` and `user.snug.rev`, compare-and-swap under
-/// an exclusive lock on `user.snug.lock`.
-///
-/// A push writes the image (atomically) and then the revision file (atomically); the revision file
-/// is the commit point and names the image's SHA-256 and size. A push interrupted between the two
-/// leaves an image that does not match its revision file: readers report that as
-/// `ORIGIN_INCONSISTENT` rather than trusting either, and the interrupted device's retry (same
-/// base) completes it. The storage version is not recorded: it is read from the image's header.
-struct DirOrigin {
-    dir: PathBuf,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct RevisionFile {
-    revision: String,
-    sha256: String,
-    size: u64,
-}
-
-fn dir_io(action: &str, path: &Path, err: &std::io::Error) -> OriginError {
-    OriginError::Other {
-        code: "IO",
-        detail: format!("cannot {action} {}: {err}", path.display()),
-    }
-}
-
-impl DirOrigin {
-    fn new(dir: PathBuf) -> Self {
-        Self { dir }
-    }
-
-    fn lock(&self, exclusive: bool) -> Result<File, OriginError> {
-        let path = self.dir.join(DIR_LOCK);
-        if !self.dir.is_dir() {
-            return Err(OriginError::Other {
-                code: "NO_ORIGIN",
-                detail: format!(
-                    "{} is not a directory (snug sync origin {} --init)",
-                    self.dir.display(),
-                    self.dir.display()
-                ),
-            });
-        }
-        let file = open_lock_file(&path).map_err(|e| dir_io("open", &path, &e))?;
-        let locked = if exclusive {
-            file.lock()
-        } else {
-            file.lock_shared()
-        };
-        locked.map_err(|e| dir_io("lock", &path, &e))?;
-        Ok(file)
-    }
-
-    fn current(&self) -> Result<Option<RevisionFile>, OriginError> {
-        let path = self.dir.join(DIR_REVISION);
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|_| OriginError::Inconsistent {
-                        detail: format!("{} is not a revision file", path.display()),
-                    })
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                if self.dir.join(DIR_IMAGE).exists() {
-                    return Err(OriginError::Inconsistent {
-                        detail: format!(
-                            "{} has {DIR_IMAGE} but no {DIR_REVISION}: a first push was interrupted; push again",
-                            self.dir.display()
-                        ),
-                    });
-                }
-                Ok(None)
-            }
-            Err(err) => Err(dir_io("read", &path, &err)),
-        }
-    }
-
-    fn torn(&self) -> OriginError {
-        OriginError::Inconsistent {
-            detail: format!(
-                "{} does not match {DIR_REVISION}: a push was interrupted; retry after it is repeated",
-                self.dir.join(DIR_IMAGE).display()
-            ),
-        }
-    }
-
-    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
-        let _lock = self.lock(false)?;
-        let rev = self.current()?.ok_or(OriginError::Empty)?;
-        if let Selector::Revision(asked) = which
-            && *asked != rev.revision
-        {
-            // A directory keeps only its current revision.
-            return Err(OriginError::UnknownRevision {
-                revision: asked.clone(),
-            });
-        }
-        let sha256 = hex::decode(&rev.sha256)
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| self.torn())?;
-        let path = self.dir.join(DIR_IMAGE);
-        let mut header = Vec::with_capacity(100);
-        File::open(&path)
-            .and_then(|f| f.take(100).read_to_end(&mut header))
-            .map_err(|e| dir_io("read", &path, &e))?;
-        let storage_version =
-            snug_restore::header_storage_version(&header).and_then(|v| u32::try_from(v).ok());
-        Ok(SnapshotInfo {
-            revision: rev.revision,
-            sha256,
-            size: rev.size,
-            storage_version,
-        })
-    }
-
-    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
-        let _lock = self.lock(false)?;
-        let rev = self.current()?.ok_or(OriginError::Empty)?;
-        if rev.revision != snapshot.revision {
-            return Err(OriginError::Moved {
-                revision: snapshot.revision.clone(),
-                current: rev.revision,
-            });
-        }
-        let path = self.dir.join(DIR_IMAGE);
-        let mut file = File::open(&path).map_err(|e| dir_io("read", &path, &e))?;
-        // Checked here, under the lock, so a torn origin is reported as what it is rather than as
-        // a corrupt download.
-        let len = file
-            .metadata()
-            .map_err(|e| dir_io("read", &path, &e))?
-            .len();
-        if len != rev.size {
-            return Err(self.torn());
-        }
-        let mut hasher = Sha256::new();
-        let mut buffer = vec![0u8; DOWNLOAD_BUFFER];
-        loop {
-            let n = file
-                .read(&mut buffer)
-                .map_err(|e| dir_io("read", &path, &e))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buffer[..n]);
-            sink.write_all(&buffer[..n]).map_err(OriginError::Sink)?;
-        }
-        if hex::encode(hasher.finalize()) != rev.sha256 {
-            return Err(self.torn());
-        }
-        Ok(())
-    }
-
-    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError> {
-        let _lock = self.lock(true)?;
-        let current = match self.current() {
-            Ok(current) => current,
-            // An interrupted first push left an image and no revision file: a first push may
-            // complete it.
-            Err(OriginError::Inconsistent { .. })
-                if base.is_none() && !self.dir.join(DIR_REVISION).exists() =>
-            {
-                None
-            }
-            Err(err) => return Err(err),
-        };
-        let matches = match (&current, base) {
-            (None, None) => true,
-            (Some(current), Some(base)) => current.revision == base,
-            _ => false,
-        };
-        if !matches {
-            return Ok(Pushed::Conflict {
-                current: current.map(|c| c.revision),
-            });
-        }
-        let count = current
-            .as_ref()
-            .and_then(|c| {
-                c.revision
-                    .strip_prefix('r')?
-                    .split('-')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .unwrap_or(0);
-        let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|_| OriginError::Other {
-            code: "ENTROPY_UNAVAILABLE",
-            detail: "the system random number generator failed".to_owned(),
-        })?;
-        let revision = format!("r{}-{}", count + 1, hex::encode(random));
-        let image_path = self.dir.join(DIR_IMAGE);
-        snug_files::write_atomically(&image_path, bytes)
-            .map_err(|e| dir_io("write", &image_path, &e))?;
-        let record = RevisionFile {
-            revision: revision.clone(),
-            sha256: sha256_hex(bytes),
-            size: bytes.len() as u64,
-        };
-        let record = serde_json::to_vec_pretty(&record).unwrap_or_default();
-        let rev_path = self.dir.join(DIR_REVISION);
-        snug_files::write_atomically(&rev_path, &record)
-            .map_err(|e| dir_io("write", &rev_path, &e))?;
-        Ok(Pushed::Accepted { revision })
     }
 }

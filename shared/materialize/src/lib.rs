@@ -16,7 +16,6 @@
 //!   bound a result is truncated and flagged by default ([`Overflow::Truncate`]); the
 //!   reference's error is [`Overflow::Fail`].
 //! - [`list_apps_tables`]: every app's token, `uses_db` and at-rest tables.
-//! - [`push_state`]: the `SNUGSYNC1` push-state sidecar beside the user file.
 //!
 //! The token and name rules are `snug-schema`'s ([`snug_schema::app_data_token`],
 //! [`snug_schema::is_valid_app_object_name`]); [`AppNamespace`] pairs a namespace with its token.
@@ -35,9 +34,9 @@
 //!
 //! What this crate deliberately does not do:
 //! - No gRPC, sockets or CLI: the `snug.materialize.v1` service and `snug app …` wrap it.
-//! - No file I/O besides the push-state sidecar: user databases come in as
-//!   [`snug_schema::UserDb`] and runtimes as bytes or [`AppDatabase`]s; callers write outputs.
-//! - No sync loop: [`push_state`] only stores what the loop decides.
+//! - No file I/O: user databases come in as [`snug_schema::UserDb`] and runtimes as bytes or
+//!   [`AppDatabase`]s; callers write outputs.
+//! - No sync state: the push-state sidecar is `snug-restore`'s (`snug_restore::push_state`).
 //! - No concurrency control beyond SQLite's locks: a runtime materialized twice and persisted
 //!   twice is last-writer-wins per table, as in the reference.
 //!
@@ -63,7 +62,6 @@
 //! whose shape or content differ are rewritten.
 //! `apply_ddl` runs statements atomically and appends them to `snug_app_migrations` with
 //! consecutive sequence numbers; `execute` runs app SQL with typed, bounded results; writes persist.
-//! The `push_state` module keeps the last pushed revision in a `SNUGSYNC1` sidecar beside the file.
 //! **Architecture Invariant:** names are validated against `^[A-Za-z][A-Za-z0-9_]{0,40}$` (no
 //! `snug_`/`sqlite_`/`app_` prefix in any case, `snug_kv` exempt) before any interpolation; a
 //! runtime that breaks the rule is refused whole before the user database is touched (fail closed:
@@ -75,7 +73,7 @@
 //! allowlist, `load_extension`, transaction control, virtual tables and any database but `main`/
 //! `temp`; each statement has a virtual-machine step budget; stored DDL is replayed under a
 //! stricter replay-only mode that may only create the registered objects.
-//! No gRPC, no files (except the push-state sidecar), no sync loop.
+//! No gRPC, no files, no sync loop.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -87,7 +85,6 @@ mod list;
 mod materialize;
 mod namespace;
 mod persist;
-pub mod push_state;
 mod run;
 mod runtime;
 mod sandbox;

@@ -17,7 +17,6 @@ use std::{
 
 use sha2::{Digest as _, Sha256};
 use snug_files::{TempSibling, sync_parent_dir};
-use snug_materialize::push_state::{PushState, sidecar_location};
 use snug_schema::{
     Clock, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION, Standing, UserDb,
 };
@@ -27,6 +26,7 @@ use crate::{
     error::RestoreError,
     gate,
     origin::{Origin, OriginError, Selector, SnapshotInfo, header_storage_version},
+    push_state::{PushState, sidecar_location},
 };
 
 /// How a restore treats the destination.

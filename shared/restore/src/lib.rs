@@ -1,9 +1,11 @@
 //! Device bootstrap and restore from a sync origin (issue #8), the Coven way: a device that joins
 //! or restores installs one verified revision of the user's file instead of replaying anything.
 //!
-//! The origin is a trait the caller implements ([`Origin`]: describe a revision, then stream its
-//! bytes); this crate has no sockets, no HTTP and no gRPC. The CLI implements it for a hub over
-//! HTTP and for a directory origin; another hub implements it over whatever it talks.
+//! The origin is one trait ([`Origin`]: describe a revision, stream its bytes, push a new one
+//! with compare-and-swap) with two implementations here, so any program syncs a file as the
+//! `snug` CLI does: [`HubOrigin`], a hub's `/userdb` over HTTP (the default `hub` feature, the
+//! crate's only network code; no gRPC), and [`DirOrigin`], a personal origin in a directory.
+//! Another hub implements the trait over whatever it talks.
 //!
 //! The pipeline, each step refusing with a typed [`RestoreError`] and a stable
 //! [`reason`](RestoreError::reason):
@@ -27,20 +29,27 @@
 //! Any failure removes the temporary file and leaves the destination and its sidecar
 //! byte-identical. [`restore`] runs the three steps in one call.
 //!
-//! What this crate deliberately does not do: talk to a network, merge two histories (a
-//! divergence is surfaced, and `force` is the explicit last-writer-wins), push, or create the
-//! destination's directory.
+//! The sidecar is [`push_state`] (`<file>.sync.json`): the revision a file was last pushed or
+//! pulled as and the push gate's hash of it, beside the file and never in it; a client holds its
+//! [`SyncLock`](push_state::SyncLock) while it reads and writes the two.
+//!
+//! What this crate deliberately does not do: talk to a network outside [`HubOrigin`], merge two
+//! histories (a divergence is surfaced, and `force` is the explicit last-writer-wins), decide
+//! when to push (the client's command logic does, over [`Origin::push`] and [`push_state`]), or
+//! create the destination's directory.
 //!
 //! # Design notes
 //!
 //! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
 //!
 //! Device bootstrap and restore from a sync origin (issue #8), Coven's snapshot-install discipline
-//! where the snapshot is one revision of the user's file: a library other hubs call, with no sockets,
-//! HTTP or gRPC (tidy). The origin is a trait the caller implements, blocking:
+//! where the snapshot is one revision of the user's file: a library other hubs call, with no gRPC
+//! and HTTP only in the hub origin (tidy). The origin is one trait, blocking:
 //! `Origin::describe(&Selector) -> SnapshotInfo` (revision, SHA-256, size, storage version if known;
-//! `Selector` is `Current` or `Revision(token)`) and `Origin::download(&SnapshotInfo, &mut dyn Write)`.
-//! The CLI implements it for a hub (`HEAD` then `GET /userdb/revisions/{rev}`) and for a directory.
+//! `Selector` is `Current` or `Revision(token)`), `Origin::download(&SnapshotInfo, &mut dyn Write)`
+//! and `Origin::push(bytes, base) -> Pushed` (`Accepted` or `Conflict`).
+//! `HubOrigin` (`origin/hub.rs`: `HEAD`, then `GET /userdb/revisions/{rev}`; `PUT` with `If-Match`)
+//! and `DirOrigin` (`origin/dir.rs`) implement it.
 //! Three single-use steps, each consuming the last (`prepare` → `Prepared::download` →
 //! `Downloaded::install`; `restore` runs all three), every refusal a typed `RestoreError` with a
 //! stable `reason()`:
@@ -85,7 +94,9 @@
 mod error;
 mod gate;
 mod install;
+mod lock;
 mod origin;
+pub mod push_state;
 
 pub use error::{GateError, RestoreError};
 pub use gate::{PushImage, content_hash, push_image};
@@ -93,4 +104,8 @@ pub use install::{
     Downloaded, Installed, Options, Plan, Prepared, Progress, Restored, Unlock, UpToDate, prepare,
     prepare_unlocking, restore,
 };
-pub use origin::{Origin, OriginError, Selector, SnapshotInfo, header_storage_version};
+pub use origin::{
+    DirOrigin, Origin, OriginError, Pushed, Selector, SnapshotInfo, header_storage_version,
+};
+#[cfg(feature = "hub")]
+pub use origin::{HUB_CODES, HubOrigin};

@@ -1,9 +1,23 @@
-//! The origin side of a restore: the trait a caller implements so the pipeline can ask what a
-//! revision is before it downloads a byte of it, and then fetch exactly that revision.
+//! The origin contract: the one trait ([`Origin`]) through which a client describes a revision
+//! before it downloads a byte of it, fetches exactly that revision, and pushes a new one with
+//! compare-and-swap on the revision it replaces; and its two implementations, a hub over HTTP
+//! ([`HubOrigin`], `hub.rs`, feature `hub`) and a personal origin in a directory ([`DirOrigin`],
+//! `dir.rs`). The install pipeline uses describe and download; a sync client pushes.
 
 use std::io::Write;
 
 use snug_schema::SQLITE_MAGIC;
+
+mod dir;
+#[cfg(feature = "hub")]
+mod hub;
+
+pub use dir::DirOrigin;
+#[cfg(feature = "hub")]
+pub use hub::{HUB_CODES, HubOrigin};
+
+/// How much of a download is read at a time.
+const DOWNLOAD_BUFFER: usize = 256 * 1024;
 
 /// Which revision of the user's file to install.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,9 +62,38 @@ impl SnapshotInfo {
     }
 }
 
-/// A sync origin as the install pipeline sees it: a hub over HTTP, a directory, anything that can
-/// describe a revision and stream its bytes. Implementations may block.
+/// What a push did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// The origin took the bytes as its new current revision.
+    Accepted {
+        /// The new revision's token.
+        revision: String,
+    },
+    /// The origin's revision was not the base: somebody else wrote first. Nothing was written.
+    Conflict {
+        /// The origin's current revision, when it says (`None`: it holds no copy).
+        current: Option<String>,
+    },
+}
+
+/// A sync origin (the reference's SyncProvider contract): a hub over HTTP, a directory, anything
+/// that can describe a revision, stream its bytes, and take a new one with compare-and-swap.
+/// Implementations may block.
 pub trait Origin {
+    /// Returns how messages name this origin (a hub's URL, a directory's path).
+    fn name(&self) -> String {
+        "the origin".to_owned()
+    }
+
+    /// Returns whether this is a personal origin (the user's own storage, such as a directory),
+    /// which may hold a protected copy and, on request, the credentials; a hub holds only the
+    /// secrets-stripped plaintext (§11.3). The default is a hub's answer, which never sends more
+    /// than a hub may hold.
+    fn is_personal(&self) -> bool {
+        false
+    }
+
     /// Says what `which` names, without downloading it: the origin's current revision, or a
     /// retained one by token.
     fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError>;
@@ -62,9 +105,23 @@ pub trait Origin {
     /// the length and SHA-256 either way. A write to `sink` fails once more bytes arrive than
     /// the snapshot declared; return that error (as [`OriginError::Sink`]) without retrying.
     fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError>;
+
+    /// Offers `bytes` as the origin's new current revision, if its current one is still `base`
+    /// (`None`: if it holds no copy yet). A lost race is [`Pushed::Conflict`], not an error, and
+    /// writes nothing.
+    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError>;
+
+    /// Returns the origin's current revision, or `None` when it holds no copy yet.
+    fn head(&self) -> Result<Option<SnapshotInfo>, OriginError> {
+        match self.describe(&Selector::Current) {
+            Ok(info) => Ok(Some(info)),
+            Err(OriginError::Empty) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
 }
 
-/// Why an origin could not describe or deliver a revision.
+/// Why an origin could not describe, deliver or take a revision.
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
     /// The origin holds no copy yet (nothing was ever pushed).

@@ -8,7 +8,7 @@ use std::{io::Write, path::Path, sync::Arc};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use snug_container::{Limits, Passphrase, RecoveryKey, Secrets};
-use snug_restore::{Options, Origin, OriginError, Plan, Selector, SnapshotInfo, prepare};
+use snug_restore::{Options, Origin, OriginError, Plan, Pushed, Selector, SnapshotInfo, prepare};
 use snug_schema::{Clock, SteppingClock, UserDb};
 
 fn clock() -> Arc<dyn Clock> {
@@ -47,6 +47,14 @@ impl Origin for OneRevision {
 
     fn download(&self, _: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
         sink.write_all(&self.bytes).map_err(OriginError::Sink)
+    }
+
+    // The pipeline only pulls.
+    fn push(&self, _: &[u8], _: Option<&str>) -> Result<Pushed, OriginError> {
+        Err(OriginError::Other {
+            code: "READ_ONLY",
+            detail: "a test origin takes no pushes".to_owned(),
+        })
     }
 }
 

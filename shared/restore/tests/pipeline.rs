@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use snug_restore::{
-    Options, Origin, OriginError, Plan, RestoreError, Restored, Selector, SnapshotInfo,
+    Options, Origin, OriginError, Plan, Pushed, RestoreError, Restored, Selector, SnapshotInfo,
     content_hash, prepare, push_image, restore,
 };
 use snug_schema::{Clock, ExportOptions, SteppingClock, UserDb};
@@ -81,7 +81,8 @@ impl FakeOrigin {
         }
     }
 
-    fn push(&mut self, revision: &str, bytes: Vec<u8>) {
+    /// Makes `bytes` the current revision, as another device's push would.
+    fn add_revision(&mut self, revision: &str, bytes: Vec<u8>) {
         self.revisions
             .push((info(revision, &bytes, Some(6)), bytes));
     }
@@ -142,6 +143,14 @@ impl Origin for FakeOrigin {
             sink.write_all(piece).map_err(OriginError::Sink)?;
         }
         Ok(())
+    }
+
+    // The pipeline only pulls.
+    fn push(&self, _: &[u8], _: Option<&str>) -> Result<Pushed, OriginError> {
+        Err(OriginError::Other {
+            code: "READ_ONLY",
+            detail: "a test origin takes no pushes".to_owned(),
+        })
     }
 }
 
@@ -319,7 +328,7 @@ fn a_new_device_bootstraps_with_one_download_and_is_bound_to_the_revision() {
 fn a_pull_keeps_local_secrets_and_re_arms_endpoint_confirmation() {
     let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
     let (dir, dest) = synced_device(&origin);
-    origin.push("r2-bb", image("dark"));
+    origin.add_revision("r2-bb", image("dark"));
     let done = installed(run(&origin, &dest, &Selector::Current, Options::default()));
     assert_eq!(
         (
@@ -354,7 +363,7 @@ fn a_pull_keeps_local_secrets_and_re_arms_endpoint_confirmation() {
 fn corrupted_bytes_are_refused_and_change_nothing() {
     let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
     let (dir, dest) = synced_device(&origin);
-    origin.push("r2-bb", image("dark"));
+    origin.add_revision("r2-bb", image("dark"));
     origin.fault = Fault::Corrupt(5000);
     assert_untouched(dir.path(), "DIGEST_MISMATCH", || {
         run(&origin, &dest, &Selector::Current, Options::default())
@@ -426,7 +435,7 @@ fn an_undeclared_newer_revision_is_refused_on_its_header() {
 fn a_destination_changed_between_prepare_and_install_is_not_replaced() {
     let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
     let (dir, dest) = synced_device(&origin);
-    origin.push("r2-bb", image("dark"));
+    origin.add_revision("r2-bb", image("dark"));
     let prepare_now = || match prepare(
         &origin,
         &dest,
@@ -506,7 +515,7 @@ fn a_destination_changed_between_prepare_and_install_is_not_replaced() {
 fn a_download_killed_midway_leaves_no_partial_file() {
     let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
     let (dir, dest) = synced_device(&origin);
-    origin.push("r2-bb", image("dark"));
+    origin.add_revision("r2-bb", image("dark"));
     origin.fault = Fault::KillAfter(10_000);
     assert_untouched(dir.path(), "DOWNLOAD_INTERRUPTED", || {
         run(&origin, &dest, &Selector::Current, Options::default())
@@ -669,7 +678,7 @@ fn unpushed_changes_are_never_clobbered_without_force() {
         Restored::UpToDate(up) => assert!(up.local_changes),
         other => panic!("{other:?}"),
     }
-    origin.push("r2-bb", image("dark"));
+    origin.add_revision("r2-bb", image("dark"));
     let downloads = origin.downloads.get();
     assert_untouched(dir.path(), "DIVERGED", || {
         run(&origin, &dest, &Selector::Current, Options::default())
@@ -715,7 +724,7 @@ fn unpushed_changes_are_never_clobbered_without_force() {
 fn a_named_revision_from_history_is_installed() {
     let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
     let (_dir, dest) = synced_device(&origin);
-    origin.push("r2-bb", image("dark"));
+    origin.add_revision("r2-bb", image("dark"));
     installed(run(&origin, &dest, &Selector::Current, Options::default()));
     let done = installed(run(
         &origin,
@@ -838,7 +847,7 @@ proptest! {
         let bytes = snug_schema::export_bytes(&mut db, ExportOptions::default()).expect("export").0;
         let mut origin = FakeOrigin::with(&[("r1-aa", image("base"))]);
         let (dir, dest) = synced_device(&origin);
-        origin.push("r2-bb", bytes);
+        origin.add_revision("r2-bb", bytes);
         let done = installed(run(&origin, &dest, &Selector::Current, Options::default()));
         let (pulled, _) = UserDb::open_path(&dest, clock()).expect("open");
         for (key, value) in &settings {
@@ -855,7 +864,7 @@ proptest! {
     fn any_flipped_byte_is_caught(at in 0usize..200_000) {
         let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
         let (dir, dest) = synced_device(&origin);
-        origin.push("r2-bb", image("dark"));
+        origin.add_revision("r2-bb", image("dark"));
         origin.fault = Fault::Corrupt(at);
         let before = listing(dir.path());
         let err = run(&origin, &dest, &Selector::Current, Options::default()).expect_err("corrupt");

@@ -1,7 +1,6 @@
 //! Tests that every reason is a stable, well-formed machine string.
 
 use crate::error::{ListError, LoadError, MaterializeError, PersistError, StatementProblem};
-use crate::push_state::PushStateError;
 use crate::sandbox::Forbidden;
 use crate::scan::Refusal;
 use crate::schema_json::{ObjectKind, SchemaJsonProblem};
@@ -94,12 +93,6 @@ fn reasons_are_upper_snake_and_short() {
         .reason(),
         LoadError::Sqlite(sqlite()).reason(),
         ListError::Sqlite(sqlite()).reason(),
-        PushStateError::Io {
-            path: "p".into(),
-            source: std::io::Error::other("x"),
-        }
-        .reason(),
-        PushStateError::LegacyBackup { path: "p".into() }.reason(),
     ]);
     for reason in reasons {
         assert!(

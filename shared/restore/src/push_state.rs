@@ -14,7 +14,10 @@
 //! that legacy sidecar is the lineage `user.snug` continues, so the backup has no push state at
 //! all; it reads as never pushed and none is ever saved for it.
 
-use std::path::{Path, PathBuf};
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+};
 
 use serde::{Deserialize, Serialize};
 use snug_files::write_atomically;
@@ -22,6 +25,8 @@ use snug_schema::{
     LEGACY_USER_FILE, LEGACY_USER_FILE_EXTENSION, SYNC_SIDECAR_SUFFIX, Standing, USER_FILE,
     UserFile, resolve_derived, resolve_given,
 };
+
+use crate::lock::open_lock_file;
 
 /// The sidecar's leading bytes.
 pub const SYNC_MAGIC: &[u8] = b"SNUGSYNC1\n";
@@ -170,10 +175,10 @@ fn own_sidecar_location(user_file: &Path) -> UserFile {
 }
 
 /// Returns the path of the lock a sync client holds while it reads and writes the sidecar of
-/// `user_file`: the sidecar's canonical name with `.lock` for `.json` (`notes.snug.sync.lock`),
-/// so every name of one user file, a legacy one being adopted too, shares one lock. A legacy
-/// backup is a file of its own and has its own (`user.sqlite.sync.lock`). Taking it is the
-/// caller's business; this crate only names it.
+/// `user_file` ([`SyncLock`]): the sidecar's canonical name with `.lock` for `.json`
+/// (`notes.snug.sync.lock`), so every name of one user file, a legacy one being adopted too,
+/// shares one lock. A legacy backup is a file of its own and has its own
+/// (`user.sqlite.sync.lock`).
 pub fn lock_location(user_file: &Path) -> PathBuf {
     match sidecar_location(user_file) {
         Some(sidecar) => sidecar.write.with_extension("lock"),
@@ -212,6 +217,110 @@ pub fn save(user_file: &Path, state: &PushState) -> Result<PathBuf, PushStateErr
         source,
     })?;
     Ok(path)
+}
+
+/// The sync lock of one user file ([`lock_location`]), held exclusively while a client reads and
+/// writes the file and its sidecar (two at once could leave one's file bound to the other's
+/// revision), and removed when dropped, so a refused command leaves nothing behind.
+///
+/// A process that dies holding it releases it with its descriptors; the file it leaves is taken
+/// over by the next client.
+#[derive(Debug)]
+pub struct SyncLock {
+    file: File,
+    path: PathBuf,
+}
+
+/// Why the sync lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncLockError {
+    /// Another client holds it. Nothing was done.
+    #[error("{} is held by another sync", path.display())]
+    Busy {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The lock file could not be opened or locked.
+    #[error("cannot {action} {}", path.display())]
+    Io {
+        /// `open` or `lock`.
+        action: &'static str,
+        /// The lock file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SyncLockError {
+    /// Returns the stable machine reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SyncLockError::Busy { .. } => "SYNC_IN_PROGRESS",
+            SyncLockError::Io { .. } => "IO",
+        }
+    }
+}
+
+impl SyncLock {
+    /// Takes the sync lock of `user_file`, or refuses at once ([`SyncLockError::Busy`]) when
+    /// another client holds it; it never waits.
+    pub fn try_acquire(user_file: &Path) -> Result<SyncLock, SyncLockError> {
+        let path = lock_location(user_file);
+        let io = |action, path: &Path| {
+            let path = path.to_owned();
+            move |source| SyncLockError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        loop {
+            let file = open_lock_file(&path).map_err(io("open", &path))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(SyncLockError::Busy { path });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &path)(e)),
+            }
+            // The holder before us removes the file before it lets go: if we locked a file that
+            // is no longer at `path`, someone may already hold the one that is; open again.
+            if names_same_file(&file, &path) {
+                return Ok(SyncLock { file, path });
+            }
+        }
+    }
+
+    /// Returns the lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(unix)]
+fn names_same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn names_same_file(_: &File, _: &Path) -> bool {
+    true
+}
+
+impl Drop for SyncLock {
+    fn drop(&mut self) {
+        // Removed while still locked, so whoever opened it meanwhile sees it gone (above).
+        if cfg!(unix) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        let _ = self.file.unlock();
+    }
 }
 
 #[cfg(test)]

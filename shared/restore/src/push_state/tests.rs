@@ -5,12 +5,44 @@
 
 use expect_test::{Expect, expect};
 
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+use snug_schema::{SteppingClock, UserDb};
+
 use super::*;
-use crate::test_support::{sample_file, sha256_file};
+
+/// A new user database at `dir/user.snug`, open in place.
+fn sample_file(dir: &Path) -> (UserDb, PathBuf) {
+    let clock = Arc::new(SteppingClock::frozen_at_unix_ms(1_767_225_600_000));
+    let path = dir.join("user.snug");
+    let bytes = UserDb::create_in_memory(clock.clone())
+        .unwrap()
+        .0
+        .to_bytes()
+        .unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    (UserDb::open_path(&path, clock).unwrap().0, path)
+}
+
+/// Hex SHA-256 of a file.
+fn sha256_file(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+}
 
 #[track_caller]
 fn check(bytes: &[u8], expect: Expect) {
     expect.assert_debug_eq(&PushState::decode(bytes));
+}
+
+#[test]
+fn reasons_are_stable_words() {
+    let io = PushStateError::Io {
+        path: "p".into(),
+        source: std::io::Error::other("x"),
+    };
+    let backup = PushStateError::LegacyBackup { path: "p".into() };
+    assert_eq!([io.reason(), backup.reason()], ["IO", "LEGACY_BACKUP"]);
 }
 
 #[test]
@@ -242,4 +274,26 @@ fn saving_never_changes_the_image() {
     )
     .unwrap();
     assert!(load(&path).unwrap().is_empty());
+}
+
+#[test]
+fn the_sync_lock_is_exclusive_per_user_file_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let canonical = dir.path().join("user.snug");
+    let held = SyncLock::try_acquire(&canonical).unwrap();
+    assert_eq!(held.path(), dir.path().join("user.snug.sync.lock"));
+    // Every name of one user file is one lock.
+    let err = SyncLock::try_acquire(&dir.path().join("user.sqlite")).unwrap_err();
+    assert_eq!(err.reason(), "SYNC_IN_PROGRESS");
+    assert!(matches!(err, SyncLockError::Busy { path } if path == held.path()));
+    let other = SyncLock::try_acquire(&dir.path().join("notes.snug")).unwrap();
+    drop((held, other));
+    let left = || std::fs::read_dir(dir.path()).unwrap().count();
+    // Elsewhere the lock file is left behind, since removing a held file is not portable.
+    if cfg!(unix) {
+        assert_eq!(left(), 0, "a released lock removes its file");
+    }
+    let again = SyncLock::try_acquire(&canonical).unwrap();
+    assert!(left() >= 1);
+    drop(again);
 }

@@ -1,0 +1,322 @@
+//! The hub origin: a Snug hub's `/userdb` over HTTP (spec §9.3), blocking, through `ureq` with
+//! rustls (behind this crate's default `hub` feature; without it the crate opens no sockets).
+//!
+//! `describe` is a `HEAD /userdb` (or `HEAD /userdb/revisions/{rev}` for a retained revision): the
+//! revision is the strong ETag, with `Content-Length`, `Repr-Digest: sha-256=:…:` and, from hubs
+//! that record it, `Snug-Storage-Version`. `download` reads the immutable
+//! `GET /userdb/revisions/{rev}`, so the bytes are the revision described even if the hub moves
+//! meanwhile; a hub without that route (or one that reclaimed the revision) falls back to
+//! `GET /userdb`, accepted only while its ETag is still the revision (else `ORIGIN_MOVED`).
+//! `push` is a `PUT /userdb` with revision compare-and-swap: `If-Match: "<base>"`, or
+//! `If-None-Match: *` for a first push; a 409 or 412 is a [`Pushed::Conflict`] naming the hub's
+//! current revision. What is pushed to a hub is always the secrets-stripped plain export, never a
+//! container (§11.3): a hub is not a personal origin.
+//!
+//! Any other answer is an [`OriginError`]: 401/403 `SYNC_AUTH`, a transport failure
+//! `SYNC_NETWORK`, and otherwise the hub's own JSON `code` where it is one of [`HUB_CODES`] (so a
+//! client speaks one vocabulary with the hub), else `SYNC_HTTP`.
+
+use std::{
+    io::{Read as _, Write},
+    time::Duration,
+};
+
+use base64::Engine as _;
+
+use super::{DOWNLOAD_BUFFER, Origin, OriginError, Pushed, Selector, SnapshotInfo};
+
+/// A hub origin over HTTP: `<base>/userdb` with an optional bearer token.
+#[derive(Debug)]
+pub struct HubOrigin {
+    /// `<base>/userdb`.
+    url: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// The JSON error codes of a hub that an [`OriginError::Other`] passes on as its code (the same
+/// words as the hub's, so scripts need one vocabulary).
+pub const HUB_CODES: &[&str] = &[
+    "NOT_SQLITE",
+    "MALFORMED",
+    "NOT_A_USER_DATABASE",
+    "HOSTILE_SCHEMA",
+    "SCHEMA_TOO_NEW",
+    "CONTAINER_NOT_ACCEPTED",
+    "SECRETS_PRESENT",
+    "USERDB_TOO_LARGE",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "PRECONDITION_REQUIRED",
+    "SERVICE_UNAVAILABLE",
+    "STORAGE_UNAVAILABLE",
+    "OVERLOADED",
+];
+
+/// Characters a path segment keeps as they are (RFC 3986 unreserved); everything else in a
+/// revision token is percent-encoded.
+fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+type Response = ureq::http::Response<ureq::Body>;
+
+impl HubOrigin {
+    /// Returns the origin of the hub at `origin` (its base URL, or its `/userdb` URL), sending
+    /// `token` as a bearer token when there is one. Nothing is sent until the first call.
+    pub fn new(origin: &str, token: Option<String>) -> Self {
+        let base = origin.trim_end_matches('/');
+        let url = if base.ends_with("/userdb") {
+            base.to_owned()
+        } else {
+            format!("{base}/userdb")
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            // Every status is an answer to interpret here, not an error.
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(10)))
+            .timeout_global(Some(Duration::from_secs(300)))
+            .build()
+            .into();
+        Self { url, token, agent }
+    }
+
+    /// The immutable address of one revision.
+    fn revision_url(&self, revision: &str) -> String {
+        format!("{}/revisions/{}", self.url, path_segment(revision))
+    }
+
+    fn authorize<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(token) => request.header("authorization", format!("Bearer {token}")),
+            None => request,
+        }
+    }
+
+    fn unreachable(err: ureq::Error) -> OriginError {
+        OriginError::Unreachable {
+            detail: err.to_string(),
+        }
+    }
+
+    /// Turns an unexpected answer into an origin error, keeping the hub's code where it is one
+    /// of ours.
+    fn refused(status: u16, body: &str) -> OriginError {
+        if status == 401 || status == 403 {
+            return OriginError::Unauthorized {
+                detail: status.to_string(),
+            };
+        }
+        let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+        let code = parsed
+            .as_ref()
+            .and_then(|v| v["code"].as_str())
+            .unwrap_or("");
+        let message = parsed
+            .as_ref()
+            .and_then(|v| v["message"].as_str())
+            .unwrap_or(body);
+        let code = HUB_CODES
+            .iter()
+            .find(|c| **c == code)
+            .copied()
+            .unwrap_or("SYNC_HTTP");
+        OriginError::Other {
+            code,
+            detail: format!("answered {status}: {message}"),
+        }
+    }
+
+    fn refused_with_body(mut response: Response) -> OriginError {
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .unwrap_or_default();
+        Self::refused(status, &body)
+    }
+
+    fn etag(response: &Response) -> Option<String> {
+        let value = response.headers().get("etag")?.to_str().ok()?.trim();
+        let value = value.strip_prefix("W/").unwrap_or(value);
+        Some(value.trim_matches('"').to_owned()).filter(|v| !v.is_empty())
+    }
+
+    fn header<'r>(response: &'r Response, name: &str) -> Option<&'r str> {
+        response.headers().get(name)?.to_str().ok().map(str::trim)
+    }
+
+    /// The SHA-256 from `Repr-Digest: sha-256=:<base64>:`.
+    fn digest(response: &Response) -> Option<[u8; 32]> {
+        let value = Self::header(response, "repr-digest")?;
+        let encoded = value
+            .split(',')
+            .map(str::trim)
+            .find_map(|item| item.strip_prefix("sha-256=:"))?
+            .strip_suffix(':')?;
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?
+            .try_into()
+            .ok()
+    }
+
+    /// Reads a revision's metadata from the headers of a `HEAD`: the ETag, `Content-Length`,
+    /// `Repr-Digest` and (from hubs that record it) `Snug-Storage-Version`.
+    fn snapshot(response: &Response) -> Result<SnapshotInfo, OriginError> {
+        let bad = |detail: &str| OriginError::BadResponse {
+            detail: detail.to_owned(),
+        };
+        let revision = Self::etag(response).ok_or_else(|| bad("an answer without an ETag"))?;
+        let size = Self::header(response, "content-length")
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| bad("an answer without a Content-Length"))?;
+        let sha256 =
+            Self::digest(response).ok_or_else(|| bad("an answer without a sha-256 Repr-Digest"))?;
+        let storage_version = match Self::header(response, "snug-storage-version") {
+            None => None,
+            Some(value) => Some(
+                value
+                    .parse::<u32>()
+                    .map_err(|_| bad("a Snug-Storage-Version that is not a number"))?,
+            ),
+        };
+        Ok(SnapshotInfo {
+            revision,
+            sha256,
+            size,
+            storage_version,
+        })
+    }
+}
+
+impl Origin for HubOrigin {
+    /// Returns the hub's `/userdb` URL.
+    fn name(&self) -> String {
+        self.url.clone()
+    }
+
+    fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
+        let url = match which {
+            Selector::Current => self.url.clone(),
+            Selector::Revision(revision) => self.revision_url(revision),
+        };
+        let response = self
+            .authorize(self.agent.head(&url))
+            .call()
+            .map_err(Self::unreachable)?;
+        match (response.status().as_u16(), which) {
+            (200, _) => Self::snapshot(&response),
+            (404, Selector::Current) => Err(OriginError::Empty),
+            (404, Selector::Revision(revision)) => Err(OriginError::UnknownRevision {
+                revision: revision.clone(),
+            }),
+            // A HEAD answer has no body to read a code from.
+            (status, _) => Err(Self::refused(status, "")),
+        }
+    }
+
+    // One revision from its immutable address, so the bytes are the revision that was described
+    // even if the hub moves meanwhile.
+    fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
+        let mut response = self
+            .authorize(self.agent.get(&self.revision_url(&snapshot.revision)))
+            .call()
+            .map_err(Self::unreachable)?;
+        if response.status().as_u16() == 404 {
+            // A hub without revision addresses (or one that reclaimed the revision since it was
+            // described): the current image is the same bytes only if it is still this revision.
+            response = self
+                .authorize(self.agent.get(&self.url))
+                .call()
+                .map_err(Self::unreachable)?;
+            match (response.status().as_u16(), Self::etag(&response)) {
+                (200, Some(current)) if current != snapshot.revision => {
+                    return Err(OriginError::Moved {
+                        revision: snapshot.revision.clone(),
+                        current,
+                    });
+                }
+                (404, _) => {
+                    return Err(OriginError::UnknownRevision {
+                        revision: snapshot.revision.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        if response.status().as_u16() != 200 {
+            return Err(Self::refused_with_body(response));
+        }
+        match Self::etag(&response) {
+            Some(etag) if etag == snapshot.revision => {}
+            Some(etag) => {
+                return Err(OriginError::BadResponse {
+                    detail: format!("revision {etag} when asked for {}", snapshot.revision),
+                });
+            }
+            None => {
+                return Err(OriginError::BadResponse {
+                    detail: "an image without an ETag".to_owned(),
+                });
+            }
+        }
+        let mut reader = response.body_mut().as_reader();
+        let mut buffer = vec![0u8; DOWNLOAD_BUFFER];
+        loop {
+            let n = match reader.read(&mut buffer) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => {
+                    return Err(OriginError::Interrupted {
+                        detail: err.to_string(),
+                    });
+                }
+            };
+            sink.write_all(&buffer[..n]).map_err(OriginError::Sink)?;
+        }
+    }
+
+    // A first push (no base) may only create the image; any other names the revision it replaces.
+    fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError> {
+        let request = self
+            .authorize(self.agent.put(&self.url))
+            .header("content-type", "application/octet-stream");
+        let request = match base {
+            Some(base) => request.header("if-match", format!("\"{base}\"")),
+            None => request.header("if-none-match", "*"),
+        };
+        let mut response = request.send(bytes).map_err(Self::unreachable)?;
+        match response.status().as_u16() {
+            204 | 200 | 201 => {
+                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
+                    detail: "an accepted write without an ETag".to_owned(),
+                })?;
+                Ok(Pushed::Accepted { revision })
+            }
+            409 | 412 => {
+                let etag = Self::etag(&response);
+                let body = response.body_mut().read_to_string().unwrap_or_default();
+                let revision = serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["revision"].as_str().map(str::to_owned));
+                Ok(Pushed::Conflict {
+                    current: etag.or(revision),
+                })
+            }
+            _ => Err(Self::refused_with_body(response)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
