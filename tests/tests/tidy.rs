@@ -1,5 +1,5 @@
 //! Workspace invariants, checked as tests (rust-analyzer's tidy): the crate graph, file headers,
-//! the error-reason table and the size of ARCHITECTURE.md, and the environment-variable tables.
+//! the container reasons in the reference, the size of ARCHITECTURE.md, and the environment tables.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -235,15 +235,20 @@ fn every_rust_file_opens_with_a_doc_line() {
 }
 
 #[test]
-fn every_container_reason_is_documented_in_architecture_md() {
-    let architecture =
-        std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+fn every_container_reason_is_documented_in_the_reference() {
+    let reference =
+        std::fs::read_to_string(root().join("shared/reasons/REASONS.md")).expect("REASONS.md");
     let proto = std::fs::read_to_string(root().join("proto/snug/container/v1/container.proto"))
         .expect("proto");
+    let table = reference
+        .split("Container reasons (domain `snug.container`)")
+        .nth(1)
+        .expect("REASONS.md has the container table");
+    let table = table.split("\n#").next().unwrap_or(table);
     for reason in snug_container_service::reason::ALL {
         assert!(
-            architecture.contains(&format!("`{reason}`")),
-            "ARCHITECTURE.md lacks `{reason}`"
+            table.contains(&format!("| `{reason}` |")),
+            "REASONS.md's container table lacks `{reason}`"
         );
         assert!(proto.contains(reason), "container.proto lacks {reason}");
     }
@@ -360,5 +365,71 @@ fn architecture_md_stays_a_map() {
         architecture.len() <= 30 * 1024,
         "ARCHITECTURE.md is {} bytes, over 30 KiB: move mechanisms to module docs",
         architecture.len()
+    );
+}
+
+/// The modules of `crate_dir/src` (its top-level files but `lib.rs`) and which of them each one
+/// names outside its tests (`crate::module`, or `module` inside a `use crate::{…}` list).
+fn module_graph(crate_dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let dir = root().join(crate_dir).join("src");
+    let mut sources = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).expect("src") {
+        let path = entry.expect("entry").path();
+        let Some(name) = path.file_stem().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "main" {
+            let text = std::fs::read_to_string(&path).expect("read");
+            let code = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+            let code: String = code
+                .lines()
+                .map(|line| line.split("//").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            sources.insert(name.to_owned(), code);
+        }
+    }
+    let names: BTreeSet<String> = sources.keys().cloned().collect();
+    let mut graph = BTreeMap::new();
+    for (module, code) in &sources {
+        let mut uses = BTreeSet::new();
+        for other in &names {
+            let listed = code.split("use crate::{").skip(1).any(|rest| {
+                let list = rest.split("};").next().unwrap_or("");
+                list.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                    .any(|word| word == other)
+            });
+            if other != module && (code.contains(&format!("crate::{other}")) || listed) {
+                uses.insert(other.clone());
+            }
+        }
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+/// The gateway's modules form layers (error at the bottom, routes and observe on top): none
+/// imports another that imports it back, directly or through others.
+#[test]
+fn the_gateway_modules_import_each_other_without_a_cycle() {
+    let graph = module_graph("services/gateway");
+    assert!(graph.contains_key("error") && graph.contains_key("routes"));
+    fn reaches(
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        from: &str,
+        to: &str,
+        seen: &mut BTreeSet<String>,
+    ) -> bool {
+        graph[from]
+            .iter()
+            .any(|next| next == to || (seen.insert(next.clone()) && reaches(graph, next, to, seen)))
+    }
+    let cycles: Vec<&String> = graph
+        .keys()
+        .filter(|module| reaches(&graph, module, module, &mut BTreeSet::new()))
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "modules on an import cycle: {cycles:?} in {graph:#?}"
     );
 }

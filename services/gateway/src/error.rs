@@ -239,12 +239,16 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status, headers, Json(body)).into_response();
         // For the metrics and the request span (observe.rs), which never parse bodies.
-        response
-            .extensions_mut()
-            .insert(crate::observe::ErrorCode(self.code));
+        response.extensions_mut().insert(ErrorCode(self.code));
         response
     }
 }
+
+/// The error `code` of a response an [`ApiError`] produced, left on the response for the
+/// metrics and the request span (`observe.rs`), which never parse bodies. It lives here, not in
+/// `observe.rs`, so the error table depends on nothing that depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode(pub &'static str);
 
 #[cfg(test)]
 mod tests {

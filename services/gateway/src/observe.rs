@@ -22,11 +22,7 @@ use snug_rpc::{
     telemetry, trace_context,
 };
 
-use crate::routes;
-
-/// The error `code` of a response an `ApiError` produced, for the metrics and the span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ErrorCode(pub &'static str);
+use crate::{error::ErrorCode, routes};
 
 /// The label for a request no route matched.
 pub const UNMATCHED: &str = "unmatched";

@@ -856,16 +856,16 @@ async fn a_full_pool_refuses_as_overloaded() {
 }
 
 #[test]
-fn every_reason_is_documented_in_the_architecture_and_the_proto() {
+fn every_reason_is_documented_in_the_reference_and_the_proto() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let architecture =
-        std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let reference =
+        std::fs::read_to_string(root.join("shared/reasons/REASONS.md")).expect("REASONS.md");
     let proto = std::fs::read_to_string(root.join("proto/snug/materialize/v1/materialize.proto"))
         .expect("proto");
-    let section = architecture
+    let section = reference
         .split("Materialize reasons (domain `snug.materialize`)")
         .nth(1)
-        .expect("ARCHITECTURE.md has a materialize reason table");
+        .expect("REASONS.md has a materialize reason table");
     // The table: the first run of `|` lines after the heading.
     let table: String = section
         .lines()
@@ -882,7 +882,7 @@ fn every_reason_is_documented_in_the_architecture_and_the_proto() {
         );
         assert!(
             table.contains(&format!("| `{reason}` |")),
-            "{reason} missing from ARCHITECTURE.md"
+            "{reason} missing from REASONS.md"
         );
         assert!(
             proto.contains(&format!("// | {reason} ")),

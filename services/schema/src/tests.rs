@@ -1794,23 +1794,23 @@ fn reasons_are_upper_snake_unique_and_short() {
 }
 
 #[test]
-fn every_reason_is_documented_in_architecture_md_and_the_proto() {
+fn every_reason_is_documented_in_the_reference_and_the_proto() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let architecture =
-        std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let reference =
+        std::fs::read_to_string(root.join("shared/reasons/REASONS.md")).expect("REASONS.md");
     let proto =
         std::fs::read_to_string(root.join("proto/snug/schema/v1/schema.proto")).expect("proto");
     // The schema table is the section after its heading, so a reason documented only for the
     // container service does not count.
-    let section = architecture
+    let section = reference
         .split_once("Schema reasons (domain `snug.schema`)")
         .map(|(_, rest)| rest)
-        .expect("ARCHITECTURE.md has a schema reason table");
+        .expect("REASONS.md has a schema reason table");
     let section = section.split("\n#").next().unwrap_or(section);
     for reason in reason::ALL {
         assert!(
             section.contains(&format!("| `{reason}` |")),
-            "ARCHITECTURE.md's schema table lacks `{reason}`"
+            "REASONS.md's schema table lacks `{reason}`"
         );
         assert!(
             proto.contains(&format!("// | {reason} ")),

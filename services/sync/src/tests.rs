@@ -1340,20 +1340,20 @@ fn reasons_are_upper_snake_unique_and_short() {
 }
 
 #[test]
-fn every_reason_is_in_the_architecture_table_and_the_proto() {
+fn every_reason_is_in_the_reference_table_and_the_proto() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let architecture =
-        std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let reference =
+        std::fs::read_to_string(root.join("shared/reasons/REASONS.md")).expect("REASONS.md");
     let proto =
         std::fs::read_to_string(root.join("proto/snug/sync/v1/sync.proto")).expect("sync.proto");
-    let table = architecture
+    let table = reference
         .split("Sync reasons (domain `snug.sync`)")
         .nth(1)
-        .expect("ARCHITECTURE.md has the sync reason table");
+        .expect("REASONS.md has the sync reason table");
     for reason in reason::ALL {
         assert!(
             table.contains(&format!("| `{reason}` |")),
-            "ARCHITECTURE.md lacks `{reason}`"
+            "REASONS.md lacks `{reason}`"
         );
         assert!(
             proto.contains(&format!("// | {reason} ")),

@@ -1,5 +1,5 @@
 //! The registry checked against itself and against the documents that repeat it: the protos'
-//! reason tables, the OpenAPI document's error codes and ARCHITECTURE.md's tables.
+//! reason tables, the OpenAPI document's error codes, and the generated REASONS.md.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -168,31 +168,67 @@ fn every_error_code_the_openapi_document_names_is_a_gateway_code() {
     );
 }
 
-#[test]
-fn architecture_md_gives_each_reason_its_grpc_code() {
-    let text = read("ARCHITECTURE.md");
-    let mut n_rows = 0;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("| `") else {
-            continue;
-        };
-        let mut cells = rest.split('|').map(str::trim);
-        let (Some(name), Some(code)) = (cells.next(), cells.next()) else {
-            continue;
-        };
-        let name = name.trim_end_matches('`');
-        let Some(reason) = find(name) else { continue };
-        if reason.grpc.is_none() {
-            continue;
+/// The heading of a domain's table in `REASONS.md` (the services' tests find their tables by it).
+fn heading(domain: &Domain) -> String {
+    match domain.name {
+        "snug.gateway" => "The gateway's own reasons (`snug.gateway`)".to_owned(),
+        "snug.cli" => "The CLI's own codes (`snug.cli`)".to_owned(),
+        name => {
+            let short = name.trim_start_matches("snug.");
+            let mut title = short.to_owned();
+            title[..1].make_ascii_uppercase();
+            format!("{title} reasons (domain `{name}`)")
         }
-        n_rows += 1;
-        assert_eq!(
-            Some(code),
-            reason.grpc.map(|c| c.name()),
-            "ARCHITECTURE.md's row for {name}"
-        );
     }
-    assert!(n_rows >= 60, "the tables were parsed: {n_rows} rows");
+}
+
+/// `REASONS.md`, the reference table of every reason, as this registry defines it.
+fn reference() -> String {
+    let mut text = String::from(
+        "# Reasons\n\n\
+         Generated from `snug-reasons` (`shared/reasons/src`) by its tests; do not edit: change the\n\
+         registry and run `UPDATE_EXPECT=1 cargo test -p snug-reasons`. HTTP `by code` means the\n\
+         gateway answers a status with this reason by its gRPC code; CLI `—` means the CLI never\n\
+         reports it.\n",
+    );
+    for domain in DOMAINS {
+        text.push_str(&format!(
+            "\n## {}\n\n| reason | gRPC | HTTP | CLI exit | meaning |\n|---|---|---|---|---|\n",
+            heading(domain)
+        ));
+        for reason in domain.reasons {
+            let grpc = reason.grpc.map_or("—", |code| code.name());
+            let http = match reason.http {
+                None => "by code".to_owned(),
+                Some(http) => format!(
+                    "{} `{}`{}",
+                    http.status,
+                    http.code,
+                    if http.retryable { ", retryable" } else { "" }
+                ),
+            };
+            let exit = match reason.exit {
+                CliExit::Never => "—".to_owned(),
+                CliExit::Always(exit) => (exit as u8).to_string(),
+                CliExit::ByCause(exits) => exits
+                    .iter()
+                    .map(|exit| (*exit as u8).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            };
+            text.push_str(&format!(
+                "| `{}` | {grpc} | {http} | {exit} | {} |\n",
+                reason.name,
+                reason.summary.replace('|', "\\|")
+            ));
+        }
+    }
+    text
+}
+
+#[test]
+fn the_reference_table_is_current() {
+    expect_test::expect_file!["../REASONS.md"].assert_eq(&reference());
 }
 
 #[test]
