@@ -677,3 +677,6 @@ fn origin_info(path: &str, init: bool) -> Result<Outcome, Failure> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -101,18 +101,26 @@ impl MaterializeError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            MaterializeError::AppNotFound { .. } => "APP_NOT_FOUND",
-            MaterializeError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
-            MaterializeError::CorruptSchema { .. } => "CORRUPT_SCHEMA",
+            MaterializeError::AppNotFound { .. } => snug_reasons::schema::APP_NOT_FOUND.name,
+            MaterializeError::AppTokenCollision { .. } => {
+                snug_reasons::schema::APP_TOKEN_COLLISION.name
+            }
+            MaterializeError::CorruptSchema { .. } => {
+                snug_reasons::materialize::CORRUPT_SCHEMA.name
+            }
             MaterializeError::StoredObjectRefused { refusal, .. } => refusal.reason(),
             MaterializeError::Replay { problem, .. } => match problem {
-                ReplayProblem::NotOneStatement => "NOT_ONE_STATEMENT",
+                ReplayProblem::NotOneStatement => snug_reasons::materialize::NOT_ONE_STATEMENT.name,
                 ReplayProblem::Forbidden(forbidden) => forbidden.reason(),
-                ReplayProblem::Failed(_) => "DDL_FAILED",
+                ReplayProblem::Failed(_) => snug_reasons::materialize::DDL_FAILED.name,
             },
-            MaterializeError::SchemaMismatch { .. } => "SCHEMA_MISMATCH",
-            MaterializeError::RestTableMismatch { .. } => "SHAPE_MISMATCH",
-            MaterializeError::Sqlite(_) => "STORAGE",
+            MaterializeError::SchemaMismatch { .. } => {
+                snug_reasons::materialize::SCHEMA_MISMATCH.name
+            }
+            MaterializeError::RestTableMismatch { .. } => {
+                snug_reasons::materialize::SHAPE_MISMATCH.name
+            }
+            MaterializeError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -127,15 +135,15 @@ impl Forbidden {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            Forbidden::InvalidName { .. } => "INVALID_NAME",
-            Forbidden::VirtualTable { .. } => "VIRTUAL_TABLE",
+            Forbidden::InvalidName { .. } => snug_reasons::materialize::INVALID_NAME.name,
+            Forbidden::VirtualTable { .. } => snug_reasons::materialize::VIRTUAL_TABLE.name,
             Forbidden::Attach
             | Forbidden::Detach
             | Forbidden::Pragma { .. }
             | Forbidden::Function { .. }
             | Forbidden::Transaction
             | Forbidden::OtherDatabase { .. }
-            | Forbidden::Statement { .. } => "FORBIDDEN_STATEMENT",
+            | Forbidden::Statement { .. } => snug_reasons::materialize::FORBIDDEN_STATEMENT.name,
         }
     }
 }
@@ -203,14 +211,16 @@ impl PersistError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            PersistError::AppNotFound { .. } => "APP_NOT_FOUND",
-            PersistError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
+            PersistError::AppNotFound { .. } => snug_reasons::schema::APP_NOT_FOUND.name,
+            PersistError::AppTokenCollision { .. } => {
+                snug_reasons::schema::APP_TOKEN_COLLISION.name
+            }
             PersistError::Refused(refusal) => refusal.reason(),
-            PersistError::NameCollision { .. } => "NAME_COLLISION",
-            PersistError::CreateFailed { .. } => "DDL_FAILED",
-            PersistError::TooLarge { .. } => "TOO_LARGE",
+            PersistError::NameCollision { .. } => snug_reasons::materialize::NAME_COLLISION.name,
+            PersistError::CreateFailed { .. } => snug_reasons::materialize::DDL_FAILED.name,
+            PersistError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
             PersistError::Adopt(err) => err.reason(),
-            PersistError::Sqlite(_) => "STORAGE",
+            PersistError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -260,12 +270,16 @@ impl StatementProblem {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            StatementProblem::NotOneStatement => "NOT_ONE_STATEMENT",
+            StatementProblem::NotOneStatement => snug_reasons::materialize::NOT_ONE_STATEMENT.name,
             StatementProblem::Forbidden(forbidden) => forbidden.reason(),
-            StatementProblem::Failed(_) => "STATEMENT_FAILED",
-            StatementProblem::BudgetExceeded { .. } => "BUDGET_EXCEEDED",
-            StatementProblem::TooLarge { .. } => "TOO_LARGE",
-            StatementProblem::ResultTooLarge { .. } => "RESULT_TOO_LARGE",
+            StatementProblem::Failed(_) => snug_reasons::materialize::STATEMENT_FAILED.name,
+            StatementProblem::BudgetExceeded { .. } => {
+                snug_reasons::materialize::BUDGET_EXCEEDED.name
+            }
+            StatementProblem::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            StatementProblem::ResultTooLarge { .. } => {
+                snug_reasons::materialize::RESULT_TOO_LARGE.name
+            }
         }
     }
 }
@@ -305,12 +319,12 @@ impl DdlError {
             DdlError::Materialize(err) => err.reason(),
             DdlError::Statement { problem, .. } => match problem {
                 // SQLite's own rejection of a DDL statement has the DDL-specific reason.
-                StatementProblem::Failed(_) => "DDL_FAILED",
+                StatementProblem::Failed(_) => snug_reasons::materialize::DDL_FAILED.name,
                 other => other.reason(),
             },
             DdlError::Refused(refusal) => refusal.reason(),
             DdlError::Persist(err) => err.reason(),
-            DdlError::Sqlite(_) => "STORAGE",
+            DdlError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -351,7 +365,7 @@ impl ExecuteError {
             ExecuteError::Materialize(err) => err.reason(),
             ExecuteError::Statement { problem, .. } => problem.reason(),
             ExecuteError::Persist(err) => err.reason(),
-            ExecuteError::Sqlite(_) => "STORAGE",
+            ExecuteError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -391,10 +405,10 @@ impl LoadError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            LoadError::NotSqlite => "NOT_SQLITE",
-            LoadError::TooLarge { .. } => "TOO_LARGE",
-            LoadError::Malformed { .. } => "MALFORMED",
-            LoadError::Sqlite(_) => "STORAGE",
+            LoadError::NotSqlite => snug_reasons::schema::NOT_SQLITE.name,
+            LoadError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            LoadError::Malformed { .. } => snug_reasons::schema::MALFORMED.name,
+            LoadError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 
@@ -429,7 +443,7 @@ impl ListError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            ListError::Sqlite(_) => "STORAGE",
+            ListError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }

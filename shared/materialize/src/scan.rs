@@ -50,9 +50,11 @@ impl Refusal {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            Refusal::InvalidName { .. } | Refusal::UnknownObject { .. } => "INVALID_NAME",
-            Refusal::VirtualTable { .. } => "VIRTUAL_TABLE",
-            Refusal::KvTable => "INVALID_KV_TABLE",
+            Refusal::InvalidName { .. } | Refusal::UnknownObject { .. } => {
+                snug_reasons::materialize::INVALID_NAME.name
+            }
+            Refusal::VirtualTable { .. } => snug_reasons::materialize::VIRTUAL_TABLE.name,
+            Refusal::KvTable => snug_reasons::materialize::INVALID_KV_TABLE.name,
         }
     }
 }

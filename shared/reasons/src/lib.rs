@@ -16,8 +16,7 @@
 //!
 //! What this crate deliberately does not do: build statuses or responses (that is `snug-rpc`'s
 //! and the gateway's work; this crate has no dependencies, so domain crates may read it), or hold
-//! metadata keys and messages, which stay with the code that fills them in. The restore and
-//! `snug sync` codes of the CLI (`DIVERGED`, `SYNC_NETWORK`, …) and `snug-revstore`'s internal
+//! metadata keys and messages, which stay with the code that fills them in. `snug-revstore`'s internal
 //! reasons (migrations, reclamation) are not here yet.
 
 #![forbid(unsafe_code)]
@@ -28,6 +27,7 @@ mod code;
 pub mod container;
 pub mod gateway;
 pub mod materialize;
+pub mod restore;
 pub mod rpc;
 pub mod schema;
 pub mod sync;
@@ -143,6 +143,7 @@ pub const DOMAINS: &[&Domain] = &[
     &sync::DOMAIN,
     &gateway::DOMAIN,
     &cli::DOMAIN,
+    &restore::DOMAIN,
 ];
 
 /// Every reason, each once.
@@ -232,6 +233,31 @@ pub const ALL: &[&Reason] = &[
     &cli::OUTPUT_EXISTS,
     &cli::OUTPUT_PROTECTED,
     &cli::UNKNOWN_FORMAT,
+    // The install pipeline's and the sync client's.
+    &restore::INVALID_REVISION,
+    &restore::USERDB_TOO_LARGE,
+    &restore::DESTINATION_NO_DIRECTORY,
+    &restore::DESTINATION_IS_DIRECTORY,
+    &restore::DESTINATION_EXISTS,
+    &restore::DESTINATION_NOT_SNUG,
+    &restore::LEGACY_BACKUP,
+    &restore::DIVERGED,
+    &restore::SIZE_MISMATCH,
+    &restore::DIGEST_MISMATCH,
+    &restore::RESEAL_FAILED,
+    &restore::DESTINATION_CHANGED,
+    &restore::PUSH_STATE_NOT_WRITTEN,
+    &restore::SYNC_IN_PROGRESS,
+    &restore::SYNC_ORIGIN_EMPTY,
+    &restore::REVISION_NOT_FOUND,
+    &restore::SYNC_AUTH,
+    &restore::SYNC_NETWORK,
+    &restore::ORIGIN_MOVED,
+    &restore::SYNC_BAD_RESPONSE,
+    &restore::SYNC_HTTP,
+    &restore::ORIGIN_INCONSISTENT,
+    &restore::DOWNLOAD_INTERRUPTED,
+    &restore::NO_ORIGIN,
 ];
 
 /// Returns the reason named `name` (names are unique across every domain).

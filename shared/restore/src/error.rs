@@ -221,45 +221,54 @@ impl RestoreError {
     pub fn reason(&self) -> &'static str {
         match self {
             RestoreError::Origin(err) => err.reason(),
-            RestoreError::InvalidRevision { .. } => "INVALID_REVISION",
-            RestoreError::SchemaTooNew { .. } => "SCHEMA_TOO_NEW",
-            RestoreError::TooLarge { .. } => "USERDB_TOO_LARGE",
-            RestoreError::NoDirectory { .. } => "DESTINATION_NO_DIRECTORY",
-            RestoreError::IsDirectory { .. } => "DESTINATION_IS_DIRECTORY",
-            RestoreError::DestinationExists { .. } => "DESTINATION_EXISTS",
-            RestoreError::NotSnugFile { .. } => "DESTINATION_NOT_SNUG",
-            RestoreError::Protected { .. } => "PROTECTED",
-            RestoreError::LegacyBackup { .. } => "LEGACY_BACKUP",
+            RestoreError::InvalidRevision { .. } => snug_reasons::restore::INVALID_REVISION.name,
+            RestoreError::SchemaTooNew { .. } => snug_reasons::schema::SCHEMA_TOO_NEW.name,
+            RestoreError::TooLarge { .. } => snug_reasons::restore::USERDB_TOO_LARGE.name,
+            RestoreError::NoDirectory { .. } => {
+                snug_reasons::restore::DESTINATION_NO_DIRECTORY.name
+            }
+            RestoreError::IsDirectory { .. } => {
+                snug_reasons::restore::DESTINATION_IS_DIRECTORY.name
+            }
+            RestoreError::DestinationExists { .. } => {
+                snug_reasons::restore::DESTINATION_EXISTS.name
+            }
+            RestoreError::NotSnugFile { .. } => snug_reasons::restore::DESTINATION_NOT_SNUG.name,
+            RestoreError::Protected { .. } => snug_reasons::schema::PROTECTED.name,
+            RestoreError::LegacyBackup { .. } => snug_reasons::restore::LEGACY_BACKUP.name,
             RestoreError::Unreadable { source, .. } => source.reason(),
-            RestoreError::Diverged { .. } => "DIVERGED",
-            RestoreError::SizeMismatch { .. } => "SIZE_MISMATCH",
-            RestoreError::DigestMismatch { .. } => "DIGEST_MISMATCH",
+            RestoreError::Diverged { .. } => snug_reasons::restore::DIVERGED.name,
+            RestoreError::SizeMismatch { .. } => snug_reasons::restore::SIZE_MISMATCH.name,
+            RestoreError::DigestMismatch { .. } => snug_reasons::restore::DIGEST_MISMATCH.name,
             RestoreError::Refused { source, .. } => source.reason(),
             RestoreError::Container { source, .. }
             | RestoreError::LocalContainer { source, .. } => container_reason(source),
-            RestoreError::Reseal(_) => "RESEAL_FAILED",
-            RestoreError::DestinationChanged { .. } => "DESTINATION_CHANGED",
-            RestoreError::Io { .. } => "IO",
+            RestoreError::Reseal(_) => snug_reasons::restore::RESEAL_FAILED.name,
+            RestoreError::DestinationChanged { .. } => {
+                snug_reasons::restore::DESTINATION_CHANGED.name
+            }
+            RestoreError::Io { .. } => snug_reasons::cli::IO.name,
             RestoreError::Secrets(err) => err.reason(),
-            RestoreError::Storage(_) => "STORAGE",
+            RestoreError::Storage(_) => snug_reasons::cli::STORAGE.name,
             RestoreError::Gate(err) => err.reason(),
-            RestoreError::Unbound { .. } => "PUSH_STATE_NOT_WRITTEN",
+            RestoreError::Unbound { .. } => snug_reasons::restore::PUSH_STATE_NOT_WRITTEN.name,
         }
     }
 }
 
 /// The reason of a container that did not open, as the container service reports it.
 fn container_reason(source: &snug_container::OpenError) -> &'static str {
+    use snug_reasons::{container, restore};
     match source {
-        snug_container::OpenError::Locked => "LOCKED",
+        snug_container::OpenError::Locked => container::LOCKED.name,
         snug_container::OpenError::Corrupt(corruption) if corruption.is_unsupported() => {
-            "UNSUPPORTED_FORMAT_VERSION"
+            container::UNSUPPORTED_FORMAT_VERSION.name
         }
         snug_container::OpenError::Corrupt(corruption) if corruption.is_out_of_policy() => {
-            "ITERATIONS_OUT_OF_POLICY"
+            container::ITERATIONS_OUT_OF_POLICY.name
         }
-        snug_container::OpenError::Corrupt(_) => "CORRUPT",
-        snug_container::OpenError::TooLarge { .. } => "USERDB_TOO_LARGE",
+        snug_container::OpenError::Corrupt(_) => container::CORRUPT.name,
+        snug_container::OpenError::TooLarge { .. } => restore::USERDB_TOO_LARGE.name,
     }
 }
 

@@ -196,16 +196,16 @@ impl OriginError {
     /// reference client: `SYNC_NETWORK`, `SYNC_AUTH`, `SYNC_BAD_RESPONSE`, …).
     pub fn reason(&self) -> &'static str {
         match self {
-            OriginError::Empty => "SYNC_ORIGIN_EMPTY",
-            OriginError::UnknownRevision { .. } => "REVISION_NOT_FOUND",
-            OriginError::Unauthorized { .. } => "SYNC_AUTH",
-            OriginError::Unreachable { .. } => "SYNC_NETWORK",
-            OriginError::Moved { .. } => "ORIGIN_MOVED",
+            OriginError::Empty => snug_reasons::restore::SYNC_ORIGIN_EMPTY.name,
+            OriginError::UnknownRevision { .. } => snug_reasons::restore::REVISION_NOT_FOUND.name,
+            OriginError::Unauthorized { .. } => snug_reasons::restore::SYNC_AUTH.name,
+            OriginError::Unreachable { .. } => snug_reasons::restore::SYNC_NETWORK.name,
+            OriginError::Moved { .. } => snug_reasons::restore::ORIGIN_MOVED.name,
             OriginError::Other { code, .. } => code,
-            OriginError::BadResponse { .. } => "SYNC_BAD_RESPONSE",
-            OriginError::Inconsistent { .. } => "ORIGIN_INCONSISTENT",
-            OriginError::Interrupted { .. } => "DOWNLOAD_INTERRUPTED",
-            OriginError::Sink(_) => "IO",
+            OriginError::BadResponse { .. } => snug_reasons::restore::SYNC_BAD_RESPONSE.name,
+            OriginError::Inconsistent { .. } => snug_reasons::restore::ORIGIN_INCONSISTENT.name,
+            OriginError::Interrupted { .. } => snug_reasons::restore::DOWNLOAD_INTERRUPTED.name,
+            OriginError::Sink(_) => snug_reasons::cli::IO.name,
         }
     }
 }

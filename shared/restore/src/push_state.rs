@@ -122,8 +122,8 @@ impl PushStateError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            PushStateError::Io { .. } => "IO",
-            PushStateError::LegacyBackup { .. } => "LEGACY_BACKUP",
+            PushStateError::Io { .. } => snug_reasons::cli::IO.name,
+            PushStateError::LegacyBackup { .. } => snug_reasons::restore::LEGACY_BACKUP.name,
         }
     }
 }
@@ -257,8 +257,8 @@ impl SyncLockError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            SyncLockError::Busy { .. } => "SYNC_IN_PROGRESS",
-            SyncLockError::Io { .. } => "IO",
+            SyncLockError::Busy { .. } => snug_reasons::restore::SYNC_IN_PROGRESS.name,
+            SyncLockError::Io { .. } => snug_reasons::cli::IO.name,
         }
     }
 }

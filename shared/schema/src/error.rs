@@ -234,16 +234,18 @@ impl OpenError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            OpenError::NotSqlite => "NOT_SQLITE",
-            OpenError::Protected => "PROTECTED",
-            OpenError::Malformed { .. } | OpenError::Unreadable(_) => "MALFORMED",
-            OpenError::NotAUserDatabase => "NOT_A_USER_DATABASE",
-            OpenError::SchemaTooNew { .. } => "SCHEMA_TOO_NEW",
-            OpenError::HostileSchema { .. } => "HOSTILE_SCHEMA",
-            OpenError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
-            OpenError::Io { .. } => "IO",
-            OpenError::Entropy(_) => "ENTROPY_UNAVAILABLE",
-            OpenError::Sqlite(_) => "STORAGE",
+            OpenError::NotSqlite => snug_reasons::schema::NOT_SQLITE.name,
+            OpenError::Protected => snug_reasons::schema::PROTECTED.name,
+            OpenError::Malformed { .. } | OpenError::Unreadable(_) => {
+                snug_reasons::schema::MALFORMED.name
+            }
+            OpenError::NotAUserDatabase => snug_reasons::container::NOT_A_USER_DATABASE.name,
+            OpenError::SchemaTooNew { .. } => snug_reasons::schema::SCHEMA_TOO_NEW.name,
+            OpenError::HostileSchema { .. } => snug_reasons::schema::HOSTILE_SCHEMA.name,
+            OpenError::AppTokenCollision { .. } => snug_reasons::schema::APP_TOKEN_COLLISION.name,
+            OpenError::Io { .. } => snug_reasons::cli::IO.name,
+            OpenError::Entropy(_) => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
+            OpenError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -336,17 +338,19 @@ impl ImportError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            ImportError::Locked => "LOCKED",
-            ImportError::CorruptContainer(_) => "CORRUPT_CONTAINER",
-            ImportError::TooLarge { .. } => "TOO_LARGE",
-            ImportError::NotSqlite => "NOT_SQLITE",
-            ImportError::Malformed { .. } | ImportError::Unreadable(_) => "MALFORMED",
-            ImportError::NotAUserDatabase => "NOT_A_USER_DATABASE",
-            ImportError::SchemaTooNew { .. } => "SCHEMA_TOO_NEW",
-            ImportError::HostileSchema { .. } => "HOSTILE_SCHEMA",
-            ImportError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
-            ImportError::Entropy(_) => "ENTROPY_UNAVAILABLE",
-            ImportError::Sqlite(_) => "STORAGE",
+            ImportError::Locked => snug_reasons::container::LOCKED.name,
+            ImportError::CorruptContainer(_) => snug_reasons::schema::CORRUPT_CONTAINER.name,
+            ImportError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            ImportError::NotSqlite => snug_reasons::schema::NOT_SQLITE.name,
+            ImportError::Malformed { .. } | ImportError::Unreadable(_) => {
+                snug_reasons::schema::MALFORMED.name
+            }
+            ImportError::NotAUserDatabase => snug_reasons::container::NOT_A_USER_DATABASE.name,
+            ImportError::SchemaTooNew { .. } => snug_reasons::schema::SCHEMA_TOO_NEW.name,
+            ImportError::HostileSchema { .. } => snug_reasons::schema::HOSTILE_SCHEMA.name,
+            ImportError::AppTokenCollision { .. } => snug_reasons::schema::APP_TOKEN_COLLISION.name,
+            ImportError::Entropy(_) => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
+            ImportError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -418,10 +422,10 @@ impl ExportError {
     pub fn reason(&self) -> &'static str {
         match self {
             ExportError::Source(err) => err.reason(),
-            ExportError::TooLarge { .. } => "TOO_LARGE",
-            ExportError::OutputExists { .. } => "OUTPUT_EXISTS",
-            ExportError::Io { .. } => "IO",
-            ExportError::Sqlite(_) | ExportError::Scrub(_) => "STORAGE",
+            ExportError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            ExportError::OutputExists { .. } => snug_reasons::cli::OUTPUT_EXISTS.name,
+            ExportError::Io { .. } => snug_reasons::cli::IO.name,
+            ExportError::Sqlite(_) | ExportError::Scrub(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -453,8 +457,8 @@ impl SaveError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            SaveError::Io { .. } => "IO",
-            SaveError::Sqlite(_) => "STORAGE",
+            SaveError::Io { .. } => snug_reasons::cli::IO.name,
+            SaveError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -544,17 +548,17 @@ impl AppError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            AppError::AppNotFound { .. } => "APP_NOT_FOUND",
-            AppError::VersionNotFound { .. } => "VERSION_NOT_FOUND",
-            AppError::VersionPinned { .. } => "VERSION_PINNED",
-            AppError::VersionCurrent { .. } => "VERSION_CURRENT",
-            AppError::NoFactoryVersion { .. } => "NO_FACTORY_VERSION",
-            AppError::AppExists { .. } => "APP_EXISTS",
-            AppError::AppTokenCollision { .. } => "APP_TOKEN_COLLISION",
-            AppError::InvalidContract => "INVALID_CONTRACT",
-            AppError::TooLarge { .. } => "TOO_LARGE",
-            AppError::Entropy(_) => "ENTROPY_UNAVAILABLE",
-            AppError::Sqlite(_) => "STORAGE",
+            AppError::AppNotFound { .. } => snug_reasons::schema::APP_NOT_FOUND.name,
+            AppError::VersionNotFound { .. } => snug_reasons::schema::VERSION_NOT_FOUND.name,
+            AppError::VersionPinned { .. } => snug_reasons::schema::VERSION_PINNED.name,
+            AppError::VersionCurrent { .. } => snug_reasons::schema::VERSION_CURRENT.name,
+            AppError::NoFactoryVersion { .. } => snug_reasons::schema::NO_FACTORY_VERSION.name,
+            AppError::AppExists { .. } => snug_reasons::schema::APP_EXISTS.name,
+            AppError::AppTokenCollision { .. } => snug_reasons::schema::APP_TOKEN_COLLISION.name,
+            AppError::InvalidContract => snug_reasons::schema::INVALID_CONTRACT.name,
+            AppError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            AppError::Entropy(_) => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
+            AppError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -605,11 +609,11 @@ impl ChatError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            ChatError::ThreadNotFound { .. } => "THREAD_NOT_FOUND",
-            ChatError::MessageNotFound { .. } => "MESSAGE_NOT_FOUND",
-            ChatError::UnknownRole { .. } => "CORRUPT_ROW",
-            ChatError::TooLarge { .. } => "TOO_LARGE",
-            ChatError::Sqlite(_) => "STORAGE",
+            ChatError::ThreadNotFound { .. } => snug_reasons::schema::THREAD_NOT_FOUND.name,
+            ChatError::MessageNotFound { .. } => snug_reasons::schema::MESSAGE_NOT_FOUND.name,
+            ChatError::UnknownRole { .. } => snug_reasons::schema::CORRUPT_ROW.name,
+            ChatError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            ChatError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -648,9 +652,9 @@ impl DocError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            DocError::DocNotFound { .. } => "DOC_NOT_FOUND",
-            DocError::TooLarge { .. } => "TOO_LARGE",
-            DocError::Sqlite(_) => "STORAGE",
+            DocError::DocNotFound { .. } => snug_reasons::schema::DOC_NOT_FOUND.name,
+            DocError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            DocError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }
@@ -697,9 +701,11 @@ impl KvError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            KvError::NotJson { .. } | KvError::UnexpectedType { .. } => "CORRUPT_ROW",
-            KvError::TooLarge { .. } => "TOO_LARGE",
-            KvError::Sqlite(_) => "STORAGE",
+            KvError::NotJson { .. } | KvError::UnexpectedType { .. } => {
+                snug_reasons::schema::CORRUPT_ROW.name
+            }
+            KvError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
+            KvError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }
 }

@@ -49,3 +49,16 @@ fn a_revision_token_is_one_percent_encoded_path_segment() {
     expect!["https://hub.example/userdb"]
         .assert_eq(&HubOrigin::new("https://hub.example/userdb", None).name());
 }
+
+/// Every hub code passed on is one the gateway answers with (its JSON `code` in `snug-reasons`).
+#[test]
+fn hub_codes_are_the_gateways() {
+    for code in HUB_CODES {
+        assert!(
+            snug_reasons::ALL
+                .iter()
+                .any(|reason| reason.http.is_some_and(|http| http.code == *code)),
+            "{code} is no JSON code the gateway sends"
+        );
+    }
+}
