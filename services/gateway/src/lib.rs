@@ -101,33 +101,10 @@
 //! `Retry-After: 1`. Tests check that every reason `sync.proto` and `materialize.proto` declare, and
 //! every reason ValidateSyncImage documents, has a row.
 //!
-//! | reason (domain) | HTTP | `code` | retryable |
-//! |---|---|---|---|
-//! | `UNAUTHENTICATED` (gateway) | 401 + `WWW-Authenticate` | `UNAUTHENTICATED` | no |
-//! | `CSRF_REJECTED` (gateway) | 403 | `CSRF_REJECTED` | no |
-//! | `UNSUPPORTED_MEDIA_TYPE` (gateway) | 415 | `UNSUPPORTED_MEDIA_TYPE` | no |
-//! | `NO_ROUTE` (gateway) | 404 | `NOT_FOUND` | no |
-//! | `METHOD_NOT_ALLOWED` (gateway) | 405 | `METHOD_NOT_ALLOWED` | no |
-//! | `MISDIRECTED_REQUEST` (gateway, auth off) | 421 | `MISDIRECTED_REQUEST` | no |
-//! | `BAD_REQUEST` (gateway) | 400 | `BAD_REQUEST` | no |
-//! | `BODY_INCOMPLETE` (gateway), `BODY_ABORTED` (sync) | 400 | `BODY_INCOMPLETE` | yes |
-//! | `SERVICE_UNAVAILABLE` (gateway: unreachable, deadline) | 503 + `Retry-After` | `SERVICE_UNAVAILABLE` | yes |
-//! | `GATEWAY_OVERLOADED` (gateway), `OVERLOADED` (schema, materialize) | 503 + `Retry-After` | `OVERLOADED` | yes |
-//! | `BAD_GATEWAY` (gateway) | 502 | `BAD_GATEWAY` | yes |
-//! | `NOT_DEPLOYED` (gateway: no materialize address) | 501 | `NOT_DEPLOYED` | no |
-//! | `PRECONDITION_REQUIRED` (sync, gateway) | 428 | `PRECONDITION_REQUIRED` | no |
-//! | `REVISION_MISMATCH`, `STALE_REVISION` (sync) | 412 + `ETag` of the current revision | same | yes |
-//! | `QUOTA_EXCEEDED` (sync, gateway), `TOO_LARGE` (schema) | 413 | `USERDB_TOO_LARGE` | no |
-//! | `NOT_FOUND` (sync) | 404 | `NOT_FOUND` | no |
-//! | `IDEMPOTENCY_KEY_REUSED` (sync) | 409 | same | no |
-//! | `STORAGE_UNAVAILABLE` (sync) | 503 + `Retry-After` | same | yes |
-//! | `IMAGE_CONFLICT`, `STORAGE_CORRUPT` (sync), `INTERNAL` (any) | 500 | same | no |
-//! | `NOT_SQLITE`, `MALFORMED`, `NOT_A_USER_DATABASE`, `HOSTILE_SCHEMA`, `SCHEMA_TOO_NEW`, `CONTAINER_NOT_ACCEPTED`, `SECRETS_PRESENT` (schema) | 400 | same | no |
-//! | `APP_TOKEN_COLLISION` (schema on `PUT /userdb`, materialize on the per-app export) | 400 | same | no |
-//! | `PROTECTED` (schema) | 400 | `CONTAINER_NOT_ACCEPTED` | no |
-//! | `INVALID_ARGUMENT` (any) | 400 | same | no |
-//! | `APP_NOT_FOUND` (materialize) | 404 | same | no |
-//! | the other materialize reasons (`CORRUPT_SCHEMA`, `SHAPE_MISMATCH`, `INVALID_NAME`, …) | 422 | same | no |
+//! The rows (status, JSON `code`, `retryable` per reason) are the HTTP column of
+//! `shared/reasons/REASONS.md`, generated from the registry; what the table cannot say: 401 carries
+//! `WWW-Authenticate`, every 503 `Retry-After`, and 412 (`REVISION_MISMATCH`, `STALE_REVISION`) the
+//! current revision as its `ETag` and in the body's `revision`.
 //!
 //! SCHEMA_TOO_NEW is 400 here although the service calls it FAILED_PRECONDITION (google.rpc maps that
 //! to 400 too): for an upload, the body is what the hub cannot take. `USERDB_TOO_LARGE` and
