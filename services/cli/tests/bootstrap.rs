@@ -8,31 +8,19 @@ use std::{
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::Command,
     sync::{Arc, Mutex},
 };
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
+use snug_test_support::Snug;
+
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// Runs `snug --json ARGS` with `env`; returns (exit code, JSON).
 fn snug(args: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-        .arg("--json")
-        .args(args)
-        .env_remove("SNUG_TOKEN")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run snug");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-        panic!(
-            "not JSON: {stdout:?}; stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output.status.code().expect("exit code"), json)
+    SNUG.exit_and_json(args, env.iter().copied())
 }
 
 /// [`snug`] off the async runtime's threads (the hub runs on them).
