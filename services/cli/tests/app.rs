@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use snug_test_support::{Snug, sha256_hex, vectors_dir};
+use snug_test_support::{Snug, query, sha256_hex, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 const UUID_APP: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
@@ -30,15 +30,10 @@ fn p(path: &Path) -> &str {
 }
 
 fn tables(path: &Path) -> Vec<String> {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open");
-    conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("names")
+    query(
+        path,
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+    )
 }
 
 #[test]

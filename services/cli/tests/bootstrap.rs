@@ -42,10 +42,7 @@ fn strings(items: &[&str]) -> Vec<String> {
 }
 
 fn sql(file: &Path, statement: &str) {
-    rusqlite::Connection::open(file)
-        .expect("open")
-        .execute_batch(statement)
-        .expect("sql");
+    snug_test_support::execute(file, statement);
 }
 
 fn theme(file: &Path) -> Option<String> {
@@ -59,14 +56,7 @@ fn theme(file: &Path) -> Option<String> {
 }
 
 fn secrets(file: &Path) -> Vec<(String, String)> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT key, value FROM snug_secrets ORDER BY key")
-        .expect("prepare");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    snug_test_support::query_pairs(file, "SELECT key, value FROM snug_secrets ORDER BY key")
 }
 
 /// Every row of every table, as text, keyed by table name. Connection rows leave out what a

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
-use snug_test_support::Snug;
+use snug_test_support::{Snug, files};
 
 const DELETED: &str = "sk-ant-CLI-DELETED-CREDENTIAL-0xFACADE";
 const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
@@ -130,21 +130,4 @@ async fn a_push_stores_the_bytes_it_hashed_and_no_credential() {
         (0, "UNCHANGED".into()),
         "{json}"
     );
-}
-
-/// Every file under `dir`, recursively.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                out.push((path.display().to_string(), bytes));
-            }
-        }
-    }
-    out
 }

@@ -61,15 +61,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn query(file: &Path, sql: &str) -> Vec<String> {
-    let conn =
-        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open");
-    conn.prepare(sql)
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    snug_test_support::query(file, sql)
 }
 
 #[test]

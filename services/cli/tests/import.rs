@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use snug_test_support::{Snug, assert_refusal, sha256_hex, vector};
+use snug_test_support::{Snug, assert_refusal, query, sha256_hex, vector};
 
 const SAMPLE_APP: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 const APPROVED_AT: &str = "2026-03-03T00:00:00.000Z";
@@ -57,18 +57,6 @@ fn assert_refused(input: &Path, into: &Path, env: &[(&str, &str)], exit: i32, co
     assert_refusal(&body, exit, code);
     let after = (sha256_hex(input), into.exists().then(|| sha256_hex(into)));
     assert_eq!(after, before, "a refused import changed a file");
-}
-
-fn query<T: rusqlite::types::FromSql>(path: &Path, sql: &str) -> Vec<T> {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open");
-    conn.prepare(sql)
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
 }
 
 #[test]

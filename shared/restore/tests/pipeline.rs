@@ -202,10 +202,7 @@ fn sidecar(dest: &Path) -> serde_json::Value {
 }
 
 fn sql(file: &Path, statement: &str) {
-    rusqlite::Connection::open(file)
-        .expect("open")
-        .execute_batch(statement)
-        .expect("sql");
+    snug_test_support::execute(file, statement);
 }
 
 fn theme(file: &Path) -> Option<String> {
@@ -219,14 +216,7 @@ fn theme(file: &Path) -> Option<String> {
 }
 
 fn secrets(file: &Path) -> Vec<(String, String)> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT key, value FROM snug_secrets ORDER BY key")
-        .expect("prepare");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    snug_test_support::query_pairs(file, "SELECT key, value FROM snug_secrets ORDER BY key")
 }
 
 /// A device that bootstrapped from `origin` and then stored a credential of its own (which is no

@@ -6,6 +6,8 @@
 //! - [`Snug`]: runs the built `snug` CLI with the caller's secrets cleared from its environment,
 //!   and [`body`] / [`assert_refusal`] read its `--json` answers.
 //! - [`sample_copy`]: a private copy of the reference's sample user database.
+//! - [`query`], [`query_pairs`] and [`execute`]: one statement on a SQLite file.
+//! - [`files`]: every file under a directory, for "no byte of X anywhere" checks.
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
 //!
 //! It deliberately does not start services: the in-process hub lives in `snug-e2e`, and the
@@ -63,6 +65,62 @@ pub fn sample_copy(dir: &Path, name: &str) -> PathBuf {
 pub fn sha256_hex(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     hex::encode(Sha256::digest(bytes))
+}
+
+/// Returns the first column of every row `sql` yields from the SQLite file at `path`, opened
+/// read-only.
+#[track_caller]
+pub fn query<T: rusqlite::types::FromSql>(path: &Path, sql: &str) -> Vec<T> {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open");
+    conn.prepare(sql)
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+/// Returns the first two columns of every row `sql` yields from the SQLite file at `path`.
+#[track_caller]
+pub fn query_pairs(path: &Path, sql: &str) -> Vec<(String, String)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open");
+    conn.prepare(sql)
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+/// Runs `statements` (a batch) on the SQLite file at `path`.
+#[track_caller]
+pub fn execute(path: &Path, statements: &str) {
+    rusqlite::Connection::open(path)
+        .expect("open")
+        .execute_batch(statements)
+        .expect("sql");
+}
+
+/// Returns every readable file under `dir`, recursively, as (path, bytes).
+#[track_caller]
+pub fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    out
 }
 
 /// The variables `snug` reads secrets and policy from (its `main.rs` table). [`Snug`] clears them
