@@ -512,6 +512,22 @@ pub fn etag_revision(answer: &Answer) -> String {
     etag.trim_matches('"').to_owned()
 }
 
+/// Asserts the refusal of a stale `If-Match`: a stale-revision code, and the current revision
+/// in the ETag and the body.
+#[track_caller]
+pub fn assert_stale_revision(stale: &Answer, current: &str) {
+    assert!(
+        matches!(
+            stale.code().as_str(),
+            "STALE_REVISION" | "REVISION_MISMATCH"
+        ),
+        "{}",
+        stale.code()
+    );
+    assert_eq!(stale.header("etag"), format!("\"{current}\""));
+    assert_eq!(stale.json()["revision"], current);
+}
+
 /// Asserts an error answer: `status`, and the JSON `{code, message, retryable}` with `code`.
 #[track_caller]
 pub fn assert_error(answer: &Answer, status: u16, code: &str) {

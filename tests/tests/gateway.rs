@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{
-    Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, etag_revision, get_userdb,
-    push_unvalidated, put_userdb, user_id, userdb_vector, userdb_with_filler,
+    Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
+    etag_revision, get_userdb, push_unvalidated, put_userdb, user_id, userdb_vector,
+    userdb_with_filler,
 };
 use snug_gateway::config::AuthMode;
 
@@ -261,16 +262,7 @@ async fn compare_and_swap_statuses() {
         "",
         "an accepted upload keeps the connection"
     );
-    assert!(
-        matches!(
-            stale.code().as_str(),
-            "STALE_REVISION" | "REVISION_MISMATCH"
-        ),
-        "{}",
-        stale.code()
-    );
-    assert_eq!(stale.header("etag"), format!("\"{second}\""));
-    assert_eq!(stale.json()["revision"], second);
+    assert_stale_revision(&stale, &second);
 
     // `If-Match: *` means "whatever is current" (RFC 9110) and a weak tag never matches.
     let star = put_userdb(&http, &token, ("if-match", "*"), image()).await;

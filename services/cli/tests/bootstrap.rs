@@ -14,7 +14,7 @@ use std::{
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
-use snug_test_support::Snug;
+use snug_test_support::{Snug, theme};
 
 const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
@@ -43,16 +43,6 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 fn sql(file: &Path, statement: &str) {
     snug_test_support::execute(file, statement);
-}
-
-fn theme(file: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row(
-        "SELECT value FROM snug_settings WHERE key = 'theme'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
 }
 
 fn secrets(file: &Path) -> Vec<(String, String)> {

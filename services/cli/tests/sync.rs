@@ -36,13 +36,7 @@ fn edit(file: &Path, value: &str) {
 }
 
 fn setting(file: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row(
-        "SELECT value FROM snug_settings WHERE key = 'theme'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
+    snug_test_support::theme(file)
 }
 
 fn secret_rows(file: &Path) -> i64 {

@@ -20,6 +20,7 @@ use snug_restore::{
     content_hash, prepare, push_image, restore,
 };
 use snug_schema::{Clock, ExportOptions, SteppingClock, UserDb};
+use snug_test_support::theme;
 
 fn clock() -> Arc<dyn Clock> {
     Arc::new(SteppingClock::frozen_at_unix_ms(1_767_225_600_000))
@@ -203,16 +204,6 @@ fn sidecar(dest: &Path) -> serde_json::Value {
 
 fn sql(file: &Path, statement: &str) {
     snug_test_support::execute(file, statement);
-}
-
-fn theme(file: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row(
-        "SELECT value FROM snug_settings WHERE key = 'theme'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
 }
 
 fn secrets(file: &Path) -> Vec<(String, String)> {

@@ -6,7 +6,8 @@
 //! - [`Snug`]: runs the built `snug` CLI with the caller's secrets cleared from its environment,
 //!   and [`body`] / [`assert_refusal`] read its `--json` answers.
 //! - [`sample_copy`]: a private copy of the reference's sample user database.
-//! - [`query`], [`query_pairs`] and [`execute`]: one statement on a SQLite file.
+//! - [`query`], [`query_pairs`] and [`execute`]: one statement on a SQLite file; [`theme`]: the
+//!   `theme` setting the sync suites edit on one device and look for on another.
 //! - [`files`]: every file under a directory, for "no byte of X anywhere" checks.
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
 //!
@@ -94,6 +95,18 @@ pub fn query_pairs(path: &Path, sql: &str) -> Vec<(String, String)> {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows")
+}
+
+/// Returns the `theme` row of `snug_settings` in the user database at `path`, or `None` when
+/// there is none or the file cannot be read as one.
+pub fn theme(path: &Path) -> Option<String> {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.query_row(
+        "SELECT value FROM snug_settings WHERE key = 'theme'",
+        [],
+        |r| r.get(0),
+    )
+    .ok()
 }
 
 /// Runs `statements` (a batch) on the SQLite file at `path`.
