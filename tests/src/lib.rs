@@ -68,12 +68,7 @@
 //!
 //! How it works in detail: the module docs of `tests/src/lib.rs`.
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
-};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, StreamBody};
@@ -87,20 +82,7 @@ use snug_rpc::server::{ServerConfig, Services};
 use snug_sync_service::{SyncConfig, SyncServer};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
-/// The reference vectors (`../shared/vectors/reference`, or `SNUG_VECTORS_DIR`).
-pub fn vectors_dir() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {} (set SNUG_VECTORS_DIR)",
-        dir.display()
-    );
-    dir
-}
+pub use snug_test_support::vectors_dir;
 
 /// Reads a user-database vector by file name.
 pub fn userdb_vector(name: &str) -> Vec<u8> {
@@ -530,6 +512,22 @@ pub fn etag_revision(answer: &Answer) -> String {
     etag.trim_matches('"').to_owned()
 }
 
+/// Asserts the refusal of a stale `If-Match`: a stale-revision code, and the current revision
+/// in the ETag and the body.
+#[track_caller]
+pub fn assert_stale_revision(stale: &Answer, current: &str) {
+    assert!(
+        matches!(
+            stale.code().as_str(),
+            "STALE_REVISION" | "REVISION_MISMATCH"
+        ),
+        "{}",
+        stale.code()
+    );
+    assert_eq!(stale.header("etag"), format!("\"{current}\""));
+    assert_eq!(stale.json()["revision"], current);
+}
+
 /// Asserts an error answer: `status`, and the JSON `{code, message, retryable}` with `code`.
 #[track_caller]
 pub fn assert_error(answer: &Answer, status: u16, code: &str) {
@@ -592,4 +590,60 @@ pub async fn get_userdb(http: &Http, token: &str) -> Answer {
         Payload::Empty,
     )
     .await
+}
+
+/// The user id the gateway gave `name` (auth on).
+pub fn user_id(hub: &Hub, name: &str) -> String {
+    hub.users
+        .as_ref()
+        .expect("auth on")
+        .list()
+        .expect("list")
+        .into_iter()
+        .find(|u| u.name == name)
+        .expect("user")
+        .id
+}
+
+/// Writes `bytes` as `user`'s first image straight through the sync service, past the gateway's
+/// validation (an image a hub accepted before it checked what it now refuses): the store records
+/// what it is given, and the gateway reports what the store recorded. Returns the revision.
+pub async fn push_unvalidated(hub: &Hub, user: &str, bytes: Vec<u8>) -> String {
+    use snug_proto::sync::v1::{
+        self as pb, put_image_request::Message, sync_service_client::SyncServiceClient,
+    };
+    let mut client = SyncServiceClient::connect(format!("http://{}", hub.grpc))
+        .await
+        .expect("connect");
+    let caller = pb::Caller {
+        user_id: user.to_owned(),
+        principal: "test/direct".to_owned(),
+    };
+    client
+        .provision_user(pb::ProvisionUserRequest {
+            caller: Some(caller.clone()),
+        })
+        .await
+        .expect("provision");
+    let header = pb::PutImageRequest {
+        message: Some(Message::Header(pb::PutImageHeader {
+            caller: Some(caller),
+            precondition: Some(pb::Precondition {
+                condition: Some(pb::precondition::Condition::MustNotExist(
+                    pb::MustNotExist {},
+                )),
+            }),
+            idempotency_key: None,
+            expected_length: Some(bytes.len() as u64),
+        })),
+    };
+    let chunk = pb::PutImageRequest {
+        message: Some(Message::Chunk(bytes.into())),
+    };
+    let response = client
+        .put_image(futures::stream::iter([header, chunk]))
+        .await
+        .expect("put")
+        .into_inner();
+    response.revision.expect("revision").revision
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Http, Hub, Options, Payload, bearer, etag_revision, get_userdb, put_userdb};
+use snug_test_support::files;
 
 const CREDENTIAL: &[u8] = b"sk-ant-E2E-DELETED-CREDENTIAL-0xC0FFEE";
 const LIVE_MARKER: &[u8] = b"a-live-setting-the-scan-must-find-0xBEEF";
@@ -44,23 +45,6 @@ fn image_with_deleted_credential() -> Vec<u8> {
     let image = std::fs::read(&path).expect("read");
     assert!(contains(&image, CREDENTIAL), "the delete left the bytes");
     image
-}
-
-/// Every file under `dir`, recursively, as (path, bytes).
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                out.push((path.display().to_string(), bytes));
-            }
-        }
-    }
-    out
 }
 
 fn repr_digest(bytes: &[u8]) -> String {

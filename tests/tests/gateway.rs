@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{
-    Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, etag_revision, get_userdb,
-    put_userdb, userdb_vector, userdb_with_filler,
+    Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
+    etag_revision, get_userdb, push_unvalidated, put_userdb, user_id, userdb_vector,
+    userdb_with_filler,
 };
 use snug_gateway::config::AuthMode;
 
@@ -261,16 +262,7 @@ async fn compare_and_swap_statuses() {
         "",
         "an accepted upload keeps the connection"
     );
-    assert!(
-        matches!(
-            stale.code().as_str(),
-            "STALE_REVISION" | "REVISION_MISMATCH"
-        ),
-        "{}",
-        stale.code()
-    );
-    assert_eq!(stale.header("etag"), format!("\"{second}\""));
-    assert_eq!(stale.json()["revision"], second);
+    assert_stale_revision(&stale, &second);
 
     // `If-Match: *` means "whatever is current" (RFC 9110) and a weak tag never matches.
     let star = put_userdb(&http, &token, ("if-match", "*"), image()).await;
@@ -1330,61 +1322,6 @@ async fn per_app_export_has_natural_names_and_nothing_else() {
         )
         .await;
     assert_error(&theirs, 404, "NOT_FOUND");
-}
-
-/// The user id the gateway gave `name` (auth on).
-fn user_id(hub: &Hub, name: &str) -> String {
-    hub.users
-        .as_ref()
-        .expect("auth on")
-        .list()
-        .expect("list")
-        .into_iter()
-        .find(|u| u.name == name)
-        .expect("user")
-        .id
-}
-
-/// Writes `bytes` as `user`'s first image straight through the sync service, past the gateway's
-/// validation: the store records what it is given, and the gateway reports what the store recorded.
-async fn push_unvalidated(hub: &Hub, user: &str, bytes: Vec<u8>) -> String {
-    use snug_proto::sync::v1::{
-        self as pb, put_image_request::Message, sync_service_client::SyncServiceClient,
-    };
-    let mut client = SyncServiceClient::connect(format!("http://{}", hub.grpc))
-        .await
-        .expect("connect");
-    let caller = pb::Caller {
-        user_id: user.to_owned(),
-        principal: "test/direct".to_owned(),
-    };
-    client
-        .provision_user(pb::ProvisionUserRequest {
-            caller: Some(caller.clone()),
-        })
-        .await
-        .expect("provision");
-    let header = pb::PutImageRequest {
-        message: Some(Message::Header(pb::PutImageHeader {
-            caller: Some(caller),
-            precondition: Some(pb::Precondition {
-                condition: Some(pb::precondition::Condition::MustNotExist(
-                    pb::MustNotExist {},
-                )),
-            }),
-            idempotency_key: None,
-            expected_length: Some(bytes.len() as u64),
-        })),
-    };
-    let chunk = pb::PutImageRequest {
-        message: Some(Message::Chunk(bytes.into())),
-    };
-    let response = client
-        .put_image(futures::stream::iter([header, chunk]))
-        .await
-        .expect("put")
-        .into_inner();
-    response.revision.expect("revision").revision
 }
 
 /// A SQLite header stamped with storage version `version`, padded to a page.

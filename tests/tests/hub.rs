@@ -156,8 +156,7 @@ async fn start_with(
 }
 
 fn reference_container() -> bytes::Bytes {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/vectors/reference/containers/c01-reference-random-600k.snug");
+    let path = snug_e2e::vectors_dir().join("containers/c01-reference-random-600k.snug");
     bytes::Bytes::from(std::fs::read(path).expect("reference vector"))
 }
 

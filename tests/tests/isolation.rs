@@ -3,7 +3,10 @@
 //! from such an image (stored before the hub checked) is refused, never served.
 
 use sha2::{Digest as _, Sha256};
-use snug_e2e::{Http, Hub, Options, Payload, assert_error, bearer, put_userdb, userdb_vector};
+use snug_e2e::{
+    Http, Hub, Options, Payload, assert_error, bearer, push_unvalidated, put_userdb, user_id,
+    userdb_vector,
+};
 
 const LOWER: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 const UPPER: &str = "A7F3B2C1-0D4E-4F5A-8B6C-9D0E1F2A3B4C";
@@ -23,58 +26,6 @@ fn colliding_image() -> Vec<u8> {
     .expect("insert the twin");
     drop(conn);
     std::fs::read(&path).expect("read")
-}
-
-/// Stores `bytes` as `user`'s first image through the sync service, past the gateway's
-/// validation: an image a hub accepted before it refused colliding tokens.
-async fn push_unvalidated(hub: &Hub, user: &str, bytes: Vec<u8>) {
-    use snug_proto::sync::v1::{
-        self as pb, put_image_request::Message, sync_service_client::SyncServiceClient,
-    };
-    let mut client = SyncServiceClient::connect(format!("http://{}", hub.grpc))
-        .await
-        .expect("connect");
-    let caller = pb::Caller {
-        user_id: user.to_owned(),
-        principal: "test/direct".to_owned(),
-    };
-    client
-        .provision_user(pb::ProvisionUserRequest {
-            caller: Some(caller.clone()),
-        })
-        .await
-        .expect("provision");
-    let header = pb::PutImageRequest {
-        message: Some(Message::Header(pb::PutImageHeader {
-            caller: Some(caller),
-            precondition: Some(pb::Precondition {
-                condition: Some(pb::precondition::Condition::MustNotExist(
-                    pb::MustNotExist {},
-                )),
-            }),
-            idempotency_key: None,
-            expected_length: Some(bytes.len() as u64),
-        })),
-    };
-    let chunk = pb::PutImageRequest {
-        message: Some(Message::Chunk(bytes.into())),
-    };
-    client
-        .put_image(futures::stream::iter([header, chunk]))
-        .await
-        .expect("put");
-}
-
-fn user_id(hub: &Hub, name: &str) -> String {
-    hub.users
-        .as_ref()
-        .expect("auth on")
-        .list()
-        .expect("list")
-        .into_iter()
-        .find(|u| u.name == name)
-        .expect("user")
-        .id
 }
 
 #[tokio::test]

@@ -128,6 +128,30 @@ fn domain_crates_and_the_cli_stay_free_of_rpc_and_http() {
     );
 }
 
+/// `snug-test-support` is a dev-dependency only: no shipped crate links it. `snug-e2e`, the test
+/// library, may depend on it normally because nothing ships `snug-e2e` either.
+#[test]
+fn the_test_support_crate_is_a_dev_dependency_only() {
+    let closure = dependency_closure();
+    let test_only = ["snug-test-support", "snug-e2e"];
+    let linked: Vec<&String> = closure
+        .iter()
+        .filter(|(package, deps)| {
+            !test_only.contains(&package.as_str())
+                && test_only.iter().any(|name| deps.contains(*name))
+        })
+        .map(|(package, _)| package)
+        .collect();
+    assert!(
+        linked.is_empty(),
+        "normal dependencies on test crates: {linked:?}"
+    );
+    assert!(
+        closure["snug-e2e"].contains("snug-test-support"),
+        "the check sees the test-support crate"
+    );
+}
+
 #[test]
 fn the_restore_crate_talks_http_only_in_its_optional_hub_origin() {
     // The HTTP client is behind the `hub` feature, so the pure library builds without it.
@@ -316,6 +340,7 @@ fn every_environment_variable_is_in_its_table() {
             || text.ends_with("tests.rs")
             || text.ends_with("test_support.rs")
             || text.contains("/shared/testcontainers/")
+            || text.contains("/shared/test-support/")
             || text.contains(&root().join("tests").to_string_lossy().into_owned())
     };
     let mut undocumented = Vec::new();

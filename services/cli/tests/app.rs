@@ -1,89 +1,28 @@
 //! End-to-end tests of `snug app …` (list, export, sql, persist): exit codes, JSON error codes,
 //! results against the reference vectors, and inputs byte-identical whenever nothing changed.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, query, sha256_hex, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 const UUID_APP: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 const CHESS_APP: &str = "starter--chess";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn userdb(name: &str) -> PathBuf {
-    vectors().join("userdb").join(name)
+    vectors_dir().join("userdb").join(name)
 }
 
 /// A private copy of the sample user database, since some commands replace their FILE.
 fn sample_copy(dir: &Path, name: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::copy(userdb("sample-v6.user.snug"), &path).expect("copy");
-    path
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
-
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
-/// Runs `snug ARGS --json`, asserts the exit code and returns the JSON body.
-#[track_caller]
-fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = snug(&args, env);
-    assert_eq!(
-        output.status.code(),
-        Some(exit),
-        "snug {args:?}: stderr {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    snug_test_support::sample_copy(dir, name)
 }
 
 /// Asserts a refusal: exit code, JSON code, and FILE byte-identical afterwards.
 #[track_caller]
 fn assert_refused(args: &[&str], env: &[(&str, &str)], file: &Path, exit: i32, code: &str) {
-    let before = sha256(file);
-    let body = snug_json(args, env, exit);
-    assert_eq!(body["ok"], false, "{body}");
-    assert_eq!(body["error"]["code"], code, "{args:?}: {body}");
-    assert_eq!(body["exit_code"], exit);
-    assert_eq!(sha256(file), before, "{args:?} changed {}", file.display());
+    SNUG.assert_refused(args, env, file, exit, code);
 }
 
 fn p(path: &Path) -> &str {
@@ -91,21 +30,16 @@ fn p(path: &Path) -> &str {
 }
 
 fn tables(path: &Path) -> Vec<String> {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open");
-    conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("names")
+    query(
+        path,
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+    )
 }
 
 #[test]
 fn list_names_both_sample_apps() {
     let file = userdb("sample-v6.user.snug");
-    let body = snug_json(&["app", "list", p(&file)], &[], 0);
+    let body = SNUG.json(&["app", "list", p(&file)], &[], 0);
     let apps = body["apps"].as_array().expect("apps");
     let names: Vec<&str> = apps
         .iter()
@@ -115,7 +49,7 @@ fn list_names_both_sample_apps() {
         names.contains(&UUID_APP) && names.contains(&CHESS_APP),
         "{names:?}"
     );
-    let text = snug(&["app", "list", p(&file)], &[]);
+    let text = SNUG.run(&["app", "list", p(&file)], &[]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains("app_x737461727465722d2d6368657373__moves"),
@@ -127,10 +61,10 @@ fn list_names_both_sample_apps() {
 fn export_writes_natural_names_for_either_namespace_shape() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = userdb("sample-v6.user.snug");
-    let before = sha256(&file);
+    let before = sha256_hex(&file);
     for (app, expected) in [(UUID_APP, "trades"), (CHESS_APP, "moves")] {
         let out = dir.path().join(format!("{app}.snug"));
-        let body = snug_json(
+        let body = SNUG.json(
             &["app", "export", p(&file), "--app", app, "--out", p(&out)],
             &[],
             0,
@@ -151,15 +85,15 @@ fn export_writes_natural_names_for_either_namespace_shape() {
             "OUTPUT_EXISTS",
         );
     }
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
 }
 
 #[test]
 fn sql_reads_without_writing_and_persists_writes_atomically() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = sample_copy(dir.path(), "user.snug");
-    let before = sha256(&file);
-    let body = snug_json(
+    let before = sha256_hex(&file);
+    let body = SNUG.json(
         &[
             "app",
             "sql",
@@ -178,9 +112,9 @@ fn sql_reads_without_writing_and_persists_writes_atomically() {
             .is_some_and(|c| c.len() == 2),
         "{body}"
     );
-    assert_eq!(sha256(&file), before, "a read rewrote FILE");
+    assert_eq!(sha256_hex(&file), before, "a read rewrote FILE");
     // A no-op write (no row matches) changes nothing, so FILE is not rewritten either.
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "app",
             "sql",
@@ -193,9 +127,9 @@ fn sql_reads_without_writing_and_persists_writes_atomically() {
         0,
     );
     assert_eq!(body["wrote"], false);
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
 
-    let output = snug(
+    let output = SNUG.run(
         &[
             "app",
             "sql",
@@ -212,8 +146,8 @@ fn sql_reads_without_writing_and_persists_writes_atomically() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_ne!(sha256(&file), before, "a write did not reach FILE");
-    let output = snug(
+    assert_ne!(sha256_hex(&file), before, "a write did not reach FILE");
+    let output = SNUG.run(
         &[
             "app",
             "sql",
@@ -372,7 +306,7 @@ fn persist_of_an_unchanged_runtime_does_not_rewrite_file() {
             "x737461727465722d2d6368657373"
         };
         let runtime = userdb(&format!("sample-v6.app-{token}.runtime.sqlite"));
-        let body = snug_json(
+        let body = SNUG.json(
             &[
                 "app",
                 "persist",
@@ -402,7 +336,7 @@ fn persist_writes_a_changed_runtime_and_refuses_hostile_ones_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = sample_copy(dir.path(), "user.snug");
     let runtime = dir.path().join("chess.sqlite");
-    snug_json(
+    SNUG.json(
         &[
             "app",
             "export",
@@ -421,8 +355,8 @@ fn persist_writes_a_changed_runtime_and_refuses_hostile_ones_whole() {
     )
     .expect("edit");
     drop(conn);
-    let before = sha256(&file);
-    let body = snug_json(
+    let before = sha256_hex(&file);
+    let body = SNUG.json(
         &[
             "app",
             "persist",
@@ -436,7 +370,7 @@ fn persist_writes_a_changed_runtime_and_refuses_hostile_ones_whole() {
         0,
     );
     assert_eq!(body["unchanged"], false, "{body}");
-    assert_ne!(sha256(&file), before);
+    assert_ne!(sha256_hex(&file), before);
     assert!(tables(&file).contains(&"app_x737461727465722d2d6368657373__games".to_owned()));
 
     // Hostile names: refused whole, FILE untouched (exit 4: the runtime file is a bad input).
@@ -508,7 +442,7 @@ fn a_protected_file_is_read_and_written_with_its_secret() {
     let dir = tempfile::tempdir().expect("tempdir");
     let protected = dir.path().join("protected.snug");
     let env = [("SNUG_PASSPHRASE", PASSPHRASE)];
-    let output = snug(
+    let output = SNUG.run(
         &[
             "protect",
             p(&userdb("sample-v6.user.snug")),
@@ -526,10 +460,10 @@ fn a_protected_file_is_read_and_written_with_its_secret() {
         String::from_utf8_lossy(&output.stderr)
     );
 
-    let body = snug_json(&["app", "list", p(&protected)], &env, 0);
+    let body = SNUG.json(&["app", "list", p(&protected)], &env, 0);
     assert_eq!(body["protected"], true);
     let out = dir.path().join("chess.snug");
-    snug_json(
+    SNUG.json(
         &[
             "app",
             "export",
@@ -544,7 +478,7 @@ fn a_protected_file_is_read_and_written_with_its_secret() {
     );
     assert_eq!(tables(&out), vec!["moves".to_owned()]);
     // Reading needs no write; a write is resealed into the protected file (tests/reseal.rs).
-    snug_json(
+    SNUG.json(
         &[
             "app",
             "sql",
@@ -556,7 +490,7 @@ fn a_protected_file_is_read_and_written_with_its_secret() {
         &env,
         0,
     );
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "app",
             "sql",
@@ -574,7 +508,7 @@ fn a_protected_file_is_read_and_written_with_its_secret() {
             .expect("read")
             .starts_with(b"SNUGENC1\n")
     );
-    snug_json(
+    SNUG.json(
         &[
             "app",
             "persist",

@@ -8,31 +8,19 @@ use std::{
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
-    process::Command,
     sync::{Arc, Mutex},
 };
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
+use snug_test_support::{Snug, theme};
+
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// Runs `snug --json ARGS` with `env`; returns (exit code, JSON).
 fn snug(args: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-        .arg("--json")
-        .args(args)
-        .env_remove("SNUG_TOKEN")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run snug");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-        panic!(
-            "not JSON: {stdout:?}; stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output.status.code().expect("exit code"), json)
+    SNUG.exit_and_json(args, env.iter().copied())
 }
 
 /// [`snug`] off the async runtime's threads (the hub runs on them).
@@ -54,31 +42,11 @@ fn strings(items: &[&str]) -> Vec<String> {
 }
 
 fn sql(file: &Path, statement: &str) {
-    rusqlite::Connection::open(file)
-        .expect("open")
-        .execute_batch(statement)
-        .expect("sql");
-}
-
-fn theme(file: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row(
-        "SELECT value FROM snug_settings WHERE key = 'theme'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
+    snug_test_support::execute(file, statement);
 }
 
 fn secrets(file: &Path) -> Vec<(String, String)> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT key, value FROM snug_secrets ORDER BY key")
-        .expect("prepare");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    snug_test_support::query_pairs(file, "SELECT key, value FROM snug_secrets ORDER BY key")
 }
 
 /// Every row of every table, as text, keyed by table name. Connection rows leave out what a

@@ -2,56 +2,14 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Output,
 };
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, json, sha256_hex, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 const RECOVERY_KEY: &str = "ABCDE-FGHJK-MNPQR-STVWX-YZ234-56";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
-
-/// Runs `snug` with a clean secret environment plus `env`.
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS")
-        .env_remove("SNUG_MAX_ITERATIONS");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
-fn json(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn code(output: &Output) -> i32 {
     output.status.code().expect("exit code")
@@ -68,14 +26,14 @@ struct Case {
 #[test]
 fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let containers = vectors().join("containers");
+    let containers = vectors_dir().join("containers");
     let c01 = containers.join("c01-reference-random-600k.snug");
     let c03 = containers.join("c03-deterministic-1000iter.snug");
     let n01 = containers.join("n01-flipped-iterations.snug");
     let n03 = containers.join("n03-truncated-body.snug");
     let n05 = containers.join("n05-payload-bitflip.snug");
     let n12 = containers.join("n12-not-a-container.snug");
-    let plain = vectors().join("userdb/fresh-v6.user.snug");
+    let plain = vectors_dir().join("userdb/fresh-v6.user.snug");
     let newer = dir.path().join("newer.snug");
     let mut bytes = std::fs::read(&c03).expect("c03");
     bytes[9] = 2;
@@ -233,12 +191,12 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let before: Vec<(PathBuf, String)> =
         [&c01, &c03, &n01, &n03, &n05, &n12, &plain, &newer, &garbage]
             .iter()
-            .map(|p| (p.to_path_buf(), sha256(p)))
+            .map(|p| (p.to_path_buf(), sha256_hex(p)))
             .collect();
     for case in &cases {
         let mut args: Vec<&str> = case.args.iter().map(String::as_str).collect();
         args.push("--json");
-        let output = snug(&args, &case.env);
+        let output = SNUG.run(&args, &case.env);
         assert_eq!(
             code(&output),
             case.exit,
@@ -258,7 +216,7 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
         }
     }
     for (path, hash) in before {
-        assert_eq!(sha256(&path), hash, "{} was modified", path.display());
+        assert_eq!(sha256_hex(&path), hash, "{} was modified", path.display());
     }
     // Failed commands leave no output and no temporary file behind.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
@@ -272,8 +230,8 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
 #[test]
 fn reference_vector_unlocks_with_either_secret() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let c01 = vectors().join("containers/c01-reference-random-600k.snug");
-    let expected = sha256(&vectors().join("userdb/sample-v6.user.snug"));
+    let c01 = vectors_dir().join("containers/c01-reference-random-600k.snug");
+    let expected = sha256_hex(&vectors_dir().join("userdb/sample-v6.user.snug"));
     for (name, env) in [
         ("by-passphrase", ("SNUG_PASSPHRASE", PASSPHRASE)),
         ("by-key", ("SNUG_RECOVERY_KEY", RECOVERY_KEY)),
@@ -283,7 +241,7 @@ fn reference_vector_unlocks_with_either_secret() {
         ),
     ] {
         let out = dir.path().join(name);
-        let output = snug(
+        let output = SNUG.run(
             &[
                 "unlock",
                 &c01.display().to_string(),
@@ -298,13 +256,13 @@ fn reference_vector_unlocks_with_either_secret() {
             "{name}: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        assert_eq!(sha256(&out), expected, "{name}");
+        assert_eq!(sha256_hex(&out), expected, "{name}");
     }
     // Secrets from files work too, with the trailing newline an editor leaves.
     let key_file = dir.path().join("key.txt");
     std::fs::write(&key_file, format!("{RECOVERY_KEY}\n")).expect("write");
     let out = dir.path().join("by-file");
-    let output = snug(
+    let output = SNUG.run(
         &[
             "unlock",
             &c01.display().to_string(),
@@ -323,12 +281,12 @@ fn reference_vector_unlocks_with_either_secret() {
 #[test]
 fn protect_passwd_rotate_unprotect_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plain = vectors().join("userdb/sample-v6.user.snug");
-    let plain_hash = sha256(&plain);
+    let plain = vectors_dir().join("userdb/sample-v6.user.snug");
+    let plain_hash = sha256_hex(&plain);
     let sealed = dir.path().join("user.snug");
     let sealed_arg = sealed.display().to_string();
 
-    let output = snug(
+    let output = SNUG.run(
         &[
             "protect",
             &plain.display().to_string(),
@@ -353,10 +311,10 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     let first_key = body["recovery_key"].as_str().expect("key").to_owned();
     assert_eq!(first_key.len(), 32);
     assert_eq!(body["iterations"], 600_000);
-    assert_eq!(sha256(&plain), plain_hash, "input untouched");
+    assert_eq!(sha256_hex(&plain), plain_hash, "input untouched");
 
     // An existing output is not clobbered without --force.
-    let output = snug(
+    let output = SNUG.run(
         &[
             "protect",
             &plain.display().to_string(),
@@ -370,8 +328,8 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     assert_eq!(json(&output)["error"]["code"], "OUTPUT_EXISTS");
 
     // passwd in place: the wrong current passphrase is locked and changes nothing.
-    let before = sha256(&sealed);
-    let output = snug(
+    let before = sha256_hex(&sealed);
+    let output = SNUG.run(
         &["passwd", &sealed_arg, "--json"],
         &[
             ("SNUG_PASSPHRASE", "not it"),
@@ -379,8 +337,8 @@ fn protect_passwd_rotate_unprotect_round_trip() {
         ],
     );
     assert_eq!(code(&output), 3);
-    assert_eq!(sha256(&sealed), before);
-    let output = snug(
+    assert_eq!(sha256_hex(&sealed), before);
+    let output = SNUG.run(
         &["passwd", &sealed_arg],
         &[
             ("SNUG_PASSPHRASE", "first passphrase"),
@@ -394,7 +352,7 @@ fn protect_passwd_rotate_unprotect_round_trip() {
         String::from_utf8_lossy(&output.stderr)
     );
 
-    let output = snug(
+    let output = SNUG.run(
         &["rotate-recovery-key", &sealed_arg, "--json"],
         &[("SNUG_RECOVERY_KEY", &first_key)],
     );
@@ -412,7 +370,7 @@ fn protect_passwd_rotate_unprotect_round_trip() {
 
     let unlock = |env: (&str, &str), name: &str| {
         let out = dir.path().join(name);
-        let output = snug(
+        let output = SNUG.run(
             &[
                 "unprotect",
                 &sealed_arg,
@@ -427,17 +385,17 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     assert_eq!(unlock(("SNUG_RECOVERY_KEY", &first_key), "x2").0, 3);
     let (status, out) = unlock(("SNUG_PASSPHRASE", "second passphrase"), "x3");
     assert_eq!(status, 0);
-    assert_eq!(sha256(&out), plain_hash);
+    assert_eq!(sha256_hex(&out), plain_hash);
     let (status, out) = unlock(("SNUG_RECOVERY_KEY", &second_key), "x4");
     assert_eq!(status, 0);
-    assert_eq!(sha256(&out), plain_hash);
+    assert_eq!(sha256_hex(&out), plain_hash);
 
     // A recovery key the user chose (issue #17 point 10): only at full strength. A 26-symbol
     // (legacy-length) or malformed key is refused with exit 2 and the file is left as it was.
     let chosen_file = dir.path().join("chosen-key.txt");
     let rotate_to = |key: &str| {
         std::fs::write(&chosen_file, format!("{key}\n")).expect("write key");
-        snug(
+        SNUG.run(
             &[
                 "rotate-recovery-key",
                 &sealed_arg,
@@ -448,7 +406,7 @@ fn protect_passwd_rotate_unprotect_round_trip() {
             &[("SNUG_PASSPHRASE", "second passphrase")],
         )
     };
-    let before = sha256(&sealed);
+    let before = sha256_hex(&sealed);
     let full = second_key.replace('-', "");
     for (key, expected) in [
         (&full[..26], "WEAK_RECOVERY_KEY"),
@@ -457,7 +415,7 @@ fn protect_passwd_rotate_unprotect_round_trip() {
         let output = rotate_to(key);
         assert_eq!(code(&output), 2, "{key}");
         assert_eq!(json(&output)["error"]["code"], expected, "{key}");
-        assert_eq!(sha256(&sealed), before, "{key}: the file is unchanged");
+        assert_eq!(sha256_hex(&sealed), before, "{key}: the file is unchanged");
     }
     let chosen: String = full.chars().rev().collect();
     let output = rotate_to(&chosen.to_lowercase());
@@ -476,13 +434,13 @@ fn protect_passwd_rotate_unprotect_round_trip() {
     assert_eq!(unlock(("SNUG_RECOVERY_KEY", &second_key), "x5").0, 3);
     let (status, out) = unlock(("SNUG_RECOVERY_KEY", &chosen), "x6");
     assert_eq!(status, 0);
-    assert_eq!(sha256(&out), plain_hash);
+    assert_eq!(sha256_hex(&out), plain_hash);
 }
 
 #[test]
 fn weak_kdf_files_open_only_when_the_minimum_is_lowered() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let c03 = vectors().join("containers/c03-deterministic-1000iter.snug");
+    let c03 = vectors_dir().join("containers/c03-deterministic-1000iter.snug");
     let out = dir.path().join("plain");
     let args = [
         "unlock",
@@ -490,9 +448,9 @@ fn weak_kdf_files_open_only_when_the_minimum_is_lowered() {
         "--out",
         &out.display().to_string(),
     ];
-    let output = snug(&args, &[("SNUG_PASSPHRASE", PASSPHRASE)]);
+    let output = SNUG.run(&args, &[("SNUG_PASSPHRASE", PASSPHRASE)]);
     assert_eq!(code(&output), 5);
-    let output = snug(
+    let output = SNUG.run(
         &args,
         &[
             ("SNUG_PASSPHRASE", PASSPHRASE),
@@ -506,7 +464,7 @@ fn weak_kdf_files_open_only_when_the_minimum_is_lowered() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(
-        sha256(&out),
+        sha256_hex(&out),
         "28b374162ba96629492af39570f13dee3af9a544f834ce20293fc47e465eedb0"
     );
 }

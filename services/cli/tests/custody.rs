@@ -7,36 +7,23 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Output,
 };
 
 use snug_e2e::{Hub, Options};
+use snug_test_support::{Snug, body, sample_copy};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 /// Two slots: 38 + 2 × 61 header bytes, then 2 × 48 bytes of wrapped keys; the payload IV next.
 const PAYLOAD_IV: std::ops::Range<usize> = 256..268;
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// The reference's sample user database (two credentials) protected at 1000 iterations under
 /// PASSPHRASE, at `dir/user.snug`; returns it and its recovery key.
 fn protected_sample(dir: &Path) -> (PathBuf, String) {
     std::fs::create_dir_all(dir).expect("mkdir");
-    let plain = dir.join("plain.snug");
-    std::fs::copy(vectors().join("userdb/sample-v6.user.snug"), &plain).expect("copy");
+    let plain = sample_copy(dir, "plain.snug");
     let passphrase_file = dir.join("passphrase.txt");
     std::fs::write(&passphrase_file, PASSPHRASE).expect("write");
     let path = dir.join("user.snug");
@@ -61,31 +48,21 @@ fn protected_sample(dir: &Path) -> (PathBuf, String) {
 
 /// Runs `snug ARGS` (JSON unless `text`) with one secret in the environment.
 fn snug(args: &[&str], env: &[(&str, &str)], text: bool) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
+    let mut command = SNUG.command();
     if !text {
         command.arg("--json");
     }
     command
         .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env("SNUG_MIN_ITERATIONS", "1000");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.output().expect("run snug")
+        .env("SNUG_MIN_ITERATIONS", "1000")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run snug")
 }
 
 #[track_caller]
 fn ok(output: &Output) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{stdout}; stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("JSON")
+    body(output, 0)
 }
 
 const BY_PASSPHRASE: &[(&str, &str)] = &[("SNUG_PASSPHRASE", PASSPHRASE)];
@@ -249,7 +226,7 @@ async fn a_hub_keeps_receiving_the_secrets_stripped_plaintext_of_a_protected_fil
         tokio::task::spawn_blocking(move || {
             let mut args = vec!["sync", "push", p(&a), "--origin", &url];
             args.extend(extra);
-            Command::new(env!("CARGO_BIN_EXE_snug"))
+            SNUG.command()
                 .arg("--json")
                 .args(&args)
                 .env("SNUG_PASSPHRASE", PASSPHRASE)
@@ -293,18 +270,14 @@ async fn a_hub_keeps_receiving_the_secrets_stripped_plaintext_of_a_protected_fil
     let run = |args: Vec<String>, env: Vec<(&'static str, String)>| {
         let token = token.clone();
         tokio::task::spawn_blocking(move || {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-            command
+            SNUG.command()
                 .arg("--json")
                 .args(&args)
-                .env_remove("SNUG_PASSPHRASE")
-                .env_remove("SNUG_RECOVERY_KEY")
                 .env("SNUG_TOKEN", token)
-                .env("SNUG_MIN_ITERATIONS", "1000");
-            for (name, value) in env {
-                command.env(name, value);
-            }
-            command.output().expect("run snug")
+                .env("SNUG_MIN_ITERATIONS", "1000")
+                .envs(env)
+                .output()
+                .expect("run snug")
         })
     };
     let args = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();

@@ -3,12 +3,14 @@
 //! state and the hub's `Repr-Digest` agree) and no deleted or stripped credential reaches the hub
 //! or the device that pulls.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
+use snug_test_support::{Snug, files};
 
 const DELETED: &str = "sk-ant-CLI-DELETED-CREDENTIAL-0xFACADE";
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
@@ -16,25 +18,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Runs `snug --json ARGS` with the token, off the async runtime's threads.
 async fn snug(args: Vec<String>, token: String) -> (i32, serde_json::Value) {
-    tokio::task::spawn_blocking(move || {
-        let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-            .arg("--json")
-            .args(&args)
-            .env("SNUG_TOKEN", token)
-            .env_remove("SNUG_PASSPHRASE")
-            .output()
-            .expect("run snug");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-            panic!(
-                "not JSON: {stdout:?}; stderr: {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().expect("exit code"), json)
-    })
-    .await
-    .expect("join")
+    tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, [("SNUG_TOKEN", token)]))
+        .await
+        .expect("join")
 }
 
 fn sync_args(command: &str, file: &Path, origin: &str) -> Vec<String> {
@@ -144,21 +130,4 @@ async fn a_push_stores_the_bytes_it_hashed_and_no_credential() {
         (0, "UNCHANGED".into()),
         "{json}"
     );
-}
-
-/// Every file under `dir`, recursively.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                out.push((path.display().to_string(), bytes));
-            }
-        }
-    }
-    out
 }

@@ -3,70 +3,21 @@
 //! sync config and secrets round-trip with the reference's encodings; every bad input has its
 //! JSON code and exit code and leaves FILE byte-identical.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, sha256_hex, vectors_dir};
 
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
 
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS")
-        .env_remove("SNUG_SECRET_VALUE");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
 /// Runs `snug ARGS --json` with `env`, asserts the exit code and returns the JSON body.
 #[track_caller]
 fn run_env(args: &[&str], env: &[(&str, &str)], exit: i32) -> Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = snug(&args, env);
-    assert_eq!(
-        output.status.code(),
-        Some(exit),
-        "snug {args:?}: stdout {} stderr {}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    SNUG.json(args, env, exit)
 }
 
 #[track_caller]
@@ -79,21 +30,21 @@ fn ok(args: &[&str]) -> Value {
 /// Asserts a refusal: exit code, JSON code, and `file` byte-identical afterwards.
 #[track_caller]
 fn refused(args: &[&str], file: &Path, exit: i32, code: &str) {
-    let before = sha256(file);
-    let body = run_env(args, &[], exit);
-    assert_eq!(body["ok"], false, "{body}");
-    assert_eq!(body["error"]["code"], code, "{args:?}: {body}");
-    assert_eq!(body["exit_code"], exit);
-    assert_eq!(sha256(file), before, "{args:?} changed {}", file.display());
+    SNUG.assert_refused(args, &[], file, exit, code);
 }
 
 /// Asserts a successful command that had nothing to do: FILE is not rewritten.
 #[track_caller]
 fn unchanged(args: &[&str], file: &Path) -> Value {
-    let before = sha256(file);
+    let before = sha256_hex(file);
     let body = ok(args);
     assert_eq!(body["written"], false, "{body}");
-    assert_eq!(sha256(file), before, "{args:?} rewrote {}", file.display());
+    assert_eq!(
+        sha256_hex(file),
+        before,
+        "{args:?} rewrote {}",
+        file.display()
+    );
     body
 }
 
@@ -110,15 +61,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn query(file: &Path, sql: &str) -> Vec<String> {
-    let conn =
-        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open");
-    conn.prepare(sql)
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    snug_test_support::query(file, sql)
 }
 
 #[test]
@@ -177,7 +120,7 @@ fn an_app_installed_offline_on_a_new_file_takes_sql() {
         shown["version"]["pinned"], true,
         "version 1 is the factory version"
     );
-    let html_only = snug(&["app", "show", p(&file), "--app", "notes", "--html"], &[]);
+    let html_only = SNUG.run(&["app", "show", p(&file), "--app", "notes", "--html"], &[]);
     assert_eq!(
         String::from_utf8_lossy(&html_only.stdout),
         "<h1>Notes</h1>\n"
@@ -983,12 +926,12 @@ fn every_writer_refuses_protected_newer_and_foreign_files_untouched() {
     let dir = tempfile::tempdir().expect("tempdir");
     let protected = dir.path().join("protected.snug");
     std::fs::copy(
-        vectors().join("containers/c01-reference-random-600k.snug"),
+        vectors_dir().join("containers/c01-reference-random-600k.snug"),
         &protected,
     )
     .expect("copy");
     let too_new = dir.path().join("too-new.snug");
-    std::fs::copy(vectors().join("userdb/sample-v6.user.snug"), &too_new).expect("copy");
+    std::fs::copy(vectors_dir().join("userdb/sample-v6.user.snug"), &too_new).expect("copy");
     let conn = rusqlite::Connection::open(&too_new).expect("open");
     conn.execute_batch("PRAGMA user_version = 7;")
         .expect("stamp");
@@ -1046,14 +989,14 @@ fn every_writer_refuses_protected_newer_and_foreign_files_untouched() {
         }
     }
     // Readers open a protected file with its secret, and never write it.
-    let before = sha256(&protected);
+    let before = sha256_hex(&protected);
     let body = run_env(
         &["settings", "list", p(&protected)],
         &[("SNUG_PASSPHRASE", "correct horse battery staple")],
         0,
     );
     assert_eq!(body["ok"], true, "{body}");
-    assert_eq!(sha256(&protected), before);
+    assert_eq!(sha256_hex(&protected), before);
     refused(
         &["settings", "list", p(&protected)],
         &protected,

@@ -2,38 +2,17 @@
 //! FILE's grants, the contract guard and the re-confirmation latch; typed refusals with exit
 //! codes, and IN and FILE byte-identical whenever the import is refused.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, assert_refusal, query, sha256_hex, vector};
 
 const SAMPLE_APP: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 const APPROVED_AT: &str = "2026-03-03T00:00:00.000Z";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-fn vector(name: &str) -> PathBuf {
-    vectors().join(name)
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// A copy of the sample user database at `dir/name`, changed by `sql`.
 fn sample_with(dir: &Path, name: &str, sql: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::copy(vector("userdb/sample-v6.user.snug"), &path).expect("copy");
+    let path = snug_test_support::sample_copy(dir, name);
     let conn = rusqlite::Connection::open(&path).expect("open");
     conn.execute_batch(sql).expect("sql");
     drop(conn);
@@ -66,69 +45,18 @@ fn user_file(dir: &Path) -> PathBuf {
     )
 }
 
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
-
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
-}
-
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
-#[track_caller]
-fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = snug(&args, env);
-    assert_eq!(
-        output.status.code(),
-        Some(exit),
-        "snug {args:?}: stderr {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
 }
 
 /// Asserts a refused import: exit code, JSON code, and both files as they were.
 #[track_caller]
 fn assert_refused(input: &Path, into: &Path, env: &[(&str, &str)], exit: i32, code: &str) {
-    let before = (sha256(input), into.exists().then(|| sha256(into)));
-    let body = snug_json(&["import", p(input), "--into", p(into)], env, exit);
-    assert_eq!(body["ok"], false, "{body}");
-    assert_eq!(body["error"]["code"], code, "{body}");
-    assert_eq!(body["exit_code"], exit);
-    let after = (sha256(input), into.exists().then(|| sha256(into)));
+    let before = (sha256_hex(input), into.exists().then(|| sha256_hex(into)));
+    let body = SNUG.json(&["import", p(input), "--into", p(into)], env, exit);
+    assert_refusal(&body, exit, code);
+    let after = (sha256_hex(input), into.exists().then(|| sha256_hex(into)));
     assert_eq!(after, before, "a refused import changed a file");
-}
-
-fn query<T: rusqlite::types::FromSql>(path: &Path, sql: &str) -> Vec<T> {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("open");
-    conn.prepare(sql)
-        .expect("prepare")
-        .query_map([], |r| r.get(0))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
 }
 
 #[test]
@@ -136,9 +64,9 @@ fn import_reconciles_against_the_users_file_and_reports_the_dropped_connection()
     let dir = tempfile::tempdir().expect("tempdir");
     let input = incoming(dir.path());
     let into = user_file(dir.path());
-    let input_hash = sha256(&input);
+    let input_hash = sha256_hex(&input);
 
-    let body = snug_json(&["import", p(&input), "--into", p(&into)], &[], 0);
+    let body = SNUG.json(&["import", p(&input), "--into", p(&into)], &[], 0);
     assert_eq!(body["ok"], true, "{body}");
     assert_eq!(body["replaced"], true);
     let report = &body["report"];
@@ -154,7 +82,7 @@ fn import_reconciles_against_the_users_file_and_reports_the_dropped_connection()
         serde_json::json!([]),
         "FILE holds both contracts"
     );
-    assert_eq!(sha256(&input), input_hash, "IN is only read");
+    assert_eq!(sha256_hex(&input), input_hash, "IN is only read");
 
     assert_eq!(
         query::<String>(
@@ -174,7 +102,7 @@ fn import_reconciles_against_the_users_file_and_reports_the_dropped_connection()
 
     // The text names what was dropped.
     let fresh = dir.path().join("text.snug");
-    let output = snug(&["import", p(&input), "--into", p(&fresh)], &[]);
+    let output = SNUG.run(&["import", p(&input), "--into", p(&fresh)], &[]);
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("dropped") && text.contains("feed"), "{text}");
@@ -186,7 +114,7 @@ fn import_into_a_new_file_knows_no_grant_and_no_contract_unless_trusted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = incoming(dir.path());
     let into = dir.path().join("new.snug");
-    let body = snug_json(&["import", p(&input), "--into", p(&into)], &[], 0);
+    let body = SNUG.json(&["import", p(&input), "--into", p(&into)], &[], 0);
     assert_eq!(body["replaced"], false);
     assert_eq!(body["report"]["restored_grants"], 0);
     assert_eq!(body["report"]["demoted_connections"], 1);
@@ -214,7 +142,7 @@ fn import_into_a_new_file_knows_no_grant_and_no_contract_unless_trusted() {
     );
 
     let trusted = dir.path().join("trusted.snug");
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "import",
             p(&input),
@@ -288,7 +216,7 @@ fn a_protected_in_is_imported_with_its_secret_and_lands_plain() {
     let dir = tempfile::tempdir().expect("tempdir");
     let into = dir.path().join("user.snug");
     let protected = vector("containers/c01-reference-random-600k.snug");
-    let body = snug_json(
+    let body = SNUG.json(
         &["import", p(&protected), "--into", p(&into)],
         &[("SNUG_PASSPHRASE", "correct horse battery staple")],
         0,

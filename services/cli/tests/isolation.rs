@@ -3,28 +3,17 @@
 //! namespace, and `snug check` and `snug migrate` refuse the file (exit 4, `APP_TOKEN_COLLISION`),
 //! with FILE byte-identical and no output written.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, sample_copy, sha256_hex, vectors_dir};
 
 const LOWER: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 const UPPER: &str = "A7F3B2C1-0D4E-4F5A-8B6C-9D0E1F2A3B4C";
 const CHESS_APP: &str = "starter--chess";
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn userdb(name: &str) -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    dir.join("userdb").join(name)
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
+    vectors_dir().join("userdb").join(name)
 }
 
 fn p(path: &Path) -> &str {
@@ -34,8 +23,7 @@ fn p(path: &Path) -> &str {
 /// The reference sample with a twin of its UUID app registered under the upper-case id, so the
 /// twin's token names the sample app's `trades` tables.
 fn colliding_file(dir: &Path) -> PathBuf {
-    let path = dir.join("user.snug");
-    std::fs::copy(userdb("sample-v6.user.snug"), &path).expect("copy");
+    let path = sample_copy(dir, "user.snug");
     let conn = rusqlite::Connection::open(&path).expect("open");
     conn.execute(
         "INSERT INTO snug_apps (app_id, display_name, uses_db, current_version, created_at, updated_at) \
@@ -50,16 +38,11 @@ fn colliding_file(dir: &Path) -> PathBuf {
 /// Runs `snug ARGS --json` and asserts the collision refusal and an unchanged FILE.
 #[track_caller]
 fn assert_collision(args: &[&str], file: &Path) {
-    let before = sha256(file);
+    let before = sha256_hex(file);
     let mut args = args.to_vec();
     args.push("--json");
-    let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-        .args(&args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .output()
-        .expect("run snug");
-    let body: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let output = SNUG.run(&args, &[]);
+    let body = snug_test_support::json(&output);
     assert_eq!(output.status.code(), Some(4), "{args:?}: {body}");
     assert_eq!(
         body["error"]["code"], "APP_TOKEN_COLLISION",
@@ -70,7 +53,12 @@ fn assert_collision(args: &[&str], file: &Path) {
         message.contains(LOWER) && message.contains(UPPER),
         "{args:?}: the message names both apps: {message}"
     );
-    assert_eq!(sha256(file), before, "{args:?} changed {}", file.display());
+    assert_eq!(
+        sha256_hex(file),
+        before,
+        "{args:?} changed {}",
+        file.display()
+    );
 }
 
 #[test]
@@ -97,10 +85,10 @@ fn app_commands_refuse_either_namespace_of_a_shared_token() {
         assert!(!out.exists(), "no export of the shared tables");
     }
     // An app outside the pair still works.
-    let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-        .args(["app", "export", f, "--app", CHESS_APP, "--out", p(&out)])
-        .output()
-        .expect("run snug");
+    let output = SNUG.run(
+        &["app", "export", f, "--app", CHESS_APP, "--out", p(&out)],
+        &[],
+    );
     assert!(output.status.success(), "{output:?}");
 }
 

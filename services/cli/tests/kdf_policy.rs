@@ -1,75 +1,25 @@
 //! End-to-end tests of a protected file whose KDF iteration count is outside the accepted range: exit 5 with the file untouched, `--min-iterations`/`--max-iterations` to open it, and `snug passwd --upgrade-kdf` to rewrite it for both secrets.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, sha256_hex, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
-
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS")
-        .env_remove("SNUG_MAX_ITERATIONS");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
-/// Runs `snug ARGS --json`, asserts the exit code and returns the JSON body.
-#[track_caller]
-fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = snug(&args, env);
-    assert_eq!(
-        output.status.code(),
-        Some(exit),
-        "snug {args:?}: stderr {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON")
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// Protects the sample user database at `iterations` into DIR/NAME; returns the file and its
 /// recovery key.
 fn protected(dir: &Path, name: &str, iterations: u32) -> (PathBuf, String) {
     let file = dir.join(name);
     let iterations = iterations.to_string();
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "--min-iterations",
             &iterations,
             "--max-iterations",
             &iterations,
             "protect",
-            &vectors()
+            &vectors_dir()
                 .join("userdb/sample-v6.user.snug")
                 .display()
                 .to_string(),
@@ -90,7 +40,7 @@ fn a_weak_file_is_refused_with_exit_5_on_every_reader_and_opens_with_the_flag() 
     let dir = tempfile::tempdir().expect("tempdir");
     let (file, _) = protected(dir.path(), "weak.snug", 1_000);
     let f = file.display().to_string();
-    let before = sha256(&file);
+    let before = sha256_hex(&file);
     let out = dir.path().join("out").display().to_string();
     let pass = [("SNUG_PASSPHRASE", PASSPHRASE)];
     let readers: [&[&str]; 6] = [
@@ -102,7 +52,7 @@ fn a_weak_file_is_refused_with_exit_5_on_every_reader_and_opens_with_the_flag() 
         &["passwd", &f],
     ];
     for args in readers {
-        let body = snug_json(args, &pass, 5);
+        let body = SNUG.json(args, &pass, 5);
         assert_eq!(
             body["error"]["code"], "ITERATIONS_OUT_OF_POLICY",
             "{args:?}"
@@ -112,20 +62,20 @@ fn a_weak_file_is_refused_with_exit_5_on_every_reader_and_opens_with_the_flag() 
             message.contains("1000") && message.contains("--min-iterations 1000"),
             "{args:?}: {message}"
         );
-        assert_eq!(sha256(&file), before, "{args:?} changed the file");
+        assert_eq!(sha256_hex(&file), before, "{args:?} changed the file");
         assert!(!Path::new(&out).exists(), "{args:?} wrote an output");
     }
-    let body = snug_json(
+    let body = SNUG.json(
         &["--min-iterations", "1000", "unlock", &f, "--out", &out],
         &pass,
         0,
     );
     assert_eq!(body["opened_by"], "passphrase");
     assert_eq!(
-        sha256(Path::new(&out)),
-        sha256(&vectors().join("userdb/sample-v6.user.snug"))
+        sha256_hex(Path::new(&out)),
+        sha256_hex(&vectors_dir().join("userdb/sample-v6.user.snug"))
     );
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
 }
 
 #[test]
@@ -133,8 +83,8 @@ fn a_raised_file_opens_with_the_maximum_raised() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (file, key) = protected(dir.path(), "raised.snug", 20_000);
     let f = file.display().to_string();
-    let before = sha256(&file);
-    let body = snug_json(&["--max-iterations", "15000", "inspect", &f], &[], 5);
+    let before = sha256_hex(&file);
+    let body = SNUG.json(&["--max-iterations", "15000", "inspect", &f], &[], 5);
     assert_eq!(body["error"]["code"], "ITERATIONS_OUT_OF_POLICY");
     assert!(
         body["error"]["message"]
@@ -143,12 +93,12 @@ fn a_raised_file_opens_with_the_maximum_raised() {
             .contains("--max-iterations 20000")
     );
     let out = dir.path().join("out").display().to_string();
-    snug_json(
+    SNUG.json(
         &["unlock", &f, "--out", &out],
         &[("SNUG_RECOVERY_KEY", &key)],
         0,
     );
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
 }
 
 #[test]
@@ -165,7 +115,7 @@ fn zero_iterations_is_corrupt_whatever_the_flags() {
         vec!["inspect", f.as_str()],
         vec!["--min-iterations", "0", "inspect", f.as_str()],
     ] {
-        let body = snug_json(&args, &[], 4);
+        let body = SNUG.json(&args, &[], 4);
         assert_eq!(body["error"]["code"], "CORRUPT", "{args:?}");
     }
 }
@@ -186,7 +136,7 @@ fn passwd_upgrade_kdf_needs_both_secrets_and_leaves_a_file_both_open_by_default(
     let dir = tempfile::tempdir().expect("tempdir");
     let (file, key) = protected(dir.path(), "upgrade.snug", 1_000);
     let f = file.display().to_string();
-    let before = sha256(&file);
+    let before = sha256_hex(&file);
     let upgrade = [
         "--min-iterations",
         "1000",
@@ -198,17 +148,17 @@ fn passwd_upgrade_kdf_needs_both_secrets_and_leaves_a_file_both_open_by_default(
     ];
 
     // The passphrase alone is not enough: every slot is re-derived.
-    let output = snug(&upgrade, &[("SNUG_PASSPHRASE", PASSPHRASE)]);
+    let output = SNUG.run(&upgrade, &[("SNUG_PASSPHRASE", PASSPHRASE)]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("both the passphrase and the recovery key"),
         "{stderr}"
     );
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
     // A wrong recovery key is locked, and changes nothing.
     let wrong = "ABCDE-FGHJK-MNPQR-STVWX-YZ234-56";
-    let body = snug_json(
+    let body = SNUG.json(
         &upgrade,
         &[
             ("SNUG_PASSPHRASE", PASSPHRASE),
@@ -217,9 +167,9 @@ fn passwd_upgrade_kdf_needs_both_secrets_and_leaves_a_file_both_open_by_default(
         3,
     );
     assert_eq!(body["error"]["code"], "LOCKED");
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
     // A count a default reader would refuse is not written.
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "--min-iterations",
             "1000",
@@ -233,29 +183,29 @@ fn passwd_upgrade_kdf_needs_both_secrets_and_leaves_a_file_both_open_by_default(
         2,
     );
     assert_eq!(body["error"]["code"], "USAGE");
-    assert_eq!(sha256(&file), before);
+    assert_eq!(sha256_hex(&file), before);
 
-    let body = snug_json(
+    let body = SNUG.json(
         &upgrade,
         &[("SNUG_PASSPHRASE", PASSPHRASE), ("SNUG_RECOVERY_KEY", &key)],
         0,
     );
     assert_eq!(body["iterations"], 20_000);
     assert_eq!(body["previous_iterations"], 1_000);
-    let plain = sha256(&vectors().join("userdb/sample-v6.user.snug"));
+    let plain = sha256_hex(&vectors_dir().join("userdb/sample-v6.user.snug"));
     // No flag needed any more, and both secrets open it.
-    let info = snug_json(&["inspect", &f], &[], 0);
+    let info = SNUG.json(&["inspect", &f], &[], 0);
     assert_eq!(info["iterations"], 20_000);
     for (name, env) in [
         ("by-passphrase", ("SNUG_PASSPHRASE", PASSPHRASE)),
         ("by-key", ("SNUG_RECOVERY_KEY", key.as_str())),
     ] {
         let out = dir.path().join(name);
-        snug_json(
+        SNUG.json(
             &["unlock", &f, "--out", &out.display().to_string()],
             &[env],
             0,
         );
-        assert_eq!(sha256(&out), plain, "{name}");
+        assert_eq!(sha256_hex(&out), plain, "{name}");
     }
 }

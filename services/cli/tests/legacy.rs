@@ -4,15 +4,14 @@
 //! so syncing it is syncing a file that never synced (exit 6, nothing overwritten) on a directory
 //! origin and on a hub.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
+use snug_test_support::Snug;
 
 const CHESS_APP: &str = "starter--chess";
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// Runs `snug --json ARGS` with `env` off the async runtime's threads; returns (exit, JSON).
 async fn snug(args: Vec<String>, env: Vec<(&'static str, String)>) -> (i32, serde_json::Value) {
@@ -22,22 +21,7 @@ async fn snug(args: Vec<String>, env: Vec<(&'static str, String)>) -> (i32, serd
 }
 
 fn snug_blocking(args: &[String], env: &[(&'static str, String)]) -> (i32, serde_json::Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-        .arg("--json")
-        .args(args)
-        .envs(env.iter().cloned())
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .output()
-        .expect("run snug");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-        panic!(
-            "not JSON: {stdout:?}; stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output.status.code().expect("exit code"), json)
+    SNUG.exit_and_json(args, env.iter().cloned())
 }
 
 fn args(items: &[&str]) -> Vec<String> {

@@ -4,29 +4,16 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Output,
 };
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, sample_copy, sha256_hex};
 
 const TRADER: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
-
-fn sample() -> PathBuf {
-    std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        })
-        .join("userdb/sample-v6.user.snug")
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn unregistered_sample(dir: &Path) -> PathBuf {
-    let path = dir.join("user.snug");
-    std::fs::copy(sample(), &path).expect("copy");
+    let path = sample_copy(dir, "user.snug");
     let conn = rusqlite::Connection::open(&path).expect("open");
     conn.execute("DELETE FROM snug_app_schemas WHERE app_id = ?1", [TRADER])
         .expect("lose the schema record");
@@ -35,14 +22,13 @@ fn unregistered_sample(dir: &Path) -> PathBuf {
 }
 
 fn snug(args: &[&str]) -> (Output, serde_json::Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_snug"))
+    let output = SNUG
+        .command()
         .args(args)
         .arg("--json")
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
         .output()
         .expect("run snug");
-    let body = serde_json::from_slice(&output.stdout).expect("json");
+    let body = snug_test_support::json(&output);
     (output, body)
 }
 
@@ -61,7 +47,7 @@ fn a_select_leaves_file_byte_identical_and_reports_the_unregistered_tables() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = unregistered_sample(dir.path());
     let f = file.to_str().expect("utf-8");
-    let before = sha256(&file);
+    let before = sha256_hex(&file);
     for read_only in [false, true] {
         let mut args = vec![
             "app",
@@ -83,7 +69,7 @@ fn a_select_leaves_file_byte_identical_and_reports_the_unregistered_tables() {
         );
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("trades, equities"), "a warning: {stderr}");
-        assert_eq!(sha256(&file), before, "{args:?} rewrote {f}");
+        assert_eq!(sha256_hex(&file), before, "{args:?} rewrote {f}");
     }
     assert!(!registered(&file));
 }
@@ -93,7 +79,7 @@ fn a_write_rewrites_file_and_registers_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = unregistered_sample(dir.path());
     let f = file.to_str().expect("utf-8");
-    let before = sha256(&file);
+    let before = sha256_hex(&file);
     let (output, body) = snug(&[
         "app",
         "sql",
@@ -105,6 +91,6 @@ fn a_write_rewrites_file_and_registers_them() {
     assert_eq!(output.status.code(), Some(0), "{body}");
     assert_eq!(body["wrote"], true);
     assert_eq!(body["unregistered_tables"], serde_json::json!([]));
-    assert_ne!(sha256(&file), before);
+    assert_ne!(sha256_hex(&file), before);
     assert!(registered(&file));
 }

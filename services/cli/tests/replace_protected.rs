@@ -2,61 +2,29 @@
 //! a protected (SNUGENC1) file; only `--replace-protected` beside it does. The refusal has its own
 //! code and exit code, and the protected file is byte-identical afterwards.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::{path::Path, process::Output};
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, json, sha256_hex, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn snug(args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_snug"))
+    SNUG.command()
         .arg("--json")
         .args(args)
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
         .env("SNUG_PASSPHRASE", PASSPHRASE)
         .env("SNUG_MIN_ITERATIONS", "1000")
         .output()
         .expect("run snug")
 }
 
-fn json(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}; stderr: {}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
-
 #[test]
 fn force_never_replaces_a_protected_output_without_replace_protected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let container = vectors().join("containers/c03-deterministic-1000iter.snug");
+    let container = vectors_dir().join("containers/c03-deterministic-1000iter.snug");
     let plain = dir.path().join("plain.snug");
-    std::fs::copy(vectors().join("userdb/sample-v6.user.snug"), &plain).expect("copy");
+    std::fs::copy(vectors_dir().join("userdb/sample-v6.user.snug"), &plain).expect("copy");
     let passphrase_file = dir.path().join("passphrase.txt");
     std::fs::write(&passphrase_file, PASSPHRASE).expect("write");
     let target = dir.path().join("protected.snug");
@@ -114,7 +82,7 @@ fn force_never_replaces_a_protected_output_without_replace_protected() {
     ];
     for (name, args) in commands {
         std::fs::copy(&container, &target).expect("copy");
-        let before = sha256(&target);
+        let before = sha256_hex(&target);
         let with = |extra: &[&str]| {
             let mut all = args.clone();
             all.extend(extra.iter().map(|s| (*s).to_owned()));
@@ -138,18 +106,18 @@ fn force_never_replaces_a_protected_output_without_replace_protected() {
             "{name}: {body}"
         );
         assert_eq!(
-            sha256(&target),
+            sha256_hex(&target),
             before,
             "{name}: the protected file was touched"
         );
         // --replace-protected is a second word for the same act, never a replacement for --force.
         let output = snug(&with(&["--replace-protected"]));
         assert_eq!(output.status.code(), Some(2), "{name}");
-        assert_eq!(sha256(&target), before, "{name}");
+        assert_eq!(sha256_hex(&target), before, "{name}");
         // Both: replaced, as asked.
         let output = snug(&with(&["--force", "--replace-protected"]));
         assert_eq!(output.status.code(), Some(0), "{name}: {}", json(&output));
-        assert_ne!(sha256(&target), before, "{name}: not replaced");
+        assert_ne!(sha256_hex(&target), before, "{name}: not replaced");
     }
 
     // A plain OUT is still replaced by --force alone.

@@ -1,61 +1,18 @@
 //! End-to-end tests of editing a protected file (issue #17 point 4): `snug app sql` writes, `snug app persist` and `snug migrate` (in place or to `--out`) reseal it in its own container, so it stays SNUGENC1 with the same header and slots, and the recovery key from `snug protect` keeps opening it.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::path::Path;
+
+use snug_test_support::{Snug, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
 const CHESS_APP: &str = "starter--chess";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
-
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS")
-        .env_remove("SNUG_MAX_ITERATIONS");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
-#[track_caller]
-fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = snug(&args, env);
-    assert_eq!(
-        output.status.code(),
-        Some(exit),
-        "snug {args:?}: stderr {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON")
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// The bytes of a two-slot container before its payload IV: header (160) and wrapped keys (96).
 const KEPT: usize = 160 + 2 * 48;
 
 fn moves(file: &str, env: &[(&str, &str)]) -> serde_json::Value {
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "app",
             "sql",
@@ -75,10 +32,10 @@ fn app_sql_write_reseals_and_the_recovery_key_still_opens_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("user.snug");
     let f = file.display().to_string();
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "protect",
-            &vectors()
+            &vectors_dir()
                 .join("userdb/sample-v6.user.snug")
                 .display()
                 .to_string(),
@@ -101,7 +58,7 @@ fn app_sql_write_reseals_and_the_recovery_key_still_opens_it() {
     );
 
     // Written with the passphrase, read back with the recovery key written down at protect.
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "app",
             "sql",
@@ -131,7 +88,7 @@ fn app_sql_write_reseals_and_the_recovery_key_still_opens_it() {
     assert_eq!(moves(&f, &[("SNUG_PASSPHRASE", PASSPHRASE)]), count_after);
 
     // A wrong secret is locked and leaves the file as it was.
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "app",
             "sql",
@@ -149,13 +106,13 @@ fn app_sql_write_reseals_and_the_recovery_key_still_opens_it() {
     // persist with the recovery key reseals too.
     let runtime = dir.path().join("chess.sqlite");
     let r = runtime.display().to_string();
-    snug_json(
+    SNUG.json(
         &["app", "export", &f, "--app", CHESS_APP, "--out", &r],
         &by_key,
         0,
     );
     add_a_move(&runtime);
-    let body = snug_json(
+    let body = SNUG.json(
         &["app", "persist", &f, "--app", CHESS_APP, "--from", &r],
         &by_key,
         0,
@@ -191,7 +148,7 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
         .expect("fixture");
     let file = dir.path().join("user.snug");
     let f = file.display().to_string();
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "protect",
             &plain.display().to_string(),
@@ -207,11 +164,11 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
     let before = std::fs::read(&file).expect("read");
 
     // Without a secret: locked, and the file is as it was.
-    let body = snug_json(&["migrate", &f, "--in-place"], &[], 3);
+    let body = SNUG.json(&["migrate", &f, "--in-place"], &[], 3);
     assert_eq!(body["error"]["code"], "LOCKED", "{body}");
     assert_eq!(std::fs::read(&file).expect("read"), before);
 
-    let body = snug_json(
+    let body = SNUG.json(
         &["migrate", &f, "--in-place"],
         &[("SNUG_PASSPHRASE", PASSPHRASE)],
         0,
@@ -228,7 +185,7 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
     );
 
     let unlocked = dir.path().join("unlocked.snug");
-    snug_json(
+    SNUG.json(
         &["unlock", &f, "--out", &unlocked.display().to_string()],
         &[("SNUG_RECOVERY_KEY", key.as_str())],
         0,
@@ -239,7 +196,7 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
         .expect("user_version");
     assert_eq!(stamped, 6, "migrated to storage version 6");
 
-    let body = snug_json(
+    let body = SNUG.json(
         &["migrate", &f, "--in-place"],
         &[("SNUG_RECOVERY_KEY", key.as_str())],
         0,
@@ -252,7 +209,7 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
     );
 
     // --in-place and --out together are a usage error.
-    let output = snug(&["migrate", &f, "--in-place", "--out", "x.snug"], &[]);
+    let output = SNUG.run(&["migrate", &f, "--in-place", "--out", "x.snug"], &[]);
     assert_eq!(output.status.code(), Some(2));
 }
 
@@ -269,7 +226,7 @@ fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
         .expect("fixture");
     let file = dir.path().join("user.snug");
     let f = file.display().to_string();
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "protect",
             &plain.display().to_string(),
@@ -286,7 +243,7 @@ fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
 
     let out = dir.path().join("migrated.snug");
     let o = out.display().to_string();
-    let body = snug_json(
+    let body = SNUG.json(
         &["migrate", &f, "--out", &o],
         &[("SNUG_PASSPHRASE", "not it")],
         3,
@@ -294,7 +251,7 @@ fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
     assert_eq!(body["error"]["code"], "LOCKED", "{body}");
     assert!(!out.exists(), "a refused migrate writes no output");
 
-    let body = snug_json(
+    let body = SNUG.json(
         &["migrate", &f, "--out", &o],
         &[("SNUG_RECOVERY_KEY", key.as_str())],
         0,
@@ -319,7 +276,7 @@ fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
         "a fresh payload IV"
     );
     let unlocked = dir.path().join("unlocked.snug");
-    snug_json(
+    SNUG.json(
         &["unlock", &o, "--out", &unlocked.display().to_string()],
         &[("SNUG_RECOVERY_KEY", key.as_str())],
         0,
@@ -332,7 +289,7 @@ fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
 
     // A current protected file: OUT is a byte-identical copy.
     let copy = dir.path().join("copy.snug");
-    let body = snug_json(
+    let body = SNUG.json(
         &["migrate", &o, "--out", &copy.display().to_string()],
         &[("SNUG_PASSPHRASE", PASSPHRASE)],
         0,

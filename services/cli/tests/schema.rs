@@ -4,68 +4,15 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Command, Output},
 };
 
-use sha2::{Digest as _, Sha256};
+use snug_test_support::{Snug, sha256_hex, vectors_dir};
 
 const PASSPHRASE: &str = "correct horse battery staple";
-
-fn vectors() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.is_dir(),
-        "reference vectors not found at {}",
-        dir.display()
-    );
-    dir
-}
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 fn userdb(name: &str) -> PathBuf {
-    vectors().join("userdb").join(name)
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
-
-/// Runs `snug` with a clean secret environment plus `env`.
-fn snug(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_snug"));
-    command
-        .args(args)
-        .env_remove("SNUG_PASSPHRASE")
-        .env_remove("SNUG_RECOVERY_KEY")
-        .env_remove("SNUG_NEW_PASSPHRASE")
-        .env_remove("SNUG_MIN_ITERATIONS");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run snug")
-}
-
-/// Runs `snug ARGS --json`, asserts the exit code and returns the JSON body.
-#[track_caller]
-fn snug_json(args: &[&str], env: &[(&str, &str)], exit: i32) -> serde_json::Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let output = snug(&args, env);
-    assert_eq!(
-        output.status.code(),
-        Some(exit),
-        "snug {args:?}: stderr {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    vectors_dir().join("userdb").join(name)
 }
 
 fn p(path: &Path) -> String {
@@ -132,8 +79,8 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let legacy = userdb("legacy-v1.user.sqlite");
     let broken = userdb("broken-stamp-v6.user.sqlite");
     let future = userdb("future-v7.user.sqlite");
-    let c01 = vectors().join("containers/c01-reference-random-600k.snug");
-    let n01 = vectors().join("containers/n01-flipped-iterations.snug");
+    let c01 = vectors_dir().join("containers/c01-reference-random-600k.snug");
+    let n01 = vectors_dir().join("containers/n01-flipped-iterations.snug");
     let garbage = dir.path().join("garbage.bin");
     std::fs::write(&garbage, b"PK\x03\x04 a zip file, not a user database").expect("write");
     let foreign = dir.path().join("foreign.sqlite");
@@ -330,12 +277,12 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     ];
     let before: Vec<(PathBuf, String)> = inputs
         .iter()
-        .map(|p| (p.to_path_buf(), sha256(p)))
+        .map(|p| (p.to_path_buf(), sha256_hex(p)))
         .collect();
     for case in &cases {
         let mut args: Vec<&str> = case.args.iter().map(String::as_str).collect();
         args.push("--json");
-        let output = snug(&args, &case.env);
+        let output = SNUG.run(&args, &case.env);
         assert_eq!(
             output.status.code(),
             Some(case.exit),
@@ -356,7 +303,7 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
         }
     }
     for (path, hash) in before {
-        assert_eq!(sha256(&path), hash, "{} was modified", path.display());
+        assert_eq!(sha256_hex(&path), hash, "{} was modified", path.display());
     }
     // Refused commands leave no output and no temporary file behind.
     let mut left: Vec<String> = std::fs::read_dir(dir.path())
@@ -377,13 +324,13 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
 
 #[test]
 fn check_reports_health_and_what_an_open_would_do_without_writing() {
-    let healthy = snug_json(&["check", &p(&userdb("sample-v6.user.snug"))], &[], 0);
+    let healthy = SNUG.json(&["check", &p(&userdb("sample-v6.user.snug"))], &[], 0);
     assert_eq!(healthy["healthy"], true);
     assert_eq!(healthy["inspection"]["storage_version"], 6);
     assert_eq!(healthy["planned_changes"], serde_json::json!([]));
 
     let legacy_path = userdb("legacy-v1.user.sqlite");
-    let legacy = snug_json(&["check", &p(&legacy_path)], &[], 0);
+    let legacy = SNUG.json(&["check", &p(&legacy_path)], &[], 0);
     assert_eq!(legacy["healthy"], false);
     assert_eq!(legacy["inspection"]["migrate_from"], 1);
     assert_eq!(legacy["inspection"]["legacy_credentials"], 1);
@@ -397,7 +344,7 @@ fn check_reports_health_and_what_an_open_would_do_without_writing() {
         "the dropped v1 table is named: {changes}"
     );
 
-    let broken = snug_json(
+    let broken = SNUG.json(
         &["check", &p(&userdb("broken-stamp-v6.user.sqlite"))],
         &[],
         0,
@@ -410,10 +357,10 @@ fn check_reports_health_and_what_an_open_would_do_without_writing() {
     assert_eq!(missing, ["snug_app_docs", "snug_connections"]);
 
     // A protected file: its container is checked, no secret asked for.
-    let protected = snug_json(
+    let protected = SNUG.json(
         &[
             "check",
-            &p(&vectors().join("containers/c01-reference-random-600k.snug")),
+            &p(&vectors_dir().join("containers/c01-reference-random-600k.snug")),
         ],
         &[],
         0,
@@ -422,7 +369,7 @@ fn check_reports_health_and_what_an_open_would_do_without_writing() {
     assert_eq!(protected["container"]["iterations"], 600_000);
 
     // The human report says the same in words.
-    let output = snug(&["check", &p(&legacy_path)], &[]);
+    let output = SNUG.run(&["check", &p(&legacy_path)], &[]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
         text.contains("storage version 1") && text.contains("wrote nothing"),
@@ -430,7 +377,7 @@ fn check_reports_health_and_what_an_open_would_do_without_writing() {
     );
 
     // `inspect` of a plain file now carries its storage version.
-    let inspected = snug_json(&["inspect", &p(&legacy_path)], &[], 0);
+    let inspected = SNUG.json(&["inspect", &p(&legacy_path)], &[], 0);
     assert_eq!(inspected["storage_version"], 1);
 }
 
@@ -452,9 +399,9 @@ fn migrate_matches_the_reference_outputs_and_never_touches_its_input() {
         ),
     ] {
         let input = userdb(input);
-        let before = sha256(&input);
+        let before = sha256_hex(&input);
         let out = dir.path().join(format!("{found}.snug"));
-        let body = snug_json(&["migrate", &p(&input), "--out", &p(&out)], &[], 0);
+        let body = SNUG.json(&["migrate", &p(&input), "--out", &p(&out)], &[], 0);
         assert_eq!(body["report"]["found_version"], found);
         assert_eq!(body["report"]["credentials_wiped"], wiped);
         assert_eq!(body["unchanged"], false);
@@ -464,9 +411,9 @@ fn migrate_matches_the_reference_outputs_and_never_touches_its_input() {
             "{}",
             input.display()
         );
-        assert_eq!(sha256(&input), before, "{} untouched", input.display());
+        assert_eq!(sha256_hex(&input), before, "{} untouched", input.display());
         // The result is healthy: checking it finds nothing to do.
-        assert_eq!(snug_json(&["check", &p(&out)], &[], 0)["healthy"], true);
+        assert_eq!(SNUG.json(&["check", &p(&out)], &[], 0)["healthy"], true);
     }
     // The wiped legacy credential is in no page of the output, free or live.
     assert!(contains(
@@ -482,11 +429,11 @@ fn migrate_matches_the_reference_outputs_and_never_touches_its_input() {
     // A healthy file is copied byte for byte; an existing OUT needs --force.
     let sample = userdb("sample-v6.user.snug");
     let out = dir.path().join("copy.snug");
-    let body = snug_json(&["migrate", &p(&sample), "--out", &p(&out)], &[], 0);
+    let body = SNUG.json(&["migrate", &p(&sample), "--out", &p(&out)], &[], 0);
     assert_eq!(body["unchanged"], true);
-    assert_eq!(sha256(&out), sha256(&sample));
-    snug_json(&["migrate", &p(&sample), "--out", &p(&out)], &[], 1);
-    snug_json(
+    assert_eq!(sha256_hex(&out), sha256_hex(&sample));
+    SNUG.json(&["migrate", &p(&sample), "--out", &p(&out)], &[], 1);
+    SNUG.json(
         &[
             "migrate",
             &p(&userdb("legacy-v1.user.sqlite")),
@@ -511,7 +458,7 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
     assert!(contains(&sample, secret));
 
     let stripped = dir.path().join("stripped.snug");
-    let body = snug_json(&["export", &p(&sample), "--out", &p(&stripped)], &[], 0);
+    let body = SNUG.json(&["export", &p(&sample), "--out", &p(&stripped)], &[], 0);
     assert_eq!(body["secrets_removed"], 2);
     assert_eq!(body["include_secrets"], false);
     assert!(!contains(&stripped, secret));
@@ -521,7 +468,7 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
     );
 
     let kept = dir.path().join("kept.snug");
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "export",
             &p(&sample),
@@ -536,10 +483,10 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
     assert!(contains(&kept, secret));
 
     // The protected copy of the same database: the secret comes from the usual sources.
-    let c01 = vectors().join("containers/c01-reference-random-600k.snug");
-    let before = sha256(&c01);
+    let c01 = vectors_dir().join("containers/c01-reference-random-600k.snug");
+    let before = sha256_hex(&c01);
     let from_protected = dir.path().join("from-protected.snug");
-    let output = snug(
+    let output = SNUG.run(
         &["export", &p(&c01), "--out", &p(&from_protected), "--json"],
         &[("SNUG_PASSPHRASE", PASSPHRASE)],
     );
@@ -557,12 +504,12 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
     );
     assert!(!contains(&from_protected, secret));
     assert_eq!(table_shapes(&from_protected), table_shapes(&stripped));
-    assert_eq!(sha256(&c01), before);
+    assert_eq!(sha256_hex(&c01), before);
 
     // An old source is migrated in the copy only; its legacy credential is wiped there.
     let legacy = userdb("legacy-v1.user.sqlite");
     let out = dir.path().join("legacy-export.snug");
-    let body = snug_json(
+    let body = SNUG.json(
         &[
             "export",
             &p(&legacy),
@@ -581,11 +528,11 @@ fn export_strips_secrets_unless_asked_and_opens_protected_inputs_with_their_secr
 fn init_creates_a_healthy_current_database() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("user.snug");
-    let body = snug_json(&["init", &p(&out)], &[], 0);
+    let body = SNUG.json(&["init", &p(&out)], &[], 0);
     assert_eq!(body["storage_version"], 6);
     let db_id = body["db_id"].as_str().expect("id").to_owned();
     assert_eq!(db_id.len(), 36, "{db_id}");
-    let check = snug_json(&["check", &p(&out)], &[], 0);
+    let check = SNUG.json(&["check", &p(&out)], &[], 0);
     assert_eq!(check["healthy"], true);
     assert_eq!(
         table_shapes(&out),
@@ -593,7 +540,7 @@ fn init_creates_a_healthy_current_database() {
     );
 
     // Never over an existing file by accident; with --force, a new database with a new id.
-    snug_json(&["init", &p(&out)], &[], 1);
-    let again = snug_json(&["init", &p(&out), "--force"], &[], 0);
+    SNUG.json(&["init", &p(&out)], &[], 1);
+    let again = SNUG.json(&["init", &p(&out), "--force"], &[], 0);
     assert_ne!(again["db_id"], db_id);
 }

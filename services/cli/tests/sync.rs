@@ -1,34 +1,18 @@
 //! `snug sync` end to end: the built binary against the whole hub started in-process (snug-e2e)
 //! and against a directory origin. Two "devices" are two files with their own sidecars.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::path::{Path, PathBuf};
 
 use snug_e2e::{Hub, Options, userdb_vector};
+use snug_test_support::Snug;
+
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
 /// Runs `snug --json ARGS` with `env`, off the async runtime's threads; returns (exit code, JSON).
 async fn snug(args: Vec<String>, env: Vec<(&'static str, String)>) -> (i32, serde_json::Value) {
-    tokio::task::spawn_blocking(move || {
-        let output = Command::new(env!("CARGO_BIN_EXE_snug"))
-            .arg("--json")
-            .args(&args)
-            .envs(env)
-            .env_remove("SNUG_PASSPHRASE")
-            .output()
-            .expect("run snug");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
-            panic!(
-                "not JSON: {stdout:?}; stderr: {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().expect("exit code"), json)
-    })
-    .await
-    .expect("join")
+    tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, env))
+        .await
+        .expect("join")
 }
 
 /// Runs `snug --json sync COMMAND FILE --origin ORIGIN`.
@@ -52,13 +36,7 @@ fn edit(file: &Path, value: &str) {
 }
 
 fn setting(file: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row(
-        "SELECT value FROM snug_settings WHERE key = 'theme'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
+    snug_test_support::theme(file)
 }
 
 fn secret_rows(file: &Path) -> i64 {

@@ -5,7 +5,7 @@
 //! a conformance suite that silently skips proves nothing.
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -21,17 +21,12 @@ const VECTOR_LIMITS: Limits = Limits {
     max_plaintext: 67_108_864,
 };
 
+/// The reference's `containers/` folder; a missing folder fails the test.
 fn vectors_dir() -> PathBuf {
-    // SNUG_VECTORS_DIR names the reference directory, as for every other suite.
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        })
-        .join("containers");
+    let dir = snug_test_support::vector("containers");
     assert!(
         dir.is_dir(),
-        "the reference vectors are missing: {} (set SNUG_VECTORS_DIR)",
+        "the reference vectors are missing: {}",
         dir.display()
     );
     dir

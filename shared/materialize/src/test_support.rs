@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
-use sha2::{Digest, Sha256};
 use snug_schema::{NewApp, SteppingClock, UserDb};
 
 use crate::AppDatabase;
@@ -21,24 +20,11 @@ pub(crate) const TRADER: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 /// The non-UUID-namespaced app of the `sample-v6` vector.
 pub(crate) const CHESS: &str = "starter--chess";
 
-/// The reference vectors: `$SNUG_VECTORS_DIR`, else `shared/vectors/reference` beside the
-/// workspace. Missing vectors fail the test rather than skip it.
-pub(crate) fn vectors_dir() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference"),
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("manifest.json").is_file(),
-        "reference vectors not found at {} (set SNUG_VECTORS_DIR)",
-        dir.display()
-    );
-    dir
-}
+pub(crate) use snug_test_support::vectors_dir;
 
 /// Reads a vector file, failing the test if it is missing.
 pub(crate) fn vector(rel: &str) -> Vec<u8> {
-    let path = vectors_dir().join(rel);
+    let path = snug_test_support::vector(rel);
     std::fs::read(&path).unwrap_or_else(|err| panic!("vector {}: {err}", path.display()))
 }
 
@@ -72,8 +58,7 @@ pub(crate) fn sample_db() -> UserDb {
 
 /// Copies the `sample-v6` user database to `dir/user.snug` and opens it in place.
 pub(crate) fn sample_file(dir: &Path) -> (UserDb, PathBuf) {
-    let path = dir.join("user.snug");
-    std::fs::write(&path, vector("userdb/sample-v6.user.snug")).unwrap();
+    let path = snug_test_support::sample_copy(dir, "user.snug");
     let (db, report) = UserDb::open_path(&path, clock()).expect("sample opens");
     assert!(!report.wrote, "a healthy vector opens without writing");
     (db, path)
@@ -108,10 +93,7 @@ pub(crate) fn raw_runtime(namespace: &str, sql: &str) -> AppDatabase {
     AppDatabase::from_bytes(namespace, &bytes).unwrap()
 }
 
-/// Hex SHA-256 of a file.
-pub(crate) fn sha256_file(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
-}
+pub(crate) use snug_test_support::sha256_hex as sha256_file;
 
 fn render(value: ValueRef<'_>) -> String {
     match value {

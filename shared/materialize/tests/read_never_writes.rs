@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sha2::{Digest as _, Sha256};
 use snug_materialize::ExecuteLimits;
 use snug_schema::{SteppingClock, UserDb};
+use snug_test_support::{sample_copy, sha256_hex};
 
 const TRADER: &str = "a7f3b2c1-0d4e-4f5a-8b6c-9d0e1f2a3b4c";
 
@@ -17,24 +17,10 @@ fn clock() -> Arc<SteppingClock> {
     Arc::new(SteppingClock::frozen_at_unix_ms(1_767_225_600_000))
 }
 
-fn sample() -> PathBuf {
-    std::env::var_os("SNUG_VECTORS_DIR")
-        .map_or_else(
-            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference"),
-            PathBuf::from,
-        )
-        .join("userdb/sample-v6.user.snug")
-}
-
-fn sha256(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
-}
-
 /// The reference sample with the trading app's schema record lost: its `trades` and `equities`
 /// tables are still at rest, with their rows, but nothing lists them.
 fn unregistered_sample(dir: &Path) -> PathBuf {
-    let path = dir.join("user.snug");
-    std::fs::copy(sample(), &path).unwrap();
+    let path = sample_copy(dir, "user.snug");
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute("DELETE FROM snug_app_schemas WHERE app_id = ?1", [TRADER])
         .unwrap();
@@ -56,7 +42,7 @@ fn registered(db: &UserDb) -> bool {
 fn a_select_on_unregistered_tables_leaves_the_file_byte_identical() {
     let dir = tempfile::tempdir().unwrap();
     let path = unregistered_sample(dir.path());
-    let before = sha256(&path);
+    let before = sha256_hex(&path);
     let (mut db, open) = UserDb::open_path(&path, clock()).unwrap();
     assert!(!open.wrote);
     let image = db.to_bytes().unwrap();
@@ -73,7 +59,7 @@ fn a_select_on_unregistered_tables_leaves_the_file_byte_identical() {
     assert!(!registered(&db), "a read registers nothing");
     assert_eq!(db.to_bytes().unwrap(), image);
     drop(db);
-    assert_eq!(sha256(&path), before, "the file was not written");
+    assert_eq!(sha256_hex(&path), before, "the file was not written");
 }
 
 #[test]

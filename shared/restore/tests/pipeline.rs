@@ -20,6 +20,7 @@ use snug_restore::{
     content_hash, prepare, push_image, restore,
 };
 use snug_schema::{Clock, ExportOptions, SteppingClock, UserDb};
+use snug_test_support::theme;
 
 fn clock() -> Arc<dyn Clock> {
     Arc::new(SteppingClock::frozen_at_unix_ms(1_767_225_600_000))
@@ -202,31 +203,11 @@ fn sidecar(dest: &Path) -> serde_json::Value {
 }
 
 fn sql(file: &Path, statement: &str) {
-    rusqlite::Connection::open(file)
-        .expect("open")
-        .execute_batch(statement)
-        .expect("sql");
-}
-
-fn theme(file: &Path) -> Option<String> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.query_row(
-        "SELECT value FROM snug_settings WHERE key = 'theme'",
-        [],
-        |r| r.get(0),
-    )
-    .ok()
+    snug_test_support::execute(file, statement);
 }
 
 fn secrets(file: &Path) -> Vec<(String, String)> {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT key, value FROM snug_secrets ORDER BY key")
-        .expect("prepare");
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    snug_test_support::query_pairs(file, "SELECT key, value FROM snug_secrets ORDER BY key")
 }
 
 /// A device that bootstrapped from `origin` and then stored a credential of its own (which is no

@@ -4,28 +4,13 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::path::{Path, PathBuf};
-
 use proptest::prelude::*;
 use rusqlite::Connection;
 use snug_schema::{
     ExportOptions, UserDb, dirty_free_space, export_bytes, scrub_free_space,
     scrub_free_space_in_place,
 };
-
-fn vectors_dir() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.join("manifest.json").is_file(),
-        "reference vectors not found at {} (set SNUG_VECTORS_DIR)",
-        dir.display()
-    );
-    dir
-}
+use snug_test_support::vectors_dir;
 
 fn load(image: &[u8]) -> Connection {
     let mut conn = Connection::open_in_memory().unwrap();

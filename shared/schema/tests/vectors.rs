@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rusqlite::Connection;
@@ -16,20 +16,7 @@ use snug_schema::{
     ExportOptions, ImportError, ImportOptions, OpenError, SteppingClock, UserDb, export_bytes,
     export_file, import, inspect_bytes, migrate_bytes, migrate_file,
 };
-
-fn vectors_dir() -> PathBuf {
-    let dir = std::env::var_os("SNUG_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors/reference")
-        });
-    assert!(
-        dir.join("manifest.json").is_file(),
-        "reference vectors not found at {} (set SNUG_VECTORS_DIR)",
-        dir.display()
-    );
-    dir
-}
+use snug_test_support::vectors_dir;
 
 fn manifest() -> Value {
     let text = std::fs::read_to_string(vectors_dir().join("manifest.json"))
