@@ -64,6 +64,7 @@ use snug_revstore::{
     AnyStore, DEFAULT_QUOTA_BYTES, OpenError, PgConfig, PgStore, PutError, PutRequest,
     RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
 };
+use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE, ResponseStream},
     framed,
@@ -357,11 +358,7 @@ impl SyncServer {
             }
         }
         .map_err(status::read_error)?;
-        let result = pb::GetImageResponse {
-            message: Some(pb::get_image_response::Message::Result(
-                convert::revision_info(download.info),
-            )),
-        };
+        let result = pb::GetImageResponse::header(convert::revision_info(download.info));
         Ok((
             result,
             download
@@ -386,7 +383,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
                 Err(status) => Err(status),
             };
             match parts {
-                Ok((result, body)) => framed::respond(result, body, image_chunk),
+                Ok((result, body)) => framed::respond(result, body),
                 Err(status) => status.into_http(),
             }
         }
@@ -414,12 +411,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     snug_rpc::server::serve(server_config, listener, services(store, config), shutdown).await
-}
-
-fn image_chunk(chunk: Bytes) -> pb::GetImageResponse {
-    pb::GetImageResponse {
-        message: Some(pb::get_image_response::Message::Chunk(chunk)),
-    }
 }
 
 #[tonic::async_trait]
@@ -469,7 +460,7 @@ impl SyncService for SyncServer {
         // The store yields pieces of any size (a pack extent may be many MiB), re-cut into ≤ 1 MiB
         // chunks; a storage failure ends the stream with its status: the client never sees a
         // short stream as a success.
-        let chunks = chunks::rechunk(body).map(|chunk| chunk.map(image_chunk));
+        let chunks = chunks::rechunk(body).map(|chunk| chunk.map(pb::GetImageResponse::chunk));
         let stream = futures::stream::once(async move { Ok(result) }).chain(chunks);
         Ok(Response::new(Box::pin(stream)))
     }
