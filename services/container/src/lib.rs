@@ -37,7 +37,7 @@ use snug_proto::container::v1::{
 use snug_reasons::container as reasons;
 use snug_rpc::chunks::Chunked;
 use snug_rpc::{
-    chunks::{self, MAX_MESSAGE_SIZE, Receiver, ResponseStream},
+    chunks::{self, Receiver, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
     status::from_reason,
@@ -453,9 +453,7 @@ impl ContainerServer {
 pub fn service(
     server: ContainerServer,
 ) -> framed::Override<ContainerServiceServer<ContainerServer>> {
-    let generated = ContainerServiceServer::new(server.clone())
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    let generated = snug_rpc::with_message_limits!(ContainerServiceServer::new(server.clone()));
     framed::Override::new(generated, pb::UNLOCK_PATH, move |request| {
         let server = server.clone();
         async move {
@@ -470,11 +468,7 @@ pub fn service(
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &ContainerConfig) -> Services {
-    Services {
-        routes: tonic::service::Routes::new(service(ContainerServer::new(config))),
-        names: vec![SERVICE_NAME],
-        classify: vec![observe::classify],
-    }
+    Services::one(service(ContainerServer::new(config)), &[observe::classify])
 }
 
 /// Serves the container service alone on `listener` until `shutdown` completes.

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 use snug_proto::container::v1::{self as pb, container_service_client::ContainerServiceClient};
 use snug_rpc::chunks::Chunked as _;
-use snug_rpc::chunks::{self, CHUNK_SIZE};
+use snug_rpc::chunks::{self, CHUNK_SIZE, MAX_MESSAGE_SIZE};
 use tonic::{Code, Status, transport::Channel};
 
 use super::*;

@@ -119,18 +119,12 @@ impl MaterializeServer {
 
 /// Wraps the service in its generated server, with this service's message limits.
 pub fn service(server: MaterializeServer) -> MaterializeServiceServer<MaterializeServer> {
-    MaterializeServiceServer::new(server)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+    snug_rpc::with_message_limits!(MaterializeServiceServer::new(server), MAX_MESSAGE_SIZE)
 }
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &MaterializeConfig) -> Services {
-    Services {
-        routes: tonic::service::Routes::new(service(MaterializeServer::new(config))),
-        names: vec![SERVICE_NAME],
-        classify: Vec::new(),
-    }
+    Services::one(service(MaterializeServer::new(config)), &[])
 }
 
 /// Serves the materialize service alone on `listener` until `shutdown` completes.

@@ -157,18 +157,12 @@ impl SchemaServer {
 
 /// Wraps the service in its generated server, with this service's message limits.
 pub fn service(server: SchemaServer) -> SchemaServiceServer<SchemaServer> {
-    SchemaServiceServer::new(server)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+    snug_rpc::with_message_limits!(SchemaServiceServer::new(server), MAX_MESSAGE_SIZE)
 }
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &SchemaConfig) -> Services {
-    Services {
-        routes: tonic::service::Routes::new(service(SchemaServer::new(config))),
-        names: vec![SERVICE_NAME],
-        classify: Vec::new(),
-    }
+    Services::one(service(SchemaServer::new(config)), &[])
 }
 
 /// Serves the schema service alone on `listener` until `shutdown` completes.

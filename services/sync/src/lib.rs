@@ -66,7 +66,7 @@ use snug_revstore::{
 };
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
-    chunks::{self, MAX_MESSAGE_SIZE, ResponseStream},
+    chunks::{self, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
     status::invalid_argument,
@@ -372,9 +372,7 @@ impl SyncServer {
 /// bytes go out as framed chunks (`snug_rpc::framed`): the same messages, without a copy of each
 /// chunk into tonic's encode buffer.
 pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncServer>> {
-    let generated = SyncServiceServer::new(server.clone())
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    let generated = snug_rpc::with_message_limits!(SyncServiceServer::new(server.clone()));
     framed::Override::new(generated, pb::GET_IMAGE_PATH, move |request| {
         let server = server.clone();
         async move {
@@ -395,11 +393,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
 pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
     let server = SyncServer::new(store, config);
     server.spawn_reclaimer();
-    Services {
-        routes: tonic::service::Routes::new(service(server)),
-        names: vec![SERVICE_NAME],
-        classify: vec![observe::classify],
-    }
+    Services::one(service(server), &[observe::classify])
 }
 
 /// Serves the sync service alone over `store` on `listener` until `shutdown` completes.

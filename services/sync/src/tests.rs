@@ -10,7 +10,7 @@ use snug_proto::sync::v1::{
     self as pb, precondition::Condition, sync_service_client::SyncServiceClient,
 };
 use snug_rpc::chunks::Chunked as _;
-use snug_rpc::chunks::{CHUNK_SIZE, Part};
+use snug_rpc::chunks::{CHUNK_SIZE, MAX_MESSAGE_SIZE, Part};
 use tonic::{Code, transport::Channel};
 
 use super::*;
