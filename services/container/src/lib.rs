@@ -468,7 +468,7 @@ pub fn service(
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &ContainerConfig) -> Services {
-    Services::one(service(ContainerServer::new(config)), &[observe::classify])
+    Services::default().with(service(ContainerServer::new(config)), &[observe::classify])
 }
 
 /// Serves the container service alone on `listener` until `shutdown` completes.

@@ -124,7 +124,7 @@ pub fn service(server: MaterializeServer) -> MaterializeServiceServer<Materializ
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &MaterializeConfig) -> Services {
-    Services::one(service(MaterializeServer::new(config)), &[])
+    Services::default().with(service(MaterializeServer::new(config)), &[])
 }
 
 /// Serves the materialize service alone on `listener` until `shutdown` completes.

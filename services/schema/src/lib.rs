@@ -162,7 +162,7 @@ pub fn service(server: SchemaServer) -> SchemaServiceServer<SchemaServer> {
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &SchemaConfig) -> Services {
-    Services::one(service(SchemaServer::new(config)), &[])
+    Services::default().with(service(SchemaServer::new(config)), &[])
 }
 
 /// Serves the schema service alone on `listener` until `shutdown` completes.

@@ -393,7 +393,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
 pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
     let server = SyncServer::new(store, config);
     server.spawn_reclaimer();
-    Services::one(service(server), &[observe::classify])
+    Services::default().with(service(server), &[observe::classify])
 }
 
 /// Serves the sync service alone over `store` on `listener` until `shutdown` completes.

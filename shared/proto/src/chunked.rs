@@ -32,95 +32,70 @@ pub trait Chunked: Sized {
     fn into_part(self) -> Option<Part<Self::Header>>;
 }
 
-/// Implements [`Chunked`] for messages given as `Message, oneof_module, FirstVariant, Header;`.
+/// Implements [`Chunked`] for messages given as `package::Message, oneof_module, FirstVariant,
+/// Header;` (the package's `v1` module holds all four).
 macro_rules! chunked {
-    ($($message:ident, $module:ident, $first:ident, $header:ident;)*) => {$(
-        impl Chunked for $message {
-            type Header = $header;
+    ($($package:ident :: $message:ident, $module:ident, $first:ident, $header:ident;)*) => {$(
+        impl Chunked for crate::$package::v1::$message {
+            type Header = crate::$package::v1::$header;
 
-            fn header(header: $header) -> Self {
-                Self { message: Some($module::Message::$first(header)) }
+            fn header(header: Self::Header) -> Self {
+                use crate::$package::v1::$module::Message;
+                Self { message: Some(Message::$first(header)) }
             }
 
             fn chunk(chunk: Bytes) -> Self {
-                Self { message: Some($module::Message::Chunk(chunk)) }
+                use crate::$package::v1::$module::Message;
+                Self { message: Some(Message::Chunk(chunk)) }
             }
 
-            fn into_part(self) -> Option<Part<$header>> {
+            fn into_part(self) -> Option<Part<Self::Header>> {
+                use crate::$package::v1::$module::Message;
                 self.message.map(|message| match message {
-                    $module::Message::$first(header) => Part::Header(header),
-                    $module::Message::Chunk(chunk) => Part::Chunk(chunk),
+                    Message::$first(header) => Part::Header(header),
+                    Message::Chunk(chunk) => Part::Chunk(chunk),
                 })
             }
         }
     )*};
 }
 
-mod container {
-    use super::*;
-    use crate::container::v1::*;
-
-    chunked! {
-        ProtectRequest, protect_request, Header, ProtectHeader;
-        ProtectResponse, protect_response, Result, ProtectResult;
-        UnlockRequest, unlock_request, Header, UnlockHeader;
-        UnlockResponse, unlock_response, Result, UnlockResult;
-        ChangePassphraseRequest, change_passphrase_request, Header, ChangePassphraseHeader;
-        ChangePassphraseResponse, change_passphrase_response, Result, ChangePassphraseResult;
-        RotateRecoveryKeyRequest, rotate_recovery_key_request, Header, RotateRecoveryKeyHeader;
-        RotateRecoveryKeyResponse, rotate_recovery_key_response, Result, RotateRecoveryKeyResult;
-        RemoveProtectionRequest, remove_protection_request, Header, RemoveProtectionHeader;
-        RemoveProtectionResponse, remove_protection_response, Result, RemoveProtectionResult;
-        ResealRequest, reseal_request, Header, ResealHeader;
-        ResealResponse, reseal_response, Result, ResealResult;
-    }
-}
-
-mod schema {
-    use super::*;
-    use crate::schema::v1::*;
-
-    chunked! {
-        InspectUserDatabaseRequest, inspect_user_database_request, Header, InspectUserDatabaseHeader;
-        MigrateUserDatabaseRequest, migrate_user_database_request, Header, MigrateUserDatabaseHeader;
-        MigrateUserDatabaseResponse, migrate_user_database_response, Result, MigrateUserDatabaseResult;
-        ExportUserDatabaseRequest, export_user_database_request, Header, ExportUserDatabaseHeader;
-        ExportUserDatabaseResponse, export_user_database_response, Result, ExportUserDatabaseResult;
-        CheckImportRequest, check_import_request, Header, CheckImportHeader;
-        ImportUserDatabaseRequest, import_user_database_request, Header, ImportUserDatabaseHeader;
-        ImportUserDatabaseResponse, import_user_database_response, Result, ImportUserDatabaseResult;
-        ValidateSyncImageRequest, validate_sync_image_request, Header, ValidateSyncImageHeader;
-        ApplyOperationsRequest, apply_operations_request, Header, ApplyOperationsHeader;
-        ApplyOperationsResponse, apply_operations_response, Result, ApplyOperationsResult;
-        QueryRequest, query_request, Header, QueryHeader;
-    }
-}
-
-mod materialize {
-    use super::*;
-    use crate::materialize::v1::*;
-
-    chunked! {
-        MaterializeAppRequest, materialize_app_request, Header, UserDatabaseHeader;
-        MaterializeAppResponse, materialize_app_response, Result, MaterializeAppResult;
-        PersistAppRequest, persist_app_request, Header, PersistAppHeader;
-        PersistAppResponse, persist_app_response, Result, PersistAppResult;
-        ApplyDdlRequest, apply_ddl_request, Header, ApplyDdlHeader;
-        ApplyDdlResponse, apply_ddl_response, Result, ApplyDdlResult;
-        ExportAppRequest, export_app_request, Header, UserDatabaseHeader;
-        ExportAppResponse, export_app_response, Result, ExportAppResult;
-        ExecuteSqlRequest, execute_sql_request, Header, ExecuteSqlHeader;
-        ExecuteSqlResponse, execute_sql_response, Result, ExecuteSqlResult;
-        ListAppTablesRequest, list_app_tables_request, Header, UserDatabaseHeader;
-    }
-}
-
-mod sync {
-    use super::*;
-    use crate::sync::v1::*;
-
-    chunked! {
-        GetImageResponse, get_image_response, Result, RevisionInfo;
-        PutImageRequest, put_image_request, Header, PutImageHeader;
-    }
+chunked! {
+    container::ProtectRequest, protect_request, Header, ProtectHeader;
+    container::ProtectResponse, protect_response, Result, ProtectResult;
+    container::UnlockRequest, unlock_request, Header, UnlockHeader;
+    container::UnlockResponse, unlock_response, Result, UnlockResult;
+    container::ChangePassphraseRequest, change_passphrase_request, Header, ChangePassphraseHeader;
+    container::ChangePassphraseResponse, change_passphrase_response, Result, ChangePassphraseResult;
+    container::RotateRecoveryKeyRequest, rotate_recovery_key_request, Header, RotateRecoveryKeyHeader;
+    container::RotateRecoveryKeyResponse, rotate_recovery_key_response, Result, RotateRecoveryKeyResult;
+    container::RemoveProtectionRequest, remove_protection_request, Header, RemoveProtectionHeader;
+    container::RemoveProtectionResponse, remove_protection_response, Result, RemoveProtectionResult;
+    container::ResealRequest, reseal_request, Header, ResealHeader;
+    container::ResealResponse, reseal_response, Result, ResealResult;
+    schema::InspectUserDatabaseRequest, inspect_user_database_request, Header, InspectUserDatabaseHeader;
+    schema::MigrateUserDatabaseRequest, migrate_user_database_request, Header, MigrateUserDatabaseHeader;
+    schema::MigrateUserDatabaseResponse, migrate_user_database_response, Result, MigrateUserDatabaseResult;
+    schema::ExportUserDatabaseRequest, export_user_database_request, Header, ExportUserDatabaseHeader;
+    schema::ExportUserDatabaseResponse, export_user_database_response, Result, ExportUserDatabaseResult;
+    schema::CheckImportRequest, check_import_request, Header, CheckImportHeader;
+    schema::ImportUserDatabaseRequest, import_user_database_request, Header, ImportUserDatabaseHeader;
+    schema::ImportUserDatabaseResponse, import_user_database_response, Result, ImportUserDatabaseResult;
+    schema::ValidateSyncImageRequest, validate_sync_image_request, Header, ValidateSyncImageHeader;
+    schema::ApplyOperationsRequest, apply_operations_request, Header, ApplyOperationsHeader;
+    schema::ApplyOperationsResponse, apply_operations_response, Result, ApplyOperationsResult;
+    schema::QueryRequest, query_request, Header, QueryHeader;
+    materialize::MaterializeAppRequest, materialize_app_request, Header, UserDatabaseHeader;
+    materialize::MaterializeAppResponse, materialize_app_response, Result, MaterializeAppResult;
+    materialize::PersistAppRequest, persist_app_request, Header, PersistAppHeader;
+    materialize::PersistAppResponse, persist_app_response, Result, PersistAppResult;
+    materialize::ApplyDdlRequest, apply_ddl_request, Header, ApplyDdlHeader;
+    materialize::ApplyDdlResponse, apply_ddl_response, Result, ApplyDdlResult;
+    materialize::ExportAppRequest, export_app_request, Header, UserDatabaseHeader;
+    materialize::ExportAppResponse, export_app_response, Result, ExportAppResult;
+    materialize::ExecuteSqlRequest, execute_sql_request, Header, ExecuteSqlHeader;
+    materialize::ExecuteSqlResponse, execute_sql_response, Result, ExecuteSqlResult;
+    materialize::ListAppTablesRequest, list_app_tables_request, Header, UserDatabaseHeader;
+    sync::GetImageResponse, get_image_response, Result, RevisionInfo;
+    sync::PutImageRequest, put_image_request, Header, PutImageHeader;
 }

@@ -77,8 +77,9 @@ macro_rules! with_message_limits {
 
 /// What one server hosts: the service routes, plus the names health reports on.
 ///
-/// A service crate's `services()` is [`Services::one`]; a process that hosts several adds the
-/// others with [`Services::with`].
+/// A service crate's `services()` is `Services::default().with(service, classify)`; a process that
+/// hosts several adds the others with [`Services::with`] too.
+#[derive(Default)]
 pub struct Services {
     /// The gRPC services, already wrapped in their generated servers.
     pub routes: Routes,
@@ -90,28 +91,9 @@ pub struct Services {
 }
 
 impl Services {
-    /// Returns the services of a server that hosts `service` alone (a generated server, with
-    /// [`with_message_limits!`]), whose calls `classify` lists feed the derived counters.
-    pub fn one<S>(service: S, classify: &[crate::observe::Classify]) -> Self
-    where
-        S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
-            + NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send + 'static,
-    {
-        Self {
-            routes: Routes::default(),
-            names: Vec::new(),
-            classify: Vec::new(),
-        }
-        .with(service, classify)
-    }
-
-    /// Adds `service`: its routes, its name for health (the generated server's, so the two
-    /// cannot disagree) and its classifiers.
+    /// Adds `service` (a generated server, with [`with_message_limits!`]): its routes, its name
+    /// for health (the generated server's, so the two cannot disagree) and `classify`, which of
+    /// its calls feed the derived counters.
     pub fn with<S>(mut self, service: S, classify: &[crate::observe::Classify]) -> Self
     where
         S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
