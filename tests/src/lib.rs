@@ -274,19 +274,17 @@ impl Hub {
 
 /// The services a test hub runs (all but the container service, which the gateway never calls).
 fn services(sync: SyncServer) -> Services {
-    let mut services: Services = snug_schema_service::services(&Default::default());
-    services.routes = services
-        .routes
-        .add_service(snug_sync_service::service(sync));
-    services.names.push(snug_sync_service::SERVICE_NAME);
-    services.classify.push(snug_sync_service::observe::classify);
-    services.routes = services
-        .routes
-        .add_service(snug_materialize_service::service(
-            snug_materialize_service::MaterializeServer::new(&Default::default()),
-        ));
-    services.names.push(snug_materialize_service::SERVICE_NAME);
-    services
+    snug_schema_service::services(&Default::default())
+        .with(
+            snug_sync_service::service(sync),
+            &[snug_sync_service::observe::classify],
+        )
+        .with(
+            snug_materialize_service::service(snug_materialize_service::MaterializeServer::new(
+                &Default::default(),
+            )),
+            &[],
+        )
 }
 
 fn spawn_services(

@@ -173,9 +173,7 @@ async fn slow_unlock(channel: Channel, container: bytes::Bytes) -> Result<(), to
             iteration_policy: None,
         })),
     };
-    let request = snug_rpc::chunks::upload(header, container, |c| pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(c)),
-    });
+    let request = snug_rpc::chunks::upload(header, container);
     let mut client = ContainerServiceClient::new(channel);
     let mut stream = client.unlock(request).await?.into_inner();
     while stream.message().await?.is_some() {}

@@ -34,7 +34,7 @@ use snug_container::{Limits, Opening, Passphrase, RecoveryKey, Secrets};
 use snug_container_service::{ContainerConfig, serve};
 use snug_proto::container::v1::{self as pb, container_service_client::ContainerServiceClient};
 use snug_rpc::{
-    chunks::{self, MAX_MESSAGE_SIZE, Part},
+    chunks::{self, Chunked as _, MAX_MESSAGE_SIZE},
     framed,
     server::ServerConfig,
 };
@@ -237,33 +237,22 @@ struct UnlockTiming {
 }
 
 async fn unlock(channel: Channel, container: Bytes, received: &mut Vec<u8>) -> UnlockTiming {
-    let header = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(pb::Secrets {
-                passphrase: Some(PASSPHRASE.to_owned()),
-                recovery_key: None,
-            }),
-            expected_length: Some(container.len() as u64),
-            iteration_policy: None,
-        })),
-    };
-    let start = Instant::now();
-    let request = chunks::upload(header, container, |c| pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(c)),
+    let header = pb::UnlockRequest::header(pb::UnlockHeader {
+        secrets: Some(pb::Secrets {
+            passphrase: Some(PASSPHRASE.to_owned()),
+            recovery_key: None,
+        }),
+        expected_length: Some(container.len() as u64),
+        iteration_policy: None,
     });
+    let start = Instant::now();
+    let request = chunks::upload(header, container);
     // The reference Rust client: chunk payloads are read as slices of the HTTP/2 frames
     // (`snug_rpc::framed::client`), then copied once into the caller's buffer.
-    let (result, payload) = framed::client::call(
+    let (result, payload) = framed::client::call::<pb::UnlockResponse, _, _>(
         channel,
         pb::UNLOCK_PATH,
         tonic::Request::new(request),
-        snug_container_service::unlock_chunk,
-        |m: pb::UnlockResponse| {
-            m.message.map(|m| match m {
-                pb::unlock_response::Message::Result(r) => Part::Header(r),
-                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
     )
     .await
     .unwrap();

@@ -35,8 +35,9 @@ use snug_proto::container::v1::{
     container_service_server::{ContainerService, ContainerServiceServer},
 };
 use snug_reasons::container as reasons;
+use snug_rpc::chunks::Chunked;
 use snug_rpc::{
-    chunks::{self, MAX_MESSAGE_SIZE, Part, Receiver, ResponseStream},
+    chunks::{self, Receiver, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
     status::from_reason,
@@ -272,15 +273,12 @@ impl ContainerServer {
     /// the plaintext is sent ([`ContainerServer::release`]), so sending overlaps it. Chunks are
     /// handed to the [`Opening`] in batches on the blocking pool, never on the async runtime:
     /// catching up the chunks that arrived during PBKDF2 is milliseconds of GHASH.
-    async fn open_upload<M, H, S>(
+    async fn open_upload<M: Chunked>(
         &self,
-        mut receiver: Receiver<'_, M, H, S>,
+        mut receiver: Receiver<'_, M>,
         secrets: Secrets,
         limits: &Limits,
-    ) -> Result<Authenticated, Status>
-    where
-        S: Fn(M) -> Option<Part<H>>,
-    {
+    ) -> Result<Authenticated, Status> {
         // `None` while a batch job has it.
         let mut opening = Some(
             Opening::with_buffer(
@@ -428,14 +426,11 @@ impl ContainerServer {
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<(pb::UnlockResponse, PlaintextChunks), Status> {
         let mut stream = request.into_inner();
-        let (header, receiver) = Receiver::start(
-            &mut stream,
-            DOMAIN,
-            self.limits.max_container_len(),
-            |m: pb::UnlockRequest| m.message.map(unlock_part),
-            |h| h.expected_length,
-        )
-        .await?;
+        let (header, receiver) =
+            Receiver::start(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
+                h.expected_length
+            })
+            .await?;
         let limits = self.limits_for(header.iteration_policy)?;
         let authenticated = self
             .open_upload(receiver, secrets(header.secrets), &limits)
@@ -443,21 +438,12 @@ impl ContainerServer {
         let opened_by = slot_kind(authenticated.opened_by()).into();
         let plaintext_length = authenticated.plaintext_len() as u64;
         let (plaintext_format, plaintext) = self.release(authenticated).await;
-        let result = pb::UnlockResponse {
-            message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
-                opened_by,
-                plaintext_length,
-                plaintext_format: format(plaintext_format).into(),
-            })),
-        };
+        let result = pb::UnlockResponse::header(pb::UnlockResult {
+            opened_by,
+            plaintext_length,
+            plaintext_format: format(plaintext_format).into(),
+        });
         Ok((result, plaintext))
-    }
-}
-
-/// Unlock's chunk message, for framing in both directions.
-pub fn unlock_chunk(chunk: Bytes) -> pb::UnlockResponse {
-    pb::UnlockResponse {
-        message: Some(pb::unlock_response::Message::Chunk(chunk)),
     }
 }
 
@@ -467,15 +453,13 @@ pub fn unlock_chunk(chunk: Bytes) -> pb::UnlockResponse {
 pub fn service(
     server: ContainerServer,
 ) -> framed::Override<ContainerServiceServer<ContainerServer>> {
-    let generated = ContainerServiceServer::new(server.clone())
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    let generated = snug_rpc::with_message_limits!(ContainerServiceServer::new(server.clone()));
     framed::Override::new(generated, pb::UNLOCK_PATH, move |request| {
         let server = server.clone();
         async move {
             let request = framed::streaming_request::<pb::UnlockRequest>(request);
             match server.unlock_parts(request).await {
-                Ok((result, plaintext)) => framed::respond(result, plaintext, unlock_chunk),
+                Ok((result, plaintext)) => framed::respond(result, plaintext),
                 Err(status) => status.into_http(),
             }
         }
@@ -484,11 +468,7 @@ pub fn service(
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &ContainerConfig) -> Services {
-    Services {
-        routes: tonic::service::Routes::new(service(ContainerServer::new(config))),
-        names: vec![SERVICE_NAME],
-        classify: vec![observe::classify],
-    }
+    Services::default().with(service(ContainerServer::new(config)), &[observe::classify])
 }
 
 /// Serves the container service alone on `listener` until `shutdown` completes.
@@ -524,36 +504,6 @@ fn format(format: Format) -> pb::Format {
         Format::Unknown => pb::Format::Unknown,
     }
 }
-
-/// Generates the split functions that classify each request's `oneof`.
-macro_rules! split_fn {
-    ($name:ident, $module:ident, $header:ty) => {
-        fn $name(message: pb::$module::Message) -> Part<$header> {
-            match message {
-                pb::$module::Message::Header(header) => Part::Header(header),
-                pb::$module::Message::Chunk(chunk) => Part::Chunk(chunk),
-            }
-        }
-    };
-}
-split_fn!(protect_part, protect_request, pb::ProtectHeader);
-split_fn!(unlock_part, unlock_request, pb::UnlockHeader);
-split_fn!(
-    change_part,
-    change_passphrase_request,
-    pb::ChangePassphraseHeader
-);
-split_fn!(
-    rotate_part,
-    rotate_recovery_key_request,
-    pb::RotateRecoveryKeyHeader
-);
-split_fn!(
-    remove_part,
-    remove_protection_request,
-    pb::RemoveProtectionHeader
-);
-split_fn!(reseal_part, reseal_request, pb::ResealHeader);
 
 /// Refuses a plaintext that is not a SQLite user database (Protect's and Reseal's input).
 fn user_database(plaintext: &[u8]) -> Result<(), Status> {
@@ -647,13 +597,9 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::ProtectRequest>>,
     ) -> Result<Response<Self::ProtectStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(
-            &mut stream,
-            DOMAIN,
-            self.limits.max_plaintext,
-            |m: pb::ProtectRequest| m.message.map(protect_part),
-            |h| h.expected_length,
-        )
+        let upload = chunks::receive(&mut stream, DOMAIN, self.limits.max_plaintext, |h| {
+            h.expected_length
+        })
         .await?;
         let header = upload.header;
         if !header.custody_rule_acknowledged {
@@ -694,18 +640,13 @@ impl ContainerService for ContainerServer {
             iterations,
             "protected a user file"
         );
-        let result = pb::ProtectResponse {
-            message: Some(pb::protect_response::Message::Result(pb::ProtectResult {
-                recovery_key: recovery_key.grouped(),
-                container_length: container.len() as u64,
-            })),
-        };
+        let result = pb::ProtectResponse::header(pb::ProtectResult {
+            recovery_key: recovery_key.grouped(),
+            container_length: container.len() as u64,
+        });
         Ok(Response::new(chunks::respond(
             result,
             Bytes::from(container),
-            |c| pb::ProtectResponse {
-                message: Some(pb::protect_response::Message::Chunk(c)),
-            },
         )))
     }
 
@@ -716,11 +657,7 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<Response<Self::UnlockStream>, Status> {
         let (result, plaintext) = self.unlock_parts(request).await?;
-        Ok(Response::new(chunks::respond_stream(
-            result,
-            plaintext,
-            unlock_chunk,
-        )))
+        Ok(Response::new(chunks::respond_stream(result, plaintext)))
     }
 
     type ChangePassphraseStream = ResponseStream<pb::ChangePassphraseResponse>;
@@ -730,13 +667,9 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::ChangePassphraseRequest>>,
     ) -> Result<Response<Self::ChangePassphraseStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(
-            &mut stream,
-            DOMAIN,
-            self.limits.max_container_len(),
-            |m: pb::ChangePassphraseRequest| m.message.map(change_part),
-            |h| h.expected_length,
-        )
+        let upload = chunks::receive(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
+            h.expected_length
+        })
         .await?;
         let limits = self.limits_for(upload.header.iteration_policy)?;
         let current = Passphrase::new(upload.header.current_passphrase);
@@ -746,19 +679,12 @@ impl ContainerService for ContainerServer {
             .run(move || snug_container::change_passphrase(&upload.bytes, &current, &new, &limits))
             .await?
             .map_err(status::rewrap_error)?;
-        let result = pb::ChangePassphraseResponse {
-            message: Some(pb::change_passphrase_response::Message::Result(
-                pb::ChangePassphraseResult {
-                    container_length: container.len() as u64,
-                },
-            )),
-        };
+        let result = pb::ChangePassphraseResponse::header(pb::ChangePassphraseResult {
+            container_length: container.len() as u64,
+        });
         Ok(Response::new(chunks::respond(
             result,
             Bytes::from(container),
-            |c| pb::ChangePassphraseResponse {
-                message: Some(pb::change_passphrase_response::Message::Chunk(c)),
-            },
         )))
     }
 
@@ -769,13 +695,9 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::RotateRecoveryKeyRequest>>,
     ) -> Result<Response<Self::RotateRecoveryKeyStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(
-            &mut stream,
-            DOMAIN,
-            self.limits.max_container_len(),
-            |m: pb::RotateRecoveryKeyRequest| m.message.map(rotate_part),
-            |h| h.expected_length,
-        )
+        let upload = chunks::receive(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
+            h.expected_length
+        })
         .await?;
         let limits = self.limits_for(upload.header.iteration_policy)?;
         let secrets = secrets(upload.header.secrets);
@@ -795,20 +717,13 @@ impl ContainerService for ContainerServer {
             })
             .await?
             .map_err(status::rewrap_error)?;
-        let result = pb::RotateRecoveryKeyResponse {
-            message: Some(pb::rotate_recovery_key_response::Message::Result(
-                pb::RotateRecoveryKeyResult {
-                    recovery_key: recovery_key.grouped(),
-                    container_length: container.len() as u64,
-                },
-            )),
-        };
+        let result = pb::RotateRecoveryKeyResponse::header(pb::RotateRecoveryKeyResult {
+            recovery_key: recovery_key.grouped(),
+            container_length: container.len() as u64,
+        });
         Ok(Response::new(chunks::respond(
             result,
             Bytes::from(container),
-            |c| pb::RotateRecoveryKeyResponse {
-                message: Some(pb::rotate_recovery_key_response::Message::Chunk(c)),
-            },
         )))
     }
 
@@ -824,7 +739,6 @@ impl ContainerService for ContainerServer {
             &mut stream,
             DOMAIN,
             max_container.saturating_add(self.limits.max_plaintext),
-            |m: pb::ResealRequest| m.message.map(reseal_part),
             |h| {
                 h.plaintext_length
                     .map(|len| len.saturating_add(h.container_length))
@@ -866,18 +780,13 @@ impl ContainerService for ContainerServer {
             })
             .await?
             .map_err(status::reseal_error)?;
-        let result = pb::ResealResponse {
-            message: Some(pb::reseal_response::Message::Result(pb::ResealResult {
-                opened_by: slot_kind(opened_by).into(),
-                container_length: resealed.len() as u64,
-            })),
-        };
+        let result = pb::ResealResponse::header(pb::ResealResult {
+            opened_by: slot_kind(opened_by).into(),
+            container_length: resealed.len() as u64,
+        });
         Ok(Response::new(chunks::respond(
             result,
             Bytes::from(resealed),
-            |c| pb::ResealResponse {
-                message: Some(pb::reseal_response::Message::Chunk(c)),
-            },
         )))
     }
 
@@ -888,34 +797,21 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::RemoveProtectionRequest>>,
     ) -> Result<Response<Self::RemoveProtectionStream>, Status> {
         let mut stream = request.into_inner();
-        let (header, receiver) = Receiver::start(
-            &mut stream,
-            DOMAIN,
-            self.limits.max_container_len(),
-            |m: pb::RemoveProtectionRequest| m.message.map(remove_part),
-            |h| h.expected_length,
-        )
-        .await?;
+        let (header, receiver) =
+            Receiver::start(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
+                h.expected_length
+            })
+            .await?;
         let limits = self.limits_for(header.iteration_policy)?;
         let authenticated = self
             .open_upload(receiver, secrets(header.secrets), &limits)
             .await?;
-        let result = pb::RemoveProtectionResponse {
-            message: Some(pb::remove_protection_response::Message::Result(
-                pb::RemoveProtectionResult {
-                    opened_by: slot_kind(authenticated.opened_by()).into(),
-                    plaintext_length: authenticated.plaintext_len() as u64,
-                },
-            )),
-        };
+        let result = pb::RemoveProtectionResponse::header(pb::RemoveProtectionResult {
+            opened_by: slot_kind(authenticated.opened_by()).into(),
+            plaintext_length: authenticated.plaintext_len() as u64,
+        });
         let (_, plaintext) = self.release(authenticated).await;
-        Ok(Response::new(chunks::respond_stream(
-            result,
-            plaintext,
-            |c| pb::RemoveProtectionResponse {
-                message: Some(pb::remove_protection_response::Message::Chunk(c)),
-            },
-        )))
+        Ok(Response::new(chunks::respond_stream(result, plaintext)))
     }
 }
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 use snug_proto::container::v1::{self as pb, container_service_client::ContainerServiceClient};
-use snug_rpc::chunks::{self, CHUNK_SIZE, Part};
+use snug_rpc::chunks::Chunked as _;
+use snug_rpc::chunks::{self, CHUNK_SIZE, MAX_MESSAGE_SIZE};
 use tonic::{Code, Status, transport::Channel};
 
 use super::*;
@@ -57,30 +58,15 @@ async fn protect(
     plaintext: Bytes,
     passphrase: &str,
 ) -> Result<(String, Bytes), Status> {
-    let header = pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
-            passphrase: passphrase.to_owned(),
-            iterations: ITERATIONS,
-            custody_rule_acknowledged: true,
-            expected_length: Some(plaintext.len() as u64),
-        })),
-    };
-    let request = chunks::upload(header, plaintext, |c| pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Chunk(c)),
+    let header = pb::ProtectRequest::header(pb::ProtectHeader {
+        passphrase: passphrase.to_owned(),
+        iterations: ITERATIONS,
+        custody_rule_acknowledged: true,
+        expected_length: Some(plaintext.len() as u64),
     });
+    let request = chunks::upload(header, plaintext);
     let mut stream = client.protect(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ProtectResponse| {
-            m.message.map(|m| match m {
-                pb::protect_response::Message::Result(r) => Part::Header(r),
-                pb::protect_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.container_length).await?;
     assert_eq!(result.container_length, bytes.len() as u64);
     Ok((result.recovery_key, bytes))
 }
@@ -97,16 +83,12 @@ fn unlock_request(
     container: Bytes,
     secrets: pb::Secrets,
 ) -> impl futures::Stream<Item = pb::UnlockRequest> + Send + 'static {
-    let header = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(secrets),
-            expected_length: None,
-            iteration_policy: None,
-        })),
-    };
-    chunks::upload(header, container, |c| pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(c)),
-    })
+    let header = pb::UnlockRequest::header(pb::UnlockHeader {
+        secrets: Some(secrets),
+        expected_length: None,
+        iteration_policy: None,
+    });
+    chunks::upload(header, container)
 }
 
 async fn unlock(
@@ -116,18 +98,7 @@ async fn unlock(
 ) -> Result<(pb::UnlockResult, Bytes), Status> {
     let request = unlock_request(container, secrets);
     let mut stream = client.unlock(request).await?.into_inner();
-    chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::UnlockResponse| {
-            m.message.map(|m| match m {
-                pb::unlock_response::Message::Result(r) => Part::Header(r),
-                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.plaintext_length,
-    )
-    .await
+    chunks::download(&mut stream, u64::MAX, |r| r.plaintext_length).await
 }
 
 #[tokio::test]
@@ -251,19 +222,15 @@ async fn unlock_in_pieces(
     cuts: &[usize],
     declared: Option<u64>,
 ) -> Result<(pb::UnlockResult, Bytes), Status> {
-    let mut messages = vec![pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(secrets(Some(PASSPHRASE), None)),
-            expected_length: declared,
-            iteration_policy: None,
-        })),
-    }];
+    let mut messages = vec![pb::UnlockRequest::header(pb::UnlockHeader {
+        secrets: Some(secrets(Some(PASSPHRASE), None)),
+        expected_length: declared,
+        iteration_policy: None,
+    })];
     let mut start = 0;
     for &cut in cuts.iter().chain([&container.len()]) {
         for piece in chunks::split_into_chunks(container.slice(start..cut)) {
-            messages.push(pb::UnlockRequest {
-                message: Some(pb::unlock_request::Message::Chunk(piece)),
-            });
+            messages.push(pb::UnlockRequest::chunk(piece));
         }
         start = cut;
     }
@@ -271,18 +238,7 @@ async fn unlock_in_pieces(
         .unlock(futures::stream::iter(messages))
         .await?
         .into_inner();
-    chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::UnlockResponse| {
-            m.message.map(|m| match m {
-                pb::unlock_response::Message::Result(r) => Part::Header(r),
-                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.plaintext_length,
-    )
-    .await
+    chunks::download(&mut stream, u64::MAX, |r| r.plaintext_length).await
 }
 
 #[tokio::test]
@@ -449,32 +405,24 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
         .expect_err("empty passphrase");
     assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
 
-    let header = pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
-            passphrase: PASSPHRASE.to_owned(),
-            iterations: ITERATIONS,
-            custody_rule_acknowledged: false,
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, sqlite_bytes(10), |c| pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Chunk(c)),
+    let header = pb::ProtectRequest::header(pb::ProtectHeader {
+        passphrase: PASSPHRASE.to_owned(),
+        iterations: ITERATIONS,
+        custody_rule_acknowledged: false,
+        expected_length: None,
     });
+    let request = chunks::upload(header, sqlite_bytes(10));
     let status = client.protect(request).await.expect_err("custody");
     assert_eq!(reason(&status), reason::CUSTODY_NOT_ACKNOWLEDGED);
 
     // Below the configured minimum iteration count is refused, not silently raised.
-    let header = pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
-            passphrase: PASSPHRASE.to_owned(),
-            iterations: 10,
-            custody_rule_acknowledged: true,
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, sqlite_bytes(10), |c| pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Chunk(c)),
+    let header = pb::ProtectRequest::header(pb::ProtectHeader {
+        passphrase: PASSPHRASE.to_owned(),
+        iterations: 10,
+        custody_rule_acknowledged: true,
+        expected_length: None,
     });
+    let request = chunks::upload(header, sqlite_bytes(10));
     let status = client.protect(request).await.expect_err("weak kdf");
     assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
 }
@@ -483,13 +431,11 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
 async fn oversize_uploads_are_refused_early_with_resource_exhausted() {
     let mut client = start(test_config()).await;
     // Declared too large: refused after the header, before any chunk is needed.
-    let header = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(secrets(Some(PASSPHRASE), None)),
-            expected_length: Some(snug_container::MAX_USERDB_BYTES * 2),
-            iteration_policy: None,
-        })),
-    };
+    let header = pb::UnlockRequest::header(pb::UnlockHeader {
+        secrets: Some(secrets(Some(PASSPHRASE), None)),
+        expected_length: Some(snug_container::MAX_USERDB_BYTES * 2),
+        iteration_policy: None,
+    });
     let status = client
         .unlock(futures::stream::iter([header]))
         .await
@@ -510,9 +456,7 @@ async fn oversize_uploads_are_refused_early_with_resource_exhausted() {
 async fn malformed_streams_are_invalid_arguments() {
     let mut client = start(test_config()).await;
     // Chunks before any header.
-    let chunk = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(Bytes::from_static(b"x"))),
-    };
+    let chunk = pb::UnlockRequest::chunk(Bytes::from_static(b"x"));
     let status = client
         .unlock(futures::stream::iter([chunk]))
         .await
@@ -540,37 +484,21 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
         .await
         .expect("protect");
 
-    let header = pb::ChangePassphraseRequest {
-        message: Some(pb::change_passphrase_request::Message::Header(
-            pb::ChangePassphraseHeader {
-                current_passphrase: PASSPHRASE.to_owned(),
-                new_passphrase: "new passphrase".to_owned(),
-                expected_length: None,
-                iteration_policy: None,
-            },
-        )),
-    };
-    let request = chunks::upload(header, container.clone(), |c| pb::ChangePassphraseRequest {
-        message: Some(pb::change_passphrase_request::Message::Chunk(c)),
+    let header = pb::ChangePassphraseRequest::header(pb::ChangePassphraseHeader {
+        current_passphrase: PASSPHRASE.to_owned(),
+        new_passphrase: "new passphrase".to_owned(),
+        expected_length: None,
+        iteration_policy: None,
     });
+    let request = chunks::upload(header, container.clone());
     let mut stream = client
         .change_passphrase(request)
         .await
         .expect("change")
         .into_inner();
-    let (_, changed) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ChangePassphraseResponse| {
-            m.message.map(|m| match m {
-                pb::change_passphrase_response::Message::Result(r) => Part::Header(r),
-                pb::change_passphrase_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await
-    .expect("changed");
+    let (_, changed) = chunks::download(&mut stream, u64::MAX, |r| r.container_length)
+        .await
+        .expect("changed");
     assert_eq!(changed.len(), container.len());
     // The payload (IV, ciphertext, tag) is untouched by a passphrase change.
     assert_eq!(changed[256..], container[256..]);
@@ -602,37 +530,21 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
         .is_ok()
     );
 
-    let header = pb::RotateRecoveryKeyRequest {
-        message: Some(pb::rotate_recovery_key_request::Message::Header(
-            pb::RotateRecoveryKeyHeader {
-                secrets: Some(secrets(Some("new passphrase"), None)),
-                expected_length: None,
-                iteration_policy: None,
-                new_recovery_key: None,
-            },
-        )),
-    };
-    let request = chunks::upload(header, changed.clone(), |c| pb::RotateRecoveryKeyRequest {
-        message: Some(pb::rotate_recovery_key_request::Message::Chunk(c)),
+    let header = pb::RotateRecoveryKeyRequest::header(pb::RotateRecoveryKeyHeader {
+        secrets: Some(secrets(Some("new passphrase"), None)),
+        expected_length: None,
+        iteration_policy: None,
+        new_recovery_key: None,
     });
+    let request = chunks::upload(header, changed.clone());
     let mut stream = client
         .rotate_recovery_key(request)
         .await
         .expect("rotate")
         .into_inner();
-    let (result, rotated) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::RotateRecoveryKeyResponse| {
-            m.message.map(|m| match m {
-                pb::rotate_recovery_key_response::Message::Result(r) => Part::Header(r),
-                pb::rotate_recovery_key_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await
-    .expect("rotated");
+    let (result, rotated) = chunks::download(&mut stream, u64::MAX, |r| r.container_length)
+        .await
+        .expect("rotated");
     assert_ne!(result.recovery_key, recovery_key);
     assert_eq!(rotated[256..], changed[256..]);
     let status = unlock(
@@ -652,36 +564,20 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
     .expect("new recovery key");
     assert_eq!(bytes, plaintext);
 
-    let header = pb::RemoveProtectionRequest {
-        message: Some(pb::remove_protection_request::Message::Header(
-            pb::RemoveProtectionHeader {
-                secrets: Some(secrets(Some("new passphrase"), None)),
-                expected_length: None,
-                iteration_policy: None,
-            },
-        )),
-    };
-    let request = chunks::upload(header, rotated, |c| pb::RemoveProtectionRequest {
-        message: Some(pb::remove_protection_request::Message::Chunk(c)),
+    let header = pb::RemoveProtectionRequest::header(pb::RemoveProtectionHeader {
+        secrets: Some(secrets(Some("new passphrase"), None)),
+        expected_length: None,
+        iteration_policy: None,
     });
+    let request = chunks::upload(header, rotated);
     let mut stream = client
         .remove_protection(request)
         .await
         .expect("remove")
         .into_inner();
-    let (_, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::RemoveProtectionResponse| {
-            m.message.map(|m| match m {
-                pb::remove_protection_response::Message::Result(r) => Part::Header(r),
-                pb::remove_protection_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.plaintext_length,
-    )
-    .await
-    .expect("plaintext");
+    let (_, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.plaintext_length)
+        .await
+        .expect("plaintext");
     assert_eq!(bytes, plaintext);
 }
 

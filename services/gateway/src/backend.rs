@@ -22,6 +22,7 @@ use snug_proto::{
     schema::v1::{self as schema_pb, schema_service_client::SchemaServiceClient},
     sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
 };
+use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE},
     trace_context::Traced,
@@ -273,19 +274,10 @@ impl Backends {
     ) -> Result<sync_pb::RevisionInfo, ApiError> {
         let length = image.len() as u64;
         let validate_stream = chunks::upload(
-            schema_pb::ValidateSyncImageRequest {
-                message: Some(schema_pb::validate_sync_image_request::Message::Header(
-                    schema_pb::ValidateSyncImageHeader {
-                        expected_length: Some(length),
-                    },
-                )),
-            },
+            schema_pb::ValidateSyncImageRequest::header(schema_pb::ValidateSyncImageHeader {
+                expected_length: Some(length),
+            }),
             image.clone(),
-            |chunk| schema_pb::ValidateSyncImageRequest {
-                message: Some(schema_pb::validate_sync_image_request::Message::Chunk(
-                    chunk,
-                )),
-            },
         );
         let mut schema = self.schema.clone();
         let validate_request = self.request(validate_stream);
@@ -299,19 +291,13 @@ impl Backends {
                 .map_err(|status| ApiError::from_status(&status))?
                 .into_inner();
             let stored = zero_free_space(image, &verdict.free_space)?;
-            let header = sync_pb::PutImageRequest {
-                message: Some(sync_pb::put_image_request::Message::Header(
-                    sync_pb::PutImageHeader {
-                        caller: Some(caller),
-                        precondition: Some(precondition),
-                        idempotency_key: None,
-                        expected_length: Some(length),
-                    },
-                )),
-            };
-            let put_stream = chunks::upload(header, stored, |chunk| sync_pb::PutImageRequest {
-                message: Some(sync_pb::put_image_request::Message::Chunk(chunk)),
+            let header = sync_pb::PutImageRequest::header(sync_pb::PutImageHeader {
+                caller: Some(caller),
+                precondition: Some(precondition),
+                idempotency_key: None,
+                expected_length: Some(length),
             });
+            let put_stream = chunks::upload(header, stored);
             let response = sync
                 .put_image(self.request(put_stream))
                 .await
@@ -375,14 +361,11 @@ impl Backends {
             // A download that breaks off must not look like a short upload (the service would
             // call it a malformed request): remember it, and answer 503 instead.
             let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let header = materialize_pb::ExportAppRequest {
-                message: Some(materialize_pb::export_app_request::Message::Header(
-                    materialize_pb::UserDatabaseHeader {
-                        app_id,
-                        expected_length: Some(info.size),
-                    },
-                )),
-            };
+            let header =
+                materialize_pb::ExportAppRequest::header(materialize_pb::UserDatabaseHeader {
+                    app_id,
+                    expected_length: Some(info.size),
+                });
             let mut request = tonic::Request::new(export_upload(header, download, broken.clone()));
             request.set_timeout(deadline);
             let started = within(deadline, async move {
@@ -567,9 +550,9 @@ impl Stream for ExportUpload {
             return Poll::Ready(None);
         }
         match self.download.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => Poll::Ready(Some(materialize_pb::ExportAppRequest {
-                message: Some(materialize_pb::export_app_request::Message::Chunk(chunk)),
-            })),
+            Poll::Ready(Some(Ok(chunk))) => {
+                Poll::Ready(Some(materialize_pb::ExportAppRequest::chunk(chunk)))
+            }
             Poll::Ready(Some(Err(_))) => {
                 self.broken
                     .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -644,19 +627,10 @@ async fn start_download(
 ) -> Result<Option<(sync_pb::RevisionInfo, ImageBody)>, ApiError> {
     let started = within(
         deadline,
-        snug_rpc::framed::client::call(
+        snug_rpc::framed::client::call::<sync_pb::GetImageResponse, _, _>(
             sync,
             sync_pb::GET_IMAGE_PATH,
             request.map(|m| futures::stream::iter([m])),
-            image_chunk,
-            |m: sync_pb::GetImageResponse| match m.message? {
-                sync_pb::get_image_response::Message::Result(info) => {
-                    Some(snug_rpc::chunks::Part::Header(info))
-                }
-                sync_pb::get_image_response::Message::Chunk(c) => {
-                    Some(snug_rpc::chunks::Part::Chunk(c))
-                }
-            },
         ),
     )
     .await;
@@ -664,12 +638,6 @@ async fn start_download(
         Ok((info, payload)) => Ok(Some((info, download_body(payload, deadline)))),
         Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
         Err(err) => Err(err),
-    }
-}
-
-fn image_chunk(chunk: bytes::Bytes) -> sync_pb::GetImageResponse {
-    sync_pb::GetImageResponse {
-        message: Some(sync_pb::get_image_response::Message::Chunk(chunk)),
     }
 }
 

@@ -310,26 +310,19 @@ async fn compose(
             // One router for every service: tonic routes by the service name in the path, so the
             // services are added to the same `Routes` rather than merging two routers (each has
             // its own fallback, and axum refuses to merge two fallbacks).
-            let mut all = snug_container_service::services(container);
-            all.routes = all
-                .routes
-                .add_service(snug_schema_service::service(SchemaServer::new(schema)));
-            all.names.push(snug_schema_service::SERVICE_NAME);
-            all.routes =
-                all.routes
-                    .add_service(snug_materialize_service::service(MaterializeServer::new(
-                        materialize,
-                    )));
-            all.names.push(snug_materialize_service::SERVICE_NAME);
             // With no configuration this is the embedded store under ./snug-data/sync.
             let sync_server = SyncServer::new(snug_sync_service::open_store(sync).await?, sync);
             sync_server.spawn_reclaimer();
-            all.routes = all
-                .routes
-                .add_service(snug_sync_service::service(sync_server));
-            all.names.push(snug_sync_service::SERVICE_NAME);
-            all.classify.push(snug_sync_service::observe::classify);
-            all
+            snug_container_service::services(container)
+                .with(snug_schema_service::service(SchemaServer::new(schema)), &[])
+                .with(
+                    snug_materialize_service::service(MaterializeServer::new(materialize)),
+                    &[],
+                )
+                .with(
+                    snug_sync_service::service(sync_server),
+                    &[snug_sync_service::observe::classify],
+                )
         }
     })
 }

@@ -27,7 +27,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Answer, Http, Payload, userdb_vector};
 use snug_proto::container::v1::{self as pb, container_service_client::ContainerServiceClient};
-use snug_rpc::chunks::{self, Part};
+use snug_rpc::chunks::{self, Chunked as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::transport::Channel;
 
@@ -632,31 +632,17 @@ async fn protect(
     plaintext: Bytes,
     passphrase: &str,
 ) -> (String, Bytes) {
-    let header = pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Header(pb::ProtectHeader {
-            passphrase: passphrase.to_owned(),
-            iterations: 10_000,
-            custody_rule_acknowledged: true,
-            expected_length: Some(plaintext.len() as u64),
-        })),
-    };
-    let request = chunks::upload(header, plaintext, |c| pb::ProtectRequest {
-        message: Some(pb::protect_request::Message::Chunk(c)),
+    let header = pb::ProtectRequest::header(pb::ProtectHeader {
+        passphrase: passphrase.to_owned(),
+        iterations: 10_000,
+        custody_rule_acknowledged: true,
+        expected_length: Some(plaintext.len() as u64),
     });
+    let request = chunks::upload(header, plaintext);
     let mut stream = client.protect(request).await.expect("protect").into_inner();
-    let (result, container) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ProtectResponse| {
-            m.message.map(|m| match m {
-                pb::protect_response::Message::Result(r) => Part::Header(r),
-                pb::protect_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await
-    .expect("protect's answer");
+    let (result, container) = chunks::download(&mut stream, u64::MAX, |r| r.container_length)
+        .await
+        .expect("protect's answer");
     (result.recovery_key, container)
 }
 
@@ -672,29 +658,14 @@ async fn unlock(
     container: Bytes,
     secrets: pb::Secrets,
 ) -> Result<Bytes, tonic::Status> {
-    let header = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(secrets),
-            expected_length: None,
-            iteration_policy: None,
-        })),
-    };
-    let request = chunks::upload(header, container, |c| pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(c)),
+    let header = pb::UnlockRequest::header(pb::UnlockHeader {
+        secrets: Some(secrets),
+        expected_length: None,
+        iteration_policy: None,
     });
+    let request = chunks::upload(header, container);
     let mut stream = client.unlock(request).await?.into_inner();
-    let (_, plaintext) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::UnlockResponse| {
-            m.message.map(|m| match m {
-                pb::unlock_response::Message::Result(r) => Part::Header(r),
-                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.plaintext_length,
-    )
-    .await?;
+    let (_, plaintext) = chunks::download(&mut stream, u64::MAX, |r| r.plaintext_length).await?;
     Ok(plaintext)
 }
 
@@ -703,37 +674,21 @@ async fn rotate(
     container: Bytes,
     secrets: pb::Secrets,
 ) -> String {
-    let header = pb::RotateRecoveryKeyRequest {
-        message: Some(pb::rotate_recovery_key_request::Message::Header(
-            pb::RotateRecoveryKeyHeader {
-                secrets: Some(secrets),
-                expected_length: None,
-                iteration_policy: None,
-                new_recovery_key: None,
-            },
-        )),
-    };
-    let request = chunks::upload(header, container, |c| pb::RotateRecoveryKeyRequest {
-        message: Some(pb::rotate_recovery_key_request::Message::Chunk(c)),
+    let header = pb::RotateRecoveryKeyRequest::header(pb::RotateRecoveryKeyHeader {
+        secrets: Some(secrets),
+        expected_length: None,
+        iteration_policy: None,
+        new_recovery_key: None,
     });
+    let request = chunks::upload(header, container);
     let mut stream = client
         .rotate_recovery_key(request)
         .await
         .expect("rotate")
         .into_inner();
-    let (result, _) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::RotateRecoveryKeyResponse| {
-            m.message.map(|m| match m {
-                pb::rotate_recovery_key_response::Message::Result(r) => Part::Header(r),
-                pb::rotate_recovery_key_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await
-    .expect("rotate's answer");
+    let (result, _) = chunks::download(&mut stream, u64::MAX, |r| r.container_length)
+        .await
+        .expect("rotate's answer");
     result.recovery_key
 }
 

@@ -37,9 +37,10 @@ use snug_proto::materialize::v1::{
     materialize_service_server::{MaterializeService, MaterializeServiceServer},
 };
 use snug_reasons::materialize as reasons;
+use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     blocking::{BlockingPool, concurrency_or_cpus},
-    chunks::{self, Part, Receiver, ResponseStream},
+    chunks::{self, Receiver, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{Clock, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
@@ -118,18 +119,12 @@ impl MaterializeServer {
 
 /// Wraps the service in its generated server, with this service's message limits.
 pub fn service(server: MaterializeServer) -> MaterializeServiceServer<MaterializeServer> {
-    MaterializeServiceServer::new(server)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+    snug_rpc::with_message_limits!(MaterializeServiceServer::new(server), MAX_MESSAGE_SIZE)
 }
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &MaterializeConfig) -> Services {
-    Services {
-        routes: tonic::service::Routes::new(service(MaterializeServer::new(config))),
-        names: vec![SERVICE_NAME],
-        classify: Vec::new(),
-    }
+    Services::default().with(service(MaterializeServer::new(config)), &[])
 }
 
 /// Serves the materialize service alone on `listener` until `shutdown` completes.
@@ -141,28 +136,6 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
 }
-
-/// Generates the split functions that classify each request's `oneof`.
-macro_rules! split_fn {
-    ($name:ident, $module:ident, $header:ty) => {
-        fn $name(message: pb::$module::Message) -> Part<$header> {
-            match message {
-                pb::$module::Message::Header(header) => Part::Header(header),
-                pb::$module::Message::Chunk(chunk) => Part::Chunk(chunk),
-            }
-        }
-    };
-}
-split_fn!(
-    materialize_part,
-    materialize_app_request,
-    pb::UserDatabaseHeader
-);
-split_fn!(persist_part, persist_app_request, pb::PersistAppHeader);
-split_fn!(ddl_part, apply_ddl_request, pb::ApplyDdlHeader);
-split_fn!(export_part, export_app_request, pb::UserDatabaseHeader);
-split_fn!(execute_part, execute_sql_request, pb::ExecuteSqlHeader);
-split_fn!(list_part, list_app_tables_request, pb::UserDatabaseHeader);
 
 /// Refuses a request without an app id before its payload is read.
 fn required_app_id(app_id: &str) -> Result<(), Status> {
@@ -306,7 +279,6 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::MaterializeAppRequest| m.message.map(materialize_part),
             |h| h.expected_length,
         )
         .await?;
@@ -338,16 +310,8 @@ impl MaterializeService for MaterializeServer {
             length = result.length,
             "materialized an app"
         );
-        let result = pb::MaterializeAppResponse {
-            message: Some(pb::materialize_app_response::Message::Result(result)),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::MaterializeAppResponse {
-                message: Some(pb::materialize_app_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::MaterializeAppResponse::header(result);
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     type PersistAppStream = ResponseStream<pb::PersistAppResponse>;
@@ -363,7 +327,6 @@ impl MaterializeService for MaterializeServer {
             &mut stream,
             reason::DOMAIN,
             2 * MAX_USERDB_BYTES,
-            |m: pb::PersistAppRequest| m.message.map(persist_part),
             |h: &pb::PersistAppHeader| Some(h.user_db_length.saturating_add(h.runtime_length)),
         )
         .await?;
@@ -425,16 +388,8 @@ impl MaterializeService for MaterializeServer {
             length = result.length,
             "persisted an app runtime"
         );
-        let result = pb::PersistAppResponse {
-            message: Some(pb::persist_app_response::Message::Result(result)),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::PersistAppResponse {
-                message: Some(pb::persist_app_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::PersistAppResponse::header(result);
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     type ApplyDdlStream = ResponseStream<pb::ApplyDdlResponse>;
@@ -447,7 +402,6 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ApplyDdlRequest| m.message.map(ddl_part),
             |h| h.expected_length,
         )
         .await?;
@@ -480,16 +434,8 @@ impl MaterializeService for MaterializeServer {
             length = result.length,
             "applied app DDL"
         );
-        let result = pb::ApplyDdlResponse {
-            message: Some(pb::apply_ddl_response::Message::Result(result)),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::ApplyDdlResponse {
-                message: Some(pb::apply_ddl_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::ApplyDdlResponse::header(result);
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     type ExportAppStream = ResponseStream<pb::ExportAppResponse>;
@@ -502,7 +448,6 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ExportAppRequest| m.message.map(export_part),
             |h| h.expected_length,
         )
         .await?;
@@ -527,16 +472,8 @@ impl MaterializeService for MaterializeServer {
             })
             .await?;
         tracing::info!(length = result.length, "exported an app");
-        let result = pb::ExportAppResponse {
-            message: Some(pb::export_app_response::Message::Result(result)),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::ExportAppResponse {
-                message: Some(pb::export_app_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::ExportAppResponse::header(result);
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     type ExecuteSqlStream = ResponseStream<pb::ExecuteSqlResponse>;
@@ -549,7 +486,6 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ExecuteSqlRequest| m.message.map(execute_part),
             |h| h.expected_length,
         )
         .await?;
@@ -619,16 +555,8 @@ impl MaterializeService for MaterializeServer {
             user_db_changed = result.user_db_changed,
             "executed app SQL"
         );
-        let result = pb::ExecuteSqlResponse {
-            message: Some(pb::execute_sql_response::Message::Result(result)),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::ExecuteSqlResponse {
-                message: Some(pb::execute_sql_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::ExecuteSqlResponse::header(result);
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     async fn list_app_tables(
@@ -639,7 +567,6 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ListAppTablesRequest| m.message.map(list_part),
             |h| h.expected_length,
         )
         .await?;

@@ -11,6 +11,7 @@ use snug_proto::materialize::v1::{
     self as pb, materialize_service_client::MaterializeServiceClient, sql_value::Value,
 };
 use snug_rpc::chunks;
+use snug_rpc::chunks::Chunked as _;
 use tonic::{Code, transport::Channel};
 
 use super::*;
@@ -185,26 +186,10 @@ async fn materialize(
     user: Bytes,
     app_id: &str,
 ) -> Result<(pb::MaterializeAppResult, Bytes), Status> {
-    use pb::{materialize_app_request::Message, materialize_app_response::Message as Out};
-    let first = pb::MaterializeAppRequest {
-        message: Some(Message::Header(header(app_id, user.len()))),
-    };
-    let request = chunks::upload(first, user, |c| pb::MaterializeAppRequest {
-        message: Some(Message::Chunk(c)),
-    });
+    let first = pb::MaterializeAppRequest::header(header(app_id, user.len()));
+    let request = chunks::upload(first, user);
     let mut stream = client.materialize_app(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::MaterializeAppResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -215,31 +200,15 @@ async fn persist(
     app_id: &str,
     runtime: Bytes,
 ) -> Result<(pb::PersistAppResult, Bytes), Status> {
-    use pb::{persist_app_request::Message, persist_app_response::Message as Out};
-    let first = pb::PersistAppRequest {
-        message: Some(Message::Header(pb::PersistAppHeader {
-            app_id: app_id.to_owned(),
-            user_db_length: user.len() as u64,
-            runtime_length: runtime.len() as u64,
-        })),
-    };
-    let payload = Bytes::from([user.as_ref(), runtime.as_ref()].concat());
-    let request = chunks::upload(first, payload, |c| pb::PersistAppRequest {
-        message: Some(Message::Chunk(c)),
+    let first = pb::PersistAppRequest::header(pb::PersistAppHeader {
+        app_id: app_id.to_owned(),
+        user_db_length: user.len() as u64,
+        runtime_length: runtime.len() as u64,
     });
+    let payload = Bytes::from([user.as_ref(), runtime.as_ref()].concat());
+    let request = chunks::upload(first, payload);
     let mut stream = client.persist_app(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::PersistAppResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -250,30 +219,14 @@ async fn apply_ddl(
     app_id: &str,
     statements: &[&str],
 ) -> Result<(pb::ApplyDdlResult, Bytes), Status> {
-    use pb::{apply_ddl_request::Message, apply_ddl_response::Message as Out};
-    let first = pb::ApplyDdlRequest {
-        message: Some(Message::Header(pb::ApplyDdlHeader {
-            app_id: app_id.to_owned(),
-            statements: statements.iter().map(|s| (*s).to_owned()).collect(),
-            expected_length: Some(user.len() as u64),
-        })),
-    };
-    let request = chunks::upload(first, user, |c| pb::ApplyDdlRequest {
-        message: Some(Message::Chunk(c)),
+    let first = pb::ApplyDdlRequest::header(pb::ApplyDdlHeader {
+        app_id: app_id.to_owned(),
+        statements: statements.iter().map(|s| (*s).to_owned()).collect(),
+        expected_length: Some(user.len() as u64),
     });
+    let request = chunks::upload(first, user);
     let mut stream = client.apply_ddl(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ApplyDdlResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -283,26 +236,10 @@ async fn export(
     user: Bytes,
     app_id: &str,
 ) -> Result<(pb::ExportAppResult, Bytes), Status> {
-    use pb::{export_app_request::Message, export_app_response::Message as Out};
-    let first = pb::ExportAppRequest {
-        message: Some(Message::Header(header(app_id, user.len()))),
-    };
-    let request = chunks::upload(first, user, |c| pb::ExportAppRequest {
-        message: Some(Message::Chunk(c)),
-    });
+    let first = pb::ExportAppRequest::header(header(app_id, user.len()));
+    let request = chunks::upload(first, user);
     let mut stream = client.export_app(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ExportAppResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -315,32 +252,16 @@ async fn execute_with(
     limits: Option<pb::ExecuteLimits>,
     read_only: bool,
 ) -> Result<(pb::ExecuteSqlResult, Bytes), Status> {
-    use pb::{execute_sql_request::Message, execute_sql_response::Message as Out};
-    let first = pb::ExecuteSqlRequest {
-        message: Some(Message::Header(pb::ExecuteSqlHeader {
-            app_id: app_id.to_owned(),
-            statements: statements.iter().map(|s| (*s).to_owned()).collect(),
-            limits,
-            read_only,
-            expected_length: Some(user.len() as u64),
-        })),
-    };
-    let request = chunks::upload(first, user, |c| pb::ExecuteSqlRequest {
-        message: Some(Message::Chunk(c)),
+    let first = pb::ExecuteSqlRequest::header(pb::ExecuteSqlHeader {
+        app_id: app_id.to_owned(),
+        statements: statements.iter().map(|s| (*s).to_owned()).collect(),
+        limits,
+        read_only,
+        expected_length: Some(user.len() as u64),
     });
+    let request = chunks::upload(first, user);
     let mut stream = client.execute_sql(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ExecuteSqlResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -355,13 +276,8 @@ async fn execute(
 }
 
 async fn list(client: &mut Client, user: Bytes) -> Result<pb::ListAppTablesResponse, Status> {
-    use pb::list_app_tables_request::Message;
-    let first = pb::ListAppTablesRequest {
-        message: Some(Message::Header(header("", user.len()))),
-    };
-    let request = chunks::upload(first, user, |c| pb::ListAppTablesRequest {
-        message: Some(Message::Chunk(c)),
-    });
+    let first = pb::ListAppTablesRequest::header(header("", user.len()));
+    let request = chunks::upload(first, user);
     Ok(client.list_app_tables(request).await?.into_inner())
 }
 
@@ -738,10 +654,9 @@ async fn bad_inputs_are_refused_with_their_reasons() {
     let mut client = client().await;
 
     // Headerless: the first message is a chunk.
-    use pb::materialize_app_request::Message;
-    let request = futures::stream::iter(vec![pb::MaterializeAppRequest {
-        message: Some(Message::Chunk(Bytes::from_static(b"SQLite"))),
-    }]);
+    let request = futures::stream::iter(vec![pb::MaterializeAppRequest::chunk(
+        Bytes::from_static(b"SQLite"),
+    )]);
     let status = client
         .materialize_app(request)
         .await
@@ -750,12 +665,12 @@ async fn bad_inputs_are_refused_with_their_reasons() {
     assert_eq!(metadata(&status, "field").as_deref(), Some("header"));
 
     // Oversize, declared: refused before any chunk.
-    let request = futures::stream::iter(vec![pb::MaterializeAppRequest {
-        message: Some(Message::Header(pb::UserDatabaseHeader {
+    let request = futures::stream::iter(vec![pb::MaterializeAppRequest::header(
+        pb::UserDatabaseHeader {
             app_id: UUID_APP.to_owned(),
             expected_length: Some(MAX_USERDB_BYTES + 1),
-        })),
-    }]);
+        },
+    )]);
     let status = client.materialize_app(request).await.expect_err("oversize");
     assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
 

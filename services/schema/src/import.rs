@@ -12,7 +12,7 @@ use snug_schema::{
 use tonic::{Status, Streaming};
 
 use crate::{
-    compacted_image, container_limits, import_part, reason, secrets,
+    compacted_image, container_limits, reason, secrets,
     status::{self, Mapped},
 };
 
@@ -30,9 +30,7 @@ pub(crate) async fn receive(
     let (header, mut receiver) = Receiver::start(
         stream,
         reason::DOMAIN,
-        limit,
-        |m: pb::ImportUserDatabaseRequest| m.message.map(import_part),
-        // The two lengths are checked below under their own names; the upload cap still holds.
+        limit, // The two lengths are checked below under their own names; the upload cap still holds.
         |_| None,
     )
     .await?;

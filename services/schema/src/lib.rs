@@ -72,9 +72,10 @@ use snug_proto::schema::v1::{
     schema_service_server::{SchemaService, SchemaServiceServer},
 };
 use snug_reasons::schema as reasons;
+use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     blocking::{BlockingPool, concurrency_or_cpus},
-    chunks::{self, Part, ResponseStream},
+    chunks::{self, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{
@@ -156,18 +157,12 @@ impl SchemaServer {
 
 /// Wraps the service in its generated server, with this service's message limits.
 pub fn service(server: SchemaServer) -> SchemaServiceServer<SchemaServer> {
-    SchemaServiceServer::new(server)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+    snug_rpc::with_message_limits!(SchemaServiceServer::new(server), MAX_MESSAGE_SIZE)
 }
 
 /// The routes and health names of this service, for composing into a server.
 pub fn services(config: &SchemaConfig) -> Services {
-    Services {
-        routes: tonic::service::Routes::new(service(SchemaServer::new(config))),
-        names: vec![SERVICE_NAME],
-        classify: Vec::new(),
-    }
+    Services::default().with(service(SchemaServer::new(config)), &[])
 }
 
 /// Serves the schema service alone on `listener` until `shutdown` completes.
@@ -179,50 +174,6 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
 }
-
-/// Generates the split functions that classify each request's `oneof`.
-macro_rules! split_fn {
-    ($name:ident, $module:ident, $header:ty) => {
-        fn $name(message: pb::$module::Message) -> Part<$header> {
-            match message {
-                pb::$module::Message::Header(header) => Part::Header(header),
-                pb::$module::Message::Chunk(chunk) => Part::Chunk(chunk),
-            }
-        }
-    };
-}
-split_fn!(
-    inspect_part,
-    inspect_user_database_request,
-    pb::InspectUserDatabaseHeader
-);
-split_fn!(
-    migrate_part,
-    migrate_user_database_request,
-    pb::MigrateUserDatabaseHeader
-);
-split_fn!(
-    export_part,
-    export_user_database_request,
-    pb::ExportUserDatabaseHeader
-);
-split_fn!(check_part, check_import_request, pb::CheckImportHeader);
-split_fn!(
-    import_part,
-    import_user_database_request,
-    pb::ImportUserDatabaseHeader
-);
-split_fn!(
-    validate_part,
-    validate_sync_image_request,
-    pb::ValidateSyncImageHeader
-);
-split_fn!(
-    apply_part,
-    apply_operations_request,
-    pb::ApplyOperationsHeader
-);
-split_fn!(query_part, query_request, pb::QueryHeader);
 
 /// Limits for a container met by CheckImport: the default PBKDF2 range, the plaintext cap.
 fn container_limits() -> Limits {
@@ -335,7 +286,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::InspectUserDatabaseRequest| m.message.map(inspect_part),
             |h| h.expected_length,
         )
         .await?;
@@ -360,7 +310,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::MigrateUserDatabaseRequest| m.message.map(migrate_part),
             |h| h.expected_length,
         )
         .await?;
@@ -384,22 +333,12 @@ impl SchemaService for SchemaServer {
             healed = report.heal.healed(),
             "migrated a user database"
         );
-        let result = pb::MigrateUserDatabaseResponse {
-            message: Some(pb::migrate_user_database_response::Message::Result(
-                pb::MigrateUserDatabaseResult {
-                    report: Some(convert::open_report(report)),
-                    length: bytes.len() as u64,
-                    unchanged,
-                },
-            )),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::MigrateUserDatabaseResponse {
-                message: Some(pb::migrate_user_database_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::MigrateUserDatabaseResponse::header(pb::MigrateUserDatabaseResult {
+            report: Some(convert::open_report(report)),
+            length: bytes.len() as u64,
+            unchanged,
+        });
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     type ExportUserDatabaseStream = ResponseStream<pb::ExportUserDatabaseResponse>;
@@ -412,7 +351,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ExportUserDatabaseRequest| m.message.map(export_part),
             |h| h.expected_length,
         )
         .await?;
@@ -435,23 +373,13 @@ impl SchemaService for SchemaServer {
             secrets_removed = export.secrets_removed,
             "exported a user database"
         );
-        let result = pb::ExportUserDatabaseResponse {
-            message: Some(pb::export_user_database_response::Message::Result(
-                pb::ExportUserDatabaseResult {
-                    source: Some(convert::open_report(source)),
-                    secrets_removed: export.secrets_removed as u64,
-                    tables_dropped: export.tables_dropped,
-                    length: bytes.len() as u64,
-                },
-            )),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::ExportUserDatabaseResponse {
-                message: Some(pb::export_user_database_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::ExportUserDatabaseResponse::header(pb::ExportUserDatabaseResult {
+            source: Some(convert::open_report(source)),
+            secrets_removed: export.secrets_removed as u64,
+            tables_dropped: export.tables_dropped,
+            length: bytes.len() as u64,
+        });
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     async fn check_import(
@@ -462,7 +390,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             container_limits().max_container_len(),
-            |m: pb::CheckImportRequest| m.message.map(check_part),
             |h| h.expected_length,
         )
         .await?;
@@ -504,21 +431,11 @@ impl SchemaService for SchemaServer {
             dropped_runtime_contracts = report.dropped_runtime_contracts.len(),
             "imported a user database"
         );
-        let result = pb::ImportUserDatabaseResponse {
-            message: Some(pb::import_user_database_response::Message::Result(
-                pb::ImportUserDatabaseResult {
-                    report: Some(convert::import_report(report)),
-                    length: bytes.len() as u64,
-                },
-            )),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::ImportUserDatabaseResponse {
-                message: Some(pb::import_user_database_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::ImportUserDatabaseResponse::header(pb::ImportUserDatabaseResult {
+            report: Some(convert::import_report(report)),
+            length: bytes.len() as u64,
+        });
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     async fn validate_sync_image(
@@ -529,7 +446,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ValidateSyncImageRequest| m.message.map(validate_part),
             |h| h.expected_length,
         )
         .await?;
@@ -551,7 +467,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::ApplyOperationsRequest| m.message.map(apply_part),
             |h| h.expected_length,
         )
         .await?;
@@ -587,22 +502,12 @@ impl SchemaService for SchemaServer {
             length = bytes.len(),
             "applied hub-namespace operations"
         );
-        let result = pb::ApplyOperationsResponse {
-            message: Some(pb::apply_operations_response::Message::Result(
-                pb::ApplyOperationsResult {
-                    open: Some(convert::open_report(open_report)),
-                    results,
-                    length: bytes.len() as u64,
-                },
-            )),
-        };
-        Ok(Response::new(chunks::respond(
-            result,
-            Bytes::from(bytes),
-            |c| pb::ApplyOperationsResponse {
-                message: Some(pb::apply_operations_response::Message::Chunk(c)),
-            },
-        )))
+        let result = pb::ApplyOperationsResponse::header(pb::ApplyOperationsResult {
+            open: Some(convert::open_report(open_report)),
+            results,
+            length: bytes.len() as u64,
+        });
+        Ok(Response::new(chunks::respond(result, Bytes::from(bytes))))
     }
 
     async fn query(
@@ -613,7 +518,6 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
-            |m: pb::QueryRequest| m.message.map(query_part),
             |h| h.expected_length,
         )
         .await?;

@@ -14,6 +14,7 @@ use snug_proto::schema::v1::{
     query_result::Result as Answer, read_query::Query as Read,
     schema_service_client::SchemaServiceClient,
 };
+use snug_rpc::chunks::Chunked as _;
 use snug_rpc::chunks::{self, CHUNK_SIZE};
 use tonic::{Code, Status, transport::Channel};
 
@@ -156,15 +157,10 @@ async fn inspect(
     client: &mut Client,
     bytes: Bytes,
 ) -> Result<pb::InspectUserDatabaseResponse, Status> {
-    use pb::inspect_user_database_request::Message;
-    let header = pb::InspectUserDatabaseRequest {
-        message: Some(Message::Header(pb::InspectUserDatabaseHeader {
-            expected_length: Some(bytes.len() as u64),
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::InspectUserDatabaseRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::InspectUserDatabaseRequest::header(pb::InspectUserDatabaseHeader {
+        expected_length: Some(bytes.len() as u64),
     });
+    let request = chunks::upload(header, bytes);
     Ok(client.inspect_user_database(request).await?.into_inner())
 }
 
@@ -172,30 +168,12 @@ async fn migrate(
     client: &mut Client,
     bytes: Bytes,
 ) -> Result<(pb::MigrateUserDatabaseResult, Bytes), Status> {
-    use pb::{
-        migrate_user_database_request::Message, migrate_user_database_response::Message as Out,
-    };
-    let header = pb::MigrateUserDatabaseRequest {
-        message: Some(Message::Header(pb::MigrateUserDatabaseHeader {
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::MigrateUserDatabaseRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::MigrateUserDatabaseRequest::header(pb::MigrateUserDatabaseHeader {
+        expected_length: None,
     });
+    let request = chunks::upload(header, bytes);
     let mut stream = client.migrate_user_database(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::MigrateUserDatabaseResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -205,31 +183,13 @@ async fn export(
     bytes: Bytes,
     include_secrets: bool,
 ) -> Result<(pb::ExportUserDatabaseResult, Bytes), Status> {
-    use pb::{
-        export_user_database_request::Message, export_user_database_response::Message as Out,
-    };
-    let header = pb::ExportUserDatabaseRequest {
-        message: Some(Message::Header(pb::ExportUserDatabaseHeader {
-            include_secrets,
-            expected_length: Some(bytes.len() as u64),
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::ExportUserDatabaseRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::ExportUserDatabaseRequest::header(pb::ExportUserDatabaseHeader {
+        include_secrets,
+        expected_length: Some(bytes.len() as u64),
     });
+    let request = chunks::upload(header, bytes);
     let mut stream = client.export_user_database(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ExportUserDatabaseResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -247,17 +207,12 @@ async fn check_import(
     secrets: Option<snug_proto::container::v1::Secrets>,
     trusted_origin: bool,
 ) -> Result<pb::CheckImportResponse, Status> {
-    use pb::check_import_request::Message;
-    let header = pb::CheckImportRequest {
-        message: Some(Message::Header(pb::CheckImportHeader {
-            secrets,
-            trusted_origin,
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::CheckImportRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::CheckImportRequest::header(pb::CheckImportHeader {
+        secrets,
+        trusted_origin,
+        expected_length: None,
     });
+    let request = chunks::upload(header, bytes);
     Ok(client.check_import(request).await?.into_inner())
 }
 
@@ -265,15 +220,10 @@ async fn validate(
     client: &mut Client,
     bytes: Bytes,
 ) -> Result<pb::ValidateSyncImageResponse, Status> {
-    use pb::validate_sync_image_request::Message;
-    let header = pb::ValidateSyncImageRequest {
-        message: Some(Message::Header(pb::ValidateSyncImageHeader {
-            expected_length: Some(bytes.len() as u64),
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::ValidateSyncImageRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::ValidateSyncImageRequest::header(pb::ValidateSyncImageHeader {
+        expected_length: Some(bytes.len() as u64),
     });
+    let request = chunks::upload(header, bytes);
     Ok(client.validate_sync_image(request).await?.into_inner())
 }
 
@@ -282,34 +232,18 @@ async fn apply(
     bytes: Bytes,
     operations: Vec<Op>,
 ) -> Result<(pb::ApplyOperationsResult, Bytes), Status> {
-    use pb::{apply_operations_request::Message, apply_operations_response::Message as Out};
-    let header = pb::ApplyOperationsRequest {
-        message: Some(Message::Header(pb::ApplyOperationsHeader {
-            operations: operations
-                .into_iter()
-                .map(|op| pb::Operation {
-                    operation: Some(op),
-                })
-                .collect(),
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::ApplyOperationsRequest {
-        message: Some(Message::Chunk(c)),
-    });
-    let mut stream = client.apply_operations(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ApplyOperationsResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
+    let header = pb::ApplyOperationsRequest::header(pb::ApplyOperationsHeader {
+        operations: operations
+            .into_iter()
+            .map(|op| pb::Operation {
+                operation: Some(op),
             })
-        },
-        |r| r.length,
-    )
-    .await?;
+            .collect(),
+        expected_length: None,
+    });
+    let request = chunks::upload(header, bytes);
+    let mut stream = client.apply_operations(request).await?.into_inner();
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }
@@ -330,19 +264,14 @@ async fn query(
     bytes: Bytes,
     queries: Vec<Read>,
 ) -> Result<Vec<Answer>, Status> {
-    use pb::query_request::Message;
-    let header = pb::QueryRequest {
-        message: Some(Message::Header(pb::QueryHeader {
-            queries: queries
-                .into_iter()
-                .map(|q| pb::ReadQuery { query: Some(q) })
-                .collect(),
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, bytes, |c| pb::QueryRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::QueryRequest::header(pb::QueryHeader {
+        queries: queries
+            .into_iter()
+            .map(|q| pb::ReadQuery { query: Some(q) })
+            .collect(),
+        expected_length: None,
     });
+    let request = chunks::upload(header, bytes);
     let response = client.query(request).await?.into_inner();
     Ok(response
         .results
@@ -1591,16 +1520,11 @@ async fn malformed_operations_and_queries_are_invalid_arguments_with_their_field
     );
 
     // An entry with no kind set.
-    use pb::apply_operations_request::Message;
-    let header = pb::ApplyOperationsRequest {
-        message: Some(Message::Header(pb::ApplyOperationsHeader {
-            operations: vec![pb::Operation { operation: None }],
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, fresh.clone(), |c| pb::ApplyOperationsRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::ApplyOperationsRequest::header(pb::ApplyOperationsHeader {
+        operations: vec![pb::Operation { operation: None }],
+        expected_length: None,
     });
+    let request = chunks::upload(header, fresh.clone());
     let status = client
         .apply_operations(request)
         .await
@@ -1659,13 +1583,10 @@ async fn answers_over_the_response_limit_are_too_large_not_a_transport_error() {
 #[tokio::test]
 async fn oversize_uploads_are_refused_with_resource_exhausted() {
     let mut client = client().await;
-    use pb::migrate_user_database_request::Message;
     // Declared too large: refused after the header, before any chunk.
-    let header = pb::MigrateUserDatabaseRequest {
-        message: Some(Message::Header(pb::MigrateUserDatabaseHeader {
-            expected_length: Some(MAX_USERDB_BYTES + 1),
-        })),
-    };
+    let header = pb::MigrateUserDatabaseRequest::header(pb::MigrateUserDatabaseHeader {
+        expected_length: Some(MAX_USERDB_BYTES + 1),
+    });
     let status = client
         .migrate_user_database(futures::stream::iter([header]))
         .await
@@ -1688,10 +1609,7 @@ async fn oversize_uploads_are_refused_with_resource_exhausted() {
 #[tokio::test]
 async fn malformed_streams_are_invalid_arguments() {
     let mut client = client().await;
-    use pb::inspect_user_database_request::Message;
-    let chunk = pb::InspectUserDatabaseRequest {
-        message: Some(Message::Chunk(Bytes::from_static(b"SQLite format 3\0"))),
-    };
+    let chunk = pb::InspectUserDatabaseRequest::chunk(Bytes::from_static(b"SQLite format 3\0"));
     let status = client
         .inspect_user_database(futures::stream::iter([chunk]))
         .await
@@ -1716,10 +1634,10 @@ async fn malformed_streams_are_invalid_arguments() {
     assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
 
     // A second header.
-    let header = || pb::InspectUserDatabaseRequest {
-        message: Some(Message::Header(pb::InspectUserDatabaseHeader {
+    let header = || {
+        pb::InspectUserDatabaseRequest::header(pb::InspectUserDatabaseHeader {
             expected_length: None,
-        })),
+        })
     };
     let status = client
         .inspect_user_database(futures::stream::iter([header(), header()]))
@@ -1729,14 +1647,10 @@ async fn malformed_streams_are_invalid_arguments() {
 
     // A declared length the chunks do not match.
     let fresh = userdb("fresh-v6.user.snug");
-    let header = pb::InspectUserDatabaseRequest {
-        message: Some(Message::Header(pb::InspectUserDatabaseHeader {
-            expected_length: Some(fresh.len() as u64 + 1),
-        })),
-    };
-    let request = chunks::upload(header, fresh, |c| pb::InspectUserDatabaseRequest {
-        message: Some(Message::Chunk(c)),
+    let header = pb::InspectUserDatabaseRequest::header(pb::InspectUserDatabaseHeader {
+        expected_length: Some(fresh.len() as u64 + 1),
     });
+    let request = chunks::upload(header, fresh);
     let status = client
         .inspect_user_database(request)
         .await

@@ -64,8 +64,9 @@ use snug_revstore::{
     AnyStore, DEFAULT_QUOTA_BYTES, OpenError, PgConfig, PgStore, PutError, PutRequest,
     RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
 };
+use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
-    chunks::{self, MAX_MESSAGE_SIZE, ResponseStream},
+    chunks::{self, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
     status::invalid_argument,
@@ -357,11 +358,7 @@ impl SyncServer {
             }
         }
         .map_err(status::read_error)?;
-        let result = pb::GetImageResponse {
-            message: Some(pb::get_image_response::Message::Result(
-                convert::revision_info(download.info),
-            )),
-        };
+        let result = pb::GetImageResponse::header(convert::revision_info(download.info));
         Ok((
             result,
             download
@@ -375,9 +372,7 @@ impl SyncServer {
 /// bytes go out as framed chunks (`snug_rpc::framed`): the same messages, without a copy of each
 /// chunk into tonic's encode buffer.
 pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncServer>> {
-    let generated = SyncServiceServer::new(server.clone())
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    let generated = snug_rpc::with_message_limits!(SyncServiceServer::new(server.clone()));
     framed::Override::new(generated, pb::GET_IMAGE_PATH, move |request| {
         let server = server.clone();
         async move {
@@ -386,7 +381,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
                 Err(status) => Err(status),
             };
             match parts {
-                Ok((result, body)) => framed::respond(result, body, image_chunk),
+                Ok((result, body)) => framed::respond(result, body),
                 Err(status) => status.into_http(),
             }
         }
@@ -398,11 +393,7 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
 pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
     let server = SyncServer::new(store, config);
     server.spawn_reclaimer();
-    Services {
-        routes: tonic::service::Routes::new(service(server)),
-        names: vec![SERVICE_NAME],
-        classify: vec![observe::classify],
-    }
+    Services::default().with(service(server), &[observe::classify])
 }
 
 /// Serves the sync service alone over `store` on `listener` until `shutdown` completes.
@@ -414,12 +405,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     snug_rpc::server::serve(server_config, listener, services(store, config), shutdown).await
-}
-
-fn image_chunk(chunk: Bytes) -> pb::GetImageResponse {
-    pb::GetImageResponse {
-        message: Some(pb::get_image_response::Message::Chunk(chunk)),
-    }
 }
 
 #[tonic::async_trait]
@@ -469,7 +454,7 @@ impl SyncService for SyncServer {
         // The store yields pieces of any size (a pack extent may be many MiB), re-cut into ≤ 1 MiB
         // chunks; a storage failure ends the stream with its status: the client never sees a
         // short stream as a success.
-        let chunks = chunks::rechunk(body).map(|chunk| chunk.map(image_chunk));
+        let chunks = chunks::rechunk(body).map(|chunk| chunk.map(pb::GetImageResponse::chunk));
         let stream = futures::stream::once(async move { Ok(result) }).chain(chunks);
         Ok(Response::new(Box::pin(stream)))
     }

@@ -9,7 +9,8 @@ use sha2::{Digest as _, Sha256};
 use snug_proto::sync::v1::{
     self as pb, precondition::Condition, sync_service_client::SyncServiceClient,
 };
-use snug_rpc::chunks::{CHUNK_SIZE, Part};
+use snug_rpc::chunks::Chunked as _;
+use snug_rpc::chunks::{CHUNK_SIZE, MAX_MESSAGE_SIZE, Part};
 use tonic::{Code, transport::Channel};
 
 use super::*;
@@ -159,30 +160,22 @@ impl<'a> Put<'a> {
     }
 
     fn header(&self) -> pb::PutImageRequest {
-        pb::PutImageRequest {
-            message: Some(pb::put_image_request::Message::Header(pb::PutImageHeader {
-                caller: caller(self.user, "device-a"),
-                precondition: Some(pb::Precondition {
-                    condition: self.precondition.clone(),
-                }),
-                idempotency_key: self.idempotency_key.map(str::to_owned),
-                expected_length: self.declare_length.then_some(self.bytes.len() as u64),
-            })),
-        }
+        pb::PutImageRequest::header(pb::PutImageHeader {
+            caller: caller(self.user, "device-a"),
+            precondition: Some(pb::Precondition {
+                condition: self.precondition.clone(),
+            }),
+            idempotency_key: self.idempotency_key.map(str::to_owned),
+            expected_length: self.declare_length.then_some(self.bytes.len() as u64),
+        })
     }
 
     async fn send(self, hub: &mut Hub) -> Result<pb::PutImageResponse, Status> {
-        let request = chunks::upload(self.header(), self.bytes.clone(), chunk_message);
+        let request = chunks::upload(self.header(), self.bytes.clone());
         hub.client
             .put_image(request)
             .await
             .map(Response::into_inner)
-    }
-}
-
-fn chunk_message(chunk: Bytes) -> pb::PutImageRequest {
-    pb::PutImageRequest {
-        message: Some(pb::put_image_request::Message::Chunk(chunk)),
     }
 }
 
@@ -223,20 +216,17 @@ async fn get(
         })
         .await?
         .into_inner();
-    let split = |m: pb::GetImageResponse| {
-        m.message.map(|m| match m {
-            pb::get_image_response::Message::Result(r) => Part::Header(r),
-            pb::get_image_response::Message::Chunk(c) => Part::Chunk(c),
-        })
-    };
-    let first = stream.message().await?.and_then(split);
+    let first = stream
+        .message()
+        .await?
+        .and_then(pb::GetImageResponse::into_part);
     let Some(Part::Header(info)) = first else {
         panic!("the stream did not start with its result");
     };
     let mut bytes = Vec::new();
     let mut sizes = Vec::new();
     while let Some(message) = stream.message().await? {
-        match split(message) {
+        match message.into_part() {
             Some(Part::Chunk(chunk)) => {
                 sizes.push(chunk.len());
                 bytes.extend_from_slice(&chunk);
@@ -431,15 +421,13 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
         reason::PRECONDITION_REQUIRED,
     );
     // No Precondition message at all.
-    let header = pb::PutImageRequest {
-        message: Some(pb::put_image_request::Message::Header(pb::PutImageHeader {
-            caller: caller("alice", "device-a"),
-            precondition: None,
-            idempotency_key: None,
-            expected_length: None,
-        })),
-    };
-    let request = chunks::upload(header, image(1, 100), chunk_message);
+    let header = pb::PutImageRequest::header(pb::PutImageHeader {
+        caller: caller("alice", "device-a"),
+        precondition: None,
+        idempotency_key: None,
+        expected_length: None,
+    });
+    let request = chunks::upload(header, image(1, 100));
     assert_refused(
         hub.client.put_image(request).await,
         Code::FailedPrecondition,
@@ -506,8 +494,7 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
         declare_length: false,
         ..Put::new("alice", must_not_exist(), image(1, 2 * CHUNK_SIZE))
     };
-    let request = chunks::upload(put.header(), put.bytes.clone(), chunk_message)
-        .chain(futures::stream::pending());
+    let request = chunks::upload(put.header(), put.bytes.clone()).chain(futures::stream::pending());
     let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
         .await
         .expect("refused before the stream ended");
@@ -578,17 +565,10 @@ async fn framed_get(
         caller: caller(user, "device-b"),
         revision: revision.map(str::to_owned),
     }]));
-    let (info, payload) = snug_rpc::framed::client::call(
+    let (info, payload) = snug_rpc::framed::client::call::<pb::GetImageResponse, _, _>(
         hub.channel.clone(),
         pb::GET_IMAGE_PATH,
         request,
-        image_chunk,
-        |m: pb::GetImageResponse| {
-            m.message.map(|m| match m {
-                pb::get_image_response::Message::Result(r) => Part::Header(r),
-                pb::get_image_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
     )
     .await?;
     let mut bytes = Vec::new();
@@ -1096,7 +1076,7 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
     provision(&mut hub, "alice").await;
     let bytes = image(1, 3000);
     let header = Put::new("alice", must_not_exist(), bytes.clone()).header();
-    let chunk = || chunk_message(bytes.clone());
+    let chunk = || pb::PutImageRequest::chunk(bytes.clone());
     let streams: Vec<(&str, Vec<pb::PutImageRequest>, &str)> = vec![
         (
             "a chunk before the header",
@@ -1116,7 +1096,10 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
         ),
         (
             "a chunk over 1 MiB",
-            vec![header.clone(), chunk_message(image(2, CHUNK_SIZE + 1))],
+            vec![
+                header.clone(),
+                pb::PutImageRequest::chunk(image(2, CHUNK_SIZE + 1)),
+            ],
             "chunk",
         ),
         (

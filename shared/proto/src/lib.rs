@@ -1,10 +1,15 @@
 //! Generated prost/tonic code for Snug Hub's gRPC packages (`snug.<capability>.v1`).
 //!
 //! The `.proto` files under `proto/` at the repository root are the API boundary: other hubs,
-//! in any language, generate their clients from them. This crate only compiles them; it holds no
-//! logic, and domain crates never depend on it.
+//! in any language, generate their clients from them. This crate compiles them and adds one
+//! trait, [`Chunked`], over the header-then-chunks streaming messages; it holds no other logic, and
+//! domain crates never depend on it.
 
 #![allow(missing_docs, unreachable_pub)]
+
+mod chunked;
+
+pub use chunked::{Chunked, Part};
 
 /// `snug.container.v1`: the SNUGENC1 container capability.
 pub mod container {

@@ -6,12 +6,18 @@
 //! module holds both directions for servers and for clients, with the size cap enforced while the
 //! bytes arrive — an oversize upload is refused as soon as it crosses the cap, not after it has
 //! been buffered.
+//!
+//! Every helper is generic over [`Chunked`] (defined in `snug-proto`, beside the generated
+//! messages, and re-exported here), so callers name the message type, never a closure that wraps
+//! or unwraps its `oneof`.
 
 use std::pin::Pin;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use tonic::{Status, Streaming};
+
+pub use snug_proto::{Chunked, Part};
 
 use crate::status;
 
@@ -24,15 +30,6 @@ pub const MAX_MESSAGE_SIZE: usize = CHUNK_SIZE + 64 * 1024;
 /// A boxed response stream, as tonic's server-streaming handlers return it.
 pub type ResponseStream<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send + 'static>>;
 
-/// One message of an upload, as a service's `split` function classifies it.
-#[derive(Debug)]
-pub enum Part<H> {
-    /// The header, which must come first and only once.
-    Header(H),
-    /// A piece of the payload.
-    Chunk(Bytes),
-}
-
 /// A received upload: the header and the payload, whole.
 #[derive(Debug)]
 pub struct Upload<H> {
@@ -44,18 +41,15 @@ pub struct Upload<H> {
 
 /// Receives a header-then-chunks upload, enforcing `limit` on the payload as it arrives.
 ///
-/// `split` classifies each message (`None` for a message with no `oneof` set); `declared_len`
-/// reads the header's optional `expected_length`, which lets an oversize upload be refused
+/// A message with no `oneof` set is refused; `declared_len` reads the header's optional `expected_length`, which lets an oversize upload be refused
 /// before any chunk is sent and sizes the buffer once.
-pub async fn receive<M, H>(
+pub async fn receive<M: Chunked>(
     stream: &mut Streaming<M>,
     domain: &'static str,
     limit: u64,
-    split: impl Fn(M) -> Option<Part<H>>,
-    declared_len: impl Fn(&H) -> Option<u64>,
-) -> Result<Upload<H>, Status> {
-    let (header, mut receiver) =
-        Receiver::start(stream, domain, limit, split, declared_len).await?;
+    declared_len: impl Fn(&M::Header) -> Option<u64>,
+) -> Result<Upload<M::Header>, Status> {
+    let (header, mut receiver) = Receiver::start(stream, domain, limit, declared_len).await?;
     // The declared length is only a hint for the allocation; the bytes received are what count.
     let mut bytes = Vec::with_capacity(receiver.declared_len().unwrap_or(0) as usize);
     while let Some(chunk) = receiver.next_chunk().await? {
@@ -67,30 +61,24 @@ pub async fn receive<M, H>(
 /// An upload whose header has arrived, handing out its chunks one at a time as they arrive, for
 /// services that work on the bytes while the rest is still in flight (see [`receive`] for the
 /// checks, which are the same).
-pub struct Receiver<'a, M, H, S> {
+pub struct Receiver<'a, M> {
     stream: &'a mut Streaming<M>,
-    split: S,
     domain: &'static str,
     limit: u64,
     declared: Option<u64>,
     received: u64,
-    _header: std::marker::PhantomData<fn() -> H>,
 }
 
-impl<'a, M, H, S> Receiver<'a, M, H, S>
-where
-    S: Fn(M) -> Option<Part<H>>,
-{
+impl<'a, M: Chunked> Receiver<'a, M> {
     /// Waits for the header, which must be the first message, and refuses a declared length over
     /// `limit` before any chunk is read.
     pub async fn start(
         stream: &'a mut Streaming<M>,
         domain: &'static str,
         limit: u64,
-        split: S,
-        declared_len: impl Fn(&H) -> Option<u64>,
-    ) -> Result<(H, Self), Status> {
-        let header = match next(stream, &split, domain).await? {
+        declared_len: impl Fn(&M::Header) -> Option<u64>,
+    ) -> Result<(M::Header, Self), Status> {
+        let header = match next(stream, domain).await? {
             Some(Part::Header(header)) => header,
             Some(Part::Chunk(_)) => {
                 return Err(status::invalid_argument(
@@ -115,12 +103,10 @@ where
         }
         let receiver = Receiver {
             stream,
-            split,
             domain,
             limit,
             declared,
             received: 0,
-            _header: std::marker::PhantomData,
         };
         Ok((header, receiver))
     }
@@ -137,7 +123,7 @@ where
     /// be one branch of a `select!`.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
         let domain = self.domain;
-        match next(self.stream, &self.split, domain).await? {
+        match next(self.stream, domain).await? {
             Some(Part::Chunk(chunk)) => {
                 if chunk.len() > CHUNK_SIZE {
                     return Err(status::invalid_argument(
@@ -172,7 +158,7 @@ where
     }
 }
 
-impl<M, H, S> std::fmt::Debug for Receiver<'_, M, H, S> {
+impl<M> std::fmt::Debug for Receiver<'_, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Receiver")
             .field("declared", &self.declared)
@@ -181,14 +167,13 @@ impl<M, H, S> std::fmt::Debug for Receiver<'_, M, H, S> {
     }
 }
 
-async fn next<M, H>(
+async fn next<M: Chunked>(
     stream: &mut Streaming<M>,
-    split: &impl Fn(M) -> Option<Part<H>>,
     domain: &'static str,
-) -> Result<Option<Part<H>>, Status> {
+) -> Result<Option<Part<M::Header>>, Status> {
     match stream.message().await? {
         None => Ok(None),
-        Some(message) => split(message).map(Some).ok_or_else(|| {
+        Some(message) => message.into_part().map(Some).ok_or_else(|| {
             status::invalid_argument(domain, "message", "a stream message carried no field")
         }),
     }
@@ -250,66 +235,60 @@ pub async fn read_into(
     Ok(())
 }
 
-/// Builds a result-then-chunks response stream.
-pub fn respond<M: Send + 'static>(
-    result: M,
-    payload: Bytes,
-    chunk: impl Fn(Bytes) -> M + Send + 'static,
-) -> ResponseStream<M> {
+/// Builds a result-then-chunks response stream: `result` (the first message, built with
+/// [`Chunked::header`]), then `payload` in chunks.
+pub fn respond<M: Chunked + Send + 'static>(result: M, payload: Bytes) -> ResponseStream<M> {
     respond_stream(
         result,
         futures::stream::iter(split_into_chunks(payload).map(Ok)),
-        chunk,
     )
 }
 
 /// Builds a result-then-chunks response stream from a payload made as it is sent, in pieces of
 /// at most [`CHUNK_SIZE`]; a failed piece ends the response with its status.
-pub fn respond_stream<M: Send + 'static>(
+pub fn respond_stream<M: Chunked + Send + 'static>(
     result: M,
     payload: impl Stream<Item = Result<Bytes, Status>> + Send + 'static,
-    chunk: impl Fn(Bytes) -> M + Send + 'static,
 ) -> ResponseStream<M> {
     Box::pin(
         futures::stream::once(async move { Ok(result) })
-            .chain(payload.map(move |piece| piece.map(&chunk))),
+            .chain(payload.map(|piece| piece.map(M::chunk))),
     )
 }
 
-/// Builds a header-then-chunks request stream, for clients.
-pub fn upload<M: Send + 'static>(
+/// Builds a header-then-chunks request stream, for clients: `header` (the first message, built
+/// with [`Chunked::header`]), then `payload` in chunks.
+pub fn upload<M: Chunked + Send + 'static>(
     header: M,
     payload: Bytes,
-    chunk: impl Fn(Bytes) -> M + Send + 'static,
 ) -> impl Stream<Item = M> + Send + 'static {
-    futures::stream::once(async move { header })
-        .chain(futures::stream::iter(split_into_chunks(payload).map(chunk)))
+    futures::stream::once(async move { header }).chain(futures::stream::iter(
+        split_into_chunks(payload).map(M::chunk),
+    ))
 }
 
 /// Receives a result-then-chunks response, for clients. `limit` bounds what the client buffers;
 /// `declared_len` reads the payload length the result announces, so the buffer is sized once.
-pub async fn download<M, R>(
+pub async fn download<M: Chunked>(
     stream: &mut Streaming<M>,
     limit: u64,
-    split: impl Fn(M) -> Option<Part<R>>,
-    declared_len: impl Fn(&R) -> u64,
-) -> Result<(R, Bytes), Status> {
+    declared_len: impl Fn(&M::Header) -> u64,
+) -> Result<(M::Header, Bytes), Status> {
     let mut bytes = Vec::new();
-    let result = download_into(stream, limit, split, declared_len, &mut bytes).await?;
+    let result = download_into(stream, limit, declared_len, &mut bytes).await?;
     Ok((result, Bytes::from(bytes)))
 }
 
 /// Receives a result-then-chunks response into `buffer` (cleared first), for clients that reuse
 /// one allocation across calls: pages already mapped are not faulted in again, which for a
 /// 64 MiB payload is tens of milliseconds of CPU.
-pub async fn download_into<M, R>(
+pub async fn download_into<M: Chunked>(
     stream: &mut Streaming<M>,
     limit: u64,
-    split: impl Fn(M) -> Option<Part<R>>,
-    declared_len: impl Fn(&R) -> u64,
+    declared_len: impl Fn(&M::Header) -> u64,
     buffer: &mut Vec<u8>,
-) -> Result<R, Status> {
-    let result = match stream.message().await?.and_then(&split) {
+) -> Result<M::Header, Status> {
+    let result = match stream.message().await?.and_then(M::into_part) {
         Some(Part::Header(result)) => result,
         _ => {
             return Err(Status::internal(
@@ -319,7 +298,7 @@ pub async fn download_into<M, R>(
     };
     prepare(buffer, declared_len(&result), limit);
     while let Some(message) = stream.message().await? {
-        match split(message) {
+        match message.into_part() {
             Some(Part::Chunk(chunk)) => append_within(buffer, &chunk, limit)?,
             _ => return Err(Status::internal("the response stream repeated its result")),
         }

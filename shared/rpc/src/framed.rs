@@ -22,15 +22,20 @@ use http_body::Frame;
 use prost::Message;
 use tonic::{Status, body::Body, codec::Codec as _, server::NamedService};
 
-use crate::chunks::{self, MAX_MESSAGE_SIZE};
+use crate::chunks::{self, Chunked, MAX_MESSAGE_SIZE};
 
 /// The gRPC message header: a compression flag and a big-endian length.
 const GRPC_HEADER: usize = 5;
 
 /// How a response type's chunk messages are framed: the protobuf field header of its chunk field,
-/// or `None` when the message built by `chunk` is not that field alone (then chunks are encoded
-/// like any message).
-fn chunk_tag<M: Message>(chunk: &impl Fn(Bytes) -> M) -> Option<Bytes> {
+/// or `None` when the message built by [`Chunked::chunk`] is not that field alone (then chunks are
+/// encoded like any message).
+fn chunk_tag<M: Chunked + Message>() -> Option<Bytes> {
+    chunk_tag_of(&M::chunk)
+}
+
+/// [`chunk_tag`] for the messages `chunk` builds.
+fn chunk_tag_of<M: Message>(chunk: &impl Fn(Bytes) -> M) -> Option<Bytes> {
     // A one-byte chunk encodes as the field's key, the length 1 and the byte.
     let probe = chunk(Bytes::from_static(&[0xA5])).encode_to_vec();
     let key = probe.strip_suffix(&[0x01, 0xA5])?;
@@ -69,9 +74,19 @@ fn chunk_frames(key: &Bytes, chunk: Bytes) -> [Bytes; 2] {
 }
 
 /// A response of `result`, then `payload` as chunk messages of at most [`chunks::CHUNK_SIZE`]
-/// bytes, built by `chunk`. A piece that fails ends the response with its status (the client sees
+/// bytes. A piece that fails ends the response with its status (the client sees
 /// the call fail, never a short payload as a success).
-pub fn respond<M, P>(
+pub fn respond<M, P>(result: M, payload: P) -> http::Response<Body>
+where
+    M: Chunked + Message + Send + 'static,
+    P: Stream<Item = Result<Bytes, Status>> + Send + 'static,
+{
+    respond_with(result, payload, M::chunk)
+}
+
+/// [`respond`] with chunk messages built by `chunk`, which the tests use to check a builder that
+/// is not a lone chunk field.
+fn respond_with<M, P>(
     result: M,
     payload: P,
     chunk: impl Fn(Bytes) -> M + Send + 'static,
@@ -80,7 +95,7 @@ where
     M: Message + Send + 'static,
     P: Stream<Item = Result<Bytes, Status>> + Send + 'static,
 {
-    let key = chunk_tag(&chunk);
+    let key = chunk_tag_of(&chunk);
     let first = futures::stream::once(async move { Ok(encode_message(&result)) });
     let data = chunks::rechunk(payload).flat_map(move |chunk_or_failure| {
         futures::stream::iter(match chunk_or_failure {
@@ -104,15 +119,11 @@ where
 }
 
 /// [`respond`] with a payload already in memory.
-pub fn respond_whole<M>(
-    result: M,
-    payload: Bytes,
-    chunk: impl Fn(Bytes) -> M + Send + 'static,
-) -> http::Response<Body>
+pub fn respond_whole<M>(result: M, payload: Bytes) -> http::Response<Body>
 where
-    M: Message + Send + 'static,
+    M: Chunked + Message + Send + 'static,
 {
-    respond(result, futures::stream::iter([Ok(payload)]), chunk)
+    respond(result, futures::stream::iter([Ok(payload)]))
 }
 
 /// The body: data frames until the payload ends, then the call's status as trailers.

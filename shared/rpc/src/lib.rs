@@ -6,7 +6,8 @@
 //! - [`status`]: the only way a service builds a `tonic::Status` — a code, a machine-readable
 //!   `google.rpc.ErrorInfo` reason and a domain, never a message a client would have to parse;
 //! - [`chunks`]: payloads of up to 64 MiB travel as streams of ≤ 1 MiB chunks after one header
-//!   message, with the size cap enforced while the bytes arrive;
+//!   message, with the size cap enforced while the bytes arrive, for any message that is
+//!   `snug_proto::Chunked`;
 //! - [`framed`]: the result-then-chunks responses of the large downloads, framed without
 //!   copying their payload;
 //! - [`server`]: configuration from flags and environment, gRPC health and reflection, request

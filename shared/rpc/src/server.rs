@@ -1,9 +1,9 @@
 //! Serving a set of gRPC services: configuration, health, reflection, limits and shutdown.
 
-use std::{future::Future, net::SocketAddr, time::Duration};
+use std::{convert::Infallible, future::Future, net::SocketAddr, time::Duration};
 
 use tokio::net::TcpListener;
-use tonic::service::Routes;
+use tonic::{body::Body, server::NamedService, service::Routes};
 use tonic_health::ServingStatus;
 
 /// Settings every gRPC server takes, from flags or the environment.
@@ -58,7 +58,28 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// Returns a generated server that accepts and sends messages of at most `$limit` bytes (by
+/// default one chunk, [`crate::chunks::MAX_MESSAGE_SIZE`]; a service whose headers may be larger
+/// passes its own), the same limit both ways.
+///
+/// A macro, because the limits are inherent methods of each generated server, not a trait.
+#[macro_export]
+macro_rules! with_message_limits {
+    ($server:expr) => {
+        $crate::with_message_limits!($server, $crate::chunks::MAX_MESSAGE_SIZE)
+    };
+    ($server:expr, $limit:expr) => {
+        $server
+            .max_decoding_message_size($limit)
+            .max_encoding_message_size($limit)
+    };
+}
+
 /// What one server hosts: the service routes, plus the names health reports on.
+///
+/// A service crate's `services()` is `Services::default().with(service, classify)`; a process that
+/// hosts several adds the others with [`Services::with`] too.
+#[derive(Default)]
 pub struct Services {
     /// The gRPC services, already wrapped in their generated servers.
     pub routes: Routes,
@@ -67,6 +88,27 @@ pub struct Services {
     /// Which of the services' calls feed the runtime's derived counters, one per service that
     /// has any (`crate::observe::Classify`).
     pub classify: Vec<crate::observe::Classify>,
+}
+
+impl Services {
+    /// Adds `service` (a generated server, with [`with_message_limits!`]): its routes, its name
+    /// for health (the generated server's, so the two cannot disagree) and `classify`, which of
+    /// its calls feed the derived counters.
+    pub fn with<S>(mut self, service: S, classify: &[crate::observe::Classify]) -> Self
+    where
+        S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.routes = self.routes.add_service(service);
+        self.names.push(S::NAME);
+        self.classify.extend_from_slice(classify);
+        self
+    }
 }
 
 /// Adds grpc.health.v1 (every name SERVING) and reflection to `routes`.

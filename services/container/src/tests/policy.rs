@@ -21,29 +21,14 @@ async fn unlock_with(
     secrets: pb::Secrets,
     iteration_policy: Option<pb::IterationPolicy>,
 ) -> Result<Bytes, Status> {
-    let header = pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Header(pb::UnlockHeader {
-            secrets: Some(secrets),
-            expected_length: None,
-            iteration_policy,
-        })),
-    };
-    let request = chunks::upload(header, container, |c| pb::UnlockRequest {
-        message: Some(pb::unlock_request::Message::Chunk(c)),
+    let header = pb::UnlockRequest::header(pb::UnlockHeader {
+        secrets: Some(secrets),
+        expected_length: None,
+        iteration_policy,
     });
+    let request = chunks::upload(header, container);
     let mut stream = client.unlock(request).await?.into_inner();
-    let (_, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::UnlockResponse| {
-            m.message.map(|m| match m {
-                pb::unlock_response::Message::Result(r) => Part::Header(r),
-                pb::unlock_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.plaintext_length,
-    )
-    .await?;
+    let (_, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.plaintext_length).await?;
     Ok(bytes)
 }
 
@@ -130,33 +115,21 @@ async fn a_weak_file_is_out_of_policy_and_opens_with_an_iteration_policy() {
     assert_eq!(info.iterations, ITERATIONS);
 
     // RemoveProtection, ChangePassphrase and RotateRecoveryKey honour it too.
-    let header = pb::RemoveProtectionRequest {
-        message: Some(pb::remove_protection_request::Message::Header(
-            pb::RemoveProtectionHeader {
-                secrets: Some(secrets(Some(PASSPHRASE), None)),
-                expected_length: None,
-                iteration_policy: lowered,
-            },
-        )),
-    };
-    let request = chunks::upload(header, container.clone(), |c| pb::RemoveProtectionRequest {
-        message: Some(pb::remove_protection_request::Message::Chunk(c)),
+    let header = pb::RemoveProtectionRequest::header(pb::RemoveProtectionHeader {
+        secrets: Some(secrets(Some(PASSPHRASE), None)),
+        expected_length: None,
+        iteration_policy: lowered,
     });
+    let request = chunks::upload(header, container.clone());
     assert!(client.remove_protection(request).await.is_ok());
     for iteration_policy in [None, lowered] {
-        let header = pb::ChangePassphraseRequest {
-            message: Some(pb::change_passphrase_request::Message::Header(
-                pb::ChangePassphraseHeader {
-                    current_passphrase: PASSPHRASE.to_owned(),
-                    new_passphrase: "another".to_owned(),
-                    expected_length: None,
-                    iteration_policy,
-                },
-            )),
-        };
-        let request = chunks::upload(header, container.clone(), |c| pb::ChangePassphraseRequest {
-            message: Some(pb::change_passphrase_request::Message::Chunk(c)),
+        let header = pb::ChangePassphraseRequest::header(pb::ChangePassphraseHeader {
+            current_passphrase: PASSPHRASE.to_owned(),
+            new_passphrase: "another".to_owned(),
+            expected_length: None,
+            iteration_policy,
         });
+        let request = chunks::upload(header, container.clone());
         let result = client.change_passphrase(request).await;
         match iteration_policy {
             None => assert_out_of_policy(
@@ -167,21 +140,13 @@ async fn a_weak_file_is_out_of_policy_and_opens_with_an_iteration_policy() {
             ),
             Some(_) => assert!(result.is_ok()),
         }
-        let header = pb::RotateRecoveryKeyRequest {
-            message: Some(pb::rotate_recovery_key_request::Message::Header(
-                pb::RotateRecoveryKeyHeader {
-                    secrets: Some(secrets(Some(PASSPHRASE), None)),
-                    expected_length: None,
-                    iteration_policy,
-                    new_recovery_key: None,
-                },
-            )),
-        };
-        let request = chunks::upload(header, container.clone(), |c| {
-            pb::RotateRecoveryKeyRequest {
-                message: Some(pb::rotate_recovery_key_request::Message::Chunk(c)),
-            }
+        let header = pb::RotateRecoveryKeyRequest::header(pb::RotateRecoveryKeyHeader {
+            secrets: Some(secrets(Some(PASSPHRASE), None)),
+            expected_length: None,
+            iteration_policy,
+            new_recovery_key: None,
         });
+        let request = chunks::upload(header, container.clone());
         let result = client.rotate_recovery_key(request).await;
         match iteration_policy {
             None => assert_out_of_policy(

@@ -11,38 +11,21 @@ async fn reseal(
     plaintext: &Bytes,
     secrets: pb::Secrets,
 ) -> Result<(pb::ResealResult, Bytes), Status> {
-    let header = pb::ResealRequest {
-        message: Some(pb::reseal_request::Message::Header(pb::ResealHeader {
-            secrets: Some(secrets),
-            container_length,
-            plaintext_length: Some(plaintext.len() as u64),
-            iteration_policy: None,
-        })),
-    };
+    let header = pb::ResealRequest::header(pb::ResealHeader {
+        secrets: Some(secrets),
+        container_length,
+        plaintext_length: Some(plaintext.len() as u64),
+        iteration_policy: None,
+    });
     let body = Bytes::from([container.as_ref(), plaintext.as_ref()].concat());
     let piece = 777;
     let chunks: Vec<_> = (0..body.len())
         .step_by(piece)
-        .map(|at| pb::ResealRequest {
-            message: Some(pb::reseal_request::Message::Chunk(
-                body.slice(at..(at + piece).min(body.len())),
-            )),
-        })
+        .map(|at| pb::ResealRequest::chunk(body.slice(at..(at + piece).min(body.len()))))
         .collect();
     let request = futures::stream::iter(std::iter::once(header).chain(chunks));
     let mut stream = client.reseal(request).await?.into_inner();
-    chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ResealResponse| {
-            m.message.map(|m| match m {
-                pb::reseal_response::Message::Result(r) => Part::Header(r),
-                pb::reseal_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await
+    chunks::download(&mut stream, u64::MAX, |r| r.container_length).await
 }
 
 #[tokio::test]

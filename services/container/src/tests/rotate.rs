@@ -7,34 +7,15 @@ async fn rotate_to(
     container: &Bytes,
     new_recovery_key: &str,
 ) -> Result<(pb::RotateRecoveryKeyResult, Bytes), Status> {
-    let header = pb::RotateRecoveryKeyRequest {
-        message: Some(pb::rotate_recovery_key_request::Message::Header(
-            pb::RotateRecoveryKeyHeader {
-                secrets: Some(secrets(Some(PASSPHRASE), None)),
-                expected_length: None,
-                iteration_policy: None,
-                new_recovery_key: Some(new_recovery_key.to_owned()),
-            },
-        )),
-    };
-    let request = chunks::upload(header, container.clone(), |c| {
-        pb::RotateRecoveryKeyRequest {
-            message: Some(pb::rotate_recovery_key_request::Message::Chunk(c)),
-        }
+    let header = pb::RotateRecoveryKeyRequest::header(pb::RotateRecoveryKeyHeader {
+        secrets: Some(secrets(Some(PASSPHRASE), None)),
+        expected_length: None,
+        iteration_policy: None,
+        new_recovery_key: Some(new_recovery_key.to_owned()),
     });
+    let request = chunks::upload(header, container.clone());
     let mut stream = client.rotate_recovery_key(request).await?.into_inner();
-    chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::RotateRecoveryKeyResponse| {
-            m.message.map(|m| match m {
-                pb::rotate_recovery_key_response::Message::Result(r) => Part::Header(r),
-                pb::rotate_recovery_key_response::Message::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.container_length,
-    )
-    .await
+    chunks::download(&mut stream, u64::MAX, |r| r.container_length).await
 }
 
 #[tokio::test]

@@ -50,28 +50,10 @@ async fn upload_import(
     header: pb::ImportUserDatabaseHeader,
     payload: Bytes,
 ) -> Result<(pb::ImportUserDatabaseResult, Bytes), Status> {
-    use pb::{
-        import_user_database_request::Message, import_user_database_response::Message as Out,
-    };
-    let header = pb::ImportUserDatabaseRequest {
-        message: Some(Message::Header(header)),
-    };
-    let request = chunks::upload(header, payload, |c| pb::ImportUserDatabaseRequest {
-        message: Some(Message::Chunk(c)),
-    });
+    let header = pb::ImportUserDatabaseRequest::header(header);
+    let request = chunks::upload(header, payload);
     let mut stream = client.import_user_database(request).await?.into_inner();
-    let (result, bytes) = chunks::download(
-        &mut stream,
-        u64::MAX,
-        |m: pb::ImportUserDatabaseResponse| {
-            m.message.map(|m| match m {
-                Out::Result(r) => Part::Header(r),
-                Out::Chunk(c) => Part::Chunk(c),
-            })
-        },
-        |r| r.length,
-    )
-    .await?;
+    let (result, bytes) = chunks::download(&mut stream, u64::MAX, |r| r.length).await?;
     assert_eq!(result.length, bytes.len() as u64);
     Ok((result, bytes))
 }

@@ -18,7 +18,7 @@ use prost::Message;
 use tonic::{Status, body::Body, client::GrpcService};
 
 use super::{GRPC_HEADER, chunk_tag};
-use crate::chunks::{MAX_MESSAGE_SIZE, Part};
+use crate::chunks::{Chunked, MAX_MESSAGE_SIZE, Part};
 
 /// What the parser found in the bytes fed to it.
 #[derive(Debug, PartialEq, Eq)]
@@ -184,16 +184,14 @@ impl Parser {
 }
 
 /// Calls the result-then-chunks method at `path` over `channel` with the request messages of
-/// `request` (one, for a unary request) and returns its result, read by `split`, with its payload: the pieces as they arrive (slices of the transport's frames), then
+/// `request` (one, for a unary request) and returns its result with its payload: the pieces as they arrive (slices of the transport's frames), then
 /// the end of the stream, or the call's failure as an error. A response that does not start with
 /// its result, or repeats it, is an error.
-pub async fn call<C, S, M, R>(
+pub async fn call<M, C, S>(
     mut channel: C,
     path: &'static str,
     request: tonic::Request<S>,
-    chunk: impl Fn(Bytes) -> M,
-    split: impl Fn(M) -> Option<Part<R>> + Send + 'static,
-) -> Result<(R, Payload<C::ResponseBody, M, R>), Status>
+) -> Result<(M::Header, Payload<C::ResponseBody, M>), Status>
 where
     C: GrpcService<Body>,
     C::Error: Into<tonic::codegen::StdError>,
@@ -201,8 +199,7 @@ where
     <C::ResponseBody as http_body::Body>::Error: Into<tonic::codegen::StdError>,
     S: Stream + Send + 'static,
     S::Item: Message,
-    M: Message + Default + 'static,
-    R: 'static,
+    M: Chunked + Message + Default + 'static,
 {
     let (metadata, extensions, messages) = request.into_parts();
     let frames =
@@ -239,17 +236,16 @@ where
     }
     let mut payload = Payload {
         body: response.into_body(),
-        parser: Parser::new(chunk_tag(&chunk)),
+        parser: Parser::new(chunk_tag::<M>()),
         events: std::collections::VecDeque::new(),
-        split: Box::new(split),
         done: false,
-        _result: std::marker::PhantomData,
+        _message: std::marker::PhantomData,
     };
     let first = std::future::poll_fn(|cx| payload.poll_event(cx)).await;
     match first {
         Some(Ok(Event::Message(bytes))) => {
             let message = M::decode(bytes).map_err(|e| Status::internal(e.to_string()))?;
-            match (payload.split)(message) {
+            match message.into_part() {
                 Some(Part::Header(result)) => Ok((result, payload)),
                 _ => Err(Status::internal(
                     "the response stream did not start with its result",
@@ -264,16 +260,15 @@ where
 }
 
 /// A call's payload as it arrives.
-pub struct Payload<B, M, R> {
+pub struct Payload<B, M> {
     body: B,
     parser: Parser,
     events: std::collections::VecDeque<Event>,
-    split: Box<dyn Fn(M) -> Option<Part<R>> + Send>,
     done: bool,
-    _result: std::marker::PhantomData<fn() -> R>,
+    _message: std::marker::PhantomData<fn() -> M>,
 }
 
-impl<B, M, R> Payload<B, M, R>
+impl<B, M> Payload<B, M>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<tonic::codegen::StdError>,
@@ -320,11 +315,11 @@ where
     }
 }
 
-impl<B, M, R> Stream for Payload<B, M, R>
+impl<B, M> Stream for Payload<B, M>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<tonic::codegen::StdError>,
-    M: Message + Default,
+    M: Chunked + Message + Default,
 {
     type Item = Result<Bytes, Status>;
 
@@ -337,7 +332,7 @@ where
                 Poll::Ready(Some(Ok(Event::Message(bytes)))) => {
                     let part = M::decode(bytes)
                         .map_err(|e| Status::internal(e.to_string()))
-                        .map(|m| (self.split)(m));
+                        .map(M::into_part);
                     match part {
                         Ok(Some(Part::Chunk(chunk))) if chunk.is_empty() => continue,
                         Ok(Some(Part::Chunk(chunk))) => Some(Ok(chunk)),
@@ -359,11 +354,11 @@ where
     }
 }
 
-impl<B, M, R> Payload<B, M, R>
+impl<B, M> Payload<B, M>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<tonic::codegen::StdError>,
-    M: Message + Default,
+    M: Chunked + Message + Default,
 {
     /// Reads the whole payload into `buffer` (cleared first), which a caller may reuse across
     /// calls; `declared` is the length the result announced, so the buffer is sized once.

@@ -6,19 +6,15 @@ use snug_proto::container::v1 as pb;
 use super::*;
 
 fn result() -> pb::UnlockResponse {
-    pb::UnlockResponse {
-        message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
-            opened_by: pb::SlotKind::Passphrase.into(),
-            plaintext_length: 12_345,
-            plaintext_format: pb::Format::Sqlite.into(),
-        })),
-    }
+    pb::UnlockResponse::header(pb::UnlockResult {
+        opened_by: pb::SlotKind::Passphrase.into(),
+        plaintext_length: 12_345,
+        plaintext_format: pb::Format::Sqlite.into(),
+    })
 }
 
 fn chunk(c: Bytes) -> pb::UnlockResponse {
-    pb::UnlockResponse {
-        message: Some(pb::unlock_response::Message::Chunk(c)),
-    }
+    pb::UnlockResponse::chunk(c)
 }
 
 /// What tonic's encoder writes for `messages`: each one's gRPC header and its prost encoding.
@@ -69,7 +65,7 @@ async fn framed_chunks_are_tonics_bytes_at_every_size() {
         for piece in pieces.iter().map(|p| p.as_ref().expect("piece").clone()) {
             expected.extend(chunks::split_into_chunks(piece).map(chunk));
         }
-        let response = respond(result(), futures::stream::iter(pieces), chunk);
+        let response = respond(result(), futures::stream::iter(pieces));
         assert_eq!(
             response.headers()["content-type"],
             "application/grpc",
@@ -83,29 +79,32 @@ async fn framed_chunks_are_tonics_bytes_at_every_size() {
 
 #[test]
 fn the_chunk_key_is_found_only_for_a_lone_bytes_field() {
-    assert_eq!(chunk_tag(&chunk).as_deref(), Some(&[0x12][..]));
+    assert_eq!(
+        chunk_tag::<pb::UnlockResponse>().as_deref(),
+        Some(&[0x12][..])
+    );
     // A builder that adds anything else is framed by prost instead.
-    let not_alone = |c: Bytes| pb::UnlockResponse {
-        message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
+    let not_alone = |c: Bytes| {
+        pb::UnlockResponse::header(pb::UnlockResult {
             plaintext_length: c.len() as u64,
             ..Default::default()
-        })),
+        })
     };
-    assert_eq!(chunk_tag(&not_alone), None);
+    assert_eq!(chunk_tag_of(&not_alone), None);
 }
 
 #[tokio::test]
 async fn a_builder_that_is_not_a_lone_chunk_is_encoded_like_any_message() {
-    let odd = |c: Bytes| pb::UnlockResponse {
-        message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
+    let odd = |c: Bytes| {
+        pb::UnlockResponse::header(pb::UnlockResult {
             plaintext_length: c.len() as u64,
             ..Default::default()
-        })),
+        })
     };
     let bytes = payload(chunks::CHUNK_SIZE + 10);
     let mut expected = vec![result()];
     expected.extend(chunks::split_into_chunks(bytes.clone()).map(odd));
-    let response = respond(result(), futures::stream::iter([Ok(bytes)]), odd);
+    let response = respond_with(result(), futures::stream::iter([Ok(bytes)]), odd);
     let (body, _) = collect(response).await;
     assert!(body == tonic_bytes(&expected));
 }
@@ -120,7 +119,7 @@ async fn a_failed_piece_ends_the_body_with_its_status() {
         [],
     );
     let pieces = futures::stream::iter([Ok(payload(100)), Err(status), Ok(payload(100))]);
-    let (body, trailers) = collect(respond(result(), pieces, chunk)).await;
+    let (body, trailers) = collect(respond(result(), pieces)).await;
     // The result and the first piece went out; nothing after the failure did.
     assert!(body == tonic_bytes(&[result(), chunk(payload(100))]));
     let trailed = Status::from_header_map(&trailers).expect("a status in the trailers");
@@ -158,11 +157,11 @@ fn split_randomly(bytes: &[u8], seed: u64) -> Vec<Bytes> {
 /// result whole, and each chunk's payload in order.
 #[test]
 fn the_parser_reads_any_framing_of_tonics_bytes() {
-    let odd = |c: Bytes| pb::UnlockResponse {
-        message: Some(pb::unlock_response::Message::Result(pb::UnlockResult {
+    let odd = |c: Bytes| {
+        pb::UnlockResponse::header(pb::UnlockResult {
             plaintext_length: c.len() as u64,
             ..Default::default()
-        })),
+        })
     };
     let shapes: Vec<Vec<pb::UnlockResponse>> = vec![
         vec![result()],
@@ -190,7 +189,7 @@ fn the_parser_reads_any_framing_of_tonics_bytes() {
     for (n, messages) in shapes.iter().enumerate() {
         let wire = tonic_bytes(messages);
         for seed in 0..40u64 {
-            let mut parser = client::Parser::new(chunk_tag(&chunk));
+            let mut parser = client::Parser::new(chunk_tag::<pb::UnlockResponse>());
             let mut events = std::collections::VecDeque::new();
             for frame in split_randomly(&wire, seed * 7919 + n as u64) {
                 parser.feed(frame, &mut events).expect("feed");
@@ -247,7 +246,7 @@ fn the_parser_refuses_compressed_and_oversized_messages() {
     let mut events = std::collections::VecDeque::new();
     let compressed = Bytes::from_static(&[1, 0, 0, 0, 1, 0]);
     assert_eq!(
-        client::Parser::new(chunk_tag(&chunk))
+        client::Parser::new(chunk_tag::<pb::UnlockResponse>())
             .feed(compressed, &mut events)
             .expect_err("compressed")
             .code(),
@@ -256,14 +255,14 @@ fn the_parser_refuses_compressed_and_oversized_messages() {
     let mut huge = vec![0u8];
     huge.extend_from_slice(&((MAX_MESSAGE_SIZE + 1) as u32).to_be_bytes());
     assert_eq!(
-        client::Parser::new(chunk_tag(&chunk))
+        client::Parser::new(chunk_tag::<pb::UnlockResponse>())
             .feed(Bytes::from(huge), &mut events)
             .expect_err("oversized")
             .code(),
         tonic::Code::ResourceExhausted
     );
     // A response cut inside a message is not at a boundary.
-    let mut parser = client::Parser::new(chunk_tag(&chunk));
+    let mut parser = client::Parser::new(chunk_tag::<pb::UnlockResponse>());
     let wire = tonic_bytes(&[result(), chunk(payload(100))]);
     parser
         .feed(Bytes::copy_from_slice(&wire[..wire.len() - 1]), &mut events)
