@@ -1,6 +1,6 @@
 //! End-to-end tests of editing a protected file (issue #17 point 4): `snug app sql` writes, `snug app persist` and `snug migrate` (in place or to `--out`) reseal it in its own container, so it stays SNUGENC1 with the same header and slots, and the recovery key from `snug protect` keeps opening it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use snug_test_support::{Snug, vectors_dir};
 
@@ -135,25 +135,21 @@ fn add_a_move(runtime: &Path) {
     assert_eq!(changed, 1);
 }
 
-/// `snug migrate --in-place` on a protected v5 file (the ladder fixture written from the reference
-/// notes): it comes back at storage version 6, still SNUGENC1 in its own container, and the
-/// recovery key from `snug protect` opens it; a second run writes nothing.
-#[test]
-fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let plain = dir.path().join("v5.sqlite");
+/// The v5 ladder fixture (written from the reference notes) protected under PASSPHRASE at
+/// `dir/user.snug`; returns the file and the recovery key `snug protect` printed.
+fn protected_v5(dir: &Path) -> (PathBuf, String) {
+    let plain = dir.join("v5.sqlite");
     rusqlite::Connection::open(&plain)
         .expect("create")
         .execute_batch(include_str!("../../../shared/schema/tests/ladder/v5.sql"))
         .expect("fixture");
-    let file = dir.path().join("user.snug");
-    let f = file.display().to_string();
+    let file = dir.join("user.snug");
     let body = SNUG.json(
         &[
             "protect",
             &plain.display().to_string(),
             "--out",
-            &f,
+            &file.display().to_string(),
             "--iterations",
             "10000",
         ],
@@ -161,6 +157,17 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
         0,
     );
     let key = body["recovery_key"].as_str().expect("key").to_owned();
+    (file, key)
+}
+
+/// `snug migrate --in-place` on a protected v5 file (the ladder fixture written from the reference
+/// notes): it comes back at storage version 6, still SNUGENC1 in its own container, and the
+/// recovery key from `snug protect` opens it; a second run writes nothing.
+#[test]
+fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (file, key) = protected_v5(dir.path());
+    let f = file.display().to_string();
     let before = std::fs::read(&file).expect("read");
 
     // Without a secret: locked, and the file is as it was.
@@ -219,26 +226,8 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
 #[test]
 fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plain = dir.path().join("v5.sqlite");
-    rusqlite::Connection::open(&plain)
-        .expect("create")
-        .execute_batch(include_str!("../../../shared/schema/tests/ladder/v5.sql"))
-        .expect("fixture");
-    let file = dir.path().join("user.snug");
+    let (file, key) = protected_v5(dir.path());
     let f = file.display().to_string();
-    let body = SNUG.json(
-        &[
-            "protect",
-            &plain.display().to_string(),
-            "--out",
-            &f,
-            "--iterations",
-            "10000",
-        ],
-        &[("SNUG_PASSPHRASE", PASSPHRASE)],
-        0,
-    );
-    let key = body["recovery_key"].as_str().expect("key").to_owned();
     let before = std::fs::read(&file).expect("read");
 
     let out = dir.path().join("migrated.snug");

@@ -81,6 +81,25 @@ fn prepared(origin: &OneRevision, dest: &Path) -> Box<snug_restore::Prepared> {
     }
 }
 
+/// Asserts `installed` is `container` resealed: header, slots and wrapped keys unchanged, a
+/// fresh payload IV (§11.2 rule 5).
+#[track_caller]
+fn assert_resealed_from(installed: &[u8], container: &[u8]) {
+    let keep = snug_container::inspect(container, &limits())
+        .unwrap()
+        .payload_iv_offset();
+    assert_eq!(
+        installed[..keep],
+        container[..keep],
+        "header and slots unchanged"
+    );
+    assert_ne!(
+        installed[keep..keep + 12],
+        container[keep..keep + 12],
+        "a fresh payload IV"
+    );
+}
+
 #[test]
 fn a_protected_revision_is_installed_protected_in_its_own_container() {
     let passphrase = Passphrase::new("correct horse battery staple");
@@ -108,18 +127,7 @@ fn a_protected_revision_is_installed_protected_in_its_own_container() {
         .unwrap();
     assert!(done.protected);
     let installed = std::fs::read(&dest).unwrap();
-    let info = snug_container::inspect(&container, &limits()).unwrap();
-    let keep = info.payload_iv_offset();
-    assert_eq!(
-        installed[..keep],
-        container[..keep],
-        "header and slots unchanged"
-    );
-    assert_ne!(
-        installed[keep..keep + 12],
-        container[keep..keep + 12],
-        "a fresh payload IV"
-    );
+    assert_resealed_from(&installed, &container);
     for secrets in [Secrets::passphrase(passphrase), by_recovery_key] {
         let opened = snug_container::open(&installed, &secrets, &limits()).unwrap();
         let (db, _) = UserDb::from_bytes(&opened.plaintext, clock()).unwrap();
@@ -217,19 +225,7 @@ fn a_pull_into_a_protected_destination_is_resealed_in_its_own_container() {
     assert!(done.protected && done.kept_destination_container);
     assert_eq!(done.secrets_kept, 1);
     let installed = std::fs::read(&dest).unwrap();
-    let keep = snug_container::inspect(&container, &limits)
-        .unwrap()
-        .payload_iv_offset();
-    assert_eq!(
-        installed[..keep],
-        container[..keep],
-        "header and slots unchanged"
-    );
-    assert_ne!(
-        installed[keep..keep + 12],
-        container[keep..keep + 12],
-        "a fresh payload IV"
-    );
+    assert_resealed_from(&installed, &container);
     let by_recovery_key = Secrets::recovery_key(RecoveryKey::parse(&recovery_key.grouped()));
     for secrets in [by_passphrase, by_recovery_key] {
         let opened = snug_container::open(&installed, &secrets, &limits).unwrap();
