@@ -253,11 +253,11 @@ fn import_exit(err: &ImportError) -> Exit {
 /// An origin's failure as this command's: the code is the origin error's stable reason, and the
 /// message names the origin.
 fn origin_failure(origin: &str, err: &OriginError) -> Failure {
-    let exit = match err {
-        OriginError::Other {
-            code: "SCHEMA_TOO_NEW",
-            ..
-        } => Exit::Unsupported,
+    // One word, one exit: a code the origin passes on (a hub's refusal of the pushed file,
+    // `SCHEMA_TOO_NEW`, a directory's `NO_ORIGIN`) exits as the registry says that code exits
+    // wherever the CLI finds it, and 1 where the CLI has no exit of its own for it.
+    let exit = match snug_reasons::find(err.reason()).map(|reason| reason.exit) {
+        Some(snug_reasons::CliExit::Always(exit)) => exit,
         _ => Exit::Other,
     };
     // How to fix it from this command line.

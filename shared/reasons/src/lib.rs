@@ -93,9 +93,9 @@ pub enum Exit {
 
 /// Which exit code the CLI gives a reason.
 ///
-/// `snug sync` passes a hub's refusal on under the hub's word with exit 1, or 5 for
-/// `SCHEMA_TOO_NEW` (the cause was found on the hub, so it is not the local file's): these values
-/// describe the causes the CLI finds itself.
+/// `snug sync` passes a hub's refusal on under the hub's word with that word's exit (the hub
+/// refused the bytes of the local file: `HOSTILE_SCHEMA` exits 4 from a hub as from `snug check`),
+/// and with 1 where the word has none here (`Never`: `SERVICE_UNAVAILABLE`, `OVERLOADED`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CliExit {
     /// The CLI never reports this reason.

@@ -103,3 +103,32 @@ fn sync_failures_follow_the_registry() {
         );
     }
 }
+
+/// A hub's refusal exits as its word does wherever the CLI finds it (4 for a hostile file, 5 for a
+/// newer one), and 1 for a word the CLI has no exit of its own for.
+#[test]
+fn a_hubs_refusal_exits_as_its_word() {
+    for code in snug_restore::HUB_CODES {
+        let failure = restore_failure(
+            "origin",
+            RestoreError::Origin(OriginError::Other {
+                code,
+                detail: "refused".to_owned(),
+            }),
+        );
+        let reason = snug_reasons::find(code).unwrap_or_else(|| panic!("{code} is not registered"));
+        let expected = match reason.exit {
+            snug_reasons::CliExit::Always(exit) => exit,
+            _ => super::Exit::Other,
+        };
+        assert_eq!((failure.code, failure.exit), (*code, expected), "{code}");
+    }
+    let hostile = restore_failure(
+        "origin",
+        RestoreError::Origin(OriginError::Other {
+            code: "HOSTILE_SCHEMA",
+            detail: "refused".to_owned(),
+        }),
+    );
+    assert_eq!(hostile.exit, super::Exit::Corrupt);
+}
