@@ -263,9 +263,7 @@ fn origin_failure(origin: &str, err: &OriginError) -> Failure {
     // How to fix it from this command line.
     let hint = match err {
         OriginError::Unauthorized { .. } => "; set SNUG_TOKEN or --token-file".to_owned(),
-        OriginError::Other {
-            code: "NO_ORIGIN", ..
-        } => format!(" (snug sync origin {origin} --init)"),
+        OriginError::NoOrigin { .. } => format!(" (snug sync origin {origin} --init)"),
         _ => String::new(),
     };
     Failure::new(

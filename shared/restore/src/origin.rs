@@ -157,8 +157,28 @@ pub enum OriginError {
         /// What the origin holds now.
         current: String,
     },
-    /// Any other failure, with a stable code from the origin's own vocabulary (a hub's JSON
-    /// `code` such as `OVERLOADED`, `SYNC_HTTP` for an unexpected status, `NO_ORIGIN`, `IO`).
+    /// A directory origin that does not exist (`snug sync origin DIR --init` creates one).
+    #[error("{} is not a directory", path.display())]
+    NoOrigin {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
+    /// A directory origin's file could not be read or written.
+    #[error("cannot {action} {}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operating system's random number generator failed (a new revision token needs it).
+    #[error("the system random number generator failed")]
+    EntropyUnavailable,
+    /// Any other failure, with a stable code from the hub's vocabulary (its JSON `code` such as
+    /// `OVERLOADED`, or `SYNC_HTTP` for an unexpected status).
     #[error("{detail}")]
     Other {
         /// The stable code.
@@ -201,6 +221,9 @@ impl OriginError {
             OriginError::Unauthorized { .. } => snug_reasons::restore::SYNC_AUTH.name,
             OriginError::Unreachable { .. } => snug_reasons::restore::SYNC_NETWORK.name,
             OriginError::Moved { .. } => snug_reasons::restore::ORIGIN_MOVED.name,
+            OriginError::NoOrigin { .. } => snug_reasons::restore::NO_ORIGIN.name,
+            OriginError::Io { .. } => snug_reasons::cli::IO.name,
+            OriginError::EntropyUnavailable => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
             OriginError::Other { code, .. } => code,
             OriginError::BadResponse { .. } => snug_reasons::restore::SYNC_BAD_RESPONSE.name,
             OriginError::Inconsistent { .. } => snug_reasons::restore::ORIGIN_INCONSISTENT.name,

@@ -80,10 +80,13 @@ fn sync_failures_follow_the_registry() {
         RestoreError::Origin(OriginError::BadResponse { detail: detail() }),
         RestoreError::Origin(OriginError::Inconsistent { detail: detail() }),
         RestoreError::Origin(OriginError::Interrupted { detail: detail() }),
-        RestoreError::Origin(OriginError::Other {
-            code: "NO_ORIGIN",
-            detail: detail(),
+        RestoreError::Origin(OriginError::NoOrigin { path: path() }),
+        RestoreError::Origin(OriginError::Io {
+            action: "read",
+            path: path(),
+            source: std::io::Error::other("disk"),
         }),
+        RestoreError::Origin(OriginError::EntropyUnavailable),
         RestoreError::Origin(OriginError::Other {
             code: "SCHEMA_TOO_NEW",
             detail: detail(),

@@ -49,10 +49,11 @@ struct RevisionFile {
     size: u64,
 }
 
-fn dir_io(action: &str, path: &Path, err: &std::io::Error) -> OriginError {
-    OriginError::Other {
-        code: "IO",
-        detail: format!("cannot {action} {}: {err}", path.display()),
+fn dir_io(action: &'static str, path: &Path, source: std::io::Error) -> OriginError {
+    OriginError::Io {
+        action,
+        path: path.to_owned(),
+        source,
     }
 }
 
@@ -71,18 +72,17 @@ impl DirOrigin {
     fn lock(&self, exclusive: bool) -> Result<File, OriginError> {
         let path = self.dir.join(DIR_LOCK);
         if !self.dir.is_dir() {
-            return Err(OriginError::Other {
-                code: "NO_ORIGIN",
-                detail: format!("{} is not a directory", self.dir.display()),
+            return Err(OriginError::NoOrigin {
+                path: self.dir.clone(),
             });
         }
-        let file = open_lock_file(&path).map_err(|e| dir_io("open", &path, &e))?;
+        let file = open_lock_file(&path).map_err(|e| dir_io("open", &path, e))?;
         let locked = if exclusive {
             file.lock()
         } else {
             file.lock_shared()
         };
-        locked.map_err(|e| dir_io("lock", &path, &e))?;
+        locked.map_err(|e| dir_io("lock", &path, e))?;
         Ok(file)
     }
 
@@ -107,7 +107,7 @@ impl DirOrigin {
                 }
                 Ok(None)
             }
-            Err(err) => Err(dir_io("read", &path, &err)),
+            Err(err) => Err(dir_io("read", &path, err)),
         }
     }
 
@@ -150,7 +150,7 @@ impl Origin for DirOrigin {
         let mut header = Vec::with_capacity(100);
         File::open(&path)
             .and_then(|f| f.take(100).read_to_end(&mut header))
-            .map_err(|e| dir_io("read", &path, &e))?;
+            .map_err(|e| dir_io("read", &path, e))?;
         let storage_version = header_storage_version(&header).and_then(|v| u32::try_from(v).ok());
         Ok(SnapshotInfo {
             revision: rev.revision,
@@ -170,13 +170,10 @@ impl Origin for DirOrigin {
             });
         }
         let path = self.dir.join(DIR_IMAGE);
-        let mut file = File::open(&path).map_err(|e| dir_io("read", &path, &e))?;
+        let mut file = File::open(&path).map_err(|e| dir_io("read", &path, e))?;
         // Checked here, under the lock, so a torn origin is reported as what it is rather than as
         // a corrupt download.
-        let len = file
-            .metadata()
-            .map_err(|e| dir_io("read", &path, &e))?
-            .len();
+        let len = file.metadata().map_err(|e| dir_io("read", &path, e))?.len();
         if len != rev.size {
             return Err(self.torn());
         }
@@ -185,7 +182,7 @@ impl Origin for DirOrigin {
         loop {
             let n = file
                 .read(&mut buffer)
-                .map_err(|e| dir_io("read", &path, &e))?;
+                .map_err(|e| dir_io("read", &path, e))?;
             if n == 0 {
                 break;
             }
@@ -233,14 +230,11 @@ impl Origin for DirOrigin {
             })
             .unwrap_or(0);
         let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|_| OriginError::Other {
-            code: "ENTROPY_UNAVAILABLE",
-            detail: "the system random number generator failed".to_owned(),
-        })?;
+        getrandom::fill(&mut random).map_err(|_| OriginError::EntropyUnavailable)?;
         let revision = format!("r{}-{}", count + 1, hex::encode(random));
         let image_path = self.dir.join(DIR_IMAGE);
         snug_files::write_atomically(&image_path, bytes)
-            .map_err(|e| dir_io("write", &image_path, &e))?;
+            .map_err(|e| dir_io("write", &image_path, e))?;
         let record = RevisionFile {
             revision: revision.clone(),
             sha256: hex::encode(Sha256::digest(bytes)),
@@ -249,7 +243,7 @@ impl Origin for DirOrigin {
         let record = serde_json::to_vec_pretty(&record).unwrap_or_default();
         let rev_path = self.dir.join(DIR_REVISION);
         snug_files::write_atomically(&rev_path, &record)
-            .map_err(|e| dir_io("write", &rev_path, &e))?;
+            .map_err(|e| dir_io("write", &rev_path, e))?;
         Ok(Pushed::Accepted { revision })
     }
 }
