@@ -250,16 +250,21 @@ fn import_exit(err: &ImportError) -> Exit {
     }
 }
 
+/// The exit code the registry gives `reason` wherever the CLI finds it, and 1 where it has none
+/// of its own (`Never`) or several (`ByCause`: the caller decides those).
+fn registry_exit(reason: &str) -> Exit {
+    match snug_reasons::find(reason).map(|reason| reason.exit) {
+        Some(snug_reasons::CliExit::Always(exit)) => exit,
+        _ => Exit::Other,
+    }
+}
+
 /// An origin's failure as this command's: the code is the origin error's stable reason, and the
 /// message names the origin.
 fn origin_failure(origin: &str, err: &OriginError) -> Failure {
     // One word, one exit: a code the origin passes on (a hub's refusal of the pushed file,
-    // `SCHEMA_TOO_NEW`, a directory's `NO_ORIGIN`) exits as the registry says that code exits
-    // wherever the CLI finds it, and 1 where the CLI has no exit of its own for it.
-    let exit = match snug_reasons::find(err.reason()).map(|reason| reason.exit) {
-        Some(snug_reasons::CliExit::Always(exit)) => exit,
-        _ => Exit::Other,
-    };
+    // `SCHEMA_TOO_NEW`, a directory's `NO_ORIGIN`) exits as it does wherever the CLI finds it.
+    let exit = registry_exit(err.reason());
     // How to fix it from this command line.
     let hint = match err {
         OriginError::Unauthorized { .. } => "; set SNUG_TOKEN or --token-file".to_owned(),
@@ -273,37 +278,23 @@ fn origin_failure(origin: &str, err: &OriginError) -> Failure {
     )
 }
 
-/// A pipeline failure as this command's: 5 too new, 6 diverged, 4 damaged or mismatched bytes,
-/// 3 a protected FILE or revision that did not open (locked), 2 a wrong command line, 1 anything else.
+/// A pipeline failure as this command's. The pipeline's own words exit as the registry says
+/// (5 too new, 6 diverged, 4 damaged or mismatched bytes, 3 a protected FILE, 2 a wrong command
+/// line, 1 anything else); a failure that wraps another's decides by that cause.
 fn restore_failure(origin: &str, err: RestoreError) -> Failure {
     let exit = match &err {
         RestoreError::Origin(inner) => return origin_failure(origin, inner),
-        RestoreError::SchemaTooNew { .. } => Exit::Unsupported,
-        RestoreError::Diverged { .. } => Exit::Diverged,
-        RestoreError::SizeMismatch { .. }
-        | RestoreError::DigestMismatch { .. }
-        | RestoreError::NotSnugFile { .. } => Exit::Corrupt,
-        RestoreError::Protected { .. } => Exit::Locked,
-        RestoreError::Unreadable { source, .. } => open_exit(source).0,
+        RestoreError::Unreadable { source, .. }
+        | RestoreError::Gate(snug_restore::GateError::Open(source)) => open_exit(source).0,
         RestoreError::Refused { source, .. } => import_exit(source),
-        RestoreError::Gate(snug_restore::GateError::Open(source)) => open_exit(source).0,
-        // A protected revision that did not open: locked, damaged or newer, as for a local file.
+        // A protected revision or FILE that did not open: locked, damaged or newer, as anywhere.
         RestoreError::Container { source, .. } | RestoreError::LocalContainer { source, .. } => {
             Failure::from(source.clone()).exit
         }
-        RestoreError::InvalidRevision { .. }
-        | RestoreError::LegacyBackup { .. }
-        | RestoreError::NoDirectory { .. }
-        | RestoreError::IsDirectory { .. } => Exit::Usage,
-        RestoreError::TooLarge { .. }
-        | RestoreError::DestinationExists { .. }
-        | RestoreError::DestinationChanged { .. }
-        | RestoreError::Io { .. }
-        | RestoreError::Secrets(_)
-        | RestoreError::Storage(_)
-        | RestoreError::Gate(_)
-        | RestoreError::Reseal(_)
-        | RestoreError::Unbound { .. } => Exit::Other,
+        // The credentials' and the export's own words mean the local file elsewhere; here they
+        // are a failure to finish the install.
+        RestoreError::Secrets(_) | RestoreError::Gate(_) => Exit::Other,
+        _ => registry_exit(err.reason()),
     };
     Failure::new(exit, err.reason(), with_causes(&err))
 }

@@ -1,4 +1,4 @@
-//! The reasons of both error families are stable UPPER_SNAKE words, distinct per failure.
+//! The reasons of both error families are stable UPPER_SNAKE words of the registry, distinct per failure.
 
 use std::{collections::BTreeSet, path::PathBuf};
 
@@ -85,6 +85,10 @@ fn every_pipeline_reason_is_upper_snake_and_distinct() {
             "{reason}"
         );
         assert!(seen.insert(reason), "{reason} is used twice");
+        assert!(
+            snug_reasons::find(reason).is_some(),
+            "{reason} is not a snug-reasons word"
+        );
         assert!(!error.to_string().is_empty());
     }
 }
