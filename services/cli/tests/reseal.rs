@@ -11,6 +11,34 @@ const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 /// The bytes of a two-slot container before its payload IV: header (160) and wrapped keys (96).
 const KEPT: usize = 160 + 2 * 48;
 
+/// Asserts `after` is `before`'s container resealed: still SNUGENC1, the same header, salt and
+/// slots, a fresh payload IV (§11.2 rule 5).
+#[track_caller]
+fn assert_resealed(after: &[u8], before: &[u8]) {
+    assert!(after.starts_with(b"SNUGENC1\n"), "still protected");
+    assert_eq!(after[..KEPT], before[..KEPT], "same header, salt and slots");
+    assert_ne!(
+        after[KEPT..KEPT + 12],
+        before[KEPT..KEPT + 12],
+        "a fresh payload IV"
+    );
+}
+
+/// The storage version of protected `file` as `key` unlocks it (into `dir`).
+fn unlocked_storage_version(file: &str, key: &str, dir: &Path) -> i64 {
+    let unlocked = dir.join("unlocked.snug");
+    let _ = std::fs::remove_file(&unlocked);
+    SNUG.json(
+        &["unlock", file, "--out", &unlocked.display().to_string()],
+        &[("SNUG_RECOVERY_KEY", key)],
+        0,
+    );
+    rusqlite::Connection::open(&unlocked)
+        .expect("open")
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .expect("user_version")
+}
+
 fn moves(file: &str, env: &[(&str, &str)]) -> serde_json::Value {
     let body = SNUG.json(
         &[
@@ -72,13 +100,7 @@ fn app_sql_write_reseals_and_the_recovery_key_still_opens_it() {
     );
     assert_eq!(body["wrote"], true);
     let after = std::fs::read(&file).expect("read");
-    assert!(after.starts_with(b"SNUGENC1\n"), "still protected");
-    assert_eq!(after[..KEPT], before[..KEPT], "same header, salt and slots");
-    assert_ne!(
-        after[KEPT..KEPT + 12],
-        before[KEPT..KEPT + 12],
-        "a fresh payload IV"
-    );
+    assert_resealed(&after, &before);
     let count_after = moves(&f, &by_key);
     assert_eq!(
         count_after.as_i64().expect("count"),
@@ -183,25 +205,13 @@ fn migrate_in_place_reseals_a_protected_file_and_keeps_its_recovery_key() {
     assert_eq!(body["unchanged"], false, "{body}");
     assert_eq!(body["protected"], true, "{body}");
     let after = std::fs::read(&file).expect("read");
-    assert!(after.starts_with(b"SNUGENC1\n"), "still protected");
-    assert_eq!(after[..KEPT], before[..KEPT], "same header, salt and slots");
-    assert_ne!(
-        after[KEPT..KEPT + 12],
-        before[KEPT..KEPT + 12],
-        "a fresh payload IV"
-    );
+    assert_resealed(&after, &before);
 
-    let unlocked = dir.path().join("unlocked.snug");
-    SNUG.json(
-        &["unlock", &f, "--out", &unlocked.display().to_string()],
-        &[("SNUG_RECOVERY_KEY", key.as_str())],
-        0,
+    assert_eq!(
+        unlocked_storage_version(&f, &key, dir.path()),
+        6,
+        "migrated to storage version 6"
     );
-    let stamped: i64 = rusqlite::Connection::open(&unlocked)
-        .expect("open")
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .expect("user_version");
-    assert_eq!(stamped, 6, "migrated to storage version 6");
 
     let body = SNUG.json(
         &["migrate", &f, "--in-place"],
@@ -253,28 +263,12 @@ fn migrate_out_of_a_protected_file_writes_it_resealed_in_the_same_container() {
         "IN is only read"
     );
     let migrated = std::fs::read(&out).expect("read");
-    assert!(migrated.starts_with(b"SNUGENC1\n"), "OUT is protected");
+    assert_resealed(&migrated, &before);
     assert_eq!(
-        migrated[..KEPT],
-        before[..KEPT],
-        "same header, salt and slots"
+        unlocked_storage_version(&o, &key, dir.path()),
+        6,
+        "migrated to storage version 6"
     );
-    assert_ne!(
-        migrated[KEPT..KEPT + 12],
-        before[KEPT..KEPT + 12],
-        "a fresh payload IV"
-    );
-    let unlocked = dir.path().join("unlocked.snug");
-    SNUG.json(
-        &["unlock", &o, "--out", &unlocked.display().to_string()],
-        &[("SNUG_RECOVERY_KEY", key.as_str())],
-        0,
-    );
-    let stamped: i64 = rusqlite::Connection::open(&unlocked)
-        .expect("open")
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .expect("user_version");
-    assert_eq!(stamped, 6, "migrated to storage version 6");
 
     // A current protected file: OUT is a byte-identical copy.
     let copy = dir.path().join("copy.snug");
