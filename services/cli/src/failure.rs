@@ -69,36 +69,26 @@ impl From<OpenError> for Failure {
 
 impl From<Corruption> for Failure {
     fn from(corruption: Corruption) -> Self {
-        let reason = match corruption {
-            Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
-                &container::UNSUPPORTED_FORMAT_VERSION
-            }
-            // A KDF setting, not damage (§11.1): the same exit as a newer format.
-            Corruption::IterationsOutOfRange {
-                iterations, min, ..
-            } => {
-                let flag = if iterations < min {
-                    format!("--min-iterations {iterations}")
-                } else {
-                    format!("--max-iterations {iterations}")
-                };
-                return Failure::of(
-                    &container::ITERATIONS_OUT_OF_POLICY,
-                    format!(
-                        "{corruption}; the file is healthy and unchanged: open it with {flag}, \
-                         and `snug passwd FILE --upgrade-kdf {flag}` rewrites it at the default \
-                         count (that needs both the passphrase and the recovery key)"
-                    ),
-                );
-            }
-            Corruption::NotAContainer => &container::NOT_A_CONTAINER,
-            Corruption::TruncatedHeader
-            | Corruption::ImplausibleSlotCount(_)
-            | Corruption::TruncatedBody
-            | Corruption::HeaderChecksumMismatch { .. }
-            | Corruption::ZeroIterations
-            | Corruption::PayloadAuthenticationFailed => &container::CORRUPT,
-        };
+        let reason = corruption.reason();
+        // A KDF setting, not damage (§11.1): the same exit as a newer format, and how to open it.
+        if let Corruption::IterationsOutOfRange {
+            iterations, min, ..
+        } = corruption
+        {
+            let flag = if iterations < min {
+                format!("--min-iterations {iterations}")
+            } else {
+                format!("--max-iterations {iterations}")
+            };
+            return Failure::of(
+                reason,
+                format!(
+                    "{corruption}; the file is healthy and unchanged: open it with {flag}, \
+                     and `snug passwd FILE --upgrade-kdf {flag}` rewrites it at the default \
+                     count (that needs both the passphrase and the recovery key)"
+                ),
+            );
+        }
         let hint = match reason.exit {
             snug_reasons::CliExit::Always(Exit::Unsupported) => {
                 "; a newer Snug build may open it — do not overwrite the file"

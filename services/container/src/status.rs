@@ -33,39 +33,28 @@ pub fn open_error(err: OpenError) -> Status {
 
 /// Maps a structural problem found without (or after) a secret.
 pub fn corrupt(corruption: Corruption) -> Status {
-    let reason = match &corruption {
-        Corruption::NotAContainer => &reasons::NOT_A_CONTAINER,
-        Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
-            &reasons::UNSUPPORTED_FORMAT_VERSION
-        }
-        &Corruption::IterationsOutOfRange {
-            iterations,
-            min,
-            max,
-        } => {
-            return from_reason(
-                &reasons::ITERATIONS_OUT_OF_POLICY,
-                DOMAIN,
-                format!(
-                    "{corruption}; the file is healthy: give iteration_policy to open it, and \
+    if let Corruption::IterationsOutOfRange {
+        iterations,
+        min,
+        max,
+    } = corruption
+    {
+        return from_reason(
+            corruption.reason(),
+            DOMAIN,
+            format!(
+                "{corruption}; the file is healthy: give iteration_policy to open it, and \
                      rewrite it at the default count to keep it openable everywhere"
-                ),
-                [
-                    ("iterations", iterations.to_string()),
-                    ("minIterations", min.to_string()),
-                    ("maxIterations", max.to_string()),
-                ],
-            );
-        }
-        Corruption::TruncatedHeader
-        | Corruption::ImplausibleSlotCount(_)
-        | Corruption::TruncatedBody
-        | Corruption::HeaderChecksumMismatch { .. }
-        | Corruption::ZeroIterations
-        | Corruption::PayloadAuthenticationFailed => &reasons::CORRUPT,
-    };
+            ),
+            [
+                ("iterations", iterations.to_string()),
+                ("minIterations", min.to_string()),
+                ("maxIterations", max.to_string()),
+            ],
+        );
+    }
     from_reason(
-        reason,
+        corruption.reason(),
         DOMAIN,
         corruption.to_string(),
         [("detail", corruption.code().to_owned())],

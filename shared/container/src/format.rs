@@ -281,6 +281,26 @@ pub enum Corruption {
 }
 
 impl Corruption {
+    /// The reason every surface reports this cause with (the container service's status, the
+    /// CLI's code, the install pipeline's): `NOT_A_CONTAINER`, `UNSUPPORTED_FORMAT_VERSION`,
+    /// `ITERATIONS_OUT_OF_POLICY`, or `CORRUPT` for damage.
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
+        use snug_reasons::container;
+        match self {
+            Corruption::NotAContainer => &container::NOT_A_CONTAINER,
+            Corruption::UnsupportedVersion(_) | Corruption::UnsupportedKdf(_) => {
+                &container::UNSUPPORTED_FORMAT_VERSION
+            }
+            Corruption::IterationsOutOfRange { .. } => &container::ITERATIONS_OUT_OF_POLICY,
+            Corruption::TruncatedHeader
+            | Corruption::ImplausibleSlotCount(_)
+            | Corruption::TruncatedBody
+            | Corruption::HeaderChecksumMismatch { .. }
+            | Corruption::ZeroIterations
+            | Corruption::PayloadAuthenticationFailed => &container::CORRUPT,
+        }
+    }
+
     /// Returns true for a container of a newer format (version or KDF) rather than a damaged one.
     pub fn is_unsupported(&self) -> bool {
         matches!(

@@ -258,17 +258,11 @@ impl RestoreError {
 
 /// The reason of a container that did not open, as the container service reports it.
 fn container_reason(source: &snug_container::OpenError) -> &'static str {
-    use snug_reasons::{container, restore};
     match source {
-        snug_container::OpenError::Locked => container::LOCKED.name,
-        snug_container::OpenError::Corrupt(corruption) if corruption.is_unsupported() => {
-            container::UNSUPPORTED_FORMAT_VERSION.name
-        }
-        snug_container::OpenError::Corrupt(corruption) if corruption.is_out_of_policy() => {
-            container::ITERATIONS_OUT_OF_POLICY.name
-        }
-        snug_container::OpenError::Corrupt(_) => container::CORRUPT.name,
-        snug_container::OpenError::TooLarge { .. } => restore::USERDB_TOO_LARGE.name,
+        snug_container::OpenError::Locked => snug_reasons::container::LOCKED.name,
+        snug_container::OpenError::Corrupt(corruption) => corruption.reason().name,
+        // The pipeline's word for a revision too large to install, however it was found.
+        snug_container::OpenError::TooLarge { .. } => snug_reasons::restore::USERDB_TOO_LARGE.name,
     }
 }
 
