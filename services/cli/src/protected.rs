@@ -2,11 +2,12 @@
 //!
 //! The commands that change a user file (`snug app sql`, `snug app persist`, `snug migrate`)
 //! read it with [`read`] and write with [`Unsealed::write`] (or [`Unsealed::seal`] for another
-//! path); nothing here draws a new salt or recovery key. The resealing itself is `snug_container::reseal_owned`.
+//! path); nothing here draws a new salt or recovery key. The resealing itself is
+//! `snug_container::Resealable`.
 
 use std::path::Path;
 
-use snug_container::{FileKey, Limits};
+use snug_container::{Limits, Resealable};
 use snug_schema::FileFormat;
 
 use crate::{
@@ -15,13 +16,6 @@ use crate::{
     secrets::{self, SecretArgs},
 };
 
-/// What writing an edit of a protected file back takes: the container as read (its header and
-/// wrapped keys are kept) and the file key its secret unwrapped.
-pub(crate) struct Seal {
-    container: Vec<u8>,
-    file_key: FileKey,
-}
-
 /// A user file's plain bytes, and how an edit of it is written back.
 pub(crate) struct Unsealed {
     /// What the path given stands for under §10: the file read and where a write goes.
@@ -29,7 +23,7 @@ pub(crate) struct Unsealed {
     /// The SQLite user database: the file itself, or what its container carries.
     pub(crate) plaintext: Vec<u8>,
     /// `Some` for a protected file.
-    pub(crate) seal: Option<Seal>,
+    pub(crate) seal: Option<Resealable>,
 }
 
 impl Unsealed {
@@ -52,9 +46,7 @@ impl Unsealed {
     pub(crate) fn seal(&self, image: Vec<u8>, limits: &Limits) -> Result<Vec<u8>, Failure> {
         Ok(match &self.seal {
             None => image,
-            Some(seal) => {
-                snug_container::reseal_owned(&seal.container, &seal.file_key, image, limits)?
-            }
+            Some(seal) => seal.reseal(image, limits)?,
         })
     }
 
@@ -62,7 +54,7 @@ impl Unsealed {
     pub(crate) fn as_read(&self) -> &[u8] {
         match &self.seal {
             None => &self.plaintext,
-            Some(seal) => &seal.container,
+            Some(seal) => seal.container(),
         }
     }
 }
@@ -95,16 +87,11 @@ pub(crate) fn read(
         FileFormat::Protected => {
             snug_container::inspect(&bytes, limits)?;
             let secrets = secrets::opening_secrets(secret_args)?;
-            // The container is kept for the write back; the copy is decrypted where it lies.
-            let (unlocked, file_key) =
-                snug_container::open_owned_with_file_key(bytes.clone(), &secrets, limits)?;
+            let (unlocked, seal) = Resealable::open(bytes, &secrets, limits)?;
             Ok(Unsealed {
                 source,
                 plaintext: unlocked.plaintext,
-                seal: Some(Seal {
-                    container: bytes,
-                    file_key,
-                }),
+                seal: Some(seal),
             })
         }
     }

@@ -35,18 +35,19 @@ use std::{
 };
 
 use serde_json::json;
-use snug_container::Limits;
+use snug_container::{Limits, Resealable};
 use snug_restore::{
     DirOrigin, HubOrigin, Origin, OriginError, Plan, Pushed, RestoreError, Selector, SnapshotInfo,
     push_state::{self, PushState, SyncLock, SyncLockError},
 };
-use snug_schema::{Clock as _, FileFormat, ImportError, SystemClock};
+use snug_schema::{Clock as _, ImportError, SystemClock};
 
 use crate::{
     Outcome,
     failure::{Exit, Failure, open_exit, with_causes},
     files,
     progress::ProgressBar,
+    protected,
     secrets::{self, SecretArgs},
 };
 
@@ -344,38 +345,17 @@ struct PushOptions {
     plaintext_to_origin: bool,
 }
 
-/// FILE's container and the file key that opens it, kept so that a personal origin receives the
-/// push image resealed in it (§11.3).
-struct Sealed {
-    container: Vec<u8>,
-    file_key: snug_container::FileKey,
-}
-
-/// Reads FILE and returns what a push sends: the export, plain, secrets stripped unless the
-/// origin takes them and the user asked. A protected FILE is opened with its secret, and its
-/// container comes back too.
+/// Reads FILE (a protected one with its secret, through `protected::read`) and returns what a push
+/// sends: the export, plain, secrets stripped unless the origin takes them and the user asked,
+/// and for a protected FILE what reseals it in FILE's own container.
 fn export_for_push(
     file: &Path,
     include_secrets: bool,
     args: &SecretArgs,
     limits: &Limits,
-) -> Result<(snug_restore::PushImage, Option<Sealed>), Failure> {
-    let bytes = files::read_user_file(file)?.1;
-    let (plaintext, sealed) = match snug_schema::detect_format(&bytes) {
-        FileFormat::Sqlite => (zeroize::Zeroizing::new(bytes), None),
-        FileFormat::Protected => {
-            snug_container::inspect(&bytes, limits)?;
-            let secrets = secrets::opening_secrets(args)?;
-            let (unlocked, file_key) =
-                snug_container::open_owned_with_file_key(bytes.clone(), &secrets, limits)?;
-            let sealed = Sealed {
-                container: bytes,
-                file_key,
-            };
-            (zeroize::Zeroizing::new(unlocked.plaintext), Some(sealed))
-        }
-        FileFormat::Unknown => return Err(Failure::from(snug_schema::OpenError::NotSqlite)),
-    };
+) -> Result<(snug_restore::PushImage, Option<Resealable>), Failure> {
+    let unsealed = protected::read(file, args, limits)?;
+    let plaintext = zeroize::Zeroizing::new(unsealed.plaintext);
     let image =
         snug_restore::push_image(&plaintext, include_secrets, clock()).map_err(
             |err| match err {
@@ -383,7 +363,7 @@ fn export_for_push(
                 snug_restore::GateError::Export(err) => Failure::from(err),
             },
         )?;
-    Ok((image, sealed))
+    Ok((image, unsealed.seal))
 }
 
 /// `snug sync push FILE --origin O`.
@@ -424,9 +404,7 @@ fn push(
     let was_protected = sealed.is_some();
     let (image, protected) = match sealed {
         Some(sealed) if origin.is_personal() && !plaintext_to_origin => {
-            let resealed =
-                snug_container::reseal_owned(&sealed.container, &sealed.file_key, image, limits)?;
-            (resealed, true)
+            (sealed.reseal(image, limits)?, true)
         }
         _ => (image, false),
     };

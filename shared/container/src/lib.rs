@@ -91,7 +91,7 @@ pub use rewrap::{
     RewrapError, change_iterations, change_passphrase, rotate_recovery_key, rotate_recovery_key_to,
 };
 pub use seal::{
-    ResealError, SealError, reseal, reseal_owned, reseal_with_secrets, seal, seal_owned,
+    ResealError, Resealable, SealError, reseal, reseal_owned, reseal_with_secrets, seal, seal_owned,
 };
 /// Fixed seal material, reachable only with the `test-support` feature (test vectors, benches).
 #[cfg(any(test, feature = "test-support"))]

@@ -554,3 +554,43 @@ pub fn reseal_with_secrets(
     })?;
     Ok((resealed, opened.kind))
 }
+
+/// A protected file opened for editing: the container as read and the file key its secret
+/// unwrapped, so that every edit is written back in the same container ([`reseal_owned`]: header,
+/// salt, slots and wrapped keys byte for byte, a fresh payload IV) and the recovery key the user
+/// wrote down keeps opening it. Nothing here can draw a new salt or recovery key.
+#[derive(Clone)]
+pub struct Resealable {
+    container: Vec<u8>,
+    file_key: FileKey,
+}
+
+impl Resealable {
+    /// Opens `container` with `secrets` within `limits` (payload authenticated), returning its
+    /// plaintext and what writes an edit of it back.
+    pub fn open(
+        container: Vec<u8>,
+        secrets: &crate::Secrets,
+        limits: &Limits,
+    ) -> Result<(crate::Unlocked, Resealable), crate::OpenError> {
+        let (unlocked, file_key) =
+            crate::open_owned_with_file_key(container.clone(), secrets, limits)?;
+        Ok((
+            unlocked,
+            Resealable {
+                container,
+                file_key,
+            },
+        ))
+    }
+
+    /// `plaintext`, an edit of the opened database, sealed in the same container.
+    pub fn reseal(&self, plaintext: Vec<u8>, limits: &Limits) -> Result<Vec<u8>, SealError> {
+        reseal_owned(&self.container, &self.file_key, plaintext, limits)
+    }
+
+    /// The container as it was read.
+    pub fn container(&self) -> &[u8] {
+        &self.container
+    }
+}

@@ -16,6 +16,7 @@ use std::{
 };
 
 use sha2::{Digest as _, Sha256};
+use snug_container::Resealable;
 use snug_files::{TempSibling, sync_parent_dir};
 use snug_schema::{
     Clock, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION, Standing, UserDb,
@@ -174,7 +175,7 @@ struct Local {
     content_hash: String,
     /// `Some` for a protected local copy: its container (header and wrapped keys kept) and the
     /// file key its secret unwrapped. The installed file is resealed in it.
-    seal: Option<(Vec<u8>, snug_container::FileKey)>,
+    seal: Option<Resealable>,
 }
 
 /// What opens a protected local copy for [`prepare_unlocking`]: the user's secret, and the
@@ -265,30 +266,27 @@ fn open_local(
         });
     }
     let Observed { identity, bytes } = observed;
-    let (plaintext, seal) = match snug_schema::detect_format(&bytes) {
-        FileFormat::Sqlite => (Zeroizing::new(bytes), None),
-        FileFormat::Protected => {
-            let Some(unlock) = unlock else {
-                return Err(RestoreError::Protected { path: read });
-            };
-            let (unlocked, file_key) = snug_container::open_owned_with_file_key(
-                bytes.clone(),
-                unlock.secrets,
-                unlock.limits,
-            )
-            .map_err(|source| RestoreError::LocalContainer {
-                path: read.clone(),
-                source,
-            })?;
-            (Zeroizing::new(unlocked.plaintext), Some((bytes, file_key)))
-        }
-        FileFormat::Unknown => {
-            return Err(RestoreError::NotSnugFile {
-                path: read,
-                found: "not SQLite",
-            });
-        }
-    };
+    let (plaintext, seal) =
+        match snug_schema::detect_format(&bytes) {
+            FileFormat::Sqlite => (Zeroizing::new(bytes), None),
+            FileFormat::Protected => {
+                let Some(unlock) = unlock else {
+                    return Err(RestoreError::Protected { path: read });
+                };
+                let (unlocked, seal) = Resealable::open(bytes, unlock.secrets, unlock.limits)
+                    .map_err(|source| RestoreError::LocalContainer {
+                        path: read.clone(),
+                        source,
+                    })?;
+                (Zeroizing::new(unlocked.plaintext), Some(seal))
+            }
+            FileFormat::Unknown => {
+                return Err(RestoreError::NotSnugFile {
+                    path: read,
+                    found: "not SQLite",
+                });
+            }
+        };
     let mut db = match UserDb::from_bytes(&plaintext, clock) {
         Ok((db, _)) => db,
         Err(source) => return Err(RestoreError::Unreadable { path: read, source }),
@@ -663,10 +661,9 @@ impl Downloaded {
                     source,
                 };
                 let secrets = secrets.ok_or(container_error(snug_container::OpenError::Locked))?;
-                let (unlocked, file_key) =
-                    snug_container::open_owned_with_file_key(bytes.clone(), secrets, limits)
-                        .map_err(container_error)?;
-                (Zeroizing::new(unlocked.plaintext), Some((bytes, file_key)))
+                let (unlocked, seal) =
+                    Resealable::open(bytes, secrets, limits).map_err(container_error)?;
+                (Zeroizing::new(unlocked.plaintext), Some(seal))
             }
             FileFormat::Sqlite | FileFormat::Unknown => (Zeroizing::new(bytes), None),
         };
@@ -710,10 +707,7 @@ impl Downloaded {
             .and_then(|local| local.seal.as_ref());
         let kept_destination_container = local_seal.is_some();
         let image = match local_seal.or(sealed.as_ref()) {
-            Some((container, file_key)) => {
-                snug_container::reseal_owned(container, file_key, image, limits)
-                    .map_err(RestoreError::Reseal)?
-            }
+            Some(seal) => seal.reseal(image, limits).map_err(RestoreError::Reseal)?,
             None => image,
         };
         rewrite(temp.path(), &image)?;
