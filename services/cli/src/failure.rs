@@ -326,4 +326,4 @@ impl From<snug_schema::ImportError> for Failure {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use snug_restore::{OriginError, RestoreError};
 
 use super::{Exit, restore_failure};
+use crate::failure::tests::assert_registered;
 
 /// The exit of each kind of pipeline failure: the pipeline's own words exit as the registry says,
 /// a wrapped cause decides for the failures that wrap one; every exit is one the registry allows
@@ -74,15 +75,7 @@ fn sync_failures_follow_the_registry() {
         let shown = format!("{err:?}");
         let failure = restore_failure("origin", err);
         assert_eq!(failure.exit, expected, "{shown}");
-        let reason = snug_reasons::find(failure.code)
-            .unwrap_or_else(|| panic!("{shown}: {} is not in snug-reasons", failure.code));
-        assert!(
-            reason.exit.allows(failure.exit),
-            "{shown}: {} exits {:?}, the registry says {:?}",
-            reason.name,
-            failure.exit,
-            reason.exit
-        );
+        assert_registered(&failure);
     }
 }
 
