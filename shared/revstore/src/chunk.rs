@@ -12,7 +12,7 @@ use futures::{Stream, StreamExt};
 use sha2::{Digest as _, Sha256};
 
 use crate::{
-    error::PutError,
+    error::{PutError, StorageError},
     types::{self, Digest, SQLITE_HEADER_LEN},
 };
 
@@ -101,6 +101,18 @@ where
         size,
         storage_version: types::storage_version(&header),
     })
+}
+
+/// Checks one chunk read back from storage against its address: the one comparison every read
+/// path makes before bytes count as stored.
+pub(crate) fn check(address: &Digest, bytes: &[u8]) -> Result<(), StorageError> {
+    if Digest::of(bytes) == *address {
+        Ok(())
+    } else {
+        Err(StorageError::Corrupt {
+            object: format!("chunk {address}"),
+        })
+    }
 }
 
 /// Encodes a manifest: the chunk digests in image order, 32 bytes each.

@@ -86,8 +86,11 @@
 //! are refused as `IMAGE_CONFLICT`), read them back and verify every chunk against its address, then
 //! one transaction compare-and-swaps the user's pointer, appends the history and ledger rows and
 //! clears the publication record.
-//! The compare-and-swap decision is one pure function (`cas.rs`) every backend calls inside its
-//! transaction, so the backends agree on which refusal a caller gets.
+//! The order of a put and of a restore is written once, as one driver (`protocol.rs`) over the
+//! few storage primitives each backend implements (begin with a publication record, a chunk sink,
+//! publish create-once, read back, commit, abandon); the compare-and-swap decision it takes inside
+//! each backend's commit is one pure function (`cas.rs`), so the backends agree on which refusal a
+//! caller gets.
 //! Images are content-addressed chunks (4 KiB, one SQLite page, by default) plus a manifest, so
 //! revisions that differ in a few pages share the rest; the embedded store writes the new chunks of
 //! one put into one pack file (`packs/<sha256>.pack`, one fsync per put) and keeps each image's
@@ -164,6 +167,7 @@ mod mem;
 mod migrate;
 #[cfg(feature = "postgres")]
 mod pg;
+mod protocol;
 mod sqlite;
 mod store;
 mod types;

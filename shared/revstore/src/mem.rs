@@ -14,10 +14,11 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::{
-    cas::{self, Accepted, Decision, Facts},
-    chunk::{self, ChunkSink},
+    cas::{Accepted, Facts},
+    chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -68,14 +69,6 @@ struct RevRow {
 struct ImageRec {
     size: u64,
     manifest: Vec<Digest>,
-}
-
-/// What a commit records about the image it makes current.
-#[derive(Clone, Copy, Debug)]
-struct Image {
-    digest: Digest,
-    size: u64,
-    storage_version: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -167,6 +160,17 @@ impl State {
         at: Timestamp,
         err: PutError,
     ) -> PutError {
+        self.ledger_refusal(user, principal, at, &err);
+        err
+    }
+
+    fn ledger_refusal(
+        &mut self,
+        user: &UserId,
+        principal: &Principal,
+        at: Timestamp,
+        err: &PutError,
+    ) {
         if err.is_ledgered() {
             self.ledger(
                 user,
@@ -178,7 +182,6 @@ impl State {
                 at,
             );
         }
-        err
     }
 
     /// Reassembles an image from its chunks, verifying each against its address.
@@ -189,74 +192,107 @@ impl State {
             .ok_or_else(|| StorageError::Corrupt {
                 object: format!("image {digest}"),
             })?;
-        image
-            .manifest
+        self.read_chunks(&image.manifest)
+    }
+
+    /// The chunks of a manifest, each checked against its address.
+    fn read_chunks(&self, manifest: &[Digest]) -> Result<Vec<Bytes>, StorageError> {
+        manifest
             .iter()
-            .map(|c| match self.chunks.get(c) {
-                Some(bytes) if Digest::of(bytes) == *c => Ok(bytes.clone()),
-                _ => Err(StorageError::Corrupt {
+            .map(|c| {
+                let bytes = self.chunks.get(c).ok_or_else(|| StorageError::Corrupt {
                     object: format!("chunk {c}"),
-                }),
+                })?;
+                chunk::check(c, bytes)?;
+                Ok(bytes.clone())
             })
             .collect()
     }
 
-    /// The common tail of put and restore: decide, then swap the pointer and append history and
-    /// ledger rows, all under one lock (the in-memory counterpart of one transaction).
-    #[allow(clippy::too_many_arguments)]
+    /// The commit: decide, then swap the pointer and append history and ledger rows, all under
+    /// one lock (the in-memory counterpart of one transaction). A refusal writes nothing here;
+    /// `abandon` ledgers it.
     fn commit(
         &mut self,
-        user: &UserId,
-        precondition: &Precondition,
-        key: Option<&IdempotencyKey>,
-        principal: &Principal,
-        image: Image,
-        restored_from: Option<Revision>,
+        publication: u64,
+        proposal: &Proposal<Staged>,
         now: Timestamp,
     ) -> Result<PutOutcome, PutError> {
-        let Image {
-            digest,
-            size,
-            storage_version,
-        } = image;
-        let Some(rec) = self.users.get(user) else {
-            return Err(self.refuse(user, principal, now, PutError::NotFound));
-        };
-        match cas::decide(precondition, &rec.facts(precondition, key), &digest) {
-            Decision::Refuse(err) => Err(self.refuse(user, principal, now, err)),
+        if self.publications.remove(&publication).is_none() {
+            return Err(StorageError::unavailable("put outlived its grace period; retry").into());
+        }
+        let intent = &proposal.intent;
+        let facts = self
+            .users
+            .get(&intent.user)
+            .map(|rec| rec.facts(&intent.precondition, intent.key.as_ref()));
+        match proposal.decide(facts.as_ref()) {
+            Decision::Refuse(err) => Err(err),
             Decision::Replay(revision) => {
-                let info = rec.find(&revision).map(|r| r.info.clone()).ok_or_else(|| {
-                    StorageError::Corrupt {
+                let info = self
+                    .users
+                    .get(&intent.user)
+                    .and_then(|rec| rec.find(&revision))
+                    .map(|r| r.info.clone())
+                    .ok_or_else(|| StorageError::Corrupt {
                         object: format!("revision {revision}"),
-                    }
-                })?;
-                self.ledger(user, Verdict::Accepted, Some(revision), principal, now);
+                    })?;
+                self.ledger(
+                    &intent.user,
+                    Verdict::Accepted,
+                    Some(revision),
+                    &intent.principal,
+                    now,
+                );
                 Ok(PutOutcome {
                     info,
                     replayed: true,
                 })
             }
             Decision::Accept => {
-                let seq = rec.revisions.len() as u64 + 1;
-                let revision = Revision::generate(seq).map_err(StorageError::from)?;
-                let info = RevisionInfo {
-                    revision: revision.clone(),
-                    digest,
-                    size,
-                    accepted_at: now,
-                    principal: principal.clone(),
-                    storage_version,
-                    base: precondition.base().cloned(),
-                    restored_from,
-                    retained: true,
-                };
-                let rec = self.users.get_mut(user).ok_or(PutError::NotFound)?;
+                match &proposal.source {
+                    Source::Streamed(staged) => {
+                        let digest = proposal.image.digest;
+                        match self.images.get(&digest) {
+                            Some(image)
+                                if image.manifest != staged.manifest
+                                    || image.size != proposal.image.size =>
+                            {
+                                return Err(image_conflict(&digest));
+                            }
+                            Some(_) => {}
+                            None => {
+                                self.images.insert(
+                                    digest,
+                                    ImageRec {
+                                        size: proposal.image.size,
+                                        manifest: staged.manifest.clone(),
+                                    },
+                                );
+                            }
+                        }
+                    }
+                    Source::Existing { .. } => {
+                        if !self.images.contains_key(&proposal.image.digest) {
+                            return Err(PutError::NotFound);
+                        }
+                    }
+                }
+                let rec = self.users.get_mut(&intent.user).ok_or(PutError::NotFound)?;
+                let info = proposal.accepted(rec.revisions.len() as u64 + 1, now)?;
                 rec.revisions.push(RevRow {
                     info: info.clone(),
-                    key: key.cloned(),
+                    key: intent.key.clone(),
                 });
                 rec.current = Some(rec.revisions.len() - 1);
-                self.ledger(user, Verdict::Accepted, Some(revision), principal, now);
+                let revision = info.revision.clone();
+                self.ledger(
+                    &intent.user,
+                    Verdict::Accepted,
+                    Some(revision),
+                    &intent.principal,
+                    now,
+                );
                 Ok(PutOutcome {
                     info,
                     replayed: false,
@@ -266,7 +302,7 @@ impl State {
     }
 }
 
-struct MemSink(Vec<(Digest, Bytes)>);
+pub(crate) struct MemSink(Vec<(Digest, Bytes)>);
 
 impl ChunkSink for MemSink {
     async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
@@ -276,36 +312,134 @@ impl ChunkSink for MemSink {
     }
 }
 
-impl MemStore {
-    fn begin(
-        &self,
-        request: &PutRequest,
-        base: Option<Revision>,
-        digest: Option<Digest>,
-    ) -> Result<u64, PutError> {
+/// A put's chunks once stored: its manifest.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    manifest: Vec<Digest>,
+}
+
+impl Primitives for MemStore {
+    type Publication = u64;
+    type Sink = MemSink;
+    type Staged = Staged;
+
+    fn chunk_size(&self) -> usize {
+        self.inner.config.chunk_size as usize
+    }
+
+    fn quota(&self) -> u64 {
+        self.inner.config.quota_bytes
+    }
+
+    async fn begin(&self, intent: &Intent) -> Result<u64, PutError> {
         let now = self.now();
         let mut state = self.lock();
-        let Some(rec) = state.users.get(&request.user) else {
-            return Err(state.refuse(&request.user, &request.principal, now, PutError::NotFound));
-        };
-        let facts = rec.facts(&request.precondition, request.idempotency_key.as_ref());
-        if let Some(err) = cas::early(&request.precondition, &facts) {
-            return Err(state.refuse(&request.user, &request.principal, now, err));
+        let facts = state
+            .users
+            .get(&intent.user)
+            .map(|rec| rec.facts(&intent.precondition, intent.key.as_ref()));
+        if let Some(err) = intent.early(facts.as_ref()) {
+            return Err(state.refuse(&intent.user, &intent.principal, now, err));
         }
         let id = state.next_publication;
         state.next_publication += 1;
         state.publications.insert(
             id,
             Publication {
-                base,
-                digest,
+                base: intent.base().cloned(),
+                digest: intent.image,
                 started_at: now,
-                user: request.user.clone(),
+                user: intent.user.clone(),
             },
         );
         Ok(id)
     }
 
+    fn sink(&self, _: &u64) -> MemSink {
+        MemSink(Vec::new())
+    }
+
+    async fn publish(
+        &self,
+        publication: &u64,
+        sink: MemSink,
+        ingested: Result<Ingested, PutError>,
+    ) -> Result<(Ingested, Staged), PutError> {
+        let ingested = ingested?;
+        let mut state = self.lock();
+        if let Some(p) = state.publications.get_mut(publication) {
+            p.digest = Some(ingested.digest);
+        }
+        // Create-once: an occupied address must hold the same bytes.
+        for (digest, bytes) in &sink.0 {
+            match state.chunks.get(digest) {
+                Some(existing) if existing != bytes => {
+                    return Err(PutError::ImageConflict {
+                        identity: format!("chunk {digest}"),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    state.chunks.insert(*digest, bytes.clone());
+                }
+            }
+        }
+        let manifest = sink.0.into_iter().map(|(d, _)| d).collect();
+        Ok((ingested, Staged { manifest }))
+    }
+
+    async fn read_back(&self, what: ReadBack<'_, Staged>) -> Result<(), PutError> {
+        let state = self.lock();
+        let manifest = match what {
+            ReadBack::Staged(staged) => &staged.manifest,
+            ReadBack::Image(digest) => {
+                &state.images.get(digest).ok_or(PutError::NotFound)?.manifest
+            }
+        };
+        state.read_chunks(manifest)?;
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        publication: &u64,
+        proposal: Proposal<Staged>,
+    ) -> Result<PutOutcome, PutError> {
+        let now = self.now();
+        self.lock().commit(*publication, &proposal, now)
+    }
+
+    async fn abandon(&self, publication: &u64, intent: &Intent, err: &PutError) {
+        let now = self.now();
+        let mut state = self.lock();
+        state.publications.remove(publication);
+        if err.is_ledgered() {
+            state.ledger_refusal(&intent.user, &intent.principal, now, err);
+        }
+    }
+
+    async fn revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<Option<RevisionInfo>, StorageError> {
+        let state = self.lock();
+        Ok(state
+            .users
+            .get(user)
+            .and_then(|rec| rec.find(revision))
+            .map(|row| row.info.clone()))
+    }
+
+    async fn ledger_refusal(&self, intent: &Intent, err: &PutError) -> Result<(), StorageError> {
+        let now = self.now();
+        self.lock()
+            .ledger_refusal(&intent.user, &intent.principal, now, err);
+        Ok(())
+    }
+}
+
+impl MemStore {
     fn download(
         &self,
         user: &UserId,
@@ -365,94 +499,11 @@ impl RevStore for MemStore {
     where
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
-        let publication = self.begin(&request, request.precondition.base().cloned(), None)?;
-        let mut sink = MemSink(Vec::new());
-        let ingested = chunk::ingest(
-            body,
-            self.inner.config.quota_bytes,
-            self.inner.config.chunk_size as usize,
-            &mut sink,
-        )
-        .await;
-        let now = self.now();
-        let mut state = self.lock();
-        state.publications.remove(&publication);
-        let ingested = match ingested {
-            Ok(i) => i,
-            Err(err) => return Err(state.refuse(&request.user, &request.principal, now, err)),
-        };
-        // Create-once: an occupied address must hold the same bytes.
-        for (digest, bytes) in &sink.0 {
-            match state.chunks.get(digest) {
-                Some(existing) if existing != bytes => {
-                    return Err(PutError::ImageConflict {
-                        identity: format!("chunk {digest}"),
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    state.chunks.insert(*digest, bytes.clone());
-                }
-            }
-        }
-        let manifest: Vec<Digest> = sink.0.iter().map(|(d, _)| *d).collect();
-        match state.images.get(&ingested.digest) {
-            Some(image) if image.manifest != manifest || image.size != ingested.size => {
-                return Err(image_conflict(&ingested.digest));
-            }
-            Some(_) => {}
-            None => {
-                state.images.insert(
-                    ingested.digest,
-                    ImageRec {
-                        size: ingested.size,
-                        manifest,
-                    },
-                );
-            }
-        }
-        state.read_back(&ingested.digest)?;
-        state.commit(
-            &request.user,
-            &request.precondition,
-            request.idempotency_key.as_ref(),
-            &request.principal,
-            Image {
-                digest: ingested.digest,
-                size: ingested.size,
-                storage_version: ingested.storage_version,
-            },
-            None,
-            now,
-        )
+        protocol::put(self, request, body).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {
-        let now = self.now();
-        let mut state = self.lock();
-        let source = state
-            .users
-            .get(&request.user)
-            .and_then(|rec| rec.find(&request.from))
-            .filter(|row| row.info.retained)
-            .map(|row| Image {
-                digest: row.info.digest,
-                size: row.info.size,
-                storage_version: row.info.storage_version,
-            });
-        let Some(image) = source else {
-            return Err(state.refuse(&request.user, &request.principal, now, PutError::NotFound));
-        };
-        state.read_back(&image.digest)?;
-        state.commit(
-            &request.user,
-            &request.precondition,
-            request.idempotency_key.as_ref(),
-            &request.principal,
-            image,
-            Some(request.from.clone()),
-            now,
-        )
+        protocol::restore(self, request).await
     }
 
     async fn head(&self, user: &UserId) -> Result<RevisionInfo, ReadError> {

@@ -15,11 +15,12 @@ use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, NoTls, Row};
 
 use crate::{
-    cas::{self, Accepted, Decision, Facts},
-    chunk::{self, ChunkSink},
+    cas::{Accepted, Facts},
+    chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     migrate,
+    protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
     store::{ImageBody, ImageDownload, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -392,7 +393,7 @@ async fn fetch_chunks<C: GenericClient + Sync>(
 }
 
 /// Inserts chunks create-once as they stream in.
-struct PgSink {
+pub(crate) struct PgSink {
     pool: Pool,
     manifest: Vec<Digest>,
     seen: HashSet<Digest>,
@@ -428,31 +429,28 @@ impl ChunkSink for PgSink {
 }
 
 impl PgStore {
-    async fn begin(
-        &self,
-        user: &UserId,
-        precondition: &Precondition,
-        key: Option<&IdempotencyKey>,
-        principal: &Principal,
-        digest: Option<Digest>,
-    ) -> Result<i64, PutError> {
+    async fn begin_publication(&self, intent: &Intent) -> Result<i64, PutError> {
         let now = self.now();
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let refusal = match load_facts(&*tx, user, precondition, key, false).await? {
-            None => Some(PutError::NotFound),
-            Some(facts) => cas::early(precondition, &facts),
-        };
-        if let Some(err) = refusal {
-            record_verdict(&*tx, user, principal, now, Err(&err)).await?;
+        let facts = load_facts(
+            &*tx,
+            &intent.user,
+            &intent.precondition,
+            intent.key.as_ref(),
+            false,
+        )
+        .await?;
+        if let Some(err) = intent.early(facts.as_ref()) {
+            record_verdict(&*tx, &intent.user, &intent.principal, now, Err(&err)).await?;
             tx.commit().await?;
             return Err(err);
         }
-        let digest_bytes = digest.as_ref().map(|d| d.as_bytes().as_slice());
+        let digest_bytes = intent.image.as_ref().map(|d| d.as_bytes().as_slice());
         let id: i64 = tx
             .query_one(
                 "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                &[&user.as_str(), &precondition.base().map(Revision::as_str), &key.map(IdempotencyKey::as_str), &now.unix_millis(), &digest_bytes],
+                &[&intent.user.as_str(), &intent.base().map(Revision::as_str), &intent.key.as_ref().map(IdempotencyKey::as_str), &now.unix_millis(), &digest_bytes],
             )
             .await?
             .get(0);
@@ -460,13 +458,7 @@ impl PgStore {
         Ok(id)
     }
 
-    async fn abandon(
-        &self,
-        publication: i64,
-        user: &UserId,
-        principal: &Principal,
-        err: &PutError,
-    ) {
+    async fn abandon_publication(&self, publication: i64, intent: &Intent, err: &PutError) {
         let now = self.now();
         let result = async {
             let client = self.client().await?;
@@ -474,7 +466,7 @@ impl PgStore {
                 .execute("DELETE FROM publications WHERE id = $1", &[&publication])
                 .await?;
             if err.is_ledgered() {
-                record_verdict(&**client, user, principal, now, Err(err)).await?;
+                record_verdict(&**client, &intent.user, &intent.principal, now, Err(err)).await?;
             }
             Ok::<_, StorageError>(())
         }
@@ -488,21 +480,15 @@ impl PgStore {
     /// all present (reclamation cannot run concurrently: the advisory lock is held shared),
     /// create the image row create-once, swap the pointer, append history and ledger rows, and
     /// clear the publication record.
-    #[allow(clippy::too_many_arguments)]
-    async fn commit(
+    async fn commit_publication(
         &self,
         publication: i64,
-        user: &UserId,
-        precondition: &Precondition,
-        key: Option<&IdempotencyKey>,
-        principal: &Principal,
-        digest: Digest,
-        size: u64,
-        storage_version: Option<u32>,
-        manifest: Option<&[Digest]>,
-        restored_from: Option<&Revision>,
+        proposal: &Proposal<Vec<Digest>>,
     ) -> Result<PutOutcome, PutError> {
         let now = self.now();
+        let intent = &proposal.intent;
+        let user = &intent.user;
+        let (digest, size) = (proposal.image.digest, proposal.image.size);
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // The pointer table is written with full durability whatever the server default is.
@@ -520,28 +506,23 @@ impl PgStore {
         {
             return Err(StorageError::unavailable("put outlived its grace period; retry").into());
         }
-        let Some(facts) = load_facts(&*tx, user, precondition, key, true).await? else {
-            return Err(PutError::NotFound);
-        };
-        match cas::decide(precondition, &facts, &digest) {
-            Decision::Refuse(err) => return Err(err),
-            Decision::Replay(revision) => {
+        let facts = load_facts(&*tx, user, &intent.precondition, intent.key.as_ref(), true).await?;
+        let digest_bytes = digest.as_bytes().as_slice();
+        match (proposal.decide(facts.as_ref()), &proposal.source) {
+            (Decision::Refuse(err), _) => return Err(err),
+            (Decision::Replay(revision), _) => {
                 let row = tx
                     .query_one(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"), &[&user.as_str(), &revision.as_str()])
                     .await?;
                 let info = info_row(&row)?;
-                record_verdict(&*tx, user, principal, now, Ok(&revision)).await?;
+                record_verdict(&*tx, user, &intent.principal, now, Ok(&revision)).await?;
                 tx.commit().await?;
                 return Ok(PutOutcome {
                     info,
                     replayed: true,
                 });
             }
-            Decision::Accept => {}
-        }
-        let digest_bytes = digest.as_bytes().as_slice();
-        match manifest {
-            Some(manifest) => {
+            (Decision::Accept, Source::Streamed(manifest)) => {
                 let distinct: HashSet<&Digest> = manifest.iter().collect();
                 let keys: Vec<&[u8]> = distinct.iter().map(|d| d.as_bytes().as_slice()).collect();
                 let present: i64 = tx
@@ -578,7 +559,7 @@ impl PgStore {
                     }
                 }
             }
-            None => {
+            (Decision::Accept, Source::Existing { .. }) => {
                 let present: bool = tx
                     .query_one(
                         "SELECT EXISTS (SELECT 1 FROM images WHERE digest = $1)",
@@ -599,23 +580,22 @@ impl PgStore {
             .await?
             .get(0);
         let seq = last_seq + 1;
-        let revision = Revision::generate(seq as u64).map_err(StorageError::from)?;
-        let base = precondition.base();
+        let info = proposal.accepted(seq as u64, now)?;
         tx.execute(
             "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key, storage_version)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             &[
                 &user.as_str(),
                 &seq,
-                &revision.as_str(),
+                &info.revision.as_str(),
                 &digest_bytes,
                 &(size as i64),
                 &now.unix_millis(),
-                &principal.as_str(),
-                &base.map(Revision::as_str),
-                &restored_from.map(Revision::as_str),
-                &key.map(IdempotencyKey::as_str),
-                &storage_version.map(i64::from),
+                &info.principal.as_str(),
+                &info.base.as_ref().map(Revision::as_str),
+                &info.restored_from.as_ref().map(Revision::as_str),
+                &intent.key.as_ref().map(IdempotencyKey::as_str),
+                &info.storage_version.map(i64::from),
             ],
         )
         .await?;
@@ -624,70 +604,12 @@ impl PgStore {
             &[&user.as_str(), &seq],
         )
         .await?;
-        record_verdict(&*tx, user, principal, now, Ok(&revision)).await?;
+        record_verdict(&*tx, user, &intent.principal, now, Ok(&info.revision)).await?;
         tx.commit().await?;
         Ok(PutOutcome {
-            info: RevisionInfo {
-                revision,
-                digest,
-                size,
-                accepted_at: now,
-                principal: principal.clone(),
-                storage_version,
-                base: base.cloned(),
-                restored_from: restored_from.cloned(),
-                retained: true,
-            },
+            info,
             replayed: false,
         })
-    }
-
-    async fn put_after_begin<B>(
-        &self,
-        publication: i64,
-        request: &PutRequest,
-        body: B,
-    ) -> Result<PutOutcome, PutError>
-    where
-        B: Stream<Item = io::Result<Bytes>> + Send,
-    {
-        let mut sink = PgSink {
-            pool: self.inner.pool.clone(),
-            manifest: Vec::new(),
-            seen: HashSet::new(),
-            now: self.now().unix_millis(),
-        };
-        let ingested = chunk::ingest(
-            body,
-            self.inner.config.quota_bytes,
-            self.inner.chunk_size,
-            &mut sink,
-        )
-        .await?;
-        {
-            // Record the digest: from here the image is what the put publishes.
-            let client = self.client().await?;
-            client
-                .execute(
-                    "UPDATE publications SET digest = $1 WHERE id = $2",
-                    &[&ingested.digest.as_bytes().as_slice(), &publication],
-                )
-                .await?;
-        }
-        self.verify(&sink.manifest).await?;
-        self.commit(
-            publication,
-            &request.user,
-            &request.precondition,
-            request.idempotency_key.as_ref(),
-            &request.principal,
-            ingested.digest,
-            ingested.size,
-            ingested.storage_version,
-            Some(&sink.manifest),
-            None,
-        )
-        .await
     }
 
     /// Reads every chunk back from the database and checks it against its address.
@@ -863,6 +785,104 @@ impl Drop for PgLease {
     }
 }
 
+impl Primitives for PgStore {
+    type Publication = i64;
+    type Sink = PgSink;
+    type Staged = Vec<Digest>;
+
+    fn chunk_size(&self) -> usize {
+        self.inner.chunk_size
+    }
+
+    fn quota(&self) -> u64 {
+        self.inner.config.quota_bytes
+    }
+
+    async fn begin(&self, intent: &Intent) -> Result<i64, PutError> {
+        self.begin_publication(intent).await
+    }
+
+    fn sink(&self, _: &i64) -> PgSink {
+        PgSink {
+            pool: self.inner.pool.clone(),
+            manifest: Vec::new(),
+            seen: HashSet::new(),
+            now: self.now().unix_millis(),
+        }
+    }
+
+    async fn publish(
+        &self,
+        publication: &i64,
+        sink: PgSink,
+        ingested: Result<Ingested, PutError>,
+    ) -> Result<(Ingested, Vec<Digest>), PutError> {
+        let ingested = ingested?;
+        // Record the digest: from here the image is what the put publishes.
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE publications SET digest = $1 WHERE id = $2",
+                &[&ingested.digest.as_bytes().as_slice(), publication],
+            )
+            .await?;
+        Ok((ingested, sink.manifest))
+    }
+
+    async fn read_back(&self, what: ReadBack<'_, Vec<Digest>>) -> Result<(), PutError> {
+        match what {
+            ReadBack::Staged(manifest) => self.verify(manifest).await,
+            ReadBack::Image(digest) => {
+                let (_, manifest) = self.manifest_of(digest).await?.ok_or(PutError::NotFound)?;
+                self.verify(&manifest).await
+            }
+        }
+    }
+
+    async fn commit(
+        &self,
+        publication: &i64,
+        proposal: Proposal<Vec<Digest>>,
+    ) -> Result<PutOutcome, PutError> {
+        self.commit_publication(*publication, &proposal).await
+    }
+
+    async fn abandon(&self, publication: &i64, intent: &Intent, err: &PutError) {
+        self.abandon_publication(*publication, intent, err).await;
+    }
+
+    async fn revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<Option<RevisionInfo>, StorageError> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!(
+                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"
+                ),
+                &[&user.as_str(), &revision.as_str()],
+            )
+            .await?
+            .map(|r| info_row(&r))
+            .transpose()
+    }
+
+    async fn ledger_refusal(&self, intent: &Intent, err: &PutError) -> Result<(), StorageError> {
+        let client = self.client().await?;
+        record_verdict(
+            &**client,
+            &intent.user,
+            &intent.principal,
+            self.now(),
+            Err(err),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 impl RevStore for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
@@ -885,84 +905,11 @@ impl RevStore for PgStore {
     where
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
-        let publication = self
-            .begin(
-                &request.user,
-                &request.precondition,
-                request.idempotency_key.as_ref(),
-                &request.principal,
-                None,
-            )
-            .await?;
-        let result = self.put_after_begin(publication, &request, body).await;
-        if let Err(err) = &result {
-            self.abandon(publication, &request.user, &request.principal, err)
-                .await;
-        }
-        result
+        protocol::put(self, request, body).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {
-        let source = {
-            let client = self.client().await?;
-            client
-                .query_opt(
-                    &format!(
-                        "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"
-                    ),
-                    &[&request.user.as_str(), &request.from.as_str()],
-                )
-                .await?
-                .map(|r| info_row(&r))
-                .transpose()?
-        };
-        let Some(source) = source.filter(|s| s.retained) else {
-            let client = self.client().await?;
-            record_verdict(
-                &**client,
-                &request.user,
-                &request.principal,
-                self.now(),
-                Err(&PutError::NotFound),
-            )
-            .await?;
-            return Err(PutError::NotFound);
-        };
-        let publication = self
-            .begin(
-                &request.user,
-                &request.precondition,
-                request.idempotency_key.as_ref(),
-                &request.principal,
-                Some(source.digest),
-            )
-            .await?;
-        let result = async {
-            let (_, manifest) = self
-                .manifest_of(&source.digest)
-                .await?
-                .ok_or(PutError::NotFound)?;
-            self.verify(&manifest).await?;
-            self.commit(
-                publication,
-                &request.user,
-                &request.precondition,
-                request.idempotency_key.as_ref(),
-                &request.principal,
-                source.digest,
-                source.size,
-                source.storage_version,
-                None,
-                Some(&request.from),
-            )
-            .await
-        }
-        .await;
-        if let Err(err) = &result {
-            self.abandon(publication, &request.user, &request.principal, err)
-                .await;
-        }
-        result
+        protocol::restore(self, request).await
     }
 
     async fn head(&self, user: &UserId) -> Result<RevisionInfo, ReadError> {

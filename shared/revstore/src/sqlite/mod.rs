@@ -43,11 +43,12 @@ use self::{
     serve::{Checkpoints, Heads, Plan},
 };
 use crate::{
-    cas::{self, Accepted, Decision, Facts},
+    cas::{Accepted, Facts},
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     migrate,
+    protocol::{self, Decision, Image, Intent, Primitives, Proposal, ReadBack, Source},
     store::{Guarded, ImageBody, ImageDownload, LeaseGuard, Leases, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -525,14 +526,14 @@ fn journal(
 }
 
 /// What the chunk writer produced for one put.
-struct Absorbed {
+pub(crate) struct Absorbed {
     manifest: Vec<Digest>,
     /// Per chunk: where it already is (`pack >= 0`) or its offset in the new pack (`pack == NEW`).
     locs: Vec<ChunkLoc>,
     pack: Option<NewPack>,
 }
 
-struct NewPack {
+pub(crate) struct NewPack {
     temp: TempPack,
     chunks: Vec<(Digest, u64, u32)>,
 }
@@ -541,7 +542,7 @@ struct NewPack {
 const NEW: i64 = -1;
 
 /// Hands chunk batches to the blocking chunk writer.
-struct ChannelSink(mpsc::Sender<Vec<Bytes>>);
+pub(crate) struct ChannelSink(mpsc::Sender<Vec<Bytes>>);
 
 impl ChunkSink for ChannelSink {
     async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
@@ -688,54 +689,39 @@ fn lookup_chunks(
 
 /// The identity of a put in flight between its steps.
 #[derive(Clone, Copy, Debug)]
-struct Begun {
+pub(crate) struct Begun {
     publication: i64,
     epoch: u64,
 }
 
-/// Where the image of a commit comes from.
-enum Source {
-    /// Streamed by this put: the chunk writer's output and the pack name, if any.
-    Streamed {
-        absorbed: Absorbed,
-        pack_name: Option<String>,
-    },
-    /// An existing image (restore).
-    Existing { restored_from: Revision },
+/// A put's objects once durable: where its chunks are, and the pack it wrote, if any.
+pub(crate) struct Staged {
+    absorbed: Absorbed,
+    pack_name: Option<String>,
 }
 
 impl Inner {
     /// Refuses early or writes the durable publication record that marks the put as in flight.
-    fn begin(
-        &self,
-        user: &UserId,
-        precondition: &Precondition,
-        key: Option<&IdempotencyKey>,
-        principal: &Principal,
-        digest: Option<Digest>,
-    ) -> Result<Begun, PutError> {
+    fn begin(&self, intent: &Intent) -> Result<Begun, PutError> {
         let now = self.now();
         let mut conn = self.writer();
         let epoch = self.sweep_epoch.load(Ordering::SeqCst);
 
         durable(&mut conn, |tx| {
-            let refusal = match load_facts(tx, user, precondition, key)? {
-                None => Some(PutError::NotFound),
-                Some(facts) => cas::early(precondition, &facts),
-            };
-            if let Some(err) = refusal {
-                record_verdict(tx, user, principal, now, Err(&err))?;
+            let facts = load_facts(tx, &intent.user, &intent.precondition, intent.key.as_ref())?;
+            if let Some(err) = intent.early(facts.as_ref()) {
+                record_verdict(tx, &intent.user, &intent.principal, now, Err(&err))?;
                 return Ok::<_, PutError>(Err(err));
             }
             tx.prepare_cached(
                 "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute(params![
-                user.as_str(),
-                precondition.base().map(Revision::as_str),
-                key.map(IdempotencyKey::as_str),
+                intent.user.as_str(),
+                intent.base().map(Revision::as_str),
+                intent.key.as_ref().map(IdempotencyKey::as_str),
                 now.unix_millis(),
-                digest.as_ref().map(|d| d.as_bytes().as_slice()),
+                intent.image.as_ref().map(|d| d.as_bytes().as_slice()),
             ])?;
             Ok(Ok(Begun {
                 publication: tx.last_insert_rowid(),
@@ -746,7 +732,7 @@ impl Inner {
 
     /// Clears the publication record of a put that stopped before its commit, ledgering the
     /// refusal when it was one.
-    fn abandon(&self, begun: Begun, user: &UserId, principal: &Principal, err: &PutError) {
+    fn abandon(&self, begun: Begun, intent: &Intent, err: &PutError) {
         let now = self.now();
         let conn = self.writer();
         let result = (|| -> Result<(), rusqlite::Error> {
@@ -755,7 +741,7 @@ impl Inner {
                 [begun.publication],
             )?;
             if err.is_ledgered() {
-                record_verdict(&conn, user, principal, now, Err(err))?;
+                record_verdict(&conn, &intent.user, &intent.principal, now, Err(err))?;
             }
             Ok(())
         })();
@@ -789,7 +775,6 @@ impl Inner {
                 )
             })?;
         }
-        let mut paths: HashMap<i64, PathBuf> = HashMap::new();
         if let (Some(pack), Some(name)) = (&absorbed.pack, &pack_name) {
             let dest = self.pack_path(name);
             match fs::hard_link(pack.temp.path(), &dest) {
@@ -818,11 +803,21 @@ impl Inner {
                 Err(e) => return Err(e.into()),
             }
             snug_files::sync_parent_dir(&dest)?;
-            paths.insert(NEW, dest);
         }
-        // Read back the deduplicated chunks and check them against their addresses; the chunks
-        // this put wrote were read back from its pack before the pack was published, and a pack
-        // that was already in place was compared chunk by chunk above.
+        if let Some(p) = absorbed.pack.as_mut() {
+            // Linked into place; the temporary name is no longer needed.
+            let _ = fs::remove_file(p.temp.path());
+        }
+        Ok(pack_name)
+    }
+
+    /// Reads back the deduplicated chunks of a put and checks them against their addresses.
+    fn read_back_staged(&self, staged: &Staged) -> Result<(), PutError> {
+        let absorbed = &staged.absorbed;
+        let mut paths: HashMap<i64, PathBuf> = HashMap::new();
+        // The chunks this put wrote were read back from its pack while the pack was synced (the
+        // file published under its name is that file), and a pack that was already in place was
+        // compared chunk by chunk by `publish`.
         let (old_locs, old_digests): (Vec<ChunkLoc>, Vec<Digest>) = absorbed
             .locs
             .iter()
@@ -845,32 +840,23 @@ impl Inner {
                 .into());
             }
         }
-        if let Some(p) = absorbed.pack.as_mut() {
-            // Linked into place; the temporary name is no longer needed.
-            let _ = fs::remove_file(p.temp.path());
-        }
-        Ok(pack_name)
+        Ok(())
     }
 
     /// The one transaction that decides, creates the image row, swaps the pointer, appends
     /// history and ledger, and clears the publication record.
-    #[allow(clippy::too_many_arguments)]
     fn commit(
         &self,
         begun: Begun,
-        user: &UserId,
-        precondition: &Precondition,
-        key: Option<&IdempotencyKey>,
-        principal: &Principal,
-        digest: Digest,
-        size: u64,
-        storage_version: Option<u32>,
-        source: &Source,
+        proposal: &Proposal<Arc<Staged>>,
     ) -> Result<PutOutcome, PutError> {
         let now = self.now();
+        let intent = &proposal.intent;
+        let user = &intent.user;
+        let digest = proposal.image.digest;
         let mut conn = self.writer();
         let epoch_moved = self.sweep_epoch.load(Ordering::SeqCst) != begun.epoch;
-        // A refusal returns an error, which rolls the transaction back; the caller then clears
+        // A refusal returns an error, which rolls the transaction back; the driver then clears
         // the publication record and ledgers the refusal (`abandon`).
         let outcome = durable(&mut conn, |tx| {
             if tx.execute(
@@ -882,30 +868,12 @@ impl Inner {
                     "put outlived its grace period; retry",
                 )));
             }
-            let Some(facts) = load_facts(tx, user, precondition, key)? else {
-                return Err(PutError::NotFound);
-            };
-            let decision = cas::decide(precondition, &facts, &digest);
-            let (base, restored_from) = match (&decision, source) {
-                (
-                    Decision::Accept,
-                    Source::Streamed {
-                        absorbed,
-                        pack_name,
-                    },
-                ) => {
-                    self.ensure_image(
-                        tx,
-                        digest,
-                        size,
-                        absorbed,
-                        pack_name.as_deref(),
-                        epoch_moved,
-                        now,
-                    )?;
-                    (precondition.base(), None)
+            let facts = load_facts(tx, user, &intent.precondition, intent.key.as_ref())?;
+            match (proposal.decide(facts.as_ref()), &proposal.source) {
+                (Decision::Accept, Source::Streamed(staged)) => {
+                    self.ensure_image(tx, &proposal.image, staged, epoch_moved, now)?;
                 }
-                (Decision::Accept, Source::Existing { restored_from }) => {
+                (Decision::Accept, Source::Existing { .. }) => {
                     let present: bool = tx.query_row(
                         "SELECT EXISTS (SELECT 1 FROM images WHERE digest = ?1)",
                         [digest.as_bytes().as_slice()],
@@ -914,27 +882,26 @@ impl Inner {
                     if !present {
                         return Err(PutError::NotFound);
                     }
-                    (precondition.base(), Some(restored_from))
                 }
                 (Decision::Replay(revision), _) => {
                     let info = tx
                         .prepare_cached(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"))?
                         .query_row(params![user.as_str(), revision.as_str()], info_row)?;
-                    record_verdict(tx, user, principal, now, Ok(revision))?;
+                    record_verdict(tx, user, &intent.principal, now, Ok(&revision))?;
                     return Ok(PutOutcome {
                         info,
                         replayed: true,
                     });
                 }
-                (Decision::Refuse(err), _) => return Err(refusal_clone(err)),
-            };
+                (Decision::Refuse(err), _) => return Err(err),
+            }
             let last_seq: i64 = tx.query_row(
                 "SELECT last_seq FROM users WHERE user_id = ?1",
                 [user.as_str()],
                 |r| r.get(0),
             )?;
             let seq = last_seq + 1;
-            let revision = Revision::generate(seq as u64).map_err(StorageError::from)?;
+            let info = proposal.accepted(seq as u64, now)?;
             tx.prepare_cached(
                 "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key, storage_version)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -942,33 +909,23 @@ impl Inner {
             .execute(params![
                 user.as_str(),
                 seq,
-                revision.as_str(),
+                info.revision.as_str(),
                 digest.as_bytes().as_slice(),
-                size as i64,
+                info.size as i64,
                 now.unix_millis(),
-                principal.as_str(),
-                base.map(Revision::as_str),
-                restored_from.map(Revision::as_str),
-                key.map(IdempotencyKey::as_str),
-                storage_version,
+                info.principal.as_str(),
+                info.base.as_ref().map(Revision::as_str),
+                info.restored_from.as_ref().map(Revision::as_str),
+                intent.key.as_ref().map(IdempotencyKey::as_str),
+                info.storage_version,
             ])?;
             tx.prepare_cached(
                 "UPDATE users SET last_seq = ?2, current_seq = ?2 WHERE user_id = ?1",
             )?
             .execute(params![user.as_str(), seq])?;
-            record_verdict(tx, user, principal, now, Ok(&revision))?;
+            record_verdict(tx, user, &intent.principal, now, Ok(&info.revision))?;
             Ok(PutOutcome {
-                info: RevisionInfo {
-                    revision,
-                    digest,
-                    size,
-                    accepted_at: now,
-                    principal: principal.clone(),
-                    storage_version,
-                    base: base.cloned(),
-                    restored_from: restored_from.cloned(),
-                    retained: true,
-                },
+                info,
                 replayed: false,
             })
         });
@@ -981,17 +938,17 @@ impl Inner {
     }
 
     /// Registers the new pack and chunks and creates the image row, create-once.
-    #[allow(clippy::too_many_arguments)]
     fn ensure_image(
         &self,
         tx: &Transaction<'_>,
-        digest: Digest,
-        size: u64,
-        absorbed: &Absorbed,
-        pack_name: Option<&str>,
+        image: &Image,
+        staged: &Staged,
         epoch_moved: bool,
         now: Timestamp,
     ) -> Result<(), PutError> {
+        let (digest, size) = (image.digest, image.size);
+        let absorbed = &staged.absorbed;
+        let pack_name = staged.pack_name.as_deref();
         let manifest = chunk::encode_manifest(&absorbed.manifest);
         let existing: Option<(i64, Vec<u8>)> = tx
             .prepare_cached("SELECT size, manifest FROM images WHERE digest = ?1")?
@@ -1249,58 +1206,55 @@ impl SqliteStore {
         }));
         Ok(ImageBody::new(Guarded::new(pieces, lease)))
     }
+}
 
-    async fn put_inner<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
-    where
-        B: Stream<Item = io::Result<Bytes>> + Send,
-    {
-        let req = Arc::new(request);
-        let r = req.clone();
-        let begun = self
-            .blocking(move |inner| {
-                inner.begin(
-                    &r.user,
-                    &r.precondition,
-                    r.idempotency_key.as_ref(),
-                    &r.principal,
-                    None,
-                )
-            })
-            .await?;
-        let result = self.put_after_begin(begun, req.clone(), body).await;
-        if let Err(err) = &result {
-            let err = refusal_clone(err);
-            let _ = self
-                .blocking(move |inner| {
-                    inner.abandon(begun, &req.user, &req.principal, &err);
-                    Ok::<_, StorageError>(())
-                })
-                .await;
-        }
-        result
+/// Hands the chunks of a put to the blocking chunk writer, whose outcome `publish` awaits.
+pub(crate) struct SqliteSink {
+    channel: ChannelSink,
+    writer: tokio::task::JoinHandle<Result<Absorbed, PutError>>,
+}
+
+impl ChunkSink for SqliteSink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        self.channel.accept(chunks).await
+    }
+}
+
+impl Primitives for SqliteStore {
+    type Publication = Begun;
+    type Sink = SqliteSink;
+    type Staged = Arc<Staged>;
+
+    fn chunk_size(&self) -> usize {
+        self.inner.chunk_size
     }
 
-    async fn put_after_begin<B>(
-        &self,
-        begun: Begun,
-        req: Arc<PutRequest>,
-        body: B,
-    ) -> Result<PutOutcome, PutError>
-    where
-        B: Stream<Item = io::Result<Bytes>> + Send,
-    {
+    fn quota(&self) -> u64 {
+        self.inner.config.quota_bytes
+    }
+
+    async fn begin(&self, intent: &Intent) -> Result<Begun, PutError> {
+        let intent = intent.clone();
+        self.blocking(move |inner| inner.begin(&intent)).await
+    }
+
+    fn sink(&self, _: &Begun) -> SqliteSink {
         let (tx, rx) = mpsc::channel::<Vec<Bytes>>(4);
         let inner = self.inner.clone();
-        let writer = tokio::task::spawn_blocking(move || inner.absorb(rx));
-        let mut sink = ChannelSink(tx);
-        let ingested = chunk::ingest(
-            body,
-            self.inner.config.quota_bytes,
-            self.inner.chunk_size,
-            &mut sink,
-        )
-        .await;
-        drop(sink);
+        SqliteSink {
+            channel: ChannelSink(tx),
+            writer: tokio::task::spawn_blocking(move || inner.absorb(rx)),
+        }
+    }
+
+    async fn publish(
+        &self,
+        begun: &Begun,
+        sink: SqliteSink,
+        ingested: Result<Ingested, PutError>,
+    ) -> Result<(Ingested, Arc<Staged>), PutError> {
+        let SqliteSink { channel, writer } = sink;
+        drop(channel);
         let absorbed = writer.await.map_err(StorageError::from)?;
         // The writer's own failure explains a closed channel better than the channel does.
         let (ingested, mut absorbed) = match (ingested, absorbed) {
@@ -1308,23 +1262,86 @@ impl SqliteStore {
             (Err(e), Ok(_)) => return Err(e),
             (_, Err(e)) => return Err(e),
         };
+        let begun = *begun;
         self.blocking(move |inner| {
             let pack_name = inner.publish(begun, &ingested, &mut absorbed)?;
-            let source = Source::Streamed {
-                absorbed,
-                pack_name,
-            };
-            inner.commit(
-                begun,
-                &req.user,
-                &req.precondition,
-                req.idempotency_key.as_ref(),
-                &req.principal,
-                ingested.digest,
-                ingested.size,
-                ingested.storage_version,
-                &source,
+            Ok((
+                ingested,
+                Arc::new(Staged {
+                    absorbed,
+                    pack_name,
+                }),
+            ))
+        })
+        .await
+    }
+
+    async fn read_back(&self, what: ReadBack<'_, Arc<Staged>>) -> Result<(), PutError> {
+        match what {
+            ReadBack::Staged(staged) => {
+                let staged = staged.clone();
+                self.blocking(move |inner| inner.read_back_staged(&staged))
+                    .await
+            }
+            ReadBack::Image(digest) => {
+                let digest = *digest;
+                self.blocking(move |inner| inner.verify_image(&digest))
+                    .await
+            }
+        }
+    }
+
+    async fn commit(
+        &self,
+        begun: &Begun,
+        proposal: Proposal<Arc<Staged>>,
+    ) -> Result<PutOutcome, PutError> {
+        let begun = *begun;
+        self.blocking(move |inner| inner.commit(begun, &proposal))
+            .await
+    }
+
+    async fn abandon(&self, begun: &Begun, intent: &Intent, err: &PutError) {
+        let (begun, intent, err) = (*begun, intent.clone(), refusal_clone(err));
+        let _ = self
+            .blocking(move |inner| {
+                inner.abandon(begun, &intent, &err);
+                Ok::<_, StorageError>(())
+            })
+            .await;
+    }
+
+    async fn revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<Option<RevisionInfo>, StorageError> {
+        let (user, revision) = (user.clone(), revision.clone());
+        self.blocking(move |inner| {
+            inner.with_reader(|conn| {
+                conn.prepare_cached(&format!(
+                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"
+                ))?
+                .query_row(params![user.as_str(), revision.as_str()], info_row)
+                .optional()
+                .map_err(StorageError::from)
+            })
+        })
+        .await
+    }
+
+    async fn ledger_refusal(&self, intent: &Intent, err: &PutError) -> Result<(), StorageError> {
+        let (intent, err) = (intent.clone(), refusal_clone(err));
+        self.blocking(move |inner| {
+            let conn = inner.writer();
+            record_verdict(
+                &conn,
+                &intent.user,
+                &intent.principal,
+                inner.now(),
+                Err(&err),
             )
+            .map_err(StorageError::from)
         })
         .await
     }
@@ -1365,63 +1382,11 @@ impl RevStore for SqliteStore {
     where
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
-        self.put_inner(request, body).await
+        protocol::put(self, request, body).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {
-        self.blocking(move |inner| {
-            let now = inner.now();
-            let source = inner.with_reader(|conn| {
-                conn.prepare_cached(&format!(
-                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = ?1 AND revision = ?2"
-                ))?
-                .query_row(
-                    params![request.user.as_str(), request.from.as_str()],
-                    info_row,
-                )
-                .optional()
-            })?;
-            let Some(source) = source.filter(|s| s.retained) else {
-                let conn = inner.writer();
-                record_verdict(
-                    &conn,
-                    &request.user,
-                    &request.principal,
-                    now,
-                    Err(&PutError::NotFound),
-                )?;
-                return Err(PutError::NotFound);
-            };
-            let begun = inner.begin(
-                &request.user,
-                &request.precondition,
-                request.idempotency_key.as_ref(),
-                &request.principal,
-                Some(source.digest),
-            )?;
-            let result = (|| {
-                inner.verify_image(&source.digest)?;
-                let src = Source::Existing {
-                    restored_from: request.from.clone(),
-                };
-                inner.commit(
-                    begun,
-                    &request.user,
-                    &request.precondition,
-                    request.idempotency_key.as_ref(),
-                    &request.principal,
-                    source.digest,
-                    source.size,
-                    source.storage_version,
-                    &src,
-                )
-            })();
-            if let Err(err) = &result {
-                inner.abandon(begun, &request.user, &request.principal, err);
-            }
-            result
-        })
-        .await
+        protocol::restore(self, request).await
     }
 
     async fn head(&self, user: &UserId) -> Result<RevisionInfo, ReadError> {

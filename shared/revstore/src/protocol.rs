@@ -1,0 +1,301 @@
+//! The store's protocol, written once: the order of a put and of a restore, as one driver over the
+//! few storage primitives every backend implements.
+//!
+//! A put follows Coven's publication order, and every backend follows it because none of them
+//! spells it out: [`put`] and [`restore`] call the backend's [`Primitives`] in this order and
+//! nothing else does.
+//!
+//! 1. [`Primitives::begin`]: in one durable step, load the user's [`Facts`], let the early
+//!    decision ([`Intent::early`]) refuse a put that cannot succeed (the refusal is ledgered in the
+//!    same step), or write the publication record that marks the put as in flight.
+//! 2. Stream the body in ([`chunk::ingest`]: quota, SHA-256, chunking) into the backend's
+//!    [`Primitives::Sink`].
+//! 3. [`Primitives::publish`]: record the image in the publication record, then make the put's new
+//!    objects durable, create-once (an occupied address must already hold the same bytes).
+//! 4. [`Primitives::read_back`]: read every object the image needs back and check each chunk
+//!    against its address ([`chunk::check`]); nothing moves the pointer before this holds.
+//! 5. [`Primitives::commit`]: one transaction deletes the publication record (a put whose record
+//!    reclamation took as an orphan may not land), loads the facts again, takes the decision
+//!    ([`Proposal::decide`]: the pure rule of [`crate::cas`]), and on acceptance creates the image
+//!    record create-once, swaps the pointer and appends the history and ledger rows
+//!    ([`Proposal::accepted`] names the new revision).
+//! 6. Whatever fails after step 1 goes to [`Primitives::abandon`], which clears the publication
+//!    record and ledgers the refusal if it is one ([`PutError::is_ledgered`]).
+//!
+//! A restore is the same from step 4 on, with the retained revision's image as the source
+//! (copy-forward: the bytes are never touched, only a new revision names them).
+//!
+//! The primitives are deliberately small and say nothing about order: a backend is its storage
+//! layout plus these steps, and the conformance suite checks each backend feeds the decisions the
+//! right facts.
+
+use std::{future::Future, io};
+
+use bytes::Bytes;
+use futures::Stream;
+
+use crate::{
+    cas::{self, Facts},
+    chunk::{self, ChunkSink, Ingested},
+    error::{PutError, StorageError},
+    types::{
+        Digest, IdempotencyKey, Precondition, Principal, PutOutcome, PutRequest, RestoreRequest,
+        Revision, RevisionInfo, Timestamp, UserId,
+    },
+};
+
+pub(crate) use cas::Decision;
+
+/// What a put or restore asks for, before any byte is read.
+#[derive(Clone, Debug)]
+pub(crate) struct Intent {
+    pub(crate) user: UserId,
+    pub(crate) precondition: Precondition,
+    pub(crate) key: Option<IdempotencyKey>,
+    pub(crate) principal: Principal,
+    /// The image the write publishes when it is known up front (a restore's source), so that
+    /// reclamation protects it from the publication record on.
+    pub(crate) image: Option<Digest>,
+}
+
+impl Intent {
+    fn of_put(request: &PutRequest) -> Self {
+        Self {
+            user: request.user.clone(),
+            precondition: request.precondition.clone(),
+            key: request.idempotency_key.clone(),
+            principal: request.principal.clone(),
+            image: None,
+        }
+    }
+
+    /// The refusal of a write that cannot succeed whatever its bytes; `facts` is `None` for a user
+    /// the store has never seen.
+    pub(crate) fn early(&self, facts: Option<&Facts>) -> Option<PutError> {
+        match facts {
+            None => Some(PutError::NotFound),
+            Some(facts) => cas::early(&self.precondition, facts),
+        }
+    }
+
+    /// The revision the writer builds on.
+    pub(crate) fn base(&self) -> Option<&Revision> {
+        self.precondition.base()
+    }
+}
+
+/// What a commit makes current.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Image {
+    pub(crate) digest: Digest,
+    pub(crate) size: u64,
+    pub(crate) storage_version: Option<u32>,
+}
+
+/// Where the image of a commit comes from.
+#[derive(Debug)]
+pub(crate) enum Source<S> {
+    /// Streamed by this put: what [`Primitives::publish`] produced.
+    Streamed(S),
+    /// A retained revision's image (restore).
+    Existing { restored_from: Revision },
+}
+
+/// What [`Primitives::read_back`] checks.
+#[derive(Debug)]
+pub(crate) enum ReadBack<'a, S> {
+    /// Every chunk of a streamed put, wherever it is stored.
+    Staged(&'a S),
+    /// Every chunk of a stored image.
+    Image(&'a Digest),
+}
+
+/// A write ready to commit.
+#[derive(Debug)]
+pub(crate) struct Proposal<S> {
+    pub(crate) intent: Intent,
+    pub(crate) image: Image,
+    pub(crate) source: Source<S>,
+}
+
+impl<S> Proposal<S> {
+    /// The decision, taken inside the commit transaction with the facts as they are there.
+    pub(crate) fn decide(&self, facts: Option<&Facts>) -> Decision {
+        match facts {
+            None => Decision::Refuse(PutError::NotFound),
+            Some(facts) => cas::decide(&self.intent.precondition, facts, &self.image.digest),
+        }
+    }
+
+    /// The revision an accepted write becomes: the user's `seq`-th, accepted `at`.
+    pub(crate) fn accepted(&self, seq: u64, at: Timestamp) -> Result<RevisionInfo, StorageError> {
+        Ok(RevisionInfo {
+            revision: Revision::generate(seq)?,
+            digest: self.image.digest,
+            size: self.image.size,
+            accepted_at: at,
+            principal: self.intent.principal.clone(),
+            storage_version: self.image.storage_version,
+            base: self.intent.base().cloned(),
+            restored_from: self.restored_from().cloned(),
+            retained: true,
+        })
+    }
+
+    /// The revision a restore copies forward.
+    pub(crate) fn restored_from(&self) -> Option<&Revision> {
+        match &self.source {
+            Source::Existing { restored_from } => Some(restored_from),
+            Source::Streamed(_) => None,
+        }
+    }
+}
+
+/// The storage steps of one backend. Each is one durable step of its own; the order is
+/// [`put`]'s and [`restore`]'s.
+pub(crate) trait Primitives: Send + Sync {
+    /// A durable publication record.
+    type Publication: Send + Sync;
+    /// Where the chunks of a put go as they stream in.
+    type Sink: ChunkSink + Send;
+    /// A put's objects once durable: what read-back and commit need to know about them.
+    type Staged: Send + Sync;
+
+    /// The chunk size of this store (fixed when it was created).
+    fn chunk_size(&self) -> usize;
+
+    /// The per-user quota on one image.
+    fn quota(&self) -> u64;
+
+    /// Loads the facts, refuses with [`Intent::early`] (ledgering the refusal), or writes the
+    /// publication record.
+    fn begin(
+        &self,
+        intent: &Intent,
+    ) -> impl Future<Output = Result<Self::Publication, PutError>> + Send;
+
+    /// A sink for the put's chunks.
+    fn sink(&self, publication: &Self::Publication) -> Self::Sink;
+
+    /// Takes the ingest's outcome and, if it succeeded, records the image in the publication
+    /// record and makes the new objects durable, create-once.
+    fn publish(
+        &self,
+        publication: &Self::Publication,
+        sink: Self::Sink,
+        ingested: Result<Ingested, PutError>,
+    ) -> impl Future<Output = Result<(Ingested, Self::Staged), PutError>> + Send;
+
+    /// Reads the objects back and checks every chunk against its address.
+    fn read_back(
+        &self,
+        what: ReadBack<'_, Self::Staged>,
+    ) -> impl Future<Output = Result<(), PutError>> + Send;
+
+    /// The commit transaction (step 5 of the module docs).
+    fn commit(
+        &self,
+        publication: &Self::Publication,
+        proposal: Proposal<Self::Staged>,
+    ) -> impl Future<Output = Result<PutOutcome, PutError>> + Send;
+
+    /// Clears the publication record of a write that stopped before it landed, ledgering the
+    /// refusal if it is one. Failing to is logged, not returned: the record then goes as an
+    /// orphan.
+    fn abandon(
+        &self,
+        publication: &Self::Publication,
+        intent: &Intent,
+        err: &PutError,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// One of the user's revisions, if the store still has it.
+    fn revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> impl Future<Output = Result<Option<RevisionInfo>, StorageError>> + Send;
+
+    /// Ledgers a refusal that happened before any publication record existed.
+    fn ledger_refusal(
+        &self,
+        intent: &Intent,
+        err: &PutError,
+    ) -> impl Future<Output = Result<(), StorageError>> + Send;
+}
+
+/// Streams a new image in and, if the precondition holds, makes it the user's current revision.
+pub(crate) async fn put<P, B>(
+    store: &P,
+    request: PutRequest,
+    body: B,
+) -> Result<PutOutcome, PutError>
+where
+    P: Primitives,
+    B: Stream<Item = io::Result<Bytes>> + Send,
+{
+    let intent = Intent::of_put(&request);
+    let publication = store.begin(&intent).await?;
+    let result = async {
+        let mut sink = store.sink(&publication);
+        let ingested = chunk::ingest(body, store.quota(), store.chunk_size(), &mut sink).await;
+        let (ingested, staged) = store.publish(&publication, sink, ingested).await?;
+        store.read_back(ReadBack::Staged(&staged)).await?;
+        let proposal = Proposal {
+            intent: intent.clone(),
+            image: Image {
+                digest: ingested.digest,
+                size: ingested.size,
+                storage_version: ingested.storage_version,
+            },
+            source: Source::Streamed(staged),
+        };
+        store.commit(&publication, proposal).await
+    }
+    .await;
+    if let Err(err) = &result {
+        store.abandon(&publication, &intent, err).await;
+    }
+    result
+}
+
+/// Copies a retained revision's bytes forward as a new revision.
+pub(crate) async fn restore<P: Primitives>(
+    store: &P,
+    request: RestoreRequest,
+) -> Result<PutOutcome, PutError> {
+    let mut intent = Intent {
+        user: request.user,
+        precondition: request.precondition,
+        key: request.idempotency_key,
+        principal: request.principal,
+        image: None,
+    };
+    let source = store.revision(&intent.user, &request.from).await?;
+    let Some(source) = source.filter(|s| s.retained) else {
+        store.ledger_refusal(&intent, &PutError::NotFound).await?;
+        return Err(PutError::NotFound);
+    };
+    intent.image = Some(source.digest);
+    let publication = store.begin(&intent).await?;
+    let result = async {
+        store.read_back(ReadBack::Image(&source.digest)).await?;
+        let proposal = Proposal {
+            intent: intent.clone(),
+            image: Image {
+                digest: source.digest,
+                size: source.size,
+                storage_version: source.storage_version,
+            },
+            source: Source::Existing {
+                restored_from: request.from,
+            },
+        };
+        store.commit(&publication, proposal).await
+    }
+    .await;
+    if let Err(err) = &result {
+        store.abandon(&publication, &intent, err).await;
+    }
+    result
+}
