@@ -165,6 +165,7 @@ mod config;
 mod error;
 mod mem;
 mod migrate;
+mod pack;
 #[cfg(feature = "postgres")]
 mod pg;
 mod protocol;

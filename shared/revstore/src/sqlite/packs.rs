@@ -15,12 +15,13 @@ use std::{
 };
 
 use bytes::Bytes;
-use sha2::{Digest as _, Sha256};
 
+pub(crate) use crate::pack::{
+    ChunkLoc, Extent, coalesce, decode_extents, encode_extents, expand, is_pack_name, pack_name,
+    prefix,
+};
 use crate::types::Digest;
 
-/// Suffix of pack files; anything else in `packs/` makes reclamation refuse.
-pub(crate) const PACK_SUFFIX: &str = ".pack";
 
 /// The largest read a verification issues at once.
 pub(crate) const READ_PIECE: usize = 1 << 20;
@@ -84,113 +85,6 @@ impl Drop for TempPack {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
     }
-}
-
-/// The content address of a pack holding `chunks` in this order.
-pub(crate) fn pack_name(chunks: &[(Digest, u64, u32)]) -> String {
-    let mut h = Sha256::new();
-    for (digest, _, _) in chunks {
-        h.update(digest.as_bytes());
-    }
-    format!("{}{PACK_SUFFIX}", hex::encode(h.finalize()))
-}
-
-/// Whether `name` is a well-formed pack file name.
-pub(crate) fn is_pack_name(name: &str) -> bool {
-    name.strip_suffix(PACK_SUFFIX)
-        .is_some_and(|stem| stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// Where one chunk of an image is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ChunkLoc {
-    pub(crate) pack: i64,
-    pub(crate) offset: u64,
-    pub(crate) len: u32,
-}
-
-/// A run of consecutive bytes in one pack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Extent {
-    pub(crate) pack: i64,
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-}
-
-/// Merges per-chunk locations into runs: a first revision is a single extent, and a revision with
-/// 1% of its pages changed is a few hundred.
-pub(crate) fn coalesce(locs: &[ChunkLoc]) -> Vec<Extent> {
-    let mut out: Vec<Extent> = Vec::new();
-    for loc in locs {
-        match out.last_mut() {
-            Some(last) if last.pack == loc.pack && last.offset + last.len == loc.offset => {
-                last.len += u64::from(loc.len)
-            }
-            _ => out.push(Extent {
-                pack: loc.pack,
-                offset: loc.offset,
-                len: u64::from(loc.len),
-            }),
-        }
-    }
-    out
-}
-
-pub(crate) fn encode_extents(extents: &[Extent]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(extents.len() * 24);
-    for e in extents {
-        out.extend_from_slice(&e.pack.to_le_bytes());
-        out.extend_from_slice(&e.offset.to_le_bytes());
-        out.extend_from_slice(&e.len.to_le_bytes());
-    }
-    out
-}
-
-pub(crate) fn decode_extents(bytes: &[u8]) -> Option<Vec<Extent>> {
-    if !bytes.len().is_multiple_of(24) {
-        return None;
-    }
-    let word = |b: &[u8]| <[u8; 8]>::try_from(b).ok();
-    bytes
-        .chunks_exact(24)
-        .map(|c| {
-            Some(Extent {
-                pack: i64::from_le_bytes(word(&c[0..8])?),
-                offset: u64::from_le_bytes(word(&c[8..16])?),
-                len: u64::from_le_bytes(word(&c[16..24])?),
-            })
-        })
-        .collect()
-}
-
-/// Splits extents back into per-chunk locations, given the chunk size and the image size.
-pub(crate) fn expand(extents: &[Extent], chunk_size: u64) -> Vec<ChunkLoc> {
-    let mut out = Vec::new();
-    for e in extents {
-        let mut off = 0;
-        while off < e.len {
-            let len = chunk_size.min(e.len - off);
-            out.push(ChunkLoc {
-                pack: e.pack,
-                offset: e.offset + off,
-                len: len as u32,
-            });
-            off += len;
-        }
-    }
-    out
-}
-
-/// The leading chunks of an image that together hold at least its first `len` bytes (all of
-/// them when the image is shorter).
-pub(crate) fn prefix(locs: &[ChunkLoc], len: u64) -> &[ChunkLoc] {
-    let mut covered = 0u64;
-    let mut n = 0;
-    while n < locs.len() && covered < len {
-        covered += u64::from(locs[n].len);
-        n += 1;
-    }
-    &locs[..n]
 }
 
 /// Reads the given chunks, checking each against its address, and returns their bytes in order;
