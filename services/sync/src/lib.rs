@@ -61,8 +61,8 @@ use snug_proto::sync::v1::{
     sync_service_server::{SyncService, SyncServiceServer},
 };
 use snug_revstore::{
-    AnyStore, DEFAULT_QUOTA_BYTES, OpenError, PgConfig, PgStore, PutError, PutRequest,
-    RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
+    AnyStore, DEFAULT_QUOTA_BYTES, ObjectsConfig, OpenError, PgConfig, PgStore, PutError,
+    PutRequest, RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
 };
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
@@ -143,6 +143,14 @@ pub struct SyncConfig {
         default_value_t = 16
     )]
     pub postgres_pool_size: usize,
+    /// Keep image bytes in this S3-compatible bucket, `s3://BUCKET/PREFIX`, instead of PostgreSQL
+    /// rows (with `--store postgres`). Endpoint, region, path-style and credentials come from the
+    /// standard variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), a CA file for an https
+    /// endpoint from `AWS_CA_BUNDLE`; plain http only to a loopback endpoint or with
+    /// `AWS_ALLOW_HTTP=true`.
+    #[arg(long = "objects", env = "SNUG_SYNC_OBJECTS", value_parser = objects_from_env)]
+    pub objects: Option<ObjectsConfig>,
     /// Per-user quota on one image, in bytes; an image of exactly this size is accepted.
     #[arg(long = "sync-quota-bytes", env = "SNUG_SYNC_QUOTA_BYTES", default_value_t = DEFAULT_QUOTA_BYTES)]
     pub quota_bytes: u64,
@@ -170,6 +178,7 @@ impl Default for SyncConfig {
             postgres_url: None,
             postgres_schema: None,
             postgres_pool_size: 16,
+            objects: None,
             quota_bytes: DEFAULT_QUOTA_BYTES,
             keep_revisions: 5,
             grace: retention.grace,
@@ -217,6 +226,11 @@ pub enum OpenStoreError {
     /// `--store postgres` without a connection string.
     #[error("--store postgres needs {POSTGRES_URL_ENV} (a postgresql:// URL or key=value string)")]
     MissingPostgresUrl,
+    /// `--objects` names a bucket for the embedded store, which keeps its bytes in pack files.
+    #[error(
+        "--objects needs --store postgres: the embedded store keeps its bytes under the data directory"
+    )]
+    ObjectsNeedPostgres,
     /// The embedded store could not be opened.
     #[error("cannot open the embedded sync store in {}", dir.display())]
     Sqlite {
@@ -231,10 +245,19 @@ pub enum OpenStoreError {
     Postgres(#[source] OpenError),
 }
 
+/// `--objects URL`, with the rest of the bucket's settings from the standard `AWS_*` variables.
+fn objects_from_env(url: &str) -> Result<ObjectsConfig, String> {
+    if !url.starts_with("s3://") {
+        return Err(format!("{url:?} is not s3://BUCKET/PREFIX"));
+    }
+    Ok(ObjectsConfig::new(url).with_env(std::env::vars()))
+}
+
 /// Opens (creating and migrating as needed) the store the configuration names.
 pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError> {
     let store_config = config.store_config();
     match config.store {
+        Backend::Sqlite if config.objects.is_some() => Err(OpenStoreError::ObjectsNeedPostgres),
         Backend::Sqlite => {
             let dir = config.sqlite_dir.clone();
             let open_dir = dir.clone();
@@ -262,10 +285,16 @@ pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError>
                 schema: config.postgres_schema.clone(),
                 pool_size: config.postgres_pool_size,
             };
-            let store = PgStore::connect(pg, store_config)
-                .await
-                .map_err(OpenStoreError::Postgres)?;
-            tracing::info!(schema = ?config.postgres_schema, "sync store: postgres");
+            let store = match &config.objects {
+                None => PgStore::connect(pg, store_config).await,
+                Some(objects) => PgStore::connect_with_objects(pg, objects, store_config).await,
+            }
+            .map_err(OpenStoreError::Postgres)?;
+            tracing::info!(
+                schema = ?config.postgres_schema,
+                objects = config.objects.as_ref().map(|o| o.url.as_str()),
+                "sync store: postgres"
+            );
             Ok(AnyStore::Postgres(store))
         }
     }

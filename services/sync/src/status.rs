@@ -107,6 +107,17 @@ pub fn storage_error(err: StorageError) -> Status {
                 [],
             )
         }
+        StorageError::Full(cause) => {
+            // One fixed message and field an alert can match; counted by the request metrics
+            // under reason="STORAGE_FULL".
+            tracing::error!(alert = "STORAGE_FULL", error = %cause, "the sync store is out of space; make room or grow its volume");
+            from_reason(
+                &reasons::STORAGE_FULL,
+                DOMAIN,
+                "the storage is out of space; an operator must make room",
+                [],
+            )
+        }
         StorageError::Corrupt { object } => {
             tracing::error!(object, "stored bytes failed verification");
             from_reason(

@@ -212,6 +212,7 @@ pub const ALL: &[&Reason] = &[
     &sync::IMAGE_CONFLICT,
     &sync::STORAGE_UNAVAILABLE,
     &sync::STORAGE_CORRUPT,
+    &sync::STORAGE_FULL,
     // The gateway's own.
     &gateway::UNAUTHENTICATED,
     &gateway::CSRF_REJECTED,

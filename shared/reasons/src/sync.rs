@@ -105,6 +105,16 @@ pub const STORAGE_CORRUPT: Reason = sync(
     "stored bytes failed verification against their address",
 );
 
+/// The storage is out of space: a full disk or quota under the embedded store, or a database that
+/// cannot grow. Not retryable: nothing a client does clears it, and telling every client to retry
+/// each second would only add load; an operator must make room (the hub logs it and counts it).
+pub const STORAGE_FULL: Reason = sync(
+    "STORAGE_FULL",
+    GrpcCode::ResourceExhausted,
+    http(507, "STORAGE_FULL", false),
+    "the storage is out of space; an operator must make room",
+);
+
 /// The domain `snug.sync` and its reasons, in sync.proto's order.
 pub const DOMAIN: Domain = Domain {
     name: "snug.sync",
@@ -119,6 +129,7 @@ pub const DOMAIN: Domain = Domain {
         &IMAGE_CONFLICT,
         &STORAGE_UNAVAILABLE,
         &STORAGE_CORRUPT,
+        &STORAGE_FULL,
         &INVALID_ARGUMENT,
         &INTERNAL,
     ],

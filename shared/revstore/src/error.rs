@@ -34,6 +34,8 @@ pub mod reason {
     pub const STORAGE_UNAVAILABLE: &str = snug_reasons::sync::STORAGE_UNAVAILABLE.name;
     /// Stored bytes failed verification.
     pub const STORAGE_CORRUPT: &str = snug_reasons::sync::STORAGE_CORRUPT.name;
+    /// The storage is out of space; only an operator can clear it.
+    pub const STORAGE_FULL: &str = snug_reasons::sync::STORAGE_FULL.name;
     /// Reclamation refused: the object listing was incomplete.
     pub const LISTING_INCOMPLETE: &str = "LISTING_INCOMPLETE";
     /// Reclamation refused: an object in the listing could not be identified.
@@ -42,6 +44,8 @@ pub mod reason {
     pub const SCHEMA_TOO_NEW: &str = "SCHEMA_TOO_NEW";
     /// An applied migration differs from the one this binary carries.
     pub const MIGRATION_CHANGED: &str = "MIGRATION_CHANGED";
+    /// The store keeps its image bytes somewhere other than where it is configured to.
+    pub const BYTES_ELSEWHERE: &str = "BYTES_ELSEWHERE";
     /// Another process holds the embedded store's directory.
     pub const STORE_LOCKED: &str = "STORE_LOCKED";
 }
@@ -80,6 +84,10 @@ pub enum StorageError {
         /// Which object: e.g. `chunk <hex>` or `pack <name>`.
         object: String,
     },
+    /// The storage is out of space (a full disk or file-system quota, or a database that cannot
+    /// grow): retrying will not help until an operator makes room.
+    #[error("storage is full")]
+    Full(#[source] BoxError),
 }
 
 impl StorageError {
@@ -88,6 +96,7 @@ impl StorageError {
         match self {
             StorageError::Unavailable(_) => reason::STORAGE_UNAVAILABLE,
             StorageError::Corrupt { .. } => reason::STORAGE_CORRUPT,
+            StorageError::Full(_) => reason::STORAGE_FULL,
         }
     }
 
@@ -96,15 +105,34 @@ impl StorageError {
     }
 }
 
+/// `ENOSPC` and `EDQUOT`: no room on the file system, or none left in the owner's quota.
+const OUT_OF_SPACE: [i32; 2] = [28, 122];
+
 impl From<io::Error> for StorageError {
     fn from(e: io::Error) -> Self {
-        StorageError::Unavailable(Box::new(e))
+        if e.kind() == io::ErrorKind::StorageFull
+            || e.raw_os_error().is_some_and(|c| OUT_OF_SPACE.contains(&c))
+        {
+            StorageError::Full(Box::new(e))
+        } else {
+            StorageError::Unavailable(Box::new(e))
+        }
     }
 }
 
 impl From<rusqlite::Error> for StorageError {
     fn from(e: rusqlite::Error) -> Self {
-        StorageError::Unavailable(Box::new(e))
+        // SQLite reports a full disk as SQLITE_FULL, and an I/O error whose extended code says
+        // the write failed for want of space the same way on some paths.
+        let full = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull
+        );
+        if full {
+            StorageError::Full(Box::new(e))
+        } else {
+            StorageError::Unavailable(Box::new(e))
+        }
     }
 }
 
@@ -123,7 +151,12 @@ impl From<tokio::task::JoinError> for StorageError {
 #[cfg(feature = "postgres")]
 impl From<tokio_postgres::Error> for StorageError {
     fn from(e: tokio_postgres::Error) -> Self {
-        StorageError::Unavailable(Box::new(e))
+        // Class 53: insufficient resources; 53100 is disk_full.
+        if e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL) {
+            StorageError::Full(Box::new(e))
+        } else {
+            StorageError::Unavailable(Box::new(e))
+        }
     }
 }
 
@@ -319,6 +352,15 @@ pub enum OpenError {
     /// Another process has the embedded store open.
     #[error("the store directory is in use by another process")]
     Locked,
+    /// The store keeps its image bytes in one place (PostgreSQL rows, or one bucket and prefix)
+    /// and was opened configured with another: opening it would hide every image.
+    #[error("the store keeps its image bytes in {recorded}, but is configured with {configured}")]
+    BytesElsewhere {
+        /// Where the store's bytes are: `postgres` or `s3://BUCKET/PREFIX`.
+        recorded: String,
+        /// Where the configuration says.
+        configured: String,
+    },
     /// The storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -331,6 +373,7 @@ impl OpenError {
             OpenError::SchemaTooNew { .. } => reason::SCHEMA_TOO_NEW,
             OpenError::MigrationChanged { .. } => reason::MIGRATION_CHANGED,
             OpenError::Locked => reason::STORE_LOCKED,
+            OpenError::BytesElsewhere { .. } => reason::BYTES_ELSEWHERE,
             OpenError::Storage(e) => e.reason(),
         }
     }

@@ -165,6 +165,8 @@ mod config;
 mod error;
 mod mem;
 mod migrate;
+#[cfg(feature = "postgres")]
+mod objects;
 mod pack;
 #[cfg(feature = "postgres")]
 mod pg;
@@ -178,6 +180,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{DEFAULT_CHUNK_SIZE, DEFAULT_QUOTA_BYTES, Faults, Retention, StoreConfig};
 pub use error::{InvalidToken, OpenError, PutError, ReadError, ReclaimError, StorageError, reason};
 pub use mem::MemStore;
+#[cfg(feature = "postgres")]
+pub use objects::{ObjectsConfig, PACK_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::{PgConfig, PgStore};
 pub use sqlite::SqliteStore;

@@ -43,6 +43,10 @@ pub(crate) const POSTGRES: &[Migration] = &[
         version: STORAGE_VERSION,
         sql: include_str!("../migrations/postgres/0002_storage_version.sql"),
     },
+    Migration {
+        version: 3,
+        sql: include_str!("../migrations/postgres/0003_pack_objects.sql"),
+    },
 ];
 
 /// The migration that adds `revisions.storage_version`. PostgreSQL backfills it in the

@@ -121,4 +121,3 @@ pub(crate) fn prefix(locs: &[ChunkLoc], len: u64) -> &[ChunkLoc] {
     }
     &locs[..n]
 }
-

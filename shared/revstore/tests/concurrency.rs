@@ -114,3 +114,12 @@ async fn sixteen_writers_on_one_user_postgres() {
     };
     race(fx.store).await;
 }
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_writers_on_one_user_postgres_objects() {
+    let Some(fx) = pg_objects(Tune::default()).await else {
+        return;
+    };
+    race(fx.store).await;
+}

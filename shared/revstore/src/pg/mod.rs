@@ -14,12 +14,15 @@ use futures::Stream;
 use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, NoTls, Row};
 
+mod packs;
+
 use crate::{
     cas::{Accepted, Facts},
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     migrate,
+    objects::{Objects, ObjectsConfig},
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
     store::{ImageBody, ImageDownload, RevStore},
     types::{
@@ -32,6 +35,9 @@ use crate::{
 
 /// Chunks fetched or inserted per statement.
 const CHUNK_BATCH: usize = 256;
+
+/// `store_meta.chunks_in` of a store whose chunk bytes are `bytea` rows.
+const ROWS: &str = "postgres";
 
 /// How to reach the database.
 #[derive(Clone, Debug)]
@@ -61,6 +67,8 @@ impl std::fmt::Debug for PgStore {
 
 struct Inner {
     pool: Pool,
+    /// Where chunk bytes live when not in the `chunks` rows: the object store's pack objects.
+    objects: Option<Objects>,
     config: StoreConfig,
     chunk_size: usize,
     schema: Option<String>,
@@ -81,13 +89,27 @@ impl PgStore {
     ///
     /// Several replicas may call this at once: migrations run under an advisory lock.
     pub async fn connect(pg: PgConfig, config: StoreConfig) -> Result<Self, OpenError> {
-        Self::connect_migrating(pg, config, migrate::POSTGRES).await
+        Self::connect_migrating(pg, None, config, migrate::POSTGRES).await
+    }
+
+    /// [`PgStore::connect`] for a store whose chunk bytes live in an S3-compatible bucket (pack
+    /// objects) while PostgreSQL keeps everything else. A store keeps the bytes where it was
+    /// created to keep them: opening it with another bucket, or a store with its bytes in rows
+    /// with a bucket (or the reverse), is refused.
+    pub async fn connect_with_objects(
+        pg: PgConfig,
+        objects: &ObjectsConfig,
+        config: StoreConfig,
+    ) -> Result<Self, OpenError> {
+        let objects = Objects::open(objects)?;
+        Self::connect_migrating(pg, Some(objects), config, migrate::POSTGRES).await
     }
 
     /// [`PgStore::connect`], applying only the migrations of `known` (tests open a store as an
     /// earlier release left it).
     async fn connect_migrating(
         pg: PgConfig,
+        objects: Option<Objects>,
         config: StoreConfig,
         known: &[migrate::Migration],
     ) -> Result<Self, OpenError> {
@@ -161,6 +183,26 @@ impl PgStore {
             )
             .await
             .map_err(StorageError::from)?;
+            // Where the bytes live is fixed when the first image is stored; a store that already
+            // holds images from before this key existed keeps them in rows.
+            let wanted = objects.as_ref().map_or(ROWS, Objects::location);
+            tx.execute(
+                "INSERT INTO store_meta (key, value) SELECT 'chunks_in', CASE WHEN EXISTS (SELECT 1 FROM images) THEN $2 ELSE $1 END ON CONFLICT (key) DO NOTHING",
+                &[&wanted, &ROWS],
+            )
+            .await
+            .map_err(StorageError::from)?;
+            let recorded: String = tx
+                .query_one("SELECT value FROM store_meta WHERE key = 'chunks_in'", &[])
+                .await
+                .map_err(StorageError::from)?
+                .get(0);
+            if recorded != wanted {
+                return Err(OpenError::BytesElsewhere {
+                    recorded,
+                    configured: wanted.to_owned(),
+                });
+            }
             tx.commit().await.map_err(StorageError::from)?;
         }
         let chunk_size: String = client
@@ -175,6 +217,7 @@ impl PgStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                objects,
                 config,
                 chunk_size,
                 schema: pg.schema,
@@ -392,6 +435,27 @@ async fn fetch_chunks<C: GenericClient + Sync>(
         .collect()
 }
 
+/// Where a put's chunks go: `bytea` rows, or packs in the object store.
+pub(crate) enum Sink {
+    Rows(PgSink),
+    Packs(packs::PackSink),
+}
+
+impl ChunkSink for Sink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        match self {
+            Sink::Rows(s) => s.accept(chunks).await,
+            Sink::Packs(s) => s.accept(chunks).await,
+        }
+    }
+}
+
+/// A put's chunks once stored: the manifest (rows), or the manifest and the packs' layout.
+pub(crate) enum Staged {
+    Rows(Vec<Digest>),
+    Packs(packs::Staged),
+}
+
 /// Inserts chunks create-once as they stream in.
 pub(crate) struct PgSink {
     pool: Pool,
@@ -483,7 +547,7 @@ impl PgStore {
     async fn commit_publication(
         &self,
         publication: i64,
-        proposal: &Proposal<Vec<Digest>>,
+        proposal: &Proposal<Staged>,
     ) -> Result<PutOutcome, PutError> {
         let now = self.now();
         let intent = &proposal.intent;
@@ -522,7 +586,11 @@ impl PgStore {
                     replayed: true,
                 });
             }
-            (Decision::Accept, Source::Streamed(manifest)) => {
+            (Decision::Accept, Source::Streamed(Staged::Packs(staged))) => {
+                self.register_image(&*tx, &digest, size, staged, now)
+                    .await?;
+            }
+            (Decision::Accept, Source::Streamed(Staged::Rows(manifest))) => {
                 let distinct: HashSet<&Digest> = manifest.iter().collect();
                 let keys: Vec<&[u8]> = distinct.iter().map(|d| d.as_bytes().as_slice()).collect();
                 let present: i64 = tx
@@ -705,6 +773,10 @@ impl PgStore {
             pool: Some(self.inner.pool.clone()),
             id: lease,
         };
+        if self.inner.objects.is_some() {
+            let body = self.pack_body(&info.digest, lease).await?;
+            return Ok(ImageDownload { info, body });
+        }
         let (_, manifest) = self
             .manifest_of(&info.digest)
             .await?
@@ -787,8 +859,8 @@ impl Drop for PgLease {
 
 impl Primitives for PgStore {
     type Publication = i64;
-    type Sink = PgSink;
-    type Staged = Vec<Digest>;
+    type Sink = Sink;
+    type Staged = Staged;
 
     fn chunk_size(&self) -> usize {
         self.inner.chunk_size
@@ -802,22 +874,33 @@ impl Primitives for PgStore {
         self.begin_publication(intent).await
     }
 
-    fn sink(&self, _: &i64) -> PgSink {
-        PgSink {
-            pool: self.inner.pool.clone(),
-            manifest: Vec::new(),
-            seen: HashSet::new(),
-            now: self.now().unix_millis(),
+    fn sink(&self, publication: &i64) -> Sink {
+        match &self.inner.objects {
+            Some(objects) => Sink::Packs(packs::PackSink::new(
+                self.inner.pool.clone(),
+                objects.clone(),
+                *publication,
+            )),
+            None => Sink::Rows(PgSink {
+                pool: self.inner.pool.clone(),
+                manifest: Vec::new(),
+                seen: HashSet::new(),
+                now: self.now().unix_millis(),
+            }),
         }
     }
 
     async fn publish(
         &self,
         publication: &i64,
-        sink: PgSink,
+        sink: Sink,
         ingested: Result<Ingested, PutError>,
-    ) -> Result<(Ingested, Vec<Digest>), PutError> {
+    ) -> Result<(Ingested, Staged), PutError> {
         let ingested = ingested?;
+        let staged = match sink {
+            Sink::Rows(s) => Staged::Rows(s.manifest),
+            Sink::Packs(s) => Staged::Packs(s.finish().await?),
+        };
         // Record the digest: from here the image is what the put publishes.
         let client = self.client().await?;
         client
@@ -826,12 +909,25 @@ impl Primitives for PgStore {
                 &[&ingested.digest.as_bytes().as_slice(), publication],
             )
             .await?;
-        Ok((ingested, sink.manifest))
+        Ok((ingested, staged))
     }
 
-    async fn read_back(&self, what: ReadBack<'_, Vec<Digest>>) -> Result<(), PutError> {
+    async fn read_back(&self, what: ReadBack<'_, Staged>) -> Result<(), PutError> {
         match what {
-            ReadBack::Staged(manifest) => self.verify(manifest).await,
+            ReadBack::Staged(Staged::Rows(manifest)) => self.verify(manifest).await,
+            ReadBack::Staged(Staged::Packs(staged)) => self.check_reused_packs(staged).await,
+            ReadBack::Image(digest) if self.inner.objects.is_some() => {
+                self.verify_packed_image(digest)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| match e {
+                        // A restore of a reclaimed image is a missing source, not damage.
+                        StorageError::Corrupt { object } if object == format!("image {digest}") => {
+                            PutError::NotFound
+                        }
+                        e => e.into(),
+                    })
+            }
             ReadBack::Image(digest) => {
                 let (_, manifest) = self.manifest_of(digest).await?.ok_or(PutError::NotFound)?;
                 self.verify(&manifest).await
@@ -842,7 +938,7 @@ impl Primitives for PgStore {
     async fn commit(
         &self,
         publication: &i64,
-        proposal: Proposal<Vec<Digest>>,
+        proposal: Proposal<Staged>,
     ) -> Result<PutOutcome, PutError> {
         self.commit_publication(*publication, &proposal).await
     }
@@ -885,11 +981,18 @@ impl Primitives for PgStore {
 
 impl RevStore for PgStore {
     fn backend(&self) -> &'static str {
-        "postgres"
+        if self.inner.objects.is_some() {
+            "postgres+objects"
+        } else {
+            "postgres"
+        }
     }
 
     async fn health(&self) -> Result<(), StorageError> {
         self.client().await?.query_one("SELECT 1", &[]).await?;
+        if let Some(objects) = &self.inner.objects {
+            objects.health().await?;
+        }
         Ok(())
     }
 
@@ -1026,6 +1129,10 @@ impl RevStore for PgStore {
         let cutoff = now.minus(retention.grace).unix_millis();
         let orphan_cutoff = now.minus(retention.orphan_after).unix_millis();
         let mut report = ReclaimReport::default();
+        // The listing, complete or nothing, before the publication records are read: a put names
+        // each pack in its record before the pack appears, so any pack listed here that belongs
+        // to a put in flight is named by a record read below.
+        let listing = self.list_packs().await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // Exclusive: no commit checks its chunks and no download takes a lease while this runs.
@@ -1095,6 +1202,28 @@ impl RevStore for PgStore {
             .collect();
         journal(&*tx, now, ReclaimedKind::Image, &subjects, None).await?;
         report.images += subjects.len() as u64;
+        if self.inner.objects.is_some() {
+            // 4. Chunk and pack rows nothing refers to, and pack objects nothing names.
+            let doomed = self
+                .reclaim_packs(
+                    &*tx,
+                    &listing,
+                    Timestamp::from_unix_millis(orphan_cutoff),
+                    now,
+                    &mut report,
+                )
+                .await?;
+            tx.execute(
+                "DELETE FROM leases WHERE expires_at <= $1",
+                &[&now.unix_millis()],
+            )
+            .await?;
+            tx.commit().await?;
+            drop(client);
+            // Journaled and committed: only now do the objects go.
+            self.delete_packs(&doomed).await;
+            return Ok(report);
+        }
         // 4. Chunks no image refers to, older than the orphan period (younger ones may belong to
         //    a put still streaming).
         let mut live: HashSet<Vec<u8>> = HashSet::new();
@@ -1152,7 +1281,7 @@ impl RevStore for PgStore {
     async fn stats(&self) -> Result<StorageStats, StorageError> {
         let client = self.client().await?;
         let r = client
-            .query_one("SELECT (SELECT count(*) FROM images), (SELECT count(*) FROM chunks), (SELECT coalesce(sum(length(data)), 0)::bigint FROM chunks)", &[])
+            .query_one("SELECT (SELECT count(*) FROM images), (SELECT count(*) FROM chunks), (SELECT coalesce(sum(coalesce(len, length(data))), 0)::bigint FROM chunks)", &[])
             .await?;
         Ok(StorageStats {
             images: r.get::<_, i64>(0) as u64,
@@ -1189,6 +1318,28 @@ impl RevStore for PgStore {
                 continue;
             };
             report.images_checked += 1;
+            if self.inner.objects.is_some() {
+                match self.verify_packed_image(&digest).await {
+                    Ok(got) if got == size => {}
+                    Ok(_) => report
+                        .problems
+                        .push(IntegrityProblem::ImageMismatch { image: digest }),
+                    Err(StorageError::Corrupt { object }) => match object
+                        .strip_prefix("chunk ")
+                        .and_then(|hex| Digest::from_hex(hex).ok())
+                    {
+                        Some(chunk) => report.problems.push(IntegrityProblem::MissingChunk {
+                            image: digest,
+                            chunk,
+                        }),
+                        None => report
+                            .problems
+                            .push(IntegrityProblem::ImageMismatch { image: digest }),
+                    },
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
             let client = self.client().await?;
             let mut hasher = Sha256::new();
             let mut total = 0u64;

@@ -22,7 +22,6 @@ pub(crate) use crate::pack::{
 };
 use crate::types::Digest;
 
-
 /// The largest read a verification issues at once.
 pub(crate) const READ_PIECE: usize = 1 << 20;
 

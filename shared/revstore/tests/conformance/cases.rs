@@ -1214,5 +1214,5 @@ pub(crate) async fn health_reports_the_backend<
         return;
     };
     fx.store.health().await.expect("healthy");
-    assert!(["memory", "sqlite", "postgres"].contains(&fx.store.backend()));
+    assert!(["memory", "sqlite", "postgres", "postgres+objects"].contains(&fx.store.backend()));
 }

@@ -2,7 +2,8 @@
 //!
 //! `conformance_suite!(name, opener)` instantiates every case for one backend. The PostgreSQL
 //! instance runs when the crate is built with `--features postgres` and `SNUG_TEST_POSTGRES_URL`
-//! names a server; without the URL its cases return at once, so a default test run needs nothing
+//! names a server, the PostgreSQL-plus-objects instance when `SNUG_TEST_S3_URL` also names a
+//! bucket; without them their cases return at once, so a default test run needs nothing
 //! external.
 
 #[path = "../support/mod.rs"]
@@ -53,3 +54,5 @@ conformance_suite!(memory, crate::support::mem);
 conformance_suite!(sqlite, crate::support::sqlite);
 #[cfg(feature = "postgres")]
 conformance_suite!(postgres, crate::support::pg);
+#[cfg(feature = "postgres")]
+conformance_suite!(postgres_objects, crate::support::pg_objects);

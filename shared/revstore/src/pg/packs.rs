@@ -1,0 +1,675 @@
+//! The PostgreSQL store with its chunk bytes in an object store (feature `objects`): pack objects
+//! in the bucket, their index (`packs`, `chunks.pack_id/pack_offset/len`, `images.extents`) in
+//! PostgreSQL.
+//!
+//! A put's new chunks fill packs of up to [`PACK_BYTES`]; each full pack is named in the put's
+//! publication record (`publications.packs`) before it is written, then written create-once, read
+//! back and verified (`Objects::create_pack`) while the next one fills, with at most
+//! [`UPLOADS_IN_FLIGHT`] uploads at a time. Deduplicated chunks are looked up in the index as they
+//! stream in; the packs holding them are checked present (and of their recorded size) before the
+//! commit, and the commit re-checks every such chunk's row under the shared advisory lock, so a
+//! reclamation pass in between makes the put fail (`STORAGE_UNAVAILABLE`, retry) rather than land
+//! an image whose bytes are gone. The commit registers the new packs and chunks and the image's
+//! coalesced extents, so a download reads a few ranges and checks every chunk before handing it
+//! on.
+//!
+//! Reclamation journals every pack it deletes before it deletes it, in the transaction that drops
+//! the pack's row; a pack object that no row and no publication record names (a put that crashed
+//! after writing it, or a deletion that failed after its journal entry) is deleted once it is older
+//! than the orphan period, and an object under `packs/` it cannot identify stops the pass.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use bytes::{Bytes, BytesMut};
+use deadpool_postgres::Pool;
+use futures::{StreamExt as _, stream};
+use tokio::task::JoinHandle;
+use tokio_postgres::GenericClient;
+
+use super::{PgStore, digest_of};
+use crate::{
+    chunk::{self, ChunkSink},
+    error::{PutError, ReclaimError, StorageError, image_conflict},
+    objects::{Objects, PACK_BYTES},
+    pack::{self, ChunkLoc, Extent},
+    store::ImageBody,
+    types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
+};
+
+/// Pack uploads of one put in flight at once: enough to keep the stream and the object store
+/// both busy, few enough to bound a put's memory to a few packs.
+pub(crate) const UPLOADS_IN_FLIGHT: usize = 2;
+
+/// The largest range one download request reads.
+const READ_RANGE: u64 = 4 << 20;
+
+/// Range requests of one download in flight at once.
+const READS_IN_FLIGHT: usize = 4;
+
+/// A pack this put wrote: its name, length and chunks (digest, offset, length).
+#[derive(Debug)]
+pub(crate) struct NewPack {
+    pub(crate) name: String,
+    pub(crate) size: u64,
+    pub(crate) chunks: Vec<(Digest, u64, u32)>,
+}
+
+/// Pseudo pack id of the `n`th pack this put writes (the index uses positive ids).
+fn new_pack_id(n: usize) -> i64 {
+    -(n as i64) - 1
+}
+
+fn new_pack_index(id: i64) -> Option<usize> {
+    (id < 0).then(|| (-id - 1) as usize)
+}
+
+/// A put's chunks as they stream in: deduplicated against the index, new ones packed and uploaded.
+pub(crate) struct PackSink {
+    pool: Pool,
+    objects: Objects,
+    publication: i64,
+    manifest: Vec<Digest>,
+    locs: Vec<ChunkLoc>,
+    known: HashMap<Digest, ChunkLoc>,
+    filling: BytesMut,
+    filling_chunks: Vec<(Digest, u64, u32)>,
+    packs: Vec<NewPack>,
+    uploads: Vec<JoinHandle<Result<(), PutError>>>,
+}
+
+impl PackSink {
+    pub(crate) fn new(pool: Pool, objects: Objects, publication: i64) -> Self {
+        Self {
+            pool,
+            objects,
+            publication,
+            manifest: Vec::new(),
+            locs: Vec::new(),
+            known: HashMap::new(),
+            filling: BytesMut::new(),
+            filling_chunks: Vec::new(),
+            packs: Vec::new(),
+            uploads: Vec::new(),
+        }
+    }
+
+    /// Names the filling pack in the publication record, then starts its upload.
+    async fn seal(&mut self) -> Result<(), PutError> {
+        if self.filling_chunks.is_empty() {
+            return Ok(());
+        }
+        let chunks = std::mem::take(&mut self.filling_chunks);
+        let bytes = self.filling.split().freeze();
+        let name = pack::pack_name(&chunks);
+        let client = self.pool.get().await.map_err(StorageError::from)?;
+        client
+            .execute(
+                "UPDATE publications SET packs = array_append(packs, $1) WHERE id = $2",
+                &[&name, &self.publication],
+            )
+            .await
+            .map_err(StorageError::from)?;
+        drop(client);
+        while self.uploads.len() >= UPLOADS_IN_FLIGHT {
+            let oldest = self.uploads.remove(0);
+            oldest.await.map_err(StorageError::from)??;
+        }
+        let objects = self.objects.clone();
+        let (upload_name, upload_chunks) = (name.clone(), chunks.clone());
+        self.uploads.push(tokio::spawn(async move {
+            objects
+                .create_pack(&upload_name, bytes, &upload_chunks)
+                .await
+        }));
+        self.packs.push(NewPack {
+            name,
+            size: chunks.last().map_or(0, |(_, o, l)| o + u64::from(*l)),
+            chunks,
+        });
+        Ok(())
+    }
+
+    /// Seals the last pack and waits for every upload; the put's objects are then durable and
+    /// verified.
+    pub(crate) async fn finish(mut self) -> Result<Staged, PutError> {
+        self.seal().await?;
+        for upload in std::mem::take(&mut self.uploads) {
+            upload.await.map_err(StorageError::from)??;
+        }
+        Ok(Staged {
+            manifest: std::mem::take(&mut self.manifest),
+            locs: std::mem::take(&mut self.locs),
+            packs: std::mem::take(&mut self.packs),
+        })
+    }
+}
+
+impl Drop for PackSink {
+    fn drop(&mut self) {
+        // A put that stops halfway stops its uploads too; what they wrote is an orphan the
+        // listing pass reclaims.
+        for upload in &self.uploads {
+            upload.abort();
+        }
+    }
+}
+
+impl ChunkSink for PackSink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        let digests: Vec<Digest> = chunks.iter().map(|c| Digest::of(c)).collect();
+        let unknown: Vec<&[u8]> = digests
+            .iter()
+            .filter(|d| !self.known.contains_key(*d))
+            .map(|d| d.as_bytes().as_slice())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if !unknown.is_empty() {
+            let client = self.pool.get().await.map_err(StorageError::from)?;
+            let rows = client
+                .query(
+                    "SELECT hash, pack_id, pack_offset, len FROM chunks WHERE hash = ANY($1) AND pack_id IS NOT NULL",
+                    &[&unknown],
+                )
+                .await
+                .map_err(StorageError::from)?;
+            for r in &rows {
+                let loc = ChunkLoc {
+                    pack: r.get(1),
+                    offset: r.get::<_, i64>(2) as u64,
+                    len: r.get::<_, i32>(3) as u32,
+                };
+                self.known.insert(digest_of(r.get(0))?, loc);
+            }
+        }
+        for (bytes, digest) in chunks.iter().zip(digests) {
+            let loc = match self.known.get(&digest) {
+                Some(loc) => *loc,
+                None => {
+                    let offset = self.filling.len() as u64;
+                    let len = bytes.len() as u32;
+                    self.filling.extend_from_slice(bytes);
+                    self.filling_chunks.push((digest, offset, len));
+                    let loc = ChunkLoc {
+                        pack: new_pack_id(self.packs.len()),
+                        offset,
+                        len,
+                    };
+                    self.known.insert(digest, loc);
+                    loc
+                }
+            };
+            self.manifest.push(digest);
+            self.locs.push(loc);
+            if self.filling.len() >= PACK_BYTES {
+                self.seal().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A put's objects once written and verified.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    pub(crate) manifest: Vec<Digest>,
+    /// Per chunk: in an indexed pack (`pack > 0`) or in the `n`th new pack ([`new_pack_id`]).
+    pub(crate) locs: Vec<ChunkLoc>,
+    pub(crate) packs: Vec<NewPack>,
+}
+
+impl PgStore {
+    fn objects(&self) -> Result<&Objects, StorageError> {
+        self.inner
+            .objects
+            .as_ref()
+            .ok_or_else(|| StorageError::unavailable("this store keeps no object store"))
+    }
+
+    /// The indexed packs a staged put reuses are there, at their recorded size: the objects it
+    /// wrote were read back whole as they were written.
+    pub(crate) async fn check_reused_packs(&self, staged: &Staged) -> Result<(), PutError> {
+        let ids: Vec<i64> = staged
+            .locs
+            .iter()
+            .map(|l| l.pack)
+            .filter(|p| *p > 0)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        self.check_packs_present(&ids).await
+    }
+
+    async fn check_packs_present(&self, ids: &[i64]) -> Result<(), PutError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT name, size FROM packs WHERE id = ANY($1)", &[&ids])
+            .await?;
+        drop(client);
+        if rows.len() != ids.len() {
+            return Err(
+                StorageError::unavailable("a pack was reclaimed during the put; retry").into(),
+            );
+        }
+        let objects = self.objects()?;
+        for r in &rows {
+            let name: String = r.get(0);
+            let size = r.get::<_, i64>(1) as u64;
+            if objects.size(&name).await? != Some(size) {
+                return Err(StorageError::Corrupt {
+                    object: format!("pack {name}"),
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The commit's part for a streamed image: register the new packs and chunks, re-check the
+    /// reused chunks, and create the image row with its extents, create-once.
+    pub(crate) async fn register_image<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        digest: &Digest,
+        size: u64,
+        staged: &Staged,
+        now: Timestamp,
+    ) -> Result<(), PutError> {
+        let digest_bytes = digest.as_bytes().as_slice();
+        let manifest = chunk::encode_manifest(&staged.manifest);
+        if let Some(row) = tx
+            .query_opt(
+                "SELECT size, manifest FROM images WHERE digest = $1",
+                &[&digest_bytes],
+            )
+            .await?
+        {
+            if row.get::<_, i64>(0) as u64 != size || row.get::<_, &[u8]>(1) != manifest.as_slice()
+            {
+                return Err(image_conflict(digest));
+            }
+            return Ok(());
+        }
+        // Reused chunks must still be where the stream found them.
+        let reused: Vec<(&Digest, &ChunkLoc)> = staged
+            .manifest
+            .iter()
+            .zip(&staged.locs)
+            .filter(|(_, l)| l.pack > 0)
+            .collect::<HashMap<_, _>>()
+            .into_iter()
+            .collect();
+        if !reused.is_empty() {
+            let hashes: Vec<&[u8]> = reused
+                .iter()
+                .map(|(d, _)| d.as_bytes().as_slice())
+                .collect();
+            let packs: Vec<i64> = reused.iter().map(|(_, l)| l.pack).collect();
+            let offsets: Vec<i64> = reused.iter().map(|(_, l)| l.offset as i64).collect();
+            let present: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM chunks c JOIN unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t(h, p, o)
+                     ON c.hash = t.h AND c.pack_id = t.p AND c.pack_offset = t.o",
+                    &[&hashes, &packs, &offsets],
+                )
+                .await?
+                .get(0);
+            if present as usize != reused.len() {
+                return Err(StorageError::unavailable(
+                    "a chunk was reclaimed during the put; retry",
+                )
+                .into());
+            }
+        }
+        // The new packs and their chunks. A chunk another put indexed first stays where the index
+        // points, and this image points there too, or reclaiming our copy would strand it.
+        let mut pack_ids: Vec<i64> = Vec::with_capacity(staged.packs.len());
+        let mut moved: HashMap<Digest, ChunkLoc> = HashMap::new();
+        for p in &staged.packs {
+            tx.execute(
+                "INSERT INTO packs (name, size, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
+                &[&p.name, &(p.size as i64), &now.unix_millis()],
+            )
+            .await?;
+            let id: i64 = tx
+                .query_one("SELECT id FROM packs WHERE name = $1", &[&p.name])
+                .await?
+                .get(0);
+            pack_ids.push(id);
+            let hashes: Vec<&[u8]> = p
+                .chunks
+                .iter()
+                .map(|(d, _, _)| d.as_bytes().as_slice())
+                .collect();
+            let offsets: Vec<i64> = p.chunks.iter().map(|(_, o, _)| *o as i64).collect();
+            let lens: Vec<i32> = p.chunks.iter().map(|(_, _, l)| *l as i32).collect();
+            tx.execute(
+                "INSERT INTO chunks (hash, pack_id, pack_offset, len, created_at)
+                 SELECT h, $2, o, l, $5 FROM unnest($1::bytea[], $3::bigint[], $4::int[]) AS t(h, o, l)
+                 ON CONFLICT (hash) DO NOTHING",
+                &[&hashes, &id, &offsets, &lens, &now.unix_millis()],
+            )
+            .await?;
+            for r in tx
+                .query(
+                    "SELECT hash, pack_id, pack_offset, len FROM chunks WHERE hash = ANY($1) AND pack_id IS DISTINCT FROM $2",
+                    &[&hashes, &id],
+                )
+                .await?
+            {
+                let loc = ChunkLoc {
+                    pack: r.get::<_, Option<i64>>(1).ok_or_else(|| {
+                        StorageError::unavailable("a chunk of this put is held in PostgreSQL rows")
+                    })?,
+                    offset: r.get::<_, Option<i64>>(2).unwrap_or_default() as u64,
+                    len: r.get::<_, Option<i32>>(3).unwrap_or_default() as u32,
+                };
+                moved.insert(digest_of(r.get(0))?, loc);
+            }
+        }
+        let locs: Vec<ChunkLoc> = staged
+            .locs
+            .iter()
+            .zip(&staged.manifest)
+            .map(
+                |(loc, digest)| match (new_pack_index(loc.pack), moved.get(digest)) {
+                    (Some(_), Some(m)) => Ok(*m),
+                    (Some(n), None) => Ok(ChunkLoc {
+                        pack: *pack_ids
+                            .get(n)
+                            .ok_or_else(|| StorageError::unavailable("pack index out of range"))?,
+                        ..*loc
+                    }),
+                    (None, _) => Ok(*loc),
+                },
+            )
+            .collect::<Result<_, StorageError>>()?;
+        let extents = pack::encode_extents(&pack::coalesce(&locs));
+        tx.execute(
+            "INSERT INTO images (digest, size, manifest, extents, created_at) VALUES ($1, $2, $3, $4, $5)",
+            &[&digest_bytes, &(size as i64), &manifest, &extents, &now.unix_millis()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The pieces a download or a verification reads: (pack name, byte range, the chunks in it).
+    async fn read_plan(&self, digest: &Digest) -> Result<Vec<Piece>, StorageError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT manifest, extents FROM images WHERE digest = $1",
+                &[&digest.as_bytes().as_slice()],
+            )
+            .await?
+            .ok_or_else(|| corrupt(format!("image {digest}")))?;
+        let manifest = chunk::decode_manifest(row.get::<_, &[u8]>(0))
+            .ok_or_else(|| corrupt(format!("image {digest}")))?;
+        let extents = row
+            .get::<_, Option<&[u8]>>(1)
+            .and_then(pack::decode_extents)
+            .ok_or_else(|| corrupt(format!("image {digest}")))?;
+        let ids: Vec<i64> = extents
+            .iter()
+            .map(|e| e.pack)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let names: HashMap<i64, Arc<str>> = client
+            .query("SELECT id, name FROM packs WHERE id = ANY($1)", &[&ids])
+            .await?
+            .iter()
+            .map(|r| (r.get::<_, i64>(0), Arc::from(r.get::<_, &str>(1))))
+            .collect();
+        plan_pieces(&extents, &manifest, self.inner.chunk_size as u64, &names)
+    }
+
+    /// Streams an image's bytes from its packs, every chunk checked before it is handed on.
+    pub(crate) async fn pack_body(
+        &self,
+        digest: &Digest,
+        guard: impl Send + Unpin + 'static,
+    ) -> Result<ImageBody, StorageError> {
+        let pieces = self.read_plan(digest).await?;
+        let objects = self.objects()?.clone();
+        let body = stream::iter(pieces)
+            .map(move |piece| {
+                let objects = objects.clone();
+                async move { piece.read(&objects).await }
+            })
+            .buffered(READS_IN_FLIGHT);
+        Ok(ImageBody::new(crate::store::Guarded::new(
+            Box::pin(body),
+            guard,
+        )))
+    }
+
+    /// Reads an image back whole and checks every chunk (restore's read-back, integrity checks).
+    pub(crate) async fn verify_packed_image(&self, digest: &Digest) -> Result<u64, StorageError> {
+        let body = self.pack_body(digest, ()).await?;
+        let mut whole = sha2::Sha256::default();
+        let mut size = 0u64;
+        let mut body = std::pin::pin!(body);
+        while let Some(piece) = body.next().await {
+            let piece = piece?;
+            size += piece.len() as u64;
+            sha2::Digest::update(&mut whole, &piece);
+        }
+        if Digest(sha2::Digest::finalize(whole).into()) != *digest {
+            return Err(corrupt(format!("image {digest}")));
+        }
+        Ok(size)
+    }
+
+    /// Reclamation's part for the object store, inside the pass's transaction: drop chunk rows no
+    /// image refers to and pack rows holding no chunk, journaling each, and decide which pack
+    /// objects to delete once the transaction commits (those just dropped, and unnamed ones older
+    /// than the orphan period).
+    pub(crate) async fn reclaim_packs<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        listing: &[(String, Timestamp)],
+        orphan_cutoff: Timestamp,
+        now: Timestamp,
+        report: &mut ReclaimReport,
+    ) -> Result<Vec<String>, ReclaimError> {
+        let mut live: HashSet<Vec<u8>> = HashSet::new();
+        for r in tx.query("SELECT manifest FROM images", &[]).await? {
+            let m: &[u8] = r.get(0);
+            live.extend(m.chunks_exact(32).map(<[u8]>::to_vec));
+        }
+        let dead: Vec<Vec<u8>> = tx
+            .query("SELECT hash FROM chunks WHERE pack_id IS NOT NULL", &[])
+            .await?
+            .iter()
+            .map(|r| r.get::<_, Vec<u8>>(0))
+            .filter(|h| !live.contains(h))
+            .collect();
+        for batch in dead.chunks(1024) {
+            tx.execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&batch])
+                .await?;
+            let subjects: Vec<String> = batch.iter().map(hex::encode).collect();
+            super::journal(tx, now, ReclaimedKind::Chunk, &subjects, None).await?;
+        }
+        report.chunks += dead.len() as u64;
+        let dropped: Vec<String> = tx
+            .query(
+                "DELETE FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id) RETURNING name",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        let indexed: HashSet<String> = tx
+            .query("SELECT name FROM packs", &[])
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        let named: HashSet<String> = tx
+            .query("SELECT unnest(packs) FROM publications", &[])
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        let unnamed: Vec<String> = listing
+            .iter()
+            .filter(|(name, written)| {
+                !indexed.contains(name)
+                    && !named.contains(name)
+                    && !dropped.contains(name)
+                    && *written <= orphan_cutoff
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        let doomed: Vec<String> = dropped.into_iter().chain(unnamed).collect();
+        super::journal(tx, now, ReclaimedKind::Pack, &doomed, None).await?;
+        report.packs += doomed.len() as u64;
+        Ok(doomed)
+    }
+
+    /// Deletes the pack objects a committed pass decided on. A failure leaves an unnamed object
+    /// the next pass deletes.
+    pub(crate) async fn delete_packs(&self, doomed: &[String]) {
+        let Ok(objects) = self.objects() else { return };
+        for name in doomed {
+            if let Err(e) = objects.delete(name).await {
+                tracing::warn!(pack = %name, error = %e, "could not delete a reclaimed pack; the next pass retries");
+            }
+        }
+    }
+
+    /// The listing of pack objects reclamation decides on, taken before the publication records
+    /// are read (a put names a pack in its record before the pack exists).
+    pub(crate) async fn list_packs(&self) -> Result<Vec<(String, Timestamp)>, ReclaimError> {
+        match &self.inner.objects {
+            Some(objects) => objects.list().await,
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+fn corrupt(object: String) -> StorageError {
+    StorageError::Corrupt { object }
+}
+
+/// One range read of a download.
+#[derive(Debug)]
+struct Piece {
+    pack: Arc<str>,
+    start: u64,
+    end: u64,
+    /// The chunks in the range, in order: digest and length.
+    chunks: Vec<(Digest, u32)>,
+}
+
+impl Piece {
+    async fn read(self, objects: &Objects) -> Result<Bytes, StorageError> {
+        let bytes = objects.read(&self.pack, self.start..self.end).await?;
+        let mut at = 0usize;
+        for (digest, len) in &self.chunks {
+            let end = at + *len as usize;
+            chunk::check(
+                digest,
+                bytes
+                    .get(at..end)
+                    .ok_or_else(|| corrupt(format!("chunk {digest}")))?,
+            )?;
+            at = end;
+        }
+        Ok(bytes)
+    }
+}
+
+/// Splits an image's extents into range reads of at most [`READ_RANGE`], on chunk boundaries,
+/// each carrying the digests of the chunks it holds.
+fn plan_pieces(
+    extents: &[Extent],
+    manifest: &[Digest],
+    chunk_size: u64,
+    names: &HashMap<i64, Arc<str>>,
+) -> Result<Vec<Piece>, StorageError> {
+    let locs = pack::expand(extents, chunk_size);
+    if locs.len() != manifest.len() {
+        return Err(corrupt("image extents".to_owned()));
+    }
+    let mut pieces: Vec<Piece> = Vec::new();
+    for (loc, digest) in locs.iter().zip(manifest) {
+        let name = names
+            .get(&loc.pack)
+            .ok_or_else(|| corrupt(format!("pack {} (missing from the index)", loc.pack)))?;
+        match pieces.last_mut() {
+            Some(p)
+                if Arc::ptr_eq(&p.pack, name)
+                    && p.end == loc.offset
+                    && p.end - p.start + u64::from(loc.len) <= READ_RANGE =>
+            {
+                p.end += u64::from(loc.len);
+                p.chunks.push((*digest, loc.len));
+            }
+            _ => pieces.push(Piece {
+                pack: name.clone(),
+                start: loc.offset,
+                end: loc.offset + u64::from(loc.len),
+                chunks: vec![(*digest, loc.len)],
+            }),
+        }
+    }
+    Ok(pieces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_follow_extents_and_stay_bounded() {
+        let names: HashMap<i64, Arc<str>> =
+            HashMap::from([(1, Arc::from("a.pack")), (2, Arc::from("b.pack"))]);
+        let chunk = 4096u64;
+        // 1,500 chunks in pack 1 (more than one READ_RANGE), then 2 in pack 2, then 1 back in 1.
+        let extents = [
+            Extent {
+                pack: 1,
+                offset: 0,
+                len: 1500 * chunk,
+            },
+            Extent {
+                pack: 2,
+                offset: 8192,
+                len: 2 * chunk,
+            },
+            Extent {
+                pack: 1,
+                offset: 0,
+                len: 100,
+            },
+        ];
+        let manifest: Vec<Digest> = (0..1503u32)
+            .map(|i| Digest::from_bytes([(i % 251) as u8; 32]))
+            .collect();
+        let pieces = plan_pieces(&extents, &manifest, chunk, &names).expect("plan");
+        let per_range = (READ_RANGE / chunk) as usize;
+        assert_eq!(pieces[0].chunks.len(), per_range);
+        assert!(pieces.iter().all(|p| p.end - p.start <= READ_RANGE));
+        let total: usize = pieces.iter().map(|p| p.chunks.len()).sum();
+        assert_eq!(total, manifest.len());
+        let last = pieces.last().expect("pieces");
+        assert_eq!((&*last.pack, last.start, last.end), ("a.pack", 0, 100));
+        assert!(
+            plan_pieces(&extents, &manifest[1..], chunk, &names).is_err(),
+            "a manifest that does not match its extents is damage"
+        );
+        assert!(
+            plan_pieces(&extents, &manifest, chunk, &HashMap::new()).is_err(),
+            "an unindexed pack is damage"
+        );
+    }
+}
