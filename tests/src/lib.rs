@@ -74,6 +74,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::Frame;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use snug_files::sealed::Sealer;
 use snug_gateway::{
     config::{AuthMode, GatewayConfig},
     users::UserStore,
@@ -179,8 +180,20 @@ impl Hub {
     /// temporary directory.
     pub async fn start(options: Options) -> Hub {
         let dir = tempfile::tempdir().expect("tempdir");
+        let config = GatewayConfig {
+            auth: Some(options.auth),
+            cors_origins: options.origins.clone(),
+            rpc_deadline: options.deadline,
+            rpc_connect_timeout: Duration::from_millis(500),
+            session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
+            ..GatewayConfig::for_tests()
+        };
+        // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub
+        // has its own, so hubs running side by side share no sealed buffers or budget.
+        let sealer = Sealer::new(config.zero_copy_cache_bytes());
         let sync_config = SyncConfig {
             sqlite_dir: dir.path().join("sync"),
+            sealer: sealer.clone(),
             quota_bytes: options.quota_bytes,
             reclaim_interval: Duration::ZERO,
             ..SyncConfig::default()
@@ -194,14 +207,6 @@ impl Hub {
         let grpc_task = Some(spawn_services(grpc_listener, sync.clone()));
 
         let gateway_dir = dir.path().join("gateway");
-        let config = GatewayConfig {
-            auth: Some(options.auth),
-            cors_origins: options.origins.clone(),
-            rpc_deadline: options.deadline,
-            rpc_connect_timeout: Duration::from_millis(500),
-            session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
-            ..GatewayConfig::for_tests()
-        };
         let addresses = if options.in_process {
             let services = services(sync.clone());
             snug_gateway::Addresses::in_process(
@@ -210,7 +215,8 @@ impl Hub {
         } else {
             snug_gateway::Addresses::all(&format!("http://{grpc}"))
         };
-        let state = snug_gateway::build(&config, gateway_dir.clone(), addresses).expect("gateway");
+        let state =
+            snug_gateway::build(&config, gateway_dir.clone(), addresses, sealer).expect("gateway");
         let users =
             (options.auth == AuthMode::On).then(|| UserStore::open(&gateway_dir).expect("users"));
         let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

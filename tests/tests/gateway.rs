@@ -1071,8 +1071,14 @@ async fn gateway_pointing_at(addr: std::net::SocketAddr, deadline: Duration) -> 
     };
     let dir = std::env::temp_dir().join("snug-e2e-unused-gateway-dir");
     let url = format!("http://{addr}");
-    let state =
-        snug_gateway::build(&config, dir, snug_gateway::Addresses::all(&url)).expect("gateway");
+    // No store in this gateway's process: nothing is sealed for it.
+    let state = snug_gateway::build(
+        &config,
+        dir,
+        snug_gateway::Addresses::all(&url),
+        snug_files::sealed::Sealer::disabled(),
+    )
+    .expect("gateway");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -101,6 +101,12 @@ impl GatewayConfig {
         }
     }
 
+    /// Bytes of large images a store in this process may keep sealed for zero-copy downloads: the
+    /// budget of the sealer the composition root builds for the store and the gateway.
+    pub fn zero_copy_cache_bytes(&self) -> usize {
+        self.zero_copy_cache_mib.saturating_mul(1 << 20)
+    }
+
     /// The auth mode in force: explicit, or off exactly when listening on loopback.
     pub fn auth_mode(&self) -> AuthMode {
         self.auth.unwrap_or(if self.http_listen.ip().is_loopback() {
@@ -177,8 +183,6 @@ pub struct Settings {
     pub http_concurrency_limit: usize,
     /// Request body idle timeout.
     pub upload_idle_timeout: Duration,
-    /// Bytes of large images kept sealed for zero-copy downloads.
-    pub zero_copy_cache_bytes: usize,
 }
 
 impl Settings {
@@ -217,7 +221,6 @@ impl Settings {
             rpc_connect_timeout: config.rpc_connect_timeout,
             http_concurrency_limit: config.http_concurrency_limit.max(1),
             upload_idle_timeout: config.upload_idle_timeout,
-            zero_copy_cache_bytes: config.zero_copy_cache_mib.saturating_mul(1 << 20),
         })
     }
 }

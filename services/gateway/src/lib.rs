@@ -34,7 +34,8 @@
 //! request, which as four layers cost a tenth of a small GET.
 //! Connections are `zero_copy::ZeroCopyStream`s: a response buffer the store sealed (its small
 //! images, and large ones within `SNUG_ZERO_COPY_CACHE_MIB`, when it runs in this process, as in
-//! `snug-hub serve`) goes out with `sendfile` from the
+//! `snug-hub serve`, which hands the store and [`build`] the same `snug_files::sealed::Sealer`)
+//! goes out with `sendfile` from the
 //! sealed memfd, the response head before it with `MSG_MORE`, so the kernel hands the socket page
 //! references instead of copying the image (what nginx's `sendfile on` does for a file); every other
 //! buffer, and every platform or sandbox without `sendfile`, is written as by a plain `TcpStream`.
@@ -158,6 +159,7 @@ use axum::{
     response::{IntoResponse, Response},
     serve::ListenerExt as _,
 };
+use snug_files::sealed::Sealer;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tracing::Instrument as _;
@@ -179,6 +181,9 @@ pub struct AppState {
     pub auth: Auth,
     /// The services.
     pub backends: Backends,
+    /// Where the store in this process seals the buffers it keeps, so that the connections send
+    /// them with `sendfile`; disabled when the store runs elsewhere.
+    pub sealer: Sealer,
 }
 
 /// Why the gateway could not be built.
@@ -227,11 +232,14 @@ impl Addresses {
 }
 
 /// Builds the gateway's state from its configuration. `dir` holds the users file and the
-/// generated session key; `addresses` override the configured service addresses.
+/// generated session key; `addresses` override the configured service addresses; `sealer` is the
+/// one the sync store in this process seals with (built from
+/// [`GatewayConfig::zero_copy_cache_bytes`]), or a disabled one when the store runs elsewhere.
 pub fn build(
     config: &GatewayConfig,
     dir: std::path::PathBuf,
     addresses: Addresses,
+    sealer: Sealer,
 ) -> Result<Arc<AppState>, StartError> {
     let settings = Settings::resolve(config, dir)?;
     let backends = backends(config, &settings, addresses)?;
@@ -248,6 +256,7 @@ pub fn build(
         settings,
         auth,
         backends,
+        sealer,
     }))
 }
 
@@ -401,11 +410,11 @@ pub async fn serve(
     if let Ok(local) = listener.local_addr() {
         tracing::info!(addr = %local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
     }
-    snug_files::sealed::set_large_budget(state.settings.zero_copy_cache_bytes);
     // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
-    let listener = zero_copy::ZeroCopyListener::new(listener).tap_io(|stream| {
-        let _ = stream.tcp().set_nodelay(true);
-    });
+    let listener =
+        zero_copy::ZeroCopyListener::new(listener, state.sealer.clone()).tap_io(|stream| {
+            let _ = stream.tcp().set_nodelay(true);
+        });
     axum::serve(
         listener,
         app(state).into_make_service_with_connect_info::<SocketAddr>(),

@@ -2,9 +2,10 @@
 //! `sendfile` instead of copying them into the socket.
 //!
 //! When the gateway runs in the same process as the sync store (`snug-hub serve`), a download of
-//! a small image hands hyper the very buffer the store keeps in memory, and the store seals it.
-//! hyper writes a response as a vectored write of its head and the body's buffers; this stream
-//! sends any buffer it finds sealed from the sealed memfd, so the kernel passes references to
+//! a small image hands hyper the very buffer the store keeps in memory, and the store seals it
+//! with the [`Sealer`] the composition root handed to both. hyper writes a response as a vectored
+//! write of its head and the body's buffers; this stream sends any buffer it finds in that
+//! sealer from the sealed memfd, so the kernel passes references to
 //! the memfd's pages on to the socket rather than copying the bytes (what nginx does for a file
 //! with `sendfile on`). The head before such a buffer goes out with `MSG_MORE`, so it leaves in
 //! the same segment as the body's first bytes. Everything else, and everything where `sendfile`
@@ -19,25 +20,32 @@ use std::{
     task::{Context, Poll, ready},
 };
 
+use snug_files::sealed::Sealer;
 use tokio::{
     io::{AsyncRead, AsyncWrite, Interest, ReadBuf},
     net::{TcpListener, TcpStream},
 };
 
 /// Set once `sendfile` turned out not to work here (a sandbox without it, say); from then on
-/// every stream writes by copying.
+/// every stream writes by copying. Process-wide rather than part of the [`Sealer`]: it is a fact
+/// about the kernel and the sandbox this process runs in, which no sealer changes.
 static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 
 /// A listener whose connections are [`ZeroCopyStream`]s.
 #[derive(Debug)]
-pub struct ZeroCopyListener(TcpListener);
+pub struct ZeroCopyListener {
+    tcp: TcpListener,
+    sealer: Sealer,
+}
 
 impl ZeroCopyListener {
-    /// Wraps `listener`, and lets buffers be sealed in this process from now on: a store in the
-    /// same process then seals what it keeps for downloads.
-    pub fn new(listener: TcpListener) -> Self {
-        snug_files::sealed::enable();
-        Self(listener)
+    /// Wraps `listener`; its connections send the buffers `sealer` sealed with `sendfile` (none,
+    /// with a disabled one).
+    pub fn new(listener: TcpListener, sealer: Sealer) -> Self {
+        Self {
+            tcp: listener,
+            sealer,
+        }
     }
 }
 
@@ -47,25 +55,26 @@ impl axum::serve::Listener for ZeroCopyListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         // TcpListener's own accept loop: it retries and backs off on errors as axum does.
-        let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        (ZeroCopyStream { tcp }, addr)
+        let (tcp, addr) = axum::serve::Listener::accept(&mut self.tcp).await;
+        (ZeroCopyStream::new(tcp, self.sealer.clone()), addr)
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
+        self.tcp.local_addr()
     }
 }
 
-/// A TCP stream that sends sealed buffers with `sendfile`.
+/// A TCP stream that sends the buffers its sealer sealed with `sendfile`.
 #[derive(Debug)]
 pub struct ZeroCopyStream {
     tcp: TcpStream,
+    sealer: Sealer,
 }
 
 impl ZeroCopyStream {
-    /// Wraps a connected stream.
-    pub fn new(tcp: TcpStream) -> Self {
-        Self { tcp }
+    /// Wraps a connected stream that sends what `sealer` sealed from its memfds.
+    pub fn new(tcp: TcpStream, sealer: Sealer) -> Self {
+        Self { tcp, sealer }
     }
 
     /// The underlying stream, for its socket options.
@@ -179,13 +188,13 @@ impl AsyncWrite for ZeroCopyStream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if !snug_files::sealed::any_live() || UNAVAILABLE.load(Ordering::Relaxed) {
+        if !self.sealer.any_live() || UNAVAILABLE.load(Ordering::Relaxed) {
             return Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
         }
         let sealed = bufs
             .iter()
             .enumerate()
-            .find_map(|(i, buf)| Some((i, snug_files::sealed::file_range(buf)?)));
+            .find_map(|(i, buf)| Some((i, self.sealer.file_range(buf)?)));
         match sealed {
             None => Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs),
             Some((0, (file, offset))) => self.poll_sendfile(cx, &file, offset, &bufs[0]),
@@ -215,13 +224,13 @@ mod tests {
 
     use super::*;
 
-    async fn connected() -> (ZeroCopyStream, TcpStream) {
+    async fn connected(sealer: &Sealer) -> (ZeroCopyStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr"))
             .await
             .expect("connect");
         let (server, _) = listener.accept().await.expect("accept");
-        (ZeroCopyStream::new(server), client)
+        (ZeroCopyStream::new(server, sealer.clone()), client)
     }
 
     /// Writes `bufs` as hyper does: vectored writes of whatever is left, advancing by what each
@@ -270,13 +279,10 @@ mod tests {
 
     #[tokio::test]
     async fn sealed_and_plain_buffers_arrive_whole_and_in_order() {
-        snug_files::sealed::enable();
+        let sealer = Sealer::new(0);
         // Larger than a loopback socket's buffers, so sendfile is cut short and waits.
-        let sealed = snug_files::sealed::seal(Bytes::from(pattern(3 << 20, 1)));
-        assert!(
-            snug_files::sealed::file_range(&sealed).is_some(),
-            "sealing works here"
-        );
+        let sealed = sealer.seal(Bytes::from(pattern(3 << 20, 1)));
+        assert!(sealer.file_range(&sealed).is_some(), "sealing works here");
         let plain = |len, seed| Bytes::from(pattern(len, seed));
         let cases: Vec<Vec<Bytes>> = vec![
             // A response: its head, then an image kept in memory.
@@ -296,11 +302,11 @@ mod tests {
             let expected: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
             let sealed_bytes: usize = bufs
                 .iter()
-                .filter(|b| snug_files::sealed::file_range(b).is_some())
+                .filter(|b| sealer.file_range(b).is_some())
                 .map(Bytes::len)
                 .sum();
             let before = snug_rpc::metrics::global().http_zero_copy_bytes.get();
-            let (mut server, client) = connected().await;
+            let (mut server, client) = connected(&sealer).await;
             let reader = tokio::spawn(read_all(client));
             write_all(&mut server, &bufs).await;
             let received = reader.await.expect("reader");
@@ -314,9 +320,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_went_away_is_an_error_not_a_hang() {
-        snug_files::sealed::enable();
-        let sealed = snug_files::sealed::seal(Bytes::from(pattern(4 << 20, 9)));
-        let (mut server, client) = connected().await;
+        let sealer = Sealer::new(0);
+        let sealed = sealer.seal(Bytes::from(pattern(4 << 20, 9)));
+        let (mut server, client) = connected(&sealer).await;
         drop(client);
         let mut failed = false;
         for _ in 0..64 {
@@ -337,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_pass_through() {
-        let (mut server, mut client) = connected().await;
+        let (mut server, mut client) = connected(&Sealer::disabled()).await;
         client
             .write_all(b"GET / HTTP/1.1\r\n\r\n")
             .await

@@ -9,6 +9,7 @@ use std::{net::SocketAddr, path::Path, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::Subcommand;
+use snug_files::sealed::Sealer;
 use snug_gateway::{config::GatewayConfig, users::UserStore};
 use snug_rpc::server::{ServerConfig, Services, shutdown_signal};
 
@@ -27,12 +28,13 @@ pub(crate) fn loopback_url(bound: SocketAddr) -> String {
 }
 
 /// Runs the gRPC services and the gateway (its files in `gateway_dir`) in one process until
-/// SIGTERM.
+/// SIGTERM; the gateway sends what the sync store among `services` sealed with `sealer`.
 pub(crate) async fn serve_with_gateway(
     server: &ServerConfig,
     services: Services,
     gateway: &GatewayConfig,
     gateway_dir: &Path,
+    sealer: Sealer,
 ) -> anyhow::Result<()> {
     let grpc_listener = tokio::net::TcpListener::bind(server.listen)
         .await
@@ -52,6 +54,7 @@ pub(crate) async fn serve_with_gateway(
         gateway,
         gateway_dir.to_owned(),
         snug_gateway::Addresses::in_process(own),
+        sealer,
     )
     .context("the gateway refused its configuration")?;
     let http_listener = tokio::net::TcpListener::bind(gateway.http_listen)
@@ -72,7 +75,7 @@ pub(crate) async fn serve_with_gateway(
 }
 
 /// Runs the gateway alone (its files in `gateway_dir`), against services at the configured
-/// addresses.
+/// addresses. No store shares its process, so its sealer is a disabled one.
 pub(crate) async fn serve_gateway(
     gateway: &GatewayConfig,
     gateway_dir: &Path,
@@ -81,6 +84,7 @@ pub(crate) async fn serve_gateway(
         gateway,
         gateway_dir.to_owned(),
         snug_gateway::Addresses::default(),
+        Sealer::disabled(),
     )
     .context("the gateway refused its configuration")?;
     let listener = tokio::net::TcpListener::bind(gateway.http_listen)

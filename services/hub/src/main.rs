@@ -74,6 +74,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use snug_container_service::ContainerConfig;
+use snug_files::sealed::Sealer;
 use snug_materialize_service::{MaterializeConfig, MaterializeServer};
 use snug_rpc::server::{ServerConfig, Services, serve, shutdown_signal};
 use snug_rpc::telemetry::{Telemetry, TelemetryConfig};
@@ -203,6 +204,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             // The composition root owns the data directory's layout: one subdirectory per
             // component that keeps files, none reaching into another's.
             args.sync.sqlite_dir = args.data.sync();
+            // It also owns the one sealer: where the gateway shares the process with the sync
+            // store, the store seals the images it keeps and the gateway sends them from the
+            // sealed memfds. Anywhere else sealing would only cost memory, so it stays off.
+            if args.service.is_none() {
+                args.sync.sealer = Sealer::new(args.gateway.zero_copy_cache_bytes());
+            }
             let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(args.service))?;
             let served = async {
                 start_admin(args.server.admin_listen).await?;
@@ -277,7 +284,14 @@ async fn serve_role(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let services = compose(service, container, schema, materialize, sync).await?;
     if service.is_none() {
-        gateway::serve_with_gateway(server, services, gateway, &data.gateway()).await?;
+        gateway::serve_with_gateway(
+            server,
+            services,
+            gateway,
+            &data.gateway(),
+            sync.sealer.clone(),
+        )
+        .await?;
         return Ok(ExitCode::SUCCESS);
     }
     let listener = tokio::net::TcpListener::bind(server.listen)

@@ -56,6 +56,7 @@ use std::{fmt, future::Future, path::PathBuf, time::Duration};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
+use snug_files::sealed::Sealer;
 use snug_proto::sync::v1::{
     self as pb,
     sync_service_server::{SyncService, SyncServiceServer},
@@ -128,6 +129,11 @@ pub struct SyncConfig {
     /// (`snug-hub`) owns the data directory's layout and sets this to its `sync/` subdirectory.
     #[arg(skip = PathBuf::from("./snug-data/sync"))]
     pub sqlite_dir: PathBuf,
+    /// Where the embedded store seals the images it keeps in memory (`StoreConfig::sealer`). Not
+    /// a flag either: the composition root builds one enabled sealer when it runs the gateway in
+    /// the same process and hands it to both; otherwise it stays disabled.
+    #[arg(skip)]
+    pub sealer: Sealer,
     /// The PostgreSQL connection string, from SNUG_SYNC_POSTGRES_URL only. It is deliberately not
     /// a flag: flags are visible to every local user in the process list and end up in logs.
     #[arg(skip = PostgresUrl::from_process_env())]
@@ -175,6 +181,7 @@ impl Default for SyncConfig {
         Self {
             store: Backend::Sqlite,
             sqlite_dir: PathBuf::from("./snug-data/sync"),
+            sealer: Sealer::disabled(),
             postgres_url: None,
             postgres_schema: None,
             postgres_pool_size: 16,
@@ -198,6 +205,7 @@ impl SyncConfig {
                 grace: self.grace,
                 orphan_after: self.orphan_after,
             },
+            sealer: self.sealer.clone(),
             ..StoreConfig::default()
         }
     }

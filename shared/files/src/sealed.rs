@@ -3,25 +3,37 @@
 //!
 //! A hub answers most downloads with a few small images it keeps in memory, and copying an image
 //! into the socket is the largest single cost of such an answer (nginx skips it with `sendfile`).
-//! [`seal`] keeps a copy of such bytes in a memfd sealed against every change, and notes where in
-//! memory its heap copy lives; a writer that finds a slice it is about to write in that note
-//! ([`file_range`]) can `sendfile` it from the memfd instead. The kernel then hands the socket
-//! references to the memfd's pages: the seals guarantee those pages never change, so the bytes a
-//! peer receives are the bytes that were sealed, whenever it reads them.
+//! A [`Sealer`] keeps a copy of such bytes in a memfd sealed against every change
+//! ([`Sealer::seal`]), and notes where in memory its heap copy lives; a writer that finds a slice
+//! it is about to write in that note ([`Sealer::file_range`]) can `sendfile` it from the memfd
+//! instead. The kernel then hands the socket references to the memfd's pages: the seals guarantee
+//! those pages never change, so the bytes a peer receives are the bytes that were sealed, whenever
+//! it reads them.
 //!
 //! Sealing costs a second copy of the bytes and a file descriptor per sealed buffer for as long
-//! as it lives, so it is off until a process that can use it switches it on ([`enable`]): the
-//! gateway does when it serves in the same process as the store that keeps the images. Where it
-//! is off, or not available (not Linux, or the memfd cannot be made), [`seal`] returns the bytes
-//! as they are and everything works as before, one copy slower.
+//! as it lives, so only a process that can use it seals: its composition root (`snug-hub serve`,
+//! which runs the gateway in the same process as the store that keeps the images) builds one
+//! enabled [`Sealer`] and hands clones of it to the store, which seals, and to the gateway's
+//! writer, which looks buffers up in it. Everyone else has a disabled one ([`Sealer::disabled`],
+//! the default). Where sealing is off, or not available (not Linux, or the memfd cannot be made),
+//! [`Sealer::seal`] returns the bytes as they are and everything works as before, one copy slower.
 //!
 //! Large buffers, which nobody would keep in memory but to send them without copying, are sealed
-//! only within a budget the process sets ([`set_large_budget`]): [`reserve`] claims their length
-//! before the caller gathers them, so buffers being gathered count too, and the claim lasts until
-//! the sealed buffer is dropped.
+//! only within the budget the sealer was built with ([`Sealer::new`]): [`Sealer::reserve`] claims
+//! their length before the caller gathers them, so buffers being gathered count too, and the claim
+//! lasts until the sealed buffer is dropped.
+//!
+//! Each sealer is a registry and a budget of its own, not a process-wide one: a buffer is found
+//! only by the sealer that sealed it, so tests that each build their own run side by side.
+//!
+//! Two invariants make a found slice safe to send from its memfd: a sealed buffer's registry
+//! entry is removed before its heap copy is freed (so an allocation later made at the same
+//! address is never mistaken for it), and a sealed memfd never changes (its seals forbid writes,
+//! growth, shrinking and new seals).
 
 use std::{
     collections::BTreeMap,
+    fmt,
     fs::File,
     sync::{
         Arc, RwLock,
@@ -31,53 +43,141 @@ use std::{
 
 use bytes::Bytes;
 
-/// Whether [`seal`] seals.
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Seals buffers and finds them again: the registry of live sealed buffers and the budget for
+/// large ones. Cheap to clone; every clone shares the same registry and budget.
+#[derive(Clone, Default)]
+pub struct Sealer(Option<Arc<Registry>>);
 
-/// How many sealed buffers are alive: a writer that sees none skips the lookup.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// Bytes of large buffers reserved or sealed ([`reserve`]), and how many may be.
-static RESERVED: AtomicUsize = AtomicUsize::new(0);
-static LARGE_BUDGET: AtomicUsize = AtomicUsize::new(0);
-
-/// Where each live sealed buffer's heap copy starts: its length and its memfd.
-static REGISTRY: RwLock<BTreeMap<usize, Region>> = RwLock::new(BTreeMap::new());
+/// What an enabled [`Sealer`] shares between its clones, its sealed buffers and its
+/// reservations.
+struct Registry {
+    /// How many sealed buffers are alive: a writer that sees none skips the lookup.
+    live: AtomicUsize,
+    /// Bytes of large buffers reserved or sealed ([`Sealer::reserve`]).
+    reserved: AtomicUsize,
+    /// How many bytes of large buffers may be reserved or sealed at once.
+    large_budget: usize,
+    /// Where each live sealed buffer's heap copy starts: its length and its memfd.
+    regions: RwLock<BTreeMap<usize, Region>>,
+}
 
 struct Region {
     len: usize,
     file: Arc<File>,
 }
 
-/// Lets [`seal`] seal from now on. Call it in a process that writes sealed bytes to sockets with
-/// [`file_range`]; buffers sealed before stay as they were.
-pub fn enable() {
-    ENABLED.store(true, Ordering::Relaxed);
-}
-
-/// Lets [`reserve`] claim up to `bytes` of large sealed buffers at once (each costs its length
-/// twice: the heap copy and the memfd). Zero, the default, refuses every reservation.
-pub fn set_large_budget(bytes: usize) {
-    LARGE_BUDGET.store(bytes, Ordering::Relaxed);
-}
-
-/// A claim on `len` bytes of the large-buffer budget, for a buffer the caller is gathering to
-/// seal. The claim is given back when the reservation is dropped unused, or when the buffer
-/// sealed with it is.
-pub fn reserve(len: usize) -> Result<Reservation, NoRoom> {
-    let budget = LARGE_BUDGET.load(Ordering::Relaxed);
-    if !ENABLED.load(Ordering::Relaxed) || len == 0 || len > budget {
-        return Err(NoRoom::Never);
+impl Sealer {
+    /// A sealer that seals, for a process that writes sealed bytes to sockets with
+    /// [`Sealer::file_range`]; up to `large_budget` bytes of large sealed buffers may be claimed
+    /// at once ([`Sealer::reserve`]; each costs its length twice: the heap copy and the memfd).
+    /// Zero refuses every reservation; small buffers ([`Sealer::seal`]) are sealed regardless.
+    pub fn new(large_budget: usize) -> Self {
+        Self(Some(Arc::new(Registry {
+            live: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
+            large_budget,
+            regions: RwLock::new(BTreeMap::new()),
+        })))
     }
-    RESERVED
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reserved| {
-            reserved.checked_add(len).filter(|&total| total <= budget)
-        })
-        .map(|_| Reservation { len })
-        .map_err(|_| NoRoom::Taken)
+
+    /// A sealer that never seals and finds nothing (the default): for a process with no writer
+    /// that sends sealed bytes, such as a store whose gateway runs elsewhere.
+    pub fn disabled() -> Self {
+        Self(None)
+    }
+
+    /// Whether this sealer seals.
+    pub fn is_enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// A claim on `len` bytes of the large-buffer budget, for a buffer the caller is gathering to
+    /// seal. The claim is given back when the reservation is dropped unused, or when the buffer
+    /// sealed with it is.
+    pub fn reserve(&self, len: usize) -> Result<Reservation, NoRoom> {
+        let Some(registry) = &self.0 else {
+            return Err(NoRoom::Never);
+        };
+        let budget = registry.large_budget;
+        if len == 0 || len > budget {
+            return Err(NoRoom::Never);
+        }
+        registry
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reserved| {
+                reserved.checked_add(len).filter(|&total| total <= budget)
+            })
+            .map(|_| Reservation {
+                registry: registry.clone(),
+                len,
+            })
+            .map_err(|_| NoRoom::Taken)
+    }
+
+    /// Bytes of the large-buffer budget claimed now (reserved or sealed).
+    pub fn reserved_bytes(&self) -> usize {
+        self.0
+            .as_ref()
+            .map_or(0, |registry| registry.reserved.load(Ordering::Relaxed))
+    }
+
+    /// Whether any buffer this sealer sealed is alive (a cheap test before
+    /// [`Sealer::file_range`]).
+    pub fn any_live(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|registry| registry.live.load(Ordering::Relaxed) > 0)
+    }
+
+    /// `bytes`, sealed if this sealer is enabled and sealing possible: the returned buffer has the
+    /// same content, and every slice of it is found by [`Sealer::file_range`] for as long as any
+    /// clone of it lives. Otherwise `bytes` itself is returned.
+    pub fn seal(&self, bytes: Bytes) -> Bytes {
+        let Some(registry) = &self.0 else {
+            return bytes;
+        };
+        if bytes.is_empty() {
+            return bytes;
+        }
+        // A copy of its own, so that no other buffer shares the address it is registered under.
+        match Sealed::new(registry.clone(), bytes[..].into(), None) {
+            Ok(sealed) => Bytes::from_owner(sealed),
+            Err(err) => {
+                warn_once(&err);
+                bytes
+            }
+        }
+    }
+
+    /// The sealed file holding `slice` and the offset of its first byte there, if `slice` lies
+    /// within one live buffer this sealer sealed. The file stays valid as long as the caller
+    /// holds it.
+    pub fn file_range(&self, slice: &[u8]) -> Option<(Arc<File>, u64)> {
+        let registry = self.0.as_ref()?;
+        if slice.is_empty() || registry.live.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let regions = registry.regions.read().unwrap_or_else(|p| p.into_inner());
+        let (region, offset) = locate(&regions, slice.as_ptr() as usize, slice.len())?;
+        Some((region.file.clone(), offset))
+    }
 }
 
-/// Why [`reserve`] made no claim.
+impl fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("Sealer(disabled)"),
+            Some(registry) => f
+                .debug_struct("Sealer")
+                .field("large_budget", &registry.large_budget)
+                .field("reserved", &registry.reserved.load(Ordering::Relaxed))
+                .field("live", &registry.live.load(Ordering::Relaxed))
+                .finish(),
+        }
+    }
+}
+
+/// Why [`Sealer::reserve`] made no claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoRoom {
     /// Sealing is off, or the buffer is empty or larger than the whole budget: freeing other
@@ -87,15 +187,18 @@ pub enum NoRoom {
     Taken,
 }
 
-/// Bytes of the large-buffer budget claimed now (reserved or sealed).
-pub fn reserved_bytes() -> usize {
-    RESERVED.load(Ordering::Relaxed)
+/// A claim on part of a sealer's large-buffer budget ([`Sealer::reserve`]).
+pub struct Reservation {
+    registry: Arc<Registry>,
+    len: usize,
 }
 
-/// A claim on part of the large-buffer budget ([`reserve`]).
-#[derive(Debug)]
-pub struct Reservation {
-    len: usize,
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Reservation {
@@ -106,7 +209,7 @@ impl Reservation {
         if bytes.is_empty() || bytes.len() > self.len {
             return None;
         }
-        match Sealed::new(bytes.into_boxed_slice(), Some(self)) {
+        match Sealed::new(self.registry.clone(), bytes.into_boxed_slice(), Some(self)) {
             Ok(sealed) => Some(Bytes::from_owner(sealed)),
             Err(err) => {
                 warn_once(&err);
@@ -118,33 +221,12 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        RESERVED.fetch_sub(self.len, Ordering::AcqRel);
+        self.registry.reserved.fetch_sub(self.len, Ordering::AcqRel);
     }
 }
 
-/// Whether any sealed buffer is alive (a cheap test before [`file_range`]).
-pub fn any_live() -> bool {
-    LIVE.load(Ordering::Relaxed) > 0
-}
-
-/// `bytes`, sealed if sealing is enabled and possible: the returned buffer has the same content,
-/// and every slice of it is found by [`file_range`] for as long as any clone of it lives.
-/// Otherwise `bytes` itself is returned.
-pub fn seal(bytes: Bytes) -> Bytes {
-    if !ENABLED.load(Ordering::Relaxed) || bytes.is_empty() {
-        return bytes;
-    }
-    // A copy of its own, so that no other buffer shares the address it is registered under.
-    match Sealed::new(bytes[..].into(), None) {
-        Ok(sealed) => Bytes::from_owner(sealed),
-        Err(err) => {
-            warn_once(&err);
-            bytes
-        }
-    }
-}
-
-/// Only a cost: the bytes are served by copying, as without sealing.
+/// Only a cost: the bytes are served by copying, as without sealing. Process-wide, since whether
+/// memfds can be made is a property of the platform, not of one sealer.
 fn warn_once(err: &std::io::Error) {
     static WARNED: AtomicBool = AtomicBool::new(false);
     if !WARNED.swap(true, Ordering::Relaxed) {
@@ -152,21 +234,10 @@ fn warn_once(err: &std::io::Error) {
     }
 }
 
-/// The sealed file holding `slice` and the offset of its first byte there, if `slice` lies within
-/// one live sealed buffer. The file stays valid as long as the caller holds it.
-pub fn file_range(slice: &[u8]) -> Option<(Arc<File>, u64)> {
-    if slice.is_empty() || !any_live() {
-        return None;
-    }
-    let registry = REGISTRY.read().unwrap_or_else(|p| p.into_inner());
-    let (region, offset) = locate(&registry, slice.as_ptr() as usize, slice.len())?;
-    Some((region.file.clone(), offset))
-}
-
-/// The region of `registry` that holds all of `len` bytes at address `start`, and their offset
+/// The region of `regions` that holds all of `len` bytes at address `start`, and their offset
 /// in it.
-fn locate(registry: &BTreeMap<usize, Region>, start: usize, len: usize) -> Option<(&Region, u64)> {
-    let (&base, region) = registry.range(..=start).next_back()?;
+fn locate(regions: &BTreeMap<usize, Region>, start: usize, len: usize) -> Option<(&Region, u64)> {
+    let (&base, region) = regions.range(..=start).next_back()?;
     let offset = start - base;
     (offset.checked_add(len)? <= region.len).then_some((region, offset as u64))
 }
@@ -174,25 +245,34 @@ fn locate(registry: &BTreeMap<usize, Region>, start: usize, len: usize) -> Optio
 /// The owner behind a sealed `Bytes`: the heap copy readers see, and the registry entry that
 /// points a writer at the memfd holding the same bytes.
 struct Sealed {
+    registry: Arc<Registry>,
     heap: Box<[u8]>,
     /// The budget claim of a large buffer, given back after the registry entry is gone.
     _reservation: Option<Reservation>,
 }
 
 impl Sealed {
-    /// Seals `heap`, which no other buffer may share an address with.
-    fn new(heap: Box<[u8]>, reservation: Option<Reservation>) -> std::io::Result<Self> {
+    /// Seals `heap`, which no other buffer may share an address with, in `registry`.
+    fn new(
+        registry: Arc<Registry>,
+        heap: Box<[u8]>,
+        reservation: Option<Reservation>,
+    ) -> std::io::Result<Self> {
         let file = sealed_file(&heap)?;
-        let mut registry = REGISTRY.write().unwrap_or_else(|p| p.into_inner());
-        registry.insert(
-            heap.as_ptr() as usize,
-            Region {
-                len: heap.len(),
-                file: Arc::new(file),
-            },
-        );
-        LIVE.fetch_add(1, Ordering::Relaxed);
+        registry
+            .regions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                heap.as_ptr() as usize,
+                Region {
+                    len: heap.len(),
+                    file: Arc::new(file),
+                },
+            );
+        registry.live.fetch_add(1, Ordering::Relaxed);
         Ok(Self {
+            registry,
             heap,
             _reservation: reservation,
         })
@@ -207,11 +287,15 @@ impl AsRef<[u8]> for Sealed {
 
 impl Drop for Sealed {
     fn drop(&mut self) {
-        // The entry goes before the heap copy is freed: an allocation later made at the same
-        // address is never mistaken for this buffer.
-        let mut registry = REGISTRY.write().unwrap_or_else(|p| p.into_inner());
-        registry.remove(&(self.heap.as_ptr() as usize));
-        LIVE.fetch_sub(1, Ordering::Relaxed);
+        // The entry goes before the heap copy is freed (the fields are dropped after this body):
+        // an allocation later made at the same address is never mistaken for this buffer.
+        let mut regions = self
+            .registry
+            .regions
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        regions.remove(&(self.heap.as_ptr() as usize));
+        self.registry.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -257,13 +341,13 @@ mod tests {
 
     #[test]
     fn every_slice_of_a_sealed_buffer_is_found_in_its_file() {
-        enable();
+        let sealer = Sealer::new(0);
         let content: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let sealed = seal(Bytes::from(content.clone()));
+        let sealed = sealer.seal(Bytes::from(content.clone()));
         assert_eq!(sealed[..], content[..]);
         for (start, end) in [(0, 10_000), (0, 1), (9_999, 10_000), (1_234, 5_678)] {
             let slice = sealed.slice(start..end);
-            let (file, offset) = file_range(&slice).expect("sealed");
+            let (file, offset) = sealer.file_range(&slice).expect("sealed");
             assert_eq!(offset, start as u64);
             assert_eq!(read_at(&file, offset, end - start), content[start..end]);
         }
@@ -271,11 +355,14 @@ mod tests {
 
     #[test]
     fn other_buffers_are_not_found() {
-        enable();
-        let _sealed = seal(Bytes::from(vec![1u8; 4096]));
+        let sealer = Sealer::new(0);
+        let sealed = sealer.seal(Bytes::from(vec![1u8; 4096]));
         let plain = vec![1u8; 4096];
-        assert!(file_range(&plain).is_none());
-        assert!(file_range(&[]).is_none());
+        assert!(sealer.file_range(&plain).is_none());
+        assert!(sealer.file_range(&[]).is_none());
+        // Each sealer is a registry of its own.
+        assert!(Sealer::new(0).file_range(&sealed).is_none());
+        assert!(Sealer::disabled().file_range(&sealed).is_none());
     }
 
     #[test]
@@ -298,21 +385,22 @@ mod tests {
 
     #[test]
     fn a_dropped_buffer_is_forgotten() {
-        enable();
-        let sealed = seal(Bytes::from(vec![3u8; 8192]));
+        let sealer = Sealer::new(0);
+        let sealed = sealer.seal(Bytes::from(vec![3u8; 8192]));
         let clone = sealed.slice(100..200);
         drop(sealed);
-        let (file, _) = file_range(&clone).expect("a clone keeps it alive");
+        let (file, _) = sealer.file_range(&clone).expect("a clone keeps it alive");
         drop(clone);
+        assert!(!sealer.any_live());
         // The registry held the other reference to the file.
         assert_eq!(Arc::strong_count(&file), 1);
     }
 
     #[test]
     fn the_file_refuses_every_change() {
-        enable();
-        let sealed = seal(Bytes::from(vec![4u8; 4096]));
-        let (file, _) = file_range(&sealed).expect("sealed");
+        let sealer = Sealer::new(0);
+        let sealed = sealer.seal(Bytes::from(vec![4u8; 4096]));
+        let (file, _) = sealer.file_range(&sealed).expect("sealed");
         assert!(file.write_at(b"x", 0).is_err(), "write");
         assert!(file.write_at(b"x", 4096).is_err(), "growth");
         assert!(file.set_len(10).is_err(), "shrinking");
@@ -321,7 +409,8 @@ mod tests {
 
     #[test]
     fn empty_bytes_are_returned_as_they_are() {
-        enable();
-        assert!(seal(Bytes::new()).is_empty());
+        let sealer = Sealer::new(0);
+        assert!(sealer.seal(Bytes::new()).is_empty());
+        assert!(!sealer.any_live());
     }
 }

@@ -1,10 +1,10 @@
-//! The large-buffer budget of `snug_files::sealed` (a process of its own: the budget is global).
+//! The large-buffer budget of a `snug_files::sealed::Sealer`, which each sealer has to itself.
 
 #![cfg(target_os = "linux")]
 
 use std::os::unix::fs::FileExt as _;
 
-use snug_files::sealed;
+use snug_files::sealed::{NoRoom, Sealer};
 
 const MIB: usize = 1 << 20;
 
@@ -14,19 +14,27 @@ fn content(len: usize) -> Vec<u8> {
 
 #[test]
 fn large_buffers_are_sealed_within_the_budget_and_give_it_back() {
-    sealed::enable();
-    assert!(sealed::reserve(MIB).is_err(), "no budget, no reservation");
+    let unbudgeted = Sealer::new(0);
+    assert_eq!(
+        unbudgeted.reserve(MIB).map(|_| ()),
+        Err(NoRoom::Never),
+        "no budget, no reservation"
+    );
 
-    sealed::set_large_budget(3 * MIB);
-    let first = sealed::reserve(2 * MIB).expect("room for 2 MiB");
-    assert!(sealed::reserve(2 * MIB).is_err(), "only 1 MiB left");
-    assert!(sealed::reserve(usize::MAX).is_err(), "no overflow");
-    let second = sealed::reserve(MIB).expect("the last MiB");
-    assert_eq!(sealed::reserved_bytes(), 3 * MIB);
+    let sealer = Sealer::new(3 * MIB);
+    let first = sealer.reserve(2 * MIB).expect("room for 2 MiB");
+    assert_eq!(
+        sealer.reserve(2 * MIB).map(|_| ()),
+        Err(NoRoom::Taken),
+        "only 1 MiB left"
+    );
+    assert!(sealer.reserve(usize::MAX).is_err(), "no overflow");
+    let second = sealer.reserve(MIB).expect("the last MiB");
+    assert_eq!(sealer.reserved_bytes(), 3 * MIB);
 
     // Dropped unused: its claim is free again.
     drop(second);
-    assert_eq!(sealed::reserved_bytes(), 2 * MIB);
+    assert_eq!(sealer.reserved_bytes(), 2 * MIB);
 
     // Sealed: every slice is found in a file holding the same bytes, and the claim lasts as long
     // as any clone of the buffer.
@@ -34,32 +42,30 @@ fn large_buffers_are_sealed_within_the_budget_and_give_it_back() {
     let kept = first.seal(bytes.clone()).expect("sealed");
     assert_eq!(kept[..], bytes[..]);
     let tail = kept.slice(MIB..);
-    let (file, offset) = sealed::file_range(&tail).expect("registered");
+    let (file, offset) = sealer.file_range(&tail).expect("registered");
     assert_eq!(offset, MIB as u64);
     let mut read = vec![0; tail.len()];
     file.read_exact_at(&mut read, offset).expect("read");
     assert_eq!(read[..], bytes[MIB..]);
     assert!(file.write_at(b"x", 0).is_err(), "the file is sealed");
     drop(kept);
-    assert_eq!(sealed::reserved_bytes(), 2 * MIB, "a slice keeps the claim");
+    assert_eq!(sealer.reserved_bytes(), 2 * MIB, "a slice keeps the claim");
     drop(tail);
-    assert_eq!(sealed::reserved_bytes(), 0);
+    assert_eq!(sealer.reserved_bytes(), 0);
 
     // More than was reserved, or nothing: not sealed, and the claim is given back.
-    let small = sealed::reserve(MIB).expect("room");
+    let small = sealer.reserve(MIB).expect("room");
     assert!(small.seal(content(MIB + 1)).is_none());
     assert!(
-        sealed::reserve(MIB)
+        sealer
+            .reserve(MIB)
             .expect("room")
             .seal(Vec::new())
             .is_none()
     );
-    assert_eq!(sealed::reserved_bytes(), 0);
+    assert_eq!(sealer.reserved_bytes(), 0);
 
-    // A smaller budget applies to new reservations only.
-    let held = sealed::reserve(2 * MIB).expect("room");
-    sealed::set_large_budget(MIB);
-    assert!(sealed::reserve(1).is_err(), "over the new budget");
-    drop(held);
-    assert!(sealed::reserve(MIB).is_ok());
+    // Another sealer's claims are its own.
+    let _held = sealer.reserve(3 * MIB).expect("room");
+    assert!(Sealer::new(MIB).reserve(MIB).is_ok());
 }

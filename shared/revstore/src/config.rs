@@ -8,6 +8,8 @@ use std::{
     time::Duration,
 };
 
+use snug_files::sealed::Sealer;
+
 use crate::clock::{Clock, SystemClock};
 
 /// `MAX_USERDB_BYTES` of the Snug spec (§8): 64 MiB.
@@ -32,6 +34,11 @@ pub struct StoreConfig {
     pub lease_ttl: Duration,
     /// The time source.
     pub clock: Arc<dyn Clock>,
+    /// Where images kept in memory for downloads are sealed, so that a gateway in this process
+    /// sends them with `sendfile` (`snug_files::sealed`), and the budget for large ones. Only the
+    /// SQLite backend keeps images in memory; disabled by default, and where the composition root
+    /// runs no gateway beside the store.
+    pub sealer: Sealer,
     /// Fault injection for tests; inert unless a test arms it.
     #[doc(hidden)]
     pub faults: Faults,
@@ -45,6 +52,7 @@ impl Default for StoreConfig {
             retention: Retention::default(),
             lease_ttl: Duration::from_secs(15 * 60),
             clock: Arc::new(SystemClock),
+            sealer: Sealer::disabled(),
             faults: Faults::default(),
         }
     }

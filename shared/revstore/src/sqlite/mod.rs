@@ -1179,12 +1179,14 @@ impl SqliteStore {
         let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
         tokio::task::spawn_blocking(move || {
             let whole = tasks.len() == 1;
-            let mut gathering =
-                plan.gather(|| inner.heads.make_room(&plan, inner.now().unix_millis()));
+            let sealer = &inner.config.sealer;
+            let mut gathering = plan.gather(sealer, || {
+                inner.heads.make_room(&plan, inner.now().unix_millis())
+            });
             for task in tasks {
                 let piece = task.read(&inner.pieces).map_err(StorageError::from);
                 if whole && let Ok(bytes) = &piece {
-                    plan.keep(bytes);
+                    plan.keep(bytes, sealer);
                 }
                 // Gathered after it is handed on, so the download does not wait for the copy.
                 let gathered = gathering.as_ref().and(piece.as_ref().ok()).cloned();

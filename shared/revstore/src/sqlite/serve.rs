@@ -20,6 +20,7 @@ use std::{
 
 use bytes::Bytes;
 use rusqlite::Connection;
+use snug_files::sealed::{NoRoom, Reservation, Sealer};
 
 use super::packs::{self, Extent, PackFiles};
 use crate::{
@@ -30,7 +31,7 @@ use crate::{
 /// Users whose current plan is kept. Each holds its pack files open and at most
 /// [`INLINE_IMAGE`] bytes (twice that, and one memfd, when sealed), so the cache is bounded at
 /// 64 MiB of bytes (128 MiB sealed) and a few hundred files; larger images are kept only sealed,
-/// within the process's budget for them (`snug_files::sealed::set_large_budget`).
+/// within the budget of the store's sealer for them (`StoreConfig::sealer`).
 const CACHED_HEADS: usize = 256;
 
 /// A large image kept sealed that has not been downloaded for this long gives its place in the
@@ -92,23 +93,25 @@ impl Plan {
         self.bytes.get().cloned()
     }
 
-    /// Keeps `bytes`, the whole image, if it is small enough and the plan cached; sealed
-    /// (`snug_files::sealed`) where this process sends sealed bytes without copying them, as a
-    /// gateway in it does.
-    pub(super) fn keep(&self, bytes: &Bytes) {
+    /// Keeps `bytes`, the whole image, if it is small enough and the plan cached; sealed by
+    /// `sealer` where it is enabled, because a gateway in this process sends sealed bytes without
+    /// copying them.
+    pub(super) fn keep(&self, bytes: &Bytes, sealer: &Sealer) {
         if self.cached && self.info.size <= INLINE_IMAGE && bytes.len() as u64 == self.info.size {
-            let _ = self
-                .bytes
-                .get_or_init(|| snug_files::sealed::seal(bytes.clone()));
+            let _ = self.bytes.get_or_init(|| sealer.seal(bytes.clone()));
         }
     }
 
     /// A gathering of this large image's bytes to keep it sealed, if the plan is cached, the image
-    /// larger than [`INLINE_IMAGE`], not kept yet, no other download is gathering it, and the
-    /// process's budget for large sealed images has room for it, or gets it from `make_room`
+    /// larger than [`INLINE_IMAGE`], not kept yet, no other download is gathering it, and
+    /// `sealer`'s budget for large sealed images has room for it, or gets it from `make_room`
     /// when other images hold it. A large image is kept only sealed: in memory it saves a
     /// download nothing but the copies a gateway in this process skips with `sendfile`.
-    pub(super) fn gather(&self, make_room: impl FnOnce() -> bool) -> Option<Gathering<'_>> {
+    pub(super) fn gather(
+        &self,
+        sealer: &Sealer,
+        make_room: impl FnOnce() -> bool,
+    ) -> Option<Gathering<'_>> {
         let size = usize::try_from(self.info.size).ok()?;
         if !self.cached
             || self.info.size <= INLINE_IMAGE
@@ -117,11 +120,9 @@ impl Plan {
         {
             return None;
         }
-        let reservation = match snug_files::sealed::reserve(size) {
+        let reservation = match sealer.reserve(size) {
             Ok(reservation) => Some(reservation),
-            Err(snug_files::sealed::NoRoom::Taken) if make_room() => {
-                snug_files::sealed::reserve(size).ok()
-            }
+            Err(NoRoom::Taken) if make_room() => sealer.reserve(size).ok(),
             Err(_) => None,
         };
         match reservation {
@@ -148,7 +149,7 @@ impl Plan {
 /// a later download gather.
 pub(super) struct Gathering<'a> {
     plan: &'a Plan,
-    reservation: Option<snug_files::sealed::Reservation>,
+    reservation: Option<Reservation>,
     bytes: Vec<u8>,
 }
 
