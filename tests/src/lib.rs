@@ -13,6 +13,8 @@
 //! |---|---|
 //! | `SNUG_VECTORS_DIR` | the reference vectors (default `../shared/vectors/reference`) |
 //! | `SNUG_TEST_POSTGRES_URL` | a PostgreSQL server for the PostgreSQL cases; without it they skip |
+//! | `SNUG_TEST_GARAGE` | the `garage` binary the object-store cases start (default: `garage` on `PATH`, else `/var/tmp/snug-hub-tools/bin/garage`); without one they skip |
+//! | `SNUG_REQUIRE_GARAGE` | `1`: the object-store cases fail without a `garage` binary instead of skipping |
 //! | `SNUG_TEST_PYTHON` | the Python with schemathesis and grpcio-tools (default: the `k8s/validate.sh` venv) |
 //! | `SNUG_K8S_VENV` | where `k8s/validate.sh` keeps that venv (default `/var/tmp/snug-hub-venv`) |
 //! | `SNUG_REQUIRE_DOCKER` | `1`: the container suites fail without Docker instead of skipping |
@@ -51,6 +53,10 @@
 //! `SNUG_TEST_POSTGRES_URL` names a server (each test in a fresh schema), and skip visibly without
 //! it; `.ci/run` starts a throwaway PostgreSQL 15 cluster on 127.0.0.1 (installing Debian's
 //! `postgresql` package if needed) so CI always runs them.
+//! Object storage is tested against a real Garage (`snug_test_support::garage`, one single-node
+//! server per test on 127.0.0.1), found through `SNUG_TEST_GARAGE` and skipped visibly without
+//! one; `.ci/run` installs Garage 2.5.0 into `/var/tmp/snug-hub-tools` (once, reused) and sets
+//! `SNUG_REQUIRE_GARAGE=1`.
 //! The sync service enables `snug-revstore/postgres`, so `cargo test --workspace` builds the
 //! PostgreSQL cases through feature unification.
 //! Crypto tests use a low PBKDF2 count except where a test is about the 600,000 default; dependencies

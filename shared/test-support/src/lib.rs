@@ -10,12 +10,17 @@
 //!   `theme` setting the sync suites edit on one device and look for on another.
 //! - [`files`]: every file under a directory, for "no byte of X anywhere" checks.
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
+//! - [`garage::Garage`]: a real S3-compatible object store, a single-node Garage on loopback
+//!   ports in a temporary directory, which a fault test can kill and start again.
 //!
-//! It deliberately does not start services: the in-process hub lives in `snug-e2e`, and the
-//! service crates keep their own in-process harnesses.
+//! It deliberately does not start the hub's services: the in-process hub lives in `snug-e2e`, and
+//! the service crates keep their own in-process harnesses. Garage is a backing service, like the
+//! PostgreSQL `.ci/run` starts.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+
+pub mod garage;
 
 use std::{
     ffi::OsStr,
