@@ -34,7 +34,7 @@
 //! | `SNUG_MATERIALIZE_QUEUE_TIMEOUT` | `10s` | wait for an app-job slot before `OVERLOADED` |
 //! | `SNUG_SYNC_STORE` | `sqlite` | sync backend: `sqlite` (embedded, one node) or `postgres` (`--store`) |
 //! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory: the embedded sync store in `sync/`, the gateway's users and session key in `gateway/` |
-//! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed |
+//! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed; TLS as in libpq: `sslmode=disable\|prefer\|require\|verify-ca\|verify-full` (default `prefer`; use `verify-full`) and `sslrootcert=/path/ca.pem` or `system` |
 //! | `SNUG_SYNC_POSTGRES_SCHEMA` | search path | schema for the store's tables (created if missing) |
 //! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |
 //! | `SNUG_SYNC_QUOTA_BYTES` | `67108864` | per-user quota on one image; exactly this size is accepted |
