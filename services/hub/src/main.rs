@@ -20,7 +20,8 @@
 //! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
 //! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
 //! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format |
-//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to, plaintext `http://host:4317`; unset or empty: no exporter, no background task |
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to: `https://host:4317` (TLS, the collector's certificate and host name verified) or plaintext `http://host:4317`; unset or empty: no exporter, no background task |
+//! | `OTEL_EXPORTER_OTLP_CERTIFICATE` | compiled-in Mozilla roots | PEM file of the CAs an `https://` collector's certificate must chain to; refused with an `http://` endpoint |
 //! | `OTEL_SERVICE_NAME` | `snug-hub`, `snug-hub-<service>` | `service.name` of the exported spans (the default names the role: `snug-hub-gateway`, `snug-hub-sync`, …) |
 //! | `SNUG_CONTAINER_MIN_ITERATIONS` | `10000` | smallest PBKDF2 count opened or created |
 //! | `SNUG_CONTAINER_MAX_ITERATIONS` | `10000000` | largest PBKDF2 count opened or created |
