@@ -15,6 +15,8 @@
 //! | `SNUG_TEST_POSTGRES_URL` | a PostgreSQL server for the PostgreSQL cases; without it they skip |
 //! | `SNUG_TEST_GARAGE` | the `garage` binary the object-store cases start (default: `garage` on `PATH`, else `/var/tmp/snug-hub-tools/bin/garage`); without one they skip |
 //! | `SNUG_REQUIRE_GARAGE` | `1`: the object-store cases fail without a `garage` binary instead of skipping |
+//! | `SNUG_TEST_POSTGRES_CA` | the CA file of that server, whose certificate names DNS `localhost` only and which admits role `snug_tls_only` over TLS only (as `.ci/run` sets it up): the revstore TLS cases; without it they skip |
+//! | `SNUG_REQUIRE_POSTGRES_TLS` | `1`: the revstore TLS cases fail without `SNUG_TEST_POSTGRES_CA` instead of skipping |
 //! | `SNUG_TEST_PYTHON` | the Python with schemathesis and grpcio-tools (default: the `k8s/validate.sh` venv) |
 //! | `SNUG_K8S_VENV` | where `k8s/validate.sh` keeps that venv (default `/var/tmp/snug-hub-venv`) |
 //! | `SNUG_REQUIRE_DOCKER` | `1`: the container suites fail without Docker instead of skipping |

@@ -20,7 +20,8 @@
 //! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
 //! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
 //! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format |
-//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to, plaintext `http://host:4317`; unset or empty: no exporter, no background task |
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to: `https://host:4317` (TLS, the collector's certificate and host name verified) or plaintext `http://host:4317`; unset or empty: no exporter, no background task |
+//! | `OTEL_EXPORTER_OTLP_CERTIFICATE` | compiled-in Mozilla roots | PEM file of the CAs an `https://` collector's certificate must chain to; refused with an `http://` endpoint |
 //! | `OTEL_SERVICE_NAME` | `snug-hub`, `snug-hub-<service>` | `service.name` of the exported spans (the default names the role: `snug-hub-gateway`, `snug-hub-sync`, …) |
 //! | `SNUG_CONTAINER_MIN_ITERATIONS` | `10000` | smallest PBKDF2 count opened or created |
 //! | `SNUG_CONTAINER_MAX_ITERATIONS` | `10000000` | largest PBKDF2 count opened or created |
@@ -34,7 +35,7 @@
 //! | `SNUG_MATERIALIZE_QUEUE_TIMEOUT` | `10s` | wait for an app-job slot before `OVERLOADED` |
 //! | `SNUG_SYNC_STORE` | `sqlite` | sync backend: `sqlite` (embedded, one node) or `postgres` (`--store`) |
 //! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory: the embedded sync store in `sync/`, the gateway's users and session key in `gateway/` |
-//! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed |
+//! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed; TLS as in libpq: `sslmode=disable\|prefer\|require\|verify-ca\|verify-full` (default `prefer`; use `verify-full`) and `sslrootcert=/path/ca.pem` or `system` |
 //! | `SNUG_SYNC_POSTGRES_SCHEMA` | search path | schema for the store's tables (created if missing) |
 //! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |
 //! | `SNUG_SYNC_OBJECTS` | — (bytes in PostgreSQL rows) | `s3://BUCKET/PREFIX`: with `--store postgres`, image bytes go to this S3-compatible bucket as pack objects; the bucket is reached with the standard `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` (path-style unless `true`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and `AWS_CA_BUNDLE` (a CA file for https); plain http only to a loopback endpoint or with `AWS_ALLOW_HTTP=true` |

@@ -76,7 +76,8 @@
 //! served and put ledgers, reclaim, journal, health, stats, check_integrity), with three backends: `MemStore`
 //! (tests), `SqliteStore` (the embedded default: SQLite metadata plus pack files under one
 //! directory) and `PgStore` (feature `postgres`: everything in PostgreSQL, chunks as `bytea`, a
-//! deadpool of tokio-postgres connections); `AnyStore` picks one at run time.
+//! deadpool of tokio-postgres connections, TLS with libpq's `sslmode`/`sslrootcert` over rustls:
+//! `pg/tls.rs`); `AnyStore` picks one at run time.
 //! One conformance suite (`tests/conformance`) runs against every backend, plus a concurrency test
 //! (16 writers × 200 puts on one user: one linear history, no acknowledged write lost) and a crash
 //! test (a child SIGKILLed at random points during puts, then the store reopened and checked).
@@ -183,7 +184,7 @@ pub use mem::MemStore;
 #[cfg(feature = "postgres")]
 pub use objects::{ObjectsConfig, PACK_BYTES};
 #[cfg(feature = "postgres")]
-pub use pg::{PgConfig, PgStore};
+pub use pg::{PgConfig, PgStore, PgTlsError};
 pub use sqlite::SqliteStore;
 pub use store::{ImageBody, ImageDownload, RevStore};
 pub use types::{

@@ -15,7 +15,8 @@
 //!   `RUST_LOG` (default `info`). A JSON line is one object: `timestamp`, `level`, `message`, the
 //!   event's fields, `target`, and `span` (the current span's fields); inside a traced request it
 //!   starts with `trace_id` and `span_id`, the ids of the exported span, so logs and traces join.
-//! - **Traces**: OpenTelemetry over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (batch
+//! - **Traces**: OpenTelemetry over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (`https://`
+//!   verified against `OTEL_EXPORTER_OTLP_CERTIFICATE` or the compiled-in roots, or `http://`; batch
 //!   processor, flushed at shutdown after the drain; `service.name` from `OTEL_SERVICE_NAME` or the
 //!   role). The gateway's `http.server` span per request (`PUT /userdb`, named by method and route
 //!   template) continues a client's W3C `traceparent`; each gRPC call the gateway makes is a

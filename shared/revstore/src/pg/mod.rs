@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures::Stream;
 use sha2::{Digest as _, Sha256};
-use tokio_postgres::{GenericClient, NoTls, Row};
+use tokio_postgres::{GenericClient, Row};
 
 mod packs;
 
@@ -33,6 +33,10 @@ use crate::{
     },
 };
 
+mod tls;
+
+pub use tls::PgTlsError;
+
 /// Chunks fetched or inserted per statement.
 const CHUNK_BATCH: usize = 256;
 
@@ -42,7 +46,9 @@ const ROWS: &str = "postgres";
 /// How to reach the database.
 #[derive(Clone, Debug)]
 pub struct PgConfig {
-    /// A libpq-style URL or key/value string, e.g. `postgresql://hub@127.0.0.1:5432/hub`.
+    /// A libpq-style URL or key/value string, e.g.
+    /// `postgresql://hub@db.internal:5432/hub?sslmode=verify-full&sslrootcert=/etc/hub/pg-ca.pem`.
+    /// `sslmode` and `sslrootcert` mean what they mean to libpq (the table in `pg/tls.rs`).
     pub url: String,
     /// The schema holding the store's tables (created if missing); `None` uses the server's
     /// default search path.
@@ -113,7 +119,10 @@ impl PgStore {
         config: StoreConfig,
         known: &[migrate::Migration],
     ) -> Result<Self, OpenError> {
-        let mut pg_config: tokio_postgres::Config = pg.url.parse().map_err(StorageError::from)?;
+        let (url, tls_params) = tls::split(&pg.url).map_err(StorageError::unavailable)?;
+        let tls = tls::MakeRustlsConnect::new(&tls_params).map_err(StorageError::unavailable)?;
+        let mut pg_config: tokio_postgres::Config = url.parse().map_err(StorageError::from)?;
+        pg_config.ssl_mode(tls::negotiation(tls_params.mode));
         if let Some(schema) = &pg.schema {
             if !valid_schema(schema) {
                 return Err(
@@ -124,7 +133,7 @@ impl PgStore {
         }
         let manager = Manager::from_config(
             pg_config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
