@@ -2,8 +2,8 @@
 //!
 //! `conformance_suite!(name, opener)` instantiates every case for one backend. The PostgreSQL
 //! instance runs when the crate is built with `--features postgres` and `SNUG_TEST_POSTGRES_URL`
-//! names a server, the PostgreSQL-plus-objects instance when `SNUG_TEST_S3_URL` also names a
-//! bucket; without them their cases return at once, so a default test run needs nothing
+//! names a server, the PostgreSQL-plus-objects instance when there is also a `garage` binary (each
+//! case starts a single-node Garage of its own); without them their cases return at once, so a default test run needs nothing
 //! external.
 
 #[path = "../support/mod.rs"]

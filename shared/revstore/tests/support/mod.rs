@@ -89,13 +89,7 @@ pub async fn pg(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
         return None;
     };
     let (config, clock, faults) = config(&tune);
-    let schema = format!("revstore_test_{}", unique());
-    let pg = snug_revstore::PgConfig {
-        url,
-        schema: Some(schema),
-        pool_size: 16,
-    };
-    let store = snug_revstore::PgStore::connect(pg, config)
+    let store = snug_revstore::PgStore::connect(pg_config(&url), config)
         .await
         .expect("connect to postgres");
     Some(Fixture {
@@ -106,68 +100,52 @@ pub async fn pg(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     })
 }
 
-/// The PostgreSQL store with its bytes in a fresh prefix of an S3-compatible bucket, or `None`
-/// when `SNUG_TEST_POSTGRES_URL` or `SNUG_TEST_S3_URL` is not set.
-///
-/// `SNUG_TEST_S3_URL` is `http://KEY_ID:SECRET@HOST:PORT/BUCKET?region=REGION` (the bucket must
-/// exist; `.ci/run` starts a single-node Garage and creates it).
+/// The PostgreSQL store with its bytes in a single-node Garage of its own (a real S3-compatible
+/// store, started for this fixture and killed with it), or `None` when `SNUG_TEST_POSTGRES_URL`
+/// is not set or there is no `garage` binary (see `snug_test_support::garage`).
 #[cfg(feature = "postgres")]
 pub async fn pg_objects(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
         eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
         return None;
     };
-    let Some(objects) = test_objects(&format!("revstore-test-{}", unique())) else {
-        eprintln!("skipped: SNUG_TEST_S3_URL is not set");
-        return None;
-    };
+    let garage = snug_test_support::garage::Garage::start_if_available()?;
     let (config, clock, faults) = config(&tune);
-    let pg = snug_revstore::PgConfig {
-        url,
-        schema: Some(format!("revstore_test_{}", unique())),
-        pool_size: 16,
-    };
-    let store = snug_revstore::PgStore::connect_with_objects(pg, &objects, config)
-        .await
-        .expect("connect to postgres with objects");
+    let store = snug_revstore::PgStore::connect_with_objects(
+        pg_config(&url),
+        &objects_of(&garage, &format!("revstore-test-{}", unique())),
+        config,
+    )
+    .await
+    .expect("connect to postgres with objects");
     Some(Fixture {
         store,
         clock,
         faults,
-        guard: Box::new(()),
+        guard: Box::new(garage),
     })
 }
 
-/// The object store `SNUG_TEST_S3_URL` names, under `prefix`.
+/// A fresh schema on the server at `url`.
 #[cfg(feature = "postgres")]
-pub fn test_objects(prefix: &str) -> Option<snug_revstore::ObjectsConfig> {
-    let url = std::env::var("SNUG_TEST_S3_URL").ok()?;
-    Some(objects_at(&url, prefix))
+pub fn pg_config(url: &str) -> snug_revstore::PgConfig {
+    snug_revstore::PgConfig {
+        url: url.to_owned(),
+        schema: Some(format!("revstore_test_{}", unique())),
+        pool_size: 16,
+    }
 }
 
-/// Parses `http://KEY_ID:SECRET@HOST:PORT/BUCKET?region=REGION` into an object store config.
+/// The bucket of `garage`, under `prefix`.
 #[cfg(feature = "postgres")]
-pub fn objects_at(url: &str, prefix: &str) -> snug_revstore::ObjectsConfig {
-    let (scheme, rest) = url
-        .split_once("://")
-        .expect("SNUG_TEST_S3_URL has a scheme");
-    let (credentials, rest) = rest
-        .split_once('@')
-        .expect("SNUG_TEST_S3_URL has credentials");
-    let (key_id, secret) = credentials.split_once(':').expect("KEY_ID:SECRET");
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (host, bucket) = rest
-        .split_once('/')
-        .expect("SNUG_TEST_S3_URL names a bucket");
-    let region = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("region="))
-        .unwrap_or("us-east-1");
-    snug_revstore::ObjectsConfig::new(format!("s3://{bucket}/{prefix}"))
-        .with_option("aws_endpoint_url", format!("{scheme}://{host}"))
-        .with_option("aws_region", region)
-        .with_option("aws_access_key_id", key_id)
-        .with_option("aws_secret_access_key", secret)
+pub fn objects_of(
+    garage: &snug_test_support::garage::Garage,
+    prefix: &str,
+) -> snug_revstore::ObjectsConfig {
+    let env = garage
+        .aws_env()
+        .map(|(name, value)| (name.to_owned(), value));
+    snug_revstore::ObjectsConfig::new(format!("s3://{}/{prefix}", garage.bucket())).with_env(env)
 }
 
 pub fn unique() -> String {
