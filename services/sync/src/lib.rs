@@ -258,7 +258,34 @@ fn objects_from_env(url: &str) -> Result<ObjectsConfig, String> {
     if !url.starts_with("s3://") {
         return Err(format!("{url:?} is not s3://BUCKET/PREFIX"));
     }
-    Ok(ObjectsConfig::new(url).with_env(std::env::vars()))
+    // Named one by one rather than every AWS_ variable: these are the settings the hub supports
+    // (and k8s/validate.sh checks manifests against), including EKS's web identity.
+    let vars = [
+        ("AWS_ENDPOINT_URL", std::env::var("AWS_ENDPOINT_URL")),
+        ("AWS_REGION", std::env::var("AWS_REGION")),
+        ("AWS_DEFAULT_REGION", std::env::var("AWS_DEFAULT_REGION")),
+        (
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+            std::env::var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST"),
+        ),
+        ("AWS_ALLOW_HTTP", std::env::var("AWS_ALLOW_HTTP")),
+        ("AWS_ACCESS_KEY_ID", std::env::var("AWS_ACCESS_KEY_ID")),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            std::env::var("AWS_SECRET_ACCESS_KEY"),
+        ),
+        ("AWS_SESSION_TOKEN", std::env::var("AWS_SESSION_TOKEN")),
+        (
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            std::env::var("AWS_WEB_IDENTITY_TOKEN_FILE"),
+        ),
+        ("AWS_ROLE_ARN", std::env::var("AWS_ROLE_ARN")),
+        ("AWS_CA_BUNDLE", std::env::var("AWS_CA_BUNDLE")),
+    ];
+    let set = vars
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_owned(), value.ok()?)));
+    Ok(ObjectsConfig::new(url).with_env(set))
 }
 
 /// Opens (creating and migrating as needed) the store the configuration names.

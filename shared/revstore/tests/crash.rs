@@ -1,9 +1,12 @@
 //! A child process doing puts in a loop is SIGKILLed at random points, again and again; after each
 //! kill the store must reopen with no torn image, the pointer at an acknowledged revision (or at
 //! the one whose put was in flight), and every crashed put's leftovers reclaimable after grace.
+//! It runs against every durable backend: the embedded store, PostgreSQL, and PostgreSQL with its
+//! bytes in a (real, single-node Garage) object store.
 //!
 //! The child is this test binary re-invoked with `SNUG_REVSTORE_CRASH_CHILD` naming the store
-//! directory; it prints `ACK <revision>` after each put returns, before starting the next.
+//! (a [`Target`], tab-separated); it prints `ACK <revision>` after each put returns, before
+//! starting the next.
 
 mod support;
 
@@ -17,21 +20,113 @@ use std::{
 };
 
 use snug_revstore::{
-    Clock, ManualClock, Precondition, ReadError, RevStore, SqliteStore, StoreConfig, SystemClock,
+    AnyStore, Clock, ManualClock, Precondition, ReadError, RevStore, SqliteStore, StoreConfig,
+    SystemClock,
 };
 use support::*;
 
 const CHILD_ENV: &str = "SNUG_REVSTORE_CRASH_CHILD";
 const ITERATIONS: u64 = 8;
 
-fn child(dir: &Path) {
+/// Which store a run crashes, as the parent tells the child.
+#[derive(Clone, Debug)]
+enum Target {
+    Sqlite(std::path::PathBuf),
+    /// PostgreSQL (URL, schema), with its bytes in rows or, with an object store URL and its
+    /// options, in that bucket.
+    Postgres {
+        url: String,
+        schema: String,
+        objects: Option<(String, Vec<(String, String)>)>,
+    },
+}
+
+impl Target {
+    fn encode(&self) -> String {
+        match self {
+            Target::Sqlite(dir) => format!("sqlite\t{}", dir.display()),
+            Target::Postgres {
+                url,
+                schema,
+                objects,
+            } => {
+                let mut out = format!("postgres\t{url}\t{schema}");
+                if let Some((bucket, options)) = objects {
+                    out.push_str(&format!("\t{bucket}"));
+                    for (k, v) in options {
+                        out.push_str(&format!("\t{k}={v}"));
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    fn decode(spec: &str) -> Self {
+        let mut fields = spec.split('\t');
+        match fields.next() {
+            Some("sqlite") => Target::Sqlite(fields.next().expect("dir").into()),
+            Some("postgres") => {
+                let url = fields.next().expect("url").to_owned();
+                let schema = fields.next().expect("schema").to_owned();
+                let objects = fields.next().map(|bucket| {
+                    let options = fields
+                        .map(|kv| {
+                            let (k, v) = kv.split_once('=').expect("k=v");
+                            (k.to_owned(), v.to_owned())
+                        })
+                        .collect();
+                    (bucket.to_owned(), options)
+                });
+                Target::Postgres {
+                    url,
+                    schema,
+                    objects,
+                }
+            }
+            other => panic!("unknown crash target {other:?}"),
+        }
+    }
+
+    async fn open(&self, config: StoreConfig) -> AnyStore {
+        match self {
+            Target::Sqlite(dir) => {
+                AnyStore::Sqlite(SqliteStore::open(dir, config).expect("open the embedded store"))
+            }
+            Target::Postgres {
+                url,
+                schema,
+                objects,
+            } => {
+                let pg = snug_revstore::PgConfig {
+                    url: url.clone(),
+                    schema: Some(schema.clone()),
+                    pool_size: 4,
+                };
+                let store = match objects {
+                    None => snug_revstore::PgStore::connect(pg, config).await,
+                    Some((bucket, options)) => {
+                        let mut objects = snug_revstore::ObjectsConfig::new(bucket.clone());
+                        for (k, v) in options {
+                            objects = objects.with_option(k, v.clone());
+                        }
+                        snug_revstore::PgStore::connect_with_objects(pg, &objects, config).await
+                    }
+                };
+                AnyStore::Postgres(store.expect("connect to postgres"))
+            }
+        }
+    }
+}
+
+fn child(target: &Target) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let store = SqliteStore::open(dir, StoreConfig::default()).expect("child opens the store");
+        let store = target.open(StoreConfig::default()).await;
         let u = user("crash");
         store.provision_user(&u).await.expect("provision");
         let mut stdout = std::io::stdout();
@@ -67,13 +162,79 @@ fn random_delay(iteration: u64) -> Duration {
     Duration::from_millis(30 + (u64::from(nanos) ^ iteration.wrapping_mul(0x9E37)) % 400)
 }
 
+/// Every test of this binary is a child when the parent says so.
+fn as_child() -> bool {
+    match std::env::var(CHILD_ENV) {
+        Ok(spec) => {
+            child(&Target::decode(&spec));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 #[test]
 fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
-    if let Some(dir) = std::env::var_os(CHILD_ENV) {
-        child(Path::new(&dir));
+    if as_child() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
+    let target = Target::Sqlite(dir.path().to_owned());
+    let (rt, _) = crash_loop(
+        "sigkill_during_puts_loses_nothing_and_tears_nothing",
+        &target,
+    );
+    sqlite_orphans_are_reclaimed(&rt, dir.path());
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn sigkill_during_puts_on_postgres() {
+    if as_child() {
+        return;
+    }
+    let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let target = Target::Postgres {
+        url,
+        schema: format!("revstore_crash_{}", unique()),
+        objects: None,
+    };
+    let (rt, store) = crash_loop("sigkill_during_puts_on_postgres", &target);
+    postgres_orphans_are_reclaimed(&rt, &target, store);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn sigkill_during_puts_on_postgres_with_objects() {
+    if as_child() {
+        return;
+    }
+    let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let Some(garage) = snug_test_support::garage::Garage::start_if_available() else {
+        return;
+    };
+    let objects = objects_of(&garage, &format!("crash-{}", unique()));
+    let target = Target::Postgres {
+        url,
+        schema: format!("revstore_crash_{}", unique()),
+        objects: Some((
+            objects.url.clone(),
+            objects.options.clone().into_iter().collect(),
+        )),
+    };
+    let (rt, store) = crash_loop("sigkill_during_puts_on_postgres_with_objects", &target);
+    postgres_orphans_are_reclaimed(&rt, &target, store);
+}
+
+/// Kills a child doing puts on `target` [`ITERATIONS`] times, checking the store after each
+/// kill; returns the runtime and the store as last reopened.
+fn crash_loop(test: &str, target: &Target) -> (tokio::runtime::Runtime, AnyStore) {
     let exe = std::env::current_exe().expect("test binary");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -83,13 +244,8 @@ fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
     let mut all_acked: Vec<String> = Vec::new();
     for iteration in 0..ITERATIONS {
         let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "sigkill_during_puts_loses_nothing_and_tears_nothing",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, target.encode())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -124,8 +280,7 @@ fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
         all_acked.extend(acked);
 
         // Reopen as the next process would, and check.
-        let store =
-            SqliteStore::open(dir.path(), StoreConfig::default()).expect("reopen after kill");
+        let store = rt.block_on(target.open(StoreConfig::default()));
         rt.block_on(async {
             assert_clean(&store).await;
             let u = user("crash");
@@ -157,9 +312,48 @@ fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
         "the child made progress ({} puts)",
         all_acked.len()
     );
+    let store = rt.block_on(target.open(StoreConfig::default()));
+    (rt, store)
+}
 
+/// A store as it is three days after the crashes: past every grace period.
+fn three_days_later() -> StoreConfig {
+    StoreConfig {
+        clock: Arc::new(ManualClock::new(
+            SystemClock.now().plus(Duration::from_secs(3 * 24 * 3600)),
+        )),
+        ..StoreConfig::default()
+    }
+}
+
+/// The crashed puts' publication records and pack objects go once their grace period is over,
+/// and nothing else does.
+#[cfg(feature = "postgres")]
+fn postgres_orphans_are_reclaimed(rt: &tokio::runtime::Runtime, target: &Target, store: AnyStore) {
+    drop(store);
+    let store = rt.block_on(target.open(three_days_later()));
+    let AnyStore::Postgres(pg) = &store else {
+        unreachable!("a postgres target opens a postgres store")
+    };
+    let before = rt.block_on(pg.publications_in_flight()).expect("count");
+    let report = rt.block_on(store.reclaim()).expect("reclaim");
+    assert_eq!(report.publications, before);
+    assert_eq!(rt.block_on(pg.publications_in_flight()).expect("count"), 0);
+    assert_eq!(
+        rt.block_on(pg.unindexed_objects()).expect("listing"),
+        Vec::<String>::new(),
+        "every pack object a crashed put left was reclaimed"
+    );
+    rt.block_on(assert_clean(&store));
+    eprintln!(
+        "orphan publication records reclaimed: {before}; packs reclaimed: {}",
+        report.packs
+    );
+}
+
+fn sqlite_orphans_are_reclaimed(rt: &tokio::runtime::Runtime, dir: &Path) {
     // Orphans of the crashed puts: kept within the grace period, reclaimed after it.
-    let meta = dir.path().join("meta.sqlite");
+    let meta = dir.join("meta.sqlite");
     let count = |sql: &str| -> i64 {
         let conn = rusqlite::Connection::open_with_flags(
             &meta,
@@ -168,14 +362,7 @@ fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
         .expect("inspect");
         conn.query_row(sql, [], |r| r.get(0)).expect("count")
     };
-    let later = Arc::new(ManualClock::new(
-        SystemClock.now().plus(Duration::from_secs(3 * 24 * 3600)),
-    ));
-    let config = StoreConfig {
-        clock: later,
-        ..StoreConfig::default()
-    };
-    let store = SqliteStore::open(dir.path(), config).expect("reopen for reclamation");
+    let store = SqliteStore::open(dir, three_days_later()).expect("reopen for reclamation");
     let orphans_before = count("SELECT count(*) FROM publications");
     let report = rt.block_on(store.reclaim()).expect("reclaim");
     assert_eq!(report.publications as i64, orphans_before);
@@ -196,7 +383,7 @@ fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
             .collect::<Result<_, _>>()
             .expect("rows")
     };
-    let on_disk: HashSet<String> = std::fs::read_dir(dir.path().join("packs"))
+    let on_disk: HashSet<String> = std::fs::read_dir(dir.join("packs"))
         .expect("packs")
         .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
         .collect();
@@ -204,12 +391,7 @@ fn sigkill_during_puts_loses_nothing_and_tears_nothing() {
         on_disk, registered,
         "every pack file left by a crashed put was reclaimed"
     );
-    assert_eq!(
-        std::fs::read_dir(dir.path().join("tmp"))
-            .expect("tmp")
-            .count(),
-        0
-    );
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).expect("tmp").count(), 0);
     rt.block_on(assert_clean(&store));
     eprintln!(
         "orphan publication records reclaimed: {orphans_before}; packs reclaimed: {}",

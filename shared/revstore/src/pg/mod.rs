@@ -243,6 +243,35 @@ impl PgStore {
         self.inner.config.clock.now()
     }
 
+    /// Publication records of puts in flight (or crashed), for the crash test.
+    #[doc(hidden)]
+    pub async fn publications_in_flight(&self) -> Result<u64, StorageError> {
+        let client = self.client().await?;
+        let n: i64 = client
+            .query_one("SELECT count(*) FROM publications", &[])
+            .await?
+            .get(0);
+        Ok(n as u64)
+    }
+
+    /// Pack objects in the bucket that no pack row names, for the crash test.
+    #[doc(hidden)]
+    pub async fn unindexed_objects(&self) -> Result<Vec<String>, ReclaimError> {
+        let listing = self.list_packs().await?;
+        let client = self.client().await?;
+        let indexed: HashSet<String> = client
+            .query("SELECT name FROM packs", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Ok(listing
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| !indexed.contains(name))
+            .collect())
+    }
+
     /// Names of the tables in the store's schema, for the table-class completeness test.
     #[doc(hidden)]
     pub async fn table_names(&self) -> Result<Vec<String>, StorageError> {
