@@ -11,8 +11,10 @@
 //!
 //! - [`RevStore`]: the one trait, with backends [`MemStore`] (tests), [`SqliteStore`] (the
 //!   embedded default: SQLite metadata plus pack files under a data directory) and `PgStore`
-//!   (feature `postgres`: everything in PostgreSQL, for several stateless replicas). [`AnyStore`]
-//!   picks one at run time.
+//!   (feature `postgres`, for several stateless replicas: everything in PostgreSQL, or metadata
+//!   in PostgreSQL and the bytes as pack objects in an S3-compatible bucket,
+//!   `PgStore::connect_with_objects` with an `ObjectsConfig`). [`AnyStore`] picks one at run
+//!   time.
 //! - [`PutRequest`], [`RestoreRequest`], [`PutOutcome`], [`RevisionInfo`], [`ImageDownload`].
 //! - Errors, one enum per operation family, each with `reason()`: [`PutError`], [`ReadError`],
 //!   [`ReclaimError`], [`OpenError`], [`StorageError`].
@@ -41,7 +43,10 @@
 //! - Chunks are content-addressed (SHA-256) and deduplicated across revisions and users. The
 //!   embedded store packs the new chunks of one put into one pack file (one fsync per put) and
 //!   keeps, per image, both the manifest and its coalesced extents, so a download reads a few
-//!   ranges. PostgreSQL keeps chunks as `bytea` rows.
+//!   ranges. PostgreSQL keeps chunks as `bytea` rows, or, with an object store, packs them like
+//!   the embedded store into pack objects of up to [`PACK_BYTES`] (`objects.rs`, `pg/packs.rs`:
+//!   named in the publication record before they are written, written create-once, read back and
+//!   verified; downloads check every chunk). The pack layout is one module (`pack.rs`) for both.
 //! - Reclamation keeps the newest [`Retention::keep_newest`] revisions and anything superseded
 //!   less than [`Retention::grace`] ago; it never takes a current image, the base or image of a
 //!   put in flight, or a leased download, and it refuses to delete anything when the listing of
@@ -99,8 +104,9 @@
 //! Downloads of a user's current image, the origin's hot read, are served from a cached plan
 //! (`sqlite/serve.rs`: the revision, its extents and its open pack files, read once under the writer
 //! lock; a small image's bytes kept whole, since content-addressed bytes never change, and sealed
-//! (`snug_files::sealed`) where a gateway in the process sends them with `sendfile`; a large image,
-//! only sealed and within the process's budget for that: the first whole download gathers its
+//! (by the [`StoreConfig::sealer`] the composition root hands the store and the gateway, so the
+//! gateway in the process sends them with `sendfile`); a large image, only sealed and within the
+//! sealer's budget for that: the first whole download gathers its
 //! pieces after handing each on, and seals them when the last is read; an abandoned or failed
 //! download gives the claim back; an image that does not fit takes the place of the one downloaded
 //! least recently if that was five minutes ago or more, by forgetting that one's plan; only the
