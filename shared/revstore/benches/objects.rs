@@ -26,40 +26,14 @@ use snug_revstore::{
 };
 use snug_test_support::garage::Garage;
 
+mod common;
+
+use common::{median, ms, random_bytes, stream_of};
+
 const MIB: usize = 1 << 20;
 const IMAGE: usize = 64 * MIB;
 const PAGE: usize = 4096;
 const ROUNDS: usize = 5;
-
-fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
-fn stream_of(bytes: &Bytes) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send + use<> {
-    let pieces: Vec<std::io::Result<Bytes>> = (0..bytes.len())
-        .step_by(64 * 1024)
-        .map(|at| Ok(bytes.slice(at..(at + 64 * 1024).min(bytes.len()))))
-        .collect();
-    futures::stream::iter(pieces)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 fn curl(garage: &Garage, args: &[&str]) -> Duration {
     let started = Instant::now();

@@ -164,6 +164,16 @@ impl State {
         err
     }
 
+    fn ledger_accepted(&mut self, intent: &Intent, revision: Revision, at: Timestamp) {
+        self.ledger(
+            &intent.user,
+            Verdict::Accepted,
+            Some(revision),
+            &intent.principal,
+            at,
+        );
+    }
+
     fn ledger_refusal(
         &mut self,
         user: &UserId,
@@ -237,13 +247,7 @@ impl State {
                     .ok_or_else(|| StorageError::Corrupt {
                         object: format!("revision {revision}"),
                     })?;
-                self.ledger(
-                    &intent.user,
-                    Verdict::Accepted,
-                    Some(revision),
-                    &intent.principal,
-                    now,
-                );
+                self.ledger_accepted(intent, revision, now);
                 Ok(PutOutcome {
                     info,
                     replayed: true,
@@ -285,14 +289,7 @@ impl State {
                     key: intent.key.clone(),
                 });
                 rec.current = Some(rec.revisions.len() - 1);
-                let revision = info.revision.clone();
-                self.ledger(
-                    &intent.user,
-                    Verdict::Accepted,
-                    Some(revision),
-                    &intent.principal,
-                    now,
-                );
+                self.ledger_accepted(intent, info.revision.clone(), now);
                 Ok(PutOutcome {
                     info,
                     replayed: false,

@@ -441,6 +441,33 @@ async fn journal<C: GenericClient + Sync>(
     Ok(())
 }
 
+/// Deletes the chunk rows among `candidates` that no image's manifest names, journaling them in
+/// the same transaction.
+async fn reclaim_chunks<C: GenericClient + Sync>(
+    tx: &C,
+    candidates: Vec<Vec<u8>>,
+    now: Timestamp,
+    report: &mut ReclaimReport,
+) -> Result<(), StorageError> {
+    let mut live: HashSet<Vec<u8>> = HashSet::new();
+    for r in tx.query("SELECT manifest FROM images", &[]).await? {
+        let m: &[u8] = r.get(0);
+        live.extend(m.chunks_exact(32).map(<[u8]>::to_vec));
+    }
+    let dead: Vec<Vec<u8>> = candidates
+        .into_iter()
+        .filter(|h| !live.contains(h))
+        .collect();
+    for batch in dead.chunks(1024) {
+        tx.execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&batch])
+            .await?;
+        let subjects: Vec<String> = batch.iter().map(hex::encode).collect();
+        journal(tx, now, ReclaimedKind::Chunk, &subjects, None).await?;
+    }
+    report.chunks += dead.len() as u64;
+    Ok(())
+}
+
 /// Fetches chunks by digest, in the order given, verifying each against its address.
 async fn fetch_chunks<C: GenericClient + Sync>(
     c: &C,
@@ -1264,29 +1291,16 @@ impl RevStore for PgStore {
         }
         // 4. Chunks no image refers to, older than the orphan period (younger ones may belong to
         //    a put still streaming).
-        let mut live: HashSet<Vec<u8>> = HashSet::new();
-        for r in tx.query("SELECT manifest FROM images", &[]).await? {
-            let m: &[u8] = r.get(0);
-            live.extend(m.chunks_exact(32).map(<[u8]>::to_vec));
-        }
-        let candidates = tx
+        let candidates: Vec<Vec<u8>> = tx
             .query(
                 "SELECT hash FROM chunks WHERE created_at <= $1",
                 &[&orphan_cutoff],
             )
-            .await?;
-        let dead: Vec<Vec<u8>> = candidates
+            .await?
             .iter()
             .map(|r| r.get::<_, Vec<u8>>(0))
-            .filter(|h| !live.contains(h))
             .collect();
-        for batch in dead.chunks(1024) {
-            tx.execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&batch])
-                .await?;
-            let subjects: Vec<String> = batch.iter().map(hex::encode).collect();
-            journal(&*tx, now, ReclaimedKind::Chunk, &subjects, None).await?;
-        }
-        report.chunks = dead.len() as u64;
+        reclaim_chunks(&*tx, candidates, now, &mut report).await?;
         tx.execute(
             "DELETE FROM leases WHERE expires_at <= $1",
             &[&now.unix_millis()],

@@ -479,25 +479,15 @@ impl PgStore {
         now: Timestamp,
         report: &mut ReclaimReport,
     ) -> Result<Vec<String>, ReclaimError> {
-        let mut live: HashSet<Vec<u8>> = HashSet::new();
-        for r in tx.query("SELECT manifest FROM images", &[]).await? {
-            let m: &[u8] = r.get(0);
-            live.extend(m.chunks_exact(32).map(<[u8]>::to_vec));
-        }
-        let dead: Vec<Vec<u8>> = tx
+        // Chunk rows are written by commits, which cannot run during the pass: one no image
+        // names is dead at once.
+        let candidates: Vec<Vec<u8>> = tx
             .query("SELECT hash FROM chunks WHERE pack_id IS NOT NULL", &[])
             .await?
             .iter()
             .map(|r| r.get::<_, Vec<u8>>(0))
-            .filter(|h| !live.contains(h))
             .collect();
-        for batch in dead.chunks(1024) {
-            tx.execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&batch])
-                .await?;
-            let subjects: Vec<String> = batch.iter().map(hex::encode).collect();
-            super::journal(tx, now, ReclaimedKind::Chunk, &subjects, None).await?;
-        }
-        report.chunks += dead.len() as u64;
+        super::reclaim_chunks(tx, candidates, now, report).await?;
         let dropped: Vec<String> = tx
             .query(
                 "DELETE FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id) RETURNING name",
