@@ -96,7 +96,8 @@
 //! few storage primitives each backend implements (begin with a publication record, a chunk sink,
 //! publish create-once, read back, commit, abandon); the compare-and-swap decision it takes inside
 //! each backend's commit is one pure function (`cas.rs`), so the backends agree on which refusal a
-//! caller gets.
+//! caller gets; likewise which revisions a reclamation pass releases and which publication records
+//! are orphans is one rule (`retention.rs`) each backend applies to the facts it loads.
 //! Images are content-addressed chunks (4 KiB, one SQLite page, by default) plus a manifest, so
 //! revisions that differ in a few pages share the rest; the embedded store writes the new chunks of
 //! one put into one pack file (`packs/<sha256>.pack`, one fsync per put) and keeps each image's
@@ -178,6 +179,7 @@ mod pack;
 #[cfg(feature = "postgres")]
 mod pg;
 mod protocol;
+mod retention;
 mod sqlite;
 mod store;
 mod types;

@@ -19,6 +19,7 @@ use crate::{
     config::StoreConfig,
     error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
+    retention::{self, Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -600,15 +601,14 @@ impl RevStore for MemStore {
         }
         let now = self.now();
         let retention = &self.inner.config.retention;
-        let cutoff = now.minus(retention.grace);
-        let orphan_cutoff = now.minus(retention.orphan_after);
+        let cutoffs = Cutoffs::at(now, retention);
         let mut state = self.lock();
         let state = &mut *state;
         let mut report = ReclaimReport::default();
         let in_flight: Vec<&Publication> = state
             .publications
             .values()
-            .filter(|p| p.started_at > orphan_cutoff)
+            .filter(|p| !cutoffs.orphaned(p.started_at))
             .collect();
         let protected_bases: HashSet<(UserId, Revision)> = in_flight
             .iter()
@@ -621,15 +621,15 @@ impl RevStore for MemStore {
                 rec.revisions.iter().map(|r| r.info.accepted_at).collect();
             let n = rec.revisions.len();
             for (idx, row) in rec.revisions.iter_mut().enumerate() {
-                let newest_rank = n - 1 - idx;
-                let superseded_at = accepted_at.get(idx + 1).copied();
-                let keep = !row.info.retained
-                    || newest_rank < retention.keep_newest
-                    || rec.current == Some(idx)
-                    || superseded_at.is_none_or(|t| t > cutoff)
-                    || protected_bases.contains(&(user.clone(), row.info.revision.clone()))
-                    || self.inner.leases.is_leased(&row.info.digest);
-                if !keep {
+                let candidate = Candidate {
+                    newer: (n - 1 - idx) as u64,
+                    current: rec.current == Some(idx),
+                    superseded_at: accepted_at.get(idx + 1).copied(),
+                    leased: self.inner.leases.is_leased(&row.info.digest),
+                    base_in_flight: protected_bases
+                        .contains(&(user.clone(), row.info.revision.clone())),
+                };
+                if row.info.retained && retention::reclaimable(&candidate, retention, &cutoffs) {
                     row.info.retained = false;
                     report.revisions += 1;
                     state.journal.push(JournalEntry {
@@ -671,7 +671,7 @@ impl RevStore for MemStore {
         let orphans: Vec<u64> = state
             .publications
             .iter()
-            .filter(|(_, p)| p.started_at <= orphan_cutoff)
+            .filter(|(_, p)| cutoffs.orphaned(p.started_at))
             .map(|(id, _)| *id)
             .collect();
         for id in orphans {

@@ -390,7 +390,10 @@ mod tests {
     #[test]
     fn locations_parse_and_refuse() {
         let loc = |u: &str| ObjectsConfig::new(u).location().map_err(|e| e.to_string());
-        assert_eq!(loc("s3://b/p/q/").expect("valid"), ("b".into(), "p/q".into()));
+        assert_eq!(
+            loc("s3://b/p/q/").expect("valid"),
+            ("b".into(), "p/q".into())
+        );
         assert_eq!(loc("s3://b").expect("valid"), ("b".into(), String::new()));
         assert!(loc("s3:///p").is_err());
         assert!(loc("https://b/p").is_err());

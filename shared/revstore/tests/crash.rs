@@ -34,6 +34,7 @@ enum Target {
     Sqlite(std::path::PathBuf),
     /// PostgreSQL (URL, schema), with its bytes in rows or, with an object store URL and its
     /// options, in that bucket.
+    #[cfg(feature = "postgres")]
     Postgres {
         url: String,
         schema: String,
@@ -45,6 +46,7 @@ impl Target {
     fn encode(&self) -> String {
         match self {
             Target::Sqlite(dir) => format!("sqlite\t{}", dir.display()),
+            #[cfg(feature = "postgres")]
             Target::Postgres {
                 url,
                 schema,
@@ -66,6 +68,7 @@ impl Target {
         let mut fields = spec.split('\t');
         match fields.next() {
             Some("sqlite") => Target::Sqlite(fields.next().expect("dir").into()),
+            #[cfg(feature = "postgres")]
             Some("postgres") => {
                 let url = fields.next().expect("url").to_owned();
                 let schema = fields.next().expect("schema").to_owned();
@@ -93,6 +96,7 @@ impl Target {
             Target::Sqlite(dir) => {
                 AnyStore::Sqlite(SqliteStore::open(dir, config).expect("open the embedded store"))
             }
+            #[cfg(feature = "postgres")]
             Target::Postgres {
                 url,
                 schema,

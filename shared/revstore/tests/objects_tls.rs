@@ -114,16 +114,19 @@ async fn https_with_the_operators_ca_and_only_with_it() {
     let u = user("tls");
     store.provision_user(&u).await.expect("provision");
     let bytes = image(7, 50_000);
-    let landed = put_ok(&store, &u, snug_revstore::Precondition::MustNotExist, &bytes).await;
+    let landed = put_ok(
+        &store,
+        &u,
+        snug_revstore::Precondition::MustNotExist,
+        &bytes,
+    )
+    .await;
     assert_eq!(fetch(&store, &u).await, bytes);
     assert_clean(&store).await;
 
     // Without it (the platform's roots only) or with another CA: the handshake is refused, the
     // put fails as the storage being unavailable, and nothing lands.
-    for (what, ca) in [
-        ("no CA", None),
-        ("another CA", Some(other_ca_file.path())),
-    ] {
+    for (what, ca) in [("no CA", None), ("another CA", Some(other_ca_file.path()))] {
         let (config, _, _) = support::config(&Tune::default());
         let untrusting = PgStore::connect_with_objects(
             pg_config(&url),
@@ -134,9 +137,14 @@ async fn https_with_the_operators_ca_and_only_with_it() {
         .expect("connect (nothing is sent to the bucket yet)");
         assert!(untrusting.health().await.is_err(), "{what}: health");
         untrusting.provision_user(&u).await.expect("provision");
-        let err = put(&untrusting, &u, snug_revstore::Precondition::MustNotExist, &bytes)
-            .await
-            .expect_err(what);
+        let err = put(
+            &untrusting,
+            &u,
+            snug_revstore::Precondition::MustNotExist,
+            &bytes,
+        )
+        .await
+        .expect_err(what);
         assert!(
             matches!(err, PutError::Storage(StorageError::Unavailable(_))),
             "{what}: {err:?}"

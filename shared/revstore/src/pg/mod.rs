@@ -24,6 +24,7 @@ use crate::{
     migrate,
     objects::{Objects, ObjectsConfig},
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
+    retention::{self, Candidate, Cutoffs},
     store::{ImageBody, ImageDownload, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -1191,8 +1192,8 @@ impl RevStore for PgStore {
         }
         let now = self.now();
         let retention = &self.inner.config.retention;
-        let cutoff = now.minus(retention.grace).unix_millis();
-        let orphan_cutoff = now.minus(retention.orphan_after).unix_millis();
+        let cutoffs = Cutoffs::at(now, retention);
+        let orphan_cutoff = cutoffs.orphaned_by.unix_millis();
         let mut report = ReclaimReport::default();
         // The listing, complete or nothing, before the publication records are read: a put names
         // each pack in its record before the pack appears, so any pack listed here that belongs
@@ -1223,31 +1224,37 @@ impl RevStore for PgStore {
             .await?;
             report.publications += 1;
         }
-        // 2. Revisions past the newest N and the grace period, unless a lease or a put in flight
-        //    protects them.
-        let reclaimed = tx
+        // 2. Revisions the retention rule releases (`retention::reclaimable`). Only those past
+        //    the newest N can qualify, so only those are read, with the facts the rule weighs.
+        let rows = tx
             .query(
-                "UPDATE revisions r SET retained = FALSE, reclaimed_at = $3
-                 FROM users u
-                 WHERE u.user_id = r.user_id AND r.retained
-                   AND u.last_seq - r.seq >= $1
-                   AND r.seq IS DISTINCT FROM u.current_seq
-                   AND (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1) <= $2
-                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.digest = r.digest AND l.expires_at > $3)
-                   AND NOT EXISTS (SELECT 1 FROM publications p WHERE p.user_id = r.user_id AND p.base = r.revision)
-                 RETURNING r.user_id, r.revision",
-                &[&(retention.keep_newest as i64), &cutoff, &now.unix_millis()],
+                "SELECT r.user_id, r.seq, r.revision, u.last_seq - r.seq, r.seq IS NOT DISTINCT FROM u.current_seq,
+                        (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1),
+                        EXISTS (SELECT 1 FROM leases l WHERE l.digest = r.digest AND l.expires_at > $2),
+                        EXISTS (SELECT 1 FROM publications p WHERE p.user_id = r.user_id AND p.base = r.revision)
+                 FROM revisions r JOIN users u ON u.user_id = r.user_id
+                 WHERE r.retained AND u.last_seq - r.seq >= $1",
+                &[&(retention.keep_newest as i64), &now.unix_millis()],
             )
             .await?;
-        for r in &reclaimed {
-            journal(
-                &*tx,
-                now,
-                ReclaimedKind::Revision,
-                &[r.get::<_, String>(1)],
-                Some(r.get::<_, &str>(0)),
+        for r in &rows {
+            let candidate = Candidate {
+                newer: r.get::<_, i64>(3) as u64,
+                current: r.get(4),
+                superseded_at: r.get::<_, Option<i64>>(5).map(Timestamp::from_unix_millis),
+                leased: r.get(6),
+                base_in_flight: r.get(7),
+            };
+            if !retention::reclaimable(&candidate, retention, &cutoffs) {
+                continue;
+            }
+            let (user, seq, revision): (&str, i64, String) = (r.get(0), r.get(1), r.get(2));
+            tx.execute(
+                "UPDATE revisions SET retained = FALSE, reclaimed_at = $3 WHERE user_id = $1 AND seq = $2",
+                &[&user, &seq, &now.unix_millis()],
             )
             .await?;
+            journal(&*tx, now, ReclaimedKind::Revision, &[revision], Some(user)).await?;
             report.revisions += 1;
         }
         // 3. Images nothing retained, leased or in flight refers to.
@@ -1270,13 +1277,7 @@ impl RevStore for PgStore {
         if self.inner.objects.is_some() {
             // 4. Chunk and pack rows nothing refers to, and pack objects nothing names.
             let doomed = self
-                .reclaim_packs(
-                    &*tx,
-                    &listing,
-                    Timestamp::from_unix_millis(orphan_cutoff),
-                    now,
-                    &mut report,
-                )
+                .reclaim_packs(&*tx, &listing, cutoffs.orphaned_by, now, &mut report)
                 .await?;
             tx.execute(
                 "DELETE FROM leases WHERE expires_at <= $1",

@@ -49,6 +49,7 @@ use crate::{
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     migrate,
     protocol::{self, Decision, Image, Intent, Primitives, Proposal, ReadBack, Source},
+    retention::{self, Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, LeaseGuard, Leases, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -1591,8 +1592,8 @@ impl Inner {
     fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
         let now = self.now();
         let retention = &self.config.retention;
-        let cutoff = now.minus(retention.grace).unix_millis();
-        let orphan_cutoff = now.minus(retention.orphan_after).unix_millis();
+        let cutoffs = Cutoffs::at(now, retention);
+        let orphan_cutoff = cutoffs.orphaned_by.unix_millis();
         // A pass runs periodically: it keeps the `served` table at most one pass behind the
         // journal even when no one reads the ledger.
         if let Err(err) = self.fold_served() {
@@ -1662,21 +1663,29 @@ impl Inner {
                     }
                 }
             }
-            // 3. Revisions beyond the newest N, superseded longer ago than the grace period.
-            let candidates: Vec<(String, i64, String, Vec<u8>)> = tx
+            // 3. Revisions the retention rule releases (`retention::reclaimable`). Only those past
+            //    the newest N can qualify, so only those are read.
+            type Row = (String, i64, String, Vec<u8>, i64, bool, Option<i64>);
+            let candidates: Vec<Row> = tx
                 .prepare(
-                    "SELECT r.user_id, r.seq, r.revision, r.digest
+                    "SELECT r.user_id, r.seq, r.revision, r.digest, u.last_seq - r.seq, r.seq IS u.current_seq,
+                            (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1)
                      FROM revisions r JOIN users u ON u.user_id = r.user_id
-                     WHERE r.retained = 1
-                       AND u.last_seq - r.seq >= ?1
-                       AND r.seq IS NOT u.current_seq
-                       AND (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1) <= ?2",
+                     WHERE r.retained = 1 AND u.last_seq - r.seq >= ?1",
                 )?
-                .query_map(params![retention.keep_newest as i64, cutoff], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .query_map(params![retention.keep_newest as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+                })?
                 .collect::<Result<_, _>>()?;
-            for (user, seq, revision, digest) in candidates {
-                let leased = Digest::from_slice(&digest).is_some_and(|d| self.leases.is_leased(&d));
-                if leased || protected_bases.contains(&(user.clone(), revision.clone())) {
+            for (user, seq, revision, digest, newer, current, superseded_at) in candidates {
+                let candidate = Candidate {
+                    newer: newer as u64,
+                    current,
+                    superseded_at: superseded_at.map(Timestamp::from_unix_millis),
+                    leased: Digest::from_slice(&digest).is_some_and(|d| self.leases.is_leased(&d)),
+                    base_in_flight: protected_bases.contains(&(user.clone(), revision.clone())),
+                };
+                if !retention::reclaimable(&candidate, retention, &cutoffs) {
                     continue;
                 }
                 tx.execute("UPDATE revisions SET retained = 0, reclaimed_at = ?3 WHERE user_id = ?1 AND seq = ?2", params![user, seq, now.unix_millis()])?;
