@@ -15,6 +15,7 @@
 //! | `SNUG_TEST_POSTGRES_URL` | a PostgreSQL server for the PostgreSQL cases; without it they skip |
 //! | `SNUG_TEST_GARAGE` | the `garage` binary the object-store cases start (default: `garage` on `PATH`, else `/var/tmp/snug-hub-tools/bin/garage`); without one they skip |
 //! | `SNUG_REQUIRE_GARAGE` | `1`: the object-store cases fail without a `garage` binary instead of skipping |
+//! | `SNUG_TEST_PG_BIN` | PostgreSQL's server binaries (`initdb`, `pg_ctl`) for the revstore fault test that restarts a private cluster (default: the newest `/usr/lib/postgresql/*/bin`); without them it skips, or fails under `SNUG_REQUIRE_GARAGE=1` |
 //! | `SNUG_TEST_POSTGRES_CA` | the CA file of that server, whose certificate names DNS `localhost` only and which admits role `snug_tls_only` over TLS only (as `.ci/run` sets it up): the revstore TLS cases; without it they skip |
 //! | `SNUG_REQUIRE_POSTGRES_TLS` | `1`: the revstore TLS cases fail without `SNUG_TEST_POSTGRES_CA` instead of skipping |
 //! | `SNUG_TEST_PYTHON` | the Python with schemathesis and grpcio-tools (default: the `k8s/validate.sh` venv) |
@@ -155,6 +156,9 @@ pub struct Options {
     /// The gateway calls the services in-process, as `snug-hub serve` does; `false`: over
     /// loopback gRPC, as a split deployment does (and as a test that stops the services needs).
     pub in_process: bool,
+    /// Where the sync store keeps its files; `None`: in the hub's temporary directory. A test
+    /// points it at a small file system of its own to fill the disk (`tests/full_disk.rs`).
+    pub sync_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -165,6 +169,7 @@ impl Default for Options {
             quota_bytes: 64 * 1024 * 1024,
             deadline: Duration::from_secs(20),
             in_process: true,
+            sync_dir: None,
         }
     }
 }
@@ -200,7 +205,10 @@ impl Hub {
         // has its own, so hubs running side by side share no sealed buffers or budget.
         let sealer = Sealer::new(config.zero_copy_cache_bytes());
         let sync_config = SyncConfig {
-            sqlite_dir: dir.path().join("sync"),
+            sqlite_dir: options
+                .sync_dir
+                .clone()
+                .unwrap_or_else(|| dir.path().join("sync")),
             sealer: sealer.clone(),
             quota_bytes: options.quota_bytes,
             reclaim_interval: Duration::ZERO,

@@ -1310,6 +1310,30 @@ fn every_store_refusal_keeps_the_store_reason_and_gets_its_code() {
 }
 
 #[test]
+fn a_full_store_is_resource_exhausted_storage_full_and_keeps_its_cause_out() {
+    use snug_revstore::{ReadError, StorageError};
+    let full = || {
+        StorageError::from(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            "/var/lib/snug/sync/packs/x.tmp: No space left on device",
+        ))
+    };
+    for status in [
+        status::put_error(PutError::Storage(full())),
+        status::read_error(ReadError::Storage(full())),
+        status::storage_error(full()),
+    ] {
+        assert_eq!(
+            (status.code(), reason(&status).as_str()),
+            (Code::ResourceExhausted, snug_revstore::reason::STORAGE_FULL)
+        );
+        // The cause (a path, an errno) is logged under alert="STORAGE_FULL", not sent.
+        assert!(!status.message().contains("/var/lib"), "{status:?}");
+        assert!(!status.message().contains("No space"), "{status:?}");
+    }
+}
+
+#[test]
 fn reasons_are_upper_snake_unique_and_short() {
     let mut seen = std::collections::HashSet::new();
     for reason in reason::ALL {

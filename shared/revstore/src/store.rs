@@ -138,9 +138,11 @@ impl std::fmt::Debug for ImageDownload {
     }
 }
 
-/// The bytes of an image as a stream of pieces.
+/// The bytes of an image as a stream of pieces. An error ends it: no piece follows one, so a
+/// reader can never splice the bytes after a damaged range onto those before it.
 pub struct ImageBody {
     inner: Pin<Box<dyn Stream<Item = Result<Bytes, StorageError>> + Send>>,
+    failed: bool,
 }
 
 impl ImageBody {
@@ -149,6 +151,7 @@ impl ImageBody {
     ) -> Self {
         Self {
             inner: Box::pin(inner),
+            failed: false,
         }
     }
 
@@ -166,7 +169,16 @@ impl Stream for ImageBody {
     type Item = Result<Bytes, StorageError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
+        if self.failed {
+            return Poll::Ready(None);
+        }
+        // Reads run ahead (PostgreSQL+objects reads several ranges at once), so the backend's
+        // stream can have later pieces ready after a failed one.
+        let next = self.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Err(_))) = &next {
+            self.failed = true;
+        }
+        next
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
 //! - [`garage::Garage`]: a real S3-compatible object store, a single-node Garage on loopback
 //!   ports in a temporary directory, which a fault test can kill and start again.
+//! - [`tmpfs::Tmpfs`]: a small `tmpfs` mounted for a test (root only), a disk that really fills.
 //!
 //! It deliberately does not start the hub's services: the in-process hub lives in `snug-e2e`, and
 //! the service crates keep their own in-process harnesses. Garage is a backing service, like the
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod garage;
+pub mod tmpfs;
 
 use std::{
     ffi::OsStr,
