@@ -62,8 +62,8 @@ use snug_proto::sync::v1::{
     sync_service_server::{SyncService, SyncServiceServer},
 };
 use snug_revstore::{
-    AnyStore, DEFAULT_QUOTA_BYTES, ObjectsConfig, OpenError, PgConfig, PgStore, PutError,
-    PutRequest, RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
+    AnyStore, DEFAULT_QUOTA_BYTES, OpenError, PgConfig, PgStore, PutError, PutRequest,
+    RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
 };
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
@@ -72,6 +72,7 @@ use snug_rpc::{
     server::{ServerConfig, Services, parse_duration},
     status::invalid_argument,
 };
+use snug_s3::ObjectsConfig;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -234,6 +235,9 @@ pub enum OpenStoreError {
     /// `--store postgres` without a connection string.
     #[error("--store postgres needs {POSTGRES_URL_ENV} (a postgresql:// URL or key=value string)")]
     MissingPostgresUrl,
+    /// The object store's settings are unusable (a malformed URL, an unreadable CA file).
+    #[error("cannot use the object store for the sync store")]
+    Objects(#[source] snug_s3::BucketError),
     /// `--objects` names a bucket for the embedded store, which keeps its bytes in pack files.
     #[error(
         "--objects needs --store postgres: the embedded store keeps its bytes under the data directory"
@@ -322,7 +326,10 @@ pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError>
             };
             let store = match &config.objects {
                 None => PgStore::connect(pg, store_config).await,
-                Some(objects) => PgStore::connect_with_objects(pg, objects, store_config).await,
+                Some(objects) => {
+                    let bucket = objects.open().map_err(OpenStoreError::Objects)?;
+                    PgStore::connect_with_objects(pg, bucket, store_config).await
+                }
             }
             .map_err(OpenStoreError::Postgres)?;
             tracing::info!(

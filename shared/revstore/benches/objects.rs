@@ -21,9 +21,9 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use object_store::{ObjectStore as _, aws::AmazonS3Builder, path::Path as ObjectPath};
 use snug_revstore::{
-    ObjectsConfig, PgConfig, PgStore, Precondition, Principal, PutRequest, RevStore, StoreConfig,
-    UserId,
+    PgConfig, PgStore, Precondition, Principal, PutRequest, RevStore, StoreConfig, UserId,
 };
+use snug_s3::ObjectsConfig;
 use snug_test_support::garage::Garage;
 
 mod common;
@@ -114,7 +114,7 @@ fn main() {
     let store = rt
         .block_on(PgStore::connect_with_objects(
             pg,
-            &objects,
+            objects.open().expect("the bucket"),
             StoreConfig {
                 quota_bytes: 2 * IMAGE as u64,
                 ..StoreConfig::default()

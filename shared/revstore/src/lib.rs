@@ -13,7 +13,7 @@
 //!   embedded default: SQLite metadata plus pack files under a data directory) and `PgStore`
 //!   (feature `postgres`, for several stateless replicas: everything in PostgreSQL, or metadata
 //!   in PostgreSQL and the bytes as pack objects in an S3-compatible bucket,
-//!   `PgStore::connect_with_objects` with an `ObjectsConfig`). [`AnyStore`] picks one at run
+//!   `PgStore::connect_with_objects` with a `Bucket`). [`AnyStore`] picks one at run
 //!   time.
 //! - [`PutRequest`], [`RestoreRequest`], [`PutOutcome`], [`RevisionInfo`], [`ImageDownload`].
 //! - Errors, one enum per operation family, each with `reason()`: [`PutError`], [`ReadError`],
@@ -190,7 +190,7 @@ pub use config::{DEFAULT_CHUNK_SIZE, DEFAULT_QUOTA_BYTES, Faults, Retention, Sto
 pub use error::{InvalidToken, OpenError, PutError, ReadError, ReclaimError, StorageError, reason};
 pub use mem::MemStore;
 #[cfg(feature = "postgres")]
-pub use objects::{ObjectsConfig, PACK_BYTES};
+pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::{PgConfig, PgStore, PgTlsError};
 pub use sqlite::SqliteStore;

@@ -110,11 +110,12 @@ impl Target {
                 let store = match objects {
                     None => snug_revstore::PgStore::connect(pg, config).await,
                     Some((bucket, options)) => {
-                        let mut objects = snug_revstore::ObjectsConfig::new(bucket.clone());
+                        let mut objects = snug_s3::ObjectsConfig::new(bucket.clone());
                         for (k, v) in options {
                             objects = objects.with_option(k, v.clone());
                         }
-                        snug_revstore::PgStore::connect_with_objects(pg, &objects, config).await
+                        let bucket = objects.open().expect("the bucket");
+                        snug_revstore::PgStore::connect_with_objects(pg, bucket, config).await
                     }
                 };
                 AnyStore::Postgres(store.expect("connect to postgres"))

@@ -32,9 +32,10 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload, aws::AmazonS3Builder};
 use snug_revstore::{
-    ObjectsConfig, PACK_BYTES, PgConfig, PgStore, Precondition, PutError, PutRequest, ReadError,
-    RevStore, StorageError, StoreConfig, reason,
+    PACK_BYTES, PgConfig, PgStore, Precondition, PutError, PutRequest, ReadError, RevStore,
+    StorageError, StoreConfig, reason,
 };
+use snug_s3::ObjectsConfig;
 use snug_test_support::garage::Garage;
 use support::*;
 
@@ -67,7 +68,8 @@ fn postgres_url() -> Option<String> {
 }
 
 async fn open(url: &str, objects: &ObjectsConfig) -> PgStore {
-    PgStore::connect_with_objects(pg_config(url), objects, big_config())
+    let bucket = objects.open().expect("the bucket");
+    PgStore::connect_with_objects(pg_config(url), bucket, big_config())
         .await
         .expect("connect to postgres with objects")
 }
@@ -535,9 +537,10 @@ async fn postgres_restarted_between_two_puts_loses_nothing_and_a_retry_succeeds(
         pool_size: 4,
     };
     let objects = objects_of(&garage, &format!("faults-{}", unique()));
-    let store = PgStore::connect_with_objects(config, &objects, big_config())
-        .await
-        .expect("connect");
+    let store =
+        PgStore::connect_with_objects(config, objects.open().expect("the bucket"), big_config())
+            .await
+            .expect("connect");
     let u = user("restarted");
     store.provision_user(&u).await.expect("provision");
     let first = image(5, 2 * MIB);

@@ -12,7 +12,8 @@ mod support;
 
 use std::{io::Write as _, sync::Arc};
 
-use snug_revstore::{ObjectsConfig, PgStore, PutError, RevStore, StorageError};
+use snug_revstore::{PgStore, PutError, RevStore, StorageError};
+use snug_s3::ObjectsConfig;
 use snug_test_support::garage::Garage;
 use support::*;
 use tokio::net::{TcpListener, TcpStream};
@@ -105,7 +106,9 @@ async fn https_with_the_operators_ca_and_only_with_it() {
     let (config, _, _) = support::config(&Tune::default());
     let store = PgStore::connect_with_objects(
         pg_config(&url),
-        &https_objects(&garage, port, Some(ca_file.path())),
+        https_objects(&garage, port, Some(ca_file.path()))
+            .open()
+            .expect("the bucket"),
         config,
     )
     .await
@@ -130,7 +133,9 @@ async fn https_with_the_operators_ca_and_only_with_it() {
         let (config, _, _) = support::config(&Tune::default());
         let untrusting = PgStore::connect_with_objects(
             pg_config(&url),
-            &https_objects(&garage, port, ca),
+            https_objects(&garage, port, ca)
+                .open()
+                .expect("the bucket (nothing is sent yet)"),
             config,
         )
         .await

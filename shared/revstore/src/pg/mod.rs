@@ -22,7 +22,7 @@ use crate::{
     config::StoreConfig,
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     migrate,
-    objects::{Objects, ObjectsConfig},
+    objects::Bucket as Objects,
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
     retention::{self, Candidate, Cutoffs},
     store::{ImageBody, ImageDownload, RevStore},
@@ -105,11 +105,10 @@ impl PgStore {
     /// with a bucket (or the reverse), is refused.
     pub async fn connect_with_objects(
         pg: PgConfig,
-        objects: &ObjectsConfig,
+        bucket: Objects,
         config: StoreConfig,
     ) -> Result<Self, OpenError> {
-        let objects = Objects::open(objects)?;
-        Self::connect_migrating(pg, Some(objects), config, migrate::POSTGRES).await
+        Self::connect_migrating(pg, Some(bucket), config, migrate::POSTGRES).await
     }
 
     /// [`PgStore::connect`], applying only the migrations of `known` (tests open a store as an

@@ -33,7 +33,7 @@ use super::{PgStore, digest_of};
 use crate::{
     chunk::{self, ChunkSink},
     error::{PutError, ReclaimError, StorageError, image_conflict},
-    objects::{Objects, PACK_BYTES},
+    objects::{Bucket as Objects, PACK_BYTES},
     pack::{self, ChunkLoc, Extent},
     store::ImageBody,
     types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},

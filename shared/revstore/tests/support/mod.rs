@@ -113,7 +113,9 @@ pub async fn pg_objects(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     let (config, clock, faults) = config(&tune);
     let store = snug_revstore::PgStore::connect_with_objects(
         pg_config(&url),
-        &objects_of(&garage, &format!("revstore-test-{}", unique())),
+        objects_of(&garage, &format!("revstore-test-{}", unique()))
+            .open()
+            .expect("the bucket"),
         config,
     )
     .await
@@ -141,11 +143,11 @@ pub fn pg_config(url: &str) -> snug_revstore::PgConfig {
 pub fn objects_of(
     garage: &snug_test_support::garage::Garage,
     prefix: &str,
-) -> snug_revstore::ObjectsConfig {
+) -> snug_s3::ObjectsConfig {
     let env = garage
         .aws_env()
         .map(|(name, value)| (name.to_owned(), value));
-    snug_revstore::ObjectsConfig::new(format!("s3://{}/{prefix}", garage.bucket())).with_env(env)
+    snug_s3::ObjectsConfig::new(format!("s3://{}/{prefix}", garage.bucket())).with_env(env)
 }
 
 pub fn unique() -> String {
