@@ -179,6 +179,7 @@ mod pack;
 #[cfg(feature = "postgres")]
 mod pg;
 mod protocol;
+mod reclaim;
 mod retention;
 mod sqlite;
 mod store;

@@ -19,7 +19,8 @@ use crate::{
     config::StoreConfig,
     error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
-    retention::{self, Candidate, Cutoffs},
+    reclaim::{self, Chunks, InFlight, Listed, Record, Retained, Unreferenced},
+    retention::{Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -78,6 +79,8 @@ struct Publication {
     digest: Option<Digest>,
     started_at: Timestamp,
     user: UserId,
+    /// The chunks the put has written, which reclamation leaves alone until it lands or goes.
+    staged: Vec<Digest>,
 }
 
 impl MemStore {
@@ -348,6 +351,7 @@ impl Primitives for MemStore {
                 digest: intent.image,
                 started_at: now,
                 user: intent.user.clone(),
+                staged: Vec::new(),
             },
         );
         Ok(id)
@@ -382,7 +386,10 @@ impl Primitives for MemStore {
                 }
             }
         }
-        let manifest = sink.0.into_iter().map(|(d, _)| d).collect();
+        let manifest: Vec<Digest> = sink.0.into_iter().map(|(d, _)| d).collect();
+        if let Some(p) = state.publications.get_mut(publication) {
+            p.staged.clone_from(&manifest);
+        }
         Ok((ingested, Staged { manifest }))
     }
 
@@ -595,118 +602,9 @@ impl RevStore for MemStore {
     }
 
     async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
-        // Listing first, deleting after: an incomplete listing leaves everything in place.
-        if self.inner.config.faults.incomplete_listing() {
-            return Err(ReclaimError::IncompleteListing);
-        }
-        let now = self.now();
-        let retention = &self.inner.config.retention;
-        let cutoffs = Cutoffs::at(now, retention);
-        let mut state = self.lock();
-        let state = &mut *state;
-        let mut report = ReclaimReport::default();
-        let in_flight: Vec<&Publication> = state
-            .publications
-            .values()
-            .filter(|p| !cutoffs.orphaned(p.started_at))
-            .collect();
-        let protected_bases: HashSet<(UserId, Revision)> = in_flight
-            .iter()
-            .filter_map(|p| p.base.clone().map(|b| (p.user.clone(), b)))
-            .collect();
-        let protected_images: HashSet<Digest> = in_flight.iter().filter_map(|p| p.digest).collect();
-
-        for (user, rec) in state.users.iter_mut() {
-            let accepted_at: Vec<Timestamp> =
-                rec.revisions.iter().map(|r| r.info.accepted_at).collect();
-            let n = rec.revisions.len();
-            for (idx, row) in rec.revisions.iter_mut().enumerate() {
-                let candidate = Candidate {
-                    newer: (n - 1 - idx) as u64,
-                    current: rec.current == Some(idx),
-                    superseded_at: accepted_at.get(idx + 1).copied(),
-                    leased: self.inner.leases.is_leased(&row.info.digest),
-                    base_in_flight: protected_bases
-                        .contains(&(user.clone(), row.info.revision.clone())),
-                };
-                if row.info.retained && retention::reclaimable(&candidate, retention, &cutoffs) {
-                    row.info.retained = false;
-                    report.revisions += 1;
-                    state.journal.push(JournalEntry {
-                        at: now,
-                        kind: ReclaimedKind::Revision,
-                        subject: row.info.revision.to_string(),
-                        user: Some(user.clone()),
-                    });
-                }
-            }
-        }
-        let live_images: HashSet<Digest> = state
-            .users
-            .values()
-            .flat_map(|rec| {
-                rec.revisions
-                    .iter()
-                    .filter(|r| r.info.retained)
-                    .map(|r| r.info.digest)
-            })
-            .chain(protected_images)
-            .collect();
-        let dead_images: Vec<Digest> = state
-            .images
-            .keys()
-            .filter(|d| !live_images.contains(d) && !self.inner.leases.is_leased(d))
-            .copied()
-            .collect();
-        for digest in dead_images {
-            state.images.remove(&digest);
-            report.images += 1;
-            state.journal.push(JournalEntry {
-                at: now,
-                kind: ReclaimedKind::Image,
-                subject: digest.to_hex(),
-                user: None,
-            });
-        }
-        let orphans: Vec<u64> = state
-            .publications
-            .iter()
-            .filter(|(_, p)| cutoffs.orphaned(p.started_at))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in orphans {
-            if let Some(p) = state.publications.remove(&id) {
-                report.publications += 1;
-                state.journal.push(JournalEntry {
-                    at: now,
-                    kind: ReclaimedKind::Publication,
-                    subject: id.to_string(),
-                    user: Some(p.user),
-                });
-            }
-        }
-        let live_chunks: HashSet<Digest> = state
-            .images
-            .values()
-            .flat_map(|i| i.manifest.iter().copied())
-            .collect();
-        let dead_chunks: Vec<Digest> = state
-            .chunks
-            .keys()
-            .filter(|c| !live_chunks.contains(c))
-            .copied()
-            .collect();
-        for chunk in dead_chunks {
-            state.chunks.remove(&chunk);
-            report.chunks += 1;
-            state.journal.push(JournalEntry {
-                at: now,
-                kind: ReclaimedKind::Chunk,
-                subject: chunk.to_hex(),
-                user: None,
-            });
-        }
-        Ok(report)
+        // The pass holds the state's lock throughout and never waits on anything else, so it
+        // runs to completion here rather than across the caller's awaits.
+        futures::executor::block_on(reclaim::run(self, &self.inner.config.retention, self.now()))
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {
@@ -767,5 +665,220 @@ impl RevStore for MemStore {
             }
         }
         Ok(report)
+    }
+}
+
+impl reclaim::Reclaimer for MemStore {
+    type Pass<'a> = MemPass<'a>;
+
+    async fn list(&self) -> Result<Vec<Listed>, ReclaimError> {
+        if self.inner.config.faults.incomplete_listing() {
+            return Err(ReclaimError::IncompleteListing);
+        }
+        // Chunks live in the state itself: there are no objects at rest.
+        Ok(Vec::new())
+    }
+
+    async fn begin(&self) -> Result<MemPass<'_>, StorageError> {
+        Ok(MemPass {
+            state: self.lock(),
+            leases: &self.inner.leases,
+        })
+    }
+}
+
+/// A pass over the memory store: its state, locked.
+pub(crate) struct MemPass<'a> {
+    state: MutexGuard<'a, State>,
+    leases: &'a Leases,
+}
+
+impl reclaim::Pass for MemPass<'_> {
+    async fn orphans(&mut self, cutoff: Timestamp) -> Result<Vec<Record>, StorageError> {
+        Ok(self
+            .state
+            .publications
+            .iter()
+            .filter(|(_, p)| p.started_at <= cutoff)
+            .map(|(id, p)| Record {
+                id: id.to_string(),
+                user: p.user.as_str().to_owned(),
+            })
+            .collect())
+    }
+
+    async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
+        for record in records {
+            if let Ok(id) = record.id.parse::<u64>() {
+                self.state.publications.remove(&id);
+            }
+        }
+        Ok(())
+    }
+
+    async fn in_flight(&mut self) -> Result<InFlight, StorageError> {
+        let mut in_flight = InFlight::default();
+        for p in self.state.publications.values() {
+            if let Some(base) = &p.base {
+                in_flight
+                    .bases
+                    .insert((p.user.as_str().to_owned(), base.to_string()));
+            }
+            in_flight.images.extend(p.digest);
+        }
+        Ok(in_flight)
+    }
+
+    async fn retained(
+        &mut self,
+        keep_newest: u64,
+        _now: Timestamp,
+    ) -> Result<Vec<Retained>, StorageError> {
+        let mut out = Vec::new();
+        for (user, rec) in &self.state.users {
+            let n = rec.revisions.len();
+            for (idx, row) in rec.revisions.iter().enumerate() {
+                let newer = (n - 1 - idx) as u64;
+                if !row.info.retained || newer < keep_newest {
+                    continue;
+                }
+                out.push(Retained {
+                    user: user.as_str().to_owned(),
+                    seq: idx as i64,
+                    revision: row.info.revision.to_string(),
+                    candidate: Candidate {
+                        newer,
+                        current: rec.current == Some(idx),
+                        superseded_at: rec.revisions.get(idx + 1).map(|r| r.info.accepted_at),
+                        leased: self.leases.is_leased(&row.info.digest),
+                        base_in_flight: false,
+                    },
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn release(
+        &mut self,
+        revisions: &[Retained],
+        _now: Timestamp,
+    ) -> Result<(), StorageError> {
+        for r in revisions {
+            let row = self
+                .state
+                .users
+                .iter_mut()
+                .find(|(user, _)| user.as_str() == r.user)
+                .and_then(|(_, rec)| rec.revisions.get_mut(r.seq as usize));
+            if let Some(row) = row {
+                row.info.retained = false;
+            }
+        }
+        Ok(())
+    }
+
+    async fn unreferenced_images(
+        &mut self,
+        _now: Timestamp,
+    ) -> Result<Vec<Unreferenced>, StorageError> {
+        let referenced: HashSet<Digest> = self
+            .state
+            .users
+            .values()
+            .flat_map(|rec| rec.revisions.iter())
+            .filter(|r| r.info.retained)
+            .map(|r| r.info.digest)
+            .collect();
+        Ok(self
+            .state
+            .images
+            .keys()
+            .filter(|d| !referenced.contains(d))
+            .map(|d| Unreferenced {
+                digest: *d,
+                leased: self.leases.is_leased(d),
+            })
+            .collect())
+    }
+
+    async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
+        for digest in images {
+            self.state.images.remove(digest);
+        }
+        Ok(())
+    }
+
+    async fn chunks(&mut self, _cutoffs: &Cutoffs) -> Result<Chunks, StorageError> {
+        // A put in flight writes its chunks before its image record: those it staged are not
+        // candidates until it lands (an image names them) or goes (its record goes).
+        let staged: HashSet<Digest> = self
+            .state
+            .publications
+            .values()
+            .flat_map(|p| p.staged.iter().copied())
+            .collect();
+        Ok(Chunks {
+            candidates: self
+                .state
+                .chunks
+                .keys()
+                .filter(|c| !staged.contains(c))
+                .copied()
+                .collect(),
+            live: self
+                .state
+                .images
+                .values()
+                .flat_map(|i| i.manifest.iter().copied())
+                .collect(),
+        })
+    }
+
+    async fn delete_chunks(&mut self, chunks: &[Digest]) -> Result<(), StorageError> {
+        for chunk in chunks {
+            self.state.chunks.remove(chunk);
+        }
+        Ok(())
+    }
+
+    async fn empty_objects(&mut self) -> Result<Vec<String>, StorageError> {
+        Ok(Vec::new())
+    }
+
+    async fn unregister_objects(&mut self, _names: &[String]) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    async fn registered_objects(&mut self) -> Result<HashSet<String>, StorageError> {
+        Ok(HashSet::new())
+    }
+
+    async fn journal(
+        &mut self,
+        at: Timestamp,
+        kind: ReclaimedKind,
+        subjects: &[String],
+        user: Option<&str>,
+    ) -> Result<(), StorageError> {
+        let user = user.and_then(|u| UserId::new(u).ok());
+        for subject in subjects {
+            self.state.journal.push(JournalEntry {
+                at,
+                kind,
+                subject: subject.clone(),
+                user: user.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, _chunks_deleted: bool) -> Result<(), StorageError> {
+        // Every step changed the locked state in place.
+        Ok(())
+    }
+
+    async fn delete_objects(self, _names: &[String]) -> Result<(), ReclaimError> {
+        Ok(())
     }
 }

@@ -56,6 +56,18 @@ pub(crate) fn reclaimable(c: &Candidate, retention: &Retention, cutoffs: &Cutoff
         && !c.base_in_flight
 }
 
+/// Whether a listed object that no row registers and no publication record names may go: once
+/// it is older than the orphan period. A put names its objects before it writes them, so such an
+/// object is already garbage (a put that crashed or was abandoned, a deletion that failed after
+/// its journal entry); the age is a margin against a listing or a clock that lags.
+pub(crate) fn unnamed_object_reclaimable(
+    written: Timestamp,
+    named: bool,
+    cutoffs: &Cutoffs,
+) -> bool {
+    !named && cutoffs.orphaned(written)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -139,5 +151,15 @@ mod tests {
         assert!(reclaimable(&at_cutoff, &retention(), &cutoffs));
         assert!(cutoffs.orphaned(NOW.minus(Duration::from_secs(3600))));
         assert!(!cutoffs.orphaned(NOW.minus(Duration::from_secs(3599))));
+    }
+
+    #[test]
+    fn an_unnamed_object_goes_only_past_the_orphan_period() {
+        let cutoffs = Cutoffs::at(NOW, &retention());
+        let old = NOW.minus(Duration::from_secs(3600));
+        let young = NOW.minus(Duration::from_secs(3599));
+        assert!(unnamed_object_reclaimable(old, false, &cutoffs));
+        assert!(!unnamed_object_reclaimable(old, true, &cutoffs));
+        assert!(!unnamed_object_reclaimable(young, false, &cutoffs));
     }
 }

@@ -15,6 +15,7 @@ use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, Row};
 
 mod packs;
+mod reclaim;
 
 use crate::{
     cas::{Accepted, Facts},
@@ -24,7 +25,6 @@ use crate::{
     migrate,
     objects::Bucket as Objects,
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
-    retention::{self, Candidate, Cutoffs},
     store::{ImageBody, ImageDownload, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -438,33 +438,6 @@ async fn journal<C: GenericClient + Sync>(
         &[&at.unix_millis(), &kind.as_str(), &subjects, &user],
     )
     .await?;
-    Ok(())
-}
-
-/// Deletes the chunk rows among `candidates` that no image's manifest names, journaling them in
-/// the same transaction.
-async fn reclaim_chunks<C: GenericClient + Sync>(
-    tx: &C,
-    candidates: Vec<Vec<u8>>,
-    now: Timestamp,
-    report: &mut ReclaimReport,
-) -> Result<(), StorageError> {
-    let mut live: HashSet<Vec<u8>> = HashSet::new();
-    for r in tx.query("SELECT manifest FROM images", &[]).await? {
-        let m: &[u8] = r.get(0);
-        live.extend(m.chunks_exact(32).map(<[u8]>::to_vec));
-    }
-    let dead: Vec<Vec<u8>> = candidates
-        .into_iter()
-        .filter(|h| !live.contains(h))
-        .collect();
-    for batch in dead.chunks(1024) {
-        tx.execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&batch])
-            .await?;
-        let subjects: Vec<String> = batch.iter().map(hex::encode).collect();
-        journal(tx, now, ReclaimedKind::Chunk, &subjects, None).await?;
-    }
-    report.chunks += dead.len() as u64;
     Ok(())
 }
 
@@ -945,6 +918,7 @@ impl Primitives for PgStore {
                 self.inner.pool.clone(),
                 objects.clone(),
                 *publication,
+                self.inner.lock_key,
             )),
             None => Sink::Rows(PgSink {
                 pool: self.inner.pool.clone(),
@@ -1186,128 +1160,7 @@ impl RevStore for PgStore {
     }
 
     async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
-        if self.inner.config.faults.incomplete_listing() {
-            return Err(ReclaimError::IncompleteListing);
-        }
-        let now = self.now();
-        let retention = &self.inner.config.retention;
-        let cutoffs = Cutoffs::at(now, retention);
-        let orphan_cutoff = cutoffs.orphaned_by.unix_millis();
-        let mut report = ReclaimReport::default();
-        // The listing, complete or nothing, before the publication records are read: a put names
-        // each pack in its record before the pack appears, so any pack listed here that belongs
-        // to a put in flight is named by a record read below.
-        let listing = self.list_packs().await?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        // Exclusive: no commit checks its chunks and no download takes a lease while this runs.
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&self.inner.lock_key])
-            .await?;
-        // 1. Orphaned publication records.
-        let orphans = tx
-            .query(
-                "DELETE FROM publications WHERE started_at <= $1 RETURNING id, user_id",
-                &[&orphan_cutoff],
-            )
-            .await?;
-        for r in &orphans {
-            let id: i64 = r.get(0);
-            let user: &str = r.get(1);
-            journal(
-                &*tx,
-                now,
-                ReclaimedKind::Publication,
-                &[id.to_string()],
-                Some(user),
-            )
-            .await?;
-            report.publications += 1;
-        }
-        // 2. Revisions the retention rule releases (`retention::reclaimable`). Only those past
-        //    the newest N can qualify, so only those are read, with the facts the rule weighs.
-        let rows = tx
-            .query(
-                "SELECT r.user_id, r.seq, r.revision, u.last_seq - r.seq, r.seq IS NOT DISTINCT FROM u.current_seq,
-                        (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1),
-                        EXISTS (SELECT 1 FROM leases l WHERE l.digest = r.digest AND l.expires_at > $2),
-                        EXISTS (SELECT 1 FROM publications p WHERE p.user_id = r.user_id AND p.base = r.revision)
-                 FROM revisions r JOIN users u ON u.user_id = r.user_id
-                 WHERE r.retained AND u.last_seq - r.seq >= $1",
-                &[&(retention.keep_newest as i64), &now.unix_millis()],
-            )
-            .await?;
-        for r in &rows {
-            let candidate = Candidate {
-                newer: r.get::<_, i64>(3) as u64,
-                current: r.get(4),
-                superseded_at: r.get::<_, Option<i64>>(5).map(Timestamp::from_unix_millis),
-                leased: r.get(6),
-                base_in_flight: r.get(7),
-            };
-            if !retention::reclaimable(&candidate, retention, &cutoffs) {
-                continue;
-            }
-            let (user, seq, revision): (&str, i64, String) = (r.get(0), r.get(1), r.get(2));
-            tx.execute(
-                "UPDATE revisions SET retained = FALSE, reclaimed_at = $3 WHERE user_id = $1 AND seq = $2",
-                &[&user, &seq, &now.unix_millis()],
-            )
-            .await?;
-            journal(&*tx, now, ReclaimedKind::Revision, &[revision], Some(user)).await?;
-            report.revisions += 1;
-        }
-        // 3. Images nothing retained, leased or in flight refers to.
-        let images = tx
-            .query(
-                "DELETE FROM images i
-                 WHERE NOT EXISTS (SELECT 1 FROM revisions r WHERE r.digest = i.digest AND r.retained)
-                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.digest = i.digest AND l.expires_at > $1)
-                   AND NOT EXISTS (SELECT 1 FROM publications p WHERE p.digest = i.digest)
-                 RETURNING digest",
-                &[&now.unix_millis()],
-            )
-            .await?;
-        let subjects: Vec<String> = images
-            .iter()
-            .map(|r| hex::encode(r.get::<_, &[u8]>(0)))
-            .collect();
-        journal(&*tx, now, ReclaimedKind::Image, &subjects, None).await?;
-        report.images += subjects.len() as u64;
-        if self.inner.objects.is_some() {
-            // 4. Chunk and pack rows nothing refers to, and pack objects nothing names.
-            let doomed = self
-                .reclaim_packs(&*tx, &listing, cutoffs.orphaned_by, now, &mut report)
-                .await?;
-            tx.execute(
-                "DELETE FROM leases WHERE expires_at <= $1",
-                &[&now.unix_millis()],
-            )
-            .await?;
-            tx.commit().await?;
-            drop(client);
-            // Journaled and committed: only now do the objects go.
-            self.delete_packs(&doomed).await;
-            return Ok(report);
-        }
-        // 4. Chunks no image refers to, older than the orphan period (younger ones may belong to
-        //    a put still streaming).
-        let candidates: Vec<Vec<u8>> = tx
-            .query(
-                "SELECT hash FROM chunks WHERE created_at <= $1",
-                &[&orphan_cutoff],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get::<_, Vec<u8>>(0))
-            .collect();
-        reclaim_chunks(&*tx, candidates, now, &mut report).await?;
-        tx.execute(
-            "DELETE FROM leases WHERE expires_at <= $1",
-            &[&now.unix_millis()],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(report)
+        crate::reclaim::run(self, &self.inner.config.retention, self.now()).await
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

@@ -13,10 +13,11 @@
 //! coalesced extents, so a download reads a few ranges and checks every chunk before handing it
 //! on.
 //!
-//! Reclamation journals every pack it deletes before it deletes it, in the transaction that drops
-//! the pack's row; a pack object that no row and no publication record names (a put that crashed
-//! after writing it, or a deletion that failed after its journal entry) is deleted once it is older
-//! than the orphan period, and an object under `packs/` it cannot identify stops the pass.
+//! Reclamation ([`crate::reclaim`], `super::reclaim`) journals every pack it deletes before it
+//! deletes it, in the transaction that drops the pack's row; a pack object that no row and no
+//! publication record names (a put that crashed after writing it, or a deletion that failed after
+//! its journal entry) is deleted once it is older than the orphan period, and an object under
+//! `packs/` it cannot identify stops the pass.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -36,7 +37,7 @@ use crate::{
     objects::{Bucket as Objects, PACK_BYTES},
     pack::{self, ChunkLoc, Extent},
     store::ImageBody,
-    types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
+    types::{Digest, Timestamp},
 };
 
 /// Pack uploads of one put in flight at once: enough to keep the stream and the object store
@@ -71,6 +72,8 @@ pub(crate) struct PackSink {
     pool: Pool,
     objects: Objects,
     publication: i64,
+    /// The store's advisory lock (see `PgPass`).
+    lock_key: i64,
     manifest: Vec<Digest>,
     locs: Vec<ChunkLoc>,
     known: HashMap<Digest, ChunkLoc>,
@@ -81,11 +84,12 @@ pub(crate) struct PackSink {
 }
 
 impl PackSink {
-    pub(crate) fn new(pool: Pool, objects: Objects, publication: i64) -> Self {
+    pub(crate) fn new(pool: Pool, objects: Objects, publication: i64, lock_key: i64) -> Self {
         Self {
             pool,
             objects,
             publication,
+            lock_key,
             manifest: Vec::new(),
             locs: Vec::new(),
             known: HashMap::new(),
@@ -104,14 +108,21 @@ impl PackSink {
         let chunks = std::mem::take(&mut self.filling_chunks);
         let bytes = self.filling.split().freeze();
         let name = pack::pack_name(&chunks);
-        let client = self.pool.get().await.map_err(StorageError::from)?;
-        client
-            .execute(
-                "UPDATE publications SET packs = array_append(packs, $1) WHERE id = $2",
-                &[&name, &self.publication],
-            )
+        // Under the advisory lock (shared): a reclamation pass about to delete a pack of this
+        // name (the same chunks) finishes first, so this put writes it again rather than reusing
+        // an object that is about to go.
+        let mut client = self.pool.get().await.map_err(StorageError::from)?;
+        let tx = client.transaction().await.map_err(StorageError::from)?;
+        tx.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&self.lock_key])
             .await
             .map_err(StorageError::from)?;
+        tx.execute(
+            "UPDATE publications SET packs = array_append(packs, $1) WHERE id = $2",
+            &[&name, &self.publication],
+        )
+        .await
+        .map_err(StorageError::from)?;
+        tx.commit().await.map_err(StorageError::from)?;
         drop(client);
         while self.uploads.len() >= UPLOADS_IN_FLIGHT {
             let oldest = self.uploads.remove(0);
@@ -465,64 +476,6 @@ impl PgStore {
             return Err(corrupt(format!("image {digest}")));
         }
         Ok(size)
-    }
-
-    /// Reclamation's part for the object store, inside the pass's transaction: drop chunk rows no
-    /// image refers to and pack rows holding no chunk, journaling each, and decide which pack
-    /// objects to delete once the transaction commits (those just dropped, and unnamed ones older
-    /// than the orphan period).
-    pub(crate) async fn reclaim_packs<C: GenericClient + Sync>(
-        &self,
-        tx: &C,
-        listing: &[(String, Timestamp)],
-        orphan_cutoff: Timestamp,
-        now: Timestamp,
-        report: &mut ReclaimReport,
-    ) -> Result<Vec<String>, ReclaimError> {
-        // Chunk rows are written by commits, which cannot run during the pass: one no image
-        // names is dead at once.
-        let candidates: Vec<Vec<u8>> = tx
-            .query("SELECT hash FROM chunks WHERE pack_id IS NOT NULL", &[])
-            .await?
-            .iter()
-            .map(|r| r.get::<_, Vec<u8>>(0))
-            .collect();
-        super::reclaim_chunks(tx, candidates, now, report).await?;
-        let dropped: Vec<String> = tx
-            .query(
-                "DELETE FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id) RETURNING name",
-                &[],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect();
-        let indexed: HashSet<String> = tx
-            .query("SELECT name FROM packs", &[])
-            .await?
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect();
-        let named: HashSet<String> = tx
-            .query("SELECT unnest(packs) FROM publications", &[])
-            .await?
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect();
-        let unnamed: Vec<String> = listing
-            .iter()
-            .filter(|(name, written)| {
-                !indexed.contains(name)
-                    && !named.contains(name)
-                    && !dropped.contains(name)
-                    && *written <= orphan_cutoff
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        let doomed: Vec<String> = dropped.into_iter().chain(unnamed).collect();
-        super::journal(tx, now, ReclaimedKind::Pack, &doomed, None).await?;
-        report.packs += doomed.len() as u64;
-        Ok(doomed)
     }
 
     /// Deletes the pack objects a committed pass decided on. A failure leaves an unnamed object

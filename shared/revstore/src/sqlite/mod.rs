@@ -17,6 +17,7 @@
 
 mod journal;
 mod packs;
+mod reclaim;
 mod serve;
 
 use std::{
@@ -49,7 +50,6 @@ use crate::{
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     migrate,
     protocol::{self, Decision, Image, Intent, Primitives, Proposal, ReadBack, Source},
-    retention::{self, Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, LeaseGuard, Leases, RevStore},
     types::{
         Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
@@ -1590,201 +1590,18 @@ impl Inner {
     }
 
     fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
-        let now = self.now();
-        let retention = &self.config.retention;
-        let cutoffs = Cutoffs::at(now, retention);
-        let orphan_cutoff = cutoffs.orphaned_by.unix_millis();
         // A pass runs periodically: it keeps the `served` table at most one pass behind the
         // journal even when no one reads the ledger.
         if let Err(err) = self.fold_served() {
             tracing::warn!(error = %err, "folding the served-ledger journal failed; the next pass retries");
         }
-        let mut conn = self.writer();
-        // 1. The listing, complete or nothing. It is taken before the publication records are
-        //    read: a put names its pack in its record before the pack appears, so any pack seen
-        //    here that belongs to a put in flight is named by a record read below.
-        if self.config.faults.incomplete_listing() {
-            return Err(ReclaimError::IncompleteListing);
-        }
-        let mut on_disk: HashSet<String> = HashSet::new();
-        for entry in fs::read_dir(&self.packs_dir).map_err(|_| ReclaimError::IncompleteListing)? {
-            let entry = entry.map_err(|_| ReclaimError::IncompleteListing)?;
-            let name =
-                entry
-                    .file_name()
-                    .into_string()
-                    .map_err(|n| ReclaimError::UnreadableCandidate {
-                        name: n.to_string_lossy().into_owned(),
-                    })?;
-            if !packs::is_pack_name(&name) {
-                return Err(ReclaimError::UnreadableCandidate { name });
-            }
-            on_disk.insert(name);
-        }
-        let mut report = ReclaimReport::default();
-        let mut doomed_files: Vec<String> = Vec::new();
-        // Before any lease is checked (see `Heads::clear`).
-        self.heads.clear();
-        let chunks_deleted = durable(&mut conn, |tx| -> Result<bool, ReclaimError> {
-            // 2. Orphaned publication records (puts that never finished) past the grace period.
-            let orphans: Vec<(i64, String)> = tx
-                .prepare("SELECT id, user_id FROM publications WHERE started_at <= ?1")?
-                .query_map([orphan_cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            for (id, user) in &orphans {
-                tx.execute("DELETE FROM publications WHERE id = ?1", [id])?;
-                journal(
-                    tx,
-                    now,
-                    ReclaimedKind::Publication,
-                    &id.to_string(),
-                    Some(user),
-                )?;
-                report.publications += 1;
-            }
-            // What the remaining (in-flight) puts protect.
-            let mut protected_bases: HashSet<(String, String)> = HashSet::new();
-            let mut protected_images: HashSet<Vec<u8>> = HashSet::new();
-            let mut protected_packs: HashSet<String> = HashSet::new();
-            {
-                let mut stmt =
-                    tx.prepare("SELECT user_id, base, digest, pack FROM publications")?;
-                let mut rows = stmt.query([])?;
-                while let Some(r) = rows.next()? {
-                    let user: String = r.get(0)?;
-                    if let Some(base) = r.get::<_, Option<String>>(1)? {
-                        protected_bases.insert((user, base));
-                    }
-                    if let Some(d) = r.get::<_, Option<Vec<u8>>>(2)? {
-                        protected_images.insert(d);
-                    }
-                    if let Some(p) = r.get::<_, Option<String>>(3)? {
-                        protected_packs.insert(p);
-                    }
-                }
-            }
-            // 3. Revisions the retention rule releases (`retention::reclaimable`). Only those past
-            //    the newest N can qualify, so only those are read.
-            type Row = (String, i64, String, Vec<u8>, i64, bool, Option<i64>);
-            let candidates: Vec<Row> = tx
-                .prepare(
-                    "SELECT r.user_id, r.seq, r.revision, r.digest, u.last_seq - r.seq, r.seq IS u.current_seq,
-                            (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1)
-                     FROM revisions r JOIN users u ON u.user_id = r.user_id
-                     WHERE r.retained = 1 AND u.last_seq - r.seq >= ?1",
-                )?
-                .query_map(params![retention.keep_newest as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
-                })?
-                .collect::<Result<_, _>>()?;
-            for (user, seq, revision, digest, newer, current, superseded_at) in candidates {
-                let candidate = Candidate {
-                    newer: newer as u64,
-                    current,
-                    superseded_at: superseded_at.map(Timestamp::from_unix_millis),
-                    leased: Digest::from_slice(&digest).is_some_and(|d| self.leases.is_leased(&d)),
-                    base_in_flight: protected_bases.contains(&(user.clone(), revision.clone())),
-                };
-                if !retention::reclaimable(&candidate, retention, &cutoffs) {
-                    continue;
-                }
-                tx.execute("UPDATE revisions SET retained = 0, reclaimed_at = ?3 WHERE user_id = ?1 AND seq = ?2", params![user, seq, now.unix_millis()])?;
-                journal(tx, now, ReclaimedKind::Revision, &revision, Some(&user))?;
-                report.revisions += 1;
-            }
-            // 4. Images no retained revision, lease or put in flight refers to.
-            let images: Vec<(i64, Vec<u8>)> = tx
-                .prepare("SELECT id, digest FROM images i WHERE NOT EXISTS (SELECT 1 FROM revisions r WHERE r.digest = i.digest AND r.retained = 1)")?
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            for (id, digest) in images {
-                let leased = Digest::from_slice(&digest).is_some_and(|d| self.leases.is_leased(&d));
-                if leased || protected_images.contains(&digest) {
-                    continue;
-                }
-                tx.execute("DELETE FROM images WHERE id = ?1", [id])?;
-                journal(tx, now, ReclaimedKind::Image, &hex::encode(&digest), None)?;
-                report.images += 1;
-            }
-            // 5. Chunks no remaining image refers to.
-            let mut live: HashSet<Digest> = HashSet::new();
-            {
-                let mut stmt = tx.prepare("SELECT manifest FROM images")?;
-                let mut rows = stmt.query([])?;
-                while let Some(r) = rows.next()? {
-                    let m: Vec<u8> = r.get(0)?;
-                    live.extend(chunk::decode_manifest(&m).ok_or_else(|| {
-                        StorageError::Corrupt {
-                            object: "manifest".into(),
-                        }
-                    })?);
-                }
-            }
-            let dead: Vec<Vec<u8>> = {
-                let mut stmt = tx.prepare("SELECT hash FROM chunks")?;
-                let mut rows = stmt.query([])?;
-                let mut dead = Vec::new();
-                while let Some(r) = rows.next()? {
-                    let h: Vec<u8> = r.get(0)?;
-                    if !Digest::from_slice(&h).is_some_and(|d| live.contains(&d)) {
-                        dead.push(h);
-                    }
-                }
-                dead
-            };
-            for h in &dead {
-                tx.execute("DELETE FROM chunks WHERE hash = ?1", [h])?;
-                journal(tx, now, ReclaimedKind::Chunk, &hex::encode(h), None)?;
-                report.chunks += 1;
-            }
-            // 6. Registered packs left without chunks, then pack files nothing registers or names.
-            let empty: Vec<(i64, String)> = tx
-                .prepare("SELECT id, name FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id)")?
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            for (id, name) in empty {
-                if protected_packs.contains(&name) {
-                    continue;
-                }
-                tx.execute("DELETE FROM packs WHERE id = ?1", [id])?;
-                journal(tx, now, ReclaimedKind::Pack, &name, None)?;
-                report.packs += 1;
-                doomed_files.push(name);
-            }
-            let registered: HashSet<String> = tx
-                .prepare("SELECT name FROM packs")?
-                .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
-            for name in &on_disk {
-                if !registered.contains(name)
-                    && !protected_packs.contains(name)
-                    && !doomed_files.contains(name)
-                {
-                    journal(tx, now, ReclaimedKind::Pack, name, None)?;
-                    report.packs += 1;
-                    doomed_files.push(name.clone());
-                }
-            }
-            Ok(!dead.is_empty())
-        })?;
-        self.checkpoints.note_large_commit();
-        if chunks_deleted {
-            self.sweep_epoch.fetch_add(1, Ordering::SeqCst);
-        }
-        // Files go after the metadata that referenced them is gone; a crash in between leaves
-        // unregistered files, which the next pass deletes.
-        for name in &doomed_files {
-            match fs::remove_file(self.pack_path(name)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if !doomed_files.is_empty() {
-            File::open(&self.packs_dir)?.sync_all()?;
-        }
-        drop(conn);
-        Ok(report)
+        // The pass waits on nothing but the disk, so it runs to completion on this blocking
+        // thread.
+        futures::executor::block_on(crate::reclaim::run(
+            self,
+            &self.config.retention,
+            self.now(),
+        ))
     }
 
     fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {

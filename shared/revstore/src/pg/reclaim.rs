@@ -1,0 +1,332 @@
+//! The PostgreSQL store's side of a reclamation pass ([`crate::reclaim`]): the bucket's pack
+//! objects as the listing, and one transaction under the store's advisory lock as the pass.
+//!
+//! The pass takes the advisory lock exclusive at session level, so it outlives the transaction:
+//! commits and new leases (which take it shared) wait from the first fact read until the pack
+//! objects are deleted, and so does a put naming a new pack in its publication record
+//! (`PackSink::seal`), because a pack's name is its content address and a put that named one
+//! about to be deleted would reuse it. A pass that fails or is dropped before it ends takes its
+//! connection out of the pool, so the server rolls the transaction back and frees the lock.
+
+use std::collections::HashSet;
+
+use deadpool_postgres::Object;
+
+use super::{PgStore, digest_of, journal};
+use crate::{
+    error::{ReclaimError, StorageError},
+    reclaim::{Chunks, InFlight, Listed, Pass, Reclaimer, Record, Retained, Unreferenced},
+    retention::{Candidate, Cutoffs},
+    types::{Digest, ReclaimedKind, Timestamp},
+};
+
+/// Chunk rows deleted per statement.
+const DELETE_BATCH: usize = 1024;
+
+impl Reclaimer for PgStore {
+    type Pass<'a> = PgPass<'a>;
+
+    async fn list(&self) -> Result<Vec<Listed>, ReclaimError> {
+        if self.inner.config.faults.incomplete_listing() {
+            return Err(ReclaimError::IncompleteListing);
+        }
+        Ok(self
+            .list_packs()
+            .await?
+            .into_iter()
+            .map(|(name, written)| Listed { name, written })
+            .collect())
+    }
+
+    async fn begin(&self) -> Result<PgPass<'_>, StorageError> {
+        let mut pass = PgPass {
+            store: self,
+            client: Some(self.client().await?),
+            now: self.now(),
+        };
+        let client = pass.client();
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&self.inner.lock_key])
+            .await?;
+        client.batch_execute("BEGIN").await?;
+        Ok(pass)
+    }
+}
+
+/// A pass: a connection holding the advisory lock, inside its transaction until
+/// [`Pass::commit`].
+pub(crate) struct PgPass<'a> {
+    store: &'a PgStore,
+    /// `None` once the pass has ended and given the connection back.
+    client: Option<Object>,
+    /// Leases that expired before this go with the pass.
+    now: Timestamp,
+}
+
+impl PgPass<'_> {
+    fn client(&mut self) -> &Object {
+        self.client
+            .as_ref()
+            .expect("a pass holds its connection until it ends")
+    }
+}
+
+impl Drop for PgPass<'_> {
+    fn drop(&mut self) {
+        // Ended early: the connection still holds the lock and maybe an open transaction.
+        // Closing it is the one cleanup that needs no await.
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+    }
+}
+
+impl Pass for PgPass<'_> {
+    async fn orphans(&mut self, cutoff: Timestamp) -> Result<Vec<Record>, StorageError> {
+        Ok(self
+            .client()
+            .query(
+                "SELECT id, user_id FROM publications WHERE started_at <= $1",
+                &[&cutoff.unix_millis()],
+            )
+            .await?
+            .iter()
+            .map(|r| Record {
+                id: r.get::<_, i64>(0).to_string(),
+                user: r.get(1),
+            })
+            .collect())
+    }
+
+    async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
+        let ids: Vec<i64> = records.iter().filter_map(|r| r.id.parse().ok()).collect();
+        if !ids.is_empty() {
+            self.client()
+                .execute("DELETE FROM publications WHERE id = ANY($1)", &[&ids])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn in_flight(&mut self) -> Result<InFlight, StorageError> {
+        let mut in_flight = InFlight::default();
+        for r in self
+            .client()
+            .query("SELECT user_id, base, digest, packs FROM publications", &[])
+            .await?
+        {
+            let user: String = r.get(0);
+            if let Some(base) = r.get::<_, Option<String>>(1) {
+                in_flight.bases.insert((user, base));
+            }
+            if let Some(d) = r.get::<_, Option<&[u8]>>(2) {
+                in_flight.images.insert(digest_of(d)?);
+            }
+            in_flight
+                .objects
+                .extend(r.get::<_, Option<Vec<String>>>(3).unwrap_or_default());
+        }
+        Ok(in_flight)
+    }
+
+    async fn retained(
+        &mut self,
+        keep_newest: u64,
+        now: Timestamp,
+    ) -> Result<Vec<Retained>, StorageError> {
+        let rows = self
+            .client()
+            .query(
+                "SELECT r.user_id, r.seq, r.revision, u.last_seq - r.seq, r.seq IS NOT DISTINCT FROM u.current_seq,
+                        (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1),
+                        EXISTS (SELECT 1 FROM leases l WHERE l.digest = r.digest AND l.expires_at > $2)
+                 FROM revisions r JOIN users u ON u.user_id = r.user_id
+                 WHERE r.retained AND u.last_seq - r.seq >= $1",
+                &[&(keep_newest as i64), &now.unix_millis()],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Retained {
+                user: r.get(0),
+                seq: r.get(1),
+                revision: r.get(2),
+                candidate: Candidate {
+                    newer: r.get::<_, i64>(3) as u64,
+                    current: r.get(4),
+                    superseded_at: r.get::<_, Option<i64>>(5).map(Timestamp::from_unix_millis),
+                    leased: r.get(6),
+                    base_in_flight: false,
+                },
+            })
+            .collect())
+    }
+
+    async fn release(
+        &mut self,
+        revisions: &[Retained],
+        now: Timestamp,
+    ) -> Result<(), StorageError> {
+        if revisions.is_empty() {
+            return Ok(());
+        }
+        let users: Vec<&str> = revisions.iter().map(|r| r.user.as_str()).collect();
+        let seqs: Vec<i64> = revisions.iter().map(|r| r.seq).collect();
+        self.client()
+            .execute(
+                "UPDATE revisions r SET retained = FALSE, reclaimed_at = $3
+                 FROM unnest($1::text[], $2::bigint[]) AS v(user_id, seq)
+                 WHERE r.user_id = v.user_id AND r.seq = v.seq",
+                &[&users, &seqs, &now.unix_millis()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn unreferenced_images(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Vec<Unreferenced>, StorageError> {
+        self.client()
+            .query(
+                "SELECT i.digest, EXISTS (SELECT 1 FROM leases l WHERE l.digest = i.digest AND l.expires_at > $1)
+                 FROM images i
+                 WHERE NOT EXISTS (SELECT 1 FROM revisions r WHERE r.digest = i.digest AND r.retained)",
+                &[&now.unix_millis()],
+            )
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(Unreferenced {
+                    digest: digest_of(r.get(0))?,
+                    leased: r.get(1),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
+        let digests: Vec<&[u8]> = images.iter().map(|d| &d.as_bytes()[..]).collect();
+        if !digests.is_empty() {
+            self.client()
+                .execute("DELETE FROM images WHERE digest = ANY($1)", &[&digests])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn chunks(&mut self, cutoffs: &Cutoffs) -> Result<Chunks, StorageError> {
+        // With an object store, chunk rows are written by commits, which wait for the pass: a
+        // row no image names is dead at once. Without one, a put writes its chunk rows as they
+        // stream in, so only rows older than the orphan period are candidates.
+        let candidates = if self.store.inner.objects.is_some() {
+            self.client()
+                .query("SELECT hash FROM chunks WHERE pack_id IS NOT NULL", &[])
+                .await?
+        } else {
+            self.client()
+                .query(
+                    "SELECT hash FROM chunks WHERE created_at <= $1",
+                    &[&cutoffs.orphaned_by.unix_millis()],
+                )
+                .await?
+        };
+        let mut chunks = Chunks::default();
+        for r in candidates {
+            chunks.candidates.push(digest_of(r.get(0))?);
+        }
+        for r in self
+            .client()
+            .query("SELECT manifest FROM images", &[])
+            .await?
+        {
+            let m: &[u8] = r.get(0);
+            if !m.len().is_multiple_of(32) {
+                return Err(StorageError::Corrupt {
+                    object: "manifest".into(),
+                });
+            }
+            for d in m.chunks_exact(32) {
+                chunks.live.insert(digest_of(d)?);
+            }
+        }
+        Ok(chunks)
+    }
+
+    async fn delete_chunks(&mut self, chunks: &[Digest]) -> Result<(), StorageError> {
+        for batch in chunks.chunks(DELETE_BATCH) {
+            let hashes: Vec<&[u8]> = batch.iter().map(|d| &d.as_bytes()[..]).collect();
+            self.client()
+                .execute("DELETE FROM chunks WHERE hash = ANY($1)", &[&hashes])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn empty_objects(&mut self) -> Result<Vec<String>, StorageError> {
+        Ok(self
+            .client()
+            .query(
+                "SELECT name FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id)",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    async fn unregister_objects(&mut self, names: &[String]) -> Result<(), StorageError> {
+        if !names.is_empty() {
+            self.client()
+                .execute("DELETE FROM packs WHERE name = ANY($1)", &[&names])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn registered_objects(&mut self) -> Result<HashSet<String>, StorageError> {
+        Ok(self
+            .client()
+            .query("SELECT name FROM packs", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    async fn journal(
+        &mut self,
+        at: Timestamp,
+        kind: ReclaimedKind,
+        subjects: &[String],
+        user: Option<&str>,
+    ) -> Result<(), StorageError> {
+        journal(&***self.client(), at, kind, subjects, user).await
+    }
+
+    async fn commit(&mut self, _chunks_deleted: bool) -> Result<(), StorageError> {
+        let now = self.now;
+        let client = self.client();
+        client
+            .execute(
+                "DELETE FROM leases WHERE expires_at <= $1",
+                &[&now.unix_millis()],
+            )
+            .await?;
+        client.batch_execute("COMMIT").await?;
+        Ok(())
+    }
+
+    async fn delete_objects(mut self, names: &[String]) -> Result<(), ReclaimError> {
+        self.store.delete_packs(names).await;
+        let key = self.store.inner.lock_key;
+        self.client()
+            .execute("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .map_err(StorageError::from)?;
+        // Unlocked and committed: the connection goes back to the pool as it came.
+        self.client = None;
+        Ok(())
+    }
+}

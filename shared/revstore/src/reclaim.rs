@@ -1,0 +1,279 @@
+//! The reclamation pass, written once: the order in which every backend lists, decides, journals,
+//! commits and deletes, as one driver ([`run`]) over the primitives each backend implements.
+//!
+//! Like [`crate::protocol`] for puts, the order is the part that makes reclamation safe, so no
+//! backend spells it out:
+//!
+//! 1. [`Reclaimer::list`]: the objects at rest (pack files, pack objects), complete or nothing
+//!    ([`ReclaimError::IncompleteListing`], [`ReclaimError::UnreadableCandidate`]). It comes
+//!    before any publication record is read: a put names each object in its record before the
+//!    object appears, so an object listed here that belongs to a put in flight is named by a
+//!    record read below.
+//! 2. [`Reclaimer::begin`]: the pass, exclusive against commits and new leases (a transaction,
+//!    a lock), so the facts it reads cannot change under its decisions.
+//! 3. Publication records older than the orphan period ([`Cutoffs::orphaned`]) go; the rest are
+//!    the puts in flight, and what they name ([`InFlight`]) is protected from here on.
+//! 4. Retained revisions the retention rule releases ([`retention::reclaimable`]), then images no
+//!    retained revision, lease or put in flight refers to, then chunks no remaining image names,
+//!    then registered objects left holding no chunk and listed objects nothing registers or names
+//!    once they are older than the orphan period ([`retention::unnamed_object_reclaimable`]).
+//!    Every decision is journaled in the pass before the deletion it records.
+//! 5. [`Pass::commit`]; only then does [`Pass::delete_objects`] delete the objects, so a crash in
+//!    between leaves unregistered objects the next pass takes, never a row that names a deleted
+//!    object. The pass stays exclusive until the deletions are done: objects are named by their
+//!    content, and a put that wrote (or found) an object of the same name in between would lose
+//!    it.
+//!
+//! What stays in the backends is storage: how the facts are read (SQL, memory), which chunk rows
+//! may belong to a put still streaming ([`Pass::chunks`]), and how an object is deleted.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    future::Future,
+};
+
+use crate::{
+    config::Retention,
+    error::{ReclaimError, StorageError},
+    retention::{self, Candidate, Cutoffs},
+    types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
+};
+
+/// An object at rest, as listed.
+#[derive(Clone, Debug)]
+pub(crate) struct Listed {
+    pub(crate) name: String,
+    /// When it was written (its modification time).
+    pub(crate) written: Timestamp,
+}
+
+/// A publication record, as a pass sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct Record {
+    pub(crate) id: String,
+    pub(crate) user: String,
+}
+
+/// What the puts in flight name, and so protect.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    /// (user, revision) pairs the puts build on.
+    pub(crate) bases: HashSet<(String, String)>,
+    /// Images the puts publish.
+    pub(crate) images: HashSet<Digest>,
+    /// Objects the puts write.
+    pub(crate) objects: HashSet<String>,
+}
+
+/// A retained revision past the newest `keep_newest`, with the facts the retention rule weighs
+/// except `base_in_flight`, which the driver fills from [`InFlight`].
+#[derive(Clone, Debug)]
+pub(crate) struct Retained {
+    pub(crate) user: String,
+    /// Its place in the user's history (the backend's key for it).
+    pub(crate) seq: i64,
+    pub(crate) revision: String,
+    pub(crate) candidate: Candidate,
+}
+
+/// An image no retained revision refers to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unreferenced {
+    pub(crate) digest: Digest,
+    pub(crate) leased: bool,
+}
+
+/// The chunk rows a pass may take, and the chunks the remaining images name.
+#[derive(Debug, Default)]
+pub(crate) struct Chunks {
+    pub(crate) candidates: Vec<Digest>,
+    pub(crate) live: HashSet<Digest>,
+}
+
+/// A backend's side of a pass outside its transaction.
+pub(crate) trait Reclaimer {
+    type Pass<'a>: Pass
+    where
+        Self: 'a;
+
+    /// Every object at rest, or an error and nothing.
+    fn list(&self) -> impl Future<Output = Result<Vec<Listed>, ReclaimError>>;
+
+    /// Starts the pass: exclusive against commits and new leases until it commits or drops.
+    fn begin(&self) -> impl Future<Output = Result<Self::Pass<'_>, StorageError>>;
+}
+
+/// A backend's side of a pass inside its transaction. Dropping a pass without
+/// [`Pass::commit`] changes nothing.
+pub(crate) trait Pass {
+    /// Publication records started at or before `cutoff`.
+    fn orphans(
+        &mut self,
+        cutoff: Timestamp,
+    ) -> impl Future<Output = Result<Vec<Record>, StorageError>>;
+    fn delete_records(
+        &mut self,
+        records: &[Record],
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// What the remaining publication records name.
+    fn in_flight(&mut self) -> impl Future<Output = Result<InFlight, StorageError>>;
+    /// Retained revisions with at least `keep_newest` newer ones (only those can qualify).
+    fn retained(
+        &mut self,
+        keep_newest: u64,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<Retained>, StorageError>>;
+    /// Marks the revisions not retained (their history rows stay).
+    fn release(
+        &mut self,
+        revisions: &[Retained],
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    fn unreferenced_images(
+        &mut self,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<Unreferenced>, StorageError>>;
+    fn delete_images(
+        &mut self,
+        images: &[Digest],
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// The chunk rows that are not a put's in flight (the backend knows which may be), and the
+    /// chunks the remaining images name.
+    fn chunks(&mut self, cutoffs: &Cutoffs) -> impl Future<Output = Result<Chunks, StorageError>>;
+    fn delete_chunks(
+        &mut self,
+        chunks: &[Digest],
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Registered objects that hold no chunk any more.
+    fn empty_objects(&mut self) -> impl Future<Output = Result<Vec<String>, StorageError>>;
+    /// Drops the registration of objects (the objects themselves go after the commit).
+    fn unregister_objects(
+        &mut self,
+        names: &[String],
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Every registered object.
+    fn registered_objects(&mut self)
+    -> impl Future<Output = Result<HashSet<String>, StorageError>>;
+    /// Appends to the reclamation journal.
+    fn journal(
+        &mut self,
+        at: Timestamp,
+        kind: ReclaimedKind,
+        subjects: &[String],
+        user: Option<&str>,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Makes the pass durable; `chunks_deleted` says whether any chunk row went. The pass stays
+    /// exclusive until [`Pass::delete_objects`].
+    fn commit(&mut self, chunks_deleted: bool) -> impl Future<Output = Result<(), StorageError>>;
+    /// Deletes the objects the committed pass journaled, then ends the pass. Still exclusive:
+    /// object names are content addresses, and a put may not name (and so reuse) an object
+    /// until its deletion is done. A deletion that fails leaves an object the next pass finds
+    /// unregistered.
+    fn delete_objects(self, names: &[String]) -> impl Future<Output = Result<(), ReclaimError>>;
+}
+
+/// One reclamation pass at `now` under `retention`, in the order of the module docs.
+pub(crate) async fn run<R: Reclaimer>(
+    store: &R,
+    retention: &Retention,
+    now: Timestamp,
+) -> Result<ReclaimReport, ReclaimError> {
+    use ReclaimedKind as Kind;
+    let cutoffs = Cutoffs::at(now, retention);
+    let mut report = ReclaimReport::default();
+    let listing = store.list().await?;
+    let mut pass = store.begin().await?;
+
+    let orphans = pass.orphans(cutoffs.orphaned_by).await?;
+    for record in &orphans {
+        pass.journal(
+            now,
+            Kind::Publication,
+            std::slice::from_ref(&record.id),
+            Some(&record.user),
+        )
+        .await?;
+    }
+    pass.delete_records(&orphans).await?;
+    report.publications = orphans.len() as u64;
+    let in_flight = pass.in_flight().await?;
+
+    let released: Vec<Retained> = pass
+        .retained(retention.keep_newest as u64, now)
+        .await?
+        .into_iter()
+        .filter(|r| {
+            let candidate = Candidate {
+                base_in_flight: in_flight
+                    .bases
+                    .contains(&(r.user.clone(), r.revision.clone())),
+                ..r.candidate
+            };
+            retention::reclaimable(&candidate, retention, &cutoffs)
+        })
+        .collect();
+    let mut by_user: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for r in &released {
+        by_user.entry(&r.user).or_default().push(r.revision.clone());
+    }
+    for (user, revisions) in &by_user {
+        pass.journal(now, Kind::Revision, revisions, Some(user))
+            .await?;
+    }
+    pass.release(&released, now).await?;
+    report.revisions = released.len() as u64;
+
+    let images: Vec<Digest> = pass
+        .unreferenced_images(now)
+        .await?
+        .into_iter()
+        .filter(|i| !i.leased && !in_flight.images.contains(&i.digest))
+        .map(|i| i.digest)
+        .collect();
+    pass.journal(now, Kind::Image, &hex_all(&images), None)
+        .await?;
+    pass.delete_images(&images).await?;
+    report.images = images.len() as u64;
+
+    let chunks = pass.chunks(&cutoffs).await?;
+    let dead: Vec<Digest> = chunks
+        .candidates
+        .into_iter()
+        .filter(|c| !chunks.live.contains(c))
+        .collect();
+    pass.journal(now, Kind::Chunk, &hex_all(&dead), None)
+        .await?;
+    pass.delete_chunks(&dead).await?;
+    report.chunks = dead.len() as u64;
+
+    let mut doomed: Vec<String> = pass
+        .empty_objects()
+        .await?
+        .into_iter()
+        .filter(|name| !in_flight.objects.contains(name))
+        .collect();
+    pass.unregister_objects(&doomed).await?;
+    let registered = pass.registered_objects().await?;
+    let unnamed: Vec<String> = listing
+        .into_iter()
+        .filter(|o| {
+            retention::unnamed_object_reclaimable(
+                o.written,
+                registered.contains(&o.name) || in_flight.objects.contains(&o.name),
+                &cutoffs,
+            ) && !doomed.contains(&o.name)
+        })
+        .map(|o| o.name)
+        .collect();
+    doomed.extend(unnamed);
+    pass.journal(now, Kind::Pack, &doomed, None).await?;
+    report.packs = doomed.len() as u64;
+
+    pass.commit(!dead.is_empty()).await?;
+    pass.delete_objects(&doomed).await?;
+    Ok(report)
+}
+
+fn hex_all(digests: &[Digest]) -> Vec<String> {
+    digests.iter().map(Digest::to_hex).collect()
+}

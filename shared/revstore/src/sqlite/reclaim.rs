@@ -1,0 +1,322 @@
+//! The embedded store's side of a reclamation pass ([`crate::reclaim`]): the pack directory as
+//! the listing, and one `BEGIN IMMEDIATE` transaction on the writer connection as the pass.
+//!
+//! The pass holds the writer lock from [`Reclaimer::begin`] until its pack files are deleted:
+//! pack names are content addresses, so a put that wrote a pack of the same chunks between the
+//! commit and the deletion would otherwise lose its file.
+
+use std::{
+    collections::HashSet,
+    fs::{self, File},
+    io,
+    sync::{MutexGuard, atomic::Ordering},
+    time::UNIX_EPOCH,
+};
+
+use rusqlite::{Connection, params};
+
+use super::{Inner, journal, packs};
+use crate::{
+    chunk,
+    error::{ReclaimError, StorageError},
+    reclaim::{Chunks, InFlight, Listed, Pass, Reclaimer, Record, Retained, Unreferenced},
+    retention::{Candidate, Cutoffs},
+    types::{Digest, ReclaimedKind, Timestamp},
+};
+
+impl Reclaimer for Inner {
+    type Pass<'a> = SqlitePass<'a>;
+
+    async fn list(&self) -> Result<Vec<Listed>, ReclaimError> {
+        if self.config.faults.incomplete_listing() {
+            return Err(ReclaimError::IncompleteListing);
+        }
+        let mut listed = Vec::new();
+        for entry in fs::read_dir(&self.packs_dir).map_err(|_| ReclaimError::IncompleteListing)? {
+            let entry = entry.map_err(|_| ReclaimError::IncompleteListing)?;
+            let name =
+                entry
+                    .file_name()
+                    .into_string()
+                    .map_err(|n| ReclaimError::UnreadableCandidate {
+                        name: n.to_string_lossy().into_owned(),
+                    })?;
+            if !packs::is_pack_name(&name) {
+                return Err(ReclaimError::UnreadableCandidate { name });
+            }
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .map_err(|_| ReclaimError::IncompleteListing)?;
+            let millis = modified
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            listed.push(Listed {
+                name,
+                written: Timestamp::from_unix_millis(millis),
+            });
+        }
+        Ok(listed)
+    }
+
+    async fn begin(&self) -> Result<SqlitePass<'_>, StorageError> {
+        let conn = self.writer();
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let pass = SqlitePass {
+            inner: self,
+            conn,
+            open: true,
+        };
+        // Under the writer lock, before any lease is checked (see `Heads::clear`).
+        self.heads.clear();
+        Ok(pass)
+    }
+}
+
+/// A pass: the writer connection, locked, inside its transaction until [`Pass::commit`].
+pub(crate) struct SqlitePass<'a> {
+    inner: &'a Inner,
+    conn: MutexGuard<'a, Connection>,
+    /// Whether the transaction is still open (a drop rolls it back).
+    open: bool,
+}
+
+impl Drop for SqlitePass<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            if let Err(err) = self.conn.execute_batch("ROLLBACK") {
+                tracing::warn!(error = %err, "rolling back a failed reclamation pass failed");
+            }
+            let _ = self.conn.pragma_update(None, "synchronous", "NORMAL");
+        }
+    }
+}
+
+fn digest(bytes: &[u8]) -> Result<Digest, StorageError> {
+    Digest::from_slice(bytes).ok_or_else(|| StorageError::Corrupt {
+        object: "digest".into(),
+    })
+}
+
+impl Pass for SqlitePass<'_> {
+    async fn orphans(&mut self, cutoff: Timestamp) -> Result<Vec<Record>, StorageError> {
+        Ok(self
+            .conn
+            .prepare("SELECT id, user_id FROM publications WHERE started_at <= ?1")?
+            .query_map([cutoff.unix_millis()], |r| {
+                Ok(Record {
+                    id: r.get::<_, i64>(0)?.to_string(),
+                    user: r.get(1)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
+        for record in records {
+            self.conn
+                .execute("DELETE FROM publications WHERE id = ?1", [&record.id])?;
+        }
+        Ok(())
+    }
+
+    async fn in_flight(&mut self) -> Result<InFlight, StorageError> {
+        let mut in_flight = InFlight::default();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT user_id, base, digest, pack FROM publications")?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let user: String = r.get(0)?;
+            if let Some(base) = r.get::<_, Option<String>>(1)? {
+                in_flight.bases.insert((user, base));
+            }
+            if let Some(d) = r.get::<_, Option<Vec<u8>>>(2)? {
+                in_flight.images.insert(digest(&d)?);
+            }
+            if let Some(p) = r.get::<_, Option<String>>(3)? {
+                in_flight.objects.insert(p);
+            }
+        }
+        Ok(in_flight)
+    }
+
+    async fn retained(
+        &mut self,
+        keep_newest: u64,
+        _now: Timestamp,
+    ) -> Result<Vec<Retained>, StorageError> {
+        type Row = (String, i64, String, Vec<u8>, i64, bool, Option<i64>);
+        let rows: Vec<Row> = self
+            .conn
+            .prepare(
+                "SELECT r.user_id, r.seq, r.revision, r.digest, u.last_seq - r.seq, r.seq IS u.current_seq,
+                        (SELECT n.accepted_at FROM revisions n WHERE n.user_id = r.user_id AND n.seq = r.seq + 1)
+                 FROM revisions r JOIN users u ON u.user_id = r.user_id
+                 WHERE r.retained = 1 AND u.last_seq - r.seq >= ?1",
+            )?
+            .query_map(params![keep_newest as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(user, seq, revision, d, newer, current, superseded_at)| {
+                Ok(Retained {
+                    user,
+                    seq,
+                    revision,
+                    candidate: Candidate {
+                        newer: newer as u64,
+                        current,
+                        superseded_at: superseded_at.map(Timestamp::from_unix_millis),
+                        leased: self.inner.leases.is_leased(&digest(&d)?),
+                        base_in_flight: false,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    async fn release(
+        &mut self,
+        revisions: &[Retained],
+        now: Timestamp,
+    ) -> Result<(), StorageError> {
+        for r in revisions {
+            self.conn.execute(
+                "UPDATE revisions SET retained = 0, reclaimed_at = ?3 WHERE user_id = ?1 AND seq = ?2",
+                params![r.user, r.seq, now.unix_millis()],
+            )?;
+        }
+        Ok(())
+    }
+
+    async fn unreferenced_images(
+        &mut self,
+        _now: Timestamp,
+    ) -> Result<Vec<Unreferenced>, StorageError> {
+        let rows: Vec<Vec<u8>> = self
+            .conn
+            .prepare("SELECT digest FROM images i WHERE NOT EXISTS (SELECT 1 FROM revisions r WHERE r.digest = i.digest AND r.retained = 1)")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        rows.iter()
+            .map(|d| {
+                let digest = digest(d)?;
+                Ok(Unreferenced {
+                    digest,
+                    leased: self.inner.leases.is_leased(&digest),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
+        for digest in images {
+            self.conn
+                .execute("DELETE FROM images WHERE digest = ?1", [digest.as_bytes()])?;
+        }
+        Ok(())
+    }
+
+    async fn chunks(&mut self, _cutoffs: &Cutoffs) -> Result<Chunks, StorageError> {
+        // Puts write their chunk rows under the writer lock this pass holds, and one that
+        // deduplicated against a row taken here re-checks it at commit (`sweep_epoch`): every
+        // row is a candidate.
+        let mut chunks = Chunks::default();
+        {
+            let mut stmt = self.conn.prepare("SELECT manifest FROM images")?;
+            let mut rows = stmt.query([])?;
+            while let Some(r) = rows.next()? {
+                let m: Vec<u8> = r.get(0)?;
+                chunks
+                    .live
+                    .extend(
+                        chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
+                            object: "manifest".into(),
+                        })?,
+                    );
+            }
+        }
+        let mut stmt = self.conn.prepare("SELECT hash FROM chunks")?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            chunks.candidates.push(digest(&r.get::<_, Vec<u8>>(0)?)?);
+        }
+        Ok(chunks)
+    }
+
+    async fn delete_chunks(&mut self, chunks: &[Digest]) -> Result<(), StorageError> {
+        for c in chunks {
+            self.conn
+                .execute("DELETE FROM chunks WHERE hash = ?1", [c.as_bytes()])?;
+        }
+        Ok(())
+    }
+
+    async fn empty_objects(&mut self) -> Result<Vec<String>, StorageError> {
+        Ok(self
+            .conn
+            .prepare("SELECT name FROM packs p WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.pack_id = p.id)")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn unregister_objects(&mut self, names: &[String]) -> Result<(), StorageError> {
+        for name in names {
+            self.conn
+                .execute("DELETE FROM packs WHERE name = ?1", [name])?;
+        }
+        Ok(())
+    }
+
+    async fn registered_objects(&mut self) -> Result<HashSet<String>, StorageError> {
+        Ok(self
+            .conn
+            .prepare("SELECT name FROM packs")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn journal(
+        &mut self,
+        at: Timestamp,
+        kind: ReclaimedKind,
+        subjects: &[String],
+        user: Option<&str>,
+    ) -> Result<(), StorageError> {
+        for subject in subjects {
+            journal(&self.conn, at, kind, subject, user)?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, chunks_deleted: bool) -> Result<(), StorageError> {
+        self.conn.execute_batch("COMMIT")?;
+        self.open = false;
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        self.inner.checkpoints.note_large_commit();
+        if chunks_deleted {
+            // Still under the writer lock: no commit that deduplicated can miss it.
+            self.inner.sweep_epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    async fn delete_objects(self, names: &[String]) -> Result<(), ReclaimError> {
+        for name in names {
+            match fs::remove_file(self.inner.pack_path(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::from(e).into()),
+            }
+        }
+        if !names.is_empty() {
+            File::open(&self.inner.packs_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(StorageError::from)?;
+        }
+        Ok(())
+    }
+}
