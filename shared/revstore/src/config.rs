@@ -1,8 +1,9 @@
 //! Store configuration shared by every backend.
 
 use std::{
+    collections::HashMap,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -82,14 +83,39 @@ impl Default for Retention {
     }
 }
 
-/// Switches tests use to make a backend misbehave in ways a real disk or network does.
+/// Switches tests use to make a backend misbehave in ways a real disk or network does, and to
+/// run code of their own at a [`FaultPoint`] of the protocol, where a race would otherwise need luck.
 #[doc(hidden)]
 #[derive(Clone, Debug, Default)]
 pub struct Faults(Arc<FaultFlags>);
 
-#[derive(Debug, Default)]
+/// A point in the protocol drivers ([`crate::protocol`], [`crate::reclaim`]) where a test may
+/// run a hook ([`Faults::once`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultPoint {
+    /// A put or restore whose objects are durable and read back, before its commit transaction:
+    /// what it staged is protected by its publication record alone.
+    BeforeCommit,
+    /// A reclamation pass that has committed its decisions, before it deletes the objects they
+    /// name: the pass must still exclude every put that could reuse one of them.
+    BeforeObjectDeletion,
+}
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
 struct FaultFlags {
     incomplete_listing: AtomicBool,
+    hooks: Mutex<HashMap<FaultPoint, Hook>>,
+}
+
+impl std::fmt::Debug for FaultFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultFlags")
+            .field("incomplete_listing", &self.incomplete_listing)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Faults {
@@ -100,5 +126,27 @@ impl Faults {
 
     pub(crate) fn incomplete_listing(&self) -> bool {
         self.0.incomplete_listing.load(Ordering::SeqCst)
+    }
+
+    /// Runs `hook` the next time a driver reaches `point`, on the driver's thread, which waits
+    /// for it (it may block: a driver is at this point with whatever it holds there held).
+    pub fn once(&self, point: FaultPoint, hook: impl FnOnce() + Send + 'static) {
+        self.hooks().insert(point, Box::new(hook));
+    }
+
+    /// Called by the drivers at `point`.
+    pub(crate) fn reached(&self, point: FaultPoint) {
+        // Taken out before it runs: the hook may arm another, or reach a point itself.
+        let hook = self.hooks().remove(&point);
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    fn hooks(&self) -> std::sync::MutexGuard<'_, HashMap<FaultPoint, Hook>> {
+        self.0
+            .hooks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -187,7 +187,9 @@ mod types;
 
 pub use any::AnyStore;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{DEFAULT_CHUNK_SIZE, DEFAULT_QUOTA_BYTES, Faults, Retention, StoreConfig};
+pub use config::{
+    DEFAULT_CHUNK_SIZE, DEFAULT_QUOTA_BYTES, FaultPoint, Faults, Retention, StoreConfig,
+};
 pub use error::{InvalidToken, OpenError, PutError, ReadError, ReclaimError, StorageError, reason};
 pub use mem::MemStore;
 #[cfg(feature = "postgres")]

@@ -332,6 +332,10 @@ impl Primitives for MemStore {
         self.inner.config.quota_bytes
     }
 
+    fn faults(&self) -> &crate::config::Faults {
+        &self.inner.config.faults
+    }
+
     async fn begin(&self, intent: &Intent) -> Result<u64, PutError> {
         let now = self.now();
         let mut state = self.lock();
@@ -670,6 +674,10 @@ impl RevStore for MemStore {
 
 impl reclaim::Reclaimer for MemStore {
     type Pass<'a> = MemPass<'a>;
+
+    fn faults(&self) -> &crate::config::Faults {
+        &self.inner.config.faults
+    }
 
     async fn list(&self) -> Result<Vec<Listed>, ReclaimError> {
         if self.inner.config.faults.incomplete_listing() {

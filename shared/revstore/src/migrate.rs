@@ -47,6 +47,10 @@ pub(crate) const POSTGRES: &[Migration] = &[
         version: 3,
         sql: include_str!("../migrations/postgres/0003_pack_objects.sql"),
     },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/postgres/0004_publication_chunks.sql"),
+    },
 ];
 
 /// The migration that adds `revisions.storage_version`. PostgreSQL backfills it in the

@@ -37,6 +37,7 @@ use futures::Stream;
 use crate::{
     cas::{self, Facts},
     chunk::{self, ChunkSink, Ingested},
+    config::{FaultPoint, Faults},
     error::{PutError, StorageError},
     types::{
         Digest, IdempotencyKey, Precondition, Principal, PutOutcome, PutRequest, RestoreRequest,
@@ -167,6 +168,9 @@ pub(crate) trait Primitives: Send + Sync {
     /// The per-user quota on one image.
     fn quota(&self) -> u64;
 
+    /// The test hooks of this store ([`FaultPoint`]).
+    fn faults(&self) -> &Faults;
+
     /// Loads the facts, refuses with [`Intent::early`] (ledgering the refusal), or writes the
     /// publication record.
     fn begin(
@@ -250,6 +254,7 @@ where
             },
             source: Source::Streamed(staged),
         };
+        store.faults().reached(FaultPoint::BeforeCommit);
         store.commit(&publication, proposal).await
     }
     .await;
@@ -291,6 +296,7 @@ pub(crate) async fn restore<P: Primitives>(
                 restored_from: request.from,
             },
         };
+        store.faults().reached(FaultPoint::BeforeCommit);
         store.commit(&publication, proposal).await
     }
     .await;

@@ -12,7 +12,8 @@
 //! 2. [`Reclaimer::begin`]: the pass, exclusive against commits and new leases (a transaction,
 //!    a lock), so the facts it reads cannot change under its decisions.
 //! 3. Publication records older than the orphan period ([`Cutoffs::orphaned`]) go; the rest are
-//!    the puts in flight, and what they name ([`InFlight`]) is protected from here on.
+//!    the puts in flight, and what they name ([`InFlight`]: bases, images, objects, and the stored
+//!    chunks a put reuses from the moment it publishes) is protected from here on.
 //! 4. Retained revisions the retention rule releases ([`retention::reclaimable`]), then images no
 //!    retained revision, lease or put in flight refers to, then chunks no remaining image names,
 //!    then registered objects left holding no chunk and listed objects nothing registers or names
@@ -33,7 +34,7 @@ use std::{
 };
 
 use crate::{
-    config::Retention,
+    config::{FaultPoint, Faults, Retention},
     error::{ReclaimError, StorageError},
     retention::{self, Candidate, Cutoffs},
     types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
@@ -63,6 +64,9 @@ pub(crate) struct InFlight {
     pub(crate) images: HashSet<Digest>,
     /// Objects the puts write.
     pub(crate) objects: HashSet<String>,
+    /// Stored chunks the puts reuse (recorded when each publishes), which their images will
+    /// name once they commit.
+    pub(crate) chunks: HashSet<Digest>,
 }
 
 /// A retained revision past the newest `keep_newest`, with the facts the retention rule weighs
@@ -95,6 +99,9 @@ pub(crate) trait Reclaimer {
     type Pass<'a>: Pass
     where
         Self: 'a;
+
+    /// The test hooks of this store ([`FaultPoint`]).
+    fn faults(&self) -> &Faults;
 
     /// Every object at rest, or an error and nothing.
     fn list(&self) -> impl Future<Output = Result<Vec<Listed>, ReclaimError>>;
@@ -239,7 +246,7 @@ pub(crate) async fn run<R: Reclaimer>(
     let dead: Vec<Digest> = chunks
         .candidates
         .into_iter()
-        .filter(|c| !chunks.live.contains(c))
+        .filter(|c| !chunks.live.contains(c) && !in_flight.chunks.contains(c))
         .collect();
     pass.journal(now, Kind::Chunk, &hex_all(&dead), None)
         .await?;
@@ -270,6 +277,7 @@ pub(crate) async fn run<R: Reclaimer>(
     report.packs = doomed.len() as u64;
 
     pass.commit(!dead.is_empty()).await?;
+    store.faults().reached(FaultPoint::BeforeObjectDeletion);
     pass.delete_objects(&doomed).await?;
     Ok(report)
 }

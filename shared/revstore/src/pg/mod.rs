@@ -908,6 +908,10 @@ impl Primitives for PgStore {
         self.inner.config.quota_bytes
     }
 
+    fn faults(&self) -> &crate::config::Faults {
+        &self.inner.config.faults
+    }
+
     async fn begin(&self, intent: &Intent) -> Result<i64, PutError> {
         self.begin_publication(intent).await
     }
@@ -940,14 +944,37 @@ impl Primitives for PgStore {
             Sink::Rows(s) => Staged::Rows(s.manifest),
             Sink::Packs(s) => Staged::Packs(s.finish().await?),
         };
-        // Record the digest: from here the image is what the put publishes.
-        let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE publications SET digest = $1 WHERE id = $2",
-                &[&ingested.digest.as_bytes().as_slice(), publication],
-            )
-            .await?;
+        // Record the digest and the stored chunks the image reuses: from here the image is what
+        // the put publishes, and a reclamation pass keeps those chunks. Under the advisory lock
+        // (shared), with the reused chunks checked in the same transaction, so no pass can take
+        // one between the check and the record.
+        let reused: Vec<Digest> = match &staged {
+            Staged::Rows(manifest) => {
+                let distinct: HashSet<&Digest> = manifest.iter().collect();
+                distinct.into_iter().copied().collect()
+            }
+            Staged::Packs(p) => p.reused().into_keys().copied().collect(),
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[&self.inner.lock_key],
+        )
+        .await?;
+        if let Staged::Packs(p) = &staged {
+            packs::check_reused_chunks(&*tx, p).await?;
+        }
+        tx.execute(
+            "UPDATE publications SET digest = $1, chunks = $2 WHERE id = $3",
+            &[
+                &ingested.digest.as_bytes().as_slice(),
+                &chunk::encode_manifest(&reused),
+                publication,
+            ],
+        )
+        .await?;
+        tx.commit().await?;
         Ok((ingested, staged))
     }
 

@@ -232,6 +232,49 @@ pub(crate) struct Staged {
     pub(crate) packs: Vec<NewPack>,
 }
 
+impl Staged {
+    /// The distinct stored chunks this put reuses, with where the stream found them.
+    pub(crate) fn reused(&self) -> HashMap<&Digest, &ChunkLoc> {
+        self.manifest
+            .iter()
+            .zip(&self.locs)
+            .filter(|(_, l)| l.pack > 0)
+            .collect()
+    }
+}
+
+/// Checks, in `tx`, that every chunk a staged put reuses is still indexed where the stream found
+/// it; a reclamation pass that took one makes the put fail (`STORAGE_UNAVAILABLE`, retry).
+pub(crate) async fn check_reused_chunks<C: GenericClient + Sync>(
+    tx: &C,
+    staged: &Staged,
+) -> Result<(), PutError> {
+    let reused: Vec<(&Digest, &ChunkLoc)> = staged.reused().into_iter().collect();
+    if reused.is_empty() {
+        return Ok(());
+    }
+    let hashes: Vec<&[u8]> = reused
+        .iter()
+        .map(|(d, _)| d.as_bytes().as_slice())
+        .collect();
+    let packs: Vec<i64> = reused.iter().map(|(_, l)| l.pack).collect();
+    let offsets: Vec<i64> = reused.iter().map(|(_, l)| l.offset as i64).collect();
+    let present: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM chunks c JOIN unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t(h, p, o)
+             ON c.hash = t.h AND c.pack_id = t.p AND c.pack_offset = t.o",
+            &[&hashes, &packs, &offsets],
+        )
+        .await?
+        .get(0);
+    if present as usize != reused.len() {
+        return Err(
+            StorageError::unavailable("a chunk was reclaimed during the put; retry").into(),
+        );
+    }
+    Ok(())
+}
+
 impl PgStore {
     fn objects(&self) -> Result<&Objects, StorageError> {
         self.inner
@@ -308,36 +351,7 @@ impl PgStore {
             return Ok(());
         }
         // Reused chunks must still be where the stream found them.
-        let reused: Vec<(&Digest, &ChunkLoc)> = staged
-            .manifest
-            .iter()
-            .zip(&staged.locs)
-            .filter(|(_, l)| l.pack > 0)
-            .collect::<HashMap<_, _>>()
-            .into_iter()
-            .collect();
-        if !reused.is_empty() {
-            let hashes: Vec<&[u8]> = reused
-                .iter()
-                .map(|(d, _)| d.as_bytes().as_slice())
-                .collect();
-            let packs: Vec<i64> = reused.iter().map(|(_, l)| l.pack).collect();
-            let offsets: Vec<i64> = reused.iter().map(|(_, l)| l.offset as i64).collect();
-            let present: i64 = tx
-                .query_one(
-                    "SELECT count(*) FROM chunks c JOIN unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS t(h, p, o)
-                     ON c.hash = t.h AND c.pack_id = t.p AND c.pack_offset = t.o",
-                    &[&hashes, &packs, &offsets],
-                )
-                .await?
-                .get(0);
-            if present as usize != reused.len() {
-                return Err(StorageError::unavailable(
-                    "a chunk was reclaimed during the put; retry",
-                )
-                .into());
-            }
-        }
+        check_reused_chunks(tx, staged).await?;
         // The new packs and their chunks. A chunk another put indexed first stays where the index
         // points, and this image points there too, or reclaiming our copy would strand it.
         let mut pack_ids: Vec<i64> = Vec::with_capacity(staged.packs.len());

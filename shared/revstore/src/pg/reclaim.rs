@@ -14,6 +14,7 @@ use deadpool_postgres::Object;
 
 use super::{PgStore, digest_of, journal};
 use crate::{
+    chunk,
     error::{ReclaimError, StorageError},
     reclaim::{Chunks, InFlight, Listed, Pass, Reclaimer, Record, Retained, Unreferenced},
     retention::{Candidate, Cutoffs},
@@ -25,6 +26,10 @@ const DELETE_BATCH: usize = 1024;
 
 impl Reclaimer for PgStore {
     type Pass<'a> = PgPass<'a>;
+
+    fn faults(&self) -> &crate::config::Faults {
+        &self.inner.config.faults
+    }
 
     async fn list(&self) -> Result<Vec<Listed>, ReclaimError> {
         if self.inner.config.faults.incomplete_listing() {
@@ -112,7 +117,10 @@ impl Pass for PgPass<'_> {
         let mut in_flight = InFlight::default();
         for r in self
             .client()
-            .query("SELECT user_id, base, digest, packs FROM publications", &[])
+            .query(
+                "SELECT user_id, base, digest, packs, chunks FROM publications",
+                &[],
+            )
             .await?
         {
             let user: String = r.get(0);
@@ -125,6 +133,15 @@ impl Pass for PgPass<'_> {
             in_flight
                 .objects
                 .extend(r.get::<_, Option<Vec<String>>>(3).unwrap_or_default());
+            if let Some(chunks) = r.get::<_, Option<&[u8]>>(4) {
+                in_flight
+                    .chunks
+                    .extend(chunk::decode_manifest(chunks).ok_or_else(|| {
+                        StorageError::Corrupt {
+                            object: "publication chunks".into(),
+                        }
+                    })?);
+            }
         }
         Ok(in_flight)
     }

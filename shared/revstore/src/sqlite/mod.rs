@@ -95,6 +95,11 @@ struct Inner {
     /// Bumped by every reclamation that deletes chunks, so a put that deduplicated against the
     /// chunk index re-checks its chunks at commit only when one might have gone.
     sweep_epoch: AtomicU64,
+    /// The stored chunks each published put in flight reuses, by publication id: written by
+    /// `publish` and cleared by `commit` or `abandon`, all under the writer lock a reclamation
+    /// pass holds, which keeps them. In memory, since only this process writes the store; a
+    /// crash takes the puts with it.
+    reused: Mutex<HashMap<i64, Vec<Digest>>>,
     _dir_lock: File,
 }
 
@@ -179,6 +184,7 @@ impl SqliteStore {
                 served,
                 checkpoints: Arc::new(Checkpoints::new(db_path.clone(), writer)),
                 sweep_epoch: AtomicU64::new(0),
+                reused: Mutex::new(HashMap::new()),
                 _dir_lock: lock,
             }),
         })
@@ -656,6 +662,26 @@ impl Inner {
     }
 }
 
+/// Checks that every chunk a put deduplicated against the index is still where it found it.
+fn check_reused(conn: &Connection, absorbed: &Absorbed) -> Result<(), PutError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1 AND pack_id = ?2 AND offset = ?3)",
+    )?;
+    for (loc, hash) in absorbed.locs.iter().zip(&absorbed.manifest) {
+        if loc.pack != NEW
+            && !stmt.query_row(
+                params![hash.as_bytes().as_slice(), loc.pack, loc.offset as i64],
+                |r| r.get::<_, bool>(0),
+            )?
+        {
+            return Err(
+                StorageError::unavailable("a chunk was reclaimed during the put; retry").into(),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Looks up where the given chunks are stored, in batches of bound parameters.
 fn lookup_chunks(
     conn: &Connection,
@@ -702,6 +728,12 @@ pub(crate) struct Staged {
 }
 
 impl Inner {
+    fn reused_by(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Vec<Digest>>> {
+        self.reused
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Refuses early or writes the durable publication record that marks the put as in flight.
     fn begin(&self, intent: &Intent) -> Result<Begun, PutError> {
         let now = self.now();
@@ -736,6 +768,7 @@ impl Inner {
     fn abandon(&self, begun: Begun, intent: &Intent, err: &PutError) {
         let now = self.now();
         let conn = self.writer();
+        self.reused_by().remove(&begun.publication);
         let result = (|| -> Result<(), rusqlite::Error> {
             conn.execute(
                 "DELETE FROM publications WHERE id = ?1",
@@ -775,6 +808,19 @@ impl Inner {
                     ],
                 )
             })?;
+            // From here reclamation keeps the stored chunks this put reuses; one that a pass took
+            // while the bytes streamed in fails the put now, before anything else is written.
+            if self.sweep_epoch.load(Ordering::SeqCst) != begun.epoch {
+                check_reused(&conn, absorbed)?;
+            }
+            let reused: Vec<Digest> = absorbed
+                .locs
+                .iter()
+                .zip(&absorbed.manifest)
+                .filter(|(l, _)| l.pack != NEW)
+                .map(|(_, d)| *d)
+                .collect();
+            self.reused_by().insert(begun.publication, reused);
         }
         if let (Some(pack), Some(name)) = (&absorbed.pack, &pack_name) {
             let dest = self.pack_path(name);
@@ -856,6 +902,9 @@ impl Inner {
         let user = &intent.user;
         let digest = proposal.image.digest;
         let mut conn = self.writer();
+        // Under the writer lock until the image row (which then names the chunks) is committed
+        // or the transaction is rolled back: no pass can run in between.
+        self.reused_by().remove(&begun.publication);
         let epoch_moved = self.sweep_epoch.load(Ordering::SeqCst) != begun.epoch;
         // A refusal returns an error, which rolls the transaction back; the driver then clears
         // the publication record and ledgers the refusal (`abandon`).
@@ -964,22 +1013,9 @@ impl Inner {
             return Ok(());
         }
         if epoch_moved {
-            // A reclamation ran while the bytes streamed in: make sure every deduplicated chunk
-            // is still where the read-back found it.
-            let mut stmt = tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1 AND pack_id = ?2 AND offset = ?3)")?;
-            for (loc, hash) in absorbed.locs.iter().zip(&absorbed.manifest) {
-                if loc.pack != NEW
-                    && !stmt.query_row(
-                        params![hash.as_bytes().as_slice(), loc.pack, loc.offset as i64],
-                        |r| r.get::<_, bool>(0),
-                    )?
-                {
-                    return Err(StorageError::unavailable(
-                        "a chunk was reclaimed during the put; retry",
-                    )
-                    .into());
-                }
-            }
+            // A reclamation ran since the put began: make sure every deduplicated chunk is still
+            // where the read-back found it (from `publish` on, the pass kept them).
+            check_reused(tx, absorbed)?;
         }
         let mut moved: HashMap<Digest, ChunkLoc> = HashMap::new();
         let mut pack_id = NEW;
@@ -1234,6 +1270,10 @@ impl Primitives for SqliteStore {
 
     fn quota(&self) -> u64 {
         self.inner.config.quota_bytes
+    }
+
+    fn faults(&self) -> &crate::config::Faults {
+        &self.inner.config.faults
     }
 
     async fn begin(&self, intent: &Intent) -> Result<Begun, PutError> {

@@ -27,6 +27,10 @@ use crate::{
 impl Reclaimer for Inner {
     type Pass<'a> = SqlitePass<'a>;
 
+    fn faults(&self) -> &crate::config::Faults {
+        &self.config.faults
+    }
+
     async fn list(&self) -> Result<Vec<Listed>, ReclaimError> {
         if self.config.faults.incomplete_listing() {
             return Err(ReclaimError::IncompleteListing);
@@ -139,6 +143,9 @@ impl Pass for SqlitePass<'_> {
                 in_flight.objects.insert(p);
             }
         }
+        in_flight
+            .chunks
+            .extend(self.inner.reused_by().values().flatten().copied());
         Ok(in_flight)
     }
 

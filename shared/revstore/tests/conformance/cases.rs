@@ -12,8 +12,8 @@ use std::{
 use bytes::Bytes;
 use futures::StreamExt;
 use snug_revstore::{
-    Digest, IdempotencyKey, Precondition, PutError, PutRequest, ReadError, ReclaimError,
-    ReclaimedKind, RestoreRequest, Retention, RevStore, Revision, Verdict,
+    Digest, FaultPoint, IdempotencyKey, Precondition, PutError, PutRequest, ReadError,
+    ReclaimError, ReclaimedKind, RestoreRequest, Retention, RevStore, Revision, Verdict,
 };
 
 use crate::support::*;
@@ -958,6 +958,130 @@ pub(crate) async fn reclaim_spares_the_base_of_a_put_in_flight<
         vec![false, false, true],
         "with the put gone, r2 goes too"
     );
+    assert_clean(&*store).await;
+}
+
+/// A pass that runs while a put is past read-back but not yet committed must leave every chunk
+/// the put staged, including chunks it shares with a revision the pass releases: the put's
+/// image has no record yet, so only its publication record protects them.
+pub(crate) async fn reclaim_between_read_back_and_commit_spares_the_put<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 1,
+            grace: Duration::ZERO,
+            orphan_after: Duration::from_secs(3600),
+        },
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let store = Arc::new(fx.store);
+    let revs = chain(&*store, &u, &fx.clock, 2).await;
+    // Past the orphan period: the stored chunks are old, so no backend keeps them for their age.
+    fx.clock.advance(Duration::from_secs(2 * 3600));
+    // r1's bytes with its last chunk changed: four of its five chunks are shared with r1.
+    let mut bytes = image(100, 5000);
+    bytes[4500] ^= 0xff;
+    let (report_tx, report_rx) = std::sync::mpsc::channel();
+    {
+        let store = store.clone();
+        let runtime = tokio::runtime::Handle::current();
+        fx.faults.once(FaultPoint::BeforeCommit, move || {
+            let report = std::thread::spawn(move || runtime.block_on(store.reclaim()))
+                .join()
+                .expect("the pass's thread");
+            report_tx.send(report).expect("report");
+        });
+    }
+    let outcome = put_ok(
+        &*store,
+        &u,
+        Precondition::MustMatch(revs[1].clone()),
+        &bytes,
+    )
+    .await;
+    let report = report_rx
+        .try_recv()
+        .expect("the pass ran between read-back and commit")
+        .expect("reclaim");
+    assert_eq!(report.revisions, 1, "r1 is released: {report:?}");
+    assert_eq!(report.images, 1, "r1's image goes: {report:?}");
+    assert_eq!(
+        store.head(&u).await.expect("head").revision,
+        outcome.info.revision
+    );
+    assert_eq!(
+        fetch(&*store, &u).await,
+        bytes,
+        "every chunk of the put is there"
+    );
+    assert_clean(&*store).await;
+}
+
+/// Objects are named by their content, so a put of bytes a pass is deleting names the same
+/// object. A put that reaches the store while the pass deletes must write the object anew after
+/// the deletion, never find the doomed one and commit a revision whose bytes are then gone.
+pub(crate) async fn a_put_never_lands_on_an_object_a_pass_deletes<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        retention: Retention {
+            keep_newest: 1,
+            grace: Duration::ZERO,
+            orphan_after: Duration::from_secs(3600),
+        },
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let store = Arc::new(fx.store);
+    let revs = chain(&*store, &u, &fx.clock, 2).await;
+    // r1's bytes again, as r3: whatever the pass deletes of r1, the put needs all of it.
+    let bytes = image(100, 5000);
+    let (put_tx, put_rx) = std::sync::mpsc::channel();
+    {
+        let store = store.clone();
+        let u = u.clone();
+        let base = revs[1].clone();
+        let bytes = bytes.clone();
+        let runtime = tokio::runtime::Handle::current();
+        fx.faults.once(FaultPoint::BeforeObjectDeletion, move || {
+            let landing = runtime.spawn(async move {
+                put(&*store, &u, Precondition::MustMatch(base), &bytes).await
+            });
+            put_tx.send(landing).expect("the put's handle");
+            // Long enough for an unhindered put of 5 KB to reach its commit.
+            std::thread::sleep(Duration::from_millis(500));
+        });
+    }
+    let report = store.reclaim().await.expect("reclaim");
+    assert_eq!(report.revisions, 1, "r1 is released: {report:?}");
+    let landing = put_rx.try_recv().expect("the pass reached its deletions");
+    let outcome = landing.await.expect("join").expect("the put lands");
+    assert_eq!(
+        store.head(&u).await.expect("head").revision,
+        outcome.info.revision
+    );
+    assert_eq!(
+        fetch(&*store, &u).await,
+        bytes,
+        "r3's bytes survive the pass"
+    );
+    assert_clean(&*store).await;
+    // And a later pass, with r2 released, keeps them too.
+    fx.clock.advance(Duration::from_secs(1));
+    store.reclaim().await.expect("reclaim");
+    assert_eq!(fetch(&*store, &u).await, bytes);
     assert_clean(&*store).await;
 }
 

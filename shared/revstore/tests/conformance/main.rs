@@ -32,6 +32,8 @@ macro_rules! conformance_suite {
                 reclaim_never_takes_the_current_image,
                 reclaim_spares_the_base_of_a_put_in_flight,
                 reclaim_spares_a_leased_download,
+                reclaim_between_read_back_and_commit_spares_the_put,
+                a_put_never_lands_on_an_object_a_pass_deletes,
                 reclaim_refuses_on_incomplete_listing,
                 orphans_are_reclaimed_after_grace,
                 chunks_are_deduplicated_across_revisions,
