@@ -130,21 +130,8 @@ pub(crate) fn protect(
 ) -> Result<Outcome, Failure> {
     files::check_output(input, out, replace)?;
     let plaintext = files::read_user_file(input)?.1;
-    match snug_container::detect(&plaintext) {
-        Format::Sqlite => {}
-        Format::Container => {
-            return Err(Failure::of(
-                &snug_reasons::container::ALREADY_PROTECTED,
-                format!("{} is already a protected Snug file", input.display()),
-            ));
-        }
-        Format::Unknown => {
-            return Err(Failure::of(
-                &snug_reasons::container::NOT_A_USER_DATABASE,
-                format!("{} is not a SQLite user database", input.display()),
-            ));
-        }
-    }
+    snug_container::check_plaintext(&plaintext)
+        .map_err(|err| Failure::of(err.reason(), format!("{}: {err}", input.display())))?;
     // The custody rule comes first, before any secret is asked for or any byte is written.
     eprintln!("{CUSTODY_RULE}\n");
     let passphrase = secrets::new_passphrase(

@@ -40,6 +40,9 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     std::fs::write(&newer, bytes).expect("write");
     let garbage = dir.path().join("garbage.bin");
     std::fs::write(&garbage, b"PK\x03\x04 a zip file, not a user database").expect("write");
+    let half = dir.path().join("half.snug");
+    let whole = std::fs::read(&plain).expect("plain");
+    std::fs::write(&half, &whole[..whole.len() / 2]).expect("write");
     let out = |name: &str| dir.path().join(name).display().to_string();
     let p = |path: &Path| path.display().to_string();
 
@@ -167,6 +170,13 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
             error_code: Some("NOT_A_USER_DATABASE"),
         },
         Case {
+            name: "protect half a database",
+            args: vec!["protect".into(), p(&half), "--out".into(), out("f2")],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 4,
+            error_code: Some("NOT_A_USER_DATABASE"),
+        },
+        Case {
             name: "protect with a weak kdf",
             args: vec![
                 "protect".into(),
@@ -188,11 +198,12 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
             error_code: Some("USAGE"),
         },
     ];
-    let before: Vec<(PathBuf, String)> =
-        [&c01, &c03, &n01, &n03, &n05, &n12, &plain, &newer, &garbage]
-            .iter()
-            .map(|p| (p.to_path_buf(), sha256_hex(p)))
-            .collect();
+    let before: Vec<(PathBuf, String)> = [
+        &c01, &c03, &n01, &n03, &n05, &n12, &plain, &newer, &garbage, &half,
+    ]
+    .iter()
+    .map(|p| (p.to_path_buf(), sha256_hex(p)))
+    .collect();
     for case in &cases {
         let mut args: Vec<&str> = case.args.iter().map(String::as_str).collect();
         args.push("--json");
@@ -222,7 +233,7 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
         .map(|e| e.expect("entry").file_name())
-        .filter(|n| n != "newer.snug" && n != "garbage.bin")
+        .filter(|n| n != "newer.snug" && n != "garbage.bin" && n != "half.snug")
         .collect();
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
 }

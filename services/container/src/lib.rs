@@ -507,21 +507,8 @@ fn format(format: Format) -> pb::Format {
 
 /// Refuses a plaintext that is not a SQLite user database (Protect's and Reseal's input).
 fn user_database(plaintext: &[u8]) -> Result<(), Status> {
-    match snug_container::detect(plaintext) {
-        Format::Sqlite => Ok(()),
-        Format::Container => Err(from_reason(
-            &reasons::ALREADY_PROTECTED,
-            DOMAIN,
-            "the file is already a protected Snug file",
-            [],
-        )),
-        Format::Unknown => Err(from_reason(
-            &reasons::NOT_A_USER_DATABASE,
-            DOMAIN,
-            "only a SQLite user database can be protected",
-            [],
-        )),
-    }
+    snug_container::check_plaintext(plaintext)
+        .map_err(|err| from_reason(err.reason(), DOMAIN, err.to_string(), []))
 }
 
 #[tonic::async_trait]

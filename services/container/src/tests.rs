@@ -43,10 +43,25 @@ async fn start(config: ContainerConfig) -> ContainerServiceClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE_SIZE)
 }
 
+/// At least `len` bytes shaped as a whole SQLite database (what Protect accepts): a header
+/// naming 512-byte pages and their count, then a pattern. `len` is rounded up to whole pages.
 fn sqlite_bytes(len: usize) -> Bytes {
-    let mut bytes = snug_container::SQLITE_MAGIC.to_vec();
-    bytes.extend((0..len).map(|i| (i * 7 % 251) as u8));
+    const PAGE: usize = 512;
+    let pages = len.div_ceil(PAGE).max(1);
+    let mut bytes: Vec<u8> = (0..pages * PAGE).map(|i| (i * 7 % 251) as u8).collect();
+    write_sqlite_header(&mut bytes, PAGE);
     Bytes::from(bytes)
+}
+
+/// Writes a SQLite header for `bytes.len() / page` pages of `page` bytes over the first 100 bytes.
+fn write_sqlite_header(bytes: &mut [u8], page: usize) {
+    let pages = (bytes.len() / page) as u32;
+    bytes[..16].copy_from_slice(snug_container::SQLITE_MAGIC);
+    bytes[16..18].copy_from_slice(&(page as u16).to_be_bytes());
+    bytes[18..20].copy_from_slice(&[1, 1]);
+    bytes[24..28].copy_from_slice(&1u32.to_be_bytes());
+    bytes[28..32].copy_from_slice(&pages.to_be_bytes());
+    bytes[92..96].copy_from_slice(&1u32.to_be_bytes());
 }
 
 fn reason(status: &Status) -> String {
@@ -318,7 +333,7 @@ async fn unlocks_in_a_row_reuse_buffers_without_mixing_contents() {
     {
         // Distinct contents after the SQLite magic.
         let mut plaintext = sqlite_bytes(len).to_vec();
-        plaintext[16..]
+        plaintext[100..]
             .iter_mut()
             .for_each(|b| *b = b.wrapping_add(i as u8 + 1));
         let plaintext = Bytes::from(plaintext);
@@ -366,7 +381,9 @@ async fn a_client_leaving_mid_download_leaves_the_next_unlock_whole() {
     drop(stream);
 
     let mut second = sqlite_bytes(3 * CHUNK_SIZE).to_vec();
-    second[16..].iter_mut().for_each(|b| *b = b.wrapping_add(7));
+    second[100..]
+        .iter_mut()
+        .for_each(|b| *b = b.wrapping_add(7));
     let second = Bytes::from(second);
     let (_, second_container) = protect(&mut client, second.clone(), PASSPHRASE)
         .await
@@ -395,10 +412,27 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
         .expect_err("already protected");
     assert_eq!(reason(&status), reason::ALREADY_PROTECTED);
 
-    let status = protect(&mut client, Bytes::from_static(b"hello"), PASSPHRASE)
-        .await
-        .expect_err("not a database");
-    assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE);
+    // Not SQLite, half a database, a database with a page too many, and an invalid page size:
+    // each refused as what it is, never sealed.
+    let whole = sqlite_bytes(8 * 512);
+    let mut padded = whole.to_vec();
+    padded.extend_from_slice(&[0; 512]);
+    let mut bad_page_size = whole.to_vec();
+    bad_page_size[16..18].copy_from_slice(&1000u16.to_be_bytes());
+    for (what, bytes) in [
+        ("not SQLite", Bytes::from_static(b"hello")),
+        ("the magic alone", Bytes::from_static(b"SQLite format 3\0")),
+        ("half a database", whole.slice(..4 * 512)),
+        ("a page too many", Bytes::from(padded)),
+        ("an invalid page size", Bytes::from(bad_page_size)),
+        ("not whole pages", whole.slice(..4 * 512 + 7)),
+    ] {
+        let status = protect(&mut client, bytes, PASSPHRASE)
+            .await
+            .expect_err(what);
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}");
+        assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE, "{what}");
+    }
 
     let status = protect(&mut client, sqlite_bytes(10), "")
         .await
@@ -621,7 +655,7 @@ async fn detect_and_inspect_need_no_secret() {
     assert_eq!(info.iterations, ITERATIONS);
     assert_eq!(info.header_length, 160);
     assert_eq!(info.container_length, container.len() as u64);
-    assert_eq!(info.plaintext_length, 516);
+    assert_eq!(info.plaintext_length, 512, "500 bytes in whole pages");
     let kinds: Vec<_> = info.slots.iter().map(|s| s.kind()).collect();
     assert_eq!(kinds, [pb::SlotKind::Passphrase, pb::SlotKind::RecoveryKey]);
 

@@ -33,6 +33,38 @@ pub fn detect(leading: &[u8]) -> Format {
     }
 }
 
+/// Why bytes cannot be protected: only a whole plain user database is sealed (§11.2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaintextError {
+    /// The bytes are a SNUGENC1 container already.
+    #[error("the file is already a protected Snug file")]
+    AlreadyProtected,
+    /// The bytes are not a whole SQLite database (not SQLite at all, or truncated, or padded).
+    #[error("the file is not a whole SQLite user database: {0}")]
+    NotAUserDatabase(&'static str),
+}
+
+impl PlaintextError {
+    /// `ALREADY_PROTECTED` or `NOT_A_USER_DATABASE`, on every surface.
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
+        match self {
+            PlaintextError::AlreadyProtected => &snug_reasons::container::ALREADY_PROTECTED,
+            PlaintextError::NotAUserDatabase(_) => &snug_reasons::container::NOT_A_USER_DATABASE,
+        }
+    }
+}
+
+/// Checks that `plaintext` may be sealed: a whole SQLite database by its header
+/// ([`snug_files::format::check_sqlite_file`]), not a container. Protect and Reseal on every
+/// surface (CLI, gRPC) call it before sealing, so half a database is refused as every other
+/// operation refuses it, rather than sealed.
+pub fn check_plaintext(plaintext: &[u8]) -> Result<(), PlaintextError> {
+    if detect(plaintext) == Format::Container {
+        return Err(PlaintextError::AlreadyProtected);
+    }
+    snug_files::format::check_sqlite_file(plaintext).map_err(PlaintextError::NotAUserDatabase)
+}
+
 /// The secret a slot is unlocked with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotKind {

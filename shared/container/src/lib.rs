@@ -78,8 +78,8 @@ mod secret;
 mod tests;
 
 pub use format::{
-    ContainerInfo, Corruption, Format, Header, Limits, Slot, SlotKind, detect, header_checksum,
-    inspect, inspect_prefix,
+    ContainerInfo, Corruption, Format, Header, Limits, PlaintextError, Slot, SlotKind,
+    check_plaintext, detect, header_checksum, inspect, inspect_prefix,
 };
 pub use incremental::{Authenticated, Opening, PayloadDecryptor, Unlocker};
 pub use kdf::derive_kek;

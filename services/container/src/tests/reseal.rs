@@ -126,7 +126,7 @@ async fn reseal_refusals_get_typed_reasons() {
     let status = reseal(
         &mut client,
         &sqlite_bytes(300),
-        316,
+        sqlite_bytes(300).len() as u64,
         &edited,
         secrets(Some(PASSPHRASE), None),
     )
@@ -154,6 +154,16 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("garbage plaintext");
+    assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE);
+    let status = reseal(
+        &mut client,
+        &container,
+        len,
+        &edited.slice(..edited.len() / 2),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect_err("half a database as plaintext");
     assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE);
     // A container length past the end of the stream is a bad request.
     let status = reseal(
