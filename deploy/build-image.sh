@@ -64,6 +64,14 @@ printf '127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n' > "$con
 printf 'hosts: files dns\n' > "$context/nsswitch.conf"
 printf 'root:x:0:0:root:/:/snug-hub\nnonroot:x:65532:65532:nonroot:/data:/snug-hub\n' > "$context/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$context/group"
+# The build machine's CA bundle (Debian's ca-certificates). The S3 client's certificate verifier
+# (rustls-platform-verifier, through reqwest) loads the system roots when the client is built and
+# refuses to build without any, even for an http:// endpoint; an https:// bucket or collector
+# signed by a public CA needs them anyway. AWS_CA_BUNDLE, sslrootcert and
+# OTEL_EXPORTER_OTLP_CERTIFICATE add a private CA on top.
+ca_bundle=/etc/ssl/certs/ca-certificates.crt
+[ -s "$ca_bundle" ] || { echo "build-image: no $ca_bundle (apt-get install ca-certificates)" >&2; exit 1; }
+cp "$ca_bundle" "$context/ca-certificates.crt"
 # The mount point of the /data volume: a new volume copies its owner (65532) from here, so the
 # non-root process can write its data without a chown at start (a scratch image has no shell).
 rm -rf "$context/data"

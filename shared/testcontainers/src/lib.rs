@@ -62,8 +62,7 @@ use testcontainers::{
     ContainerAsync, ContainerRequest, GenericBuildableImage, GenericImage, Image as _,
     ImageExt as _, TestcontainersError, bollard,
     core::{
-        BuildImageOptions, CmdWaitFor, ExecCommand, Healthcheck, IntoContainerPort as _, Mount,
-        WaitFor,
+        BuildImageOptions, CmdWaitFor, ExecCommand, Healthcheck, IntoContainerPort as _, WaitFor,
     },
     runners::{AsyncBuilder as _, AsyncRunner as _},
 };
@@ -82,6 +81,21 @@ pub const GRPC_PORT: u16 = 50051;
 
 /// The gateway's HTTP port inside its container.
 pub const HTTP_PORT: u16 = 8080;
+
+/// The repository name of the test PostgreSQL image ([`HubImage::postgres_from_checkout`]).
+pub const POSTGRES_IMAGE_NAME: &str = "snug-postgres";
+
+/// The repository name of the Garage image ([`HubImage::garage_from_checkout`]).
+pub const GARAGE_IMAGE_NAME: &str = "snug-garage";
+
+/// The bucket the Garage container of a [`SyncBackend::PostgresObjects`] deployment makes.
+pub const BUCKET: &str = "snug-hub";
+
+/// The key prefix under which the sync service keeps its pack objects in [`BUCKET`].
+pub const OBJECTS_PREFIX: &str = "objects";
+
+/// The S3 region the Garage container answers to (its `s3_region`); SigV4 signatures name it.
+pub const S3_REGION: &str = "garage";
 
 /// Why a hub could not be built, started or used.
 #[derive(Debug, thiserror::Error)]
@@ -128,6 +142,9 @@ pub enum Error {
         /// The port inside it.
         port: u16,
     },
+    /// The deployment has no such store container (it uses the embedded store).
+    #[error("this deployment has no {0:?} container (its sync backend is embedded)")]
+    NoStoreContainer(Backing),
     /// A local file operation failed (the build context).
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -195,53 +212,23 @@ impl HubImage {
     /// reused, and any change to the binary, the Dockerfile or the context makes a new one.
     /// The build itself is testcontainers' (BuildKit through the Engine API), and pulls nothing.
     pub async fn build_from_checkout(root: &Path) -> Result<Self, Error> {
-        let context = tempfile::Builder::new()
-            .prefix("snug-hub-image-")
-            .tempdir()?;
-        let script = root.join("deploy/build-image.sh");
-        let dir = context.path().to_path_buf();
-        let output = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("bash")
-                .arg(&script)
-                .arg("--context")
-                .arg(&dir)
-                // cargo's progress goes straight to the test's stderr: a first build takes minutes.
-                .stderr(std::process::Stdio::inherit())
-                .output()
-        })
-        .await
-        .map_err(|err| Error::Build(format!("the build task failed: {err}")))??;
-        if !output.status.success() {
-            return Err(Error::Build(format!(
-                "deploy/build-image.sh --context exited with {}",
-                output.status
-            )));
-        }
-        let tag = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        let well_formed = tag.len() == 20
-            && tag.starts_with("ctx-")
-            && tag[4..]
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !well_formed {
-            return Err(Error::Build(format!(
-                "deploy/build-image.sh printed {tag:?}, not a content tag"
-            )));
-        }
-        let mut buildable = GenericBuildableImage::new(IMAGE_NAME, tag.as_str());
-        for entry in std::fs::read_dir(context.path())? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            buildable = if name == "Dockerfile" {
-                buildable.with_dockerfile(entry.path())
-            } else {
-                buildable.with_file(entry.path(), format!("./{name}"))
-            };
-        }
-        let built = buildable
-            .build_image_with(BuildImageOptions::new().with_skip_if_exists(true))
-            .await?;
-        Ok(Self::new(built.name(), built.tag()))
+        build_from_context_script(root, "deploy/build-image.sh", IMAGE_NAME).await
+    }
+
+    /// Builds the test PostgreSQL image of the checkout at `root` ([`POSTGRES_IMAGE_NAME`],
+    /// `deploy/build-postgres-image.sh --context`: Debian's PostgreSQL 15 installed on this
+    /// machine, FROM scratch, with a cluster that trusts every connection) unless an identical one
+    /// exists, as [`HubImage::build_from_checkout`] does.
+    pub async fn postgres_from_checkout(root: &Path) -> Result<Self, Error> {
+        build_from_context_script(root, "deploy/build-postgres-image.sh", POSTGRES_IMAGE_NAME).await
+    }
+
+    /// Builds the Garage image of the checkout at `root` ([`GARAGE_IMAGE_NAME`],
+    /// `deploy/build-garage-image.sh --context`, around the `garage` binary at
+    /// `$SNUG_TEST_GARAGE`, else the one `.ci/run` installs) unless an identical one exists, as
+    /// [`HubImage::build_from_checkout`] does.
+    pub async fn garage_from_checkout(root: &Path) -> Result<Self, Error> {
+        build_from_context_script(root, "deploy/build-garage-image.sh", GARAGE_IMAGE_NAME).await
     }
 
     /// The repository name.
@@ -260,6 +247,62 @@ impl HubImage {
     }
 }
 
+/// Runs `script --context DIR` in the checkout at `root`, which writes an image's build context
+/// and prints its content tag, and builds `name:<tag>` from that context unless it exists.
+async fn build_from_context_script(
+    root: &Path,
+    script: &str,
+    name: &str,
+) -> Result<HubImage, Error> {
+    let context = tempfile::Builder::new()
+        .prefix(&format!("{name}-image-"))
+        .tempdir()?;
+    let path = root.join(script);
+    let dir = context.path().to_path_buf();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash")
+            .arg(&path)
+            .arg("--context")
+            .arg(&dir)
+            // cargo's progress goes straight to the test's stderr: a first build takes minutes.
+            .stderr(std::process::Stdio::inherit())
+            .output()
+    })
+    .await
+    .map_err(|err| Error::Build(format!("the build task failed: {err}")))??;
+    if !output.status.success() {
+        return Err(Error::Build(format!(
+            "{script} --context exited with {}",
+            output.status
+        )));
+    }
+    let tag = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let well_formed = tag.len() == 20
+        && tag.starts_with("ctx-")
+        && tag[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !well_formed {
+        return Err(Error::Build(format!(
+            "{script} printed {tag:?}, not a content tag"
+        )));
+    }
+    let mut buildable = GenericBuildableImage::new(name, tag.as_str());
+    for entry in std::fs::read_dir(context.path())? {
+        let entry = entry?;
+        let file = entry.file_name().to_string_lossy().into_owned();
+        buildable = if file == "Dockerfile" {
+            buildable.with_dockerfile(entry.path())
+        } else {
+            buildable.with_file(entry.path(), format!("./{file}"))
+        };
+    }
+    let built = buildable
+        .build_image_with(BuildImageOptions::new().with_skip_if_exists(true))
+        .await?;
+    Ok(HubImage::new(built.name(), built.tag()))
+}
+
 /// The workspace this crate belongs to (two levels above `shared/testcontainers`).
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -271,12 +314,16 @@ pub struct HubOptions {
     /// Browser origins the gateway allows (`SNUG_CORS_ORIGINS`); authentication is on in a
     /// container, and the gateway refuses to start without at least one.
     pub cors_origins: Vec<String>,
-    /// Extra environment for every container (e.g. `SNUG_RPC_DEADLINE`, `SNUG_SYNC_QUOTA_BYTES`).
+    /// Extra environment for every hub container (e.g. `SNUG_RPC_DEADLINE`,
+    /// `SNUG_SYNC_QUOTA_BYTES`); not for the PostgreSQL and Garage containers.
     pub env: BTreeMap<String, String>,
     /// Extra environment for one service's container, applied after `env`.
     pub service_env: BTreeMap<Service, BTreeMap<String, String>>,
     /// How long a container may take to become healthy.
     pub startup_timeout: Duration,
+    /// Where a [`SplitHub`]'s sync service keeps its revisions ([`AllInOne`] always uses the
+    /// embedded store).
+    pub sync_backend: SyncBackend,
 }
 
 impl Default for HubOptions {
@@ -286,6 +333,7 @@ impl Default for HubOptions {
             env: BTreeMap::new(),
             service_env: BTreeMap::new(),
             startup_timeout: Duration::from_secs(60),
+            sync_backend: SyncBackend::Embedded,
         }
     }
 }
@@ -294,6 +342,12 @@ impl HubOptions {
     /// Adds an environment variable for every container.
     pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Chooses where a [`SplitHub`]'s sync service keeps its revisions.
+    pub fn with_sync_backend(mut self, sync_backend: SyncBackend) -> Self {
+        self.sync_backend = sync_backend;
         self
     }
 
@@ -358,6 +412,100 @@ impl Service {
     }
 }
 
+/// Where the sync service of a [`SplitHub`] keeps its revisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SyncBackend {
+    /// The embedded SQLite store on the sync container's `/data` volume.
+    #[default]
+    Embedded,
+    /// PostgreSQL for the metadata and an S3 bucket for the image bytes (pack objects), as a
+    /// replicated deployment keeps them: a PostgreSQL container and a Garage container
+    /// ([`Backing`]) on the deployment's network, healthy before the hub's containers start.
+    /// The sync service is pointed at them by name (`SNUG_SYNC_STORE=postgres`,
+    /// `SNUG_SYNC_POSTGRES_URL`, `SNUG_SYNC_OBJECTS=s3://`[`BUCKET`]`/`[`OBJECTS_PREFIX`] and
+    /// the `AWS_*` settings of the bucket's endpoint, region and key).
+    PostgresObjects,
+}
+
+/// A container the sync service's store runs in, beside the hub's own
+/// ([`SyncBackend::PostgresObjects`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Backing {
+    /// PostgreSQL 15 ([`POSTGRES_IMAGE_NAME`]), superuser `postgres`, every connection trusted:
+    /// test tooling on the deployment's private network only.
+    Postgres,
+    /// A single-node Garage ([`GARAGE_IMAGE_NAME`]) holding [`BUCKET`].
+    Garage,
+}
+
+impl Backing {
+    /// Both, in the order they are described.
+    pub const ALL: [Backing; 2] = [Backing::Postgres, Backing::Garage];
+
+    /// The suffix of its container's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backing::Postgres => "postgres",
+            Backing::Garage => "garage",
+        }
+    }
+
+    /// The port it serves inside its container: PostgreSQL's, or Garage's S3 API.
+    pub fn port(self) -> u16 {
+        match self {
+            Backing::Postgres => 5432,
+            Backing::Garage => 3900,
+        }
+    }
+
+    /// The image's own HEALTHCHECK command, run to wait for a restarted container.
+    fn probe(self) -> &'static [&'static str] {
+        match self {
+            Backing::Postgres => &[
+                "/usr/lib/postgresql/15/bin/pg_isready",
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                "5432",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ],
+            Backing::Garage => &["/garage", "health", "-q"],
+        }
+    }
+}
+
+/// The bucket of a [`SyncBackend::PostgresObjects`] deployment and the key that owns it, for a
+/// test that looks at the objects itself (at [`SplitHub::s3_endpoint`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Objects {
+    /// The bucket, [`BUCKET`].
+    pub bucket: String,
+    /// The key prefix of the pack objects, [`OBJECTS_PREFIX`].
+    pub prefix: String,
+    /// The region requests are signed for, [`S3_REGION`].
+    pub region: String,
+    /// The access key id (`GK` and 24 hex digits, Garage's format), made for this deployment.
+    pub access_key_id: String,
+    /// Its secret, made for this deployment.
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Objects")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .finish()
+    }
+}
+
 /// What a command run inside a container printed.
 #[derive(Debug, Clone)]
 pub struct ExecOutput {
@@ -384,9 +532,35 @@ fn deployment_id() -> String {
     )
 }
 
-/// The container request every hub container shares: hardening, port publishing on
-/// 127.0.0.1 only, and readiness by the image's own HEALTHCHECK.
-fn hub_request(
+/// `bytes` random bytes from the kernel, as hex: the secrets of one deployment's Garage.
+fn random_hex(bytes: usize) -> Result<String, Error> {
+    use std::io::Read as _;
+    let mut buffer = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
+    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The PostgreSQL and Garage images of this checkout, built (or found by their content tags)
+/// once per process: each build script copies some 100 MB, and nothing it reads changes while
+/// a suite runs.
+async fn store_images() -> Result<(HubImage, HubImage), Error> {
+    static IMAGES: tokio::sync::OnceCell<(HubImage, HubImage)> = tokio::sync::OnceCell::const_new();
+    IMAGES
+        .get_or_try_init(|| async {
+            let root = workspace_root();
+            futures::try_join!(
+                HubImage::postgres_from_checkout(&root),
+                HubImage::garage_from_checkout(&root)
+            )
+        })
+        .await
+        .cloned()
+}
+
+/// The container request every container of this crate shares (the hub's and the stores'):
+/// hardening, port publishing on 127.0.0.1 only, and readiness by the image's own HEALTHCHECK.
+/// An empty `cmd` keeps the image's CMD.
+fn container_request(
     image: &HubImage,
     container_name: &str,
     cmd: Vec<String>,
@@ -408,11 +582,10 @@ fn hub_request(
         .with_start_period(startup_timeout);
     let bindings: Vec<u16> = ports.to_vec();
     let mut request = generic
-        .with_cmd(cmd)
         .with_container_name(container_name)
         .with_label(LABEL, "1")
+        // Read-only, and nothing at /tmp: the hub writes only to its volume.
         .with_readonly_rootfs(true)
-        .with_mount(Mount::tmpfs_mount("/tmp"))
         .with_cap_drop("ALL")
         .with_security_opt("no-new-privileges")
         .with_health_check(health)
@@ -436,6 +609,9 @@ fn hub_request(
                     .collect(),
             );
         });
+    if !cmd.is_empty() {
+        request = request.with_cmd(cmd);
+    }
     for (name, value) in env {
         request = request.with_env_var(name, value);
     }
@@ -484,6 +660,30 @@ async fn add_user(
         });
     }
     Ok(token.to_owned())
+}
+
+/// Runs `probe` (an image's HEALTHCHECK command) in `container` until it exits 0.
+async fn wait_healthy(
+    container: &ContainerAsync<GenericImage>,
+    name: &str,
+    probe: &[&str],
+    timeout: Duration,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < timeout {
+        match exec(container, name, probe).await {
+            Ok(output) if output.code == 0 => return Ok(()),
+            Ok(output) => last = format!("{}{}", output.stdout, output.stderr),
+            Err(err) => last = err.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(Error::NotHealthy {
+        container: name.to_owned(),
+        waited: timeout,
+        last,
+    })
 }
 
 /// The host port Docker published `port` on.
@@ -536,7 +736,7 @@ impl AllInOne {
             "SNUG_CORS_ORIGINS".to_owned(),
             options.cors_origins.join(","),
         );
-        let request = hub_request(
+        let request = container_request(
             image,
             &name,
             vec!["serve".to_owned()],
@@ -607,17 +807,174 @@ impl AllInOne {
 pub struct SplitHub {
     network: String,
     names: BTreeMap<Service, String>,
+    // Declared before `stores`, so dropped first: the sync service goes before its store.
     containers: BTreeMap<Service, ContainerAsync<GenericImage>>,
     /// Host ports, refreshed when a service starts again (Docker picks a new one).
     ports: Mutex<BTreeMap<Service, u16>>,
+    /// Empty with the embedded store.
+    stores: Stores,
     startup_timeout: Duration,
 }
 
+/// The PostgreSQL and Garage containers of a [`SyncBackend::PostgresObjects`] deployment.
+#[derive(Default)]
+struct Stores {
+    names: BTreeMap<Backing, String>,
+    containers: BTreeMap<Backing, ContainerAsync<GenericImage>>,
+    /// Host ports, refreshed when a store starts again.
+    ports: Mutex<BTreeMap<Backing, u16>>,
+    objects: Option<Objects>,
+    /// What the sync container is told about them.
+    sync_env: BTreeMap<String, String>,
+}
+
+impl Stores {
+    /// Starts PostgreSQL and Garage on `network` (both at once) and waits until both are
+    /// healthy: the sync service connects to both as it starts, and exits if it cannot.
+    async fn start(id: &str, network: &str, startup_timeout: Duration) -> Result<Self, Error> {
+        let (postgres_image, garage_image) = store_images().await?;
+        let names: BTreeMap<Backing, String> = Backing::ALL
+            .iter()
+            .map(|backing| (*backing, format!("snug-hub-{id}-{}", backing.name())))
+            .collect();
+        let objects = Objects {
+            bucket: BUCKET.to_owned(),
+            prefix: OBJECTS_PREFIX.to_owned(),
+            region: S3_REGION.to_owned(),
+            // Garage's own formats: `GK` and 24 hex digits, 64 hex digits.
+            access_key_id: format!("GK{}", random_hex(12)?),
+            secret_access_key: random_hex(32)?,
+        };
+        let garage_env = BTreeMap::from([
+            // The node's RPC is on its own loopback; the secret only has to be the same across a
+            // restart of this container, which keeps its environment.
+            ("GARAGE_RPC_SECRET".to_owned(), random_hex(32)?),
+            (
+                "GARAGE_DEFAULT_ACCESS_KEY".to_owned(),
+                objects.access_key_id.clone(),
+            ),
+            (
+                "GARAGE_DEFAULT_SECRET_KEY".to_owned(),
+                objects.secret_access_key.clone(),
+            ),
+            ("GARAGE_DEFAULT_BUCKET".to_owned(), objects.bucket.clone()),
+        ]);
+        let requests = Backing::ALL.map(|backing| {
+            let (image, env) = match backing {
+                Backing::Postgres => (&postgres_image, BTreeMap::new()),
+                Backing::Garage => (&garage_image, garage_env.clone()),
+            };
+            container_request(
+                image,
+                &names[&backing],
+                Vec::new(),
+                &env,
+                &[backing.port()],
+                startup_timeout,
+            )
+            .with_network(network)
+        });
+        let started =
+            futures::future::join_all(requests.into_iter().map(|request| request.start())).await;
+        let mut containers = BTreeMap::new();
+        for (backing, result) in Backing::ALL.iter().zip(started) {
+            // A container that did start is removed when `containers` drops.
+            containers.insert(*backing, result?);
+        }
+        let sync_env = BTreeMap::from([
+            ("SNUG_SYNC_STORE".to_owned(), "postgres".to_owned()),
+            (
+                "SNUG_SYNC_POSTGRES_URL".to_owned(),
+                // The test server has no certificate (ssl = off), so no TLS is asked for rather
+                // than `prefer`'s offer refused on every connection.
+                format!(
+                    "postgres://postgres@{}:{}/postgres?sslmode=disable",
+                    names[&Backing::Postgres],
+                    Backing::Postgres.port()
+                ),
+            ),
+            (
+                "SNUG_SYNC_OBJECTS".to_owned(),
+                format!("s3://{}/{}", objects.bucket, objects.prefix),
+            ),
+            (
+                "AWS_ENDPOINT_URL".to_owned(),
+                format!(
+                    "http://{}:{}",
+                    names[&Backing::Garage],
+                    Backing::Garage.port()
+                ),
+            ),
+            ("AWS_REGION".to_owned(), objects.region.clone()),
+            (
+                "AWS_ACCESS_KEY_ID".to_owned(),
+                objects.access_key_id.clone(),
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY".to_owned(),
+                objects.secret_access_key.clone(),
+            ),
+            // Plain http to a name on the deployment's private network: the S3 client allows
+            // it only to loopback unless told.
+            ("AWS_ALLOW_HTTP".to_owned(), "true".to_owned()),
+        ]);
+        let stores = Self {
+            names,
+            containers,
+            ports: Mutex::new(BTreeMap::new()),
+            objects: Some(objects),
+            sync_env,
+        };
+        for backing in Backing::ALL {
+            stores.refresh_port(backing).await?;
+        }
+        Ok(stores)
+    }
+
+    /// The container of `backing`, or the error saying the deployment has none.
+    fn container(&self, backing: Backing) -> Result<&ContainerAsync<GenericImage>, Error> {
+        self.containers
+            .get(&backing)
+            .ok_or(Error::NoStoreContainer(backing))
+    }
+
+    async fn refresh_port(&self, backing: Backing) -> Result<u16, Error> {
+        let port = host_port(
+            self.container(backing)?,
+            &self.names[&backing],
+            backing.port(),
+        )
+        .await?;
+        self.ports
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(backing, port);
+        Ok(port)
+    }
+
+    fn port(&self, backing: Backing) -> Option<u16> {
+        self.ports
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&backing)
+            .copied()
+    }
+}
+
 impl SplitHub {
-    /// Starts the five containers (all at once) and waits until each one's health check passes.
+    /// Starts the five containers (all at once) and waits until each one's health check passes;
+    /// with [`SyncBackend::PostgresObjects`], starts the PostgreSQL and Garage containers first
+    /// (building their images from this checkout unless they exist, once per process) and waits
+    /// for them too.
     pub async fn start(image: &HubImage, options: HubOptions) -> Result<Self, Error> {
         let id = deployment_id();
         let network = format!("snug-hub-{id}");
+        let stores = match options.sync_backend {
+            SyncBackend::Embedded => Stores::default(),
+            SyncBackend::PostgresObjects => {
+                Stores::start(&id, &network, options.startup_timeout).await?
+            }
+        };
         let names: BTreeMap<Service, String> = Service::ALL
             .iter()
             .map(|service| (*service, format!("snug-hub-{id}-{}", service.name())))
@@ -640,6 +997,9 @@ impl SplitHub {
                     options.cors_origins.join(","),
                 );
             }
+            if service == Service::Sync {
+                env.extend(stores.sync_env.clone());
+            }
             env.extend(
                 options
                     .service_env
@@ -648,7 +1008,7 @@ impl SplitHub {
                     .unwrap_or_default(),
             );
             let cmd = vec!["serve".to_owned(), service.name().to_owned()];
-            hub_request(
+            container_request(
                 image,
                 &names[&service],
                 cmd,
@@ -682,6 +1042,7 @@ impl SplitHub {
             names,
             containers,
             ports: Mutex::new(BTreeMap::new()),
+            stores,
             startup_timeout: options.startup_timeout,
         };
         for service in Service::ALL {
@@ -779,25 +1140,15 @@ impl SplitHub {
     pub async fn start_service(&self, service: Service) -> Result<(), Error> {
         let container = &self.containers[&service];
         container.start().await?;
-        let name = &self.names[&service];
-        let started = Instant::now();
-        let mut last = String::new();
-        while started.elapsed() < self.startup_timeout {
-            match exec(container, name, &["/snug-hub", "healthcheck"]).await {
-                Ok(output) if output.code == 0 => {
-                    self.refresh_port(service).await?;
-                    return Ok(());
-                }
-                Ok(output) => last = format!("{}{}", output.stdout, output.stderr),
-                Err(err) => last = err.to_string(),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Err(Error::NotHealthy {
-            container: name.clone(),
-            waited: self.startup_timeout,
-            last,
-        })
+        wait_healthy(
+            container,
+            &self.names[&service],
+            &["/snug-hub", "healthcheck"],
+            self.startup_timeout,
+        )
+        .await?;
+        self.refresh_port(service).await?;
+        Ok(())
     }
 
     /// Stops and starts one service.
@@ -809,6 +1160,92 @@ impl SplitHub {
     /// What a service's container printed so far.
     pub async fn logs(&self, service: Service) -> String {
         logs(&self.containers[&service]).await
+    }
+
+    /// The sync service's store, [`SyncBackend::Embedded`] unless it runs on its own containers.
+    pub fn sync_backend(&self) -> SyncBackend {
+        if self.stores.containers.is_empty() {
+            SyncBackend::Embedded
+        } else {
+            SyncBackend::PostgresObjects
+        }
+    }
+
+    /// A store container's name, which is also its host name on the network; `None` with the
+    /// embedded store.
+    pub fn store_container_name(&self, backing: Backing) -> Option<&str> {
+        self.stores.names.get(&backing).map(String::as_str)
+    }
+
+    /// The host address a store container's port is published on (127.0.0.1); `None` with the
+    /// embedded store. It changes when the store is started again.
+    pub fn store_addr(&self, backing: Backing) -> Option<SocketAddr> {
+        self.stores.port(backing).map(loopback)
+    }
+
+    /// The PostgreSQL server's URL on the host, e.g.
+    /// `postgres://postgres@127.0.0.1:49170/postgres?sslmode=disable` (no password: the test
+    /// image trusts every connection).
+    pub fn postgres_url(&self) -> Option<String> {
+        self.store_addr(Backing::Postgres)
+            .map(|addr| format!("postgres://postgres@{addr}/postgres?sslmode=disable"))
+    }
+
+    /// Garage's S3 endpoint on the host, e.g. `http://127.0.0.1:49171` (path-style requests).
+    pub fn s3_endpoint(&self) -> Option<String> {
+        self.store_addr(Backing::Garage)
+            .map(|addr| format!("http://{addr}"))
+    }
+
+    /// The bucket and its key; `None` with the embedded store.
+    pub fn objects(&self) -> Option<&Objects> {
+        self.stores.objects.as_ref()
+    }
+
+    /// Runs a command inside a store container (no shell: `argv[0]` is a path, such as
+    /// `/garage`, whose CLI reaches the node over the container's loopback).
+    pub async fn exec_store(&self, backing: Backing, argv: &[&str]) -> Result<ExecOutput, Error> {
+        exec(
+            self.stores.container(backing)?,
+            &self.stores.names[&backing],
+            argv,
+        )
+        .await
+    }
+
+    /// Stops a store container (PostgreSQL's fast shutdown, Garage's SIGTERM; SIGKILL after
+    /// 10 s). Its volume stays; the hub keeps running and answers `STORAGE_UNAVAILABLE` for
+    /// what needs the store.
+    pub async fn stop_store(&self, backing: Backing) -> Result<(), Error> {
+        self.stores
+            .container(backing)?
+            .stop_with_timeout(Some(10))
+            .await?;
+        Ok(())
+    }
+
+    /// Starts a stopped store container again, over the same volume, and waits until its
+    /// health check passes; its host port is read anew.
+    pub async fn start_store(&self, backing: Backing) -> Result<(), Error> {
+        let container = self.stores.container(backing)?;
+        container.start().await?;
+        wait_healthy(
+            container,
+            &self.stores.names[&backing],
+            backing.probe(),
+            self.startup_timeout,
+        )
+        .await?;
+        self.stores.refresh_port(backing).await?;
+        Ok(())
+    }
+
+    /// What a store container printed so far; empty with the embedded store.
+    pub async fn store_logs(&self, backing: Backing) -> String {
+        match self.stores.container(backing) {
+            Ok(container) => logs(container).await,
+            Err(_) => String::new(),
+        }
     }
 }
 
