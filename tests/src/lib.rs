@@ -103,13 +103,19 @@ pub fn userdb_vector(name: &str) -> Vec<u8> {
 /// the reference's fresh export with settings rows of filler JSON strings. Also returns where a
 /// filler byte sits, so a caller can change one byte and still have a valid database.
 pub fn userdb_with_filler(len: usize) -> (Vec<u8>, usize) {
+    userdb_with_seeded_filler(len, 0x9e37_79b9_7f4a_7c15)
+}
+
+/// [`userdb_with_filler`] with filler made from `seed` (nonzero): different seeds give databases
+/// that share no filler page.
+pub fn userdb_with_seeded_filler(len: usize, seed: u64) -> (Vec<u8>, usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("filled.snug");
     std::fs::write(&path, userdb_vector("fresh-v6.export.snug")).expect("write");
     let conn = rusqlite::Connection::open(&path).expect("open");
     conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
         .expect("pragmas");
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut seed = seed.max(1);
     for row in 0.. {
         let pages: i64 = conn
             .query_row("PRAGMA page_count", [], |r| r.get(0))

@@ -464,3 +464,25 @@ pub fn migrate_file(
     sync_parent_dir(dst).map_err(dst_err)?;
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    /// The workspace builds SQLite with `SQLITE_TEMP_STORE=3` (`.cargo/config.toml`): temporary
+    /// files live in memory, so nothing needs a writable temporary directory (the image has
+    /// none). Fails if the flag is lost, e.g. overridden by a `LIBSQLITE3_FLAGS` of the caller's.
+    #[test]
+    fn sqlite_keeps_temporary_files_in_memory() {
+        let conn = rusqlite::Connection::open_in_memory().expect("open");
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("options");
+        assert!(
+            options.iter().any(|o| o == "TEMP_STORE=3"),
+            "compiled with {options:?}"
+        );
+    }
+}
