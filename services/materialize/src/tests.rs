@@ -684,6 +684,21 @@ async fn bad_inputs_are_refused_with_their_reasons() {
         .expect_err("unknown");
     assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
     assert_eq!(metadata(&status, "appId").as_deref(), Some("no-such-app"));
+    // An app id of 10 KB: still APP_NOT_FOUND (not the client's RESOURCE_EXHAUSTED for trailers
+    // over 16 KiB), echoing only a bounded prefix.
+    let huge = "a".repeat(10_000);
+    let status = materialize(&mut client, sample(), &huge)
+        .await
+        .expect_err("unknown");
+    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    let echoed = metadata(&status, "appId").expect("appId");
+    assert!(
+        echoed.len() <= snug_rpc::status::MAX_METADATA_CHARS + 32
+            && huge.starts_with(&echoed[..64]),
+        "{} bytes echoed",
+        echoed.len()
+    );
+    assert!(status.message().len() <= snug_rpc::status::MAX_MESSAGE_CHARS + 32);
     let status = export(&mut client, sample(), "no-such-app")
         .await
         .expect_err("unknown");

@@ -50,15 +50,46 @@ pub fn error(
     message: impl Into<String>,
     metadata: impl IntoIterator<Item = (&'static str, String)>,
 ) -> Status {
+    // Bounded here, for every status of every service: a message or value that echoes a client's
+    // input (an app id of 10 KB) would otherwise push the trailers past the 16 KiB a gRPC client
+    // accepts, and the caller would see RESOURCE_EXHAUSTED instead of this status.
     let metadata: HashMap<String, String> = metadata
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
+        .map(|(k, v)| (k.to_owned(), excerpt(&v, MAX_METADATA_CHARS)))
         .collect();
     Status::with_error_details(
         code,
-        message,
+        excerpt(&message.into(), MAX_MESSAGE_CHARS),
         ErrorDetails::with_error_info(reason, domain, metadata),
     )
+}
+
+/// The most characters of a status message that are sent ([`excerpt`]).
+pub const MAX_MESSAGE_CHARS: usize = 1024;
+
+/// The most characters of one `ErrorInfo` metadata value that are sent ([`excerpt`]).
+pub const MAX_METADATA_CHARS: usize = 256;
+
+/// `text` as a status carries it: control characters other than newlines and tabs escaped (a
+/// client's bytes never reach a terminal or a log line raw), and at most `max` characters of
+/// the result, the rest replaced by a count of what was left out.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 32));
+    let mut kept = 0;
+    for (at, c) in text.char_indices() {
+        let escaped: String = if c.is_control() && c != '\n' && c != '\t' {
+            c.escape_default().collect()
+        } else {
+            c.to_string()
+        };
+        if kept + escaped.chars().count() > max {
+            out.push_str(&format!("… ({} more bytes)", text.len() - at));
+            return out;
+        }
+        kept += escaped.chars().count();
+        out.push_str(&escaped);
+    }
+    out
 }
 
 /// A malformed request: `INVALID_ARGUMENT` with reason `INVALID_ARGUMENT` and the field's path.
@@ -243,5 +274,45 @@ mod tests {
         assert_eq!(metadata_of(&status, "slots").as_deref(), Some("2"));
         let info = status.get_details_error_info().expect("error info");
         assert_eq!(info.domain, "snug.container");
+    }
+
+    #[test]
+    fn excerpts_escape_control_characters_and_stop_at_the_bound() {
+        let cases: [(&str, usize, &str); 6] = [
+            ("app-1", 16, "app-1"),
+            ("line one\nline two\t!", 64, "line one\nline two\t!"),
+            ("bell\u{7}esc\u{1b}[31m", 64, "bell\\u{7}esc\\u{1b}[31m"),
+            ("abcdef", 3, "abc… (3 more bytes)"),
+            ("ééé", 2, "éé… (2 more bytes)"),
+            ("a\u{1b}b", 4, "a… (2 more bytes)"),
+        ];
+        for (text, max, expected) in cases {
+            assert_eq!(excerpt(text, max), expected, "{text:?} at {max}");
+        }
+    }
+
+    /// An identifier of any length fits the trailers: what a status echoes is bounded.
+    #[test]
+    fn a_status_echoing_a_huge_identifier_stays_small() {
+        let id = "x".repeat(100_000);
+        let status = from_reason(
+            &snug_reasons::rpc::INVALID_ARGUMENT,
+            "snug.test",
+            format!("no app {id}"),
+            [("appId", id.clone())],
+        );
+        assert!(
+            status.message().len() < MAX_MESSAGE_CHARS + 64,
+            "{}",
+            status.message().len()
+        );
+        let value = metadata_of(&status, "appId").expect("appId");
+        assert!(value.starts_with("xxxx") && value.len() < MAX_METADATA_CHARS + 64);
+        // google.rpc.Status repeats the message beside the ErrorInfo: both bounded, far below 16 KiB.
+        assert!(
+            status.details().len() < 2048,
+            "{} bytes of details",
+            status.details().len()
+        );
     }
 }
