@@ -607,6 +607,24 @@ pub async fn put_userdb(
     .await
 }
 
+/// [`put_userdb`] repeated while it is a 503, for up to a minute: a restarted service or store
+/// is reached again on the gateway's or the store client's next connection attempt.
+pub async fn put_userdb_until_served(
+    http: &Http,
+    token: &str,
+    condition: (&str, &str),
+    body: &[u8],
+) -> Answer {
+    let started = std::time::Instant::now();
+    loop {
+        let answer = put_userdb(http, token, condition, body.to_vec()).await;
+        if answer.status != 503 || started.elapsed() > std::time::Duration::from_secs(60) {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 /// `GET /userdb` with `token`.
 pub async fn get_userdb(http: &Http, token: &str) -> Answer {
     http.send(

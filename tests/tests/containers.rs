@@ -77,24 +77,6 @@ fn assert_image(answer: &Answer, revision: &str, bytes: &[u8]) {
     assert_eq!(answer.header("repr-digest"), format!("sha-256=:{digest}:"));
 }
 
-/// Repeats a PUT until it is not a 503: a restarted service's address is resolved again on the
-/// gateway's next connection attempt, which follows the channel's reconnect backoff.
-async fn put_until_served(
-    http: &Http,
-    token: &str,
-    condition: (&str, &str),
-    body: &[u8],
-) -> Answer {
-    let started = std::time::Instant::now();
-    loop {
-        let answer = put_userdb(http, token, condition, body.to_vec()).await;
-        if answer.status != 503 || started.elapsed() > Duration::from_secs(60) {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 async fn start_split(test: &str) -> Option<SplitHub> {
     let image = image(test).await?;
     Some(
@@ -253,7 +235,9 @@ async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_kee
     hub.start_service(Service::Schema)
         .await
         .expect("start schema");
-    let accepted = put_until_served(&http, &token, ("if-match", &first), &second_image()).await;
+    let accepted =
+        snug_e2e::put_userdb_until_served(&http, &token, ("if-match", &first), &second_image())
+            .await;
     assert_eq!(
         accepted.status,
         204,
@@ -267,7 +251,9 @@ async fn a_stopped_schema_container_gives_503_and_a_restarted_sync_container_kee
     hub.restart_service(Service::Sync)
         .await
         .expect("restart sync");
-    let after = put_until_served(&http, &token, ("if-match", &second), &first_image()).await;
+    let after =
+        snug_e2e::put_userdb_until_served(&http, &token, ("if-match", &second), &first_image())
+            .await;
     assert_eq!(
         after.status,
         204,

@@ -109,23 +109,6 @@ async fn bucket_contents(hub: &SplitHub) -> (u64, String) {
     (objects, field("Size:"))
 }
 
-/// Repeats a PUT while it is a 503: the store's clients reconnect on their next attempt.
-async fn put_until_stored(
-    http: &Http,
-    token: &str,
-    condition: (&str, &str),
-    body: &[u8],
-) -> Answer {
-    let started = std::time::Instant::now();
-    loop {
-        let answer = put_userdb(http, token, condition, body.to_vec()).await;
-        if answer.status != 503 || started.elapsed() > Duration::from_secs(60) {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// A PUT while `backing` is stopped: refused promptly and retryably as `STORAGE_UNAVAILABLE`.
 async fn assert_put_refused(http: &Http, token: &str, current: &str, backing: Backing) {
     let started = std::time::Instant::now();
@@ -194,7 +177,7 @@ async fn the_split_deployment_keeps_images_in_postgres_and_the_bucket_and_surviv
     hub.start_store(Backing::Garage)
         .await
         .expect("start garage");
-    let after_garage = put_until_stored(
+    let after_garage = snug_e2e::put_userdb_until_served(
         &http,
         &token,
         ("if-match", &format!("\"{first_revision}\"")),
@@ -229,7 +212,7 @@ async fn the_split_deployment_keeps_images_in_postgres_and_the_bucket_and_surviv
     hub.start_store(Backing::Postgres)
         .await
         .expect("start postgres");
-    let after_postgres = put_until_stored(
+    let after_postgres = snug_e2e::put_userdb_until_served(
         &http,
         &token,
         ("if-match", &format!("\"{second_revision}\"")),

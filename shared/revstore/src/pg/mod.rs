@@ -301,6 +301,18 @@ impl From<tokio_postgres::Error> for ReclaimError {
     }
 }
 
+/// Takes the store's advisory lock shared for the rest of `tx`: what a put or a download
+/// records under it (a lease, a publication's objects and chunks, a commit) is either seen by a
+/// reclamation pass, which holds the lock exclusively, or made after the pass is done.
+pub(crate) async fn lock_shared<C: GenericClient + Sync>(
+    tx: &C,
+    key: i64,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&key])
+        .await
+        .map(|_| ())
+}
+
 fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt {
         object: what.to_owned(),
@@ -596,11 +608,7 @@ impl PgStore {
         // The pointer table is written with full durability whatever the server default is.
         tx.batch_execute("SET LOCAL synchronous_commit = on")
             .await?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock_shared($1)",
-            &[&self.inner.lock_key],
-        )
-        .await?;
+        lock_shared(&*tx, self.inner.lock_key).await?;
         if tx
             .execute("DELETE FROM publications WHERE id = $1", &[&publication])
             .await?
@@ -765,11 +773,7 @@ impl PgStore {
         let tx = client.transaction().await?;
         // The lease is inserted under the advisory lock (shared), so a reclamation pass either
         // ran before (and the revision is not found) or runs after and sees the lease.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock_shared($1)",
-            &[&self.inner.lock_key],
-        )
-        .await?;
+        lock_shared(&*tx, self.inner.lock_key).await?;
         let row = match revision {
             None => {
                 tx.query_opt(
@@ -957,11 +961,7 @@ impl Primitives for PgStore {
         };
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock_shared($1)",
-            &[&self.inner.lock_key],
-        )
-        .await?;
+        lock_shared(&*tx, self.inner.lock_key).await?;
         if let Staged::Packs(p) = &staged {
             packs::check_reused_chunks(&*tx, p).await?;
         }

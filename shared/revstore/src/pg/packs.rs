@@ -113,7 +113,7 @@ impl PackSink {
         // an object that is about to go.
         let mut client = self.pool.get().await.map_err(StorageError::from)?;
         let tx = client.transaction().await.map_err(StorageError::from)?;
-        tx.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&self.lock_key])
+        super::lock_shared(&*tx, self.lock_key)
             .await
             .map_err(StorageError::from)?;
         tx.execute(
