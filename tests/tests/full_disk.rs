@@ -6,7 +6,9 @@
 //!
 //! Needs root to mount the tmpfs and skips visibly without it (`snug_test_support::tmpfs`).
 
-use snug_e2e::{Hub, Options, etag_revision, get_userdb, put_userdb, stored_form, userdb_vector};
+use snug_e2e::{
+    Hub, Options, Payload, etag_revision, get_userdb, put_userdb, stored_form, userdb_vector,
+};
 use snug_test_support::tmpfs::Tmpfs;
 
 /// A valid user database of about `len` bytes whose filler differs for every `seed`, so no two
@@ -148,6 +150,26 @@ async fn a_full_disk_is_507_storage_full_and_the_last_image_stays_served() {
         Some("STORAGE_FULL"),
         "{status:?}"
     );
+
+    // Ready while the connection answers, until a third write in a row fails: then readiness is
+    // off and says why, so a load balancer stops sending writes that every one would fail.
+    let ready = http.send("GET", "/readyz", &[], Payload::Empty).await;
+    assert_eq!(ready.status, 200, "two failures: {:?}", ready.json());
+    let third = put_userdb(
+        &http,
+        &token,
+        ("if-match", &format!("\"{revision}\"")),
+        distinct_image(1000, 600 << 10),
+    )
+    .await;
+    snug_e2e::assert_error(&third, 507, "STORAGE_FULL");
+    let unready = http.send("GET", "/readyz", &[], Payload::Empty).await;
+    assert_eq!(unready.status, 503, "{:?}", unready.json());
+    let message = unready.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("syncStore: STORAGE_FULL"), "{message}");
     drop(hub);
     drop(disk);
 }

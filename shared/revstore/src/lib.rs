@@ -184,6 +184,7 @@ mod retention;
 mod sqlite;
 mod store;
 mod types;
+mod write_health;
 
 pub use any::AnyStore;
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -41,6 +41,7 @@ struct Inner {
     config: StoreConfig,
     state: Mutex<State>,
     leases: Leases,
+    write_health: crate::write_health::WriteHealth,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +89,7 @@ impl MemStore {
     pub fn new(config: StoreConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
+                write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
                 config,
                 state: Mutex::default(),
                 leases: Leases::default(),
@@ -336,6 +338,10 @@ impl Primitives for MemStore {
         &self.inner.config.faults
     }
 
+    fn write_health(&self) -> &crate::write_health::WriteHealth {
+        &self.inner.write_health
+    }
+
     async fn begin(&self, intent: &Intent) -> Result<u64, PutError> {
         let now = self.now();
         let mut state = self.lock();
@@ -492,7 +498,7 @@ impl RevStore for MemStore {
     }
 
     async fn health(&self) -> Result<(), StorageError> {
-        Ok(())
+        self.inner.write_health.verdict()
     }
 
     async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {

@@ -43,6 +43,7 @@ use crate::{
         Digest, IdempotencyKey, Precondition, Principal, PutOutcome, PutRequest, RestoreRequest,
         Revision, RevisionInfo, Timestamp, UserId,
     },
+    write_health::WriteHealth,
 };
 
 pub(crate) use cas::Decision;
@@ -171,6 +172,9 @@ pub(crate) trait Primitives: Send + Sync {
     /// The test hooks of this store ([`FaultPoint`]).
     fn faults(&self) -> &Faults;
 
+    /// Where the outcome of every write goes ([`crate::write_health`]).
+    fn write_health(&self) -> &WriteHealth;
+
     /// Loads the facts, refuses with [`Intent::early`] (ledgering the refusal), or writes the
     /// publication record.
     fn begin(
@@ -238,6 +242,16 @@ where
     P: Primitives,
     B: Stream<Item = io::Result<Bytes>> + Send,
 {
+    let result = put_steps(store, request, body).await;
+    store.write_health().record(&result);
+    result
+}
+
+async fn put_steps<P, B>(store: &P, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
+where
+    P: Primitives,
+    B: Stream<Item = io::Result<Bytes>> + Send,
+{
     let intent = Intent::of_put(&request);
     let publication = store.begin(&intent).await?;
     let result = async {
@@ -266,6 +280,15 @@ where
 
 /// Copies a retained revision's bytes forward as a new revision.
 pub(crate) async fn restore<P: Primitives>(
+    store: &P,
+    request: RestoreRequest,
+) -> Result<PutOutcome, PutError> {
+    let result = restore_steps(store, request).await;
+    store.write_health().record(&result);
+    result
+}
+
+async fn restore_steps<P: Primitives>(
     store: &P,
     request: RestoreRequest,
 ) -> Result<PutOutcome, PutError> {

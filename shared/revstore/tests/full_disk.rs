@@ -2,7 +2,8 @@
 //! puts until the kernel says `ENOSPC`. The put that meets it fails as `STORAGE_FULL` (not
 //! `STORAGE_UNAVAILABLE`: retrying cannot help until someone makes room), leaves no temporary
 //! pack behind, and the store keeps serving the current revision byte-identical, also after a
-//! reopen; once room is made a put succeeds.
+//! reopen; three failed writes in a row make its health fail (readiness off) until a write lands
+//! or, for a trial, 30 s pass; once room is made a put succeeds.
 //!
 //! Needs root to mount the tmpfs and skips visibly without it (`snug_test_support::tmpfs`).
 
@@ -14,15 +15,18 @@ use support::*;
 
 const KIB: usize = 1 << 10;
 
-fn store_config() -> StoreConfig {
-    let (config, _, _) = support::config(&Tune {
+fn store_config() -> (StoreConfig, std::sync::Arc<snug_revstore::ManualClock>) {
+    let (config, clock, _) = support::config(&Tune {
         quota: 64 << 20,
         ..Tune::default()
     });
-    StoreConfig {
-        chunk_size: 16 << 10,
-        ..config
-    }
+    (
+        StoreConfig {
+            chunk_size: 16 << 10,
+            ..config
+        },
+        clock,
+    )
 }
 
 fn is_full(err: &PutError) -> bool {
@@ -41,7 +45,7 @@ async fn a_full_disk_is_storage_full_and_the_current_revision_stays_served() {
     let reserve = disk.path().join("reserve");
     std::fs::write(&reserve, vec![0_u8; 1 << 20]).expect("reserve");
 
-    let store = SqliteStore::open(&dir, store_config()).expect("open");
+    let store = SqliteStore::open(&dir, store_config().0).expect("open");
     let u = user("full");
     store.provision_user(&u).await.expect("provision");
 
@@ -91,18 +95,58 @@ async fn a_full_disk_is_storage_full_and_the_current_revision_stays_served() {
     .await;
     assert!(again.as_ref().is_err_and(is_full), "{again:?}");
 
+    // Two failed writes do not make a store unhealthy; the third in a row does, so readiness goes
+    // off while every write would fail. The connection itself still answers.
+    assert!(store.health().await.is_ok(), "two failures are not a trend");
+    let third = put(
+        &store,
+        &u,
+        Precondition::MustMatch(revision.clone()),
+        &refused,
+    )
+    .await;
+    assert!(third.as_ref().is_err_and(is_full), "{third:?}");
+    match store.health().await {
+        Err(err @ StorageError::Full(_)) => {
+            assert_eq!(err.reason(), snug_revstore::reason::STORAGE_FULL)
+        }
+        other => panic!("health after three full-disk failures: {other:?}"),
+    }
+
     // Reopened on the full disk: the same revision, the same bytes.
     drop(store);
-    let store = SqliteStore::open(&dir, store_config()).expect("reopen on a full disk");
+    let (config, clock) = store_config();
+    let store = SqliteStore::open(&dir, config).expect("reopen on a full disk");
     assert_eq!(store.head(&u).await.expect("head").revision, revision);
     assert!(
         fetch(&store, &u).await == bytes,
         "the current image after a reopen"
     );
 
-    // Room made: the refused put succeeds and is served.
+    // The reopened store learns it again from its own writes.
+    for _ in 0..3 {
+        let again = put(
+            &store,
+            &u,
+            Precondition::MustMatch(revision.clone()),
+            &refused,
+        )
+        .await;
+        assert!(again.as_ref().is_err_and(is_full), "{again:?}");
+    }
+    assert!(
+        store.health().await.is_err(),
+        "full, and failing every write"
+    );
+
+    // Room made: health comes back for a trial after a while, and the refused put succeeds and
+    // is served.
     std::fs::remove_file(&reserve).expect("free the reserve");
+    assert!(store.health().await.is_err(), "still within the hold");
+    clock.advance(std::time::Duration::from_secs(30));
+    assert!(store.health().await.is_ok(), "a trial after the hold");
     let landed = put_ok(&store, &u, Precondition::MustMatch(revision), &refused).await;
+    assert!(store.health().await.is_ok(), "a landed write resets it");
     assert_eq!(
         store.head(&u).await.expect("head").revision,
         landed.info.revision

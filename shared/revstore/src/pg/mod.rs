@@ -81,6 +81,7 @@ struct Inner {
     schema: Option<String>,
     /// The advisory lock that orders commits (shared) against reclamation (exclusive).
     lock_key: i64,
+    write_health: crate::write_health::WriteHealth,
 }
 
 fn valid_schema(s: &str) -> bool {
@@ -227,6 +228,7 @@ impl PgStore {
             inner: Arc::new(Inner {
                 pool,
                 objects,
+                write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
                 config,
                 chunk_size,
                 schema: pg.schema,
@@ -816,7 +818,7 @@ impl PgStore {
             id: lease,
         };
         if self.inner.objects.is_some() {
-            let body = self.pack_body(&info.digest, lease).await?;
+            let body = self.pack_body(&info.digest, Some(lease)).await?;
             return Ok(ImageDownload { info, body });
         }
         let (_, manifest) = self
@@ -866,7 +868,7 @@ impl PgStore {
 
 /// A download lease row; deleted when the download ends, or by a spawned task if it is dropped
 /// early. A lease that is never deleted (a crashed replica) expires after `lease_ttl`.
-struct PgLease {
+pub(crate) struct PgLease {
     pool: Option<Pool>,
     id: i64,
 }
@@ -914,6 +916,10 @@ impl Primitives for PgStore {
 
     fn faults(&self) -> &crate::config::Faults {
         &self.inner.config.faults
+    }
+
+    fn write_health(&self) -> &crate::write_health::WriteHealth {
+        &self.inner.write_health
     }
 
     async fn begin(&self, intent: &Intent) -> Result<i64, PutError> {
@@ -1059,7 +1065,7 @@ impl RevStore for PgStore {
         if let Some(objects) = &self.inner.objects {
             objects.health().await?;
         }
-        Ok(())
+        self.inner.write_health.verdict()
     }
 
     async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {

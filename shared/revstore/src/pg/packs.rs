@@ -456,10 +456,13 @@ impl PgStore {
     }
 
     /// Streams an image's bytes from its packs, every chunk checked before it is handed on.
+    /// A download's body; `lease`, if any, is released when the body has been read to its end,
+    /// before the end is reported (so a caller that read it all can rely on the lease being gone),
+    /// or by its drop if the body is dropped early.
     pub(crate) async fn pack_body(
         &self,
         digest: &Digest,
-        guard: impl Send + Unpin + 'static,
+        lease: Option<super::PgLease>,
     ) -> Result<ImageBody, StorageError> {
         let pieces = self.read_plan(digest).await?;
         let objects = self.objects()?.clone();
@@ -469,15 +472,19 @@ impl PgStore {
                 async move { piece.read(&objects).await }
             })
             .buffered(READS_IN_FLIGHT);
-        Ok(ImageBody::new(crate::store::Guarded::new(
-            Box::pin(body),
-            guard,
-        )))
+        let release = stream::once(async move {
+            if let Some(mut lease) = lease {
+                lease.release().await;
+            }
+            None
+        })
+        .filter_map(std::future::ready);
+        Ok(ImageBody::new(body.chain(release)))
     }
 
     /// Reads an image back whole and checks every chunk (restore's read-back, integrity checks).
     pub(crate) async fn verify_packed_image(&self, digest: &Digest) -> Result<u64, StorageError> {
-        let body = self.pack_body(digest, ()).await?;
+        let body = self.pack_body(digest, None).await?;
         let mut whole = sha2::Sha256::default();
         let mut size = 0u64;
         let mut body = std::pin::pin!(body);

@@ -100,6 +100,7 @@ struct Inner {
     /// pass holds, which keeps them. In memory, since only this process writes the store; a
     /// crash takes the puts with it.
     reused: Mutex<HashMap<i64, Vec<Digest>>>,
+    write_health: crate::write_health::WriteHealth,
     _dir_lock: File,
 }
 
@@ -166,6 +167,7 @@ impl SqliteStore {
         let served = ServedJournal::open(dir.join("served"), &writer)?;
         Ok(Self {
             inner: Arc::new(Inner {
+                write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
                 config,
                 chunk_size,
                 db_path: db_path.clone(),
@@ -1276,6 +1278,10 @@ impl Primitives for SqliteStore {
         &self.inner.config.faults
     }
 
+    fn write_health(&self) -> &crate::write_health::WriteHealth {
+        &self.inner.write_health
+    }
+
     async fn begin(&self, intent: &Intent) -> Result<Begun, PutError> {
         let intent = intent.clone();
         self.blocking(move |inner| inner.begin(&intent)).await
@@ -1402,7 +1408,8 @@ impl RevStore for SqliteStore {
                     .map_err(StorageError::from)
             })
         })
-        .await
+        .await?;
+        self.inner.write_health.verdict()
     }
 
     async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
