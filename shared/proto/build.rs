@@ -25,6 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Chunk payloads are `Bytes`, so a decoded 1 MiB chunk is a view into the frame, not a copy.
         .bytes(".")
+        // Typed decode errors (src/codec.rs).
+        .codec_path("crate::codec::Codec")
         .type_attribute(".", "#[allow(clippy::all)]")
         .compile_fds(fds)?;
 

@@ -27,20 +27,23 @@ fn test_config() -> ContainerConfig {
 }
 
 async fn start(config: ContainerConfig) -> ContainerServiceClient<Channel> {
+    ContainerServiceClient::new(start_channel(config).await)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+async fn start_channel(config: ContainerConfig) -> Channel {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_config = ServerConfig::for_tests();
     tokio::spawn(
         async move { serve(&server_config, &config, listener, std::future::pending()).await },
     );
-    let channel = Channel::from_shared(format!("http://{addr}"))
+    Channel::from_shared(format!("http://{addr}"))
         .expect("url")
         .connect()
         .await
-        .expect("connect");
-    ContainerServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+        .expect("connect")
 }
 
 /// At least `len` bytes shaped as a whole SQLite database (what Protect accepts): a header
@@ -736,5 +739,91 @@ fn reasons_are_upper_snake_unique_and_short() {
             "{reason}"
         );
         assert!(seen.insert(reason), "duplicate {reason}");
+    }
+}
+
+/// Sends its messages' bytes as they are, so a test can send what no generated client would.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+struct RawDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawDecoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        let len = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, len)))
+    }
+}
+
+#[tokio::test]
+async fn undecodable_messages_are_invalid_arguments_with_a_reason() {
+    let channel = start_channel(test_config()).await;
+    // Field 1 announces 5 bytes and carries 1; a header whose passphrase (a `string`) is not UTF-8.
+    let cases: [(&str, &str, Bytes); 2] = [
+        (
+            "truncated",
+            "/snug.container.v1.ContainerService/DetectFormat",
+            Bytes::from_static(&[0x0a, 0x05, 0x01]),
+        ),
+        (
+            "invalid UTF-8 in a string field",
+            "/snug.container.v1.ContainerService/Protect",
+            Bytes::from_static(&[0x0a, 0x04, 0x0a, 0x02, 0xff, 0xfe]),
+        ),
+    ];
+    for (what, path, message) in cases {
+        let mut grpc = tonic::client::Grpc::new(channel.clone());
+        grpc.ready().await.expect("ready");
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+        let status = if path.as_str().ends_with("Protect") {
+            grpc.streaming(
+                tonic::Request::new(futures::stream::iter([message])),
+                path,
+                RawCodec,
+            )
+            .await
+            .map(|_| ())
+        } else {
+            grpc.unary(tonic::Request::new(message), path, RawCodec)
+                .await
+                .map(|_| ())
+        }
+        .expect_err(what);
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert_eq!(reason(&status), reason::INVALID_ARGUMENT, "{what}");
+        assert_eq!(
+            snug_rpc::status::metadata_of(&status, "field").as_deref(),
+            Some("(message)"),
+            "{what}"
+        );
     }
 }

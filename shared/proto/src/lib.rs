@@ -8,6 +8,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 mod chunked;
+pub mod codec;
 
 pub use chunked::{Chunked, Part};
 

@@ -171,7 +171,7 @@ where
     R: Message + Default + Send + 'static,
 {
     let (parts, body) = request.into_parts();
-    let decoder = tonic_prost::ProstCodec::<R, R>::default().decoder();
+    let decoder = snug_proto::codec::Codec::<R, R>::default().decoder();
     let stream = tonic::Streaming::new_request(decoder, body, None, Some(MAX_MESSAGE_SIZE));
     tonic::Request::from_http(http::Request::from_parts(parts, stream))
 }
@@ -186,7 +186,7 @@ where
     let message = stream
         .message()
         .await?
-        .ok_or_else(|| Status::internal("Missing request message."))?;
+        .ok_or_else(|| snug_proto::codec::undecodable("the request holds no message"))?;
     Ok(tonic::Request::from_parts(metadata, extensions, message))
 }
 
