@@ -2,8 +2,9 @@
 //!
 //! The `.proto` files under `proto/` at the repository root are the API boundary: other hubs,
 //! in any language, generate their clients from them. This crate compiles them and adds one
-//! trait, [`Chunked`], over the header-then-chunks streaming messages; it holds no other logic, and
-//! domain crates never depend on it.
+//! trait, [`Chunked`], over the header-then-chunks streaming messages, and the [`codec`] the
+//! generated code uses (prost's, with typed decode errors); it holds no other logic, and domain
+//! crates never depend on it.
 
 #![allow(missing_docs, unreachable_pub)]
 
