@@ -1330,6 +1330,38 @@ async fn per_app_export_has_natural_names_and_nothing_else() {
     assert_error(&theirs, 404, "NOT_FOUND");
 }
 
+/// An app id of 4,340 characters is as unknown as any other, in-process and over loopback gRPC
+/// as a split deployment calls the services: 404 `APP_NOT_FOUND` (the split gateway used to answer
+/// 500, its gRPC client refusing trailers over 16 KiB), echoing only a bounded part of it.
+#[tokio::test]
+async fn a_huge_app_id_is_app_not_found_in_both_layouts() {
+    for in_process in [true, false] {
+        let hub = Hub::start(Options {
+            in_process,
+            ..Options::default()
+        })
+        .await;
+        let http = Http::new(hub.http);
+        let token = hub.add_user("alice");
+        put_userdb(&http, &token, ("if-none-match", "*"), image()).await;
+        let long = "x".repeat(4340);
+        let unknown = http
+            .send(
+                "GET",
+                &format!("/userdb/apps/{long}/export"),
+                &[("authorization", &bearer(&token))],
+                Payload::Empty,
+            )
+            .await;
+        assert_error(&unknown, 404, "APP_NOT_FOUND");
+        assert!(
+            unknown.body.len() < 2048,
+            "in process: {in_process}, {} bytes of answer",
+            unknown.body.len()
+        );
+    }
+}
+
 /// A SQLite header stamped with storage version `version`, padded to a page.
 fn stamped(version: u32) -> Vec<u8> {
     let mut bytes = vec![0u8; 4096];
