@@ -827,3 +827,24 @@ async fn undecodable_messages_are_invalid_arguments_with_a_reason() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_stream_message_over_the_decode_limit_is_too_large() {
+    let channel = start_channel(test_config()).await;
+    // A client that encodes what no well-behaved sender would: one message past the server's
+    // decode limit.
+    let mut client = ContainerServiceClient::new(channel).max_encoding_message_size(usize::MAX);
+    let header = pb::ProtectRequest::header(pb::ProtectHeader {
+        passphrase: PASSPHRASE.to_owned(),
+        iterations: ITERATIONS,
+        custody_rule_acknowledged: true,
+        expected_length: None,
+    });
+    let oversize = pb::ProtectRequest::chunk(Bytes::from(vec![0u8; MAX_MESSAGE_SIZE + 1024]));
+    let status = client
+        .protect(futures::stream::iter([header, oversize]))
+        .await
+        .expect_err("a message over the limit");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(reason(&status), reason::TOO_LARGE);
+}

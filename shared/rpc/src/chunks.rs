@@ -171,11 +171,26 @@ async fn next<M: Chunked>(
     stream: &mut Streaming<M>,
     domain: &'static str,
 ) -> Result<Option<Part<M::Header>>, Status> {
-    match stream.message().await? {
+    match stream
+        .message()
+        .await
+        .map_err(|err| transport_refusal(err, domain))?
+    {
         None => Ok(None),
         Some(message) => message.into_part().map(Some).ok_or_else(|| {
             status::invalid_argument(domain, "message", "a stream message carried no field")
         }),
+    }
+}
+
+/// The status of a stream message tonic refused before any code of ours saw it. A message over
+/// the decode limit is tonic's `OUT_OF_RANGE`; the protos promise `RESOURCE_EXHAUSTED` with
+/// reason `TOO_LARGE` for a payload over a cap, and a message is one. Others pass unchanged.
+fn transport_refusal(err: Status, domain: &'static str) -> Status {
+    if err.code() == tonic::Code::OutOfRange && err.message().contains("message length too large") {
+        status::too_large(domain, MAX_MESSAGE_SIZE as u64)
+    } else {
+        err
     }
 }
 
