@@ -115,6 +115,29 @@ pub(crate) fn check(address: &Digest, bytes: &[u8]) -> Result<(), StorageError> 
     }
 }
 
+/// Checks consecutive chunks read back from storage, `bytes` holding them in order and `manifest`
+/// naming them; every chunk but the last is `chunk_size` bytes. A download checks each piece this
+/// way before handing it on, so a damaged byte ends the download instead of reaching a client.
+pub(crate) fn check_run(
+    manifest: &[Digest],
+    chunk_size: usize,
+    bytes: &[u8],
+) -> Result<(), StorageError> {
+    let chunks = bytes.chunks(chunk_size);
+    if chunks.len() != manifest.len() {
+        return Err(StorageError::Corrupt {
+            object: format!(
+                "{} bytes read where {} chunks were expected",
+                bytes.len(),
+                manifest.len()
+            ),
+        });
+    }
+    chunks
+        .zip(manifest)
+        .try_for_each(|(c, address)| check(address, c))
+}
+
 /// Encodes a manifest: the chunk digests in image order, 32 bytes each.
 pub(crate) fn encode_manifest(chunks: &[Digest]) -> Vec<u8> {
     let mut out = Vec::with_capacity(chunks.len() * 32);

@@ -97,7 +97,9 @@
 //! publish create-once, read back, commit, abandon); the compare-and-swap decision it takes inside
 //! each backend's commit is one pure function (`cas.rs`), so the backends agree on which refusal a
 //! caller gets; likewise which revisions a reclamation pass releases and which publication records
-//! are orphans is one rule (`retention.rs`) each backend applies to the facts it loads.
+//! are orphans is one rule (`retention.rs`) each backend applies to the facts it loads; and the
+//! integrity check is one driver (`integrity.rs`) over each backend's raw reads, so every backend
+//! names a defect with the same word.
 //! Images are content-addressed chunks (4 KiB, one SQLite page, by default) plus a manifest, so
 //! revisions that differ in a few pages share the rest; the embedded store writes the new chunks of
 //! one put into one pack file (`packs/<sha256>.pack`, one fsync per put) and keeps each image's
@@ -171,6 +173,7 @@ mod chunk;
 mod clock;
 mod config;
 mod error;
+mod integrity;
 mod mem;
 mod migrate;
 #[cfg(feature = "postgres")]

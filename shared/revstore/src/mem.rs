@@ -18,15 +18,15 @@ use crate::{
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    integrity,
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
     reclaim::{self, Chunks, InFlight, Listed, Record, Retained, Unreferenced},
     retention::{Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
-        Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
-        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId,
-        Verdict,
+        Digest, IdempotencyKey, IntegrityReport, JournalEntry, Precondition, Principal,
+        PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
+        Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId, Verdict,
     },
 };
 
@@ -455,6 +455,22 @@ impl Primitives for MemStore {
 }
 
 impl MemStore {
+    /// Flips one bit of the stored chunk `chunk`; false when there is none. For the conformance
+    /// suite, which damages every backend's stored bytes the way a failing disk would: a
+    /// memory store has no disk to damage.
+    #[doc(hidden)]
+    pub fn damage_chunk(&self, chunk: &Digest) -> bool {
+        let mut state = self.lock();
+        let Some(bytes) = state.chunks.get_mut(chunk) else {
+            return false;
+        };
+        let mut damaged = bytes.to_vec();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0x01;
+        *bytes = Bytes::from(damaged);
+        true
+    }
+
     fn download(
         &self,
         user: &UserId,
@@ -632,49 +648,63 @@ impl RevStore for MemStore {
     }
 
     async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
+        integrity::check(self).await
+    }
+}
+
+impl integrity::Inspect for MemStore {
+    type Layout = ();
+
+    async fn dangling_pointers(&self) -> Result<Vec<UserId>, StorageError> {
         let state = self.lock();
-        let mut report = IntegrityReport::default();
-        let mut images = HashSet::new();
-        for (user, rec) in &state.users {
-            if let Some(idx) = rec.current
-                && !rec.revisions.get(idx).is_some_and(|r| r.info.retained)
-            {
-                report
-                    .problems
-                    .push(IntegrityProblem::DanglingPointer { user: user.clone() });
-            }
-            images.extend(
-                rec.revisions
-                    .iter()
-                    .filter(|r| r.info.retained)
-                    .map(|r| r.info.digest),
-            );
-        }
-        for digest in images {
-            let Some(image) = state.images.get(&digest) else {
-                report
-                    .problems
-                    .push(IntegrityProblem::MissingImage { image: digest });
-                continue;
-            };
-            report.images_checked += 1;
-            let mut whole = Vec::new();
-            for c in &image.manifest {
-                match state.chunks.get(c) {
-                    None => report.problems.push(IntegrityProblem::MissingChunk {
-                        image: digest,
-                        chunk: *c,
-                    }),
-                    Some(b) => whole.extend_from_slice(b),
-                }
-            }
-            if Digest::of(&whole) != digest || whole.len() as u64 != image.size {
-                report
-                    .problems
-                    .push(IntegrityProblem::ImageMismatch { image: digest });
-            }
-        }
-        Ok(report)
+        Ok(state
+            .users
+            .iter()
+            .filter(|(_, rec)| {
+                rec.current
+                    .is_some_and(|idx| !rec.revisions.get(idx).is_some_and(|r| r.info.retained))
+            })
+            .map(|(user, _)| user.clone())
+            .collect())
+    }
+
+    async fn retained_images(&self) -> Result<Vec<Digest>, StorageError> {
+        let state = self.lock();
+        let images: HashSet<Digest> = state
+            .users
+            .values()
+            .flat_map(|rec| rec.revisions.iter())
+            .filter(|r| r.info.retained)
+            .map(|r| r.info.digest)
+            .collect();
+        Ok(images.into_iter().collect())
+    }
+
+    async fn image(&self, digest: &Digest) -> Result<integrity::Record<()>, StorageError> {
+        Ok(match self.lock().images.get(digest) {
+            None => integrity::Record::Missing,
+            Some(image) => integrity::Record::Image(integrity::Image {
+                size: image.size,
+                manifest: image.manifest.clone(),
+                layout: (),
+            }),
+        })
+    }
+
+    async fn read(
+        &self,
+        image: &integrity::Image<()>,
+        run: std::ops::Range<usize>,
+    ) -> Result<Vec<integrity::Stored>, StorageError> {
+        let state = self.lock();
+        Ok(image.manifest[run]
+            .iter()
+            .map(|c| {
+                state.chunks.get(c).map_or(integrity::Stored::Missing, |b| {
+                    integrity::Stored::Bytes(b.clone())
+                })
+            })
+            .collect())
     }
 }
 

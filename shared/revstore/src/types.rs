@@ -497,6 +497,9 @@ pub enum IntegrityProblem {
 pub struct IntegrityReport {
     /// Images whose bytes were reassembled and hashed.
     pub images_checked: u64,
+    /// Bytes of sound chunks read and hashed, summed over the images (a chunk shared by two
+    /// images counts twice).
+    pub bytes_checked: u64,
     /// Everything wrong; empty for a healthy store.
     pub problems: Vec<IntegrityProblem>,
 }

@@ -27,11 +27,16 @@ async fn two_large_images(sealer: &Sealer) -> (Fixture<SqliteStore>, [(UserId, V
     config.sealer = sealer.clone();
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(dir.path(), config).expect("open sqlite store");
+    let root = dir.path().to_owned();
     let fx = Fixture {
         store,
         clock,
         faults,
         guard: Box::new(dir),
+        damage: std::sync::Arc::new(move |chunk| {
+            let root = root.clone();
+            Box::pin(async move { damage_sqlite_chunk(&root, &chunk) })
+        }),
     };
     let images = [(user("alice"), image(1, LEN)), (user("bob"), image(2, LEN))];
     for (u, bytes) in &images {

@@ -276,7 +276,7 @@ pub(crate) async fn check_reused_chunks<C: GenericClient + Sync>(
 }
 
 impl PgStore {
-    fn objects(&self) -> Result<&Objects, StorageError> {
+    pub(crate) fn objects(&self) -> Result<&Objects, StorageError> {
         self.inner
             .objects
             .as_ref()

@@ -48,14 +48,14 @@ use crate::{
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
-    migrate,
+    integrity, migrate,
     protocol::{self, Decision, Image, Intent, Primitives, Proposal, ReadBack, Source},
     store::{Guarded, ImageBody, ImageDownload, LeaseGuard, Leases, RevStore},
     types::{
-        Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
-        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
-        Timestamp, UserId, Verdict, storage_version,
+        Digest, IdempotencyKey, IntegrityReport, JournalEntry, Precondition, Principal,
+        PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
+        Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats, Timestamp, UserId,
+        Verdict, storage_version,
     },
 };
 
@@ -1212,18 +1212,44 @@ impl SqliteStore {
     /// Streams a plan's bytes from its packs: one blocking thread reads, running ahead of the
     /// caller by up to two pieces. A small image's bytes are kept in its plan for the next
     /// download, and so is a large one's where it can be kept sealed ([`Plan::gather`]).
+    ///
+    /// Every piece is whole chunks, checked against the image's manifest before it is handed
+    /// on (or kept): a byte damaged on disk ends the download with [`StorageError::Corrupt`] and
+    /// never reaches the caller. Bytes kept in memory were checked this way when they were read.
+    /// The manifest (32 bytes per chunk, 1/128 of a 4 KiB-chunked image) is read with each
+    /// download rather than kept in the plan, where 256 cached plans of large images would hold
+    /// up to 128 MiB of it.
     fn read_plan(&self, plan: Arc<Plan>, lease: LeaseGuard) -> Result<ImageBody, ReadError> {
-        let tasks = plan.read_tasks().map_err(StorageError::from)?;
+        let chunk_size = self.inner.chunk_size;
+        let tasks = plan.read_tasks(chunk_size).map_err(StorageError::from)?;
         let inner = self.inner.clone();
         let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
         tokio::task::spawn_blocking(move || {
+            let manifest = match inner.manifest(&plan.info.digest) {
+                Ok(manifest) => manifest,
+                Err(err) => {
+                    let _ = tx.blocking_send(Err(err));
+                    return;
+                }
+            };
+            let mut unread = manifest.as_slice();
             let whole = tasks.len() == 1;
             let sealer = &inner.config.sealer;
             let mut gathering = plan.gather(sealer, || {
                 inner.heads.make_room(&plan, inner.now().unix_millis())
             });
             for task in tasks {
-                let piece = task.read(&inner.pieces).map_err(StorageError::from);
+                let piece = task
+                    .read(&inner.pieces)
+                    .map_err(StorageError::from)
+                    .and_then(|bytes| {
+                        let (named, rest) = unread
+                            .split_at_checked(bytes.len().div_ceil(chunk_size))
+                            .unwrap_or((unread, &[]));
+                        unread = rest;
+                        chunk::check_run(named, chunk_size, &bytes)?;
+                        Ok(bytes)
+                    });
                 if whole && let Ok(bytes) = &piece {
                     plan.keep(bytes, sealer);
                 }
@@ -1599,11 +1625,28 @@ impl RevStore for SqliteStore {
     }
 
     async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
-        self.blocking(|inner| inner.check_integrity()).await
+        // Every read is a file or SQLite call, so the whole check runs on one blocking thread.
+        self.blocking(|inner| futures::executor::block_on(integrity::check(inner)))
+            .await
     }
 }
 
 impl Inner {
+    /// The chunk digests of a stored image, in image order.
+    fn manifest(&self, digest: &Digest) -> Result<Vec<Digest>, StorageError> {
+        let corrupt = || StorageError::Corrupt {
+            object: format!("image {digest}"),
+        };
+        let manifest: Vec<u8> = self
+            .with_reader(|conn| {
+                conn.prepare_cached("SELECT manifest FROM images WHERE digest = ?1")?
+                    .query_row([digest.as_bytes().as_slice()], |r| r.get(0))
+                    .optional()
+            })?
+            .ok_or_else(corrupt)?;
+        chunk::decode_manifest(&manifest).ok_or_else(corrupt)
+    }
+
     /// Reads an image back and checks every chunk against its address.
     fn verify_image(&self, digest: &Digest) -> Result<(), PutError> {
         let (manifest, locs, paths) = self.with_reader(|conn| -> Result<_, PutError> {
@@ -1650,70 +1693,117 @@ impl Inner {
             self.now(),
         ))
     }
+}
 
-    fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
-        self.with_reader(|conn| {
-            let mut report = IntegrityReport::default();
-            let dangling: Vec<String> = conn
-                .prepare(
-                    "SELECT u.user_id FROM users u WHERE u.current_seq IS NOT NULL AND NOT EXISTS
-                     (SELECT 1 FROM revisions r WHERE r.user_id = u.user_id AND r.seq = u.current_seq AND r.retained = 1)",
-                )?
+/// Where an image's chunks sit in the pack files, for the integrity check.
+#[derive(Debug)]
+struct PackLayout {
+    locs: Vec<ChunkLoc>,
+    /// The image's pack files that could be opened; a pack missing here is damage.
+    files: HashMap<i64, std::fs::File>,
+    /// Manifest positions whose chunk has no index row.
+    unindexed: HashSet<usize>,
+}
+
+// The check runs on one blocking thread (see `check_integrity`), so each read is a plain call.
+impl integrity::Inspect for Inner {
+    type Layout = PackLayout;
+
+    async fn dangling_pointers(&self) -> Result<Vec<UserId>, StorageError> {
+        let users: Vec<String> = self.with_reader(|conn| {
+            conn.prepare(
+                "SELECT u.user_id FROM users u WHERE u.current_seq IS NOT NULL AND NOT EXISTS
+                 (SELECT 1 FROM revisions r WHERE r.user_id = u.user_id AND r.seq = u.current_seq AND r.retained = 1)",
+            )?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()
+        })?;
+        Ok(users.into_iter().map(token).collect::<Result<_, _>>()?)
+    }
+
+    async fn retained_images(&self) -> Result<Vec<Digest>, StorageError> {
+        let digests: Vec<Vec<u8>> = self.with_reader(|conn| {
+            conn.prepare("SELECT DISTINCT digest FROM revisions WHERE retained = 1")?
                 .query_map([], |r| r.get(0))?
-                .collect::<Result<_, _>>()?;
-            for user in dangling {
-                report.problems.push(IntegrityProblem::DanglingPointer { user: token(user)? });
+                .collect::<Result<_, _>>()
+        })?;
+        Ok(digests
+            .into_iter()
+            .map(digest_col)
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn image(&self, digest: &Digest) -> Result<integrity::Record<PackLayout>, StorageError> {
+        self.with_reader(|conn| {
+            let row: Option<(i64, Vec<u8>, Vec<u8>)> = conn
+                .prepare_cached("SELECT size, manifest, extents FROM images WHERE digest = ?1")?
+                .query_row([digest.as_bytes().as_slice()], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?;
+            let Some((size, manifest, extents)) = row else {
+                return Ok(integrity::Record::Missing);
+            };
+            let (Some(manifest), Some(extents)) = (
+                chunk::decode_manifest(&manifest),
+                packs::decode_extents(&extents),
+            ) else {
+                return Ok(integrity::Record::Malformed);
+            };
+            let locs = packs::expand(&extents, self.chunk_size as u64);
+            if locs.len() != manifest.len() {
+                return Ok(integrity::Record::Malformed);
             }
-            let digests: Vec<Vec<u8>> = conn.prepare("SELECT DISTINCT digest FROM revisions WHERE retained = 1")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-            for d in digests {
-                let digest = digest_col(d)?;
-                let row: Option<(i64, Vec<u8>, Vec<u8>)> = conn
-                    .prepare_cached("SELECT size, manifest, extents FROM images WHERE digest = ?1")?
-                    .query_row([digest.as_bytes().as_slice()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .optional()?;
-                let Some((size, manifest, extents)) = row else {
-                    report.problems.push(IntegrityProblem::MissingImage { image: digest });
-                    continue;
-                };
-                report.images_checked += 1;
-                let (Some(manifest), Some(extents)) = (chunk::decode_manifest(&manifest), packs::decode_extents(&extents)) else {
-                    report.problems.push(IntegrityProblem::ImageMismatch { image: digest });
-                    continue;
-                };
-                let mut indexed = conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1)")?;
-                for c in &manifest {
-                    if !indexed.query_row([c.as_bytes().as_slice()], |r| r.get::<_, bool>(0))? {
-                        report.problems.push(IntegrityProblem::MissingChunk { image: digest, chunk: *c });
-                    }
-                }
-                let paths = Inner::pack_paths(conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
-                let Ok(files) = packs::open_packs(&paths) else {
-                    report.problems.push(IntegrityProblem::MissingChunk { image: digest, chunk: manifest.first().copied().unwrap_or(digest) });
-                    continue;
-                };
-                let locs = packs::expand(&extents, self.chunk_size as u64);
-                if locs.len() != manifest.len() {
-                    report.problems.push(IntegrityProblem::ImageMismatch { image: digest });
-                    continue;
-                }
-                if let Err(chunk) = packs::verify_chunks(&files, &locs, &manifest) {
-                    report.problems.push(IntegrityProblem::ChunkMismatch { chunk });
-                    continue;
-                }
-                // Whole-image check: the chunks reassemble to the digest the revision carries.
-                let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
-                let mut total = 0u64;
-                for task in packs::read_tasks(&extents, &files)? {
-                    let piece = task.read(&self.pieces)?;
-                    total += piece.len() as u64;
-                    sha2::Digest::update(&mut hasher, &piece);
-                }
-                if Digest::from_bytes(sha2::Digest::finalize(hasher).into()) != digest || total != size as u64 {
-                    report.problems.push(IntegrityProblem::ImageMismatch { image: digest });
+            let mut indexed =
+                conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1)")?;
+            let mut unindexed = HashSet::new();
+            for (i, c) in manifest.iter().enumerate() {
+                if !indexed.query_row([c.as_bytes().as_slice()], |r| r.get::<_, bool>(0))? {
+                    unindexed.insert(i);
                 }
             }
-            Ok(report)
+            let mut named = conn.prepare_cached("SELECT name FROM packs WHERE id = ?1")?;
+            let mut files = HashMap::new();
+            for pack in extents.iter().map(|e| e.pack).collect::<HashSet<_>>() {
+                let name: Option<String> = named.query_row([pack], |r| r.get(0)).optional()?;
+                if let Some(file) = name.and_then(|n| std::fs::File::open(self.pack_path(&n)).ok())
+                {
+                    files.insert(pack, file);
+                }
+            }
+            Ok(integrity::Record::Image(integrity::Image {
+                size: size as u64,
+                manifest,
+                layout: PackLayout {
+                    locs,
+                    files,
+                    unindexed,
+                },
+            }))
         })
+    }
+
+    async fn read(
+        &self,
+        image: &integrity::Image<PackLayout>,
+        run: std::ops::Range<usize>,
+    ) -> Result<Vec<integrity::Stored>, StorageError> {
+        use std::os::unix::fs::FileExt as _;
+        let layout = &image.layout;
+        Ok(run
+            .map(|i| {
+                let loc = layout.locs[i];
+                let file = layout
+                    .files
+                    .get(&loc.pack)
+                    .filter(|_| !layout.unindexed.contains(&i));
+                let mut buf = vec![0u8; loc.len as usize];
+                match file.map(|f| f.read_exact_at(&mut buf, loc.offset)) {
+                    Some(Ok(())) => integrity::Stored::Bytes(Bytes::from(buf)),
+                    _ => integrity::Stored::Missing,
+                }
+            })
+            .collect())
     }
 }
 

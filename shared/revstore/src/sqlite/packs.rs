@@ -31,6 +31,13 @@ pub(crate) const READ_PIECE: usize = 1 << 20;
 /// The buffers come from a [`PiecePool`].
 pub(crate) const DOWNLOAD_PIECE: usize = 2 << 20;
 
+/// The length of a download's pieces in a store of `chunk_size`: whole chunks, so that each piece
+/// is checked against the manifest before it is handed on, and as close to [`DOWNLOAD_PIECE`] as
+/// that allows.
+pub(crate) fn piece_len(chunk_size: usize) -> usize {
+    (DOWNLOAD_PIECE / chunk_size.max(1)).max(1) * chunk_size.max(1)
+}
+
 /// A pack being written in `tmp/`; the file is removed on drop unless it was linked into place.
 #[derive(Debug)]
 pub(crate) struct TempPack {
@@ -191,7 +198,8 @@ impl ReadTask {
     /// [`DOWNLOAD_PIECE`] bytes for as long as the caller holds a few KiB, and zeroing a small
     /// buffer costs little next to reading it.
     pub(crate) fn read(self, pool: &PiecePool) -> io::Result<Bytes> {
-        if self.len < SMALL_PIECE {
+        // A piece larger than the pooled buffers exists only in a store whose chunks are.
+        if self.len < SMALL_PIECE || self.len > DOWNLOAD_PIECE {
             let mut buf = vec![0u8; self.len];
             self.fill(&mut buf)?;
             return Ok(Bytes::from(buf));
@@ -216,8 +224,12 @@ impl ReadTask {
     }
 }
 
-/// Plans the reads of a download.
-pub(crate) fn read_tasks(extents: &[Extent], files: &PackFiles) -> io::Result<Vec<ReadTask>> {
+/// Plans the reads of a download, in pieces of `piece_len` bytes (the last may be shorter).
+pub(crate) fn read_tasks(
+    extents: &[Extent],
+    files: &PackFiles,
+    piece_len: usize,
+) -> io::Result<Vec<ReadTask>> {
     let mut tasks = Vec::new();
     let mut current = ReadTask {
         ranges: Vec::new(),
@@ -229,12 +241,12 @@ pub(crate) fn read_tasks(extents: &[Extent], files: &PackFiles) -> io::Result<Ve
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "pack missing"))?;
         let mut off = 0u64;
         while off < e.len {
-            let room = DOWNLOAD_PIECE - current.len;
+            let room = piece_len - current.len;
             let n = (e.len - off).min(room as u64) as usize;
             current.ranges.push((file.clone(), e.offset + off, n));
             current.len += n;
             off += n as u64;
-            if current.len == DOWNLOAD_PIECE {
+            if current.len == piece_len {
                 tasks.push(std::mem::replace(
                     &mut current,
                     ReadTask {

@@ -138,9 +138,9 @@ impl Plan {
         }
     }
 
-    /// The reads of the whole image, one task per download piece.
-    pub(super) fn read_tasks(&self) -> std::io::Result<Vec<packs::ReadTask>> {
-        packs::read_tasks(&self.extents, &self.files)
+    /// The reads of the whole image, one task per download piece of whole chunks.
+    pub(super) fn read_tasks(&self, chunk_size: usize) -> std::io::Result<Vec<packs::ReadTask>> {
+        packs::read_tasks(&self.extents, &self.files, packs::piece_len(chunk_size))
     }
 }
 

@@ -1328,6 +1328,41 @@ pub(crate) async fn ledgers_record_served_and_verdicts<
     );
 }
 
+/// A stored chunk with one byte changed on disk (in a row, in an object) is never served: every
+/// download of an image holding it, current or named, ends in `STORAGE_CORRUPT` having handed on
+/// at most the bytes before the damaged chunk, and the integrity check names it (issue 23, point 3).
+pub(crate) async fn a_damaged_chunk_is_never_served<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let chunk = CHUNK as usize;
+    let bytes = image(41, 64 * chunk);
+    let first = put_ok(&fx.store, &u, Precondition::MustNotExist, &bytes).await;
+    let at = 37 * chunk;
+    let damaged = Digest::of(&bytes[at..at + chunk]);
+    (fx.damage)(damaged).await;
+    for revision in [None, Some(&first.info.revision)] {
+        let handed_on = assert_refuses_damage(&fx.store, &u, revision, &bytes).await;
+        assert!(
+            handed_on <= at,
+            "{handed_on} bytes handed on, past the damaged chunk at {at}"
+        );
+    }
+    let report = fx.store.check_integrity().await.expect("integrity check");
+    assert!(
+        report
+            .problems
+            .contains(&snug_revstore::IntegrityProblem::ChunkMismatch { chunk: damaged }),
+        "{:?}",
+        report.problems
+    );
+}
+
 pub(crate) async fn health_reports_the_backend<
     S: RevStore,
     Fut: Future<Output = Option<Fixture<S>>>,

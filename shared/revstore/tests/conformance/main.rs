@@ -38,6 +38,7 @@ macro_rules! conformance_suite {
                 orphans_are_reclaimed_after_grace,
                 chunks_are_deduplicated_across_revisions,
                 ledgers_record_served_and_verdicts,
+                a_damaged_chunk_is_never_served,
                 health_reports_the_backend,
             );
         }

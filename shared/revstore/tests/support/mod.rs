@@ -2,13 +2,15 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::{any::Any, io, sync::Arc, time::Duration};
+use std::{any::Any, io, path::Path, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, future::BoxFuture};
+#[cfg(feature = "postgres")]
+use object_store::ObjectStoreExt as _;
 use snug_revstore::{
-    Faults, ManualClock, MemStore, Precondition, Principal, PutError, PutOutcome, PutRequest,
-    Retention, RevStore, SqliteStore, StoreConfig, Timestamp, UserId,
+    Digest, Faults, ManualClock, MemStore, Precondition, Principal, PutError, PutOutcome,
+    PutRequest, Retention, RevStore, SqliteStore, StoreConfig, Timestamp, UserId,
 };
 
 /// 2026-01-01T00:00:00Z, so that timestamps in failures are readable.
@@ -43,7 +45,13 @@ pub struct Fixture<S> {
     pub clock: Arc<ManualClock>,
     pub faults: Faults,
     pub guard: Box<dyn Any + Send + Sync>,
+    /// Flips one byte of the stored bytes of a chunk, where the backend keeps them.
+    pub damage: Damage,
 }
+
+/// Flips one byte of the stored copy of the chunk with this address (a pack file, a row, a pack
+/// object, the memory store's map), as a failing disk or a tampering operator would.
+pub type Damage = Arc<dyn Fn(Digest) -> BoxFuture<'static, ()> + Send + Sync>;
 
 pub fn config(tune: &Tune) -> (StoreConfig, Arc<ManualClock>, Faults) {
     let clock = Arc::new(ManualClock::new(T0));
@@ -61,11 +69,19 @@ pub fn config(tune: &Tune) -> (StoreConfig, Arc<ManualClock>, Faults) {
 
 pub async fn mem(tune: Tune) -> Option<Fixture<MemStore>> {
     let (config, clock, faults) = config(&tune);
+    let store = MemStore::new(config);
+    let damaged = store.clone();
     Some(Fixture {
-        store: MemStore::new(config),
+        store,
         clock,
         faults,
         guard: Box::new(()),
+        damage: Arc::new(move |chunk| {
+            let store = damaged.clone();
+            Box::pin(async move {
+                assert!(store.damage_chunk(&chunk), "no stored chunk {chunk}");
+            })
+        }),
     })
 }
 
@@ -73,12 +89,48 @@ pub async fn sqlite(tune: Tune) -> Option<Fixture<SqliteStore>> {
     let (config, clock, faults) = config(&tune);
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(dir.path(), config).expect("open sqlite store");
+    let root = dir.path().to_owned();
     Some(Fixture {
         store,
         clock,
         faults,
         guard: Box::new(dir),
+        damage: Arc::new(move |chunk| {
+            let root = root.clone();
+            Box::pin(async move { damage_sqlite_chunk(&root, &chunk) })
+        }),
     })
+}
+
+/// Flips a byte of `chunk` in the embedded store under `root`: its pack file and offset come from
+/// the chunk index in `meta.sqlite`.
+pub fn damage_sqlite_chunk(root: &Path, chunk: &Digest) {
+    use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+    let meta = rusqlite::Connection::open_with_flags(
+        root.join("meta.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open meta.sqlite");
+    let (pack, offset): (String, i64) = meta
+        .query_row(
+            "SELECT p.name, c.offset FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = ?1",
+            [chunk.as_bytes().as_slice()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the chunk's location");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(root.join("packs").join(pack))
+        .expect("open the pack");
+    let at = offset as u64 + 7;
+    let mut byte = [0u8];
+    file.seek(SeekFrom::Start(at)).expect("seek");
+    file.read_exact(&mut byte).expect("read");
+    byte[0] ^= 0x01;
+    file.seek(SeekFrom::Start(at)).expect("seek");
+    file.write_all(&byte).expect("write");
+    file.sync_all().expect("sync");
 }
 
 /// The PostgreSQL store in a fresh schema, or `None` when `SNUG_TEST_POSTGRES_URL` is not set.
@@ -89,7 +141,9 @@ pub async fn pg(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
         return None;
     };
     let (config, clock, faults) = config(&tune);
-    let store = snug_revstore::PgStore::connect(pg_config(&url), config)
+    let pg = pg_config(&url);
+    let schema = pg.schema.clone().expect("a schema of its own");
+    let store = snug_revstore::PgStore::connect(pg, config)
         .await
         .expect("connect to postgres");
     Some(Fixture {
@@ -97,7 +151,53 @@ pub async fn pg(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
         clock,
         faults,
         guard: Box::new(()),
+        damage: Arc::new(move |chunk| {
+            let (url, schema) = (url.clone(), schema.clone());
+            Box::pin(async move {
+                let sql = "UPDATE chunks SET data = set_byte(data, 7, get_byte(data, 7) # 1) WHERE hash = $1";
+                let changed = pg_execute(&url, &schema, sql, chunk).await;
+                assert_eq!(changed, 1, "no chunk row {chunk}");
+            })
+        }),
     })
+}
+
+/// Runs one statement with the chunk address as `$1` in `schema` of the server at `url`.
+#[cfg(feature = "postgres")]
+pub async fn pg_execute(url: &str, schema: &str, sql: &str, chunk: Digest) -> u64 {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to postgres");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .expect("search_path");
+    client
+        .execute(sql, &[&chunk.as_bytes().as_slice()])
+        .await
+        .expect("statement")
+}
+
+/// The pack object and offset holding `chunk` in `schema` of the server at `url`.
+#[cfg(feature = "postgres")]
+pub async fn pg_chunk_location(url: &str, schema: &str, chunk: Digest) -> (String, u64) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to postgres");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("SET search_path TO {schema}"))
+        .await
+        .expect("search_path");
+    let row = client
+        .query_one(
+            "SELECT p.name, c.pack_offset FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = $1",
+            &[&chunk.as_bytes().as_slice()],
+        )
+        .await
+        .expect("the chunk's pack");
+    (row.get(0), row.get::<_, i64>(1) as u64)
 }
 
 /// The PostgreSQL store with its bytes in a single-node Garage of its own (a real S3-compatible
@@ -111,21 +211,62 @@ pub async fn pg_objects(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     };
     let garage = snug_test_support::garage::Garage::start_if_available()?;
     let (config, clock, faults) = config(&tune);
+    let pg = pg_config(&url);
+    let schema = pg.schema.clone().expect("a schema of its own");
+    let prefix = format!("revstore-test-{}", unique());
     let store = snug_revstore::PgStore::connect_with_objects(
-        pg_config(&url),
-        objects_of(&garage, &format!("revstore-test-{}", unique()))
-            .open()
-            .expect("the bucket"),
+        pg,
+        objects_of(&garage, &prefix).open().expect("the bucket"),
         config,
     )
     .await
     .expect("connect to postgres with objects");
+    let bucket = raw_bucket(&garage);
     Some(Fixture {
         store,
         clock,
         faults,
+        damage: Arc::new(move |chunk| {
+            let (url, schema, prefix, bucket) =
+                (url.clone(), schema.clone(), prefix.clone(), bucket.clone());
+            Box::pin(async move {
+                let (pack, offset) = pg_chunk_location(&url, &schema, chunk).await;
+                let key = object_store::path::Path::from(format!("{prefix}/packs/{pack}"));
+                let mut bytes = bucket
+                    .get(&key)
+                    .await
+                    .expect("get the pack")
+                    .bytes()
+                    .await
+                    .expect("read the pack")
+                    .to_vec();
+                bytes[offset as usize + 7] ^= 0x01;
+                bucket
+                    .put(&key, object_store::PutPayload::from(bytes))
+                    .await
+                    .expect("overwrite the pack");
+            })
+        }),
         guard: Box::new(garage),
     })
+}
+
+/// A raw S3 client on the node's bucket, for what the store must not see coming: objects
+/// deleted or rewritten behind its back.
+#[cfg(feature = "postgres")]
+pub fn raw_bucket(
+    garage: &snug_test_support::garage::Garage,
+) -> Arc<dyn object_store::ObjectStore> {
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(garage.bucket())
+        .with_endpoint(garage.endpoint())
+        .with_region(garage.region())
+        .with_access_key_id(garage.access_key_id())
+        .with_secret_access_key(garage.secret_access_key())
+        .with_allow_http(true)
+        .build()
+        .expect("raw S3 client");
+    Arc::new(store)
 }
 
 /// A fresh schema on the server at `url`.
@@ -226,6 +367,65 @@ pub async fn put_ok<S: RevStore>(
 pub async fn fetch<S: RevStore>(store: &S, u: &UserId) -> Vec<u8> {
     let download = store.get(u, &who("device-b")).await.expect("get");
     download.body.read_to_vec().await.expect("read body")
+}
+
+/// Reads a download of the user's current image (or of `revision`) piece by piece. Returns the
+/// bytes yielded before the stream ended and how it ended: `Ok` at its end, or the error it ended
+/// with (also when the store refused the download at once). Asserts that nothing follows an error.
+pub async fn drain<S: RevStore>(
+    store: &S,
+    u: &UserId,
+    revision: Option<&snug_revstore::Revision>,
+) -> (Vec<u8>, Result<(), snug_revstore::StorageError>) {
+    use futures::StreamExt as _;
+    let download = match revision {
+        None => store.get(u, &who("device-b")).await,
+        Some(r) => store.get_revision(u, r, &who("device-b")).await,
+    };
+    let mut body = match download {
+        Ok(download) => download.body,
+        Err(snug_revstore::ReadError::Storage(e)) => return (Vec::new(), Err(e)),
+        Err(e) => panic!("get: {e:?}"),
+    };
+    let mut got = Vec::new();
+    while let Some(piece) = body.next().await {
+        match piece {
+            Ok(bytes) => got.extend_from_slice(&bytes),
+            Err(e) => {
+                assert!(body.next().await.is_none(), "a piece after the error");
+                return (got, Err(e));
+            }
+        }
+    }
+    (got, Ok(()))
+}
+
+/// A download of damaged bytes (the current image, or `revision`): ends in `STORAGE_CORRUPT`,
+/// having handed on only a prefix of the true image. Returns how much it handed on.
+pub async fn assert_refuses_damage<S: RevStore>(
+    store: &S,
+    u: &UserId,
+    revision: Option<&snug_revstore::Revision>,
+    truth: &[u8],
+) -> usize {
+    let (got, end) = drain(store, u, revision).await;
+    assert!(
+        got.len() < truth.len() && got[..] == truth[..got.len()],
+        "the download handed on bytes that are not a prefix of the image ({} of {} bytes)",
+        got.len(),
+        truth.len()
+    );
+    match end {
+        Err(e @ snug_revstore::StorageError::Corrupt { .. }) => {
+            assert_eq!(e.reason(), snug_revstore::reason::STORAGE_CORRUPT);
+        }
+        other => panic!(
+            "a download of damaged bytes ended with {other:?} after {} of {} bytes",
+            got.len(),
+            truth.len()
+        ),
+    }
+    got.len()
 }
 
 pub async fn assert_clean<S: RevStore>(store: &S) {

@@ -1,0 +1,163 @@
+//! The integrity check, written once: what [`crate::RevStore::check_integrity`] reads and how it
+//! judges it, as one driver ([`check`]) over the few reads each backend implements ([`Inspect`]).
+//!
+//! Every backend reports the same defect with the same word, which is what lets an operator (or
+//! the conformance suite) compare stores: a pointer to no retained revision is
+//! [`IntegrityProblem::DanglingPointer`], a retained revision without its image record
+//! [`IntegrityProblem::MissingImage`], a chunk the image needs that is not stored (no index row,
+//! no pack, a short read) [`IntegrityProblem::MissingChunk`], stored bytes that do not hash to
+//! their address [`IntegrityProblem::ChunkMismatch`] (once per chunk, however many images share
+//! it), and an image whose chunks are all sound but reassemble to another digest or size, or whose
+//! layout cannot be read, [`IntegrityProblem::ImageMismatch`].
+//!
+//! The backends read their stored bytes raw here (a download checks them and stops at the first
+//! bad one; a check goes on to report every one), a run of [`RUN`] chunks at a time, so a check of
+//! a 64 MiB image holds about 1 MiB of it at once.
+
+use std::{collections::HashSet, future::Future, ops::Range};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+
+use crate::{
+    error::StorageError,
+    types::{Digest, IntegrityProblem, IntegrityReport, UserId},
+};
+
+/// How many chunks one [`Inspect::read`] covers.
+pub(crate) const RUN: usize = 256;
+
+/// One chunk as the store holds it, unverified.
+#[derive(Debug)]
+pub(crate) enum Stored {
+    Bytes(Bytes),
+    /// Not where the metadata says it is (no index row, no pack, a short read).
+    Missing,
+}
+
+/// An image record as a check reads it.
+#[derive(Debug)]
+pub(crate) enum Record<L> {
+    /// No record for a retained revision's digest.
+    Missing,
+    /// A record whose manifest or layout cannot be decoded, or do not agree.
+    Malformed,
+    Image(Image<L>),
+}
+
+/// An image's size, manifest, and wherever its backend keeps its chunks.
+#[derive(Debug)]
+pub(crate) struct Image<L> {
+    pub(crate) size: u64,
+    pub(crate) manifest: Vec<Digest>,
+    pub(crate) layout: L,
+}
+
+/// The reads of one backend's integrity check.
+pub(crate) trait Inspect: Sync {
+    /// Where the chunks of an image are (pack files and offsets, pack objects, rows).
+    type Layout: Send + Sync;
+
+    /// Users whose pointer names a revision that is missing or not retained.
+    fn dangling_pointers(&self) -> impl Future<Output = Result<Vec<UserId>, StorageError>> + Send;
+
+    /// The distinct images of every retained revision.
+    fn retained_images(&self) -> impl Future<Output = Result<Vec<Digest>, StorageError>> + Send;
+
+    /// One image's record.
+    fn image(
+        &self,
+        digest: &Digest,
+    ) -> impl Future<Output = Result<Record<Self::Layout>, StorageError>> + Send;
+
+    /// The stored bytes of the image's chunks `run` (at most [`RUN`]), one entry per chunk, in
+    /// order. An error is the store failing to answer, not damage.
+    fn read(
+        &self,
+        image: &Image<Self::Layout>,
+        run: Range<usize>,
+    ) -> impl Future<Output = Result<Vec<Stored>, StorageError>> + Send;
+}
+
+/// Reassembles every retained image, checks every chunk against its address and every image
+/// against its digest and size, and reports every defect found.
+pub(crate) async fn check<I: Inspect>(store: &I) -> Result<IntegrityReport, StorageError> {
+    let mut report = IntegrityReport::default();
+    for user in store.dangling_pointers().await? {
+        report
+            .problems
+            .push(IntegrityProblem::DanglingPointer { user });
+    }
+    let mut mismatched = HashSet::new();
+    for digest in store.retained_images().await? {
+        let image = match store.image(&digest).await? {
+            Record::Missing => {
+                report
+                    .problems
+                    .push(IntegrityProblem::MissingImage { image: digest });
+                continue;
+            }
+            Record::Malformed => {
+                report.images_checked += 1;
+                report
+                    .problems
+                    .push(IntegrityProblem::ImageMismatch { image: digest });
+                continue;
+            }
+            Record::Image(image) => image,
+        };
+        report.images_checked += 1;
+        let mut hasher = Sha256::new();
+        let (mut total, mut sound) = (0u64, true);
+        let n = image.manifest.len();
+        for start in (0..n).step_by(RUN) {
+            let run = start..(start + RUN).min(n);
+            let stored = store.read(&image, run.clone()).await?;
+            let mut stored = stored.into_iter();
+            for address in &image.manifest[run] {
+                match judge(&digest, address, stored.next()) {
+                    Ok(bytes) => {
+                        total += bytes.len() as u64;
+                        hasher.update(&bytes);
+                    }
+                    Err(problem) => {
+                        sound = false;
+                        let repeated = matches!(problem, IntegrityProblem::ChunkMismatch { chunk }
+                            if !mismatched.insert(chunk));
+                        if !repeated {
+                            report.problems.push(problem);
+                        }
+                    }
+                }
+            }
+        }
+        report.bytes_checked += total;
+        // Damaged or missing chunks already explain a wrong whole.
+        if sound && (Digest::from_bytes(hasher.finalize().into()) != digest || total != image.size)
+        {
+            report
+                .problems
+                .push(IntegrityProblem::ImageMismatch { image: digest });
+        }
+    }
+    Ok(report)
+}
+
+/// The bytes of one chunk of `image` at `address`, or what is wrong with them.
+fn judge(
+    image: &Digest,
+    address: &Digest,
+    stored: Option<Stored>,
+) -> Result<Bytes, IntegrityProblem> {
+    match stored {
+        Some(Stored::Bytes(bytes)) if Digest::of(&bytes) == *address => Ok(bytes),
+        Some(Stored::Bytes(_)) => Err(IntegrityProblem::ChunkMismatch { chunk: *address }),
+        Some(Stored::Missing) | None => Err(IntegrityProblem::MissingChunk {
+            image: *image,
+            chunk: *address,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;
