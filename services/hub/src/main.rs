@@ -67,6 +67,7 @@
 //! setting (outside the range: `ITERATIONS_OUT_OF_POLICY`, exit 5, the file untouched), and
 //! `SNUG_TOKEN` (or `--token-file`) for `snug sync` against a hub.
 
+mod check;
 mod gateway;
 mod healthcheck;
 
@@ -110,10 +111,31 @@ enum Command {
         #[command(subcommand)]
         command: gateway::UsersCommand,
     },
+    /// Operates on the sync store.
+    Sync {
+        #[command(subcommand)]
+        command: SyncCommand,
+    },
     /// Asks a running `snug-hub serve` whether it is serving what its role serves; exits 0 if so.
     ///
     /// Images built FROM scratch have no shell or probe binary, so health checks call this.
     Healthcheck(healthcheck::HealthcheckArgs),
+}
+
+/// `snug-hub sync …`.
+#[derive(Debug, Subcommand)]
+enum SyncCommand {
+    /// Checks every retained image of the sync store: every chunk against its address, every
+    /// image against its SHA-256. Exits 0 when sound, 2 when it found problems, 1 when it could
+    /// not run.
+    Check {
+        #[command(flatten)]
+        args: check::CheckArgs,
+        #[command(flatten)]
+        sync: SyncConfig,
+        #[command(flatten)]
+        data: DataDir,
+    },
 }
 
 /// What `snug-hub serve` runs, and every component's settings (each reads only its own).
@@ -224,6 +246,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Healthcheck(args) => {
             let _logs = logs_only(&cli.telemetry);
             healthcheck::run(args).await
+        }
+        Command::Sync {
+            command:
+                SyncCommand::Check {
+                    args,
+                    mut sync,
+                    data,
+                },
+        } => {
+            let _logs = logs_only(&cli.telemetry);
+            sync.sqlite_dir = data.sync();
+            check::run(args, &sync).await
         }
         Command::Users { data, command } => {
             let _logs = logs_only(&cli.telemetry);

@@ -5,8 +5,8 @@
 
 use snug_proto::sync::v1 as pb;
 use snug_revstore::{
-    IdempotencyKey, Precondition, Principal, PutLedgerEntry, Revision, RevisionInfo, ServedEntry,
-    Timestamp, UserId, Verdict,
+    IdempotencyKey, IntegrityProblem, Precondition, Principal, PutLedgerEntry, Revision,
+    RevisionInfo, ServedEntry, Timestamp, UserId, Verdict,
 };
 use snug_rpc::status::invalid_argument;
 use tonic::Status;
@@ -119,5 +119,33 @@ pub(crate) fn write_entry(entry: PutLedgerEntry) -> pb::WriteEntry {
         revision: entry.revision.map(|r| r.to_string()),
         at: Some(timestamp(entry.at)),
         principal: entry.principal.to_string(),
+    }
+}
+
+/// One defect of an integrity check, as the wire says it.
+pub(crate) fn integrity_problem(problem: &IntegrityProblem) -> pb::IntegrityProblem {
+    use pb::IntegrityProblemKind as Kind;
+    let (kind, user, image, chunk) = match problem {
+        IntegrityProblem::DanglingPointer { user } => {
+            (Kind::DanglingPointer, user.as_str().to_owned(), None, None)
+        }
+        IntegrityProblem::MissingImage { image } => {
+            (Kind::MissingImage, String::new(), Some(image), None)
+        }
+        IntegrityProblem::MissingChunk { image, chunk } => {
+            (Kind::MissingChunk, String::new(), Some(image), Some(chunk))
+        }
+        IntegrityProblem::ChunkMismatch { chunk } => {
+            (Kind::ChunkMismatch, String::new(), None, Some(chunk))
+        }
+        IntegrityProblem::ImageMismatch { image } => {
+            (Kind::ImageMismatch, String::new(), Some(image), None)
+        }
+    };
+    pb::IntegrityProblem {
+        kind: kind.into(),
+        user,
+        image: image.map(|d| d.to_hex()).unwrap_or_default(),
+        chunk: chunk.map(|d| d.to_hex()).unwrap_or_default(),
     }
 }

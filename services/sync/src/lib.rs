@@ -62,8 +62,8 @@ use snug_proto::sync::v1::{
     sync_service_server::{SyncService, SyncServiceServer},
 };
 use snug_revstore::{
-    AnyStore, DEFAULT_QUOTA_BYTES, OpenError, PgConfig, PgStore, PutError, PutRequest,
-    RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
+    AnyStore, DEFAULT_QUOTA_BYTES, IntegrityReport, OpenError, PgConfig, PgStore, PutError,
+    PutRequest, RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
 };
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
@@ -429,11 +429,21 @@ impl SyncServer {
             }
         }
         .map_err(status::read_error)?;
+        // The first piece is read (and so checked against its chunks' addresses) before the
+        // header goes out: a damaged image the first piece already shows is refused with its
+        // status, where the gateway can still answer a clean error instead of a 200 it would
+        // have to break off. Damage further in ends the stream with the status after the sound
+        // bytes before it, never with wrong bytes.
+        let mut body = download.body;
+        let first = match body.next().await {
+            Some(Err(err)) => return Err(status::storage_error(err)),
+            first => first,
+        };
         let result = pb::GetImageResponse::header(convert::revision_info(download.info));
         Ok((
             result,
-            download
-                .body
+            futures::stream::iter(first)
+                .chain(body)
                 .map(|piece| piece.map_err(status::storage_error)),
         ))
     }
@@ -673,6 +683,18 @@ impl SyncService for SyncServer {
         }))
     }
 
+    type CheckStoreStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<pb::CheckStoreResponse, Status>> + Send>,
+    >;
+
+    async fn check_store(
+        &self,
+        _request: Request<pb::CheckStoreRequest>,
+    ) -> Result<Response<Self::CheckStoreStream>, Status> {
+        tracing::info!("an integrity check of the whole store started");
+        Ok(Response::new(Box::pin(self.check_stream())))
+    }
+
     async fn get_store_status(
         &self,
         _request: Request<pb::GetStoreStatusRequest>,
@@ -692,6 +714,63 @@ impl SyncService for SyncServer {
             quota_bytes: self.quota_bytes,
             keep_revisions: self.keep_revisions,
         }))
+    }
+}
+
+/// How often a running CheckStore reports its progress.
+const CHECK_PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// A running integrity check, aborted when its response stream is dropped (the client
+/// cancelled or went away), so a check no one reads stops reading the store.
+struct Check(JoinHandle<Result<IntegrityReport, snug_revstore::StorageError>>);
+
+impl Drop for Check {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl SyncServer {
+    /// CheckStore's messages: the report so far at most every [`CHECK_PROGRESS_EVERY`], only the
+    /// problems not sent yet in each, then the final totals with `done`. The check runs in a
+    /// task of its own and stops when the stream is dropped. `snug-hub sync check` reads the same
+    /// stream over a store it opened itself.
+    pub fn check_stream(
+        &self,
+    ) -> impl futures::Stream<Item = Result<pb::CheckStoreResponse, Status>> + Send + 'static {
+        let (progress, watched) = tokio::sync::watch::channel(IntegrityReport::default());
+        let store = self.store.clone();
+        let check = Check(tokio::spawn(async move {
+            store.check_integrity_watched(&progress).await
+        }));
+        let message = |report: &IntegrityReport, sent: usize, done: bool| pb::CheckStoreResponse {
+            images_checked: report.images_checked,
+            bytes_checked: report.bytes_checked,
+            problems: report.problems[sent.min(report.problems.len())..]
+                .iter()
+                .map(convert::integrity_problem)
+                .collect(),
+            problems_omitted: report.problems_omitted,
+            done,
+        };
+        futures::stream::unfold(Some((check, watched, 0usize)), move |state| async move {
+            let (mut check, watched, sent) = state?;
+            tokio::select! {
+                finished = &mut check.0 => {
+                    let item = match finished {
+                        Ok(Ok(report)) => Ok(message(&report, sent, true)),
+                        Ok(Err(err)) => Err(status::storage_error(err)),
+                        Err(join) => Err(snug_rpc::status::internal(DOMAIN, &join)),
+                    };
+                    Some((item, None))
+                }
+                () = tokio::time::sleep(CHECK_PROGRESS_EVERY) => {
+                    let report = watched.borrow().clone();
+                    let item = message(&report, sent, false);
+                    Some((Ok(item), Some((check, watched, report.problems.len()))))
+                }
+            }
+        })
     }
 }
 

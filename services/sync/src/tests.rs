@@ -1442,3 +1442,138 @@ fn durations_accept_hours_and_days() {
     assert!(parse_long_duration("xh").is_err());
     assert!(parse_long_duration("soon").is_err());
 }
+
+/// Flips one byte at `at` of the only pack file of a fresh embedded store: with one image of
+/// distinct chunks, the pack holds the image's bytes in order.
+fn damage_only_pack(hub: &Hub, at: u64) {
+    use std::os::unix::fs::FileExt as _;
+    let packs: Vec<_> = std::fs::read_dir(hub.config.sqlite_dir.join("packs"))
+        .expect("packs")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    let [pack] = packs.as_slice() else {
+        panic!("one pack expected: {packs:?}");
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(pack)
+        .expect("open the pack");
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).expect("read");
+    file.write_all_at(&[byte[0] ^ 0x01], at).expect("write");
+}
+
+/// Runs CheckStore to its end; returns every message.
+async fn check_store(hub: &mut Hub) -> Vec<pb::CheckStoreResponse> {
+    let mut stream = hub
+        .client
+        .check_store(pb::CheckStoreRequest {})
+        .await
+        .expect("CheckStore")
+        .into_inner();
+    let mut messages = Vec::new();
+    while let Some(message) = stream.message().await.expect("a progress message") {
+        messages.push(message);
+    }
+    assert!(
+        messages.last().is_some_and(|m| m.done),
+        "the stream ends with done: {messages:?}"
+    );
+    messages
+}
+
+/// Issue 23, point 3: damage in the first piece of a download is refused before the header (the
+/// gateway can still answer with an error), damage further in ends the stream after the sound
+/// bytes before it, and CheckStore names the damaged chunk.
+#[tokio::test]
+async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
+    let Some(mut hub) = start(Backend::Sqlite, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let bytes = image(7, 5 * CHUNK_SIZE);
+    let stored = put(&mut hub, "alice", must_not_exist(), &bytes)
+        .await
+        .expect("put");
+    let sound = check_store(&mut hub).await;
+    let last = sound.last().expect("a message");
+    assert_eq!(
+        (last.images_checked, last.bytes_checked),
+        (1, bytes.len() as u64)
+    );
+    assert!(sound.iter().all(|m| m.problems.is_empty()), "{sound:?}");
+
+    // Damage in the last MiB: the header and the sound pieces before it arrive, then the status.
+    let late = 4 * CHUNK_SIZE as u64 + 1234;
+    damage_only_pack(&hub, late);
+    let mut stream = hub
+        .client
+        .get_image(pb::GetImageRequest {
+            caller: caller("alice", "device-b"),
+            revision: Some(stored.revision.clone()),
+        })
+        .await
+        .expect("the download starts")
+        .into_inner();
+    let mut received = Vec::new();
+    let status = loop {
+        match stream.message().await {
+            Ok(Some(message)) => {
+                if let Some(Part::Chunk(chunk)) = message.into_part() {
+                    received.extend_from_slice(&chunk);
+                }
+            }
+            Ok(None) => panic!("a damaged image was served whole"),
+            Err(status) => break status,
+        }
+    };
+    assert_refused(
+        Err::<(), _>(status),
+        Code::DataLoss,
+        reason::STORAGE_CORRUPT,
+    );
+    assert!(
+        received.len() as u64 <= late,
+        "{} bytes passed the damage",
+        received.len()
+    );
+    assert_eq!(received[..], bytes[..received.len()]);
+
+    // Damage in the first bytes: refused before any header, so no download starts at all.
+    damage_only_pack(&hub, 100);
+    let refused = hub
+        .client
+        .get_image(pb::GetImageRequest {
+            caller: caller("alice", "device-b"),
+            revision: None,
+        })
+        .await
+        .map(|_| "a download that started");
+    assert_refused(refused, Code::DataLoss, reason::STORAGE_CORRUPT);
+
+    let report = check_store(&mut hub).await;
+    let problems: Vec<&pb::IntegrityProblem> = report.iter().flat_map(|m| &m.problems).collect();
+    let chunk_of = |at: usize| {
+        let start = at / hub.config.store_config().chunk_size as usize
+            * hub.config.store_config().chunk_size as usize;
+        let end = (start + hub.config.store_config().chunk_size as usize).min(bytes.len());
+        hex::encode(Sha256::digest(&bytes[start..end]))
+    };
+    let mut named: Vec<(i32, String)> =
+        problems.iter().map(|p| (p.kind, p.chunk.clone())).collect();
+    named.sort();
+    let mut expected = vec![
+        (
+            pb::IntegrityProblemKind::ChunkMismatch as i32,
+            chunk_of(100),
+        ),
+        (
+            pb::IntegrityProblemKind::ChunkMismatch as i32,
+            chunk_of(late as usize),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(named, expected);
+    assert_eq!(report.last().expect("last").images_checked, 1);
+}

@@ -123,7 +123,10 @@ impl RevStore for AnyStore {
         each!(self, s => s.stats().await)
     }
 
-    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
-        each!(self, s => s.check_integrity().await)
+    async fn check_integrity_watched(
+        &self,
+        progress: &tokio::sync::watch::Sender<IntegrityReport>,
+    ) -> Result<IntegrityReport, StorageError> {
+        each!(self, s => s.check_integrity_watched(progress).await)
     }
 }

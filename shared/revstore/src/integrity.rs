@@ -18,6 +18,7 @@ use std::{collections::HashSet, future::Future, ops::Range};
 
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
 
 use crate::{
     error::StorageError,
@@ -26,6 +27,11 @@ use crate::{
 
 /// How many chunks one [`Inspect::read`] covers.
 pub(crate) const RUN: usize = 256;
+
+/// The most problems a report lists; beyond them it only counts
+/// ([`IntegrityReport::problems_omitted`]). A lost pack of a large store is tens of thousands of
+/// missing chunks: the first ten thousand say what happened, and the report stays small.
+pub(crate) const MAX_PROBLEMS: usize = 10_000;
 
 /// One chunk as the store holds it, unverified.
 #[derive(Debug)]
@@ -80,67 +86,82 @@ pub(crate) trait Inspect: Sync {
 }
 
 /// Reassembles every retained image, checks every chunk against its address and every image
-/// against its digest and size, and reports every defect found.
-pub(crate) async fn check<I: Inspect>(store: &I) -> Result<IntegrityReport, StorageError> {
-    let mut report = IntegrityReport::default();
-    for user in store.dangling_pointers().await? {
-        report
-            .problems
-            .push(IntegrityProblem::DanglingPointer { user });
-    }
+/// against its digest and size, and reports every defect found. The report is kept in `progress`
+/// as it grows (one update per image), and returned whole at the end.
+pub(crate) async fn check<I: Inspect>(
+    store: &I,
+    progress: &watch::Sender<IntegrityReport>,
+) -> Result<IntegrityReport, StorageError> {
+    progress.send_replace(IntegrityReport::default());
+    let found = |problems: Vec<IntegrityProblem>, images: u64, bytes: u64| {
+        progress.send_modify(|report| {
+            report.images_checked += images;
+            report.bytes_checked += bytes;
+            for problem in problems {
+                if report.problems.len() < MAX_PROBLEMS {
+                    report.problems.push(problem);
+                } else {
+                    report.problems_omitted += 1;
+                }
+            }
+        });
+    };
+    let dangling = store.dangling_pointers().await?;
+    found(
+        dangling
+            .into_iter()
+            .map(|user| IntegrityProblem::DanglingPointer { user })
+            .collect(),
+        0,
+        0,
+    );
     let mut mismatched = HashSet::new();
     for digest in store.retained_images().await? {
         let image = match store.image(&digest).await? {
             Record::Missing => {
-                report
-                    .problems
-                    .push(IntegrityProblem::MissingImage { image: digest });
+                found(vec![IntegrityProblem::MissingImage { image: digest }], 0, 0);
                 continue;
             }
             Record::Malformed => {
-                report.images_checked += 1;
-                report
-                    .problems
-                    .push(IntegrityProblem::ImageMismatch { image: digest });
+                found(
+                    vec![IntegrityProblem::ImageMismatch { image: digest }],
+                    1,
+                    0,
+                );
                 continue;
             }
             Record::Image(image) => image,
         };
-        report.images_checked += 1;
+        let mut problems = Vec::new();
         let mut hasher = Sha256::new();
-        let (mut total, mut sound) = (0u64, true);
         let n = image.manifest.len();
+        let mut total = 0u64;
         for start in (0..n).step_by(RUN) {
             let run = start..(start + RUN).min(n);
-            let stored = store.read(&image, run.clone()).await?;
-            let mut stored = stored.into_iter();
+            let mut stored = store.read(&image, run.clone()).await?.into_iter();
             for address in &image.manifest[run] {
                 match judge(&digest, address, stored.next()) {
                     Ok(bytes) => {
                         total += bytes.len() as u64;
                         hasher.update(&bytes);
                     }
-                    Err(problem) => {
-                        sound = false;
-                        let repeated = matches!(problem, IntegrityProblem::ChunkMismatch { chunk }
-                            if !mismatched.insert(chunk));
-                        if !repeated {
-                            report.problems.push(problem);
-                        }
+                    // A chunk shared by many images is one defect, reported once.
+                    Err(IntegrityProblem::ChunkMismatch { chunk }) if !mismatched.insert(chunk) => {
                     }
+                    Err(problem) => problems.push(problem),
                 }
             }
         }
-        report.bytes_checked += total;
-        // Damaged or missing chunks already explain a wrong whole.
+        // Damaged or missing chunks already explain a wrong whole; so does a repeated mismatch,
+        // which `problems` no longer shows.
+        let sound = problems.is_empty() && !image.manifest.iter().any(|c| mismatched.contains(c));
         if sound && (Digest::from_bytes(hasher.finalize().into()) != digest || total != image.size)
         {
-            report
-                .problems
-                .push(IntegrityProblem::ImageMismatch { image: digest });
+            problems.push(IntegrityProblem::ImageMismatch { image: digest });
         }
+        found(problems, 1, total);
     }
-    Ok(report)
+    Ok(progress.borrow().clone())
 }
 
 /// The bytes of one chunk of `image` at `address`, or what is wrong with them.

@@ -647,8 +647,11 @@ impl RevStore for MemStore {
         })
     }
 
-    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
-        integrity::check(self).await
+    async fn check_integrity_watched(
+        &self,
+        progress: &tokio::sync::watch::Sender<IntegrityReport>,
+    ) -> Result<IntegrityReport, StorageError> {
+        integrity::check(self, progress).await
     }
 }
 

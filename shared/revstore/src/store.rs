@@ -118,8 +118,22 @@ pub trait RevStore: Send + Sync + 'static {
 
     /// Reassembles every retained image and checks every chunk against its address and every
     /// image against its digest.
-    fn check_integrity(&self)
-    -> impl Future<Output = Result<IntegrityReport, StorageError>> + Send;
+    fn check_integrity(
+        &self,
+    ) -> impl Future<Output = Result<IntegrityReport, StorageError>> + Send {
+        async move {
+            let (progress, _) = tokio::sync::watch::channel(IntegrityReport::default());
+            self.check_integrity_watched(&progress).await
+        }
+    }
+
+    /// [`RevStore::check_integrity`], keeping the report in `progress` up to date as each image
+    /// is checked (a check of a large store reads all of it), so a caller can show how far it
+    /// got and the problems found so far. `progress` starts from an empty report.
+    fn check_integrity_watched(
+        &self,
+        progress: &tokio::sync::watch::Sender<IntegrityReport>,
+    ) -> impl Future<Output = Result<IntegrityReport, StorageError>> + Send;
 }
 
 /// A download: the revision's metadata, then its bytes.
@@ -139,10 +153,11 @@ impl std::fmt::Debug for ImageDownload {
 }
 
 /// The bytes of an image as a stream of pieces. An error ends it: no piece follows one, so a
-/// reader can never splice the bytes after a damaged range onto those before it.
+/// reader can never splice the bytes after a damaged range onto those before it. Once ended it
+/// stays ended (it may be polled again, as a peeked stream is).
 pub struct ImageBody {
     inner: Pin<Box<dyn Stream<Item = Result<Bytes, StorageError>> + Send>>,
-    failed: bool,
+    ended: bool,
 }
 
 impl ImageBody {
@@ -151,7 +166,7 @@ impl ImageBody {
     ) -> Self {
         Self {
             inner: Box::pin(inner),
-            failed: false,
+            ended: false,
         }
     }
 
@@ -169,14 +184,14 @@ impl Stream for ImageBody {
     type Item = Result<Bytes, StorageError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.failed {
+        if self.ended {
             return Poll::Ready(None);
         }
         // Reads run ahead (PostgreSQL+objects reads several ranges at once), so the backend's
         // stream can have later pieces ready after a failed one.
         let next = self.inner.as_mut().poll_next(cx);
-        if let Poll::Ready(Some(Err(_))) = &next {
-            self.failed = true;
+        if let Poll::Ready(Some(Err(_)) | None) = &next {
+            self.ended = true;
         }
         next
     }

@@ -500,6 +500,8 @@ pub struct IntegrityReport {
     /// Bytes of sound chunks read and hashed, summed over the images (a chunk shared by two
     /// images counts twice).
     pub bytes_checked: u64,
-    /// Everything wrong; empty for a healthy store.
+    /// Everything wrong, up to ten thousand problems; empty for a healthy store.
     pub problems: Vec<IntegrityProblem>,
+    /// Problems found beyond those listed.
+    pub problems_omitted: u64,
 }

@@ -88,7 +88,13 @@ fn store(images: &[&str], tweak: impl FnOnce(&mut Fake, &[Digest])) -> Fake {
 #[track_caller]
 fn check_report(images: &[&str], tweak: impl FnOnce(&mut Fake, &[Digest]), expect: Expect) {
     let fake = store(images, tweak);
-    let report = futures::executor::block_on(super::check(&fake)).expect("check");
+    let (progress, watched) = watch::channel(IntegrityReport::default());
+    let report = futures::executor::block_on(super::check(&fake, &progress)).expect("check");
+    assert_eq!(
+        *watched.borrow(),
+        report,
+        "the watched report is the final one"
+    );
     let mut names: HashMap<Digest, String> =
         ('a'..='z').map(|c| (chunk(c).0, c.to_string())).collect();
     for (i, d) in fake.retained.iter().enumerate() {
@@ -205,4 +211,21 @@ fn images_longer_than_one_run_are_read_in_runs() {
         checked 1 images, 2048 bytes
         mismatch c"#]],
     );
+}
+
+#[test]
+fn a_report_lists_ten_thousand_problems_and_counts_the_rest() {
+    let many: String = ('a'..='z').collect();
+    let images: Vec<String> = (0..400).map(|i| format!("{many}{i}")).collect();
+    let fake = store(
+        &images.iter().map(String::as_str).collect::<Vec<_>>(),
+        |f, _| {
+            f.chunks.clear();
+        },
+    );
+    let (progress, _) = watch::channel(IntegrityReport::default());
+    let report = futures::executor::block_on(super::check(&fake, &progress)).expect("check");
+    let missing: usize = images.iter().map(|i| i.chars().count()).sum();
+    assert_eq!(report.problems.len(), MAX_PROBLEMS);
+    assert_eq!(report.problems_omitted as usize, missing - MAX_PROBLEMS);
 }

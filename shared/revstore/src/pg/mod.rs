@@ -1228,8 +1228,11 @@ impl RevStore for PgStore {
         })
     }
 
-    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
-        integrity::check(self).await
+    async fn check_integrity_watched(
+        &self,
+        progress: &tokio::sync::watch::Sender<IntegrityReport>,
+    ) -> Result<IntegrityReport, StorageError> {
+        integrity::check(self, progress).await
     }
 }
 

@@ -1624,9 +1624,13 @@ impl RevStore for SqliteStore {
         .await
     }
 
-    async fn check_integrity(&self) -> Result<IntegrityReport, StorageError> {
+    async fn check_integrity_watched(
+        &self,
+        progress: &tokio::sync::watch::Sender<IntegrityReport>,
+    ) -> Result<IntegrityReport, StorageError> {
         // Every read is a file or SQLite call, so the whole check runs on one blocking thread.
-        self.blocking(|inner| futures::executor::block_on(integrity::check(inner)))
+        let progress = progress.clone();
+        self.blocking(move |inner| futures::executor::block_on(integrity::check(inner, &progress)))
             .await
     }
 }

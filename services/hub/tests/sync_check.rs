@@ -1,0 +1,155 @@
+//! `snug-hub sync check` (issue 23, point 3): the sync store's integrity check for an operator,
+//! on a store it opens itself and through a running sync service's CheckStore, with one byte of
+//! a pack damaged on disk.
+
+use std::{path::Path, process::Output};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+use snug_revstore::{Precondition, Principal, PutRequest, RevStore as _, UserId};
+use snug_sync_service::SyncConfig;
+
+const BIN: &str = env!("CARGO_BIN_EXE_snug-hub");
+
+/// Chunks of the embedded store (one SQLite page).
+const CHUNK: usize = 4096;
+
+fn check(data: &Path, extra: &[&str]) -> Output {
+    std::process::Command::new(BIN)
+        .args(["sync", "check", "--data-dir"])
+        .arg(data)
+        .args(extra)
+        .env_remove("SNUG_SYNC_STORE")
+        .output()
+        .expect("run snug-hub sync check")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Distinct pseudo-random chunks.
+fn image(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut n = 0u64;
+    while out.len() < len {
+        out.extend_from_slice(&Sha256::digest(n.to_le_bytes()));
+        n += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+fn config(data: &Path) -> SyncConfig {
+    SyncConfig {
+        sqlite_dir: data.join("sync"),
+        reclaim_interval: std::time::Duration::ZERO,
+        ..SyncConfig::default()
+    }
+}
+
+/// Stores `bytes` as alice's first image in the embedded store under `data`, then closes it.
+async fn store_image(data: &Path, bytes: &[u8]) {
+    let store = snug_sync_service::open_store(&config(data))
+        .await
+        .expect("open the store");
+    let alice = UserId::new("alice").expect("user");
+    store.provision_user(&alice).await.expect("provision");
+    let body = futures::stream::iter([Ok(Bytes::copy_from_slice(bytes))]);
+    store
+        .put(
+            PutRequest {
+                user: alice,
+                precondition: Precondition::MustNotExist,
+                principal: Principal::new("test").expect("principal"),
+                idempotency_key: None,
+            },
+            body,
+        )
+        .await
+        .expect("put");
+}
+
+/// Flips one byte at `at` of the store's only pack (one image of distinct chunks: image order).
+fn damage(data: &Path, at: u64) {
+    use std::os::unix::fs::FileExt as _;
+    let pack = std::fs::read_dir(data.join("sync/packs"))
+        .expect("packs")
+        .next()
+        .expect("a pack")
+        .expect("entry")
+        .path();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(pack)
+        .expect("open");
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).expect("read");
+    file.write_all_at(&[byte[0] ^ 1], at).expect("write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_pack_is_reported_by_the_check_on_either_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path();
+    let bytes = image(8 * CHUNK);
+    store_image(data, &bytes).await;
+
+    let sound = check(data, &[]);
+    assert_eq!(sound.status.code(), Some(0), "{}", text(&sound.stderr));
+    assert!(text(&sound.stderr).contains("the store is sound"));
+    assert_eq!(text(&sound.stdout), "");
+
+    let at = 5 * CHUNK + 99;
+    damage(data, at as u64);
+    let chunk = hex::encode(Sha256::digest(&bytes[5 * CHUNK..6 * CHUNK]));
+    let damaged = check(data, &[]);
+    assert_eq!(damaged.status.code(), Some(2), "{}", text(&damaged.stderr));
+    assert_eq!(
+        text(&damaged.stdout),
+        format!("CHUNK_MISMATCH chunk={chunk}\n")
+    );
+
+    let json = check(data, &["--json"]);
+    assert_eq!(json.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
+    assert_eq!(report["imagesChecked"], 1);
+    assert_eq!(report["problems"][0]["kind"], "CHUNK_MISMATCH");
+    assert_eq!(report["problems"][0]["chunk"], chunk.as_str());
+    assert_eq!(report["problemsOmitted"], 0);
+
+    // A running sync service holds the store: opening it here is refused (exit 1, saying what to
+    // do), and the same report comes through its CheckStore.
+    let store = snug_sync_service::open_store(&config(data))
+        .await
+        .expect("open the store");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let served = config(data);
+    tokio::spawn(async move {
+        snug_sync_service::serve(
+            &snug_rpc::server::ServerConfig::for_tests(),
+            &served,
+            store,
+            listener,
+            std::future::pending(),
+        )
+        .await
+    });
+    let held = check(data, &[]);
+    assert_eq!(held.status.code(), Some(1));
+    assert!(
+        text(&held.stderr).contains("--addr"),
+        "{}",
+        text(&held.stderr)
+    );
+    let remote = check(data, &["--addr", &format!("http://{addr}")]);
+    assert_eq!(remote.status.code(), Some(2), "{}", text(&remote.stderr));
+    assert_eq!(
+        text(&remote.stdout),
+        format!("CHUNK_MISMATCH chunk={chunk}\n")
+    );
+}
