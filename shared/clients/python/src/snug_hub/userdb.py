@@ -147,7 +147,7 @@ class UserDbClient:
         with self._exchange("GET", self._image_path(revision)) as response:
             self._check(response)
             info = _image_info(response)
-            data = response.read()
+            data = _read(response)
             _verify(info, len(data), hashlib.sha256(data).hexdigest())
             return Image(
                 revision=info.revision,
@@ -174,7 +174,7 @@ class UserDbClient:
         path = "/userdb/revisions" + (f"?limit={int(limit)}" if limit is not None else "")
         with self._exchange("GET", path) as response:
             self._check(response)
-            body = json.loads(response.read())
+            body = json.loads(_read(response))
         return [Revision.from_json(entry) for entry in body["revisions"]]
 
     def export_app(self, app_id: str, out: Sink) -> str:
@@ -238,7 +238,7 @@ class UserDbClient:
         headers = _precondition(if_match, create)
         with self._exchange("POST", path, headers=headers, body=b"", length=0) as response:
             self._check(response)
-            body = json.loads(response.read())
+            body = json.loads(_read(response))
         return Revision.from_json(body["revision"])
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -281,7 +281,7 @@ class UserDbClient:
     def _check(self, response: http.client.HTTPResponse) -> None:
         if response.status < 400:
             return
-        body = response.read(_MAX_ERROR_BODY)
+        body = _read(response, _MAX_ERROR_BODY)
         raise from_http(
             response.status,
             body,
@@ -292,7 +292,7 @@ class UserDbClient:
     def _copy(self, response: http.client.HTTPResponse, sink: Any) -> int:
         received = 0
         while True:
-            piece = response.read(self.chunk_size)
+            piece = _read(response, self.chunk_size)
             if not piece:
                 return received
             sink.write(piece)
@@ -350,6 +350,19 @@ class _Exchange:
         self._connection.close()
 
 
+def _read(response: http.client.HTTPResponse, size: int = -1) -> bytes:
+    """Reads (part of) an answer's body; a connection that breaks or times out meanwhile is a
+    typed error, as it is while the request is sent."""
+    try:
+        return response.read(size) if size >= 0 else response.read()
+    except TimeoutError as err:
+        raise DeadlineExceededError(f"the hub stopped sending its answer: {err}") from err
+    except OSError as err:
+        raise UnavailableError(f"the connection to the hub broke: {err}") from err
+    except http.client.HTTPException as err:
+        raise ProtocolError(f"the answer broke off: {err!r}") from err
+
+
 def _network_error(err: OSError, where: str) -> SnugError:
     if isinstance(err, TimeoutError):
         return DeadlineExceededError(f"{where} did not answer in time: {err}")
@@ -370,7 +383,7 @@ def _revision(response: http.client.HTTPResponse) -> str:
     etag = response.getheader("ETag")
     if not etag:
         raise ProtocolError(f"a {response.status} answer without an ETag")
-    response.read()
+    _read(response)
     return etag.strip().strip('"')
 
 
