@@ -27,6 +27,20 @@ SCHEMATHESIS_VERSION=4.32.5
 # grpcio-tools and reads google.rpc error details with googleapis-common-protos.
 GRPCIO_TOOLS_VERSION=1.85.1
 GOOGLEAPIS_COMMON_PROTOS_VERSION=1.76.0
+# Nor these: tests/tests/python_package.rs installs the Python client package
+# (shared/clients/python) from the checkout with no network (no build isolation, no index), so
+# its build and runtime requirements are here, pinned as its pyproject.toml pins them (a test of
+# the package checks the two agree), with what its tests run: pytest, mypy and the type stubs it
+# is checked with, and testcontainers. pytest 9.1 rather than 9.2: 9.2 needs packaging>=24,
+# checkov 3.3.30 packaging<24.
+GRPCIO_VERSION=1.85.3
+PROTOBUF_VERSION=7.36.2
+SETUPTOOLS_VERSION=84.2.1
+TESTCONTAINERS_VERSION=4.15.0
+PYTEST_VERSION=9.1.1
+MYPY_VERSION=2.4.1
+TYPES_PROTOBUF_VERSION=7.35.1.20261122
+TYPES_GRPCIO_VERSION=1.85.0.20261028
 # The oldest Kubernetes the manifests support (native gRPC probes, preStop sleep, matchLabelKeys in
 # topology spread are all on by default from 1.30) and the newest the pinned schemas know.
 KUBERNETES_VERSIONS=(1.30.0 1.37.0)
@@ -46,6 +60,8 @@ started=$SECONDS
 venv="${SNUG_K8S_VENV:-/var/tmp/snug-hub-venv}"
 python="${PYTHON:-python3}"
 requirements="kubernetes-validate==$KUBERNETES_VALIDATE_VERSION checkov==$CHECKOV_VERSION schemathesis==$SCHEMATHESIS_VERSION grpcio-tools==$GRPCIO_TOOLS_VERSION googleapis-common-protos==$GOOGLEAPIS_COMMON_PROTOS_VERSION"
+requirements+=" grpcio==$GRPCIO_VERSION protobuf==$PROTOBUF_VERSION setuptools==$SETUPTOOLS_VERSION testcontainers==$TESTCONTAINERS_VERSION"
+requirements+=" pytest==$PYTEST_VERSION mypy==$MYPY_VERSION types-protobuf==$TYPES_PROTOBUF_VERSION types-grpcio==$TYPES_GRPCIO_VERSION"
 
 # --- tools ----------------------------------------------------------------------------------------
 mkdir -p "$(dirname "$venv")"

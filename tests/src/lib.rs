@@ -18,10 +18,10 @@
 //! | `SNUG_TEST_PG_BIN` | PostgreSQL's server binaries (`initdb`, `pg_ctl`) for the revstore fault test that restarts a private cluster (default: the newest `/usr/lib/postgresql/*/bin`); without them it skips, or fails under `SNUG_REQUIRE_GARAGE=1` |
 //! | `SNUG_TEST_POSTGRES_CA` | the CA file of that server, whose certificate names DNS `localhost` only and which admits role `snug_tls_only` over TLS only (as `.ci/run` sets it up): the revstore TLS cases; without it they skip |
 //! | `SNUG_REQUIRE_POSTGRES_TLS` | `1`: the revstore TLS cases fail without `SNUG_TEST_POSTGRES_CA` instead of skipping |
-//! | `SNUG_TEST_PYTHON` | the Python with schemathesis and grpcio-tools (default: the `k8s/validate.sh` venv) |
+//! | `SNUG_TEST_PYTHON` | the Python with schemathesis, grpcio-tools and the Python package's build and test requirements (default: the `k8s/validate.sh` venv) |
 //! | `SNUG_K8S_VENV` | where `k8s/validate.sh` keeps that venv (default `/var/tmp/snug-hub-venv`) |
 //! | `SNUG_REQUIRE_DOCKER` | `1`: the container suites fail without Docker instead of skipping |
-//! | `SNUG_REQUIRE_GRPCIO_TOOLS` | `1`: the Python client suite fails without grpcio-tools |
+//! | `SNUG_REQUIRE_GRPCIO_TOOLS` | `1`: the Python client suites (`python_client.rs`, `python_package.rs`) fail without grpcio-tools and the package's requirements |
 //! | `SNUG_REQUIRE_SCHEMATHESIS` | `1`: the schemathesis suite fails without schemathesis |
 //! | `SNUG_HUB_IMAGE` | test this image (`name:tag`) instead of building one |
 //! | `SNUG_REVSTORE_CRASH_CHILD` | internal: marks the revstore crash test's child process |
@@ -40,7 +40,10 @@
 //! PUTs (the revision survives on its volume), and checks the all-in-one container runs read-only
 //! as uid 65532; `tests/tests/python_client.rs` generates a Python client from `proto/` with
 //! grpcio-tools (`tests/python/`) and calls the container, schema and sync containers with it, and
-//! checks every proto field, RPC, enum value and error reason is documented.
+//! checks every proto field, RPC, enum value and error reason is documented;
+//! `tests/tests/python_package.rs` installs the Python client package (`shared/clients/python`)
+//! into a temporary directory with the CI virtualenv's pip (no network) and runs its pytest suite,
+//! which starts the image through the package's own testcontainers module.
 //! Without Docker (or grpcio-tools) these tests skip with a message on stderr; `.ci/run` sets
 //! `SNUG_REQUIRE_DOCKER=1` and `SNUG_REQUIRE_GRPCIO_TOOLS=1` so CI fails instead, builds the static
 //! binary and the image once before `cargo test` (in `SNUG_STATIC_TARGET_DIR`, default

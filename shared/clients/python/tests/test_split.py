@@ -1,0 +1,72 @@
+"""The split deployment (`SplitHub`): five containers on a network of their own, each service
+reached on its own gRPC port, and a service stopped mid-suite: `PUT /userdb` is refused with the
+documented 503 (SERVICE_UNAVAILABLE, retryable, Retry-After) and succeeds once it is back."""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pytest
+
+from snug_hub import ContainerClient, SchemaClient, errors
+from snug_hub.pb import container_pb2
+from snug_hub.testcontainers import LABEL, SERVICES, SplitHub
+from support import vector
+
+
+def test_each_service_runs_in_its_own_container_on_the_deployments_network(split: SplitHub) -> None:
+    network = split.network.name
+    assert network.startswith("snug-hub-")
+    engine = docker.from_env()
+    for service in SERVICES:
+        attrs = split.container(service).get_wrapped_container().attrs
+        assert attrs["Config"]["Cmd"] == ["serve", service]
+        assert attrs["Config"]["Labels"][LABEL] == "1"
+        assert list(attrs["NetworkSettings"]["Networks"]) == [network]
+        assert attrs["HostConfig"]["ReadonlyRootfs"] is True
+        published = [b for bindings in attrs["NetworkSettings"]["Ports"].values() for b in bindings or []]
+        assert published and {b["HostIp"] for b in published} == {"127.0.0.1"}, published
+    assert engine.networks.get(network).attrs["Labels"][LABEL] == "1"
+    with pytest.raises(ValueError):
+        split.grpc_target("gateway")
+
+
+def test_each_service_answers_on_its_own_port(split: SplitHub) -> None:
+    with ContainerClient(split.grpc_target("container"), timeout=30) as container:
+        assert container.detect_format(b"SNUGENC1\n\x01") == container_pb2.FORMAT_SNUGENC1
+    with SchemaClient(split.grpc_target("schema"), timeout=30) as schema:
+        assert schema.inspect(vector("userdb", "fresh-v6.user.snug")).storage_version == 6
+    # The container service is not the schema service: an RPC it does not serve is typed too.
+    with SchemaClient(split.grpc_target("container"), timeout=30) as wrong:
+        with pytest.raises(errors.UnimplementedError):
+            wrong.inspect(vector("userdb", "fresh-v6.user.snug"))
+
+
+def test_a_stopped_schema_service_gives_503_and_the_hub_recovers(split: SplitHub) -> None:
+    userdb = split.userdb(split.add_user("fault"))
+    first = userdb.put(vector("userdb", "fresh-v6.export.snug"), create=True)
+
+    split.stop_service("schema")
+    started = time.monotonic()
+    with pytest.raises(errors.ServiceUnavailable) as refused:
+        userdb.put(vector("userdb", "sample-v6.export.snug"), if_match=first)
+    error = refused.value
+    assert (error.http_status, error.http_code, error.retryable) == (503, "SERVICE_UNAVAILABLE", True)
+    assert error.retry_after is not None and error.retry_after >= 1
+    assert isinstance(error, errors.UnavailableError)
+    assert time.monotonic() - started < 10, "refused promptly, not after a hang"
+    assert userdb.get().revision == first, "nothing was stored"
+
+    split.start_service("schema")
+    # The gateway reaches the service again on its next connection attempt.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            second = userdb.put(vector("userdb", "sample-v6.export.snug"), if_match=first)
+            break
+        except errors.UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
+    assert userdb.head().revision == second != first
