@@ -40,6 +40,7 @@
 //! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |
 //! | `SNUG_SYNC_OBJECTS` | — (bytes in PostgreSQL rows) | `s3://BUCKET/PREFIX`: with `--store postgres`, image bytes go to this S3-compatible bucket as pack objects; the bucket is reached with the standard `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` (path-style unless `true`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and `AWS_CA_BUNDLE` (a CA file for https); plain http only to a loopback endpoint or with `AWS_ALLOW_HTTP=true` |
 //! | `SNUG_SYNC_QUOTA_BYTES` | `67108864` | per-user quota on one image; exactly this size is accepted |
+//! | `SNUG_SYNC_STAGED_LIMIT_BYTES` | 4 × the quota | most bytes one user's unfinished puts may hold at once (each its declared length); beyond it a put is refused `PUTS_IN_FLIGHT` (503, retryable); a failed put's bytes are reclaimed at once, a crashed put's count until `SNUG_SYNC_ORPHAN_AFTER` |
 //! | `SNUG_SYNC_KEEP_REVISIONS` | `5` | newest revisions per user that reclamation always keeps (≥ 1) |
 //! | `SNUG_SYNC_GRACE` | `24h` | a superseded revision is kept at least this long |
 //! | `SNUG_SYNC_ORPHAN_AFTER` | `24h` | an unfinished put's objects are reclaimed after this long |

@@ -63,6 +63,7 @@ async fn store_image(data: &Path, bytes: &[u8]) {
                 precondition: Precondition::MustNotExist,
                 principal: Principal::new("test").expect("principal"),
                 idempotency_key: None,
+                expected_length: None,
             },
             body,
         )

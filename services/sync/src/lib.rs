@@ -161,6 +161,12 @@ pub struct SyncConfig {
     /// Per-user quota on one image, in bytes; an image of exactly this size is accepted.
     #[arg(long = "sync-quota-bytes", env = "SNUG_SYNC_QUOTA_BYTES", default_value_t = DEFAULT_QUOTA_BYTES)]
     pub quota_bytes: u64,
+    /// The most bytes one user's unfinished puts may hold at once (each its declared length, or
+    /// the quota), beyond which a new put is refused PUTS_IN_FLIGHT (503, retry shortly);
+    /// default four times the quota. Failed puts' bytes are reclaimed at once; a crashed put's
+    /// count until its record is an orphan (`SNUG_SYNC_ORPHAN_AFTER`).
+    #[arg(long = "sync-staged-limit-bytes", env = "SNUG_SYNC_STAGED_LIMIT_BYTES")]
+    pub staged_limit_bytes: Option<u64>,
     /// Reclamation always keeps each user's newest N revisions (the current one among them).
     #[arg(long = "sync-keep-revisions", env = "SNUG_SYNC_KEEP_REVISIONS", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -188,6 +194,7 @@ impl Default for SyncConfig {
             postgres_pool_size: 16,
             objects: None,
             quota_bytes: DEFAULT_QUOTA_BYTES,
+            staged_limit_bytes: None,
             keep_revisions: 5,
             grace: retention.grace,
             orphan_after: retention.orphan_after,
@@ -201,6 +208,7 @@ impl SyncConfig {
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
             quota_bytes: self.quota_bytes,
+            staged_limit_bytes: self.staged_limit_bytes,
             retention: Retention {
                 keep_newest: self.keep_revisions as usize,
                 grace: self.grace,
@@ -592,6 +600,8 @@ impl SyncService for SyncServer {
             precondition,
             principal: caller.principal,
             idempotency_key,
+            // Exact when declared (the body adapter refuses any other length).
+            expected_length: header.expected_length,
         };
         let user = request.user.clone();
         match self.store.put(request, body).await {

@@ -24,6 +24,10 @@ pub const BASE_REVISION: &str = "baseRevision";
 pub const QUOTA_BYTES: &str = "quotaBytes";
 /// Metadata key: the revision an idempotency key produced (on IDEMPOTENCY_KEY_REUSED).
 pub const REVISION: &str = "revision";
+/// Metadata key: the bytes the user's unfinished puts hold (on PUTS_IN_FLIGHT).
+pub const STAGED_BYTES: &str = "stagedBytes";
+/// Metadata key: the most bytes one user's unfinished puts may hold (on PUTS_IN_FLIGHT).
+pub const LIMIT_BYTES: &str = "limitBytes";
 
 /// Every reason this service can return, for the reason-table tests: the names of
 /// [`REASONS`], in its order.

@@ -82,6 +82,23 @@ pub fn put_error(err: PutError) -> Status {
                 [],
             )
         }
+        PutError::PutsInFlight { staged, limit } => {
+            // Counted by the request metrics under reason="PUTS_IN_FLIGHT".
+            tracing::info!(
+                staged,
+                limit,
+                "refused a put: the user's unfinished puts are at their limit"
+            );
+            from_reason(
+                &reasons::PUTS_IN_FLIGHT,
+                DOMAIN,
+                "this user's unfinished uploads already hold the most bytes one user may stage; retry when they finish",
+                [
+                    (reason::STAGED_BYTES, staged.to_string()),
+                    (reason::LIMIT_BYTES, limit.to_string()),
+                ],
+            )
+        }
         PutError::Storage(err) => storage_error(err),
     }
 }

@@ -1255,6 +1255,13 @@ fn every_store_refusal_keeps_the_store_reason_and_gets_its_code() {
             Code::Cancelled,
         ),
         (
+            PutError::PutsInFlight {
+                staged: 300,
+                limit: 400,
+            },
+            Code::Unavailable,
+        ),
+        (
             PutError::Storage(StorageError::Unavailable(Box::new(std::io::Error::other(
                 "down",
             )))),

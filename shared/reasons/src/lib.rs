@@ -213,6 +213,7 @@ pub const ALL: &[&Reason] = &[
     &sync::STORAGE_UNAVAILABLE,
     &sync::STORAGE_CORRUPT,
     &sync::STORAGE_FULL,
+    &sync::PUTS_IN_FLIGHT,
     // The gateway's own.
     &gateway::UNAUTHENTICATED,
     &gateway::CSRF_REJECTED,

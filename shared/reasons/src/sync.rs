@@ -115,6 +115,16 @@ pub const STORAGE_FULL: Reason = sync(
     "the storage is out of space; an operator must make room",
 );
 
+/// The user's puts in flight (with those that failed or crashed and whose bytes are not reclaimed
+/// yet) already hold the most bytes one user may stage: a client opening uploads faster than
+/// they land waits for them.
+pub const PUTS_IN_FLIGHT: Reason = sync(
+    "PUTS_IN_FLIGHT",
+    GrpcCode::Unavailable,
+    http(503, "PUTS_IN_FLIGHT", true),
+    "the user's unfinished puts already hold the most bytes one user may stage; retry shortly",
+);
+
 /// The domain `snug.sync` and its reasons, in sync.proto's order.
 pub const DOMAIN: Domain = Domain {
     name: "snug.sync",
@@ -130,6 +140,7 @@ pub const DOMAIN: Domain = Domain {
         &STORAGE_UNAVAILABLE,
         &STORAGE_CORRUPT,
         &STORAGE_FULL,
+        &PUTS_IN_FLIGHT,
         &INVALID_ARGUMENT,
         &INTERNAL,
     ],

@@ -142,6 +142,7 @@ fn main() {
                 precondition: Precondition::MustNotExist,
                 principal: principal.clone(),
                 idempotency_key: None,
+                expected_length: None,
             },
             stream_of(&bytes),
         ))
@@ -196,6 +197,7 @@ fn main() {
                 precondition: Precondition::MustNotExist,
                 principal: principal.clone(),
                 idempotency_key: None,
+                expected_length: None,
             },
             stream_of(&Bytes::from(bytes.clone())),
         ))
@@ -214,6 +216,7 @@ fn main() {
             precondition: Precondition::MustMatch(base.info.revision),
             principal,
             idempotency_key: None,
+            expected_length: None,
         },
         stream_of(&Bytes::from(bytes)),
     ))

@@ -74,6 +74,7 @@ async fn put(
         precondition,
         principal: principal(),
         idempotency_key: None,
+        expected_length: None,
     };
     store
         .put(request, stream_of(bytes))

@@ -25,6 +25,8 @@ pub(crate) struct Facts {
     pub(crate) base_known: bool,
     /// The revision an earlier put with the same idempotency key produced.
     pub(crate) keyed: Option<Accepted>,
+    /// Bytes the user's unfinished puts hold (read when a put begins; 0 elsewhere).
+    pub(crate) staged: u64,
 }
 
 /// The outcome of the decision once the image digest is known.
@@ -52,6 +54,13 @@ pub(crate) fn early(precondition: &Precondition, facts: &Facts) -> Option<PutErr
         return None;
     }
     Some(refusal(precondition, facts))
+}
+
+/// Admits a put that stages `reserve` bytes when the user's unfinished puts hold `staged`:
+/// within `limit`, or when nothing is staged (a limit below one image must not lock a user out).
+pub(crate) fn admit(staged: u64, reserve: u64, limit: u64) -> Option<PutError> {
+    (staged > 0 && staged.saturating_add(reserve) > limit)
+        .then_some(PutError::PutsInFlight { staged, limit })
 }
 
 /// Decides with the digest of the streamed image in hand.

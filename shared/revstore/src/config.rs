@@ -28,6 +28,11 @@ pub struct StoreConfig {
     /// Chunk size for new stores. An existing store keeps the size it was created with, so the
     /// same bytes always chunk the same way and content addresses stay stable.
     pub chunk_size: u32,
+    /// The most bytes one user's unfinished puts may hold at once (each counts its declared size,
+    /// or the quota when undeclared; a failed put counts until its bytes are reclaimed, a crashed
+    /// one until its record is an orphan); `None`: four times the quota. A user with nothing
+    /// staged may always start one put.
+    pub staged_limit_bytes: Option<u64>,
     /// What reclamation keeps.
     pub retention: Retention,
     /// How long a download lease protects its image when the reader vanishes without releasing it
@@ -45,11 +50,20 @@ pub struct StoreConfig {
     pub faults: Faults,
 }
 
+impl StoreConfig {
+    /// [`StoreConfig::staged_limit_bytes`], with its default applied.
+    pub fn staged_limit(&self) -> u64 {
+        self.staged_limit_bytes
+            .unwrap_or_else(|| self.quota_bytes.saturating_mul(4))
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             quota_bytes: DEFAULT_QUOTA_BYTES,
             chunk_size: DEFAULT_CHUNK_SIZE,
+            staged_limit_bytes: None,
             retention: Retention::default(),
             lease_ttl: Duration::from_secs(15 * 60),
             clock: Arc::new(SystemClock),

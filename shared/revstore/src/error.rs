@@ -36,6 +36,8 @@ pub mod reason {
     pub const STORAGE_CORRUPT: &str = snug_reasons::sync::STORAGE_CORRUPT.name;
     /// The storage is out of space; only an operator can clear it.
     pub const STORAGE_FULL: &str = snug_reasons::sync::STORAGE_FULL.name;
+    /// The user's unfinished puts already hold the most bytes one user may stage.
+    pub const PUTS_IN_FLIGHT: &str = snug_reasons::sync::PUTS_IN_FLIGHT.name;
     /// Reclamation refused: the object listing was incomplete.
     pub const LISTING_INCOMPLETE: &str = "LISTING_INCOMPLETE";
     /// Reclamation refused: an object in the listing could not be identified.
@@ -215,6 +217,17 @@ pub enum PutError {
     /// The caller's byte stream failed before its end; nothing was written.
     #[error("the image stream failed")]
     BodyAborted(#[source] io::Error),
+    /// The user's unfinished puts (in flight, or failed and not reclaimed yet) already hold
+    /// `staged` bytes, and this one would take them past `limit`; refused before any byte is read.
+    #[error(
+        "unfinished puts hold {staged} bytes of this user's limit of {limit}; retry when they land"
+    )]
+    PutsInFlight {
+        /// Bytes the user's unfinished puts hold (each its declared size, or the quota).
+        staged: u64,
+        /// The most one user may stage ([`crate::StoreConfig::staged_limit_bytes`]).
+        limit: u64,
+    },
     /// The storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -232,6 +245,7 @@ impl PutError {
             PutError::ImageConflict { .. } => reason::IMAGE_CONFLICT,
             PutError::IdempotencyKeyReused { .. } => reason::IDEMPOTENCY_KEY_REUSED,
             PutError::BodyAborted(_) => reason::BODY_ABORTED,
+            PutError::PutsInFlight { .. } => reason::PUTS_IN_FLIGHT,
             PutError::Storage(e) => e.reason(),
         }
     }

@@ -51,10 +51,14 @@
 //!   less than [`Retention::grace`] ago; it never takes a current image, the base or image of a
 //!   put in flight, or a leased download, and it refuses to delete anything when the listing of
 //!   stored objects is incomplete or holds an object it cannot identify. Every deletion is
-//!   journaled ([`RevStore::journal`]). Publication records older than
-//!   [`Retention::orphan_after`] are orphans and go with their objects. Unreferenced chunks go at
-//!   once in the embedded store (commits re-check their chunks when a sweep ran meanwhile) and
-//!   after `orphan_after` in PostgreSQL (where they cannot be told from a streaming put's).
+//!   journaled ([`RevStore::journal`]). A put that does not land (refused at its commit, its
+//!   body broken off) marks its publication record abandoned, and what it staged (its pack, its
+//!   chunk rows) is reclaimed at once (`reclaim::discard`); only a crash's record waits for
+//!   [`Retention::orphan_after`] and then goes with its objects. Each unfinished put holds its
+//!   declared size against the user's limit on staged bytes ([`StoreConfig::staged_limit_bytes`];
+//!   beyond it [`PutError::PutsInFlight`]). Unreferenced chunks go at once in the embedded store
+//!   (commits re-check their chunks when a sweep ran meanwhile) and after `orphan_after` in
+//!   PostgreSQL (where a streaming put records the rows it relies on in `streamed_chunks`).
 //! - Time comes from a [`Clock`], so retention is testable without sleeping.
 //!
 //! # What this crate deliberately does not do
@@ -159,8 +163,8 @@
 //! Retention keeps each user's newest N revisions and anything superseded less than the grace period
 //! ago, and never reclaims a current image, the base or image of a put in flight, a leased download,
 //! or anything at all when the listing of stored objects is incomplete or holds an object it cannot
-//! identify; every deletion is journaled, and publication records older than `orphan_after` are
-//! reclaimed with their objects.
+//! identify; every deletion is journaled; a failed put's record and what it staged go as soon as it
+//! fails, and a crashed put's once it is older than `orphan_after`.
 //! Deliberately not here: authentication, looking inside images beyond that header field, gRPC,
 //! merging divergent histories, compacting partly dead packs.
 

@@ -82,6 +82,12 @@ struct Publication {
     user: UserId,
     /// The chunks the put has written, which reclamation leaves alone until it lands or goes.
     staged: Vec<Digest>,
+    /// The chunks the put stored that were not stored before.
+    created: Vec<Digest>,
+    /// The bytes it holds against the user's limit on staged bytes.
+    reserved: u64,
+    /// Whether it failed (and what it staged may go at once).
+    abandoned: bool,
 }
 
 impl MemStore {
@@ -131,6 +137,7 @@ impl UserRec {
                     .find(|r| r.key.as_ref() == Some(k))
                     .map(to_accepted)
             }),
+            staged: 0,
         }
     }
 
@@ -234,7 +241,7 @@ impl State {
         proposal: &Proposal<Staged>,
         now: Timestamp,
     ) -> Result<PutOutcome, PutError> {
-        if self.publications.remove(&publication).is_none() {
+        if !self.publications.contains_key(&publication) {
             return Err(StorageError::unavailable("put outlived its grace period; retry").into());
         }
         let intent = &proposal.intent;
@@ -242,7 +249,13 @@ impl State {
             .users
             .get(&intent.user)
             .map(|rec| rec.facts(&intent.precondition, intent.key.as_ref()));
-        match proposal.decide(facts.as_ref()) {
+        let decision = proposal.decide(facts.as_ref());
+        // A refusal changes nothing, the record included (as a rolled-back transaction would):
+        // `abandon` marks it and `discard` takes what it staged.
+        if !matches!(decision, Decision::Refuse(_)) {
+            self.publications.remove(&publication);
+        }
+        match decision {
             Decision::Refuse(err) => Err(err),
             Decision::Replay(revision) => {
                 let info = self
@@ -334,6 +347,10 @@ impl Primitives for MemStore {
         self.inner.config.quota_bytes
     }
 
+    fn staged_limit(&self) -> u64 {
+        self.inner.config.staged_limit()
+    }
+
     fn faults(&self) -> &crate::config::Faults {
         &self.inner.config.faults
     }
@@ -345,10 +362,16 @@ impl Primitives for MemStore {
     async fn begin(&self, intent: &Intent) -> Result<u64, PutError> {
         let now = self.now();
         let mut state = self.lock();
-        let facts = state
-            .users
-            .get(&intent.user)
-            .map(|rec| rec.facts(&intent.precondition, intent.key.as_ref()));
+        let staged = state
+            .publications
+            .values()
+            .filter(|p| p.user == intent.user)
+            .map(|p| p.reserved)
+            .sum();
+        let facts = state.users.get(&intent.user).map(|rec| Facts {
+            staged,
+            ..rec.facts(&intent.precondition, intent.key.as_ref())
+        });
         if let Some(err) = intent.early(facts.as_ref()) {
             return Err(state.refuse(&intent.user, &intent.principal, now, err));
         }
@@ -362,6 +385,9 @@ impl Primitives for MemStore {
                 started_at: now,
                 user: intent.user.clone(),
                 staged: Vec::new(),
+                created: Vec::new(),
+                reserved: intent.reserve,
+                abandoned: false,
             },
         );
         Ok(id)
@@ -383,6 +409,7 @@ impl Primitives for MemStore {
             p.digest = Some(ingested.digest);
         }
         // Create-once: an occupied address must hold the same bytes.
+        let mut created = Vec::new();
         for (digest, bytes) in &sink.0 {
             match state.chunks.get(digest) {
                 Some(existing) if existing != bytes => {
@@ -393,12 +420,14 @@ impl Primitives for MemStore {
                 Some(_) => {}
                 None => {
                     state.chunks.insert(*digest, bytes.clone());
+                    created.push(*digest);
                 }
             }
         }
         let manifest: Vec<Digest> = sink.0.into_iter().map(|(d, _)| d).collect();
         if let Some(p) = state.publications.get_mut(publication) {
             p.staged.clone_from(&manifest);
+            p.created = created;
         }
         Ok((ingested, Staged { manifest }))
     }
@@ -427,9 +456,20 @@ impl Primitives for MemStore {
     async fn abandon(&self, publication: &u64, intent: &Intent, err: &PutError) {
         let now = self.now();
         let mut state = self.lock();
-        state.publications.remove(publication);
+        if let Some(p) = state.publications.get_mut(publication) {
+            p.abandoned = true;
+        }
         if err.is_ledgered() {
             state.ledger_refusal(&intent.user, &intent.principal, now, err);
+        }
+    }
+
+    async fn discard(&self, publication: &u64) {
+        let id = publication.to_string();
+        // Like a pass, it holds the state's lock throughout and waits on nothing else.
+        let discarded = futures::executor::block_on(reclaim::discard(self, &id, self.now()));
+        if let Err(err) = discarded {
+            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
         }
     }
 
@@ -726,7 +766,7 @@ impl reclaim::Reclaimer for MemStore {
         Ok(Vec::new())
     }
 
-    async fn begin(&self) -> Result<MemPass<'_>, StorageError> {
+    async fn begin(&self, _taking: reclaim::Taking<'_>) -> Result<MemPass<'_>, StorageError> {
         Ok(MemPass {
             state: self.lock(),
             leases: &self.inner.leases,
@@ -741,15 +781,26 @@ pub(crate) struct MemPass<'a> {
 }
 
 impl reclaim::Pass for MemPass<'_> {
-    async fn orphans(&mut self, cutoff: Timestamp) -> Result<Vec<Record>, StorageError> {
+    async fn orphans(
+        &mut self,
+        taking: reclaim::Taking<'_>,
+    ) -> Result<Vec<reclaim::Orphan>, StorageError> {
         Ok(self
             .state
             .publications
             .iter()
-            .filter(|(_, p)| p.started_at <= cutoff)
-            .map(|(id, p)| Record {
-                id: id.to_string(),
-                user: p.user.as_str().to_owned(),
+            .filter(|(id, p)| match taking {
+                reclaim::Taking::Orphans(cutoff) => p.abandoned || p.started_at <= cutoff,
+                reclaim::Taking::Abandoned(wanted) => p.abandoned && id.to_string() == wanted,
+            })
+            .map(|(id, p)| reclaim::Orphan {
+                record: Record {
+                    id: id.to_string(),
+                    user: p.user.as_str().to_owned(),
+                },
+                started_at: p.started_at,
+                objects: Vec::new(),
+                chunks: p.created.clone(),
             })
             .collect())
     }
@@ -772,8 +823,25 @@ impl reclaim::Pass for MemPass<'_> {
                     .insert((p.user.as_str().to_owned(), base.to_string()));
             }
             in_flight.images.extend(p.digest);
+            in_flight.chunks.extend(p.staged.iter().copied());
         }
         Ok(in_flight)
+    }
+
+    async fn named_by_images(
+        &mut self,
+        chunks: &[Digest],
+        _since: Timestamp,
+    ) -> Result<HashSet<Digest>, StorageError> {
+        let wanted: HashSet<&Digest> = chunks.iter().collect();
+        Ok(self
+            .state
+            .images
+            .values()
+            .flat_map(|i| i.manifest.iter())
+            .filter(|c| wanted.contains(c))
+            .copied()
+            .collect())
     }
 
     async fn retained(

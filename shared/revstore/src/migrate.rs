@@ -30,6 +30,10 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: 3,
         sql: include_str!("../migrations/sqlite/0003_served_journal.sql"),
     },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/sqlite/0004_abandoned_puts.sql"),
+    },
 ];
 
 /// The PostgreSQL store's migrations.
@@ -50,6 +54,10 @@ pub(crate) const POSTGRES: &[Migration] = &[
     Migration {
         version: 4,
         sql: include_str!("../migrations/postgres/0004_publication_chunks.sql"),
+    },
+    Migration {
+        version: 5,
+        sql: include_str!("../migrations/postgres/0005_abandoned_puts.sql"),
     },
 ];
 

@@ -19,8 +19,14 @@
 //!    ([`Proposal::decide`]: the pure rule of [`crate::cas`]), and on acceptance creates the image
 //!    record create-once, swaps the pointer and appends the history and ledger rows
 //!    ([`Proposal::accepted`] names the new revision).
-//! 6. Whatever fails after step 1 goes to [`Primitives::abandon`], which clears the publication
-//!    record and ledgers the refusal if it is one ([`PutError::is_ledgered`]).
+//! 6. Whatever fails after step 1 goes to [`Primitives::abandon`], which marks the publication
+//!    record abandoned and ledgers the refusal if it is one ([`PutError::is_ledgered`]), then to
+//!    [`Primitives::discard`], which reclaims at once what the write staged (a compare-and-swap
+//!    loser's whole image, say); only a crash leaves staged bytes to the orphan period.
+//!
+//! The early decision also admits the write against the user's limit on staged bytes
+//! ([`cas::admit`]): every unfinished write holds its declared size (or the quota) in its
+//! publication record until it lands or is reclaimed.
 //!
 //! A restore is the same from step 4 on, with the retained revision's image as the source
 //! (copy-forward: the bytes are never touched, only a new revision names them).
@@ -58,25 +64,33 @@ pub(crate) struct Intent {
     /// The image the write publishes when it is known up front (a restore's source), so that
     /// reclamation protects it from the publication record on.
     pub(crate) image: Option<Digest>,
+    /// The bytes the write may stage until it lands (its declared size, the quota when
+    /// undeclared, nothing for a restore), recorded in its publication record.
+    pub(crate) reserve: u64,
+    /// The most bytes the user's unfinished writes may hold together.
+    pub(crate) staged_limit: u64,
 }
 
 impl Intent {
-    fn of_put(request: &PutRequest) -> Self {
+    fn of_put<P: Primitives>(store: &P, request: &PutRequest) -> Self {
         Self {
             user: request.user.clone(),
             precondition: request.precondition.clone(),
             key: request.idempotency_key.clone(),
             principal: request.principal.clone(),
             image: None,
+            reserve: request.expected_length.unwrap_or(store.quota()),
+            staged_limit: store.staged_limit(),
         }
     }
 
-    /// The refusal of a write that cannot succeed whatever its bytes; `facts` is `None` for a user
-    /// the store has never seen.
+    /// The refusal of a write that cannot succeed whatever its bytes, or that the user's
+    /// unfinished writes leave no room for; `facts` is `None` for a user the store has never seen.
     pub(crate) fn early(&self, facts: Option<&Facts>) -> Option<PutError> {
         match facts {
             None => Some(PutError::NotFound),
-            Some(facts) => cas::early(&self.precondition, facts),
+            Some(facts) => cas::early(&self.precondition, facts)
+                .or_else(|| cas::admit(facts.staged, self.reserve, self.staged_limit)),
         }
     }
 
@@ -169,6 +183,9 @@ pub(crate) trait Primitives: Send + Sync {
     /// The per-user quota on one image.
     fn quota(&self) -> u64;
 
+    /// The most bytes one user's unfinished writes may hold together.
+    fn staged_limit(&self) -> u64;
+
     /// The test hooks of this store ([`FaultPoint`]).
     fn faults(&self) -> &Faults;
 
@@ -207,15 +224,20 @@ pub(crate) trait Primitives: Send + Sync {
         proposal: Proposal<Self::Staged>,
     ) -> impl Future<Output = Result<PutOutcome, PutError>> + Send;
 
-    /// Clears the publication record of a write that stopped before it landed, ledgering the
-    /// refusal if it is one. Failing to is logged, not returned: the record then goes as an
-    /// orphan.
+    /// Marks the publication record of a write that stopped before it landed as abandoned,
+    /// ledgering the refusal if it is one. Failing to is logged, not returned: the record then
+    /// goes as an orphan once the orphan period has passed.
     fn abandon(
         &self,
         publication: &Self::Publication,
         intent: &Intent,
         err: &PutError,
     ) -> impl Future<Output = ()> + Send;
+
+    /// Reclaims at once what an abandoned write staged: its record, and the objects and chunk
+    /// rows nothing else names ([`crate::reclaim::discard`]). Failing to is logged: the next
+    /// reclamation pass takes an abandoned record whatever its age.
+    fn discard(&self, publication: &Self::Publication) -> impl Future<Output = ()> + Send;
 
     /// One of the user's revisions, if the store still has it.
     fn revision(
@@ -252,7 +274,7 @@ where
     P: Primitives,
     B: Stream<Item = io::Result<Bytes>> + Send,
 {
-    let intent = Intent::of_put(&request);
+    let intent = Intent::of_put(store, &request);
     let publication = store.begin(&intent).await?;
     let result = async {
         let mut sink = store.sink(&publication);
@@ -273,7 +295,10 @@ where
     }
     .await;
     if let Err(err) = &result {
+        // The bytes of a put known not to land go now; only a crash leaves them to the orphan
+        // period.
         store.abandon(&publication, &intent, err).await;
+        store.discard(&publication).await;
     }
     result
 }
@@ -298,6 +323,9 @@ async fn restore_steps<P: Primitives>(
         key: request.idempotency_key,
         principal: request.principal,
         image: None,
+        // A restore stages no new bytes: its image is stored already.
+        reserve: 0,
+        staged_limit: store.staged_limit(),
     };
     let source = store.revision(&intent.user, &request.from).await?;
     let Some(source) = source.filter(|s| s.retained) else {
@@ -325,6 +353,7 @@ async fn restore_steps<P: Primitives>(
     .await;
     if let Err(err) = &result {
         store.abandon(&publication, &intent, err).await;
+        store.discard(&publication).await;
     }
     result
 }

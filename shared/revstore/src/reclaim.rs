@@ -11,9 +11,12 @@
 //!    record read below.
 //! 2. [`Reclaimer::begin`]: the pass, exclusive against commits and new leases (a transaction,
 //!    a lock), so the facts it reads cannot change under its decisions.
-//! 3. Publication records older than the orphan period ([`Cutoffs::orphaned`]) go; the rest are
-//!    the puts in flight, and what they name ([`InFlight`]: bases, images, objects, and the stored
-//!    chunks a put reuses from the moment it publishes) is protected from here on.
+//! 3. Publication records marked abandoned (a write that failed) or older than the orphan period
+//!    ([`Cutoffs::orphaned`]: a crash's) go, and with them what their writes staged that nothing
+//!    else names ([`Orphan`]: objects, chunk rows); the rest are the puts in flight, and what they
+//!    name ([`InFlight`]: bases, images, objects, and the stored chunks a put reuses from the
+//!    moment it publishes) is protected from here on. [`discard`] is this step alone, for one
+//!    abandoned record, run as soon as a write fails.
 //! 4. Retained revisions the retention rule releases ([`retention::reclaimable`]), then images no
 //!    retained revision, lease or put in flight refers to, then chunks no remaining image names,
 //!    then registered objects left holding no chunk and listed objects nothing registers or names
@@ -53,6 +56,29 @@ pub(crate) struct Listed {
 pub(crate) struct Record {
     pub(crate) id: String,
     pub(crate) user: String,
+}
+
+/// A publication record a pass takes (abandoned, or past the orphan period), and what its write
+/// staged that may have nothing else naming it.
+#[derive(Clone, Debug)]
+pub(crate) struct Orphan {
+    pub(crate) record: Record,
+    /// When its write started.
+    pub(crate) started_at: Timestamp,
+    /// The objects the record names (pack files, pack objects).
+    pub(crate) objects: Vec<String>,
+    /// The chunk rows its write created (only where chunk rows are written as bytes stream in:
+    /// PostgreSQL without an object store).
+    pub(crate) chunks: Vec<Digest>,
+}
+
+/// Which publication records a pass takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Taking<'a> {
+    /// Every abandoned record, and every record started at or before the cutoff (a crash's).
+    Orphans(Timestamp),
+    /// The one abandoned record with this id (a write that just failed).
+    Abandoned(&'a str),
 }
 
 /// What the puts in flight name, and so protect.
@@ -107,23 +133,35 @@ pub(crate) trait Reclaimer {
     fn list(&self) -> impl Future<Output = Result<Vec<Listed>, ReclaimError>>;
 
     /// Starts the pass: exclusive against commits and new leases until it commits or drops.
-    fn begin(&self) -> impl Future<Output = Result<Self::Pass<'_>, StorageError>>;
+    /// `taking` says what it is for; a pass that takes only what a failed write staged deletes
+    /// no image, so caches of images can stay.
+    fn begin(
+        &self,
+        taking: Taking<'_>,
+    ) -> impl Future<Output = Result<Self::Pass<'_>, StorageError>>;
 }
 
 /// A backend's side of a pass inside its transaction. Dropping a pass without
 /// [`Pass::commit`] changes nothing.
 pub(crate) trait Pass {
-    /// Publication records started at or before `cutoff`.
+    /// The publication records `taking` names, with what their writes staged.
     fn orphans(
         &mut self,
-        cutoff: Timestamp,
-    ) -> impl Future<Output = Result<Vec<Record>, StorageError>>;
+        taking: Taking<'_>,
+    ) -> impl Future<Output = Result<Vec<Orphan>, StorageError>>;
     fn delete_records(
         &mut self,
         records: &[Record],
     ) -> impl Future<Output = Result<(), StorageError>>;
     /// What the remaining publication records name.
     fn in_flight(&mut self) -> impl Future<Output = Result<InFlight, StorageError>>;
+    /// Of `chunks` (rows an orphan's write created at or after `since`), those an image names:
+    /// one committed by another write that found them stored.
+    fn named_by_images(
+        &mut self,
+        chunks: &[Digest],
+        since: Timestamp,
+    ) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
     /// Retained revisions with at least `keep_newest` newer ones (only those can qualify).
     fn retained(
         &mut self,
@@ -189,21 +227,14 @@ pub(crate) async fn run<R: Reclaimer>(
     let cutoffs = Cutoffs::at(now, retention);
     let mut report = ReclaimReport::default();
     let listing = store.list().await?;
-    let mut pass = store.begin().await?;
+    let taking = Taking::Orphans(cutoffs.orphaned_by);
+    let mut pass = store.begin(taking).await?;
 
-    let orphans = pass.orphans(cutoffs.orphaned_by).await?;
-    for record in &orphans {
-        pass.journal(
-            now,
-            Kind::Publication,
-            std::slice::from_ref(&record.id),
-            Some(&record.user),
-        )
-        .await?;
-    }
-    pass.delete_records(&orphans).await?;
+    let orphans = pass.orphans(taking).await?;
+    let taken = take_orphans(&mut pass, &orphans, now).await?;
     report.publications = orphans.len() as u64;
-    let in_flight = pass.in_flight().await?;
+    report.chunks = taken.chunks;
+    let in_flight = taken.in_flight;
 
     let released: Vec<Retained> = pass
         .retained(retention.keep_newest as u64, now)
@@ -251,7 +282,7 @@ pub(crate) async fn run<R: Reclaimer>(
     pass.journal(now, Kind::Chunk, &hex_all(&dead), None)
         .await?;
     pass.delete_chunks(&dead).await?;
-    report.chunks = dead.len() as u64;
+    report.chunks += dead.len() as u64;
 
     let mut doomed: Vec<String> = pass
         .empty_objects()
@@ -260,6 +291,12 @@ pub(crate) async fn run<R: Reclaimer>(
         .filter(|name| !in_flight.objects.contains(name))
         .collect();
     pass.unregister_objects(&doomed).await?;
+    // The orphans' own objects go now, whatever their age: their records said so.
+    for name in taken.objects {
+        if !doomed.contains(&name) {
+            doomed.push(name);
+        }
+    }
     let registered = pass.registered_objects().await?;
     let unnamed: Vec<String> = listing
         .into_iter()
@@ -276,10 +313,109 @@ pub(crate) async fn run<R: Reclaimer>(
     pass.journal(now, Kind::Pack, &doomed, None).await?;
     report.packs = doomed.len() as u64;
 
-    pass.commit(!dead.is_empty()).await?;
+    pass.commit(report.chunks > 0).await?;
     store.faults().reached(FaultPoint::BeforeObjectDeletion);
     pass.delete_objects(&doomed).await?;
     Ok(report)
+}
+
+/// Reclaims at once what the abandoned write of publication record `id` staged: the record,
+/// the objects it names that no stored image registers and no other record names, and the chunk
+/// rows its write created that nothing else names. The same order as a pass (journal, commit,
+/// then delete objects), over the one record; nothing when the record is not (or no longer)
+/// there marked abandoned.
+pub(crate) async fn discard<R: Reclaimer>(
+    store: &R,
+    id: &str,
+    now: Timestamp,
+) -> Result<ReclaimReport, ReclaimError> {
+    let taking = Taking::Abandoned(id);
+    let mut pass = store.begin(taking).await?;
+    let orphans = pass.orphans(taking).await?;
+    if orphans.is_empty() {
+        // Dropping the pass changes nothing.
+        return Ok(ReclaimReport::default());
+    }
+    let taken = take_orphans(&mut pass, &orphans, now).await?;
+    pass.journal(now, ReclaimedKind::Pack, &taken.objects, None)
+        .await?;
+    pass.commit(taken.chunks > 0).await?;
+    pass.delete_objects(&taken.objects).await?;
+    Ok(ReclaimReport {
+        publications: orphans.len() as u64,
+        chunks: taken.chunks,
+        packs: taken.objects.len() as u64,
+        ..ReclaimReport::default()
+    })
+}
+
+/// What taking orphans decided.
+struct Taken {
+    /// What the remaining records name.
+    in_flight: InFlight,
+    /// The orphans' objects that nothing registers or names any more, to delete after the
+    /// commit (journaled by the caller with the rest of its objects).
+    objects: Vec<String>,
+    /// Chunk rows deleted.
+    chunks: u64,
+}
+
+/// Journals and deletes the orphans' records, then journals and deletes the chunk rows their
+/// writes created that nothing else names, and picks out their objects that nothing registers
+/// or names.
+async fn take_orphans<P: Pass>(
+    pass: &mut P,
+    orphans: &[Orphan],
+    now: Timestamp,
+) -> Result<Taken, ReclaimError> {
+    for orphan in orphans {
+        pass.journal(
+            now,
+            ReclaimedKind::Publication,
+            std::slice::from_ref(&orphan.record.id),
+            Some(&orphan.record.user),
+        )
+        .await?;
+    }
+    let records: Vec<Record> = orphans.iter().map(|o| o.record.clone()).collect();
+    pass.delete_records(&records).await?;
+    let in_flight = pass.in_flight().await?;
+    let registered = pass.registered_objects().await?;
+    let mut objects: Vec<String> = Vec::new();
+    for name in orphans.iter().flat_map(|o| &o.objects) {
+        if !registered.contains(name)
+            && !in_flight.objects.contains(name)
+            && !objects.contains(name)
+        {
+            objects.push(name.clone());
+        }
+    }
+    let candidates: Vec<Digest> = orphans
+        .iter()
+        .flat_map(|o| &o.chunks)
+        .filter(|c| !in_flight.chunks.contains(c))
+        .copied()
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let mut dead = Vec::new();
+    if let Some(since) = orphans.iter().map(|o| o.started_at).min()
+        && !candidates.is_empty()
+    {
+        let named = pass.named_by_images(&candidates, since).await?;
+        dead = candidates
+            .into_iter()
+            .filter(|c| !named.contains(c))
+            .collect();
+        pass.journal(now, ReclaimedKind::Chunk, &hex_all(&dead), None)
+            .await?;
+        pass.delete_chunks(&dead).await?;
+    }
+    Ok(Taken {
+        in_flight,
+        objects,
+        chunks: dead.len() as u64,
+    })
 }
 
 fn hex_all(digests: &[Digest]) -> Vec<String> {

@@ -320,6 +320,10 @@ pub struct PutRequest {
     pub principal: Principal,
     /// Optional key that makes a retry recognisable even after later writes.
     pub idempotency_key: Option<IdempotencyKey>,
+    /// The image's size, when the writer declares it: what the put holds against the user's limit
+    /// on staged bytes ([`crate::StoreConfig::staged_limit_bytes`]) until it lands; an undeclared
+    /// put holds the quota. Not checked against the body here: the caller enforces it.
+    pub expected_length: Option<u64>,
 }
 
 /// A copy-forward of an old revision's bytes as a new revision.

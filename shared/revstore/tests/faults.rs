@@ -80,6 +80,7 @@ fn request(u: &snug_revstore::UserId, precondition: Precondition) -> PutRequest 
         precondition,
         principal: who("device-a"),
         idempotency_key: None,
+        expected_length: None,
     }
 }
 

@@ -28,7 +28,12 @@ async fn two_large_images(sealer: &Sealer) -> (Fixture<SqliteStore>, [(UserId, V
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(dir.path(), config).expect("open sqlite store");
     let root = dir.path().to_owned();
+    let counted = root.clone();
     let fx = Fixture {
+        at_rest: std::sync::Arc::new(move || {
+            let root = counted.clone();
+            Box::pin(async move { sqlite_at_rest(&root) })
+        }),
         store,
         clock,
         faults,

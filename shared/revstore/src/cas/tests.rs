@@ -144,6 +144,7 @@ fn idempotency_key_replays_or_is_refused_when_reused() {
         current: Some(accepted("r5-a", Some("r4-a"), 5)),
         base_known: true,
         keyed: Some(accepted("r3-a", Some("r2-a"), 3)),
+        staged: 0,
     };
     check(
         Precondition::MustMatch(rev("r2-a")),
@@ -157,4 +158,29 @@ fn idempotency_key_replays_or_is_refused_when_reused() {
         4,
         "early=None final=Refuse(IDEMPOTENCY_KEY_REUSED)",
     );
+}
+
+#[test]
+fn a_put_is_admitted_while_the_users_staged_bytes_stay_within_the_limit() {
+    let cases = [
+        // (staged, reserve, limit, admitted)
+        (0, 100, 400, true),
+        (300, 100, 400, true),
+        (301, 100, 400, false),
+        // Nothing staged: even a put larger than the limit may start.
+        (0, 900, 400, true),
+        // A restore stages nothing, but is not admitted past a limit already exceeded.
+        (500, 0, 400, false),
+    ];
+    for (staged, reserve, limit, admitted) in cases {
+        let refusal = admit(staged, reserve, limit);
+        assert_eq!(
+            refusal.is_none(),
+            admitted,
+            "staged {staged} + {reserve} within {limit}: {refusal:?}"
+        );
+        if let Some(err) = refusal {
+            assert_eq!(err.reason(), "PUTS_IN_FLIGHT");
+        }
+    }
 }

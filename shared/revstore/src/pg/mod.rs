@@ -415,6 +415,7 @@ async fn load_facts<C: GenericClient + Sync>(
         current,
         base_known,
         keyed,
+        staged: 0,
     }))
 }
 
@@ -508,9 +509,12 @@ pub(crate) enum Staged {
     Packs(packs::Staged),
 }
 
-/// Inserts chunks create-once as they stream in.
+/// Inserts chunks create-once as they stream in, recording in `streamed_chunks` every chunk the
+/// put relies on and whether it created the row.
 pub(crate) struct PgSink {
     pool: Pool,
+    publication: i64,
+    lock_key: i64,
     manifest: Vec<Digest>,
     seen: HashSet<Digest>,
     now: i64,
@@ -531,15 +535,24 @@ impl ChunkSink for PgSink {
         if hashes.is_empty() {
             return Ok(());
         }
-        let client = self.pool.get().await.map_err(StorageError::from)?;
-        // Fresh chunks carry their creation time; reclamation leaves chunks younger than the
-        // orphan period alone, which protects those of puts still streaming.
-        client
-            .execute(
-                "INSERT INTO chunks (hash, data, created_at) SELECT h, d, $3 FROM unnest($1::bytea[], $2::bytea[]) AS t(h, d) ON CONFLICT (hash) DO NOTHING",
-                &[&hashes, &datas, &self.now],
-            )
-            .await?;
+        let mut client = self.pool.get().await.map_err(StorageError::from)?;
+        let tx = client.transaction().await.map_err(StorageError::from)?;
+        // Under the advisory lock, shared: a reclamation pass (exclusive) sees either none of
+        // this batch or all of it recorded against the put, so it never takes a row the put
+        // relies on, and a failed put's own rows are known to be its own.
+        lock_shared(&*tx, self.lock_key).await?;
+        tx.execute(
+            "WITH batch AS (SELECT h, d FROM unnest($1::bytea[], $2::bytea[]) AS t(h, d)),
+                  made AS (INSERT INTO chunks (hash, data, created_at) SELECT h, d, $3 FROM batch
+                           ON CONFLICT (hash) DO NOTHING RETURNING hash)
+             INSERT INTO streamed_chunks (publication_id, hash, created)
+             SELECT $4, b.h, EXISTS (SELECT 1 FROM made m WHERE m.hash = b.h) FROM batch b
+             ON CONFLICT (publication_id, hash) DO NOTHING",
+            &[&hashes, &datas, &self.now, &self.publication],
+        )
+        .await
+        .map_err(StorageError::from)?;
+        tx.commit().await.map_err(StorageError::from)?;
         Ok(())
     }
 }
@@ -549,7 +562,7 @@ impl PgStore {
         let now = self.now();
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let facts = load_facts(
+        let mut facts = load_facts(
             &*tx,
             &intent.user,
             &intent.precondition,
@@ -557,6 +570,16 @@ impl PgStore {
             false,
         )
         .await?;
+        if let Some(facts) = facts.as_mut() {
+            let staged: i64 = tx
+                .query_one(
+                    "SELECT COALESCE(SUM(reserved), 0)::BIGINT FROM publications WHERE user_id = $1",
+                    &[&intent.user.as_str()],
+                )
+                .await?
+                .get(0);
+            facts.staged = staged as u64;
+        }
         if let Some(err) = intent.early(facts.as_ref()) {
             record_verdict(&*tx, &intent.user, &intent.principal, now, Err(&err)).await?;
             tx.commit().await?;
@@ -565,8 +588,8 @@ impl PgStore {
         let digest_bytes = intent.image.as_ref().map(|d| d.as_bytes().as_slice());
         let id: i64 = tx
             .query_one(
-                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                &[&intent.user.as_str(), &intent.base().map(Revision::as_str), &intent.key.as_ref().map(IdempotencyKey::as_str), &now.unix_millis(), &digest_bytes],
+                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest, reserved) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                &[&intent.user.as_str(), &intent.base().map(Revision::as_str), &intent.key.as_ref().map(IdempotencyKey::as_str), &now.unix_millis(), &digest_bytes, &(intent.reserve.min(i64::MAX as u64) as i64)],
             )
             .await?
             .get(0);
@@ -579,7 +602,10 @@ impl PgStore {
         let result = async {
             let client = self.client().await?;
             client
-                .execute("DELETE FROM publications WHERE id = $1", &[&publication])
+                .execute(
+                    "UPDATE publications SET abandoned_at = $2 WHERE id = $1",
+                    &[&publication, &now.unix_millis()],
+                )
                 .await?;
             if err.is_ledgered() {
                 record_verdict(&**client, &intent.user, &intent.principal, now, Err(err)).await?;
@@ -588,7 +614,7 @@ impl PgStore {
         }
         .await;
         if let Err(e) = result {
-            tracing::warn!(error = %e, "could not clear the publication record of a failed put");
+            tracing::warn!(error = %e, "could not mark the publication record of a failed put abandoned");
         }
     }
 
@@ -914,6 +940,10 @@ impl Primitives for PgStore {
         self.inner.config.quota_bytes
     }
 
+    fn staged_limit(&self) -> u64 {
+        self.inner.config.staged_limit()
+    }
+
     fn faults(&self) -> &crate::config::Faults {
         &self.inner.config.faults
     }
@@ -926,6 +956,13 @@ impl Primitives for PgStore {
         self.begin_publication(intent).await
     }
 
+    async fn discard(&self, publication: &i64) {
+        let id = publication.to_string();
+        if let Err(err) = crate::reclaim::discard(self, &id, self.now()).await {
+            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
+        }
+    }
+
     fn sink(&self, publication: &i64) -> Sink {
         match &self.inner.objects {
             Some(objects) => Sink::Packs(packs::PackSink::new(
@@ -936,6 +973,8 @@ impl Primitives for PgStore {
             )),
             None => Sink::Rows(PgSink {
                 pool: self.inner.pool.clone(),
+                publication: *publication,
+                lock_key: self.inner.lock_key,
                 manifest: Vec::new(),
                 seen: HashSet::new(),
                 now: self.now().unix_millis(),

@@ -16,7 +16,9 @@ use super::{PgStore, digest_of, journal};
 use crate::{
     chunk,
     error::{ReclaimError, StorageError},
-    reclaim::{Chunks, InFlight, Listed, Pass, Reclaimer, Record, Retained, Unreferenced},
+    reclaim::{
+        Chunks, InFlight, Listed, Orphan, Pass, Reclaimer, Record, Retained, Taking, Unreferenced,
+    },
     retention::{Candidate, Cutoffs},
     types::{Digest, ReclaimedKind, Timestamp},
 };
@@ -43,7 +45,7 @@ impl Reclaimer for PgStore {
             .collect())
     }
 
-    async fn begin(&self) -> Result<PgPass<'_>, StorageError> {
+    async fn begin(&self, _taking: Taking<'_>) -> Result<PgPass<'_>, StorageError> {
         let mut pass = PgPass {
             store: self,
             client: Some(self.client().await?),
@@ -87,20 +89,51 @@ impl Drop for PgPass<'_> {
 }
 
 impl Pass for PgPass<'_> {
-    async fn orphans(&mut self, cutoff: Timestamp) -> Result<Vec<Record>, StorageError> {
-        Ok(self
-            .client()
-            .query(
-                "SELECT id, user_id FROM publications WHERE started_at <= $1",
-                &[&cutoff.unix_millis()],
-            )
-            .await?
-            .iter()
-            .map(|r| Record {
-                id: r.get::<_, i64>(0).to_string(),
-                user: r.get(1),
-            })
-            .collect())
+    async fn orphans(&mut self, taking: Taking<'_>) -> Result<Vec<Orphan>, StorageError> {
+        let rows = match taking {
+            Taking::Orphans(cutoff) => {
+                self.client()
+                    .query(
+                        "SELECT id, user_id, started_at, packs FROM publications WHERE started_at <= $1 OR abandoned_at IS NOT NULL",
+                        &[&cutoff.unix_millis()],
+                    )
+                    .await?
+            }
+            Taking::Abandoned(id) => {
+                self.client()
+                    .query(
+                        "SELECT id, user_id, started_at, packs FROM publications WHERE id = $1 AND abandoned_at IS NOT NULL",
+                        &[&id.parse::<i64>().unwrap_or(-1)],
+                    )
+                    .await?
+            }
+        };
+        let mut orphans = Vec::with_capacity(rows.len());
+        for r in rows {
+            let id: i64 = r.get(0);
+            // The chunk rows its write created as the bytes streamed in (none with an object
+            // store, where commits write chunk rows).
+            let chunks = self
+                .client()
+                .query(
+                    "SELECT hash FROM streamed_chunks WHERE publication_id = $1 AND created",
+                    &[&id],
+                )
+                .await?
+                .iter()
+                .map(|c| digest_of(c.get(0)))
+                .collect::<Result<_, _>>()?;
+            orphans.push(Orphan {
+                record: Record {
+                    id: id.to_string(),
+                    user: r.get(1),
+                },
+                started_at: Timestamp::from_unix_millis(r.get(2)),
+                objects: r.get::<_, Option<Vec<String>>>(3).unwrap_or_default(),
+                chunks,
+            });
+        }
+        Ok(orphans)
     }
 
     async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
@@ -143,7 +176,42 @@ impl Pass for PgPass<'_> {
                     })?);
             }
         }
+        // Every chunk row the puts still streaming rely on.
+        for r in self
+            .client()
+            .query("SELECT DISTINCT hash FROM streamed_chunks", &[])
+            .await?
+        {
+            in_flight.chunks.insert(digest_of(r.get(0))?);
+        }
         Ok(in_flight)
+    }
+
+    async fn named_by_images(
+        &mut self,
+        chunks: &[Digest],
+        since: Timestamp,
+    ) -> Result<HashSet<Digest>, StorageError> {
+        // A row an orphan's write created can only be named by an image committed since it
+        // started, by a write that found the row stored.
+        let wanted: HashSet<&Digest> = chunks.iter().collect();
+        let mut named = HashSet::new();
+        for r in self
+            .client()
+            .query(
+                "SELECT manifest FROM images WHERE created_at >= $1",
+                &[&since.unix_millis()],
+            )
+            .await?
+        {
+            let manifest = chunk::decode_manifest(r.get::<_, &[u8]>(0)).ok_or_else(|| {
+                StorageError::Corrupt {
+                    object: "manifest".into(),
+                }
+            })?;
+            named.extend(manifest.into_iter().filter(|c| wanted.contains(c)));
+        }
+        Ok(named)
     }
 
     async fn retained(

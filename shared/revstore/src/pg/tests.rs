@@ -121,6 +121,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_chunks() {
             precondition: precondition.clone(),
             principal: Principal::new("device").expect("principal"),
             idempotency_key: None,
+            expected_length: None,
         };
         let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
         let info = store.put(request, body).await.expect("put").info;

@@ -499,6 +499,7 @@ fn load_facts(
         current,
         base_known,
         keyed,
+        staged: 0,
     }))
 }
 
@@ -743,13 +744,22 @@ impl Inner {
         let epoch = self.sweep_epoch.load(Ordering::SeqCst);
 
         durable(&mut conn, |tx| {
-            let facts = load_facts(tx, &intent.user, &intent.precondition, intent.key.as_ref())?;
+            let mut facts =
+                load_facts(tx, &intent.user, &intent.precondition, intent.key.as_ref())?;
+            if let Some(facts) = facts.as_mut() {
+                facts.staged = tx
+                    .prepare_cached(
+                        "SELECT COALESCE(SUM(reserved), 0) FROM publications WHERE user_id = ?1",
+                    )?
+                    .query_row([intent.user.as_str()], |r| r.get::<_, i64>(0))?
+                    as u64;
+            }
             if let Some(err) = intent.early(facts.as_ref()) {
                 record_verdict(tx, &intent.user, &intent.principal, now, Err(&err))?;
                 return Ok::<_, PutError>(Err(err));
             }
             tx.prepare_cached(
-                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest, reserved) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 intent.user.as_str(),
@@ -757,6 +767,7 @@ impl Inner {
                 intent.key.as_ref().map(IdempotencyKey::as_str),
                 now.unix_millis(),
                 intent.image.as_ref().map(|d| d.as_bytes().as_slice()),
+                intent.reserve.min(i64::MAX as u64) as i64,
             ])?;
             Ok(Ok(Begun {
                 publication: tx.last_insert_rowid(),
@@ -765,16 +776,16 @@ impl Inner {
         })?
     }
 
-    /// Clears the publication record of a put that stopped before its commit, ledgering the
-    /// refusal when it was one.
+    /// Marks the publication record of a put that stopped before its commit abandoned, ledgering
+    /// the refusal when it was one; `reclaim::discard` then takes what it staged.
     fn abandon(&self, begun: Begun, intent: &Intent, err: &PutError) {
         let now = self.now();
         let conn = self.writer();
         self.reused_by().remove(&begun.publication);
         let result = (|| -> Result<(), rusqlite::Error> {
             conn.execute(
-                "DELETE FROM publications WHERE id = ?1",
-                [begun.publication],
+                "UPDATE publications SET abandoned_at = ?2 WHERE id = ?1",
+                params![begun.publication, now.unix_millis()],
             )?;
             if err.is_ledgered() {
                 record_verdict(&conn, &intent.user, &intent.principal, now, Err(err))?;
@@ -782,8 +793,8 @@ impl Inner {
             Ok(())
         })();
         if let Err(e) = result {
-            // The record stays; reclamation clears it as an orphan after the grace period.
-            tracing::warn!(error = %e, "could not clear the publication record of a failed put");
+            // The record stays unmarked; reclamation takes it as an orphan after the orphan period.
+            tracing::warn!(error = %e, "could not mark the publication record of a failed put abandoned");
         }
     }
 
@@ -1107,6 +1118,10 @@ fn refusal_clone(err: &PutError) -> PutError {
         PutError::PreconditionRequired => PutError::PreconditionRequired,
         PutError::NotFound => PutError::NotFound,
         PutError::BodyAborted(e) => PutError::BodyAborted(io::Error::new(e.kind(), e.to_string())),
+        PutError::PutsInFlight { staged, limit } => PutError::PutsInFlight {
+            staged: *staged,
+            limit: *limit,
+        },
         PutError::Storage(e) => PutError::Storage(StorageError::unavailable(e.to_string())),
     }
 }
@@ -1300,6 +1315,10 @@ impl Primitives for SqliteStore {
         self.inner.config.quota_bytes
     }
 
+    fn staged_limit(&self) -> u64 {
+        self.inner.config.staged_limit()
+    }
+
     fn faults(&self) -> &crate::config::Faults {
         &self.inner.config.faults
     }
@@ -1311,6 +1330,19 @@ impl Primitives for SqliteStore {
     async fn begin(&self, intent: &Intent) -> Result<Begun, PutError> {
         let intent = intent.clone();
         self.blocking(move |inner| inner.begin(&intent)).await
+    }
+
+    async fn discard(&self, begun: &Begun) {
+        let id = begun.publication.to_string();
+        let discarded = self
+            .blocking(move |inner| {
+                // Like a pass, it waits on nothing but the disk: it runs on this blocking thread.
+                futures::executor::block_on(crate::reclaim::discard(inner, &id, inner.now()))
+            })
+            .await;
+        if let Err(err) = discarded {
+            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
+        }
     }
 
     fn sink(&self, _: &Begun) -> SqliteSink {

@@ -19,7 +19,9 @@ use super::{Inner, journal, packs};
 use crate::{
     chunk,
     error::{ReclaimError, StorageError},
-    reclaim::{Chunks, InFlight, Listed, Pass, Reclaimer, Record, Retained, Unreferenced},
+    reclaim::{
+        Chunks, InFlight, Listed, Orphan, Pass, Reclaimer, Record, Retained, Taking, Unreferenced,
+    },
     retention::{Candidate, Cutoffs},
     types::{Digest, ReclaimedKind, Timestamp},
 };
@@ -63,7 +65,7 @@ impl Reclaimer for Inner {
         Ok(listed)
     }
 
-    async fn begin(&self) -> Result<SqlitePass<'_>, StorageError> {
+    async fn begin(&self, taking: Taking<'_>) -> Result<SqlitePass<'_>, StorageError> {
         let conn = self.writer();
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch("BEGIN IMMEDIATE")?;
@@ -72,8 +74,12 @@ impl Reclaimer for Inner {
             conn,
             open: true,
         };
-        // Under the writer lock, before any lease is checked (see `Heads::clear`).
-        self.heads.clear();
+        // Under the writer lock, before any lease is checked (see `Heads::clear`). Taking a
+        // failed put's pack deletes no image, so the cached plans (and the images they keep)
+        // stay.
+        if let Taking::Orphans(_) = taking {
+            self.heads.clear();
+        }
         Ok(pass)
     }
 }
@@ -104,14 +110,31 @@ fn digest(bytes: &[u8]) -> Result<Digest, StorageError> {
 }
 
 impl Pass for SqlitePass<'_> {
-    async fn orphans(&mut self, cutoff: Timestamp) -> Result<Vec<Record>, StorageError> {
+    async fn orphans(&mut self, taking: Taking<'_>) -> Result<Vec<Orphan>, StorageError> {
+        let (sql, param) = match taking {
+            Taking::Orphans(cutoff) => (
+                "SELECT id, user_id, started_at, pack FROM publications WHERE started_at <= ?1 OR abandoned_at IS NOT NULL",
+                cutoff.unix_millis(),
+            ),
+            Taking::Abandoned(id) => (
+                "SELECT id, user_id, started_at, pack FROM publications WHERE id = ?1 AND abandoned_at IS NOT NULL",
+                id.parse::<i64>().unwrap_or(-1),
+            ),
+        };
+        // The embedded store writes chunk rows only when a put commits: an orphan's write left a
+        // pack file at most.
         Ok(self
             .conn
-            .prepare("SELECT id, user_id FROM publications WHERE started_at <= ?1")?
-            .query_map([cutoff.unix_millis()], |r| {
-                Ok(Record {
-                    id: r.get::<_, i64>(0)?.to_string(),
-                    user: r.get(1)?,
+            .prepare(sql)?
+            .query_map([param], |r| {
+                Ok(Orphan {
+                    record: Record {
+                        id: r.get::<_, i64>(0)?.to_string(),
+                        user: r.get(1)?,
+                    },
+                    started_at: Timestamp::from_unix_millis(r.get(2)?),
+                    objects: r.get::<_, Option<String>>(3)?.into_iter().collect(),
+                    chunks: Vec::new(),
                 })
             })?
             .collect::<Result<_, _>>()?)
@@ -147,6 +170,15 @@ impl Pass for SqlitePass<'_> {
             .chunks
             .extend(self.inner.reused_by().values().flatten().copied());
         Ok(in_flight)
+    }
+
+    async fn named_by_images(
+        &mut self,
+        _chunks: &[Digest],
+        _since: Timestamp,
+    ) -> Result<HashSet<Digest>, StorageError> {
+        // No orphan here has chunk rows (see `orphans`).
+        Ok(HashSet::new())
     }
 
     async fn retained(

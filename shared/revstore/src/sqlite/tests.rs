@@ -151,6 +151,7 @@ async fn held_pieces_keep_their_bytes_while_the_pool_is_reused() {
                 precondition,
                 principal: Principal::new("test").expect("principal"),
                 idempotency_key: None,
+                expected_length: None,
             };
             let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes))]);
             store.put(request, body).await.expect("put").info.revision
@@ -293,6 +294,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
                 precondition: precondition.clone(),
                 principal: Principal::new("device").expect("principal"),
                 idempotency_key: None,
+                expected_length: None,
             };
             let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
             let info = store.put(request, body).await.expect("put").info;
@@ -349,7 +351,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(applied, [1, 2, 3]);
+    assert_eq!(applied, [1, 2, 3, 4]);
     assert_eq!(
         store.head(&user).await.expect("head").storage_version,
         Some(6)
@@ -380,6 +382,7 @@ async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
         precondition: Precondition::MustNotExist,
         principal: Principal::new("writer").expect("principal"),
         idempotency_key: None,
+        expected_length: None,
     };
     let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(vec![7u8; 10_000]))]);
     store.put(request, body).await.expect("put");
@@ -414,6 +417,7 @@ fn put_request(user: &UserId, precondition: Precondition) -> PutRequest {
         precondition,
         principal: Principal::new("writer").expect("principal"),
         idempotency_key: None,
+        expected_length: None,
     }
 }
 

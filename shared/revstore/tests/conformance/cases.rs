@@ -217,6 +217,7 @@ pub(crate) async fn quota_boundary_is_exact_and_refused_early<
         precondition: Precondition::MustMatch(r1.clone()),
         principal: who("device-a"),
         idempotency_key: None,
+        expected_length: None,
     };
     match fx.store.put(request, stream).await {
         Err(PutError::QuotaExceeded { quota: 50_000 }) => {}
@@ -256,6 +257,7 @@ pub(crate) async fn body_failure_writes_nothing<
         precondition: Precondition::MustNotExist,
         principal: who("device-a"),
         idempotency_key: None,
+        expected_length: None,
     };
     let err = fx
         .store
@@ -343,6 +345,7 @@ pub(crate) async fn idempotency_key_replays_and_refuses_reuse<
             precondition: Precondition::MustMatch(base),
             principal: who("device-a"),
             idempotency_key: Some(key.clone()),
+            expected_length: None,
         };
         fx.store.put(request, body(&bytes))
     };
@@ -469,6 +472,7 @@ pub(crate) async fn storage_version_is_recorded_at_acceptance_and_carried_by_res
             precondition,
             principal: who("device-a"),
             idempotency_key: None,
+            expected_length: None,
         };
         let store = &fx.store;
         async move { store.put(request, body_in(&bytes, piece)).await }
@@ -920,6 +924,7 @@ pub(crate) async fn reclaim_spares_the_base_of_a_put_in_flight<
         precondition: Precondition::MustMatch(revs[1].clone()),
         principal: who("slow-device"),
         idempotency_key: None,
+        expected_length: None,
     };
     let in_flight = {
         let store = store.clone();
@@ -1200,6 +1205,7 @@ pub(crate) async fn orphans_are_reclaimed_after_grace<
         precondition: Precondition::MustMatch(r1.clone()),
         principal: who("device-a"),
         idempotency_key: None,
+        expected_length: None,
     };
     let store = Arc::new(fx.store);
     let task = {
@@ -1361,6 +1367,176 @@ pub(crate) async fn a_damaged_chunk_is_never_served<
         "{:?}",
         report.problems
     );
+}
+
+/// A put that does not land leaves nothing behind (issue 23, point 2): a compare-and-swap loser
+/// past its read-back, and a put whose body breaks off, have their bytes reclaimed as soon as they
+/// fail, not after the orphan period; only the winners' bytes stay at rest.
+pub(crate) async fn a_put_that_does_not_land_leaves_nothing_behind<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let chunk = CHUNK as usize;
+    let (a, b, c) = (
+        image(51, 20 * chunk),
+        image(52, 20 * chunk),
+        image(53, 20 * chunk),
+    );
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &a)
+        .await
+        .info
+        .revision;
+    let store = Arc::new(fx.store);
+    let (landed_tx, landed_rx) = std::sync::mpsc::channel();
+    {
+        let (store, u, r1, b) = (store.clone(), u.clone(), r1.clone(), b.clone());
+        let runtime = tokio::runtime::Handle::current();
+        fx.faults.once(FaultPoint::BeforeCommit, move || {
+            let landed = std::thread::spawn(move || {
+                runtime.block_on(put(&*store, &u, Precondition::MustMatch(r1), &b))
+            })
+            .join()
+            .expect("the winner's thread");
+            landed_tx.send(landed).expect("send");
+        });
+    }
+    // c's put has written and read back its bytes when b lands on the same base.
+    match put(&*store, &u, Precondition::MustMatch(r1.clone()), &c).await {
+        Err(PutError::Stale { .. }) => {}
+        other => panic!("expected the loser to be stale, got {other:?}"),
+    }
+    let winner = landed_rx
+        .try_recv()
+        .expect("b landed between c's read-back and commit")
+        .expect("b's put");
+    let winners = 40 * chunk as u64;
+    assert_eq!((fx.at_rest)().await, winners, "only a's and b's bytes stay");
+    let journal = store.journal(100).await.expect("journal");
+    assert!(
+        journal.iter().any(|e| e.kind == ReclaimedKind::Publication
+            && e.user.as_ref().map(|u| u.as_str()) == Some("alice")),
+        "the loser's record is journaled: {journal:?}"
+    );
+
+    // A body that breaks off after ten chunks.
+    let mut pieces: Vec<std::io::Result<Bytes>> = c[..10 * chunk]
+        .chunks(chunk)
+        .map(|p| Ok(Bytes::copy_from_slice(p)))
+        .collect();
+    pieces.push(Err(std::io::Error::other("the connection dropped")));
+    let request = PutRequest {
+        user: u.clone(),
+        precondition: Precondition::MustMatch(winner.info.revision.clone()),
+        principal: who("device-a"),
+        idempotency_key: None,
+        expected_length: Some(c.len() as u64),
+    };
+    match store.put(request, futures::stream::iter(pieces)).await {
+        Err(PutError::BodyAborted(_)) => {}
+        other => panic!("expected BODY_ABORTED, got {other:?}"),
+    }
+    assert_eq!(
+        (fx.at_rest)().await,
+        winners,
+        "nothing of the broken put stays"
+    );
+    assert_eq!(fetch(&*store, &u).await, b);
+    assert_clean(&*store).await;
+}
+
+/// The bytes one user's unfinished puts hold are bounded (issue 23, point 2): each holds its
+/// declared length, or the quota, until it lands or its bytes are reclaimed; a put beyond the
+/// limit is refused PUTS_IN_FLIGHT before any byte is read, and admitted again once they land.
+pub(crate) async fn a_users_unfinished_puts_are_limited<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let chunk = CHUNK as usize;
+    let len = 10 * chunk;
+    let tune = Tune {
+        staged_limit: Some(3 * len as u64),
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &image(60, len))
+        .await
+        .info
+        .revision;
+    let store = Arc::new(fx.store);
+    // Three puts that stall after their first chunk, each declaring its length.
+    let mut stalled = Vec::new();
+    for seed in 61..64u64 {
+        let bytes = image(seed, len);
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
+        let first = Bytes::copy_from_slice(&bytes[..chunk]);
+        let rest = Bytes::copy_from_slice(&bytes[chunk..]);
+        let body = futures::stream::once(async move {
+            let _ = started_tx.send(());
+            Ok::<_, std::io::Error>(first)
+        })
+        .chain(futures::stream::once(async move {
+            let _ = resume_rx.await;
+            Ok(rest)
+        }));
+        let request = PutRequest {
+            user: u.clone(),
+            precondition: Precondition::MustMatch(r1.clone()),
+            principal: who("device-a"),
+            idempotency_key: None,
+            expected_length: Some(len as u64),
+        };
+        let store = store.clone();
+        let task = tokio::spawn(async move { store.put(request, body).await });
+        started_rx.await.expect("the put began and reads its body");
+        stalled.push((task, resume_tx));
+    }
+    let refused = put(
+        &*store,
+        &u,
+        Precondition::MustMatch(r1.clone()),
+        &image(64, len),
+    )
+    .await;
+    match refused {
+        Err(PutError::PutsInFlight { staged, limit }) => {
+            assert_eq!((staged, limit), (3 * len as u64, 3 * len as u64));
+        }
+        other => panic!("expected PUTS_IN_FLIGHT, got {other:?}"),
+    }
+    let ledger = store.put_ledger(&u, 1).await.expect("ledger");
+    assert_eq!(
+        ledger[0].verdict,
+        Verdict::Refused {
+            reason: "PUTS_IN_FLIGHT".into()
+        }
+    );
+    // Let them finish: one lands, two lose to it and are reclaimed; the user may write again.
+    let mut landed = None;
+    for (task, resume) in stalled {
+        let _ = resume.send(());
+        if let Ok(outcome) = task.await.expect("the put's task") {
+            landed = Some(outcome.info.revision);
+        }
+    }
+    let current = landed.expect("one of them landed");
+    put_ok(
+        &*store,
+        &u,
+        Precondition::MustMatch(current),
+        &image(65, len),
+    )
+    .await;
+    assert_clean(&*store).await;
 }
 
 pub(crate) async fn health_reports_the_backend<

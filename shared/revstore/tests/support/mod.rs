@@ -24,6 +24,8 @@ pub const CHUNK: u32 = 1024;
 pub struct Tune {
     pub retention: Retention,
     pub quota: u64,
+    /// `StoreConfig::staged_limit_bytes`.
+    pub staged_limit: Option<u64>,
 }
 
 impl Default for Tune {
@@ -35,6 +37,7 @@ impl Default for Tune {
                 orphan_after: Duration::from_secs(3600),
             },
             quota: 100_000,
+            staged_limit: None,
         }
     }
 }
@@ -47,7 +50,13 @@ pub struct Fixture<S> {
     pub guard: Box<dyn Any + Send + Sync>,
     /// Flips one byte of the stored bytes of a chunk, where the backend keeps them.
     pub damage: Damage,
+    /// Counts the image bytes the backend holds at rest, wherever it keeps them.
+    pub at_rest: AtRest,
 }
+
+/// The image bytes a backend holds at rest: the sizes of its pack files (and of its files in
+/// flight), its chunk rows or pack objects, its chunks in memory.
+pub type AtRest = Arc<dyn Fn() -> BoxFuture<'static, u64> + Send + Sync>;
 
 /// Flips one byte of the stored copy of the chunk with this address (a pack file, a row, a pack
 /// object, the memory store's map), as a failing disk or a tampering operator would.
@@ -58,6 +67,7 @@ pub fn config(tune: &Tune) -> (StoreConfig, Arc<ManualClock>, Faults) {
     let faults = Faults::default();
     let config = StoreConfig {
         quota_bytes: tune.quota,
+        staged_limit_bytes: tune.staged_limit,
         chunk_size: CHUNK,
         retention: tune.retention.clone(),
         clock: clock.clone(),
@@ -70,12 +80,16 @@ pub fn config(tune: &Tune) -> (StoreConfig, Arc<ManualClock>, Faults) {
 pub async fn mem(tune: Tune) -> Option<Fixture<MemStore>> {
     let (config, clock, faults) = config(&tune);
     let store = MemStore::new(config);
-    let damaged = store.clone();
+    let (damaged, counted) = (store.clone(), store.clone());
     Some(Fixture {
         store,
         clock,
         faults,
         guard: Box::new(()),
+        at_rest: Arc::new(move || {
+            let store = counted.clone();
+            Box::pin(async move { store.stats().await.expect("stats").chunk_bytes })
+        }),
         damage: Arc::new(move |chunk| {
             let store = damaged.clone();
             Box::pin(async move {
@@ -90,6 +104,7 @@ pub async fn sqlite(tune: Tune) -> Option<Fixture<SqliteStore>> {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(dir.path(), config).expect("open sqlite store");
     let root = dir.path().to_owned();
+    let counted = root.clone();
     Some(Fixture {
         store,
         clock,
@@ -99,7 +114,21 @@ pub async fn sqlite(tune: Tune) -> Option<Fixture<SqliteStore>> {
             let root = root.clone();
             Box::pin(async move { damage_sqlite_chunk(&root, &chunk) })
         }),
+        at_rest: Arc::new(move || {
+            let root = counted.clone();
+            Box::pin(async move { sqlite_at_rest(&root) })
+        }),
     })
+}
+
+/// The bytes of the embedded store's pack files, in place and in flight (`packs/`, `tmp/`).
+pub fn sqlite_at_rest(root: &Path) -> u64 {
+    ["packs", "tmp"]
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(root.join(dir)).ok())
+        .flatten()
+        .map(|e| e.expect("entry").metadata().expect("metadata").len())
+        .sum()
 }
 
 /// Flips a byte of `chunk` in the embedded store under `root`: its pack file and offset come from
@@ -151,20 +180,37 @@ pub async fn pg(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
         clock,
         faults,
         guard: Box::new(()),
-        damage: Arc::new(move |chunk| {
+        damage: {
+            let (url, schema) = (url.clone(), schema.clone());
+            Arc::new(move |chunk| {
+                let (url, schema) = (url.clone(), schema.clone());
+                Box::pin(async move {
+                    let sql = "UPDATE chunks SET data = set_byte(data, 7, get_byte(data, 7) # 1) WHERE hash = $1";
+                    let changed = pg_execute(&url, &schema, sql, chunk).await;
+                    assert_eq!(changed, 1, "no chunk row {chunk}");
+                })
+            })
+        },
+        at_rest: Arc::new(move || {
             let (url, schema) = (url.clone(), schema.clone());
             Box::pin(async move {
-                let sql = "UPDATE chunks SET data = set_byte(data, 7, get_byte(data, 7) # 1) WHERE hash = $1";
-                let changed = pg_execute(&url, &schema, sql, chunk).await;
-                assert_eq!(changed, 1, "no chunk row {chunk}");
+                let client = pg_client(&url, &schema).await;
+                let row = client
+                    .query_one(
+                        "SELECT COALESCE(SUM(length(data)), 0)::BIGINT FROM chunks",
+                        &[],
+                    )
+                    .await
+                    .expect("sum");
+                row.get::<_, i64>(0) as u64
             })
         }),
     })
 }
 
-/// Runs one statement with the chunk address as `$1` in `schema` of the server at `url`.
+/// A connection to the server at `url`, in `schema`.
 #[cfg(feature = "postgres")]
-pub async fn pg_execute(url: &str, schema: &str, sql: &str, chunk: Digest) -> u64 {
+pub async fn pg_client(url: &str, schema: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect to postgres");
@@ -174,6 +220,13 @@ pub async fn pg_execute(url: &str, schema: &str, sql: &str, chunk: Digest) -> u6
         .await
         .expect("search_path");
     client
+}
+
+/// Runs one statement with the chunk address as `$1` in `schema` of the server at `url`.
+#[cfg(feature = "postgres")]
+pub async fn pg_execute(url: &str, schema: &str, sql: &str, chunk: Digest) -> u64 {
+    pg_client(url, schema)
+        .await
         .execute(sql, &[&chunk.as_bytes().as_slice()])
         .await
         .expect("statement")
@@ -182,14 +235,7 @@ pub async fn pg_execute(url: &str, schema: &str, sql: &str, chunk: Digest) -> u6
 /// The pack object and offset holding `chunk` in `schema` of the server at `url`.
 #[cfg(feature = "postgres")]
 pub async fn pg_chunk_location(url: &str, schema: &str, chunk: Digest) -> (String, u64) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to postgres");
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("SET search_path TO {schema}"))
-        .await
-        .expect("search_path");
+    let client = pg_client(url, schema).await;
     let row = client
         .query_one(
             "SELECT p.name, c.pack_offset FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = $1",
@@ -222,10 +268,22 @@ pub async fn pg_objects(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     .await
     .expect("connect to postgres with objects");
     let bucket = raw_bucket(&garage);
+    let (counted, listed) = (bucket.clone(), prefix.clone());
     Some(Fixture {
         store,
         clock,
         faults,
+        at_rest: Arc::new(move || {
+            let (bucket, prefix) = (counted.clone(), listed.clone());
+            Box::pin(async move {
+                use futures::StreamExt as _;
+                let listed: Vec<_> = bucket
+                    .list(Some(&object_store::path::Path::from(prefix)))
+                    .collect()
+                    .await;
+                listed.into_iter().map(|m| m.expect("list").size).sum()
+            })
+        }),
         damage: Arc::new(move |chunk| {
             let (url, schema, prefix, bucket) =
                 (url.clone(), schema.clone(), prefix.clone(), bucket.clone());
@@ -348,6 +406,7 @@ pub async fn put<S: RevStore>(
         precondition,
         principal: who("device-a"),
         idempotency_key: None,
+        expected_length: Some(bytes.len() as u64),
     };
     store.put(request, body(bytes)).await
 }

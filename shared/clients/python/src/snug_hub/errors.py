@@ -671,6 +671,15 @@ class StorageFull(ResourceExhaustedError):
     CODE = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class PutsInFlight(UnavailableError):
+    """PUTS_IN_FLIGHT: the user's unfinished uploads already hold the most bytes one user may
+    stage; retry shortly (HTTP 503 with Retry-After)."""
+
+    REASON = "PUTS_IN_FLIGHT"
+    CODE = grpc.StatusCode.UNAVAILABLE
+    RETRYABLE = True
+
+
 # --- the HTTP gateway's own reasons (no gRPC code) ---------------------------------------------
 
 
