@@ -376,56 +376,67 @@ async fn the_all_in_one_container_runs_read_only_as_non_root() {
     );
 }
 
-/// The image needs no writable `/tmp`: its root is read-only and nothing is mounted there, as with
-/// `docker run --read-only IMAGE serve`. SQLite keeps its temporary files (statement journals,
-/// sorts) in memory (`SQLITE_TEMP_STORE=3`), so the store's commits, whose statement journals
-/// outgrow memory once the tables are a few images large, never look for a directory.
+/// The image needs no writable `/tmp` (issue 23, point 1): nothing is mounted there, and its
+/// root is read-only (`docker run --read-only IMAGE serve`) or writable but without a `/tmp` the
+/// hub's user may write (`docker run IMAGE serve`: the image is FROM scratch). SQLite keeps its
+/// temporary files (statement journals, sorts) in memory (`SQLITE_TEMP_STORE=3`), so the store's
+/// commits, whose statement journals outgrow memory once the tables are a few images large,
+/// never look for a directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_all_in_one_container_stores_large_images_without_a_tmp_directory() {
     let test = "the_all_in_one_container_stores_large_images_without_a_tmp_directory";
     let Some(image) = image(test).await else {
         return;
     };
-    let hub = AllInOne::start(&image, options())
+    for writable_root in [false, true] {
+        let hub = AllInOne::start(
+            &image,
+            HubOptions {
+                writable_root,
+                ..options()
+            },
+        )
         .await
         .expect("the all-in-one hub");
-    let docker = testcontainers::bollard::Docker::connect_with_defaults().expect("docker");
-    let inspected = docker
-        .inspect_container(hub.container_id(), None)
-        .await
-        .expect("inspect");
-    let mounted: Vec<String> = inspected
-        .mounts
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.destination)
-        .collect();
-    assert_eq!(mounted, ["/data"], "only the volume is writable");
-    let host = inspected.host_config.expect("host config");
-    assert_eq!(host.readonly_rootfs, Some(true));
-    assert!(host.tmpfs.unwrap_or_default().is_empty(), "no tmpfs");
-    let http = Http::new(hub.http_addr());
-    let token = hub.add_user("alice").await.expect("users add");
-    let mut current: Option<String> = None;
-    // Images that share no filler page: each commit adds ~6,000 chunk rows, and from the third
-    // on its statement journal outgrows memory (an image without SQLITE_TEMP_STORE=3 answers 503
-    // STORAGE_UNAVAILABLE from there on, "disk I/O error" in its log).
-    for round in 0..5u64 {
-        let (bytes, _) = snug_e2e::userdb_with_seeded_filler(24 << 20, 0x5eed + round);
-        let condition = match &current {
-            None => ("if-none-match", "*".to_owned()),
-            Some(revision) => ("if-match", format!("\"{revision}\"")),
-        };
-        let stored = put_userdb(&http, &token, (condition.0, &condition.1), bytes.clone()).await;
-        assert_eq!(
-            stored.status,
-            204,
-            "image {round}: {:?}\n{}",
-            String::from_utf8_lossy(&stored.body),
-            hub.logs().await
-        );
-        let revision = etag_revision(&stored);
-        assert_image(&get_userdb(&http, &token).await, &revision, &bytes);
-        current = Some(revision);
+        let docker = testcontainers::bollard::Docker::connect_with_defaults().expect("docker");
+        let inspected = docker
+            .inspect_container(hub.container_id(), None)
+            .await
+            .expect("inspect");
+        let mounted: Vec<String> = inspected
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| m.destination)
+            .collect();
+        assert_eq!(mounted, ["/data"], "only the volume is mounted");
+        let host = inspected.host_config.expect("host config");
+        assert_eq!(host.readonly_rootfs, Some(!writable_root));
+        assert!(host.tmpfs.unwrap_or_default().is_empty(), "no tmpfs");
+        let http = Http::new(hub.http_addr());
+        let token = hub.add_user("alice").await.expect("users add");
+        let mut current: Option<String> = None;
+        // Images that share no filler page: each commit adds ~6,000 chunk rows, and from the
+        // third on its statement journal outgrows memory (an image without SQLITE_TEMP_STORE=3
+        // answers 503 STORAGE_UNAVAILABLE from there on, "disk I/O error" in its log).
+        for round in 0..5u64 {
+            let (bytes, _) = snug_e2e::userdb_with_seeded_filler(24 << 20, 0x5eed + round);
+            let condition = match &current {
+                None => ("if-none-match", "*".to_owned()),
+                Some(revision) => ("if-match", format!("\"{revision}\"")),
+            };
+            let stored =
+                put_userdb(&http, &token, (condition.0, &condition.1), bytes.clone()).await;
+            assert_eq!(
+                stored.status,
+                204,
+                "writable root {writable_root}, image {round}: {:?}\n{}",
+                String::from_utf8_lossy(&stored.body),
+                hub.logs().await
+            );
+            let revision = etag_revision(&stored);
+            assert_image(&get_userdb(&http, &token).await, &revision, &bytes);
+            current = Some(revision);
+        }
     }
 }

@@ -1330,11 +1330,12 @@ async fn per_app_export_has_natural_names_and_nothing_else() {
     assert_error(&theirs, 404, "NOT_FOUND");
 }
 
-/// An app id of 4,340 characters is as unknown as any other, in-process and over loopback gRPC
-/// as a split deployment calls the services: 404 `APP_NOT_FOUND` (the split gateway used to answer
-/// 500, its gRPC client refusing trailers over 16 KiB), echoing only a bounded part of it.
+/// An app id of 4,340 characters is refused at the edge, in-process and over loopback gRPC as a
+/// split deployment calls the services: 400 `INVALID_ARGUMENT` (identifiers are at most 256
+/// bytes; the split gateway used to answer 500, its gRPC client refusing trailers over 16 KiB),
+/// echoing none of it; one of 256 bytes is as unknown as any other, 404 `APP_NOT_FOUND`.
 #[tokio::test]
-async fn a_huge_app_id_is_app_not_found_in_both_layouts() {
+async fn a_huge_app_id_is_refused_in_both_layouts() {
     for in_process in [true, false] {
         let hub = Hub::start(Options {
             in_process,
@@ -1344,21 +1345,27 @@ async fn a_huge_app_id_is_app_not_found_in_both_layouts() {
         let http = Http::new(hub.http);
         let token = hub.add_user("alice");
         put_userdb(&http, &token, ("if-none-match", "*"), image()).await;
-        let long = "x".repeat(4340);
-        let unknown = http
-            .send(
-                "GET",
-                &format!("/userdb/apps/{long}/export"),
-                &[("authorization", &bearer(&token))],
-                Payload::Empty,
-            )
-            .await;
-        assert_error(&unknown, 404, "APP_NOT_FOUND");
+        let export = |id: String| {
+            let http = &http;
+            let token = &token;
+            async move {
+                http.send(
+                    "GET",
+                    &format!("/userdb/apps/{id}/export"),
+                    &[("authorization", &bearer(token))],
+                    Payload::Empty,
+                )
+                .await
+            }
+        };
+        let huge = export("x".repeat(4340)).await;
+        assert_error(&huge, 400, "INVALID_ARGUMENT");
         assert!(
-            unknown.body.len() < 2048,
-            "in process: {in_process}, {} bytes of answer",
-            unknown.body.len()
+            huge.body.len() < 512 && !String::from_utf8_lossy(&huge.body).contains("xxxx"),
+            "in process: {in_process}, the answer echoes the id: {:?}",
+            String::from_utf8_lossy(&huge.body)
         );
+        assert_error(&export("x".repeat(256)).await, 404, "APP_NOT_FOUND");
     }
 }
 

@@ -142,7 +142,7 @@ fn required_app_id(app_id: &str) -> Result<(), Status> {
     if app_id.is_empty() {
         return Err(Mapped::invalid_argument("header.app_id", "the app id is required").into());
     }
-    Ok(())
+    Ok(Mapped::identifier("header.app_id", app_id)?)
 }
 
 /// Refuses an empty statement list: every write RPC does something or says why not.

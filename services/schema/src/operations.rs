@@ -58,7 +58,58 @@ pub(crate) fn apply(
     }
 }
 
+/// The identifiers an operation names, by field: each is bounded before the operation runs.
+fn op_identifiers(op: &Op) -> Vec<(&'static str, &str)> {
+    let mut named = match op {
+        Op::InstallApp(o) => o.app_id.iter().map(|id| ("app_id", id.as_str())).collect(),
+        Op::SaveAppVersion(o) => vec![("app_id", o.app_id.as_str())],
+        Op::RevertApp(o) => vec![("app_id", o.app_id.as_str())],
+        Op::ResetToFactory(o) => vec![("app_id", o.app_id.as_str())],
+        Op::DeleteAppVersion(o) => vec![("app_id", o.app_id.as_str())],
+        Op::UpdateAppMeta(o) => vec![("app_id", o.app_id.as_str())],
+        Op::DeleteApp(o) => vec![("app_id", o.app_id.as_str())],
+        Op::SeedDocs(o) => vec![("app_id", o.app_id.as_str())],
+        Op::UpsertDoc(o) => vec![("app_id", o.app_id.as_str()), ("slug", o.slug.as_str())],
+        Op::DeleteDoc(o) => vec![("app_id", o.app_id.as_str()), ("slug", o.slug.as_str())],
+        Op::AppendChatMessage(o) => vec![("thread_id", o.thread_id.as_str())],
+        Op::PruneChatMessages(o) => vec![("thread_id", o.thread_id.as_str())],
+        Op::DeleteChatThread(o) => vec![("thread_id", o.thread_id.as_str())],
+        Op::SetSetting(o) => vec![("key", o.key.as_str())],
+        Op::DeleteSetting(o) => vec![("key", o.key.as_str())],
+        Op::SetProfile(o) => vec![("key", o.key.as_str())],
+        Op::SetSyncConfig(o) => vec![("key", o.key.as_str())],
+        Op::SetAppModel(o) => vec![("app_id", o.app_id.as_str())],
+        Op::SetSecret(o) => vec![("key", o.key.as_str())],
+        Op::DeleteSecret(o) => vec![("key", o.key.as_str())],
+        Op::PinChatMessage(_) | Op::SetSidecarIdentityDirectory(_) => Vec::new(),
+    };
+    match op {
+        Op::SeedDocs(o) => named.extend(o.seeds.iter().map(|d| ("seeds.slug", d.slug.as_str()))),
+        Op::AppendChatMessage(o) => named.extend(o.app_id.iter().map(|id| ("app_id", id.as_str()))),
+        _ => {}
+    }
+    named
+}
+
+/// The identifiers a read names, by field.
+fn read_identifiers(read: &Read) -> Vec<(&'static str, &str)> {
+    match read {
+        Read::GetApp(r) => vec![("app_id", r.app_id.as_str())],
+        Read::ListAppVersions(r) => vec![("app_id", r.app_id.as_str())],
+        Read::GetAppVersion(r) => vec![("app_id", r.app_id.as_str())],
+        Read::GetDoc(r) => vec![("app_id", r.app_id.as_str()), ("slug", r.slug.as_str())],
+        Read::ListDocs(r) => vec![("app_id", r.app_id.as_str())],
+        Read::ListChatThreads(r) => r.app_id.iter().map(|id| ("app_id", id.as_str())).collect(),
+        Read::ListChatMessages(r) => vec![("thread_id", r.thread_id.as_str())],
+        Read::GetSetting(r) => vec![("key", r.key.as_str())],
+        _ => Vec::new(),
+    }
+}
+
 fn run(db: &mut UserDb, field: impl Fn(&str) -> String, op: Op) -> Result<OpResult, Mapped> {
+    for (name, value) in op_identifiers(&op) {
+        Mapped::identifier(field(name), value)?;
+    }
     Ok(match op {
         Op::InstallApp(install) => {
             let new = NewApp {
@@ -290,7 +341,12 @@ pub(crate) fn answer(
     query: pb::ReadQuery,
 ) -> Result<pb::QueryResult, Mapped> {
     let result = match query.query {
-        Some(read) => read_one(db, read),
+        Some(read) => read_identifiers(&read)
+            .into_iter()
+            .try_for_each(|(name, value)| {
+                Mapped::identifier(format!("header.queries[{index}].{name}"), value)
+            })
+            .and_then(|()| read_one(db, read)),
         None => Err(Mapped::invalid_argument(
             format!("header.queries[{index}]"),
             "a query with no kind set",

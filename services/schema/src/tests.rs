@@ -1741,3 +1741,73 @@ fn mapped_statuses_carry_the_domain_and_their_reason() {
 
 mod import;
 mod isolation;
+
+/// Issue 23, point 5: every identifier an operation or a query names is bounded at the edge: one
+/// over 256 bytes (or holding a control character) is INVALID_ARGUMENT naming its field, and the
+/// status repeats none of it; at 256 bytes it is an ordinary unknown id.
+#[tokio::test]
+async fn identifiers_over_the_bound_are_refused_without_echo() {
+    let mut client = client().await;
+    let sample = userdb("sample-v6.user.snug");
+    let huge = "a".repeat(10_000);
+    let refused: Vec<Status> = vec![
+        query_one(
+            &mut client,
+            sample.clone(),
+            Read::GetApp(pb::GetApp {
+                app_id: huge.clone(),
+            }),
+        )
+        .await
+        .expect_err("refused"),
+        query_one(
+            &mut client,
+            sample.clone(),
+            Read::GetSetting(pb::GetSetting { key: huge.clone() }),
+        )
+        .await
+        .expect_err("refused"),
+        apply_one(
+            &mut client,
+            sample.clone(),
+            Op::UpsertDoc(pb::UpsertDoc {
+                app_id: SAMPLE_APP.into(),
+                slug: huge.clone(),
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect_err("refused"),
+        apply_one(
+            &mut client,
+            sample.clone(),
+            Op::DeleteChatThread(pb::DeleteChatThread {
+                thread_id: "line\nbreak".into(),
+            }),
+        )
+        .await
+        .expect_err("refused"),
+    ];
+    let fields = [
+        "header.queries[0].app_id",
+        "header.queries[0].key",
+        "header.operations[0].slug",
+        "header.operations[0].thread_id",
+    ];
+    for (status, field) in refused.iter().zip(fields) {
+        assert_refused(status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+        assert_eq!(metadata(status, "field").as_deref(), Some(field));
+        assert!(!status.message().contains("aaaa"), "{}", status.message());
+        assert!(status.metadata().as_ref().len() < 4096);
+    }
+    let at_the_bound = query_one(
+        &mut client,
+        sample,
+        Read::GetApp(pb::GetApp {
+            app_id: "a".repeat(256),
+        }),
+    )
+    .await
+    .expect_err("unknown");
+    assert_refused(&at_the_bound, Code::NotFound, reason::APP_NOT_FOUND);
+}

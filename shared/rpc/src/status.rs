@@ -102,6 +102,36 @@ pub fn invalid_argument(domain: &'static str, field: &str, message: impl Into<St
     )
 }
 
+/// The most bytes an identifier a request names (an app id, a doc slug, a chat thread id, a
+/// settings or secret key, a connection slot) may have. Far above any the reference
+/// implementation or this project makes (a UUID is 36, a starter's app id a few dozen), and small
+/// enough that a refusal, a log line or a table name built from one stays small.
+pub const MAX_IDENTIFIER_BYTES: usize = 256;
+
+/// Why `value` cannot be an identifier a service accepts, if it cannot: longer than
+/// [`MAX_IDENTIFIER_BYTES`], or holding a control character. The answer never repeats the value,
+/// so a hostile one cannot grow a status past what a client accepts (issue 23, point 5).
+pub fn identifier_problem(value: &str) -> Option<String> {
+    if value.len() > MAX_IDENTIFIER_BYTES {
+        return Some(format!(
+            "an identifier is at most {MAX_IDENTIFIER_BYTES} bytes; this one is {}",
+            value.len()
+        ));
+    }
+    value
+        .chars()
+        .any(char::is_control)
+        .then(|| "an identifier holds no control characters".to_owned())
+}
+
+/// [`identifier_problem`] as the status of a field of a request: INVALID_ARGUMENT naming `field`.
+pub fn identifier(domain: &'static str, field: &str, value: &str) -> Result<(), Status> {
+    match identifier_problem(value) {
+        None => Ok(()),
+        Some(problem) => Err(invalid_argument(domain, field, problem)),
+    }
+}
+
 /// A payload over its cap: `RESOURCE_EXHAUSTED` with reason `TOO_LARGE`.
 pub fn too_large(domain: &'static str, max: u64) -> Status {
     from_reason(
@@ -194,6 +224,14 @@ impl<D: Domain> Mapped<D> {
             message,
             [("field", field.into())],
         )
+    }
+
+    /// [`identifier_problem`] of a request's field, as INVALID_ARGUMENT naming `field`.
+    pub fn identifier(field: impl Into<String>, value: &str) -> Result<(), Self> {
+        match identifier_problem(value) {
+            None => Ok(()),
+            Some(problem) => Err(Mapped::invalid_argument(field, problem)),
+        }
     }
 
     /// A payload or response over its cap: reason `TOO_LARGE`, metadata `limit`.

@@ -324,6 +324,9 @@ pub struct HubOptions {
     /// Where a [`SplitHub`]'s sync service keeps its revisions ([`AllInOne`] always uses the
     /// embedded store).
     pub sync_backend: SyncBackend,
+    /// An [`AllInOne`] with a writable root file system, as a plain `docker run IMAGE serve`
+    /// starts it; every container is read-only otherwise.
+    pub writable_root: bool,
 }
 
 impl Default for HubOptions {
@@ -334,6 +337,7 @@ impl Default for HubOptions {
             service_env: BTreeMap::new(),
             startup_timeout: Duration::from_secs(60),
             sync_backend: SyncBackend::Embedded,
+            writable_root: false,
         }
     }
 }
@@ -743,7 +747,8 @@ impl AllInOne {
             &env,
             &[GRPC_PORT, HTTP_PORT],
             options.startup_timeout,
-        );
+        )
+        .with_readonly_rootfs(!options.writable_root);
         let container = request.start().await?;
         let http_port = host_port(&container, &name, HTTP_PORT).await?;
         let grpc_port = host_port(&container, &name, GRPC_PORT).await?;
