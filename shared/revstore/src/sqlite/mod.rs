@@ -1224,12 +1224,15 @@ impl SqliteStore {
         Ok(ImageDownload { info, body })
     }
 
-    /// Streams a plan's bytes from its packs: one blocking thread reads, running ahead of the
-    /// caller by up to two pieces. A small image's bytes are kept in its plan for the next
-    /// download, and so is a large one's where it can be kept sealed ([`Plan::gather`]).
+    /// Streams a plan's bytes from its packs in two stages on the blocking pool: one thread reads
+    /// the pieces, running ahead by up to two; another checks each against the image's manifest
+    /// and hands it on, running ahead of the caller by up to two. Reading and hashing each cost
+    /// about as much as the other for a warm pack, so on two cores the check costs little wall
+    /// time. A small image's bytes are kept in its plan for the next download, and so is a large
+    /// one's where it can be kept sealed ([`Plan::gather`]).
     ///
-    /// Every piece is whole chunks, checked against the image's manifest before it is handed
-    /// on (or kept): a byte damaged on disk ends the download with [`StorageError::Corrupt`] and
+    /// Every piece is whole chunks, checked against the image's manifest before it is handed on
+    /// (or kept): a byte damaged on disk ends the download with [`StorageError::Corrupt`] and
     /// never reaches the caller. Bytes kept in memory were checked this way when they were read.
     /// The manifest (32 bytes per chunk, 1/128 of a 4 KiB-chunked image) is read with each
     /// download rather than kept in the plan, where 256 cached plans of large images would hold
@@ -1237,6 +1240,17 @@ impl SqliteStore {
     fn read_plan(&self, plan: Arc<Plan>, lease: LeaseGuard) -> Result<ImageBody, ReadError> {
         let chunk_size = self.inner.chunk_size;
         let tasks = plan.read_tasks(chunk_size).map_err(StorageError::from)?;
+        let whole = tasks.len() == 1;
+        let (read_tx, read_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Bytes>>(2);
+        let reader = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            for task in tasks {
+                // A closed channel: the checking stage ended (a failure, or a dropped download).
+                if read_tx.send(task.read(&reader.pieces)).is_err() {
+                    return;
+                }
+            }
+        });
         let inner = self.inner.clone();
         let (tx, rx) = mpsc::channel::<Result<Bytes, StorageError>>(2);
         tokio::task::spawn_blocking(move || {
@@ -1248,23 +1262,19 @@ impl SqliteStore {
                 }
             };
             let mut unread = manifest.as_slice();
-            let whole = tasks.len() == 1;
             let sealer = &inner.config.sealer;
             let mut gathering = plan.gather(sealer, || {
                 inner.heads.make_room(&plan, inner.now().unix_millis())
             });
-            for task in tasks {
-                let piece = task
-                    .read(&inner.pieces)
-                    .map_err(StorageError::from)
-                    .and_then(|bytes| {
-                        let (named, rest) = unread
-                            .split_at_checked(bytes.len().div_ceil(chunk_size))
-                            .unwrap_or((unread, &[]));
-                        unread = rest;
-                        chunk::check_run(named, chunk_size, &bytes)?;
-                        Ok(bytes)
-                    });
+            for read in read_rx {
+                let piece = read.map_err(StorageError::from).and_then(|bytes| {
+                    let (named, rest) = unread
+                        .split_at_checked(bytes.len().div_ceil(chunk_size))
+                        .unwrap_or((unread, &[]));
+                    unread = rest;
+                    chunk::check_run(named, chunk_size, &bytes)?;
+                    Ok(bytes)
+                });
                 if whole && let Ok(bytes) = &piece {
                     plan.keep(bytes, sealer);
                 }
