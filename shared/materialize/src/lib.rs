@@ -52,9 +52,10 @@
 //! round trips), the registered DDL (`snug_app_schemas.schema_json`, the reference's format) is
 //! replayed verbatim in creation order — tables, rows, then indexes, triggers and views, so triggers
 //! do not fire on the copy — and AUTOINCREMENT counters are restored.
-//! `persist` writes a runtime back in one `BEGIN IMMEDIATE` transaction: the natural DDL runs in
-//! the user database and SQLite's `ALTER TABLE … RENAME` makes the at-rest name (statement text is
-//! never edited), `schema_json` records the verbatim DDL and counters, `uses_db` flips, and the
+//! `persist` writes a runtime back in one `BEGIN IMMEDIATE` transaction: SQLite's `ALTER TABLE …
+//! RENAME` of the natural DDL makes the at-rest name (statement text is never edited; the rename
+//! runs on a scratch database holding only that table, so each costs the same however large the
+//! user database's schema), `schema_json` records the verbatim DDL and counters, `uses_db` flips, and the
 //! 64 MiB cap is checked with an overflow rolled back whole.
 //! Unchanged detection: a runtime this crate materialized knows whether anything ran on it since
 //! (SQLite's change and schema counters), so persisting it untouched compares nothing and writes

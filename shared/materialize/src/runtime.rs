@@ -113,6 +113,8 @@ impl AppDatabase {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_EXRESCODE;
         let mut conn = Connection::open_with_flags(&uri, flags)?;
+        #[cfg(test)]
+        crate::test_support::count_vm_steps(&mut conn);
         configure(&conn)?;
         let sandbox = Sandbox::default();
         sandbox.install(&mut conn)?;
