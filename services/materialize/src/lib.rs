@@ -398,26 +398,29 @@ impl MaterializeService for MaterializeServer {
         &self,
         request: Request<Streaming<pb::ApplyDdlRequest>>,
     ) -> Result<Response<Self::ApplyDdlStream>, Status> {
-        let upload = chunks::receive(
-            &mut request.into_inner(),
-            reason::DOMAIN,
-            MAX_USERDB_BYTES,
-            |h| h.expected_length,
-        )
-        .await?;
-        let header = upload.header;
+        let mut stream = request.into_inner();
+        let (header, receiver) =
+            Receiver::start(&mut stream, reason::DOMAIN, MAX_USERDB_BYTES, |h| {
+                h.expected_length
+            })
+            .await?;
         required_app_id(&header.app_id)?;
         required_statements(&header.statements)?;
+        // Judged before the user database is read: an oversize list costs the client its upload,
+        // not the server a pool slot.
+        snug_materialize::check_ddl_bounds(&header.statements)
+            .map_err(|err| Status::from(status::ddl_error(err)))?;
+        let user_db = receiver.into_bytes().await?;
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
             .try_run::<_, Mapped>(move || {
-                let (mut db, open) = open(&upload.bytes, clock)?;
+                let (mut db, open) = open(&user_db, clock)?;
                 let report =
                     snug_materialize::apply_ddl(&mut db, &header.app_id, &header.statements)
                         .map_err(status::ddl_error)?;
                 let seqs = audit_seqs(&db, &header.app_id, report.applied)?;
-                let (bytes, _) = user_db_image(db, &open, upload.bytes, true)?;
+                let (bytes, _) = user_db_image(db, &open, user_db, true)?;
                 let result = pb::ApplyDdlResult {
                     applied: report.applied as u64,
                     seqs,

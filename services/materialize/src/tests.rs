@@ -603,6 +603,45 @@ async fn apply_ddl_is_audited_with_consecutive_sequence_numbers() {
     assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
 }
 
+/// Issue 23, point 4: a list over the bounds of one call is refused, typed, as soon as the header
+/// is in — the client never sends the user database here, and the answer still comes.
+#[tokio::test]
+async fn apply_ddl_over_its_bounds_is_refused_before_the_payload_is_read() {
+    let mut client = client().await;
+    let too_many = vec!["SELECT 1".to_owned(); snug_materialize::MAX_DDL_STATEMENTS + 1];
+    let too_long = vec![format!(
+        "SELECT '{}'",
+        "x".repeat(snug_materialize::MAX_DDL_BYTES)
+    )];
+    for (statements, limit) in [
+        (too_many, snug_materialize::MAX_DDL_STATEMENTS),
+        (too_long, snug_materialize::MAX_DDL_BYTES),
+    ] {
+        let header = pb::ApplyDdlRequest::header(pb::ApplyDdlHeader {
+            app_id: CHESS_APP.to_owned(),
+            statements,
+            expected_length: Some(sample().len() as u64),
+        });
+        // The header, then a stream that never ends: only a refusal made before the payload
+        // is read can answer.
+        let request =
+            futures::StreamExt::chain(futures::stream::iter([header]), futures::stream::pending());
+        let status = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            client.apply_ddl(request),
+        )
+        .await
+        .expect("answered without the payload")
+        .expect_err("over the bounds");
+        assert_refused(&status, Code::ResourceExhausted, reason::DDL_TOO_LARGE);
+        assert_eq!(metadata(&status, "limit"), Some(limit.to_string()));
+        assert_eq!(
+            metadata(&status, "field").as_deref(),
+            Some("header.statements")
+        );
+    }
+}
+
 #[tokio::test]
 async fn export_app_gives_a_standalone_file_for_either_namespace_shape() {
     let mut client = client().await;

@@ -10,7 +10,8 @@
 //!   `snug_app_schemas` (the reference's `schema_json` format, [`AppSchema`]); `uses_db`; the
 //!   64 MiB cap. An unchanged runtime writes nothing, and only changed tables are rewritten.
 //! - [`apply_ddl`]: statements applied atomically, persisted, and audited in
-//!   `snug_app_migrations`.
+//!   `snug_app_migrations`; at most [`MAX_DDL_STATEMENTS`] statements and [`MAX_DDL_BYTES`] of
+//!   text per call, in work linear in the statements.
 //! - [`execute`] / [`AppDatabase::execute`]: sandboxed SQL with typed, bounded results
 //!   ([`ExecuteLimits`], [`SqlValue`]) for hubs in other languages; writes persist. Over a
 //!   bound a result is truncated and flagged by default ([`Overflow::Truncate`]); the
@@ -97,7 +98,7 @@ mod userside;
 #[cfg(test)]
 mod test_support;
 
-pub use ddl::{DdlReport, apply_ddl};
+pub use ddl::{DdlReport, MAX_DDL_BYTES, MAX_DDL_STATEMENTS, apply_ddl, check_ddl_bounds};
 pub use error::{
     DdlError, ExecuteError, ListError, LoadError, MaterializeError, PersistError, ReplayProblem,
     StatementProblem,

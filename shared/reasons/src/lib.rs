@@ -194,6 +194,7 @@ pub const ALL: &[&Reason] = &[
     &materialize::NOT_ONE_STATEMENT,
     &materialize::STATEMENT_FAILED,
     &materialize::DDL_FAILED,
+    &materialize::DDL_TOO_LARGE,
     &materialize::BUDGET_EXCEEDED,
     &materialize::RESULT_TOO_LARGE,
     &materialize::READ_ONLY,

@@ -88,6 +88,15 @@ pub const DDL_FAILED: Reason = refused(
     "SQLite rejected DDL: given, stored, or a runtime table at rest",
 );
 
+/// An ApplyDdl request over the bounds of one call: more statements, or more statement text, than
+/// `snug_materialize::MAX_DDL_STATEMENTS` / `MAX_DDL_BYTES`; metadata `field`, `limit`.
+pub const DDL_TOO_LARGE: Reason = refused(
+    "DDL_TOO_LARGE",
+    GrpcCode::ResourceExhausted,
+    CliExit::Never,
+    "an ApplyDdl request holds more statements or more statement text than one call applies; nothing was read or written",
+);
+
 /// A statement ran out of its step budget; metadata `statement`, `limit`.
 pub const BUDGET_EXCEEDED: Reason = refused(
     "BUDGET_EXCEEDED",
@@ -157,6 +166,7 @@ pub const DOMAIN: Domain = Domain {
         &NOT_ONE_STATEMENT,
         &STATEMENT_FAILED,
         &DDL_FAILED,
+        &DDL_TOO_LARGE,
         &BUDGET_EXCEEDED,
         &RESULT_TOO_LARGE,
         &READ_ONLY,

@@ -49,12 +49,8 @@ pub async fn receive<M: Chunked>(
     limit: u64,
     declared_len: impl Fn(&M::Header) -> Option<u64>,
 ) -> Result<Upload<M::Header>, Status> {
-    let (header, mut receiver) = Receiver::start(stream, domain, limit, declared_len).await?;
-    // The declared length is only a hint for the allocation; the bytes received are what count.
-    let mut bytes = Vec::with_capacity(receiver.declared_len().unwrap_or(0) as usize);
-    while let Some(chunk) = receiver.next_chunk().await? {
-        bytes.extend_from_slice(&chunk);
-    }
+    let (header, receiver) = Receiver::start(stream, domain, limit, declared_len).await?;
+    let bytes = receiver.into_bytes().await?;
     Ok(Upload { header, bytes })
 }
 
@@ -114,6 +110,17 @@ impl<'a, M: Chunked> Receiver<'a, M> {
     /// Returns the payload length the header declared (at most the limit), if it declared one.
     pub fn declared_len(&self) -> Option<u64> {
         self.declared
+    }
+
+    /// Reads the rest of the upload, whole, for a service that judges the header before it takes
+    /// the payload.
+    pub async fn into_bytes(mut self) -> Result<Vec<u8>, Status> {
+        // The declared length is only a hint for the allocation; the bytes received are what count.
+        let mut bytes = Vec::with_capacity(self.declared_len().unwrap_or(0) as usize);
+        while let Some(chunk) = self.next_chunk().await? {
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 
     /// Returns the next chunk, or `None` once the stream has ended with as many bytes as were

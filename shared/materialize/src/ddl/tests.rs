@@ -5,10 +5,10 @@
 use expect_test::{Expect, expect};
 use snug_schema::UserDb;
 
-use crate::apply_ddl;
 use crate::test_support::{
     TRADER, count_vm_steps, db_with_apps, sample_file, schema_json, sha256_file, take_vm_steps,
 };
+use crate::{MAX_DDL_BYTES, MAX_DDL_STATEMENTS, apply_ddl};
 
 fn migrations(db: &UserDb, namespace: &str) -> Vec<(i64, String, String)> {
     db.connection()
@@ -248,4 +248,36 @@ fn the_work_of_a_call_grows_linearly_with_its_statements() {
              added {second}, more than twice the first's {first}"
         );
     }
+}
+
+/// Issue 23, point 4: one call is bounded in statements and in text, refused before the user
+/// database is read (so a file that would not even open gets the same answer), and a list at
+/// the bounds is applied.
+#[test]
+fn a_call_over_its_bounds_is_refused_before_anything_is_read() {
+    let selects = |n: usize| vec!["SELECT 1"; n];
+    check(
+        &selects(MAX_DDL_STATEMENTS + 1),
+        expect!["DDL_TOO_LARGE: TooManyStatements { count: 5001, max: 5000 }"],
+    );
+    let long = format!("SELECT '{}'", "x".repeat(MAX_DDL_BYTES));
+    check(
+        &[long.as_str()],
+        expect!["DDL_TOO_LARGE: TooMuchText { bytes: 1048585, max: 1048576 }"],
+    );
+    check(&selects(MAX_DDL_STATEMENTS), expect!["ok: 5000 applied"]);
+    let at_the_bound = format!("SELECT '{}'", "x".repeat(MAX_DDL_BYTES - 10));
+    check(&[at_the_bound.as_str()], expect!["ok: 1 applied"]);
+    let mut unopened = db_with_apps(&[TRADER]);
+    let err = apply_ddl(
+        &mut unopened,
+        "no such app",
+        &selects(MAX_DDL_STATEMENTS + 1),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.reason(),
+        "DDL_TOO_LARGE",
+        "the bound is checked first: {err}"
+    );
 }
