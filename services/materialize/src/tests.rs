@@ -797,7 +797,7 @@ async fn a_full_pool_refuses_as_overloaded() {
     let busy = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            pool.run(move || {
+            pool.run(move |_| {
                 let _ = started_tx.send(());
                 let _ = release_rx.recv();
             })
@@ -808,10 +808,95 @@ async fn a_full_pool_refuses_as_overloaded() {
         .await
         .expect("join")
         .expect("started");
-    let status = pool.run(|| ()).await.expect_err("overloaded");
+    let status = pool.run(|_| ()).await.expect_err("overloaded");
     assert_refused(&status, Code::Unavailable, reason::OVERLOADED);
     let _ = release_tx.send(());
     busy.await.expect("join").expect("busy job");
+}
+
+/// Minutes of SQLite work in one statement (a count to ten billion, no step budget in ApplyDdl):
+/// a job that is not stopped outlives every bound of the tests below.
+const LONG_STATEMENT: &str = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS \
+     (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT x FROM c)";
+
+/// A server with one job slot whose pool the test watches, on loopback, with `request_timeout`.
+async fn start_watched(request_timeout: Duration) -> (Client, MaterializeServer) {
+    let server = MaterializeServer::new(&MaterializeConfig {
+        materialize_concurrency: Some(1),
+        ..MaterializeConfig::default()
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server_config = ServerConfig {
+        request_timeout,
+        ..ServerConfig::for_tests()
+    };
+    let services = Services::default().with(service(server.clone()), &[]);
+    tokio::spawn(async move {
+        snug_rpc::server::serve(&server_config, listener, services, std::future::pending()).await
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let client = MaterializeServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    (client, server)
+}
+
+/// Waits (a generous bound: the point is that it happens, not how fast) until the pool's stats
+/// satisfy `done`, and returns them.
+async fn pool_until(
+    server: &MaterializeServer,
+    what: &str,
+    done: impl Fn(snug_rpc::blocking::PoolStats) -> bool,
+) -> snug_rpc::blocking::PoolStats {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let stats = server.pool.stats();
+            if done(stats) {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    waited.unwrap_or_else(|_| panic!("{what}: {:?}", server.pool.stats()))
+}
+
+/// An ApplyDdl request of `statements`, optionally with a client deadline (`grpc-timeout`).
+fn ddl_request(
+    statements: &[&str],
+    timeout: Option<Duration>,
+) -> tonic::Request<impl futures::Stream<Item = pb::ApplyDdlRequest> + Send + 'static> {
+    let user = sample();
+    let first = pb::ApplyDdlRequest::header(pb::ApplyDdlHeader {
+        app_id: CHESS_APP.to_owned(),
+        statements: statements.iter().map(|s| (*s).to_owned()).collect(),
+        expected_length: Some(user.len() as u64),
+    });
+    let mut request = tonic::Request::new(chunks::upload(first, user));
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    request
+}
+
+/// Issue 23, point 4: a client that drops its ApplyDdl while the job runs frees the slot: the
+/// job sees its caller gone and ends.
+#[tokio::test]
+async fn a_cancelled_call_stops_its_job_and_frees_the_slot() {
+    let (client, server) = start_watched(Duration::from_secs(60)).await;
+    let call = tokio::spawn({
+        let mut client = client.clone();
+        async move { client.apply_ddl(ddl_request(&[LONG_STATEMENT], None)).await }
+    });
+    pool_until(&server, "the job started", |stats| stats.running == 1).await;
+    call.abort();
+    let stats = pool_until(&server, "the slot is free", |stats| stats.running == 0).await;
+    assert_eq!(stats.stopped, 1, "the job saw its caller go");
 }
 
 #[test]

@@ -33,6 +33,12 @@
 //!
 //! Every operation family has its own error enum with a stable `reason()`.
 //!
+//! Work on a user database opened with an interrupt ([`snug_schema::UserDb::from_bytes_with`])
+//! stops when it fires: the runtime materialized from it inherits it, every statement on either
+//! connection is stopped by SQLite's progress handler, and the loops over statements, stored
+//! objects and tables check it between steps (statements too short for the handler). The call
+//! then fails with SQLite's `SQLITE_INTERRUPT` inside its error, and writes nothing.
+//!
 //! What this crate deliberately does not do:
 //! - No gRPC, sockets or CLI: the `snug.materialize.v1` service and `snug app …` wrap it.
 //! - No file I/O: user databases come in as [`snug_schema::UserDb`] and runtimes as bytes or

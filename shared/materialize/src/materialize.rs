@@ -53,7 +53,7 @@ pub fn materialize(user_db: &UserDb, namespace: &str) -> Result<AppDatabase, Mat
         });
     }
     let user = user_db.connection();
-    let mut runtime = AppDatabase::create(ns.clone())?;
+    let mut runtime = AppDatabase::create(ns.clone(), user_db.interrupt())?;
     // A read-only user connection (a legacy file whose adoption is pending) cannot attach the
     // runtime writable, so its rows are copied one by one instead.
     let bulk = !user.is_readonly(rusqlite::MAIN_DB)?;
@@ -107,6 +107,9 @@ fn replay(
     name: &str,
     ddl: &str,
 ) -> Result<(), MaterializeError> {
+    // Each replayed statement is short, too short for SQLite's progress handler: a long list
+    // is stopped here, between statements.
+    runtime.interrupt().check()?;
     let _replay = runtime.enter(Mode::Replay);
     let mut stmt = prepare_one(runtime.conn(), runtime.sandbox(), ddl).map_err(|problem| {
         let problem = match problem {
@@ -265,6 +268,7 @@ fn load_tables(
     }
     if bulk {
         for ((natural, rest_table), shape) in copies.iter().zip(&shapes) {
+            runtime.interrupt().check()?;
             copy_rows(
                 user,
                 shape,

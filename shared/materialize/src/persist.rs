@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use rusqlite::Connection;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use serde::Serialize;
-use snug_schema::{MAX_USERDB_BYTES, UserDb};
+use snug_schema::{Interrupt, MAX_USERDB_BYTES, UserDb};
 
 use crate::error::PersistError;
 use crate::namespace::{AppNamespace, is_kv, quote_ident};
@@ -170,11 +170,12 @@ pub(crate) fn persist_with(
     }
 
     let now = user_db.clock().timestamp();
+    let interrupt = user_db.interrupt().clone();
     let user = user_db.connection_mut();
     let attached = attach_runtime(user, runtime.uri())?;
     let written = (|| {
         user.execute_batch("BEGIN IMMEDIATE")?;
-        let result = write(user, &ns, &scanned, audit, &now);
+        let result = write(user, &ns, &scanned, audit, &now, &interrupt);
         let commit = matches!(&result, Ok(report) if report.wrote);
         match end_transaction(user, commit) {
             Ok(()) => result,
@@ -283,6 +284,7 @@ fn write(
     scanned: &RuntimeScan,
     audit: Option<&Audit<'_>>,
     now: &str,
+    interrupt: &Interrupt,
 ) -> Result<PersistReport, PersistError> {
     let plan = plan(user, ns, scanned)?;
     let size_before = db_size(user)?;
@@ -310,9 +312,11 @@ fn write(
         .cloned()
         .collect();
     if !plan.create.is_empty() {
-        create_at_rest(user, ns, &plan.create)?;
+        create_at_rest(user, ns, &plan.create, interrupt)?;
     }
     for table in &plan.create {
+        // Per table, as statements this short never reach SQLite's progress handler.
+        interrupt.check()?;
         copy_rows(
             user,
             &table.shape,
@@ -393,6 +397,7 @@ fn create_at_rest(
     user: &mut Connection,
     ns: &AppNamespace,
     tables: &[&RuntimeTable],
+    interrupt: &Interrupt,
 ) -> Result<(), PersistError> {
     // The reference runs the natural DDL in the user database, where an existing object of that
     // name (hub names are reserved, so only a foreign table or an index) fails it; that refusal
@@ -414,6 +419,7 @@ fn create_at_rest(
     }
     let mut stage = Stage::open()?;
     for table in tables {
+        interrupt.check()?;
         let failed = |source| PersistError::CreateFailed {
             name: table.name.clone(),
             source,

@@ -281,3 +281,54 @@ fn a_call_over_its_bounds_is_refused_before_anything_is_read() {
         "the bound is checked first: {err}"
     );
 }
+
+/// Issue 23, point 4: a call on a user database opened with an interrupt stops when it fires,
+/// in the middle of a statement that would never end and between statements too short for
+/// SQLite's progress handler, and writes nothing.
+#[test]
+fn an_interrupt_stops_a_call_and_nothing_is_written() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use snug_schema::{Interrupt, is_interrupted};
+
+    // Seconds of work, not forever: without the interrupt the call ends, and the test fails.
+    let endless = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS \
+                   (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000000) SELECT x FROM c)";
+    let short = vec!["SELECT 1"; 50];
+    for (when, statements, set_after) in [
+        ("during a statement", vec![endless], Some(50)),
+        ("between statements", short, None),
+    ] {
+        let flag = Arc::new(AtomicBool::new(set_after.is_none()));
+        let bytes = crate::test_support::vector("userdb/sample-v6.user.snug");
+        let (mut db, _) = UserDb::from_bytes_with(
+            &bytes,
+            crate::test_support::clock(),
+            &Interrupt::new(Arc::clone(&flag)),
+        )
+        .unwrap();
+        let setter = set_after.map(|ms| {
+            let flag = Arc::clone(&flag);
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                flag.store(true, Ordering::Relaxed);
+            })
+        });
+        let err = apply_ddl(&mut db, TRADER, &statements).unwrap_err();
+        if let Some(setter) = setter {
+            setter.join().unwrap();
+        }
+        // SQLite's interrupt error, wherever in the chain the step that met it put it.
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+        let mut interrupted = false;
+        while let Some(error) = cause {
+            interrupted |= error
+                .downcast_ref::<rusqlite::Error>()
+                .is_some_and(is_interrupted);
+            cause = error.source();
+        }
+        assert!(interrupted, "{when}: {err:?}");
+        assert!(migrations(&db, TRADER).is_empty(), "{when}");
+    }
+}
