@@ -884,11 +884,71 @@ fn ddl_request(
     request
 }
 
-/// Issue 23, point 4: a client that drops its ApplyDdl while the job runs frees the slot: the
-/// job sees its caller gone and ends.
+/// How many ApplyDdl calls the process's metrics hold with this code and reason.
+fn ddl_calls(code: &str, reason: &str) -> f64 {
+    let text = snug_rpc::metrics::global().encode();
+    let prefix = format!(
+        r#"snug_grpc_server_requests_total{{method="snug.materialize.v1.MaterializeService/ApplyDdl",code="{code}",reason="{reason}"}}"#
+    );
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Issue 23, point 4: an ApplyDdl whose deadline passes — the server's request timeout, then
+/// the client's `grpc-timeout` — stops its work: the job sees its caller gone, ends, and frees
+/// the only slot, and the next request is served. The server's own deadline is answered typed,
+/// DEADLINE_EXCEEDED with reason DEADLINE_EXCEEDED, and both are counted so.
+#[tokio::test]
+async fn a_call_past_its_deadline_stops_its_job_and_frees_the_slot() {
+    for (round, server_timeout, client_timeout) in [
+        ("the server's request timeout", Duration::from_secs(1), None),
+        (
+            "the client's grpc-timeout",
+            Duration::from_secs(60),
+            Some(Duration::from_millis(500)),
+        ),
+    ] {
+        let (mut client, server) = start_watched(server_timeout).await;
+        let counted = ddl_calls("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED");
+        let status = client
+            .apply_ddl(ddl_request(&[LONG_STATEMENT], client_timeout))
+            .await
+            .expect_err("past its deadline");
+        if client_timeout.is_none() {
+            assert_refused(&status, Code::DeadlineExceeded, "DEADLINE_EXCEEDED");
+        } else {
+            // tonic's client keeps the deadline it sends too, and reports its own expiry as
+            // CANCELLED "Timeout expired"; what the server did is checked below.
+            assert!(
+                matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled),
+                "{round}: {status:?}"
+            );
+        }
+        let stats = pool_until(&server, round, |stats| stats.running == 0).await;
+        assert_eq!(stats.stopped, 1, "{round}: the job saw its caller go");
+        // A counter is fed when the call's end is seen, a moment after the answer.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while ddl_calls("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED") < counted + 1.0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{round}: counted as DEADLINE_EXCEEDED"));
+        let (served, _) = apply_ddl(&mut client, sample(), CHESS_APP, &["CREATE TABLE t (x)"])
+            .await
+            .unwrap_or_else(|status| panic!("{round}: the next request is served: {status:?}"));
+        assert_eq!(served.applied, 1);
+    }
+}
+
+/// Issue 23, points 4 and 6: a client that drops its ApplyDdl while the job runs frees the
+/// slot the same way, and the call is counted as CANCELLED.
 #[tokio::test]
 async fn a_cancelled_call_stops_its_job_and_frees_the_slot() {
     let (client, server) = start_watched(Duration::from_secs(60)).await;
+    let counted = ddl_calls("CANCELLED", "");
     let call = tokio::spawn({
         let mut client = client.clone();
         async move { client.apply_ddl(ddl_request(&[LONG_STATEMENT], None)).await }
@@ -897,6 +957,13 @@ async fn a_cancelled_call_stops_its_job_and_frees_the_slot() {
     call.abort();
     let stats = pool_until(&server, "the slot is free", |stats| stats.running == 0).await;
     assert_eq!(stats.stopped, 1, "the job saw its caller go");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while ddl_calls("CANCELLED", "") < counted + 1.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("counted as CANCELLED");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
-pub use crate::rpc::{INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
+pub use crate::rpc::{DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
 
 /// A healthy container that no supplied secret opened.
 pub const LOCKED: Reason = Reason {
@@ -125,6 +125,7 @@ pub const DOMAIN: Domain = Domain {
         &TOO_LARGE,
         &INVALID_ARGUMENT,
         &OVERLOADED,
+        &DEADLINE_EXCEEDED,
         &INTERNAL,
     ],
 };

@@ -152,6 +152,8 @@ pub const ALL: &[&Reason] = &[
     &rpc::INVALID_ARGUMENT,
     &rpc::TOO_LARGE,
     &rpc::OVERLOADED,
+    &rpc::BODY_ABORTED,
+    &rpc::DEADLINE_EXCEEDED,
     &rpc::INTERNAL,
     // snug.container.
     &container::LOCKED,
@@ -209,7 +211,6 @@ pub const ALL: &[&Reason] = &[
     &sync::QUOTA_EXCEEDED,
     &sync::NOT_FOUND,
     &sync::IDEMPOTENCY_KEY_REUSED,
-    &sync::BODY_ABORTED,
     &sync::IMAGE_CONFLICT,
     &sync::STORAGE_UNAVAILABLE,
     &sync::STORAGE_CORRUPT,

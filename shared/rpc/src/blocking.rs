@@ -6,7 +6,7 @@
 //!
 //! A job also stops when nobody waits for it any more. Each job gets a [`Cancel`], tripped when
 //! the future awaiting the job is dropped — the client cancelled, its connection dropped, or the
-//! call's deadline passed (the server's timeout drops the call there) — and the job hands it to the
+//! call's deadline passed (`crate::deadline` drops the call there) — and the job hands it to the
 //! work it runs: `snug_schema::Interrupt` stops SQLite statements and the loops between them, so
 //! the job returns within milliseconds and its permit is free again. Before, a job ran to its
 //! end for a caller long gone: an ApplyDdl of 5,000 statements held its slot for a minute after
