@@ -539,7 +539,7 @@ impl ContainerService for ContainerServer {
         let limit = self.limits.max_container_len();
         let mut policy = None;
         let mut first = true;
-        while let Some(message) = stream.message().await? {
+        while let Some(message) = chunks::message(&mut stream, DOMAIN).await? {
             if std::mem::take(&mut first) {
                 policy = message.iteration_policy;
             }

@@ -7,7 +7,9 @@
 
 use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
-pub use crate::rpc::{DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
+pub use crate::rpc::{
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+};
 pub use crate::schema::{
     APP_NOT_FOUND, APP_TOKEN_COLLISION, HOSTILE_SCHEMA, MALFORMED, NOT_A_USER_DATABASE, NOT_SQLITE,
     PROTECTED, SCHEMA_TOO_NEW,
@@ -182,6 +184,7 @@ pub const DOMAIN: Domain = Domain {
         &PROTECTED,
         &TOO_LARGE,
         &INVALID_ARGUMENT,
+        &BODY_ABORTED,
         &OVERLOADED,
         &DEADLINE_EXCEEDED,
         &INTERNAL,

@@ -6,7 +6,7 @@
 
 use crate::{CliExit, Domain, GrpcCode, Reason, http};
 
-pub use crate::rpc::{BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT};
+pub use crate::rpc::{BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, TOO_LARGE};
 
 const fn sync(
     name: &'static str,
@@ -122,6 +122,7 @@ pub const DOMAIN: Domain = Domain {
         &STORAGE_UNAVAILABLE,
         &STORAGE_CORRUPT,
         &STORAGE_FULL,
+        &TOO_LARGE,
         &INVALID_ARGUMENT,
         &DEADLINE_EXCEEDED,
         &INTERNAL,

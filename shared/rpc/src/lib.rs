@@ -14,7 +14,9 @@
 //!   timeouts, a global concurrency limit that sheds bursts (never health checks), and graceful
 //!   shutdown on SIGTERM;
 //! - [`deadline`]: each call's deadline (the client's `grpc-timeout` or the request timeout),
-//!   answered DEADLINE_EXCEEDED with a reason;
+//!   answered DEADLINE_EXCEEDED with a reason; [`refusal`]: the refusals tonic makes itself
+//!   (a message over the decode limit, an empty unary body, a stream cut inside a message or
+//!   broken off by the client) typed with documented codes and reasons;
 //! - [`blocking`]: the bounded pool every service runs its heavy sync work on, whose jobs stop
 //!   when their caller goes away (a [`blocking::Cancel`] per job, tripped when the call is
 //!   dropped: cancelled by the client, or past its deadline);
@@ -35,7 +37,8 @@
 //!
 //! The runtime every service shares: `ServerConfig` (flags and `SNUG_*` environment variables),
 //! `serve()` with grpc.health.v1, reflection, each call's deadline (`deadline.rs`: typed
-//! DEADLINE_EXCEEDED, and the call's blocking job stops), a global concurrency limit that sheds
+//! DEADLINE_EXCEEDED, and the call's blocking job stops), tonic's own refusals typed
+//! (`refusal.rs`), a global concurrency limit that sheds
 //! a burst at once with UNAVAILABLE/`OVERLOADED` (domain `snug.rpc`; health checks bypass it, so a busy
 //! pod is never restarted as a dead one — `limit.rs`), graceful shutdown on SIGTERM (health flips to NOT_SERVING, then a bounded drain);
 //! `status::error()` (the only way a status is built: code + `ErrorInfo` reason + domain);
@@ -61,6 +64,7 @@ pub mod framed;
 pub mod limit;
 pub mod metrics;
 pub mod observe;
+pub mod refusal;
 pub mod server;
 pub mod status;
 pub mod telemetry;
