@@ -220,12 +220,11 @@ async fn the_request_timeout_bounds_a_slow_call() {
     let status = slow_unlock(channel, reference_container())
         .await
         .expect_err("a 600k-iteration unlock cannot finish in 5 ms");
-    assert!(
-        matches!(
-            status.code(),
-            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
-        ),
-        "{status:?}"
+    // Typed (issue 23, point 6): tonic's own timeout answered CANCELLED "Timeout expired".
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(
+        snug_rpc::status::reason_of(&status).as_deref(),
+        Some("DEADLINE_EXCEEDED")
     );
 }
 
@@ -283,4 +282,289 @@ async fn health_checks_are_answered_while_the_limit_is_saturated() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     busy.await.expect("busy task");
+}
+
+/// Every service the hub runs, on one loopback port, as `snug-hub serve` composes them.
+async fn start_every_service() -> (std::net::SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sync_config = snug_sync_service::SyncConfig {
+        sqlite_dir: dir.path().join("sync"),
+        ..Default::default()
+    };
+    let store = snug_sync_service::open_store(&sync_config)
+        .await
+        .expect("sync store");
+    let sync = snug_sync_service::SyncServer::new(store, &sync_config);
+    let services = snug_container_service::services(&Default::default())
+        .with(
+            snug_schema_service::service(snug_schema_service::SchemaServer::new(
+                &Default::default(),
+            )),
+            &[],
+        )
+        .with(
+            snug_materialize_service::service(snug_materialize_service::MaterializeServer::new(
+                &Default::default(),
+            )),
+            &[],
+        )
+        .with(snug_sync_service::service(sync), &[]);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        serve(
+            &ServerConfig::for_tests(),
+            listener,
+            services,
+            std::future::pending(),
+        )
+        .await
+    });
+    (addr, dir)
+}
+
+/// Every `snug.*.v1` method: its path and whether its request is a stream.
+fn every_method() -> Vec<(String, bool)> {
+    use prost::Message as _;
+    let set = prost_types::FileDescriptorSet::decode(snug_proto::FILE_DESCRIPTOR_SET)
+        .expect("descriptor set");
+    let mut methods = Vec::new();
+    for file in set.file {
+        let package = file.package.unwrap_or_default();
+        if !package.starts_with("snug.") {
+            continue;
+        }
+        for service in file.service {
+            let name = service.name.unwrap_or_default();
+            for method in service.method {
+                methods.push((
+                    format!("/{package}.{name}/{}", method.name.unwrap_or_default()),
+                    method.client_streaming.unwrap_or(false),
+                ));
+            }
+        }
+    }
+    methods
+}
+
+/// Sends messages' bytes as they are, so a test can send what no generated client would.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+
+struct RawDecoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = bytes::Bytes;
+    type Decode = bytes::Bytes;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: bytes::Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawDecoder {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<bytes::Bytes>, tonic::Status> {
+        let len = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, len)))
+    }
+}
+
+/// Issue 23, point 6, on every method of every service: what no well-behaved client sends is
+/// refused with a documented code and an `ErrorInfo` reason, never tonic's bare INTERNAL,
+/// OUT_OF_RANGE or UNKNOWN — a body without a message (a unary request's is INVALID_ARGUMENT
+/// with `field` = `(message)`), bytes that do not decode (the same), and a message over every
+/// service's decode limit (RESOURCE_EXHAUSTED, TOO_LARGE).
+#[tokio::test]
+async fn every_method_refuses_what_no_client_sends_with_a_typed_status() {
+    let (addr, _dir) = start_every_service().await;
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    // Over the largest decode limit of any service (8 MiB plus framing, schema and materialize).
+    let oversize = bytes::Bytes::from(vec![0u8; 8 * 1024 * 1024 + 128 * 1024]);
+    // Field 1 announces five bytes and carries one.
+    let garbage = bytes::Bytes::from_static(&[0x0a, 0x05, 0x01]);
+    let methods = every_method();
+    assert!(methods.len() >= 30, "the methods were found: {methods:?}");
+    let mut wrong = Vec::new();
+    for (path, streaming) in methods {
+        for (case, messages) in [
+            ("empty", Vec::new()),
+            ("garbage", vec![garbage.clone()]),
+            ("oversize", vec![oversize.clone()]),
+        ] {
+            let mut grpc = tonic::client::Grpc::new(channel.clone());
+            grpc.ready().await.expect("ready");
+            let route =
+                tonic::codegen::http::uri::PathAndQuery::try_from(path.as_str()).expect("path");
+            // A stream of messages fits every method: a unary one takes the first.
+            let answer = grpc
+                .streaming(
+                    tonic::Request::new(futures::stream::iter(messages)),
+                    route,
+                    RawCodec,
+                )
+                .await;
+            let status = match answer {
+                Err(status) => status,
+                Ok(response) => {
+                    let mut stream = response.into_inner();
+                    match stream.message().await {
+                        Err(status) => status,
+                        Ok(_) => {
+                            wrong.push(format!("{path} {case}: answered"));
+                            continue;
+                        }
+                    }
+                }
+            };
+            let reason = snug_rpc::status::reason_of(&status);
+            let field = snug_rpc::status::metadata_of(&status, "field");
+            let expected = match (case, streaming) {
+                ("oversize", _) => {
+                    status.code() == tonic::Code::ResourceExhausted
+                        && reason.as_deref() == Some("TOO_LARGE")
+                }
+                ("garbage", _) | ("empty", false) => {
+                    status.code() == tonic::Code::InvalidArgument
+                        && reason.as_deref() == Some("INVALID_ARGUMENT")
+                        && (case == "empty" || field.as_deref() == Some("(message)"))
+                }
+                // A stream without its header: refused by the service itself, typed.
+                _ => {
+                    reason.is_some()
+                        && !matches!(status.code(), tonic::Code::Internal | tonic::Code::Unknown)
+                }
+            };
+            if !expected {
+                wrong.push(format!(
+                    "{path} {case}: {:?} {reason:?} field {field:?}: {}",
+                    status.code(),
+                    status.message()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Issue 23, point 6: a client whose connection drops in the middle of an upload is counted as
+/// CANCELLED (reason BODY_ABORTED), not UNKNOWN. The client here is bare HTTP/2 over a socket
+/// the test closes, with no RST_STREAM first.
+#[tokio::test]
+async fn a_client_that_drops_its_connection_mid_upload_is_counted_as_cancelled() {
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+    let (addr, _dir) = start_every_service().await;
+    let method = "snug.materialize.v1.MaterializeService/ApplyDdl";
+    let count = |code: &str, reason: &str| {
+        let prefix = format!(
+            r#"snug_grpc_server_requests_total{{method="{method}",code="{code}",reason="{reason}"}}"#
+        );
+        snug_rpc::metrics::global()
+            .encode()
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = (count("CANCELLED", "BODY_ABORTED"), count("UNKNOWN", ""));
+
+    let socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(socket),
+    )
+    .await
+    .expect("handshake");
+    let connection = tokio::spawn(connection);
+    let (frames, body) =
+        tokio::sync::mpsc::channel::<Result<Frame<bytes::Bytes>, std::convert::Infallible>>(4);
+    let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(body));
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .expect("request");
+    let call = tokio::spawn(sender.send_request(request));
+    // The header (app id and a statement), then the first bytes of a user database that
+    // never ends.
+    use prost::Message as _;
+    let header = snug_proto::materialize::v1::ApplyDdlRequest {
+        message: Some(
+            snug_proto::materialize::v1::apply_ddl_request::Message::Header(
+                snug_proto::materialize::v1::ApplyDdlHeader {
+                    app_id: "starter--chess".to_owned(),
+                    statements: vec!["CREATE TABLE t (x)".to_owned()],
+                    expected_length: Some(1 << 20),
+                },
+            ),
+        ),
+    };
+    let chunk = snug_proto::materialize::v1::ApplyDdlRequest {
+        message: Some(
+            snug_proto::materialize::v1::apply_ddl_request::Message::Chunk(
+                bytes::Bytes::from_static(b"SQLite format 3\0"),
+            ),
+        ),
+    };
+    for message in [header.encode_to_vec(), chunk.encode_to_vec()] {
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&message);
+        frames
+            .send(Ok(Frame::data(bytes::Bytes::from(frame))))
+            .await
+            .expect("sent");
+    }
+    // Let the server start reading, then drop the connection under it.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    connection.abort();
+    call.abort();
+    drop(frames);
+
+    let counted = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let now = (count("CANCELLED", "BODY_ABORTED"), count("UNKNOWN", ""));
+            if now.0 > before.0 {
+                return now;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("counted as CANCELLED, reason BODY_ABORTED");
+    assert_eq!(counted.1, before.1, "not counted as UNKNOWN");
 }

@@ -131,11 +131,16 @@ impl KdfPool {
         ))
     }
 
+    /// Runs `job` once a permit is free. The job is not interrupted once started: one PBKDF2
+    /// derivation is bounded by the accepted iteration count (10,000,000 by default, about 1.3 s
+    /// of one core; a request's policy may raise it to the configured ceiling) and the pass over
+    /// the payload by the 64 MiB cap, and neither can be resumed, so stopping one halfway saves
+    /// little. A job whose caller went away before it started never starts.
     async fn run<T: Send + 'static>(
         &self,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Status> {
-        self.0.run(job).await
+        self.0.run(move |_| job()).await
     }
 }
 
@@ -534,7 +539,7 @@ impl ContainerService for ContainerServer {
         let limit = self.limits.max_container_len();
         let mut policy = None;
         let mut first = true;
-        while let Some(message) = stream.message().await? {
+        while let Some(message) = chunks::message(&mut stream, DOMAIN).await? {
             if std::mem::take(&mut first) {
                 policy = message.iteration_policy;
             }

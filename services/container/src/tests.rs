@@ -848,3 +848,63 @@ async fn a_stream_message_over_the_decode_limit_is_too_large() {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert_eq!(reason(&status), reason::TOO_LARGE);
 }
+
+/// Issue 23, point 6: the refusals tonic makes of a unary request before any code of ours runs
+/// are typed as well — a body without its message, and a message over the decode limit — by
+/// the shared runtime (domain `snug.rpc`), where tonic said INTERNAL and OUT_OF_RANGE.
+#[tokio::test]
+async fn a_unary_request_without_its_message_or_over_the_limit_is_refused_typed() {
+    let channel = start_channel(test_config()).await;
+    let path = "/snug.container.v1.ContainerService/DetectFormat";
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let empty = grpc
+        .client_streaming(
+            tonic::Request::new(futures::stream::empty::<Bytes>()),
+            tonic::codegen::http::uri::PathAndQuery::from_static(path),
+            RawCodec,
+        )
+        .await
+        .map(|_| ())
+        .expect_err("no message");
+    grpc.ready().await.expect("ready");
+    let oversize = grpc
+        .unary(
+            tonic::Request::new(Bytes::from(vec![0u8; MAX_MESSAGE_SIZE + 1024])),
+            tonic::codegen::http::uri::PathAndQuery::from_static(path),
+            RawCodec,
+        )
+        .await
+        .map(|_| ())
+        .expect_err("over the limit");
+    let described = |status: &Status| {
+        let info = tonic_types::StatusExt::get_details_error_info(status);
+        (
+            status.code(),
+            info.as_ref().map(|i| i.reason.clone()),
+            info.as_ref().map(|i| i.domain.clone()),
+            snug_rpc::status::metadata_of(status, "field")
+                .or_else(|| snug_rpc::status::metadata_of(status, "limit")),
+        )
+    };
+    assert_eq!(
+        described(&empty),
+        (
+            Code::InvalidArgument,
+            Some("INVALID_ARGUMENT".to_owned()),
+            Some("snug.rpc".to_owned()),
+            Some("(message)".to_owned())
+        ),
+        "{empty:?}"
+    );
+    assert_eq!(
+        described(&oversize),
+        (
+            Code::ResourceExhausted,
+            Some("TOO_LARGE".to_owned()),
+            Some("snug.rpc".to_owned()),
+            Some(MAX_MESSAGE_SIZE.to_string())
+        ),
+        "{oversize:?}"
+    );
+}

@@ -14,6 +14,9 @@
 //! SQLite work is blocking and holds up to a few copies of a 64 MiB file, so every job runs on
 //! the blocking pool behind a semaphore ([`BlockingPool`]): a burst queues for a bounded time and is
 //! then refused with `OVERLOADED`, instead of starving the async runtime or the host's memory.
+//! A job stops when its caller goes away (cancelled, or past its deadline): the user database is
+//! opened with the job's cancel as its `snug_schema::Interrupt`, which the runtime materialized
+//! from it inherits, so an ApplyDdl or ExecuteSql stops within milliseconds and frees its slot.
 //!
 //! What this crate deliberately does not do: keep any state between calls (a runtime is the
 //! caller's to hold between MaterializeApp and PersistApp), touch the local file system, persist
@@ -39,11 +42,11 @@ use snug_proto::materialize::v1::{
 use snug_reasons::materialize as reasons;
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
-    blocking::{BlockingPool, concurrency_or_cpus},
+    blocking::{BlockingPool, Cancel, concurrency_or_cpus},
     chunks::{self, Receiver, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
-use snug_schema::{Clock, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
+use snug_schema::{Clock, Interrupt, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -157,9 +160,16 @@ fn required_statements(statements: &[String]) -> Result<(), Status> {
     Ok(())
 }
 
-/// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed).
-fn open(bytes: &[u8], clock: Arc<dyn Clock>) -> Result<(UserDb, OpenReport), Mapped> {
-    UserDb::from_bytes(bytes, clock).map_err(status::open_error)
+/// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed). The open, and
+/// every statement run on the database or on a runtime materialized from it, stops once the
+/// job's caller goes away (`cancel`).
+fn open(
+    bytes: &[u8],
+    clock: Arc<dyn Clock>,
+    cancel: &Cancel,
+) -> Result<(UserDb, OpenReport), Mapped> {
+    UserDb::from_bytes_with(bytes, clock, &Interrupt::new(cancel.flag()))
+        .map_err(status::open_error)
 }
 
 /// The user database to send back, and whether it is exactly the bytes that came in.
@@ -287,8 +297,8 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (db, open) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (db, open) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let mut runtime = snug_materialize::materialize(&db, &app_id)
                     .map_err(status::materialize_error)?;
@@ -365,8 +375,8 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (mut db, open) = open(&user, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (mut db, open) = open(&user, clock, &cancel)?;
                 let mut runtime =
                     AppDatabase::from_bytes(&app_id, &runtime_bytes).map_err(status::load_error)?;
                 drop(runtime_bytes);
@@ -398,26 +408,29 @@ impl MaterializeService for MaterializeServer {
         &self,
         request: Request<Streaming<pb::ApplyDdlRequest>>,
     ) -> Result<Response<Self::ApplyDdlStream>, Status> {
-        let upload = chunks::receive(
-            &mut request.into_inner(),
-            reason::DOMAIN,
-            MAX_USERDB_BYTES,
-            |h| h.expected_length,
-        )
-        .await?;
-        let header = upload.header;
+        let mut stream = request.into_inner();
+        let (header, receiver) =
+            Receiver::start(&mut stream, reason::DOMAIN, MAX_USERDB_BYTES, |h| {
+                h.expected_length
+            })
+            .await?;
         required_app_id(&header.app_id)?;
         required_statements(&header.statements)?;
+        // Judged before the user database is read: an oversize list costs the client its upload,
+        // not the server a pool slot.
+        snug_materialize::check_ddl_bounds(&header.statements)
+            .map_err(|err| Status::from(status::ddl_error(err)))?;
+        let user_db = receiver.into_bytes().await?;
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (mut db, open) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (mut db, open) = open(&user_db, clock, &cancel)?;
                 let report =
                     snug_materialize::apply_ddl(&mut db, &header.app_id, &header.statements)
                         .map_err(status::ddl_error)?;
                 let seqs = audit_seqs(&db, &header.app_id, report.applied)?;
-                let (bytes, _) = user_db_image(db, &open, upload.bytes, true)?;
+                let (bytes, _) = user_db_image(db, &open, user_db, true)?;
                 let result = pb::ApplyDdlResult {
                     applied: report.applied as u64,
                     seqs,
@@ -456,8 +469,8 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (db, _) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (db, _) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let bytes = snug_materialize::export_app(&db, &app_id)
                     .map_err(status::materialize_error)?;
@@ -497,8 +510,8 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (mut db, open) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (mut db, open) = open(&upload.bytes, clock, &cancel)?;
                 let report =
                     snug_materialize::execute(&mut db, &header.app_id, &header.statements, &limits)
                         .map_err(status::execute_error)?;
@@ -573,8 +586,8 @@ impl MaterializeService for MaterializeServer {
         let clock = self.clock.clone();
         let response = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (db, open) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (db, open) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let listing =
                     snug_materialize::list_apps_tables(&db).map_err(status::list_error)?;

@@ -32,6 +32,8 @@ pub const NOT_ONE_STATEMENT: &str = snug_reasons::materialize::NOT_ONE_STATEMENT
 pub const STATEMENT_FAILED: &str = snug_reasons::materialize::STATEMENT_FAILED.name;
 /// SQLite rejected DDL (given, stored, or a runtime table at rest).
 pub const DDL_FAILED: &str = snug_reasons::materialize::DDL_FAILED.name;
+/// An ApplyDdl request over the bounds of one call; metadata `field`, `limit`.
+pub const DDL_TOO_LARGE: &str = snug_reasons::materialize::DDL_TOO_LARGE.name;
 /// A statement ran out of its step budget; metadata `statement`, `limit`.
 pub const BUDGET_EXCEEDED: &str = snug_reasons::materialize::BUDGET_EXCEEDED.name;
 /// A result exceeded its bounds with `OVERFLOW_FAIL`; metadata `statement`.

@@ -268,6 +268,14 @@ pub fn persist_error(err: PersistError) -> Mapped {
 /// Maps a failed ApplyDdl.
 pub fn ddl_error(err: DdlError) -> Mapped {
     match err {
+        DdlError::TooManyStatements { max, .. } | DdlError::TooMuchText { max, .. } => Mapped::new(
+            &reasons::DDL_TOO_LARGE,
+            err.to_string(),
+            [
+                ("field", "header.statements".to_owned()),
+                ("limit", max.to_string()),
+            ],
+        ),
         DdlError::Materialize(inner) => materialize_error(inner),
         DdlError::Statement { index, ref problem } => {
             statement(index, problem, true, with_causes(&err))

@@ -603,6 +603,45 @@ async fn apply_ddl_is_audited_with_consecutive_sequence_numbers() {
     assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
 }
 
+/// Issue 23, point 4: a list over the bounds of one call is refused, typed, as soon as the header
+/// is in — the client never sends the user database here, and the answer still comes.
+#[tokio::test]
+async fn apply_ddl_over_its_bounds_is_refused_before_the_payload_is_read() {
+    let mut client = client().await;
+    let too_many = vec!["SELECT 1".to_owned(); snug_materialize::MAX_DDL_STATEMENTS + 1];
+    let too_long = vec![format!(
+        "SELECT '{}'",
+        "x".repeat(snug_materialize::MAX_DDL_BYTES)
+    )];
+    for (statements, limit) in [
+        (too_many, snug_materialize::MAX_DDL_STATEMENTS),
+        (too_long, snug_materialize::MAX_DDL_BYTES),
+    ] {
+        let header = pb::ApplyDdlRequest::header(pb::ApplyDdlHeader {
+            app_id: CHESS_APP.to_owned(),
+            statements,
+            expected_length: Some(sample().len() as u64),
+        });
+        // The header, then a stream that never ends: only a refusal made before the payload
+        // is read can answer.
+        let request =
+            futures::StreamExt::chain(futures::stream::iter([header]), futures::stream::pending());
+        let status = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            client.apply_ddl(request),
+        )
+        .await
+        .expect("answered without the payload")
+        .expect_err("over the bounds");
+        assert_refused(&status, Code::ResourceExhausted, reason::DDL_TOO_LARGE);
+        assert_eq!(metadata(&status, "limit"), Some(limit.to_string()));
+        assert_eq!(
+            metadata(&status, "field").as_deref(),
+            Some("header.statements")
+        );
+    }
+}
+
 #[tokio::test]
 async fn export_app_gives_a_standalone_file_for_either_namespace_shape() {
     let mut client = client().await;
@@ -759,7 +798,7 @@ async fn a_full_pool_refuses_as_overloaded() {
     let busy = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            pool.run(move || {
+            pool.run(move |_| {
                 let _ = started_tx.send(());
                 let _ = release_rx.recv();
             })
@@ -770,10 +809,162 @@ async fn a_full_pool_refuses_as_overloaded() {
         .await
         .expect("join")
         .expect("started");
-    let status = pool.run(|| ()).await.expect_err("overloaded");
+    let status = pool.run(|_| ()).await.expect_err("overloaded");
     assert_refused(&status, Code::Unavailable, reason::OVERLOADED);
     let _ = release_tx.send(());
     busy.await.expect("join").expect("busy job");
+}
+
+/// Minutes of SQLite work in one statement (a count to ten billion, no step budget in ApplyDdl):
+/// a job that is not stopped outlives every bound of the tests below.
+const LONG_STATEMENT: &str = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS \
+     (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) SELECT x FROM c)";
+
+/// A server with one job slot whose pool the test watches, on loopback, with `request_timeout`.
+async fn start_watched(request_timeout: Duration) -> (Client, MaterializeServer) {
+    let server = MaterializeServer::new(&MaterializeConfig {
+        materialize_concurrency: Some(1),
+        ..MaterializeConfig::default()
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server_config = ServerConfig {
+        request_timeout,
+        ..ServerConfig::for_tests()
+    };
+    let services = Services::default().with(service(server.clone()), &[]);
+    tokio::spawn(async move {
+        snug_rpc::server::serve(&server_config, listener, services, std::future::pending()).await
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let client = MaterializeServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    (client, server)
+}
+
+/// Waits (a generous bound: the point is that it happens, not how fast) until the pool's stats
+/// satisfy `done`, and returns them.
+async fn pool_until(
+    server: &MaterializeServer,
+    what: &str,
+    done: impl Fn(snug_rpc::blocking::PoolStats) -> bool,
+) -> snug_rpc::blocking::PoolStats {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let stats = server.pool.stats();
+            if done(stats) {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    waited.unwrap_or_else(|_| panic!("{what}: {:?}", server.pool.stats()))
+}
+
+/// An ApplyDdl request of `statements`, optionally with a client deadline (`grpc-timeout`).
+fn ddl_request(
+    statements: &[&str],
+    timeout: Option<Duration>,
+) -> tonic::Request<impl futures::Stream<Item = pb::ApplyDdlRequest> + Send + 'static> {
+    let user = sample();
+    let first = pb::ApplyDdlRequest::header(pb::ApplyDdlHeader {
+        app_id: CHESS_APP.to_owned(),
+        statements: statements.iter().map(|s| (*s).to_owned()).collect(),
+        expected_length: Some(user.len() as u64),
+    });
+    let mut request = tonic::Request::new(chunks::upload(first, user));
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    request
+}
+
+/// How many ApplyDdl calls the process's metrics hold with this code and reason.
+fn ddl_calls(code: &str, reason: &str) -> f64 {
+    let text = snug_rpc::metrics::global().encode();
+    let prefix = format!(
+        r#"snug_grpc_server_requests_total{{method="snug.materialize.v1.MaterializeService/ApplyDdl",code="{code}",reason="{reason}"}}"#
+    );
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Issue 23, point 4: an ApplyDdl whose deadline passes — the server's request timeout, then
+/// the client's `grpc-timeout` — stops its work: the job sees its caller gone, ends, and frees
+/// the only slot, and the next request is served. The server's own deadline is answered typed,
+/// DEADLINE_EXCEEDED with reason DEADLINE_EXCEEDED, and both are counted so.
+#[tokio::test]
+async fn a_call_past_its_deadline_stops_its_job_and_frees_the_slot() {
+    for (round, server_timeout, client_timeout) in [
+        ("the server's request timeout", Duration::from_secs(1), None),
+        (
+            "the client's grpc-timeout",
+            Duration::from_secs(60),
+            Some(Duration::from_millis(500)),
+        ),
+    ] {
+        let (mut client, server) = start_watched(server_timeout).await;
+        let counted = ddl_calls("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED");
+        let status = client
+            .apply_ddl(ddl_request(&[LONG_STATEMENT], client_timeout))
+            .await
+            .expect_err("past its deadline");
+        if client_timeout.is_none() {
+            assert_refused(&status, Code::DeadlineExceeded, "DEADLINE_EXCEEDED");
+        } else {
+            // tonic's client keeps the deadline it sends too, and reports its own expiry as
+            // CANCELLED "Timeout expired"; what the server did is checked below.
+            assert!(
+                matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled),
+                "{round}: {status:?}"
+            );
+        }
+        let stats = pool_until(&server, round, |stats| stats.running == 0).await;
+        assert_eq!(stats.stopped, 1, "{round}: the job saw its caller go");
+        // A counter is fed when the call's end is seen, a moment after the answer.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while ddl_calls("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED") < counted + 1.0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{round}: counted as DEADLINE_EXCEEDED"));
+        let (served, _) = apply_ddl(&mut client, sample(), CHESS_APP, &["CREATE TABLE t (x)"])
+            .await
+            .unwrap_or_else(|status| panic!("{round}: the next request is served: {status:?}"));
+        assert_eq!(served.applied, 1);
+    }
+}
+
+/// Issue 23, points 4 and 6: a client that drops its ApplyDdl while the job runs frees the
+/// slot the same way, and the call is counted as CANCELLED.
+#[tokio::test]
+async fn a_cancelled_call_stops_its_job_and_frees_the_slot() {
+    let (client, server) = start_watched(Duration::from_secs(60)).await;
+    let counted = ddl_calls("CANCELLED", "");
+    let call = tokio::spawn({
+        let mut client = client.clone();
+        async move { client.apply_ddl(ddl_request(&[LONG_STATEMENT], None)).await }
+    });
+    pool_until(&server, "the job started", |stats| stats.running == 1).await;
+    call.abort();
+    let stats = pool_until(&server, "the slot is free", |stats| stats.running == 0).await;
+    assert_eq!(stats.stopped, 1, "the job saw its caller go");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while ddl_calls("CANCELLED", "") < counted + 1.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("counted as CANCELLED");
 }
 
 #[test]

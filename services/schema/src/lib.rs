@@ -8,6 +8,9 @@
 //! SQLite work is blocking and holds up to a few copies of a 64 MiB file, so every job runs on
 //! the blocking pool behind a semaphore ([`BlockingPool`]): a burst queues for a bounded time and is
 //! then refused with `OVERLOADED`, instead of starving the async runtime or the host's memory.
+//! A job stops when its caller goes away (cancelled, or past its deadline): the user database is
+//! opened with the job's cancel as its `snug_schema::Interrupt`, so migrations, VACUUM and the
+//! operations stop in SQLite, and the loops over operations and queries stop between steps.
 //!
 //! What this crate deliberately does not do: keep any state between calls, touch the local file
 //! system, persist a result (the caller writes the bytes it gets back, atomically, where it
@@ -74,12 +77,12 @@ use snug_proto::schema::v1::{
 use snug_reasons::schema as reasons;
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
-    blocking::{BlockingPool, concurrency_or_cpus},
+    blocking::{BlockingPool, Cancel, concurrency_or_cpus},
     chunks::{self, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{
-    Clock, ExportOptions, FileFormat, ImportOptions, MAX_USERDB_BYTES, STORAGE_VERSION,
+    Clock, ExportOptions, FileFormat, ImportOptions, Interrupt, MAX_USERDB_BYTES, STORAGE_VERSION,
     SystemClock, UserDb,
 };
 use tokio::net::TcpListener;
@@ -201,15 +204,31 @@ fn compacted_image(db: &mut UserDb) -> Result<Vec<u8>, Mapped> {
     Ok(image)
 }
 
-/// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed).
-fn open(bytes: &[u8], clock: Arc<dyn Clock>) -> Result<(UserDb, snug_schema::OpenReport), Mapped> {
-    UserDb::from_bytes(bytes, clock).map_err(status::open_error)
+/// Opens `bytes` as the user's own database in memory (migrate, heal, wipe, seed). The open, and
+/// every statement run on the database afterwards, stops once the job's caller goes away.
+fn open(
+    bytes: &[u8],
+    clock: Arc<dyn Clock>,
+    cancel: &Cancel,
+) -> Result<(UserDb, snug_schema::OpenReport), Mapped> {
+    UserDb::from_bytes_with(bytes, clock, &Interrupt::new(cancel.flag()))
+        .map_err(status::open_error)
+}
+
+/// Stops a job between its steps once its caller has gone away. Nobody receives the error: it
+/// only ends the job early.
+fn still_wanted(cancel: &Cancel) -> Result<(), Mapped> {
+    if cancel.is_cancelled() {
+        return Err(Mapped::internal(&snug_schema::interrupted()));
+    }
+    Ok(())
 }
 
 /// Validates a sync image; see `ValidateSyncImage` in the proto.
 fn validate_sync_image(
     bytes: &[u8],
     clock: Arc<dyn Clock>,
+    cancel: &Cancel,
 ) -> Result<pb::ValidateSyncImageResponse, Mapped> {
     match snug_schema::detect_format(bytes) {
         FileFormat::Sqlite => {}
@@ -228,6 +247,7 @@ fn validate_sync_image(
     // predicts one, or when the ladder would run (which can refuse too), the import itself is
     // run on a scratch copy so the refusal is the typed error an import produces.
     if inspection.import_refusal.is_some() || inspection.storage_version != STORAGE_VERSION {
+        still_wanted(cancel)?;
         snug_schema::import_check(bytes, &ImportOptions::default(), clock)
             .map_err(status::import_error)?;
     }
@@ -252,6 +272,7 @@ fn validate_sync_image(
     }
     // The hub stores the image with its free space zeroed (the proto's one stated rewrite); the
     // hash is of those bytes, computed here so the caller can check what it stores.
+    still_wanted(cancel)?;
     let dirty = snug_schema::dirty_free_space(bytes).map_err(status::scrub_error)?;
     let sha256 = if dirty.is_empty() {
         Sha256::digest(bytes)
@@ -291,7 +312,8 @@ impl SchemaService for SchemaServer {
         .await?;
         let response = self
             .pool
-            .try_run::<_, Mapped>(move || {
+            // One bounded pass over at most 64 MiB: it runs to its end.
+            .try_run::<_, Mapped>(move |_| {
                 let inspection =
                     snug_schema::inspect_bytes(&upload.bytes).map_err(status::open_error)?;
                 Ok(convert::inspection(inspection, upload.bytes.len() as u64))
@@ -316,8 +338,8 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (report, bytes, unchanged) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (mut db, report) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (mut db, report) = open(&upload.bytes, clock, &cancel)?;
                 db.check_app_isolation().map_err(status::open_error)?;
                 if !report.wrote {
                     // Nothing to do: the caller gets its own bytes back, not a re-serialisation.
@@ -360,8 +382,8 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (source, bytes, export) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (mut db, source) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (mut db, source) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let (bytes, export) =
                     snug_schema::export_bytes(&mut db, options).map_err(status::export_error)?;
@@ -398,7 +420,9 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let report = self
             .pool
-            .try_run::<_, Mapped>(move || {
+            // An import on a scratch copy of at most 64 MiB, bounded: it runs to its end (the
+            // pool does not start it once its caller has gone).
+            .try_run::<_, Mapped>(move |_| {
                 let options = ImportOptions {
                     secrets: Some(&secrets),
                     trusted_origin,
@@ -421,7 +445,8 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (report, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || import::run(header, bytes, clock))
+            // Bounded as CheckImport is.
+            .try_run::<_, Mapped>(move |_| import::run(header, bytes, clock))
             .await?;
         tracing::info!(
             found_version = report.found_version,
@@ -452,7 +477,7 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let response = self
             .pool
-            .try_run::<_, Mapped>(move || validate_sync_image(&upload.bytes, clock))
+            .try_run::<_, Mapped>(move |cancel| validate_sync_image(&upload.bytes, clock, &cancel))
             .await?;
         Ok(Response::new(response))
     }
@@ -481,13 +506,16 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let (open_report, results, bytes) = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (mut db, report) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (mut db, report) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let results = operations
                     .into_iter()
                     .enumerate()
-                    .map(|(index, operation)| operations::apply(&mut db, index, operation))
+                    .map(|(index, operation)| {
+                        still_wanted(&cancel)?;
+                        operations::apply(&mut db, index, operation)
+                    })
                     .collect::<Result<Vec<_>, Mapped>>()?;
                 let bytes = if report.advanced {
                     compacted_image(&mut db)?
@@ -530,13 +558,16 @@ impl SchemaService for SchemaServer {
         let clock = self.clock.clone();
         let response = self
             .pool
-            .try_run::<_, Mapped>(move || {
-                let (db, report) = open(&upload.bytes, clock)?;
+            .try_run::<_, Mapped>(move |cancel| {
+                let (db, report) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let results = queries
                     .into_iter()
                     .enumerate()
-                    .map(|(index, query)| operations::answer(&db, index, query))
+                    .map(|(index, query)| {
+                        still_wanted(&cancel)?;
+                        operations::answer(&db, index, query)
+                    })
                     .collect::<Result<Vec<_>, Mapped>>()?;
                 Ok(pb::QueryResponse {
                     open: Some(convert::open_report(report)),

@@ -553,7 +553,7 @@ impl SyncService for SyncServer {
         request: Request<Streaming<pb::PutImageRequest>>,
     ) -> Result<Response<pb::PutImageResponse>, Status> {
         let mut stream = request.into_inner();
-        let header = match stream.message().await? {
+        let header = match chunks::message(&mut stream, DOMAIN).await? {
             Some(pb::PutImageRequest {
                 message: Some(pb::put_image_request::Message::Header(header)),
             }) => header,

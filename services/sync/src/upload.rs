@@ -53,9 +53,9 @@ pub(crate) fn body(
         let violation = violation.clone();
         async move {
             let (mut stream, received) = state?;
-            let refused = match stream.message().await {
-                // The client's stream failed (cancelled, or a message the codec refused): keep
-                // tonic's own status, as `snug_rpc::chunks::receive` does.
+            let refused = match snug_rpc::chunks::message(&mut stream, DOMAIN).await {
+                // The client's stream failed (it broke off, or a message the codec or tonic
+                // refused): the typed status, as every upload gets it.
                 Err(status) => status,
                 Ok(None) => match declared {
                     Some(len) if len != received => invalid_argument(

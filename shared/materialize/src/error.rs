@@ -288,6 +288,24 @@ impl StatementProblem {
 /// effect and nothing was written.
 #[derive(Debug, thiserror::Error)]
 pub enum DdlError {
+    /// More statements than one call applies ([`MAX_DDL_STATEMENTS`](crate::MAX_DDL_STATEMENTS));
+    /// refused before anything was read.
+    #[error("{count} statements, over the {max} one call applies; split them")]
+    TooManyStatements {
+        /// The statements given.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// More statement text than one call applies ([`MAX_DDL_BYTES`](crate::MAX_DDL_BYTES));
+    /// refused before anything was read.
+    #[error("{bytes} bytes of statements, over the {max} one call applies; split them")]
+    TooMuchText {
+        /// The bytes given, summed over the statements.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+    },
     /// The app could not be materialized.
     #[error("cannot materialize the app")]
     Materialize(#[source] MaterializeError),
@@ -316,6 +334,9 @@ impl DdlError {
     /// Returns the stable machine reason.
     pub fn reason(&self) -> &'static str {
         match self {
+            DdlError::TooManyStatements { .. } | DdlError::TooMuchText { .. } => {
+                snug_reasons::materialize::DDL_TOO_LARGE.name
+            }
             DdlError::Materialize(err) => err.reason(),
             DdlError::Statement { problem, .. } => match problem {
                 // SQLite's own rejection of a DDL statement has the DDL-specific reason.

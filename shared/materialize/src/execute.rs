@@ -228,9 +228,10 @@ impl AppDatabase {
         }
         let budget = self.install_budget(limits.max_steps)?;
         let outcome = self.run_all(statements, limits, &budget);
-        let removed = self.conn_mut().progress_handler(0, None::<fn() -> bool>);
+        let interrupt = self.interrupt().clone();
+        let restored = interrupt.install(self.conn_mut());
         let results = outcome?;
-        removed?;
+        restored?;
         Ok(results)
     }
 
@@ -247,6 +248,12 @@ impl AppDatabase {
         let mut results = Vec::with_capacity(statements.len());
         let mut outcome = Ok(());
         for (index, sql) in statements.iter().enumerate() {
+            // Short statements never reach SQLite's progress handler: a long list of them is
+            // stopped here.
+            if let Err(err) = self.interrupt().check() {
+                outcome = Err(ExecuteError::Sqlite(err));
+                break;
+            }
             budget.steps.store(0, Ordering::SeqCst);
             budget.exhausted.store(false, Ordering::SeqCst);
             match self.run_one(sql.as_ref(), limits, budget) {
@@ -291,6 +298,9 @@ impl AppDatabase {
             exhausted: Arc::default(),
         };
         for (index, sql) in statements.iter().enumerate() {
+            self.interrupt()
+                .check()
+                .map_err(|err| (index, StatementProblem::Failed(err)))?;
             self.run_one(sql.as_ref(), &limits, &budget)
                 .map_err(|problem| (index, problem))?;
         }
@@ -306,9 +316,14 @@ impl AppDatabase {
             let steps = Arc::clone(&budget.steps);
             let exhausted = Arc::clone(&budget.exhausted);
             let granularity = i32::try_from(STEP_GRANULARITY).unwrap_or(i32::MAX);
+            // The connection's one progress handler: the budget's, and the interrupt's too.
+            let interrupt = self.interrupt().clone();
             self.conn_mut().progress_handler(
                 granularity,
                 Some(move || {
+                    if interrupt.is_set() {
+                        return true;
+                    }
                     let done =
                         steps.fetch_add(STEP_GRANULARITY, Ordering::SeqCst) + STEP_GRANULARITY;
                     let over = done > max_steps;

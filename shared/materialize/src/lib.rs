@@ -10,7 +10,8 @@
 //!   `snug_app_schemas` (the reference's `schema_json` format, [`AppSchema`]); `uses_db`; the
 //!   64 MiB cap. An unchanged runtime writes nothing, and only changed tables are rewritten.
 //! - [`apply_ddl`]: statements applied atomically, persisted, and audited in
-//!   `snug_app_migrations`.
+//!   `snug_app_migrations`; at most [`MAX_DDL_STATEMENTS`] statements and [`MAX_DDL_BYTES`] of
+//!   text per call, in work linear in the statements.
 //! - [`execute`] / [`AppDatabase::execute`]: sandboxed SQL with typed, bounded results
 //!   ([`ExecuteLimits`], [`SqlValue`]) for hubs in other languages; writes persist. Over a
 //!   bound a result is truncated and flagged by default ([`Overflow::Truncate`]); the
@@ -32,6 +33,12 @@
 //!
 //! Every operation family has its own error enum with a stable `reason()`.
 //!
+//! Work on a user database opened with an interrupt ([`snug_schema::UserDb::from_bytes_with`])
+//! stops when it fires: the runtime materialized from it inherits it, every statement on either
+//! connection is stopped by SQLite's progress handler, and the loops over statements, stored
+//! objects and tables check it between steps (statements too short for the handler). The call
+//! then fails with SQLite's `SQLITE_INTERRUPT` inside its error, and writes nothing.
+//!
 //! What this crate deliberately does not do:
 //! - No gRPC, sockets or CLI: the `snug.materialize.v1` service and `snug app …` wrap it.
 //! - No file I/O: user databases come in as [`snug_schema::UserDb`] and runtimes as bytes or
@@ -52,9 +59,10 @@
 //! round trips), the registered DDL (`snug_app_schemas.schema_json`, the reference's format) is
 //! replayed verbatim in creation order — tables, rows, then indexes, triggers and views, so triggers
 //! do not fire on the copy — and AUTOINCREMENT counters are restored.
-//! `persist` writes a runtime back in one `BEGIN IMMEDIATE` transaction: the natural DDL runs in
-//! the user database and SQLite's `ALTER TABLE … RENAME` makes the at-rest name (statement text is
-//! never edited), `schema_json` records the verbatim DDL and counters, `uses_db` flips, and the
+//! `persist` writes a runtime back in one `BEGIN IMMEDIATE` transaction: SQLite's `ALTER TABLE …
+//! RENAME` of the natural DDL makes the at-rest name (statement text is never edited; the rename
+//! runs on a scratch database holding only that table, so each costs the same however large the
+//! user database's schema), `schema_json` records the verbatim DDL and counters, `uses_db` flips, and the
 //! 64 MiB cap is checked with an overflow rolled back whole.
 //! Unchanged detection: a runtime this crate materialized knows whether anything ran on it since
 //! (SQLite's change and schema counters), so persisting it untouched compares nothing and writes
@@ -96,7 +104,7 @@ mod userside;
 #[cfg(test)]
 mod test_support;
 
-pub use ddl::{DdlReport, apply_ddl};
+pub use ddl::{DdlReport, MAX_DDL_BYTES, MAX_DDL_STATEMENTS, apply_ddl, check_ddl_bounds};
 pub use error::{
     DdlError, ExecuteError, ListError, LoadError, MaterializeError, PersistError, ReplayProblem,
     StatementProblem,

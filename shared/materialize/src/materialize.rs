@@ -13,7 +13,7 @@
 //! replay mode (CREATE of tables, indexes, triggers and views only, one statement per entry),
 //! and the set of objects the replay produced must equal the set the registry lists.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use rusqlite::Connection;
 use snug_schema::{SNUG_KV, UserDb, is_valid_app_object_name};
@@ -25,7 +25,7 @@ use crate::runtime::AppDatabase;
 use crate::sandbox::Mode;
 use crate::scan::{Refusal, is_virtual};
 use crate::schema_json::{AppSchema, ObjectKind, SchemaObject};
-use crate::tables::{Shape, copy_rows, copy_rows_between};
+use crate::tables::{Shape, TableFlags, copy_rows, copy_rows_between};
 use crate::userside::{
     RUNTIME_ALIAS, RestTable, app_uses_db, attach_runtime, detach_runtime, end_transaction,
     registration, rest_tables,
@@ -53,7 +53,7 @@ pub fn materialize(user_db: &UserDb, namespace: &str) -> Result<AppDatabase, Mat
         });
     }
     let user = user_db.connection();
-    let mut runtime = AppDatabase::create(ns.clone())?;
+    let mut runtime = AppDatabase::create(ns.clone(), user_db.interrupt())?;
     // A read-only user connection (a legacy file whose adoption is pending) cannot attach the
     // runtime writable, so its rows are copied one by one instead.
     let bulk = !user.is_readonly(rusqlite::MAIN_DB)?;
@@ -107,6 +107,9 @@ fn replay(
     name: &str,
     ddl: &str,
 ) -> Result<(), MaterializeError> {
+    // Each replayed statement is short, too short for SQLite's progress handler: a long list
+    // is stopped here, between statements.
+    runtime.interrupt().check()?;
     let _replay = runtime.enter(Mode::Replay);
     let mut stmt = prepare_one(runtime.conn(), runtime.sandbox(), ddl).map_err(|problem| {
         let problem = match problem {
@@ -174,17 +177,22 @@ fn load_tables(
     };
     check_registry(ns, &schema)?;
     let rest = rest_tables(user, ns)?;
-    let find_rest = |natural: &str| {
-        rest.iter()
-            .find(|r| r.natural.eq_ignore_ascii_case(natural))
-    };
+    // By name as SQLite compares names (ASCII case-insensitively); the first of equals wins, as
+    // a search in creation order would find it.
+    let mut rest_by_name: HashMap<String, &RestTable> = HashMap::new();
+    for table in &rest {
+        rest_by_name
+            .entry(table.natural.to_ascii_lowercase())
+            .or_insert(table);
+    }
+    let find_rest = |natural: &str| rest_by_name.get(&natural.to_ascii_lowercase()).copied();
     let kv_rest = rest.iter().find(|r| r.natural == SNUG_KV);
-    let listed = |natural: &str| {
-        schema
-            .objects
-            .iter()
-            .any(|o| o.name.eq_ignore_ascii_case(natural))
-    };
+    let registered: HashSet<String> = schema
+        .objects
+        .iter()
+        .map(|o| o.name.to_ascii_lowercase())
+        .collect();
+    let listed = |natural: &str| registered.contains(&natural.to_ascii_lowercase());
     let orphans: Vec<&RestTable> = rest
         .iter()
         .filter(|r| {
@@ -236,12 +244,17 @@ fn load_tables(
 
     // Step 2: rows. The runtime's shape decides the column list; the at-rest table must match it.
     let mut shapes = Vec::with_capacity(copies.len());
+    let runtime_flags = {
+        let _internal = runtime.enter(Mode::Internal);
+        TableFlags::read(runtime.conn(), "main")?
+    };
+    let rest_flags = TableFlags::read(user, "main")?;
     for (natural, rest_table) in &copies {
         let shape = {
             let _internal = runtime.enter(Mode::Internal);
-            Shape::read(runtime.conn(), "main", natural)?
+            Shape::read(runtime.conn(), &runtime_flags, natural)?
         };
-        let rest_shape = Shape::read(user, "main", &rest_table.name)?;
+        let rest_shape = Shape::read(user, &rest_flags, &rest_table.name)?;
         match (shape, rest_shape) {
             (Some(shape), Some(rest_shape)) if shape.copy_compatible(&rest_shape) => {
                 shapes.push(shape);
@@ -255,6 +268,7 @@ fn load_tables(
     }
     if bulk {
         for ((natural, rest_table), shape) in copies.iter().zip(&shapes) {
+            runtime.interrupt().check()?;
             copy_rows(
                 user,
                 shape,
@@ -340,12 +354,14 @@ fn restore_sequences(runtime: &AppDatabase, schema: &AppSchema) -> Result<(), Ma
     if !has_sequence_table {
         return Ok(());
     }
+    let tables: HashSet<&str> = schema
+        .objects
+        .iter()
+        .filter(|o| o.kind == ObjectKind::Table)
+        .map(|o| o.name.as_str())
+        .collect();
     for (table, seq) in &schema.sequences {
-        let registered = schema
-            .objects
-            .iter()
-            .any(|o| o.kind == ObjectKind::Table && o.name == *table);
-        if !registered {
+        if !tables.contains(table.as_str()) {
             continue;
         }
         let updated = conn.execute(

@@ -9,26 +9,33 @@
 //! - Only tables whose shape or content changed are dropped and rewritten; the others are not
 //!   touched (the reference rewrites every table of the app on any change).
 //!
-//! At-rest names are made only by SQLite: the natural DDL runs in the user database (guarded by
-//! an authorizer that allows it to create exactly that one table) and is followed by
+//! At-rest names are made only by SQLite: the natural DDL runs (guarded by an authorizer that
+//! allows it to create exactly that one table) and is followed by
 //! `ALTER TABLE "<name>" RENAME TO "app_<token>__<name>"` with `legacy_alter_table` on, as in the
-//! reference. Statement text is never edited.
+//! reference — on a scratch database holding only that table, whose resulting statement the
+//! user database then runs under the same guard, so the work per table does not grow with the
+//! user database's schema. Statement text is never edited.
+//!
+//! Every step is linear in the number of tables: lookups go through maps, table options are
+//! read once, and an empty table is not copied (`ddl/tests.rs` counts the steps).
+
+use std::collections::{HashMap, HashSet};
 
 use rusqlite::Connection;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use serde::Serialize;
-use snug_schema::{MAX_USERDB_BYTES, UserDb};
+use snug_schema::{Interrupt, MAX_USERDB_BYTES, UserDb};
 
 use crate::error::PersistError;
 use crate::namespace::{AppNamespace, is_kv, quote_ident};
 use crate::runtime::AppDatabase;
 use crate::sandbox::{Mode, denied_function};
 use crate::scan::{RuntimeScan, RuntimeTable, ScanError, scan};
-use crate::schema_json::AppSchema;
-use crate::tables::{Shape, copy_rows, same_rows};
+use crate::schema_json::{AppSchema, ObjectKind};
+use crate::tables::{Shape, TableFlags, copy_rows, same_rows};
 use crate::userside::{
-    RUNTIME_ALIAS, app_uses_db, attach_runtime, detach_runtime, end_transaction, registration,
-    rest_tables,
+    RUNTIME_ALIAS, RestTable, app_uses_db, attach_runtime, detach_runtime, end_transaction,
+    registration, rest_tables,
 };
 
 /// What happened to the app's `snug_app_schemas` row.
@@ -163,11 +170,12 @@ pub(crate) fn persist_with(
     }
 
     let now = user_db.clock().timestamp();
+    let interrupt = user_db.interrupt().clone();
     let user = user_db.connection_mut();
     let attached = attach_runtime(user, runtime.uri())?;
     let written = (|| {
         user.execute_batch("BEGIN IMMEDIATE")?;
-        let result = write(user, &ns, &scanned, audit, &now);
+        let result = write(user, &ns, &scanned, audit, &now, &interrupt);
         let commit = matches!(&result, Ok(report) if report.wrote);
         match end_transaction(user, commit) {
             Ok(()) => result,
@@ -205,26 +213,40 @@ fn plan<'s>(
         .filter(|row| row.token == ns.token())
         .and_then(|row| AppSchema::parse(&row.schema_json).ok());
     let rest = rest_tables(user, ns)?;
+    // Every lookup below is by exact name, through a map: a write-back of `n` tables does work
+    // in `n`, not `n²`.
+    let mut rest_by_name: HashMap<&str, &RestTable> = HashMap::new();
+    for table in &rest {
+        rest_by_name.entry(table.name.as_str()).or_insert(table);
+    }
+    let stored_ddl: HashMap<&str, &str> = stored.as_ref().map_or_else(HashMap::new, |s| {
+        let mut ddl = HashMap::new();
+        for object in s.objects.iter().filter(|o| o.kind == ObjectKind::Table) {
+            ddl.entry(object.name.as_str())
+                .or_insert(object.ddl.as_str());
+        }
+        ddl
+    });
+    let flags = TableFlags::read(user, "main")?;
     let mut plan = Plan {
         uses_db,
         ..Plan::default()
     };
-    let mut kept: Vec<&str> = Vec::new();
+    let mut kept: HashSet<&str> = HashSet::new();
     for table in &scanned.tables {
         let rest_name = ns.rest_table_name(&table.name);
-        let Some(existing) = rest.iter().find(|r| r.name == rest_name) else {
+        let Some(existing) = rest_by_name.get(rest_name.as_str()) else {
             plan.create.push(table);
             continue;
         };
         // Shape: the registered natural DDL is the runtime's verbatim (snug_kv has a fixed
         // shape and is never registered), and SQLite reports the same columns and options.
         let same_ddl = is_kv(&table.name)
-            || stored
-                .as_ref()
-                .and_then(|s| s.table_ddl(&table.name))
-                .is_some_and(|ddl| ddl == table.sql);
+            || stored_ddl
+                .get(table.name.as_str())
+                .is_some_and(|ddl| *ddl == table.sql);
         let same_shape =
-            same_ddl && Shape::read(user, "main", &existing.name)?.as_ref() == Some(&table.shape);
+            same_ddl && Shape::read(user, &flags, &existing.name)?.as_ref() == Some(&table.shape);
         let same = same_shape
             && same_rows(
                 user,
@@ -233,7 +255,7 @@ fn plan<'s>(
                 (RUNTIME_ALIAS, &table.name),
             )?;
         if same {
-            kept.push(&existing.name);
+            kept.insert(&existing.name);
             plan.unchanged.push(table.name.clone());
         } else {
             plan.create.push(table);
@@ -241,7 +263,7 @@ fn plan<'s>(
     }
     plan.drop = rest
         .iter()
-        .filter(|r| !kept.contains(&r.name.as_str()))
+        .filter(|r| !kept.contains(r.name.as_str()))
         .map(|r| r.name.clone())
         .collect();
     plan.registry = if scanned.schema.is_empty() {
@@ -262,6 +284,7 @@ fn write(
     scanned: &RuntimeScan,
     audit: Option<&Audit<'_>>,
     now: &str,
+    interrupt: &Interrupt,
 ) -> Result<PersistReport, PersistError> {
     let plan = plan(user, ns, scanned)?;
     let size_before = db_size(user)?;
@@ -277,21 +300,23 @@ fn write(
     for table in &plan.drop {
         user.execute_batch(&format!("DROP TABLE main.{}", quote_ident(table)))?;
     }
+    let recreated: HashSet<String> = plan
+        .create
+        .iter()
+        .map(|t| ns.rest_table_name(&t.name))
+        .collect();
     report.tables_dropped = plan
         .drop
         .iter()
-        .filter(|name| {
-            !plan
-                .create
-                .iter()
-                .any(|t| ns.rest_table_name(&t.name) == **name)
-        })
+        .filter(|name| !recreated.contains(name.as_str()))
         .cloned()
         .collect();
     if !plan.create.is_empty() {
-        create_at_rest(user, ns, &plan.create)?;
+        create_at_rest(user, ns, &plan.create, interrupt)?;
     }
     for table in &plan.create {
+        // Per table, as statements this short never reach SQLite's progress handler.
+        interrupt.check()?;
         copy_rows(
             user,
             &table.shape,
@@ -360,42 +385,99 @@ fn db_size(user: &Connection) -> rusqlite::Result<u64> {
 }
 
 /// Creates each table at rest: natural DDL, then SQLite's rename.
+///
+/// The rename runs on a scratch database holding only the table being renamed, and the text
+/// SQLite leaves there is what the user database runs. Renaming in the user database itself
+/// rewrites, reloads and re-checks its whole schema (`ALTER TABLE … RENAME` passes every row of
+/// `sqlite_master` through the parser three times), so a write-back of `n` new tables cost
+/// `n` times the schema: 800 tables took seconds. The text is the same either way: with
+/// `legacy_alter_table` on and foreign keys off, as here and in the reference, a rename changes
+/// only the renamed table's own statement.
 fn create_at_rest(
     user: &mut Connection,
     ns: &AppNamespace,
     tables: &[&RuntimeTable],
+    interrupt: &Interrupt,
 ) -> Result<(), PersistError> {
-    for table in tables {
-        // SQLite names are case-insensitive: an existing object of that name that is not
-        // ours (hub names are reserved, so only a foreign table or an index) blocks the DDL.
-        let taken: bool = user.query_row(
-            "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE name = ?1 COLLATE NOCASE)",
-            [&table.name],
-            |row| row.get(0),
-        )?;
-        if taken {
-            return Err(PersistError::NameCollision {
-                name: table.name.clone(),
-            });
-        }
+    // The reference runs the natural DDL in the user database, where an existing object of that
+    // name (hub names are reserved, so only a foreign table or an index) fails it; that refusal
+    // is kept, checked once against every name (SQLite compares them ASCII case-insensitively).
+    let taken: HashSet<String> = {
+        let mut stmt = user.prepare("SELECT name FROM main.sqlite_master")?;
+        let names = stmt.query_map([], |row| row.get::<_, String>(0))?;
+        names
+            .map(|name| name.map(|name| name.to_ascii_lowercase()))
+            .collect::<rusqlite::Result<_>>()?
+    };
+    if let Some(table) = tables
+        .iter()
+        .find(|table| taken.contains(&table.name.to_ascii_lowercase()))
+    {
+        return Err(PersistError::NameCollision {
+            name: table.name.clone(),
+        });
     }
-    let legacy: i64 = user.pragma_query_value(None, "legacy_alter_table", |row| row.get(0))?;
-    user.pragma_update(None, "legacy_alter_table", "ON")?;
-    let created = tables.iter().try_for_each(|table| {
+    let mut stage = Stage::open()?;
+    for table in tables {
+        interrupt.check()?;
         let failed = |source| PersistError::CreateFailed {
             name: table.name.clone(),
             source,
         };
-        guarded_create(user, &table.name, &table.sql).map_err(failed)?;
-        user.execute_batch(&format!(
-            "ALTER TABLE main.{} RENAME TO {}",
-            quote_ident(&table.name),
-            quote_ident(&ns.rest_table_name(&table.name))
-        ))
-        .map_err(failed)
-    });
-    user.pragma_update(None, "legacy_alter_table", legacy)?;
-    created
+        let rest_name = ns.rest_table_name(&table.name);
+        let rest_sql = stage
+            .renamed(&table.name, &table.sql, &rest_name)
+            .map_err(failed)?;
+        guarded_create(user, &rest_name, &rest_sql).map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// The scratch database [`create_at_rest`] renames tables in: in memory, empty between tables,
+/// configured as the user database is during a persist (defensive, untrusted schema, foreign
+/// keys off) plus `legacy_alter_table`, the reference's rename semantics.
+struct Stage {
+    conn: Connection,
+}
+
+impl Stage {
+    fn open() -> rusqlite::Result<Stage> {
+        use rusqlite::config::DbConfig;
+        #[cfg_attr(not(test), allow(unused_mut))]
+        let mut conn = Connection::open_in_memory()?;
+        #[cfg(test)]
+        crate::test_support::count_vm_steps(&mut conn);
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false)?;
+        conn.pragma_update(None, "trusted_schema", "OFF")?;
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
+        conn.pragma_update(None, "legacy_alter_table", "ON")?;
+        Ok(Stage { conn })
+    }
+
+    /// Runs table `name`'s natural DDL `sql` (under the same guard as in the user database),
+    /// renames the table to `rest_name` and returns the statement SQLite then records for it;
+    /// the scratch database is empty again afterwards.
+    fn renamed(&mut self, name: &str, sql: &str, rest_name: &str) -> rusqlite::Result<String> {
+        let conn = &mut self.conn;
+        let renamed = guarded_create(conn, name, sql).and_then(|()| {
+            conn.execute_batch(&format!(
+                "ALTER TABLE main.{} RENAME TO {}",
+                quote_ident(name),
+                quote_ident(rest_name)
+            ))?;
+            conn.query_row(
+                "SELECT sql FROM main.sqlite_master WHERE type = 'table' AND name = ?1",
+                [rest_name],
+                |row| row.get::<_, String>(0),
+            )
+        });
+        // Dropping by either name empties the stage whether or not the rename happened.
+        for left in [rest_name, name] {
+            conn.execute_batch(&format!("DROP TABLE IF EXISTS main.{}", quote_ident(left)))?;
+        }
+        renamed
+    }
 }
 
 /// Runs a table's natural DDL on the user connection under an authorizer that allows exactly

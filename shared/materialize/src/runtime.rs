@@ -13,7 +13,7 @@ use std::time::Duration;
 use rusqlite::config::DbConfig;
 use rusqlite::limits::Limit;
 use rusqlite::{Connection, OpenFlags};
-use snug_schema::{MAX_USERDB_BYTES, SQLITE_MAGIC, UserDb};
+use snug_schema::{Interrupt, MAX_USERDB_BYTES, SQLITE_MAGIC, UserDb};
 
 use crate::error::LoadError;
 use crate::namespace::AppNamespace;
@@ -56,6 +56,9 @@ pub struct AppDatabase {
     sandbox: Sandbox,
     baseline: Option<Baseline>,
     unregistered: Vec<String>,
+    /// The user database's, for a runtime materialized from one: statements on the runtime
+    /// stop with the work they are part of.
+    interrupt: Interrupt,
 }
 
 impl std::fmt::Debug for AppDatabase {
@@ -102,10 +105,13 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 impl AppDatabase {
     /// Returns a new, empty runtime for `namespace`.
     pub fn empty(namespace: &str) -> rusqlite::Result<AppDatabase> {
-        AppDatabase::create(AppNamespace::new(namespace))
+        AppDatabase::create(AppNamespace::new(namespace), &Interrupt::never())
     }
 
-    pub(crate) fn create(namespace: AppNamespace) -> rusqlite::Result<AppDatabase> {
+    pub(crate) fn create(
+        namespace: AppNamespace,
+        interrupt: &Interrupt,
+    ) -> rusqlite::Result<AppDatabase> {
         let uri = memdb_uri();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -113,7 +119,10 @@ impl AppDatabase {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_EXRESCODE;
         let mut conn = Connection::open_with_flags(&uri, flags)?;
+        #[cfg(test)]
+        crate::test_support::count_vm_steps(&mut conn);
         configure(&conn)?;
+        interrupt.install(&mut conn)?;
         let sandbox = Sandbox::default();
         sandbox.install(&mut conn)?;
         let mut db = AppDatabase {
@@ -123,6 +132,7 @@ impl AppDatabase {
             sandbox,
             baseline: None,
             unregistered: Vec::new(),
+            interrupt: interrupt.clone(),
         };
         db.cap_size()?;
         Ok(db)
@@ -175,7 +185,7 @@ impl AppDatabase {
         if verdict != "ok" {
             return Err(LoadError::Malformed { problem: verdict });
         }
-        let mut db = AppDatabase::create(AppNamespace::new(namespace))?;
+        let mut db = AppDatabase::create(AppNamespace::new(namespace), &Interrupt::never())?;
         {
             let _internal = db.sandbox.enter(Mode::Internal);
             // A memdb destination cannot change its page size during a backup, so the empty
@@ -298,6 +308,10 @@ impl AppDatabase {
 
     pub(crate) fn conn_mut(&mut self) -> &mut Connection {
         &mut self.conn
+    }
+
+    pub(crate) fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
     }
 
     pub(crate) fn sandbox(&self) -> &Sandbox {

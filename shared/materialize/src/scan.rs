@@ -5,13 +5,15 @@
 //! This is the fail-closed gate: [`scan`] reads only the runtime, so a refusal leaves the user
 //! database — the app's previous rest state, the secrets, every other app — exactly as it was.
 
+use std::collections::{HashMap, HashSet};
+
 use rusqlite::Connection;
 use serde::Serialize;
 use snug_schema::is_valid_app_object_name;
 
 use crate::namespace::is_kv;
 use crate::schema_json::{AppSchema, ObjectKind, SchemaObject};
-use crate::tables::{Column, Shape};
+use crate::tables::{Column, Shape, TableFlags};
 
 /// Why a runtime's schema cannot be written back (nothing was written).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
@@ -142,6 +144,7 @@ pub(crate) fn scan(conn: &Connection) -> Result<RuntimeScan, ScanError> {
         })?
         .collect::<rusqlite::Result<_>>()?
     };
+    let flags = TableFlags::read(conn, "main")?;
     let mut tables = Vec::new();
     let mut objects = Vec::new();
     for (kind_text, name, rootpage, sql) in rows {
@@ -165,7 +168,7 @@ pub(crate) fn scan(conn: &Connection) -> Result<RuntimeScan, ScanError> {
             return refuse(Refusal::InvalidName { kind, name });
         }
         if kind == ObjectKind::Table {
-            let shape = Shape::read(conn, "main", &name)?
+            let shape = Shape::read(conn, &flags, &name)?
                 .ok_or_else(|| ScanError::Sqlite(rusqlite::Error::QueryReturnedNoRows))?;
             if kv && !is_kv_shape(&shape) {
                 return refuse(Refusal::KvTable);
@@ -215,21 +218,27 @@ fn read_sequences(
             row.get::<_, rusqlite::types::Value>(1)?,
         ))
     })?;
+    let tables: HashSet<&str> = objects
+        .iter()
+        .filter(|o| o.kind == ObjectKind::Table)
+        .map(|o| o.name.as_str())
+        .collect();
     let mut sequences: Vec<(String, i64)> = Vec::new();
+    let mut position: HashMap<String, usize> = HashMap::new();
     for row in rows {
         let (rusqlite::types::Value::Text(name), rusqlite::types::Value::Integer(seq)) = row?
         else {
             continue;
         };
-        let registered = objects
-            .iter()
-            .any(|o| o.kind == ObjectKind::Table && o.name == name);
-        if !registered {
+        if !tables.contains(name.as_str()) {
             continue;
         }
-        match sequences.iter_mut().find(|(existing, _)| *existing == name) {
-            Some(entry) => entry.1 = seq,
-            None => sequences.push((name, seq)),
+        match position.get(&name) {
+            Some(&at) => sequences[at].1 = seq,
+            None => {
+                position.insert(name.clone(), sequences.len());
+                sequences.push((name, seq));
+            }
         }
     }
     Ok(sequences)

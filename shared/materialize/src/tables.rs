@@ -1,6 +1,8 @@
 //! Table shapes and row copies shared by materialize and persist: column lists, rowid handling,
 //! bulk `INSERT … SELECT`, and exact row-by-row comparison.
 
+use std::collections::HashMap;
+
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params};
 
@@ -26,13 +28,46 @@ pub(crate) struct Shape {
     pub(crate) strict: bool,
 }
 
+/// The WITHOUT ROWID and STRICT flags of every table of one schema, by exact name.
+///
+/// Read once per operation rather than once per table: `pragma_table_list` builds its answer
+/// from every table of every attached schema, so a query per table cost the whole schema per
+/// table, and materializing or persisting `n` tables cost `n²`.
+#[derive(Debug)]
+pub(crate) struct TableFlags {
+    schema: String,
+    flags: HashMap<String, (bool, bool)>,
+}
+
+impl TableFlags {
+    /// Reads the flags of `schema`'s tables.
+    pub(crate) fn read(conn: &Connection, schema: &str) -> rusqlite::Result<TableFlags> {
+        let mut stmt =
+            conn.prepare("SELECT name, wr, strict FROM pragma_table_list WHERE schema = ?1")?;
+        let flags = stmt
+            .query_map([schema], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    (row.get::<_, i64>(1)? != 0, row.get::<_, i64>(2)? != 0),
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(TableFlags {
+            schema: schema.to_owned(),
+            flags,
+        })
+    }
+}
+
 impl Shape {
-    /// Reads the shape of `schema.table`; `None` if there is no such table.
+    /// Reads the shape of table `table` in the schema `flags` were read from; `None` if there is
+    /// no such table.
     pub(crate) fn read(
         conn: &Connection,
-        schema: &str,
+        flags: &TableFlags,
         table: &str,
     ) -> rusqlite::Result<Option<Shape>> {
+        let schema = flags.schema.as_str();
         let mut stmt = conn.prepare(
             "SELECT name, type, \"notnull\", dflt_value, pk, hidden \
              FROM pragma_table_xinfo(?1, ?2) ORDER BY cid",
@@ -52,11 +87,10 @@ impl Shape {
         if columns.is_empty() {
             return Ok(None);
         }
-        let (without_rowid, strict) = conn.query_row(
-            "SELECT wr, strict FROM pragma_table_list WHERE schema = ?1 AND name = ?2",
-            params![schema, table],
-            |row| Ok((row.get::<_, i64>(0)? != 0, row.get::<_, i64>(1)? != 0)),
-        )?;
+        let (without_rowid, strict) = *flags
+            .flags
+            .get(table)
+            .ok_or(rusqlite::Error::QueryReturnedNoRows)?;
         Ok(Some(Shape {
             columns,
             without_rowid,
@@ -119,12 +153,28 @@ impl Shape {
 
 /// Copies every row of `from_schema.from_table` into the empty `to_schema.to_table` with one
 /// `INSERT … SELECT` (both schemas on the same connection). Returns the rows copied.
+///
+/// An empty source runs no `INSERT`: into an AUTOINCREMENT table one reads `sqlite_sequence`
+/// row by row (it has no index) even when it copies nothing, so a write-back of `n` new, empty
+/// AUTOINCREMENT tables would cost `n²`; and a copy of no rows writes nothing.
 pub(crate) fn copy_rows(
     conn: &Connection,
     shape: &Shape,
     (from_schema, from_table): (&str, &str),
     (to_schema, to_table): (&str, &str),
 ) -> rusqlite::Result<usize> {
+    let empty: bool = conn.query_row(
+        &format!(
+            "SELECT NOT EXISTS (SELECT 1 FROM {}.{})",
+            quote_ident(from_schema),
+            quote_ident(from_table)
+        ),
+        [],
+        |row| row.get(0),
+    )?;
+    if empty {
+        return Ok(0);
+    }
     let list = shape.copy_list();
     let sql = format!(
         "INSERT INTO {}.{} ({list}) SELECT {list} FROM {}.{}",

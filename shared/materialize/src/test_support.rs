@@ -218,3 +218,42 @@ pub(crate) fn schema_json(db: &UserDb, namespace: &str) -> Option<String> {
         .optional()
         .unwrap()
 }
+
+thread_local! {
+    /// Virtual-machine steps counted on this thread by [`count_vm_steps`] connections.
+    static VM_STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The cumulative step count each statement text last reported (for statements run again).
+    static LAST_STEPS: std::cell::RefCell<std::collections::HashMap<String, i64>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Counts, on this thread, the virtual-machine steps of every statement run on `conn` from now
+/// on — the statements this crate (or the test) runs, not SQLite's own reading of its schema,
+/// which SQLite does not report. The crate instruments the connections it opens itself (the
+/// runtime and the rename stage) when built for tests.
+pub(crate) fn count_vm_steps(conn: &mut Connection) {
+    use rusqlite::StatementStatus;
+    use rusqlite::trace::{TraceEvent, TraceEventCodes};
+    fn on_profile(event: TraceEvent<'_>) {
+        let TraceEvent::Profile(stmt, _) = event else {
+            return;
+        };
+        // Both counters are cumulative over a statement's runs: the steps of this run are the
+        // difference from its previous run, or all of them on its first.
+        let steps = i64::from(stmt.get_status(StatementStatus::VmStep));
+        let runs = stmt.get_status(StatementStatus::Run);
+        let before = LAST_STEPS.with_borrow_mut(|last| {
+            let previous = last.insert(stmt.sql().into_owned(), steps);
+            if runs <= 1 { 0 } else { previous.unwrap_or(0) }
+        });
+        VM_STEPS.set(VM_STEPS.get() + (steps - before).max(0) as u64);
+    }
+    conn.trace_v2(TraceEventCodes::SQLITE_TRACE_PROFILE, Some(on_profile))
+        .expect("a trace hook installs");
+}
+
+/// Returns the steps [`count_vm_steps`] counted on this thread since the last call.
+pub(crate) fn take_vm_steps() -> u64 {
+    LAST_STEPS.with_borrow_mut(std::collections::HashMap::clear);
+    VM_STEPS.replace(0)
+}

@@ -2,7 +2,9 @@
 
 use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
-pub use crate::rpc::{INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
+pub use crate::rpc::{
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+};
 
 /// A healthy container that no supplied secret opened.
 pub const LOCKED: Reason = Reason {
@@ -124,7 +126,9 @@ pub const DOMAIN: Domain = Domain {
         &WEAK_RECOVERY_KEY,
         &TOO_LARGE,
         &INVALID_ARGUMENT,
+        &BODY_ABORTED,
         &OVERLOADED,
+        &DEADLINE_EXCEEDED,
         &INTERNAL,
     ],
 };

@@ -7,7 +7,9 @@
 
 use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
-pub use crate::rpc::{INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
+pub use crate::rpc::{
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+};
 pub use crate::schema::{
     APP_NOT_FOUND, APP_TOKEN_COLLISION, HOSTILE_SCHEMA, MALFORMED, NOT_A_USER_DATABASE, NOT_SQLITE,
     PROTECTED, SCHEMA_TOO_NEW,
@@ -88,6 +90,15 @@ pub const DDL_FAILED: Reason = refused(
     "SQLite rejected DDL: given, stored, or a runtime table at rest",
 );
 
+/// An ApplyDdl request over the bounds of one call: more statements, or more statement text, than
+/// `snug_materialize::MAX_DDL_STATEMENTS` / `MAX_DDL_BYTES`; metadata `field`, `limit`.
+pub const DDL_TOO_LARGE: Reason = refused(
+    "DDL_TOO_LARGE",
+    GrpcCode::ResourceExhausted,
+    CliExit::Never,
+    "an ApplyDdl request holds more statements or more statement text than one call applies; nothing was read or written",
+);
+
 /// A statement ran out of its step budget; metadata `statement`, `limit`.
 pub const BUDGET_EXCEEDED: Reason = refused(
     "BUDGET_EXCEEDED",
@@ -157,6 +168,7 @@ pub const DOMAIN: Domain = Domain {
         &NOT_ONE_STATEMENT,
         &STATEMENT_FAILED,
         &DDL_FAILED,
+        &DDL_TOO_LARGE,
         &BUDGET_EXCEEDED,
         &RESULT_TOO_LARGE,
         &READ_ONLY,
@@ -172,7 +184,9 @@ pub const DOMAIN: Domain = Domain {
         &PROTECTED,
         &TOO_LARGE,
         &INVALID_ARGUMENT,
+        &BODY_ABORTED,
         &OVERLOADED,
+        &DEADLINE_EXCEEDED,
         &INTERNAL,
     ],
 };

@@ -30,6 +30,27 @@ pub const OVERLOADED: Reason = Reason {
     summary: "too many jobs queued; retry later",
 };
 
+/// The client's upload broke off before its end (the client cancelled the call or its connection
+/// dropped); nothing was kept. Counted as CANCELLED.
+pub const BODY_ABORTED: Reason = Reason {
+    name: "BODY_ABORTED",
+    grpc: Some(GrpcCode::Cancelled),
+    http: http(400, "BODY_INCOMPLETE", true),
+    exit: CliExit::Never,
+    summary: "the upload stream broke off before its end (the client cancelled or went away); nothing was kept",
+};
+
+/// The call outlived its deadline, the client's `grpc-timeout` or the server's request timeout;
+/// its work was stopped and nothing was kept.
+pub const DEADLINE_EXCEEDED: Reason = Reason {
+    name: "DEADLINE_EXCEEDED",
+    grpc: Some(GrpcCode::DeadlineExceeded),
+    // The gateway's answer to a service that did not answer in time.
+    http: http(503, "SERVICE_UNAVAILABLE", true),
+    exit: CliExit::Never,
+    summary: "the call outlived its deadline (the client's `grpc-timeout` or the server's request timeout); its work was stopped, nothing was kept",
+};
+
 /// A bug or a host failure. The message is generic; the cause is in the server's log.
 pub const INTERNAL: Reason = Reason {
     name: "INTERNAL",

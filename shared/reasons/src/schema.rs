@@ -6,7 +6,9 @@ use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 pub use crate::container::{
     ITERATIONS_OUT_OF_POLICY, LOCKED, NOT_A_USER_DATABASE, UNSUPPORTED_FORMAT_VERSION,
 };
-pub use crate::rpc::{INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE};
+pub use crate::rpc::{
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+};
 
 /// The bytes are not a SQLite database (nor, where one is accepted, a SNUGENC1 container).
 pub const NOT_SQLITE: Reason = Reason {
@@ -220,7 +222,9 @@ pub const DOMAIN: Domain = Domain {
         &CORRUPT_ROW,
         &TOO_LARGE,
         &INVALID_ARGUMENT,
+        &BODY_ABORTED,
         &OVERLOADED,
+        &DEADLINE_EXCEEDED,
         &INTERNAL,
     ],
 };

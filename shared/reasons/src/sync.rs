@@ -6,7 +6,7 @@
 
 use crate::{CliExit, Domain, GrpcCode, Reason, http};
 
-pub use crate::rpc::{INTERNAL, INVALID_ARGUMENT};
+pub use crate::rpc::{BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, TOO_LARGE};
 
 const fn sync(
     name: &'static str,
@@ -73,14 +73,6 @@ pub const IDEMPOTENCY_KEY_REUSED: Reason = sync(
     "the idempotency key produced a different write",
 );
 
-/// The upload stream failed before its end; nothing written.
-pub const BODY_ABORTED: Reason = sync(
-    "BODY_ABORTED",
-    GrpcCode::Cancelled,
-    http(400, "BODY_INCOMPLETE", true),
-    "the upload stream failed before its end; nothing was written",
-);
-
 /// Different bytes at a content address: damaged storage.
 pub const IMAGE_CONFLICT: Reason = sync(
     "IMAGE_CONFLICT",
@@ -141,7 +133,9 @@ pub const DOMAIN: Domain = Domain {
         &STORAGE_CORRUPT,
         &STORAGE_FULL,
         &PUTS_IN_FLIGHT,
+        &TOO_LARGE,
         &INVALID_ARGUMENT,
+        &DEADLINE_EXCEEDED,
         &INTERNAL,
     ],
 };

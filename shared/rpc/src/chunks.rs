@@ -49,12 +49,8 @@ pub async fn receive<M: Chunked>(
     limit: u64,
     declared_len: impl Fn(&M::Header) -> Option<u64>,
 ) -> Result<Upload<M::Header>, Status> {
-    let (header, mut receiver) = Receiver::start(stream, domain, limit, declared_len).await?;
-    // The declared length is only a hint for the allocation; the bytes received are what count.
-    let mut bytes = Vec::with_capacity(receiver.declared_len().unwrap_or(0) as usize);
-    while let Some(chunk) = receiver.next_chunk().await? {
-        bytes.extend_from_slice(&chunk);
-    }
+    let (header, receiver) = Receiver::start(stream, domain, limit, declared_len).await?;
+    let bytes = receiver.into_bytes().await?;
     Ok(Upload { header, bytes })
 }
 
@@ -116,6 +112,17 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         self.declared
     }
 
+    /// Reads the rest of the upload, whole, for a service that judges the header before it takes
+    /// the payload.
+    pub async fn into_bytes(mut self) -> Result<Vec<u8>, Status> {
+        // The declared length is only a hint for the allocation; the bytes received are what count.
+        let mut bytes = Vec::with_capacity(self.declared_len().unwrap_or(0) as usize);
+        while let Some(chunk) = self.next_chunk().await? {
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+
     /// Returns the next chunk, or `None` once the stream has ended with as many bytes as were
     /// declared.
     ///
@@ -171,11 +178,7 @@ async fn next<M: Chunked>(
     stream: &mut Streaming<M>,
     domain: &'static str,
 ) -> Result<Option<Part<M::Header>>, Status> {
-    match stream
-        .message()
-        .await
-        .map_err(|err| transport_refusal(err, domain))?
-    {
+    match message(stream, domain).await? {
         None => Ok(None),
         Some(message) => message.into_part().map(Some).ok_or_else(|| {
             status::invalid_argument(domain, "message", "a stream message carried no field")
@@ -183,15 +186,18 @@ async fn next<M: Chunked>(
     }
 }
 
-/// The status of a stream message tonic refused before any code of ours saw it. A message over
-/// the decode limit is tonic's `OUT_OF_RANGE`; the protos promise `RESOURCE_EXHAUSTED` with
-/// reason `TOO_LARGE` for a payload over a cap, and a message is one. Others pass unchanged.
-fn transport_refusal(err: Status, domain: &'static str) -> Status {
-    if err.code() == tonic::Code::OutOfRange && err.message().contains("message length too large") {
-        status::too_large(domain, MAX_MESSAGE_SIZE as u64)
-    } else {
-        err
-    }
+/// Reads the next message of a request stream, with the refusals tonic makes itself typed
+/// ([`crate::refusal::typed`]: a message over the decode limit is `TOO_LARGE`, a stream that
+/// ends inside a message `INVALID_ARGUMENT`, a stream the client broke off `BODY_ABORTED`).
+/// Every service reads its request streams through this, directly or through [`receive`].
+pub async fn message<M>(
+    stream: &mut Streaming<M>,
+    domain: &'static str,
+) -> Result<Option<M>, Status> {
+    stream
+        .message()
+        .await
+        .map_err(|err| crate::refusal::typed(err, domain))
 }
 
 /// Splits `bytes` into chunks of at most [`CHUNK_SIZE`] without copying.

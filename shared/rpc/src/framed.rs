@@ -183,8 +183,7 @@ where
 {
     let request = streaming_request::<R>(request);
     let (metadata, extensions, mut stream) = request.into_parts();
-    let message = stream
-        .message()
+    let message = crate::chunks::message(&mut stream, crate::limit::DOMAIN)
         .await?
         .ok_or_else(|| snug_proto::codec::undecodable("the request holds no message"))?;
     Ok(tonic::Request::from_parts(metadata, extensions, message))

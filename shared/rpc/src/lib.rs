@@ -13,6 +13,13 @@
 //! - [`server`]: configuration from flags and environment, gRPC health and reflection, request
 //!   timeouts, a global concurrency limit that sheds bursts (never health checks), and graceful
 //!   shutdown on SIGTERM;
+//! - [`deadline`]: each call's deadline (the client's `grpc-timeout` or the request timeout),
+//!   answered DEADLINE_EXCEEDED with a reason; [`refusal`]: the refusals tonic makes itself
+//!   (a message over the decode limit, an empty unary body, a stream cut inside a message or
+//!   broken off by the client) typed with documented codes and reasons;
+//! - [`blocking`]: the bounded pool every service runs its heavy sync work on, whose jobs stop
+//!   when their caller goes away (a [`blocking::Cancel`] per job, tripped when the call is
+//!   dropped: cancelled by the client, or past its deadline);
 //! - [`telemetry`]: logs (text or JSON lines, with trace ids) and OpenTelemetry traces over
 //!   OTLP/gRPC when an endpoint is configured, off otherwise;
 //! - [`trace_context`]: W3C `traceparent` propagation, and [`trace_context::Traced`] for client
@@ -29,7 +36,9 @@
 //! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
 //!
 //! The runtime every service shares: `ServerConfig` (flags and `SNUG_*` environment variables),
-//! `serve()` with grpc.health.v1, reflection, request timeout, a global concurrency limit that sheds
+//! `serve()` with grpc.health.v1, reflection, each call's deadline (`deadline.rs`: typed
+//! DEADLINE_EXCEEDED, and the call's blocking job stops), tonic's own refusals typed
+//! (`refusal.rs`), a global concurrency limit that sheds
 //! a burst at once with UNAVAILABLE/`OVERLOADED` (domain `snug.rpc`; health checks bypass it, so a busy
 //! pod is never restarted as a dead one — `limit.rs`), graceful shutdown on SIGTERM (health flips to NOT_SERVING, then a bounded drain);
 //! `status::error()` (the only way a status is built: code + `ErrorInfo` reason + domain);
@@ -50,10 +59,12 @@
 pub mod admin;
 pub mod blocking;
 pub mod chunks;
+pub mod deadline;
 pub mod framed;
 pub mod limit;
 pub mod metrics;
 pub mod observe;
+pub mod refusal;
 pub mod server;
 pub mod status;
 pub mod telemetry;

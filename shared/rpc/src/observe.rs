@@ -38,7 +38,7 @@
 //! | `snug_http_request_duration_seconds` (histogram) | same | until the last response byte |
 //! | `snug_http_request_bytes_total`, `snug_http_response_bytes_total` | `route` | body bytes in and out |
 //! | `snug_http_zero_copy_bytes_total` | — | response bytes sent from sealed memory with `sendfile` (no copy) |
-//! | `snug_grpc_server_requests_total` | `method`, `code`, `reason` | gRPC calls served (every service; shed calls too) |
+//! | `snug_grpc_server_requests_total` | `method`, `code`, `reason` | gRPC calls served (every service; shed calls too, and calls whose client went away) |
 //! | `snug_grpc_server_request_duration_seconds` (histogram) | same | until the final status (the trailers, for a stream) |
 //! | `snug_grpc_server_request_bytes_total`, `snug_grpc_server_response_bytes_total` | `method` | HTTP/2 data bytes in and out, gRPC framing included |
 //! | `snug_sync_cas_conflicts_total` | `reason` (`REVISION_MISMATCH`, `STALE_REVISION`) | sync writes refused by the compare-and-swap |
@@ -47,7 +47,11 @@
 //! `route` is the route template (`/userdb/revisions/{rev}/restore`, `unmatched` for none), never
 //! the raw path; `method` is `package.Service/Method` from the compiled descriptor sets (`unknown`
 //! otherwise); `reason` is the JSON error `code` (HTTP) or the `ErrorInfo` reason (gRPC), empty on
-//! success. The CAS and unlock counters are derived from each call's final status in
+//! success. A call whose client went away is counted as CANCELLED: with reason `BODY_ABORTED`
+//! when its request stream broke off (whatever the service answered the stream it was reading),
+//! with none when it was dropped before it was answered; one dropped at the client's
+//! `grpc-timeout` is DEADLINE_EXCEEDED, as the deadline's own answer is
+//! (`snug_rpc::deadline`). The CAS and unlock counters are derived from each call's final status in
 //! `snug_rpc::observe`, so the services need no code of their own for them.
 //! **Architecture Invariant:** no secret in a log line, a span or a metric label: label values come
 //! from closed sets, spans carry methods, routes, codes and reasons only, and
@@ -61,7 +65,10 @@ use std::{
     collections::HashSet,
     future::Future,
     pin::Pin,
-    sync::{Arc, LazyLock},
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll, ready},
     time::Instant,
 };
@@ -404,28 +411,52 @@ where
         };
         let metrics = metrics::global();
         let labels = MethodLabels { method };
-        let request = request.map(|body| {
-            tonic::body::Body::new(Observed::counting(
-                body,
-                metrics.grpc_request_bytes.get_or_create(&labels).clone(),
-            ))
-        });
+        let client_timeout = crate::deadline::client_timeout(request.headers());
+        // The request body failing under the service is the client going away mid-upload
+        // (cancelled, or its connection dropped), whatever the service then makes of the
+        // stream it was reading: tonic turns a cancel into a clean end, a dropped connection
+        // into UNKNOWN.
+        let broke_off = Arc::new(AtomicBool::new(false));
+        let request = {
+            let broke_off = Arc::clone(&broke_off);
+            let bytes = metrics.grpc_request_bytes.get_or_create(&labels).clone();
+            request.map(move |body| {
+                tonic::body::Body::new(Observed::new(body, Some(bytes), move |end| {
+                    if matches!(end, End::Failed) {
+                        broke_off.store(true, Ordering::Relaxed);
+                    }
+                }))
+            })
+        };
         let response = {
             let _entered = span.enter();
             self.inner.call(request)
         };
         let response_bytes = metrics.grpc_response_bytes.get_or_create(&labels).clone();
-        let classify = self.classify.clone();
+        let call = Call {
+            method,
+            started,
+            classify: self.classify.clone(),
+            span,
+            broke_off,
+        };
         Box::pin(async move {
-            let response = match tracing::Instrument::instrument(response, span.clone()).await {
+            // Counts the call if its future is dropped before it was answered: the client reset
+            // the stream or dropped the connection, or tonic's own reading of `grpc-timeout` ran
+            // out first (`crate::deadline`).
+            let unanswered = Unanswered(Some((call, client_timeout)));
+            let response = tracing::Instrument::instrument(response, unanswered.span()).await;
+            let Some((call, _)) = unanswered.disarm() else {
+                unreachable!("armed until here");
+            };
+            let response = match response {
                 Ok(response) => response,
                 Err(err) => {
-                    let status = GrpcStatus {
+                    call.end(GrpcStatus {
                         code: Code::Unknown,
                         reason: None,
                         domain: None,
-                    };
-                    record(method, &status, started, &classify);
+                    });
                     return Err(err);
                 }
             };
@@ -434,27 +465,90 @@ where
                 tonic::body::Body::new(Observed::new(
                     body,
                     Some(response_bytes),
-                    move |end: End<'_>| {
-                        let status = end.grpc_status(in_headers);
-                        record(method, &status, started, &classify);
-                        span.record("rpc.grpc.status_code", status.code as i64);
-                        if let Some(reason) = &status.reason {
-                            span.record("error.type", reason.as_str());
-                        }
-                        if status.code != Code::Ok {
-                            span.record("otel.status_code", "error");
-                        }
-                        let _entered = span.enter();
-                        tracing::debug!(
-                            code = code_name(status.code),
-                            reason = status.reason.as_deref().unwrap_or(""),
-                            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-                            "gRPC call finished"
-                        );
-                    },
+                    move |end: End<'_>| call.end(end.grpc_status(in_headers)),
                 ))
             }))
         })
+    }
+}
+
+/// One call being observed, recorded once when it ends.
+struct Call {
+    method: &'static str,
+    started: Instant,
+    classify: Arc<[Classify]>,
+    span: tracing::Span,
+    broke_off: Arc<AtomicBool>,
+}
+
+/// A status counted for a call that ended without one of its own.
+fn runtime_status(reason: &snug_reasons::Reason) -> GrpcStatus {
+    GrpcStatus {
+        code: crate::status::code_of(reason),
+        reason: Some(reason.name.to_owned()),
+        domain: Some(crate::limit::DOMAIN.to_owned()),
+    }
+}
+
+impl Call {
+    /// Records the call with its final status — or, when the client broke its request stream off,
+    /// as the abort it was, whatever the service answered a client no longer there.
+    fn end(self, status: GrpcStatus) {
+        let status = if self.broke_off.load(Ordering::Relaxed) {
+            runtime_status(&snug_reasons::rpc::BODY_ABORTED)
+        } else {
+            status
+        };
+        record(self.method, &status, self.started, &self.classify);
+        let span = self.span;
+        span.record("rpc.grpc.status_code", status.code as i64);
+        if let Some(reason) = &status.reason {
+            span.record("error.type", reason.as_str());
+        }
+        if status.code != Code::Ok {
+            span.record("otel.status_code", "error");
+        }
+        let _entered = span.enter();
+        tracing::debug!(
+            code = code_name(status.code),
+            reason = status.reason.as_deref().unwrap_or(""),
+            elapsed_ms = self.started.elapsed().as_secs_f64() * 1e3,
+            "gRPC call finished"
+        );
+    }
+}
+
+/// Records a call whose future is dropped before it was answered; see [`Observe::call`].
+struct Unanswered(Option<(Call, Option<std::time::Duration>)>);
+
+impl Unanswered {
+    fn span(&self) -> tracing::Span {
+        self.0
+            .as_ref()
+            .map_or_else(tracing::Span::none, |(call, _)| call.span.clone())
+    }
+
+    fn disarm(mut self) -> Option<(Call, Option<std::time::Duration>)> {
+        self.0.take()
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some((call, client_timeout)) = self.0.take() else {
+            return;
+        };
+        let status = if crate::deadline::expired(client_timeout, call.started.elapsed()) {
+            runtime_status(&snug_reasons::rpc::DEADLINE_EXCEEDED)
+        } else {
+            // No status was sent: the client cancelled the call, or left.
+            GrpcStatus {
+                code: Code::Cancelled,
+                reason: None,
+                domain: None,
+            }
+        };
+        call.end(status);
     }
 }
 
@@ -585,6 +679,100 @@ mod tests {
             series(&after, received).unwrap_or(0.0) - series(&before, received).unwrap_or(0.0),
             9.0,
             "{after}"
+        );
+    }
+
+    /// How many calls of `method` the metrics hold with this code and reason.
+    fn calls(method: &str, code: &str, reason: &str) -> f64 {
+        series(
+            &metrics::global().encode(),
+            &format!(
+                r#"snug_grpc_server_requests_total{{method="{method}",code="{code}",reason="{reason}"}}"#
+            ),
+        )
+        .unwrap_or(0.0)
+    }
+
+    /// A body that yields one frame, then fails as hyper's does when the client's stream breaks.
+    fn breaking_body() -> tonic::body::Body {
+        let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+            Ok(Frame::data(Bytes::from_static(b"\0\0\0\0\x02ab"))),
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        ];
+        tonic::body::Body::new(http_body_util::StreamBody::new(futures::stream::iter(
+            frames,
+        )))
+    }
+
+    /// Issue 23, point 6: a client that goes away is counted as CANCELLED, however the service
+    /// took it — an upload that broke off as BODY_ABORTED even when the service, reading the
+    /// broken stream, answered something else (tonic turns a dropped connection into UNKNOWN and
+    /// a cancel into a clean end of stream), and a call dropped before its answer with no reason;
+    /// one dropped at the client's deadline is DEADLINE_EXCEEDED.
+    #[tokio::test]
+    async fn a_client_that_goes_away_is_counted_as_cancelled() {
+        let method = "snug.materialize.v1.MaterializeService/ApplyDdl";
+        let path = format!("/{method}");
+        let mut service = ObserveLayer::new(&[]).layer(tower::service_fn(
+            |request: http::Request<tonic::body::Body>| async move {
+                if request.headers().contains_key("x-hang") {
+                    std::future::pending::<()>().await;
+                }
+                // Reads the body as a service would, and answers with what the read gave.
+                let read = request.into_body().collect().await;
+                let status = match read {
+                    Ok(_) => tonic::Status::invalid_argument("the stream ended early"),
+                    Err(err) => err,
+                };
+                Ok::<_, Infallible>(status.into_http())
+            },
+        ));
+        let before = [
+            calls(method, "CANCELLED", "BODY_ABORTED"),
+            calls(method, "CANCELLED", ""),
+            calls(method, "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"),
+            calls(method, "UNKNOWN", ""),
+        ];
+
+        let request = http::Request::builder()
+            .uri(&path)
+            .body(breaking_body())
+            .expect("request");
+        drop(service.call(request).await.expect("answered"));
+
+        let request = http::Request::builder()
+            .uri(&path)
+            .header("x-hang", "1")
+            .header("grpc-timeout", "60S")
+            .body(tonic::body::Body::empty())
+            .expect("request");
+        let unanswered = service.call(request);
+        tokio::time::timeout(std::time::Duration::from_millis(20), unanswered)
+            .await
+            .expect_err("never answered");
+
+        let request = http::Request::builder()
+            .uri(&path)
+            .header("x-hang", "1")
+            .header("grpc-timeout", "5m")
+            .body(tonic::body::Body::empty())
+            .expect("request");
+        let unanswered = service.call(request);
+        tokio::time::timeout(std::time::Duration::from_millis(20), unanswered)
+            .await
+            .expect_err("never answered");
+
+        let after = [
+            calls(method, "CANCELLED", "BODY_ABORTED"),
+            calls(method, "CANCELLED", ""),
+            calls(method, "DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED"),
+            calls(method, "UNKNOWN", ""),
+        ];
+        let counted: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+        assert_eq!(
+            counted,
+            [1.0, 1.0, 1.0, 0.0],
+            "(aborted, cancelled, past the deadline, unknown)"
         );
     }
 

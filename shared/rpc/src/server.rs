@@ -174,6 +174,7 @@ pub async fn local(config: &ServerConfig, services: Services) -> LocalChannel {
     let (routes, _health) = with_health_and_reflection(services.routes, &services.names).await;
     let service = tower::ServiceBuilder::new()
         .layer(crate::observe::ObserveLayer::new(&services.classify))
+        .layer(crate::refusal::TypedRefusalsLayer)
         .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         .service(routes);
     tower::util::BoxCloneSyncService::new(tower::ServiceExt::map_err(
@@ -184,11 +185,16 @@ pub async fn local(config: &ServerConfig, services: Services) -> LocalChannel {
 
 /// Serves `services` on `listener` until `shutdown` completes, then drains.
 ///
-/// Layer order, outermost first: tonic's per-request timeout (so time spent queued counts toward
-/// the deadline), then observation (the request span, parented on the caller's `traceparent`,
-/// and the metrics — outside the limit, so shed calls are counted), then one global concurrency limit that sheds a burst beyond it at once with
-/// UNAVAILABLE/`OVERLOADED` rather than piling up memory — health checks bypass it, so a busy pod
-/// is never mistaken for a dead one — then the services. Health and reflection are added here so every service has them.
+/// Layer order, outermost first: observation (the request span, parented on the caller's
+/// `traceparent`, and the metrics — outside everything else, so typed refusals, deadlines and
+/// shed calls are all counted), then the typing of tonic's own refusals
+/// (`crate::refusal`), then each call's deadline (`crate::deadline`: the client's `grpc-timeout`
+/// or the request timeout; when it passes the call is dropped, which stops its blocking job, and
+/// answered DEADLINE_EXCEEDED; it replaces tonic's timeout, which answered outside observation
+/// with an untyped CANCELLED), then one global concurrency limit that sheds a burst beyond it at
+/// once with UNAVAILABLE/`OVERLOADED` rather than piling up memory — health checks bypass it, so
+/// a busy pod is never mistaken for a dead one — then the services. Health and reflection are
+/// added here so every service has them.
 pub async fn serve(
     config: &ServerConfig,
     listener: TcpListener,
@@ -221,8 +227,9 @@ pub async fn serve(
         tracing::info!(addr = %local, services = ?services.names, "gRPC server listening");
     }
     let server = tonic::transport::Server::builder()
-        .timeout(config.request_timeout)
         .layer(crate::observe::ObserveLayer::new(&services.classify))
+        .layer(crate::refusal::TypedRefusalsLayer)
+        .layer(crate::deadline::DeadlineLayer::new(config.request_timeout))
         .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         // Large windows and frames let a 64 MiB payload stream without stalling on flow control.
         .initial_stream_window_size(32 * 1024 * 1024)

@@ -173,8 +173,10 @@ enum MappedInner {
         message: String,
         metadata: Vec<(&'static str, String)>,
     },
-    /// Already logged and built by [`internal`]; carries no request detail.
-    Internal(Status),
+    /// A bug or a host failure, logged by [`internal`] when the status is made — that is, when
+    /// the caller is answered: a job whose caller went away ends with whatever error it met,
+    /// and nobody is answered and nothing logged as a failure for it.
+    Internal { cause: String },
 }
 
 impl<D> std::fmt::Debug for Mapped<D> {
@@ -192,8 +194,8 @@ impl<D> std::fmt::Debug for Mapped<D> {
                 .field("message", message)
                 .field("metadata", metadata)
                 .finish(),
-            MappedInner::Internal(status) => {
-                f.debug_tuple("Mapped::Internal").field(status).finish()
+            MappedInner::Internal { cause } => {
+                f.debug_tuple("Mapped::Internal").field(cause).finish()
             }
         }
     }
@@ -243,10 +245,12 @@ impl<D: Domain> Mapped<D> {
         )
     }
 
-    /// A bug or a host failure: logged here, generic to the client.
+    /// A bug or a host failure: logged when it becomes a status, generic to the client.
     pub fn internal(cause: &dyn std::error::Error) -> Self {
         Mapped(
-            MappedInner::Internal(internal(D::DOMAIN, cause)),
+            MappedInner::Internal {
+                cause: cause.to_string(),
+            },
             std::marker::PhantomData,
         )
     }
@@ -263,7 +267,7 @@ impl<D: Domain> Mapped<D> {
     pub fn reason(&self) -> &'static str {
         match &self.0 {
             MappedInner::Error { reason, .. } => reason,
-            MappedInner::Internal(_) => reason::INTERNAL,
+            MappedInner::Internal { .. } => reason::INTERNAL,
         }
     }
 }
@@ -277,10 +281,22 @@ impl<D: Domain> From<Mapped<D>> for Status {
                 message,
                 metadata,
             } => error(code, reason, D::DOMAIN, message, metadata),
-            MappedInner::Internal(status) => status,
+            MappedInner::Internal { cause } => internal(D::DOMAIN, &Cause(cause)),
         }
     }
 }
+
+/// A cause kept as its text until it is logged.
+#[derive(Debug)]
+struct Cause(String);
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Cause {}
 
 /// Returns the `ErrorInfo` reason of a status, if it carries one.
 pub fn reason_of(status: &Status) -> Option<String> {

@@ -14,6 +14,7 @@ use snug_files::{TempSibling, sync_parent_dir};
 use crate::clock::Clock;
 use crate::ddl::MAX_USERDB_BYTES;
 use crate::error::{CapError, OpenError, Refusal, SaveError};
+use crate::interrupt::Interrupt;
 use crate::naming::resolve_user_file;
 use crate::open::{self, Inspection, OpenReport, SQLITE_HEADER_LEN, Trust};
 
@@ -38,6 +39,7 @@ pub struct UserDb {
     conn: Connection,
     clock: Arc<dyn Clock>,
     location: Location,
+    interrupt: Interrupt,
 }
 
 impl std::fmt::Debug for UserDb {
@@ -167,6 +169,7 @@ impl UserDb {
             conn,
             clock,
             location,
+            interrupt: Interrupt::never(),
         }
     }
 
@@ -192,13 +195,27 @@ impl UserDb {
         bytes: &[u8],
         clock: Arc<dyn Clock>,
     ) -> Result<(UserDb, OpenReport), OpenError> {
+        UserDb::from_bytes_with(bytes, clock, &Interrupt::never())
+    }
+
+    /// [`UserDb::from_bytes`] for a caller that may stop waiting: every statement on the
+    /// database — the open's own checks and migrations, and whatever runs on it afterwards,
+    /// here and in the crates built on it — stops once `interrupt` fires (see [`Interrupt`]).
+    pub fn from_bytes_with(
+        bytes: &[u8],
+        clock: Arc<dyn Clock>,
+        interrupt: &Interrupt,
+    ) -> Result<(UserDb, OpenReport), OpenError> {
         if bytes.starts_with(snug_container::MAGIC) {
             return Err(OpenError::Protected);
         }
         let mut conn = memory_connection(bytes)?;
+        interrupt.install(&mut conn)?;
         quick_check(&conn)?;
         let report = open::run(&mut conn, clock.as_ref(), Trust::Own)?;
-        Ok((UserDb::with(conn, clock, Location::Memory), report))
+        let mut db = UserDb::with(conn, clock, Location::Memory);
+        db.interrupt = interrupt.clone();
+        Ok((db, report))
     }
 
     /// Opens the database file at `path` in place, creating it if it does not exist.
@@ -303,6 +320,12 @@ impl UserDb {
     /// [`UserDb::ensure_writable`] first so a pending adoption happens before the write.
     pub fn connection_mut(&mut self) -> &mut Connection {
         &mut self.conn
+    }
+
+    /// Returns the interrupt the database was opened with ([`UserDb::from_bytes_with`]), for work
+    /// built on it that runs loops or opens connections of its own.
+    pub fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
     }
 
     /// Returns the clock this database stamps times with.

@@ -255,6 +255,8 @@ pub fn export_bytes(
     let mut conn = memory_connection(&image)
         .map_err(|refusal| ExportError::Source(OpenError::from(refusal)))?;
     drop(image);
+    // The copy's VACUUM is the longest step of an export: it stops with the database's own work.
+    db.interrupt().install(&mut conn)?;
     let (secrets_removed, tables_dropped) = strip(&conn, options, false)?;
     conn.execute_batch("VACUUM")?;
     let mut bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();

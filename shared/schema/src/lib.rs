@@ -66,6 +66,8 @@
 //!   requirement's structure ([`check_requirement`]) and compares contracts by canonical form;
 //!   field-level lints belong to the connection and contract capabilities.
 //! - It reads no clock of its own: times come from the [`Clock`] passed in.
+//! - It never decides when to give up: a host that may stop waiting passes an [`Interrupt`]
+//!   ([`UserDb::from_bytes_with`]) and sets it; nothing here is async or knows a deadline.
 //!
 //! # Design notes
 //!
@@ -109,6 +111,7 @@ mod docs;
 mod error;
 mod export;
 mod import;
+mod interrupt;
 mod isolation;
 mod kv;
 mod naming;
@@ -144,6 +147,7 @@ pub use import::{
     RequirementProblem, check_requirement, derive_allowed_hosts, https_url_host, import,
     import_against, import_check, normalize_host,
 };
+pub use interrupt::{Interrupt, PROGRESS_STEPS, interrupted, is_interrupted};
 pub use isolation::TokenCollision;
 pub use kv::{
     KvTable, NEEDS_ENDPOINT_CONFIRM_KEY, SIDECAR_HOST, SIDECAR_IDENTITY_DIRECTORY_KEY,

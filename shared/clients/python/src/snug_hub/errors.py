@@ -323,6 +323,24 @@ class InvalidArgument(InvalidArgumentError):
         return self.metadata.get("field")
 
 
+class DeadlineExceeded(DeadlineExceededError):
+    """DEADLINE_EXCEEDED: the call outlived its deadline (the client's ``grpc-timeout`` or the
+    server's request timeout); the server stopped its work and kept nothing. Over HTTP the
+    gateway answers ``SERVICE_UNAVAILABLE`` (503)."""
+
+    REASON = "DEADLINE_EXCEEDED"
+    CODE = grpc.StatusCode.DEADLINE_EXCEEDED
+    RETRYABLE = True
+
+
+class DdlTooLarge(ResourceExhaustedError):
+    """DDL_TOO_LARGE: an ApplyDdl request holds more statements or more statement text than one
+    call applies (metadata ``field``, ``limit``); nothing was read or written."""
+
+    REASON = "DDL_TOO_LARGE"
+    CODE = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class Overloaded(UnavailableError):
     """OVERLOADED: too many jobs queued, or the server's concurrency limit shed the request
     (domain ``snug.rpc``); retry later."""
