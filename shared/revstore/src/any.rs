@@ -87,6 +87,14 @@ impl RevStore for AnyStore {
         each!(self, s => s.get_revision(user, revision, principal).await)
     }
 
+    async fn read_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<ImageDownload, ReadError> {
+        each!(self, s => s.read_revision(user, revision).await)
+    }
+
     async fn list_revisions(
         &self,
         user: &UserId,

@@ -515,7 +515,8 @@ impl MemStore {
         &self,
         user: &UserId,
         revision: Option<&Revision>,
-        principal: &Principal,
+        // None: read for the origin's own use, not served, so not in the served ledger.
+        principal: Option<&Principal>,
     ) -> Result<ImageDownload, ReadError> {
         let now = self.now();
         let mut state = self.lock();
@@ -532,14 +533,16 @@ impl MemStore {
         };
         let pieces = state.read_back(&info.digest)?;
         let lease = self.inner.leases.take(info.digest);
-        state.served.push((
-            user.clone(),
-            ServedEntry {
-                revision: info.revision.clone(),
-                at: now,
-                principal: principal.clone(),
-            },
-        ));
+        if let Some(principal) = principal {
+            state.served.push((
+                user.clone(),
+                ServedEntry {
+                    revision: info.revision.clone(),
+                    at: now,
+                    principal: principal.clone(),
+                },
+            ));
+        }
         let body = Guarded::new(futures::stream::iter(pieces.into_iter().map(Ok)), lease);
         Ok(ImageDownload {
             info,
@@ -603,7 +606,7 @@ impl RevStore for MemStore {
     }
 
     async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
-        self.download(user, None, principal)
+        self.download(user, None, Some(principal))
     }
 
     async fn get_revision(
@@ -612,7 +615,15 @@ impl RevStore for MemStore {
         revision: &Revision,
         principal: &Principal,
     ) -> Result<ImageDownload, ReadError> {
-        self.download(user, Some(revision), principal)
+        self.download(user, Some(revision), Some(principal))
+    }
+
+    async fn read_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<ImageDownload, ReadError> {
+        self.download(user, Some(revision), None)
     }
 
     async fn list_revisions(

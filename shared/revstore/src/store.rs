@@ -83,6 +83,17 @@ pub trait RevStore: Send + Sync + 'static {
         principal: &Principal,
     ) -> impl Future<Output = Result<ImageDownload, ReadError>> + Send;
 
+    /// Streams one retained revision of the user's image for the origin's own use, the base a
+    /// delta is assembled on or matched against (issue 21): `NotFound` in exactly the cases
+    /// [`RevStore::get_revision`] would be (unknown, reclaimed, another user's), so a delta
+    /// route denies as uniformly as the others, and nothing is recorded in the served ledger,
+    /// since no byte of it is served as such. The download holds a lease like any other.
+    fn read_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> impl Future<Output = Result<ImageDownload, ReadError>> + Send;
+
     /// The user's revisions, newest first, at most `limit`; empty for an unknown user.
     fn list_revisions(
         &self,

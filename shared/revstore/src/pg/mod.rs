@@ -794,7 +794,8 @@ impl PgStore {
         &self,
         user: &UserId,
         revision: Option<&Revision>,
-        principal: &Principal,
+        // None: read for the origin's own use, not served, so not in the served ledger.
+        principal: Option<&Principal>,
     ) -> Result<ImageDownload, ReadError> {
         let now = self.now();
         let mut client = self.client().await?;
@@ -827,16 +828,18 @@ impl PgStore {
             )
             .await?
             .get(0);
-        tx.execute(
-            "INSERT INTO served (user_id, revision, at, principal) VALUES ($1, $2, $3, $4)",
-            &[
-                &user.as_str(),
-                &info.revision.as_str(),
-                &now.unix_millis(),
-                &principal.as_str(),
-            ],
-        )
-        .await?;
+        if let Some(principal) = principal {
+            tx.execute(
+                "INSERT INTO served (user_id, revision, at, principal) VALUES ($1, $2, $3, $4)",
+                &[
+                    &user.as_str(),
+                    &info.revision.as_str(),
+                    &now.unix_millis(),
+                    &principal.as_str(),
+                ],
+            )
+            .await?;
+        }
         tx.commit().await?;
         drop(client);
         let lease = PgLease {
@@ -1160,7 +1163,7 @@ impl RevStore for PgStore {
     }
 
     async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
-        self.download(user, None, principal).await
+        self.download(user, None, Some(principal)).await
     }
 
     async fn get_revision(
@@ -1169,7 +1172,15 @@ impl RevStore for PgStore {
         revision: &Revision,
         principal: &Principal,
     ) -> Result<ImageDownload, ReadError> {
-        self.download(user, Some(revision), principal).await
+        self.download(user, Some(revision), Some(principal)).await
+    }
+
+    async fn read_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<ImageDownload, ReadError> {
+        self.download(user, Some(revision), None).await
     }
 
     async fn list_revisions(

@@ -1180,7 +1180,8 @@ impl SqliteStore {
         &self,
         user: &UserId,
         revision: Option<&Revision>,
-        principal: &Principal,
+        // None: read for the origin's own use, not served, so not in the served ledger.
+        principal: Option<&Principal>,
     ) -> Result<ImageDownload, ReadError> {
         let inner = &self.inner;
         let cached = match revision {
@@ -1204,18 +1205,20 @@ impl SqliteStore {
         // lease is released and nothing is served.
         let at = inner.now().unix_millis();
         plan.note_served(at);
-        let (recorded, start_writer) = inner.served.push(&ServedRow {
-            user: user.as_str().to_owned(),
-            revision: plan.info.revision.as_str().to_owned(),
-            at,
-            principal: principal.as_str().to_owned(),
-        })?;
-        if start_writer {
-            inner.start_served_writer();
+        if let Some(principal) = principal {
+            let (recorded, start_writer) = inner.served.push(&ServedRow {
+                user: user.as_str().to_owned(),
+                revision: plan.info.revision.as_str().to_owned(),
+                at,
+                principal: principal.as_str().to_owned(),
+            })?;
+            if start_writer {
+                inner.start_served_writer();
+            }
+            recorded
+                .await
+                .map_err(|_| StorageError::unavailable("the served-ledger writer stopped"))??;
         }
-        recorded
-            .await
-            .map_err(|_| StorageError::unavailable("the served-ledger writer stopped"))??;
         let info = plan.info.clone();
         let body = match plan.bytes() {
             Some(bytes) => ImageBody::new(Guarded::new(futures::stream::iter([Ok(bytes)]), lease)),
@@ -1545,7 +1548,7 @@ impl RevStore for SqliteStore {
     }
 
     async fn get(&self, user: &UserId, principal: &Principal) -> Result<ImageDownload, ReadError> {
-        self.download(user, None, principal).await
+        self.download(user, None, Some(principal)).await
     }
 
     async fn get_revision(
@@ -1554,7 +1557,15 @@ impl RevStore for SqliteStore {
         revision: &Revision,
         principal: &Principal,
     ) -> Result<ImageDownload, ReadError> {
-        self.download(user, Some(revision), principal).await
+        self.download(user, Some(revision), Some(principal)).await
+    }
+
+    async fn read_revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<ImageDownload, ReadError> {
+        self.download(user, Some(revision), None).await
     }
 
     async fn list_revisions(

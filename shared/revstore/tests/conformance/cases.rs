@@ -624,6 +624,53 @@ pub(crate) async fn head_revision_describes_a_retained_revision<
     );
 }
 
+/// The base of a delta (issue 21): the user's own retained revision, its bytes as accepted, and
+/// no served-ledger entry, since none of it is served as such.
+pub(crate) async fn read_revision_reads_a_base_without_serving_it<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let first = stamped(6, 9000);
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &first)
+        .await
+        .info;
+    let r2 = put_ok(
+        &fx.store,
+        &u,
+        Precondition::MustMatch(r1.revision.clone()),
+        &image(2, 5000),
+    )
+    .await
+    .info;
+    let base = fx
+        .store
+        .read_revision(&u, &r1.revision)
+        .await
+        .expect("base");
+    assert_eq!(base.info, r1);
+    assert_eq!(base.body.read_to_vec().await.expect("bytes"), first);
+    let current = fx
+        .store
+        .read_revision(&u, &r2.revision)
+        .await
+        .expect("current");
+    assert_eq!(current.info, r2);
+    drop(current);
+    assert!(
+        fx.store
+            .served_ledger(&u, 10)
+            .await
+            .expect("served")
+            .is_empty()
+    );
+    assert_clean(&fx.store).await;
+}
+
 pub(crate) async fn uniform_denial<S: RevStore, Fut: Future<Output = Option<Fixture<S>>>>(
     open: impl FnOnce(Tune) -> Fut,
 ) {
@@ -699,6 +746,19 @@ pub(crate) async fn uniform_denial<S: RevStore, Fut: Future<Output = Option<Fixt
             .head_revision(&alice, &rev("r9-0123456789abcdef"))
             .await
             .expect_err("head of a revision that never existed"),
+        // A delta's base (issue 21) is denied exactly as a download is.
+        fx.store
+            .read_revision(&alice, &r1)
+            .await
+            .expect_err("base: reclaimed"),
+        fx.store
+            .read_revision(&bob, &r2)
+            .await
+            .expect_err("base: someone else's"),
+        fx.store
+            .read_revision(&user("nobody"), &r2)
+            .await
+            .expect_err("base: unknown user"),
         fx.store.head(&bob).await.expect_err("head, no image"),
         fx.store
             .head(&user("nobody"))
