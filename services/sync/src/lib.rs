@@ -35,6 +35,12 @@
 //! without copying either (`snug_rpc::framed`); a storage failure mid-stream ends the stream with its
 //! status, never as a short success.
 //! A background task runs a reclamation pass every `SNUG_SYNC_RECLAIM_INTERVAL`.
+//! Delta sync (issue 21, `delta.rs`): PlanImageDelta matches a push manifest against the named
+//! base, AssembleImageDelta rebuilds and verifies an image from a delta without storing it (the
+//! gateway then validates and puts it as a whole one), GetImageDelta answers a pull manifest
+//! with a delta that rebuilds a revision; bases are read with `RevStore::read_revision` (the
+//! caller's own retained revisions only, not in the served ledger), and every refusal is typed
+//! (`status::delta_error`).
 //! `status.rs` holds one exhaustive match per `snug-revstore` error enum, and its reasons are the
 //! store's own `reason()` strings, so the put ledger, the status and the gateway say the same word.
 //! **Architecture Invariant:** the service trusts the `Caller` (user id and principal) in each
@@ -47,6 +53,7 @@
 #![warn(missing_docs)]
 
 mod convert;
+mod delta;
 pub mod observe;
 pub mod reason;
 pub mod status;
@@ -696,6 +703,39 @@ impl SyncService for SyncServer {
     type CheckStoreStream = std::pin::Pin<
         Box<dyn futures::Stream<Item = Result<pb::CheckStoreResponse, Status>> + Send>,
     >;
+
+    type PlanImageDeltaStream = ResponseStream<pb::PlanImageDeltaResponse>;
+
+    async fn plan_image_delta(
+        &self,
+        request: Request<Streaming<pb::PlanImageDeltaRequest>>,
+    ) -> Result<Response<Self::PlanImageDeltaStream>, Status> {
+        Ok(Response::new(
+            SyncServer::plan_image_delta(self, request.into_inner()).await?,
+        ))
+    }
+
+    type AssembleImageDeltaStream = ResponseStream<pb::AssembleImageDeltaResponse>;
+
+    async fn assemble_image_delta(
+        &self,
+        request: Request<Streaming<pb::AssembleImageDeltaRequest>>,
+    ) -> Result<Response<Self::AssembleImageDeltaStream>, Status> {
+        Ok(Response::new(
+            SyncServer::assemble_image_delta(self, request.into_inner()).await?,
+        ))
+    }
+
+    type GetImageDeltaStream = ResponseStream<pb::GetImageDeltaResponse>;
+
+    async fn get_image_delta(
+        &self,
+        request: Request<Streaming<pb::GetImageDeltaRequest>>,
+    ) -> Result<Response<Self::GetImageDeltaStream>, Status> {
+        Ok(Response::new(
+            SyncServer::get_image_delta(self, request.into_inner()).await?,
+        ))
+    }
 
     async fn check_store(
         &self,

@@ -32,3 +32,5 @@ pub const LIMIT_BYTES: &str = "limitBytes";
 /// Every reason this service can return, for the reason-table tests: the names of
 /// [`REASONS`], in its order.
 pub const ALL: &[&str] = &snug_reasons::names::<{ REASONS.reasons.len() }>(REASONS.reasons);
+/// Metadata key: the target page a delta's literal failed on (on DELTA_PAGE_MISMATCH).
+pub const PAGE: &str = "page";

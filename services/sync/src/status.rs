@@ -6,6 +6,7 @@
 //! the status always agree; a test checks it), and each code is the reason's own in `snug-reasons`,
 //! which a test checks against the table in `sync.proto`.
 
+use snug_delta::DeltaError;
 use snug_reasons::sync as reasons;
 use snug_revstore::{InvalidToken, PutError, ReadError, StorageError};
 use snug_rpc::status::from_reason;
@@ -165,4 +166,44 @@ pub fn quota_exceeded(quota: u64) -> Status {
 /// A request field that failed the store's validation (user id, principal, revision, key).
 pub fn invalid(field: &str, err: InvalidToken) -> Status {
     snug_rpc::status::invalid_argument(DOMAIN, field, err.to_string())
+}
+
+/// Maps a refused manifest or delta (issue 21). Nothing was stored for any of them.
+pub fn delta_error(err: DeltaError, quota: u64) -> Status {
+    match err {
+        DeltaError::Malformed { .. }
+        | DeltaError::PageSize { .. }
+        | DeltaError::Duplicate { .. }
+        | DeltaError::Gap { .. }
+        | DeltaError::OutOfRange { .. } => {
+            from_reason(&reasons::DELTA_INVALID, DOMAIN, err.to_string(), [])
+        }
+        // A page count over the quota is an image over the quota.
+        DeltaError::TooLarge { .. } => quota_exceeded(quota),
+        DeltaError::PageMismatch { page } => from_reason(
+            &reasons::DELTA_PAGE_MISMATCH,
+            DOMAIN,
+            err.to_string(),
+            [(reason::PAGE, page.to_string())],
+        ),
+        DeltaError::DigestMismatch => from_reason(
+            &reasons::DELTA_DIGEST_MISMATCH,
+            DOMAIN,
+            "the assembled image does not have the claimed SHA-256; send the whole file",
+            [],
+        ),
+        // Made against other bytes than the base named: as good as a base that is gone.
+        DeltaError::SourceMismatch { .. } => base_gone(),
+    }
+}
+
+/// A delta's base that is not a retained revision of this user: unknown, reclaimed and another
+/// user's alike, one fixed message, as the uniform denial.
+pub fn base_gone() -> Status {
+    from_reason(
+        &reasons::DELTA_BASE_GONE,
+        DOMAIN,
+        "the delta's base is not a retained revision of this image; send the whole file",
+        [],
+    )
 }

@@ -319,6 +319,28 @@ macro_rules! on_every_backend {
     };
 }
 
+/// As `on_every_backend!`, in modules of their own, for the delta cases (issue 21).
+macro_rules! on_every_backend_delta {
+    ($($case:ident),* $(,)?) => {
+        mod delta_sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod delta_postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
 on_every_backend!(
     compare_and_swap_over_grpc,
     a_write_without_a_precondition_is_refused,
@@ -1584,3 +1606,295 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
     assert_eq!(named, expected);
     assert_eq!(report.last().expect("last").images_checked, 1);
 }
+
+/// Delta sync (issue 21): the three RPCs, one helper each.
+mod delta {
+    use snug_delta::{Delta, Manifest, PageId};
+
+    use super::*;
+
+    pub(super) const PAGE: u32 = 4096;
+
+    /// An image of `pages` pages where page `i` is seeded by `seeds[i]`.
+    pub(super) fn paged(seeds: &[u64]) -> Bytes {
+        let mut out = Vec::new();
+        for seed in seeds {
+            out.extend_from_slice(&image(*seed, PAGE as usize));
+        }
+        Bytes::from(out)
+    }
+
+    async fn collect<M: snug_rpc::chunks::Chunked>(
+        mut stream: Streaming<M>,
+    ) -> Result<(M::Header, Vec<u8>), Status> {
+        let (header, bytes) = chunks::download(&mut stream, 1 << 30, |_| 0).await?;
+        Ok((header, bytes.to_vec()))
+    }
+
+    pub(super) async fn plan(
+        hub: &mut Hub,
+        user: &str,
+        base: &str,
+        manifest: Vec<u8>,
+    ) -> Result<(pb::PlanImageDeltaResult, Vec<u8>), Status> {
+        let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
+            caller: caller(user, "device-a"),
+            base_revision: base.to_owned(),
+        });
+        let stream = hub
+            .client
+            .plan_image_delta(chunks::upload(header, Bytes::from(manifest)))
+            .await?
+            .into_inner();
+        collect(stream).await
+    }
+
+    pub(super) async fn assemble(
+        hub: &mut Hub,
+        user: &str,
+        base: &str,
+        delta: Vec<u8>,
+    ) -> Result<(pb::AssembleImageDeltaResult, Vec<u8>), Status> {
+        let header = pb::AssembleImageDeltaRequest::header(pb::AssembleImageDeltaHeader {
+            caller: caller(user, "device-a"),
+            base_revision: base.to_owned(),
+        });
+        let stream = hub
+            .client
+            .assemble_image_delta(chunks::upload(header, Bytes::from(delta)))
+            .await?
+            .into_inner();
+        collect(stream).await
+    }
+
+    pub(super) async fn pull(
+        hub: &mut Hub,
+        user: &str,
+        revision: Option<&str>,
+        manifest: Vec<u8>,
+    ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
+        let header = pb::GetImageDeltaRequest::header(pb::GetImageDeltaHeader {
+            caller: caller(user, "device-b"),
+            revision: revision.map(str::to_owned),
+        });
+        let stream = hub
+            .client
+            .get_image_delta(chunks::upload(header, Bytes::from(manifest)))
+            .await?
+            .into_inner();
+        collect(stream).await
+    }
+
+    /// Plans `new` against `base` and sends the delta the plan asks for.
+    pub(super) async fn push_delta(
+        hub: &mut Hub,
+        user: &str,
+        base: &str,
+        new: &[u8],
+    ) -> Result<(pb::AssembleImageDeltaResult, Vec<u8>), Status> {
+        let manifest = Manifest::of(new, PAGE).expect("manifest");
+        let (_, layout) = plan(hub, user, base, manifest.encode()).await?;
+        let layout = snug_delta::Layout::parse_plan(&layout, &limits()).expect("the plan parses");
+        let delta = Delta::build(layout, new);
+        assemble(hub, user, base, delta.encode()).await
+    }
+
+    pub(super) fn limits() -> snug_delta::Limits {
+        snug_delta::Limits {
+            max_length: snug_revstore::DEFAULT_QUOTA_BYTES,
+        }
+    }
+
+    pub(super) fn id(page: &[u8]) -> PageId {
+        PageId::of(page)
+    }
+}
+
+async fn a_delta_push_and_pull_round_trip(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let first = delta::paged(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("first");
+    // A page inserted early: every later page shifts by one.
+    let second = delta::paged(&[1, 2, 99, 3, 4, 5, 6, 7, 8]);
+    let manifest = snug_delta::Manifest::of(&second, delta::PAGE).expect("manifest");
+    let (planned, _) = delta::plan(&mut hub, "alice", &r1.revision, manifest.encode())
+        .await
+        .expect("plan");
+    assert_eq!(planned.literal_pages, 1, "only the new page is asked for");
+    assert_eq!(planned.base.expect("base").revision, r1.revision);
+    let (result, assembled) = delta::push_delta(&mut hub, "alice", &r1.revision, &second)
+        .await
+        .expect("assemble");
+    assert_eq!(assembled, second.to_vec());
+    assert_eq!(hex::encode(&result.sha256), sha256_hex(&second));
+    // Assembling stores nothing: the image is still r1 until someone puts it.
+    assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
+    let r2 = put(
+        &mut hub,
+        "alice",
+        must_match(&r1.revision),
+        &Bytes::from(assembled),
+    )
+    .await
+    .expect("second");
+
+    // Pull: a device holding the first image downloads the second as a delta.
+    let theirs = snug_delta::Manifest::of(&first, delta::PAGE).expect("manifest");
+    let (result, wire) = delta::pull(&mut hub, "alice", None, theirs.encode())
+        .await
+        .expect("pull");
+    assert_eq!(result.revision.expect("revision"), r2);
+    assert!(
+        wire.len() < 2 * delta::PAGE as usize,
+        "{} bytes",
+        wire.len()
+    );
+    let delta =
+        snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
+    assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+    // The pull is a download: it is in the served ledger, the base reads are not.
+    let ledger = hub
+        .client
+        .list_ledger(pb::ListLedgerRequest {
+            caller: caller("alice", "alice"),
+            limit: 10,
+        })
+        .await
+        .expect("ledger")
+        .into_inner();
+    let served: Vec<_> = ledger.served.iter().map(|e| e.revision.clone()).collect();
+    assert_eq!(served, vec![r2.revision.clone()]);
+}
+
+async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let first = delta::paged(&[1, 2, 3, 4]);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("first");
+    let bobs = put(
+        &mut hub,
+        "bob",
+        must_not_exist(),
+        &delta::paged(&[1, 2, 3, 5]),
+    )
+    .await
+    .expect("bob's");
+    let new = delta::paged(&[1, 2, 9, 4]);
+    let manifest = snug_delta::Manifest::of(&new, delta::PAGE).expect("manifest");
+    let good = {
+        let layout = snug_delta::plan(&manifest, &snug_delta::page_ids(&first, delta::PAGE));
+        snug_delta::Delta::build(layout, &new)
+    };
+
+    // Another user's revision, an unknown one and a malformed one as a base.
+    for base in [bobs.revision.as_str(), "r9-0123456789abcdef"] {
+        let refused = delta::plan(&mut hub, "alice", base, manifest.encode()).await;
+        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+        let refused = delta::assemble(&mut hub, "alice", base, good.encode()).await;
+        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+    }
+    let refused = delta::plan(&mut hub, "alice", "not a revision", manifest.encode()).await;
+    assert_refused(refused, Code::InvalidArgument, "INVALID_ARGUMENT");
+
+    // Hostile deltas: a literal page that does not hash to its id, a claimed SHA-256 the bytes
+    // do not have, runs that overlap or reach past the base, a page count over the quota.
+    let mut lying_page = good.clone();
+    let at = lying_page.literals.len() - 1;
+    lying_page.literals[at] ^= 1;
+    let mut lying_digest = good.clone();
+    lying_digest.layout.digest[0] ^= 1;
+    let mut out_of_range = good.clone();
+    out_of_range.layout.runs[0] = snug_delta::Run::Copy {
+        to: 0,
+        from: 3,
+        count: 2,
+    };
+    let mut duplicate = good.clone();
+    duplicate.layout.runs.insert(
+        1,
+        snug_delta::Run::Copy {
+            to: 1,
+            from: 0,
+            count: 1,
+        },
+    );
+    let mut over_quota = good.clone();
+    over_quota.layout.geometry.length = snug_revstore::DEFAULT_QUOTA_BYTES + 1;
+    let cases = [
+        (lying_page, Code::InvalidArgument, "DELTA_PAGE_MISMATCH"),
+        (lying_digest, Code::InvalidArgument, "DELTA_DIGEST_MISMATCH"),
+        (out_of_range, Code::InvalidArgument, "DELTA_INVALID"),
+        (duplicate, Code::InvalidArgument, "DELTA_INVALID"),
+        (over_quota, Code::ResourceExhausted, "QUOTA_EXCEEDED"),
+    ];
+    for (delta, code, expected) in cases {
+        let refused = delta::assemble(&mut hub, "alice", &r1.revision, delta.encode()).await;
+        assert_refused(refused, code, expected);
+    }
+    let refused = delta::assemble(&mut hub, "alice", &r1.revision, b"SDD1".to_vec()).await;
+    assert_refused(refused, Code::InvalidArgument, "DELTA_INVALID");
+    // A manifest with one id too few, and one whose page count is over the quota.
+    let mut short = manifest.encode();
+    short.truncate(short.len() - 8);
+    let refused = delta::plan(&mut hub, "alice", &r1.revision, short).await;
+    assert_refused(refused, Code::InvalidArgument, "DELTA_INVALID");
+    let mut huge = manifest.clone();
+    huge.geometry.length = snug_revstore::DEFAULT_QUOTA_BYTES + 1;
+    let refused = delta::pull(&mut hub, "alice", None, huge.encode()).await;
+    assert_refused(refused, Code::ResourceExhausted, "QUOTA_EXCEEDED");
+    // A manifest upload longer than any manifest within the quota is refused as it streams.
+    let too_long = vec![0; delta::limits().max_manifest_len() as usize + 1];
+    let refused = delta::plan(&mut hub, "alice", &r1.revision, too_long).await;
+    assert_refused(refused, Code::ResourceExhausted, "TOO_LARGE");
+    // Nothing was stored: the image is r1, and bob's is his.
+    assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
+    assert_eq!(history(&mut hub, "alice").await.len(), 1);
+    // The pull of another user's revision is the uniform denial.
+    let refused = delta::pull(&mut hub, "alice", Some(&bobs.revision), manifest.encode()).await;
+    assert_refused(refused, Code::NotFound, "NOT_FOUND");
+}
+
+/// Pages are matched only against the caller's own revisions: a page that only another user's
+/// image holds is asked for like any page the origin does not have.
+async fn a_plan_reveals_nothing_about_other_users_pages(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let r1 = put(&mut hub, "alice", must_not_exist(), &delta::paged(&[1, 2]))
+        .await
+        .expect("alice");
+    let bobs = delta::paged(&[7, 8]);
+    put(&mut hub, "bob", must_not_exist(), &bobs)
+        .await
+        .expect("bob");
+    // Alice's new image holds one of bob's pages and one page nobody has: both are asked for.
+    let mut new = delta::paged(&[1, 2, 3]).to_vec();
+    new.extend_from_slice(&bobs[..delta::PAGE as usize]);
+    assert_eq!(
+        delta::id(&new[3 * delta::PAGE as usize..]),
+        delta::id(&bobs[..delta::PAGE as usize])
+    );
+    let manifest = snug_delta::Manifest::of(&new, delta::PAGE).expect("manifest");
+    let (planned, _) = delta::plan(&mut hub, "alice", &r1.revision, manifest.encode())
+        .await
+        .expect("plan");
+    assert_eq!(planned.literal_pages, 2);
+}
+
+on_every_backend_delta!(
+    a_delta_push_and_pull_round_trip,
+    delta_refusals_are_typed_and_store_nothing,
+    a_plan_reveals_nothing_about_other_users_pages,
+);

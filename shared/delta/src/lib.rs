@@ -307,12 +307,34 @@ impl Layout {
         out
     }
 
+    /// Parses an origin's answer to a push manifest, for the client, which does not hold the
+    /// source: as [`Layout::parse`], copies checked against the page count the layout states,
+    /// and nothing may follow it.
+    pub fn parse_plan(bytes: &[u8], limits: &Limits) -> Result<Self, DeltaError> {
+        if bytes.len() < DELTA_HEADER {
+            return Err(DeltaError::Malformed { what: "truncated" });
+        }
+        let mut r = Reader::new(&bytes[4..]);
+        let page_size = r.u32()?;
+        let _ = r.take(8 + 32)?;
+        let source_pages = r.u32()?;
+        let source_len = u64::from(source_pages) * u64::from(page_size);
+        let (layout, rest) = Self::parse(bytes, limits, source_len)?;
+        if !rest.is_empty() {
+            return Err(DeltaError::Malformed {
+                what: "bytes after the layout",
+            });
+        }
+        Ok(layout)
+    }
+
     /// Parses a layout and checks that its runs tile the target exactly and stay within a
-    /// source of `source_pages` pages. Returns the layout and the bytes after it.
+    /// source of `source_len` bytes (cut into the layout's page size). Returns the layout and
+    /// the bytes after it.
     pub fn parse<'a>(
         bytes: &'a [u8],
         limits: &Limits,
-        source_pages: u32,
+        source_len: u64,
     ) -> Result<(Self, &'a [u8]), DeltaError> {
         let mut r = Reader::new(bytes);
         if r.take(4)? != DELTA_MAGIC {
@@ -326,6 +348,7 @@ impl Layout {
         let claimed_source = r.u32()?;
         let n_runs = r.u32()?;
         let geometry = Geometry::new(length, page_size, limits)?;
+        let source_pages = source_pages(source_len, page_size);
         if claimed_source != source_pages {
             return Err(DeltaError::SourceMismatch {
                 claimed: claimed_source,
@@ -462,10 +485,10 @@ impl Delta {
         out
     }
 
-    /// Parses a delta against a source of `source_pages` pages: its layout strictly, and then
+    /// Parses a delta against a source of `source_len` bytes: its layout strictly, and then
     /// exactly as many literal bytes as its literal pages take.
-    pub fn parse(bytes: &[u8], limits: &Limits, source_pages: u32) -> Result<Self, DeltaError> {
-        let (layout, rest) = Layout::parse(bytes, limits, source_pages)?;
+    pub fn parse(bytes: &[u8], limits: &Limits, source_len: u64) -> Result<Self, DeltaError> {
+        let (layout, rest) = Layout::parse(bytes, limits, source_len)?;
         let expected: u64 = layout
             .literal_pages()
             .map(|page| (ID_LEN + layout.geometry.page_len(page)) as u64)
@@ -491,11 +514,7 @@ impl Delta {
             length: source.len() as u64,
             page_size: geometry.page_size,
         };
-        let source_pages = if source.is_empty() {
-            0
-        } else {
-            source_geometry.pages()
-        };
+        let source_pages = source_pages(source.len() as u64, geometry.page_size);
         if source_pages != layout.source_pages {
             return Err(DeltaError::SourceMismatch {
                 claimed: layout.source_pages,

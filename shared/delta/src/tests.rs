@@ -53,8 +53,28 @@ fn a_shifted_image_is_one_literal_page_and_two_copies() {
         wire.len(),
         DELTA_HEADER + 3 * RUN_LEN + ID_LEN + PAGE as usize
     );
-    let parsed = Delta::parse(&wire, &LIMITS, 6).expect("parse");
+    let parsed = Delta::parse(&wire, &LIMITS, source.len() as u64).expect("parse");
     assert_eq!(parsed.assemble(&source).expect("assemble"), target);
+}
+
+#[test]
+fn a_plan_parses_without_its_source() {
+    let source = image(&[1, 2, 3, 4]);
+    let manifest = Manifest::of(&image(&[4, 1, 2, 3]), PAGE).expect("manifest");
+    let layout = plan(&manifest, &page_ids(&source, PAGE));
+    assert_eq!(
+        Layout::parse_plan(&layout.encode(), &LIMITS),
+        Ok(layout.clone())
+    );
+    let mut long = layout.encode();
+    long.push(0);
+    assert_eq!(
+        Layout::parse_plan(&long, &LIMITS),
+        Err(DeltaError::Malformed {
+            what: "bytes after the layout"
+        })
+    );
+    assert!(Layout::parse_plan(&long[..20], &LIMITS).is_err());
 }
 
 #[test]
@@ -63,7 +83,7 @@ fn a_short_last_page_round_trips() {
     let mut target = image(&[1, 2, 3]);
     target.extend_from_slice(b"tail");
     let delta = delta_for(&target, &source);
-    let parsed = Delta::parse(&delta.encode(), &LIMITS, 3).expect("parse");
+    let parsed = Delta::parse(&delta.encode(), &LIMITS, source.len() as u64).expect("parse");
     assert_eq!(parsed.assemble(&source).expect("assemble"), target);
 }
 
@@ -96,7 +116,8 @@ fn raw_layout(length: u64, source_pages: u32, runs: &[(u8, u32, u32, u32)]) -> V
 
 #[track_caller]
 fn check_layout(bytes: &[u8], source_pages: u32, expect: Expect) {
-    let got = Layout::parse(bytes, &LIMITS, source_pages).map(|(layout, _)| layout.runs);
+    let got = Layout::parse(bytes, &LIMITS, u64::from(source_pages * PAGE))
+        .map(|(layout, _)| layout.runs);
     expect.assert_eq(&format!("{got:?}"));
 }
 
@@ -223,7 +244,7 @@ fn literal_bytes_must_be_exactly_what_the_layout_names() {
     long.push(0);
     for bytes in [&wire[..wire.len() - 1], &long[..]] {
         assert_eq!(
-            Delta::parse(bytes, &LIMITS, 3),
+            Delta::parse(bytes, &LIMITS, source.len() as u64),
             Err(DeltaError::Malformed {
                 what: "literal pages that are not exactly what the layout names"
             })
@@ -271,8 +292,7 @@ proptest! {
         let mut target = image(&target);
         target.extend_from_slice(&tail);
         let delta = delta_for(&target, &source);
-        let pages = source_pages(source.len() as u64, PAGE);
-        let parsed = Delta::parse(&delta.encode(), &LIMITS, pages).expect("parse");
+        let parsed = Delta::parse(&delta.encode(), &LIMITS, source.len() as u64).expect("parse");
         prop_assert_eq!(parsed.assemble(&source).expect("assemble"), target);
         // Literal pages are exactly those the source lacks.
         let ids = page_ids(&source, PAGE);
@@ -285,7 +305,7 @@ proptest! {
     #[test]
     fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600), source in 0u32..8) {
         let _ = Manifest::parse(&bytes, &LIMITS);
-        if let Ok(delta) = Delta::parse(&bytes, &LIMITS, source) {
+        if let Ok(delta) = Delta::parse(&bytes, &LIMITS, u64::from(source * PAGE)) {
             let _ = delta.assemble(&vec![0; (source * PAGE) as usize]);
         }
     }
@@ -300,7 +320,7 @@ proptest! {
         let mut wire = delta_for(&target, &source).encode();
         let flip = flip % wire.len();
         wire[flip] ^= 1 << bit;
-        if let Ok(delta) = Delta::parse(&wire, &LIMITS, 4)
+        if let Ok(delta) = Delta::parse(&wire, &LIMITS, source.len() as u64)
             && let Ok(assembled) = delta.assemble(&source)
         {
             // Only a flip in the claimed digest could pass, and then the digest check fails;

@@ -98,4 +98,10 @@ chunked! {
     materialize::ListAppTablesRequest, list_app_tables_request, Header, UserDatabaseHeader;
     sync::GetImageResponse, get_image_response, Result, RevisionInfo;
     sync::PutImageRequest, put_image_request, Header, PutImageHeader;
+    sync::PlanImageDeltaRequest, plan_image_delta_request, Header, PlanImageDeltaHeader;
+    sync::PlanImageDeltaResponse, plan_image_delta_response, Result, PlanImageDeltaResult;
+    sync::AssembleImageDeltaRequest, assemble_image_delta_request, Header, AssembleImageDeltaHeader;
+    sync::AssembleImageDeltaResponse, assemble_image_delta_response, Result, AssembleImageDeltaResult;
+    sync::GetImageDeltaRequest, get_image_delta_request, Header, GetImageDeltaHeader;
+    sync::GetImageDeltaResponse, get_image_delta_response, Result, GetImageDeltaResult;
 }

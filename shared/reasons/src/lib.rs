@@ -216,6 +216,10 @@ pub const ALL: &[&Reason] = &[
     &sync::STORAGE_CORRUPT,
     &sync::STORAGE_FULL,
     &sync::PUTS_IN_FLIGHT,
+    &sync::DELTA_INVALID,
+    &sync::DELTA_PAGE_MISMATCH,
+    &sync::DELTA_DIGEST_MISMATCH,
+    &sync::DELTA_BASE_GONE,
     // The gateway's own.
     &gateway::UNAUTHENTICATED,
     &gateway::CSRF_REJECTED,

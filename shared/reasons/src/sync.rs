@@ -117,6 +117,42 @@ pub const PUTS_IN_FLIGHT: Reason = sync(
     "the user's unfinished puts already hold the most bytes one user may stage; retry shortly",
 );
 
+/// A delta manifest or delta that is not the format, or whose runs overlap, leave a gap or
+/// reach past either image, or a page size that is not a power of two from 512 to 65536
+/// (issue 21); nothing was stored.
+pub const DELTA_INVALID: Reason = sync(
+    "DELTA_INVALID",
+    GrpcCode::InvalidArgument,
+    http(400, "DELTA_INVALID", false),
+    "a delta manifest or delta that is malformed, overlaps, leaves a gap or reaches out of range",
+);
+
+/// A literal page of a delta does not hash to its id; metadata `page`; nothing was stored.
+pub const DELTA_PAGE_MISMATCH: Reason = sync(
+    "DELTA_PAGE_MISMATCH",
+    GrpcCode::InvalidArgument,
+    http(400, "DELTA_PAGE_MISMATCH", false),
+    "a literal page of a delta does not hash to its id",
+);
+
+/// The image a delta assembles does not have the SHA-256 the client claimed (an 8-byte page id
+/// collision, or a client bug); nothing was stored; send the whole file.
+pub const DELTA_DIGEST_MISMATCH: Reason = sync(
+    "DELTA_DIGEST_MISMATCH",
+    GrpcCode::InvalidArgument,
+    http(400, "DELTA_DIGEST_MISMATCH", false),
+    "the assembled image does not have the claimed SHA-256; send the whole file",
+);
+
+/// A delta's base is not a retained revision of this user (unknown, reclaimed or another
+/// user's, alike), or the delta was made against other bytes: send the whole file.
+pub const DELTA_BASE_GONE: Reason = sync(
+    "DELTA_BASE_GONE",
+    GrpcCode::FailedPrecondition,
+    http(409, "DELTA_BASE_GONE", false),
+    "the delta's base is not a retained revision of this user; send the whole file",
+);
+
 /// The domain `snug.sync` and its reasons, in sync.proto's order.
 pub const DOMAIN: Domain = Domain {
     name: "snug.sync",
@@ -133,6 +169,10 @@ pub const DOMAIN: Domain = Domain {
         &STORAGE_CORRUPT,
         &STORAGE_FULL,
         &PUTS_IN_FLIGHT,
+        &DELTA_INVALID,
+        &DELTA_PAGE_MISMATCH,
+        &DELTA_DIGEST_MISMATCH,
+        &DELTA_BASE_GONE,
         &TOO_LARGE,
         &INVALID_ARGUMENT,
         &DEADLINE_EXCEEDED,

@@ -10,9 +10,9 @@ const LIMITS: Limits = Limits {
 
 fuzz_target!(|data: &[u8]| {
     let _ = Manifest::parse(data, &LIMITS);
-    for source_pages in [0u32, 1, 3, 8] {
-        if let Ok(delta) = Delta::parse(data, &LIMITS, source_pages) {
-            let source = vec![0x5a; source_pages as usize * delta.layout.geometry.page_size as usize];
+    for source_len in [0u64, 512, 1500, 8 * 4096] {
+        if let Ok(delta) = Delta::parse(data, &LIMITS, source_len) {
+            let source = vec![0x5a; source_len as usize];
             if let Ok(image) = delta.assemble(&source) {
                 assert_eq!(sha256(&image), delta.layout.digest);
                 assert_eq!(image.len() as u64, delta.layout.geometry.length);

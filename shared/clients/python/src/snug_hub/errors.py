@@ -698,6 +698,37 @@ class PutsInFlight(UnavailableError):
     RETRYABLE = True
 
 
+class DeltaInvalid(InvalidArgumentError):
+    """DELTA_INVALID: a delta manifest or delta that is malformed, overlaps, leaves a gap or
+    reaches out of range; nothing was stored."""
+
+    REASON = "DELTA_INVALID"
+    CODE = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeltaPageMismatch(InvalidArgumentError):
+    """DELTA_PAGE_MISMATCH: a literal page of a delta does not hash to its id; nothing was stored."""
+
+    REASON = "DELTA_PAGE_MISMATCH"
+    CODE = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeltaDigestMismatch(InvalidArgumentError):
+    """DELTA_DIGEST_MISMATCH: the assembled image does not have the claimed SHA-256; send the
+    whole file."""
+
+    REASON = "DELTA_DIGEST_MISMATCH"
+    CODE = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeltaBaseGone(FailedPreconditionError):
+    """DELTA_BASE_GONE (HTTP 409): the delta's base is not a retained revision of this user;
+    send the whole file."""
+
+    REASON = "DELTA_BASE_GONE"
+    CODE = grpc.StatusCode.FAILED_PRECONDITION
+
+
 # --- the HTTP gateway's own reasons (no gRPC code) ---------------------------------------------
 
 

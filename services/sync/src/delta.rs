@@ -1,0 +1,175 @@
+//! Delta sync (issue 21): PlanImageDelta, AssembleImageDelta and GetImageDelta over
+//! `snug-delta`'s codec.
+//!
+//! A manifest is matched only against the caller's own revision it names (read with
+//! `RevStore::read_revision`, which denies exactly as a download does), never against the
+//! store's chunks, which are shared across users: no answer depends on another user's images.
+//! Assembly stores nothing; the gateway writes the assembled image exactly as a whole one.
+//! Every request is bounded by the quota: the manifest or delta upload by what an image within
+//! the quota can need, the page count by the quota, and the work by one pass over the base and
+//! one over the image (hashing runs on the blocking pool).
+
+use bytes::Bytes;
+use snug_delta::{Delta, Limits, Manifest, page_ids, plan};
+use snug_proto::sync::v1 as pb;
+use snug_revstore::{ReadError, RevStore as _, Revision, UserId};
+use snug_rpc::chunks::{self, Chunked as _, ResponseStream};
+use tonic::{Status, Streaming};
+
+use crate::{SyncServer, convert, reason::DOMAIN, status};
+
+/// Per literal page, the delta carries its id; per run, 13 bytes; the header is 60.
+const DELTA_OVERHEAD_PER_PAGE: u64 = snug_delta::ID_LEN as u64 + 13;
+
+impl SyncServer {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_length: self.quota_bytes,
+        }
+    }
+
+    /// The most bytes a delta for an image within the quota can take: every page literal, each
+    /// with its id and its own run.
+    fn max_delta_len(&self) -> u64 {
+        let limits = self.limits();
+        64 + limits.max_length + limits.max_pages() * DELTA_OVERHEAD_PER_PAGE
+    }
+
+    /// The base's bytes: a retained revision of the caller's own image, or DELTA_BASE_GONE.
+    async fn base(
+        &self,
+        user: &UserId,
+        base: Revision,
+    ) -> Result<(pb::RevisionInfo, Bytes), Status> {
+        let download = match self.store.read_revision(user, &base).await {
+            Ok(download) => download,
+            Err(ReadError::NotFound) => return Err(status::base_gone()),
+            Err(ReadError::Storage(err)) => return Err(status::storage_error(err)),
+        };
+        let info = convert::revision_info(download.info);
+        let bytes = download
+            .body
+            .read_to_vec()
+            .await
+            .map_err(status::storage_error)?;
+        Ok((info, Bytes::from(bytes)))
+    }
+
+    pub(crate) async fn plan_image_delta(
+        &self,
+        mut stream: Streaming<pb::PlanImageDeltaRequest>,
+    ) -> Result<ResponseStream<pb::PlanImageDeltaResponse>, Status> {
+        let limits = self.limits();
+        let upload =
+            chunks::receive(&mut stream, DOMAIN, limits.max_manifest_len(), |_| None).await?;
+        let caller = convert::caller(upload.header.caller, "header.caller")?;
+        let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
+        let quota = self.quota_bytes;
+        let manifest = Manifest::parse(&upload.bytes, &limits)
+            .map_err(|err| status::delta_error(err, quota))?;
+        let (info, base) = self.base(&caller.user, base).await?;
+        let layout = blocking(move || {
+            let source = page_ids(&base, manifest.geometry.page_size);
+            plan(&manifest, &source)
+        })
+        .await?;
+        let encoded = Bytes::from(layout.encode());
+        let result = pb::PlanImageDeltaResult {
+            base: Some(info),
+            literal_pages: layout.literal_count(),
+            size: encoded.len() as u64,
+        };
+        Ok(chunks::respond(
+            pb::PlanImageDeltaResponse::header(result),
+            encoded,
+        ))
+    }
+
+    pub(crate) async fn assemble_image_delta(
+        &self,
+        mut stream: Streaming<pb::AssembleImageDeltaRequest>,
+    ) -> Result<ResponseStream<pb::AssembleImageDeltaResponse>, Status> {
+        let limits = self.limits();
+        let upload = chunks::receive(&mut stream, DOMAIN, self.max_delta_len(), |_| None).await?;
+        let caller = convert::caller(upload.header.caller, "header.caller")?;
+        let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
+        let quota = self.quota_bytes;
+        let (_, base) = self.base(&caller.user, base).await?;
+        let image = blocking(move || {
+            Delta::parse(&upload.bytes, &limits, base.len() as u64).and_then(|delta| {
+                delta
+                    .assemble(&base)
+                    .map(|image| (delta.layout.digest, image))
+            })
+        })
+        .await?;
+        let (digest, image) = image.map_err(|err| status::delta_error(err, quota))?;
+        tracing::info!(user = %caller.user, size = image.len(), "assembled an image from a delta");
+        let result = pb::AssembleImageDeltaResult {
+            size: image.len() as u64,
+            sha256: Bytes::copy_from_slice(&digest),
+        };
+        Ok(chunks::respond(
+            pb::AssembleImageDeltaResponse::header(result),
+            Bytes::from(image),
+        ))
+    }
+
+    pub(crate) async fn get_image_delta(
+        &self,
+        mut stream: Streaming<pb::GetImageDeltaRequest>,
+    ) -> Result<ResponseStream<pb::GetImageDeltaResponse>, Status> {
+        let limits = self.limits();
+        let upload =
+            chunks::receive(&mut stream, DOMAIN, limits.max_manifest_len(), |_| None).await?;
+        let caller = convert::caller(upload.header.caller, "header.caller")?;
+        let revision = upload
+            .header
+            .revision
+            .map(|token| convert::revision(token, "header.revision"))
+            .transpose()?;
+        let quota = self.quota_bytes;
+        let theirs = Manifest::parse(&upload.bytes, &limits)
+            .map_err(|err| status::delta_error(err, quota))?;
+        let download = match &revision {
+            None => self.store.get(&caller.user, &caller.principal).await,
+            Some(revision) => {
+                self.store
+                    .get_revision(&caller.user, revision, &caller.principal)
+                    .await
+            }
+        }
+        .map_err(status::read_error)?;
+        let info = convert::revision_info(download.info);
+        let target = download
+            .body
+            .read_to_vec()
+            .await
+            .map_err(status::storage_error)?;
+        let delta = blocking(move || {
+            // The revision's pages are named at the client's page size, so the client's file is
+            // the source whatever its own length.
+            let ours = Manifest::of(&target, theirs.geometry.page_size)?;
+            Ok(Delta::build(plan(&ours, &theirs.ids), &target).encode())
+        })
+        .await?
+        .map_err(|err| status::delta_error(err, quota))?;
+        let result = pb::GetImageDeltaResult {
+            revision: Some(info),
+            size: delta.len() as u64,
+        };
+        Ok(chunks::respond(
+            pb::GetImageDeltaResponse::header(result),
+            Bytes::from(delta),
+        ))
+    }
+}
+
+/// Runs CPU work (hashing up to a quota's worth of pages) off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| snug_rpc::status::internal(DOMAIN, &err))
+}
