@@ -168,6 +168,9 @@ pub struct Options {
     /// Where the sync store keeps its files; `None`: in the hub's temporary directory. A test
     /// points it at a small file system of its own to fill the disk (`tests/full_disk.rs`).
     pub sync_dir: Option<std::path::PathBuf>,
+    /// Keep only this many revisions, with no grace period, so a test's reclamation pass
+    /// (`Hub::store().reclaim()`) takes the older ones at once; `None`: the defaults.
+    pub keep_revisions: Option<u32>,
 }
 
 impl Default for Options {
@@ -179,6 +182,7 @@ impl Default for Options {
             deadline: Duration::from_secs(20),
             in_process: true,
             sync_dir: None,
+            keep_revisions: None,
         }
     }
 }
@@ -223,6 +227,14 @@ impl Hub {
             reclaim_interval: Duration::ZERO,
             ..SyncConfig::default()
         };
+        let sync_config = match options.keep_revisions {
+            Some(keep) => SyncConfig {
+                keep_revisions: keep,
+                grace: Duration::ZERO,
+                ..sync_config
+            },
+            None => sync_config,
+        };
         let store = snug_sync_service::open_store(&sync_config)
             .await
             .expect("sync store");
@@ -260,7 +272,12 @@ impl Hub {
         }
     }
 
-    /// Adds a user and returns their bearer token.
+    /// The sync service's store, for tests that reclaim or inspect it directly.
+    pub fn store(&self) -> &snug_revstore::AnyStore {
+        self.sync.store()
+    }
+
+    /// Adds a user (auth on) and returns a bearer token for them.
     pub fn add_user(&self, name: &str) -> String {
         self.users
             .as_ref()
@@ -458,6 +475,12 @@ impl Http {
             .is_some()
         {
             "/userdb/revisions/{rev}/restore"
+        } else if path
+            .strip_prefix("/userdb/revisions/")
+            .and_then(|rest| rest.strip_suffix("/plan"))
+            .is_some()
+        {
+            "/userdb/revisions/{rev}/plan"
         } else if path
             .strip_prefix("/userdb/apps/")
             .and_then(|rest| rest.strip_suffix("/export"))

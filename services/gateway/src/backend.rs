@@ -326,6 +326,81 @@ impl Backends {
         })?
     }
 
+    /// Delta push, step 1 (issue 21): the layout that builds the image `manifest` names from the
+    /// caller's retained revision `base`.
+    pub async fn plan_delta(
+        &self,
+        caller: &Caller,
+        base: &str,
+        manifest: Bytes,
+    ) -> Result<Bytes, ApiError> {
+        let header = sync_pb::PlanImageDeltaRequest::header(sync_pb::PlanImageDeltaHeader {
+            caller: Some(caller.pb()),
+            base_revision: base.to_owned(),
+        });
+        let mut sync = self.sync.clone();
+        let request = self.request(chunks::upload(header, manifest));
+        let limit = delta_download_limit(self.quota().await?);
+        self.within(async move {
+            let mut stream = sync.plan_image_delta(request).await?.into_inner();
+            let (_, layout) = chunks::download(&mut stream, limit, |r| r.size).await?;
+            Ok(layout)
+        })
+        .await
+    }
+
+    /// Delta push, step 2: the image the sync service assembles from the caller's retained
+    /// revision `base` and `delta`, verified against the SHA-256 the delta claims. Nothing is
+    /// stored: the caller writes the image with [`Backends::put`], as a whole one.
+    pub async fn assemble_delta(
+        &self,
+        caller: &Caller,
+        base: &str,
+        delta: Bytes,
+    ) -> Result<Bytes, ApiError> {
+        let header =
+            sync_pb::AssembleImageDeltaRequest::header(sync_pb::AssembleImageDeltaHeader {
+                caller: Some(caller.pb()),
+                base_revision: base.to_owned(),
+            });
+        let mut sync = self.sync.clone();
+        let request = self.request(chunks::upload(header, delta));
+        let quota = self.quota().await?;
+        self.within(async move {
+            let mut stream = sync.assemble_image_delta(request).await?.into_inner();
+            let (_, image) = chunks::download(&mut stream, quota, |r| r.size).await?;
+            Ok(image)
+        })
+        .await
+    }
+
+    /// Delta pull: the delta that rebuilds the caller's current image from the file `manifest`
+    /// names, with the revision it rebuilds; `None` when the user has no image.
+    pub async fn get_delta(
+        &self,
+        caller: &Caller,
+        manifest: Bytes,
+    ) -> Result<Option<(sync_pb::RevisionInfo, Bytes)>, ApiError> {
+        let header = sync_pb::GetImageDeltaRequest::header(sync_pb::GetImageDeltaHeader {
+            caller: Some(caller.pb()),
+            revision: None,
+        });
+        let mut sync = self.sync.clone();
+        let request = self.request(chunks::upload(header, manifest));
+        let limit = delta_download_limit(self.quota().await?);
+        let answer = self
+            .within(async move {
+                let mut stream = sync.get_image_delta(request).await?.into_inner();
+                chunks::download(&mut stream, limit, |r| r.size).await
+            })
+            .await;
+        match answer {
+            Ok((result, delta)) => Ok(result.revision.map(|info| (info, delta))),
+            Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Exports one app of the user's current image as a standalone database with natural names:
     /// the download from the sync service is piped chunk by chunk into the materialization
     /// service's ExportApp, and its answer is streamed on, so the gateway never holds either file.
@@ -670,4 +745,17 @@ fn zero_free_space(image: Bytes, ranges: &[schema_pb::ByteRange]) -> Result<Byte
 /// Lowercase hex, as the sync service spells a SHA-256.
 fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The most bytes a delta (or a layout) for an image within `quota` can take: every page
+/// literal at the smallest page size, each with its 8-byte id and a 13-byte run, plus the
+/// header. The sync service checks the exact format; this bounds what the gateway buffers.
+pub fn delta_download_limit(quota: u64) -> u64 {
+    64 + quota + quota.div_ceil(512) * 21
+}
+
+/// The most bytes a manifest for an image within `quota` can take: one 8-byte id per page at
+/// the smallest page size, plus the header.
+pub fn manifest_limit(quota: u64) -> u64 {
+    48 + quota.div_ceil(512) * 8
 }

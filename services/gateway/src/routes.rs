@@ -39,6 +39,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/userdb/revisions", &["get"]),
     ("/userdb/revisions/{rev}", &["get", "head"]),
     ("/userdb/revisions/{rev}/restore", &["post"]),
+    ("/userdb/revisions/{rev}/plan", &["post"]),
+    ("/userdb/delta", &["put", "post"]),
     ("/userdb/apps/{appId}/export", &["get"]),
     ("/auth/session", &["post"]),
     ("/auth/logout", &["post"]),
@@ -81,6 +83,9 @@ fn add(
         ("/userdb/revisions/{rev}", "get") => route.get(get_revision),
         ("/userdb/revisions/{rev}", "head") => route.head(get_revision),
         ("/userdb/revisions/{rev}/restore", "post") => route.post(restore_revision),
+        ("/userdb/revisions/{rev}/plan", "post") => route.post(plan_delta),
+        ("/userdb/delta", "put") => route.put(put_delta),
+        ("/userdb/delta", "post") => route.post(pull_delta),
         ("/userdb/apps/{appId}/export", "get") => route.get(export_app),
         ("/auth/session", "post") => route.post(start_session),
         ("/auth/logout", "post") => route.post(logout),
@@ -264,6 +269,8 @@ struct Upload {
     limit: u64,
     idle: std::time::Duration,
     ended: bool,
+    /// The refusal of a body over `limit`.
+    too_large: fn(u64) -> ApiError,
 }
 
 impl Upload {
@@ -276,7 +283,14 @@ impl Upload {
             limit,
             idle,
             ended: false,
+            too_large: over_quota,
         }
+    }
+
+    /// Refuses a body over the limit with `too_large` instead of the quota's refusal.
+    fn refusing(mut self, too_large: fn(u64) -> ApiError) -> Self {
+        self.too_large = too_large;
+        self
     }
 
     /// Reads until at least `n` bytes are buffered or the body ends.
@@ -301,7 +315,7 @@ impl Upload {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         if (self.buffer.len() + data.len()) as u64 > self.limit {
-                            return Err(over_quota(self.limit));
+                            return Err((self.too_large)(self.limit));
                         }
                         self.buffer.extend_from_slice(&data);
                     }
@@ -390,22 +404,9 @@ async fn put_userdb(
     body: Body,
 ) -> Result<Response, ApiError> {
     let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
-    let octet_stream = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/octet-stream"));
-    if !octet_stream {
-        return Err(ApiError::from_reason(
-            reason::UNSUPPORTED_MEDIA_TYPE,
-            "user DB uploads must be application/octet-stream",
-        ));
-    }
+    octet_stream(&headers, "user DB upload")?;
     let quota = state.backends.quota().await?;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = declared_length(&headers);
     if let Some(length) = declared
         && length > quota
     {
@@ -416,27 +417,225 @@ async fn put_userdb(
     }
     let mut upload = Upload::new(body, declared, quota, state.settings.upload_idle_timeout);
     upload.fill(SQLITE_MAGIC.len()).await?;
-    if !upload.buffer.starts_with(SQLITE_MAGIC) {
-        return Err(if upload.buffer.starts_with(CONTAINER_MAGIC) {
-            ApiError::from_reason(
-                "CONTAINER_NOT_ACCEPTED",
-                "a hub sync origin stores the secrets-stripped plaintext only; push the unprotected export, never a SNUGENC1 container (§11.3)",
-            )
-        } else {
-            ApiError::from_reason(
-                "NOT_SQLITE",
-                "body is not a SQLite database (magic bytes missing)",
-            )
-        });
-    }
+    plain_sqlite(&upload.buffer)?;
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("PUT /userdb"))?;
     let image = upload.finish().await?;
     let caller = state.caller(&identity).await?;
     let precondition = resolve(&state, &caller, wanted).await?;
-    let info = state.backends.put(&caller, &precondition, image).await?;
+    store(&state, &caller, &precondition, image).await
+}
+
+/// Refuses an image that does not start as a plain SQLite database (judged on its first bytes).
+fn plain_sqlite(image: &[u8]) -> Result<(), ApiError> {
+    if image.starts_with(SQLITE_MAGIC) {
+        return Ok(());
+    }
+    Err(if image.starts_with(CONTAINER_MAGIC) {
+        ApiError::from_reason(
+            "CONTAINER_NOT_ACCEPTED",
+            "a hub sync origin stores the secrets-stripped plaintext only; push the unprotected export, never a SNUGENC1 container (§11.3)",
+        )
+    } else {
+        ApiError::from_reason(
+            "NOT_SQLITE",
+            "body is not a SQLite database (magic bytes missing)",
+        )
+    })
+}
+
+/// The end of every write of a whole image, `PUT /userdb` and `PUT /userdb/delta` alike:
+/// validation, free-space zeroing and the compare-and-swap put (`Backends::put`), answered 204
+/// with the new revision as the `ETag`.
+async fn store(
+    state: &AppState,
+    caller: &Caller,
+    precondition: &Precondition,
+    image: Bytes,
+) -> Result<Response, ApiError> {
+    let info = state.backends.put(caller, precondition, image).await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Some(value) = etag::header_value(&info.revision) {
         response.headers_mut().insert(header::ETAG, value);
+    }
+    Ok(response)
+}
+
+fn octet_stream(headers: &HeaderMap, what: &str) -> Result<(), ApiError> {
+    let octet_stream = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/octet-stream"));
+    if octet_stream {
+        Ok(())
+    } else {
+        Err(ApiError::from_reason(
+            reason::UNSUPPORTED_MEDIA_TYPE,
+            format!("{what} bodies must be application/octet-stream"),
+        ))
+    }
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+fn manifest_too_large(limit: u64) -> ApiError {
+    ApiError::from_reason(
+        "QUOTA_EXCEEDED",
+        format!("a delta manifest for an image within the quota is at most {limit} bytes"),
+    )
+}
+
+fn delta_too_large(limit: u64) -> ApiError {
+    ApiError::from_reason(
+        "QUOTA_EXCEEDED",
+        format!("a delta for an image within the quota is at most {limit} bytes"),
+    )
+}
+
+/// Reads a delta route's body, at most `limit` bytes, refused early from `Content-Length`.
+async fn delta_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    too_large: fn(u64) -> ApiError,
+) -> Result<Bytes, ApiError> {
+    let declared = declared_length(headers);
+    if declared.is_some_and(|length| length > limit) {
+        return Err(too_large(limit));
+    }
+    Upload::new(body, declared, limit, state.settings.upload_idle_timeout)
+        .refusing(too_large)
+        .finish()
+        .await
+}
+
+/// `POST /userdb/revisions/{rev}/plan` (issue 21): delta push, step 1. The body is the new
+/// image's manifest; the answer is the layout that builds it from the caller's retained revision
+/// `rev`: which pages to copy from it and which to send. Stores nothing.
+async fn plan_delta(
+    State(state): State<Arc<AppState>>,
+    rev: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let identity = state
+        .auth
+        .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")?;
+    octet_stream(&headers, "delta")?;
+    // A base that cannot be a revision is a base that is gone, like one that is not the user's.
+    let rev = revision_param(rev).map_err(|_| base_gone())?;
+    let quota = state.backends.quota().await?;
+    let manifest = delta_body(
+        &state,
+        &headers,
+        body,
+        crate::backend::manifest_limit(quota),
+        manifest_too_large,
+    )
+    .await?;
+    let caller = state.caller(&identity).await?;
+    let layout = state.backends.plan_delta(&caller, &rev, manifest).await?;
+    Ok(delta_response(layout))
+}
+
+fn base_gone() -> ApiError {
+    ApiError::from_reason(
+        "DELTA_BASE_GONE",
+        "the delta's base is not a retained revision of this image; send the whole file",
+    )
+}
+
+fn delta_response(body: Bytes) -> Response {
+    let mut response = Response::new(Body::from(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `PUT /userdb/delta` (issue 21): delta push, step 2. `If-Match` names the base (one strong
+/// revision, which the write must also find current); the body is the delta. The sync service
+/// assembles the image from the base and checks it against the SHA-256 the delta claims; from
+/// there the write is exactly `PUT /userdb`'s (leading bytes, validation, free-space zeroing,
+/// compare-and-swap, 204 with the `ETag`).
+async fn put_delta(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let identity = state
+        .auth
+        .identify_for_write(&headers, "PUT /userdb/delta")?;
+    octet_stream(&headers, "delta")?;
+    let base = match wanted(&headers) {
+        Some(Wanted::Precondition(Precondition::MustMatch(base))) => base,
+        _ => {
+            return Err(ApiError::from_reason(
+                "PRECONDITION_REQUIRED",
+                "PUT /userdb/delta requires If-Match: <revision>, the base the delta was made from (the first write sends the whole file)",
+            ));
+        }
+    };
+    let quota = state.backends.quota().await?;
+    let delta = delta_body(
+        &state,
+        &headers,
+        body,
+        crate::backend::delta_download_limit(quota),
+        delta_too_large,
+    )
+    .await?;
+    let caller = state.caller(&identity).await?;
+    let image = state.backends.assemble_delta(&caller, &base, delta).await?;
+    plain_sqlite(&image)?;
+    store(&state, &caller, &Precondition::MustMatch(base), image).await
+}
+
+/// `POST /userdb/delta` (issue 21): delta pull. The body is the manifest of the file the client
+/// has; the answer is a delta that rebuilds the current image from it, with the revision as the
+/// `ETag`. The client verifies the rebuilt image against the SHA-256 the delta carries, which
+/// is the revision's.
+async fn pull_delta(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let identity = state
+        .auth
+        .identify_for_write(&headers, "POST /userdb/delta")?;
+    octet_stream(&headers, "delta")?;
+    let quota = state.backends.quota().await?;
+    let manifest = delta_body(
+        &state,
+        &headers,
+        body,
+        crate::backend::manifest_limit(quota),
+        manifest_too_large,
+    )
+    .await?;
+    let caller = state.caller(&identity).await?;
+    let (info, delta) = state
+        .backends
+        .get_delta(&caller, manifest)
+        .await?
+        .ok_or_else(not_pushed)?;
+    let mut response = delta_response(delta);
+    if let Some(value) = etag::header_value(&info.revision) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    if let Some(version) = info.storage_version {
+        response
+            .headers_mut()
+            .insert(STORAGE_VERSION_HEADER, HeaderValue::from(version));
     }
     Ok(response)
 }

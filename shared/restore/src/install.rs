@@ -173,6 +173,9 @@ struct Local {
     db: UserDb,
     /// The push gate's hash of the local copy.
     content_hash: String,
+    /// The local copy's export (what a push would send): the pages a delta pull rebuilds the
+    /// revision from (issue 21). Secrets-free, like the revisions it is compared with.
+    export: Vec<u8>,
     /// `Some` for a protected local copy: its container (header and wrapped keys kept) and the
     /// file key its secret unwrapped. The installed file is resealed in it.
     seal: Option<Resealable>,
@@ -291,12 +294,15 @@ fn open_local(
         Ok((db, _)) => db,
         Err(source) => return Err(RestoreError::Unreadable { path: read, source }),
     };
-    let content_hash = gate::export_of(&mut db, false)?.sha256;
+    let export = gate::export_of(&mut db, false)?;
+    let content_hash = export.sha256;
+    let export = export.bytes;
     Ok(Local {
         read,
         identity,
         db,
         content_hash,
+        export,
         seal,
     })
 }
@@ -455,7 +461,10 @@ impl Prepared {
             failed: None,
             progress,
         };
-        let delivered = origin.download(&self.snapshot, &mut sink);
+        // An origin that offers delta pulls rebuilds the revision from the local copy's pages
+        // (issue 21); the sink checks the length and SHA-256 whichever way the bytes came.
+        let local = self.local.as_ref().map(|l| l.export.as_slice());
+        let delivered = origin.download_from(&self.snapshot, local, &mut sink);
         let revision = &self.snapshot.revision;
         // What the pipeline saw itself outranks what the origin says about it: a refused write
         // reaches the origin as an I/O error it reports in its own words.

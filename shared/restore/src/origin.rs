@@ -16,6 +16,23 @@ pub use dir::DirOrigin;
 #[cfg(feature = "hub")]
 pub use hub::{HUB_CODES, HubOrigin};
 
+/// The page size a delta cuts `image` into: its SQLite page size (header offset 16, big-endian;
+/// 1 means 65536), or 4096 for anything else.
+pub fn delta_page_size(image: &[u8]) -> u32 {
+    match image.get(16..18) {
+        Some(&[1, 0]) if image.starts_with(SQLITE_MAGIC) => 65536,
+        Some(field) if image.starts_with(SQLITE_MAGIC) => {
+            let size = u32::from(u16::from_be_bytes([field[0], field[1]]));
+            if size.is_power_of_two() && size >= 512 {
+                size
+            } else {
+                4096
+            }
+        }
+        _ => 4096,
+    }
+}
+
 /// How much of a download is read at a time.
 const DOWNLOAD_BUFFER: usize = 256 * 1024;
 
@@ -111,6 +128,26 @@ pub trait Origin {
     /// writes nothing.
     fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError>;
 
+    /// [`download`](Origin::download), given the bytes of the file the client has (`local`, the
+    /// secrets-free export of its copy), so an origin that offers delta pulls (issue 21) sends
+    /// only the pages that file lacks. Every other origin, and any failure of the delta, falls
+    /// back to the whole download; the pipeline checks the length and SHA-256 either way.
+    fn download_from(
+        &self,
+        snapshot: &SnapshotInfo,
+        local: Option<&[u8]>,
+        sink: &mut dyn Write,
+    ) -> Result<(), OriginError> {
+        let _ = local;
+        self.download(snapshot, sink)
+    }
+
+    /// What this origin moved so far: body bytes sent and received, and whether a transfer went
+    /// by difference. An origin that moves no bytes over a network reports zeros.
+    fn traffic(&self) -> Traffic {
+        Traffic::default()
+    }
+
     /// Returns the origin's current revision, or `None` when it holds no copy yet.
     fn head(&self) -> Result<Option<SnapshotInfo>, OriginError> {
         match self.describe(&Selector::Current) {
@@ -119,6 +156,17 @@ pub trait Origin {
             Err(err) => Err(err),
         }
     }
+}
+
+/// What an origin moved over the network (request and response bodies; headers not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Body bytes sent.
+    pub sent: u64,
+    /// Body bytes received.
+    pub received: u64,
+    /// Whether a push or pull went by difference (issue 21).
+    pub delta: bool,
 }
 
 /// Why an origin could not describe, deliver or take a revision.

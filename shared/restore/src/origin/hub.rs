@@ -12,18 +12,31 @@
 //! current revision. What is pushed to a hub is always the secrets-stripped plain export, never a
 //! container (§11.3): a hub is not a personal origin.
 //!
+//! Delta sync (issue 21): a push with a base first asks `POST /userdb/revisions/{base}/plan`
+//! which pages the hub lacks and then sends only those, `PUT /userdb/delta` under the same
+//! `If-Match`; a pull with a local copy asks `POST /userdb/delta` for the pages that copy
+//! lacks and rebuilds the revision from it, checked against the revision's SHA-256. A hub
+//! without those routes (404, 405), a base it no longer keeps (`DELTA_BASE_GONE`) or any other
+//! `DELTA_*` refusal falls back to the whole file, as does a delta that does not rebuild the
+//! revision. [`Origin::traffic`] counts the body bytes either way.
+//!
 //! Any other answer is an [`OriginError`]: 401/403 `SYNC_AUTH`, a transport failure
 //! `SYNC_NETWORK`, and otherwise the hub's own JSON `code` where it is one of [`HUB_CODES`] (so a
 //! client speaks one vocabulary with the hub), else `SYNC_HTTP`.
 
 use std::{
     io::{Read as _, Write},
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
     time::Duration,
 };
 
 use base64::Engine as _;
 
-use super::{DOWNLOAD_BUFFER, Origin, OriginError, Pushed, Selector, SnapshotInfo};
+use snug_delta::{Delta, Layout, Limits, Manifest};
+
+use super::{
+    DOWNLOAD_BUFFER, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic, delta_page_size,
+};
 
 /// A hub origin over HTTP: `<base>/userdb` with an optional bearer token.
 #[derive(Debug)]
@@ -32,7 +45,16 @@ pub struct HubOrigin {
     url: String,
     token: Option<String>,
     agent: ureq::Agent,
+    /// Whether to try delta push and pull before the whole file.
+    delta: bool,
+    sent: AtomicU64,
+    received: AtomicU64,
+    went_delta: AtomicBool,
 }
+
+/// The most bytes a layout can take for an image of the largest size at the smallest page:
+/// 13 bytes per run, one run per page, plus the header.
+const MAX_LAYOUT: u64 = 64 + (snug_schema::MAX_USERDB_BYTES / 512) * 13;
 
 /// The JSON error codes of a hub that an [`OriginError::Other`] passes on as its code (the same
 /// words as the hub's, so scripts need one vocabulary).
@@ -84,7 +106,173 @@ impl HubOrigin {
             .timeout_global(Some(Duration::from_secs(300)))
             .build()
             .into();
-        Self { url, token, agent }
+        Self {
+            url,
+            token,
+            agent,
+            delta: true,
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            went_delta: AtomicBool::new(false),
+        }
+    }
+
+    /// Returns this origin moving whole files only, as a hub without delta routes would make
+    /// it (for comparisons and for hubs that misbehave).
+    pub fn whole_files_only(mut self) -> Self {
+        self.delta = false;
+        self
+    }
+
+    fn count_sent(&self, n: usize) {
+        self.sent.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn count_received(&self, n: usize) {
+        self.received.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Reads a body of at most `limit` bytes, counting it.
+    fn read_body(&self, response: &mut Response, limit: u64) -> Result<Vec<u8>, OriginError> {
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .map_err(|err| OriginError::Interrupted {
+                detail: err.to_string(),
+            })?;
+        self.count_received(body.len());
+        Ok(body)
+    }
+
+    /// The JSON `code` of an error answer (its body read and counted), and the body.
+    fn error_code(&self, response: &mut Response) -> (String, String) {
+        let body = self
+            .read_body(response, 64 * 1024)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let code = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["code"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        (code, body)
+    }
+
+    /// A push by difference from `base`; `None` when the hub cannot take one (no delta routes,
+    /// the base reclaimed, a `DELTA_*` refusal), so the caller sends the whole file.
+    fn push_delta(&self, bytes: &[u8], base: &str) -> Result<Option<Pushed>, OriginError> {
+        let Ok(manifest) = Manifest::of(bytes, delta_page_size(bytes)) else {
+            return Ok(None);
+        };
+        let manifest = manifest.encode();
+        self.count_sent(manifest.len());
+        let mut response = self
+            .authorize(self.agent.post(format!("{}/plan", self.revision_url(base))))
+            .header("content-type", "application/octet-stream")
+            .send(&manifest[..])
+            .map_err(Self::unreachable)?;
+        match response.status().as_u16() {
+            200 => {}
+            401 | 403 => return Err(Self::refused_with_body(response)),
+            status if status < 500 => {
+                let _ = self.error_code(&mut response);
+                return Ok(None);
+            }
+            _ => return Err(Self::refused_with_body(response)),
+        }
+        let layout = self.read_body(&mut response, MAX_LAYOUT)?;
+        let limits = Limits {
+            max_length: bytes.len() as u64,
+        };
+        let layout =
+            Layout::parse_plan(&layout, &limits).map_err(|err| OriginError::BadResponse {
+                detail: format!("a delta plan that does not parse: {err}"),
+            })?;
+        let delta = Delta::build(layout, bytes).encode();
+        self.count_sent(delta.len());
+        let mut response = self
+            .authorize(self.agent.put(format!("{}/delta", self.url)))
+            .header("content-type", "application/octet-stream")
+            .header("if-match", format!("\"{base}\""))
+            .send(&delta[..])
+            .map_err(Self::unreachable)?;
+        match response.status().as_u16() {
+            204 | 200 | 201 => {
+                let _ = self.read_body(&mut response, 64 * 1024);
+                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
+                    detail: "an accepted write without an ETag".to_owned(),
+                })?;
+                self.went_delta.store(true, Ordering::Relaxed);
+                Ok(Some(Pushed::Accepted { revision }))
+            }
+            412 => {
+                let etag = Self::etag(&response);
+                let (_, body) = self.error_code(&mut response);
+                let revision = serde_json::from_str::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["revision"].as_str().map(str::to_owned));
+                Ok(Some(Pushed::Conflict {
+                    current: etag.or(revision),
+                }))
+            }
+            401 | 403 => Err(Self::refused_with_body(response)),
+            status => {
+                let (code, body) = self.error_code(&mut response);
+                if code.starts_with("DELTA_") {
+                    Ok(None)
+                } else {
+                    Err(Self::refused(status, &body))
+                }
+            }
+        }
+    }
+
+    /// The current revision rebuilt from `local` by a delta pull; `None` when the hub cannot
+    /// send one, has moved past `snapshot`, or the delta does not rebuild it, so the caller
+    /// downloads the whole file.
+    fn pull_delta(
+        &self,
+        snapshot: &SnapshotInfo,
+        local: &[u8],
+    ) -> Result<Option<Vec<u8>>, OriginError> {
+        let Ok(manifest) = Manifest::of(local, delta_page_size(local)) else {
+            return Ok(None);
+        };
+        let manifest = manifest.encode();
+        self.count_sent(manifest.len());
+        let mut response = self
+            .authorize(self.agent.post(format!("{}/delta", self.url)))
+            .header("content-type", "application/octet-stream")
+            .send(&manifest[..])
+            .map_err(Self::unreachable)?;
+        match response.status().as_u16() {
+            200 => {}
+            401 | 403 => return Err(Self::refused_with_body(response)),
+            status if status < 500 => {
+                let _ = self.error_code(&mut response);
+                return Ok(None);
+            }
+            _ => return Err(Self::refused_with_body(response)),
+        }
+        if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
+            let _ = self.error_code(&mut response);
+            return Ok(None);
+        }
+        let limits = Limits {
+            max_length: snapshot.size.max(1),
+        };
+        let body = self.read_body(&mut response, MAX_LAYOUT + snapshot.size * 2 + 64)?;
+        let image = Delta::parse(&body, &limits, local.len() as u64)
+            .and_then(|delta| delta.assemble(local))
+            .ok()
+            .filter(|image| {
+                image.len() as u64 == snapshot.size && snug_delta::sha256(image) == snapshot.sha256
+            });
+        if image.is_some() {
+            self.went_delta.store(true, Ordering::Relaxed);
+        }
+        Ok(image)
     }
 
     /// The immutable address of one revision.
@@ -282,12 +470,42 @@ impl Origin for HubOrigin {
                     });
                 }
             };
+            self.count_received(n);
             sink.write_all(&buffer[..n]).map_err(OriginError::Sink)?;
         }
     }
 
-    // A first push (no base) may only create the image; any other names the revision it replaces.
+    fn download_from(
+        &self,
+        snapshot: &SnapshotInfo,
+        local: Option<&[u8]>,
+        sink: &mut dyn Write,
+    ) -> Result<(), OriginError> {
+        if let Some(local) = local.filter(|_| self.delta)
+            && let Some(image) = self.pull_delta(snapshot, local)?
+        {
+            return sink.write_all(&image).map_err(OriginError::Sink);
+        }
+        self.download(snapshot, sink)
+    }
+
+    fn traffic(&self) -> Traffic {
+        Traffic {
+            sent: self.sent.load(Ordering::Relaxed),
+            received: self.received.load(Ordering::Relaxed),
+            delta: self.went_delta.load(Ordering::Relaxed),
+        }
+    }
+
+    // A first push (no base) may only create the image; any other names the revision it replaces,
+    // and goes by difference where the hub offers it.
     fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError> {
+        if let Some(base) = base.filter(|_| self.delta)
+            && let Some(pushed) = self.push_delta(bytes, base)?
+        {
+            return Ok(pushed);
+        }
+        self.count_sent(bytes.len());
         let request = self
             .authorize(self.agent.put(&self.url))
             .header("content-type", "application/octet-stream");

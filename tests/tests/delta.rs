@@ -1,0 +1,325 @@
+//! Delta sync over HTTP end to end (issue 21): `POST /userdb/revisions/{rev}/plan`,
+//! `PUT /userdb/delta` and `POST /userdb/delta` against the in-process hub. A delta push lands
+//! exactly as a whole one would (the same validation and compare-and-swap), races a whole push
+//! with one winner, refuses a reclaimed, unknown or another user's base alike, and refuses every
+//! hostile delta without storing anything. Every answer is also checked against the OpenAPI
+//! document (`Http::send`).
+
+use snug_delta::{Delta, Layout, Limits, Manifest, Run, page_ids};
+use snug_e2e::{
+    Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
+    etag_revision, get_userdb, put_userdb, userdb_with_filler,
+};
+
+const PAGE: u32 = 4096;
+
+fn limits() -> Limits {
+    Limits {
+        max_length: 64 << 20,
+    }
+}
+
+/// `image` with `sql` applied, in the form the hub stores.
+fn edited(image: &[u8], sql: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("edited.snug");
+    std::fs::write(&path, image).expect("write");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.execute_batch(sql).expect("edit");
+    drop(conn);
+    snug_e2e::stored_form(&std::fs::read(&path).expect("read"))
+}
+
+fn first_image() -> Vec<u8> {
+    userdb_with_filler(2 << 20).0
+}
+
+fn second_image(first: &[u8]) -> Vec<u8> {
+    edited(
+        first,
+        "INSERT INTO snug_settings (key, value) VALUES ('delta:test', '\"one row\"')",
+    )
+}
+
+async fn plan(http: &Http, token: &str, base: &str, manifest: Vec<u8>) -> Answer {
+    http.send(
+        "POST",
+        &format!("/userdb/revisions/{base}/plan"),
+        &[("authorization", &bearer(token)), OCTET],
+        Payload::Whole(manifest),
+    )
+    .await
+}
+
+async fn put_delta(http: &Http, token: &str, base: &str, delta: Vec<u8>) -> Answer {
+    http.send(
+        "PUT",
+        "/userdb/delta",
+        &[
+            ("authorization", &bearer(token)),
+            OCTET,
+            ("if-match", &format!("\"{base}\"")),
+        ],
+        Payload::Whole(delta),
+    )
+    .await
+}
+
+async fn pull(http: &Http, token: &str, manifest: Vec<u8>) -> Answer {
+    http.send(
+        "POST",
+        "/userdb/delta",
+        &[("authorization", &bearer(token)), OCTET],
+        Payload::Whole(manifest),
+    )
+    .await
+}
+
+/// The delta that turns `base` into `new`, as a client builds it from the hub's plan.
+async fn delta_for(http: &Http, token: &str, base_revision: &str, new: &[u8]) -> Delta {
+    let manifest = Manifest::of(new, PAGE).expect("manifest").encode();
+    let planned = plan(http, token, base_revision, manifest).await;
+    assert_eq!(
+        planned.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&planned.body)
+    );
+    let layout = Layout::parse_plan(&planned.body, &limits()).expect("the plan parses");
+    Delta::build(layout, new)
+}
+
+async fn started(options: Options) -> (Hub, Http, String) {
+    let hub = Hub::start(options).await;
+    let http = Http::new(hub.http);
+    let token = hub.add_user("alice");
+    (hub, http, token)
+}
+
+#[tokio::test]
+async fn a_delta_push_and_pull_move_only_the_changed_pages() {
+    let (_hub, http, token) = started(Options::default()).await;
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = second_image(&first);
+
+    let delta = delta_for(&http, &token, &r1, &second).await;
+    let pages = second.len() / PAGE as usize;
+    assert!(
+        delta.layout.literal_count() * 20 < pages as u64,
+        "{} of {pages} pages sent",
+        delta.layout.literal_count()
+    );
+    let wire = delta.encode();
+    assert!(wire.len() * 10 < second.len(), "{} bytes", wire.len());
+    let landed = put_delta(&http, &token, &r1, wire).await;
+    assert_eq!(
+        landed.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&landed.body)
+    );
+    let r2 = etag_revision(&landed);
+    let got = get_userdb(&http, &token).await;
+    assert_eq!(etag_revision(&got), r2);
+    assert_eq!(got.body, second, "the image landed byte for byte");
+
+    // Pull: a device holding the first image rebuilds the second from a few pages.
+    let manifest = Manifest::of(&first, PAGE).expect("manifest").encode();
+    let pulled = pull(&http, &token, manifest).await;
+    assert_eq!(pulled.status, 200);
+    assert_eq!(etag_revision(&pulled), r2);
+    assert!(
+        pulled.body.len() * 10 < second.len(),
+        "{} bytes",
+        pulled.body.len()
+    );
+    let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
+    assert_eq!(delta.assemble(&first).expect("assemble"), second);
+}
+
+#[tokio::test]
+async fn a_delta_push_racing_a_whole_push_one_wins_the_other_gets_412_with_the_winners_etag() {
+    let (_hub, http, token) = started(Options::default()).await;
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let by_delta = second_image(&first);
+    let whole = edited(
+        &first,
+        "INSERT INTO snug_settings (key, value) VALUES ('whole:test', '\"another row\"')",
+    );
+    let delta = delta_for(&http, &token, &r1, &by_delta).await.encode();
+    let condition = format!("\"{r1}\"");
+    let (a, b) = tokio::join!(
+        put_delta(&http, &token, &r1, delta),
+        put_userdb(&http, &token, ("if-match", &condition), whole.clone()),
+    );
+    let (winner, loser, landed) = match (a.status, b.status) {
+        (204, 412) => (a, b, by_delta),
+        (412, 204) => (b, a, whole),
+        other => panic!("one must win and one lose: {other:?}"),
+    };
+    let current = etag_revision(&winner);
+    assert_error(&loser, 412, loser.code().as_str());
+    assert_stale_revision(&loser, &current);
+    assert_eq!(get_userdb(&http, &token).await.body, landed);
+}
+
+#[tokio::test]
+async fn a_reclaimed_unknown_or_foreign_base_is_delta_base_gone_and_the_whole_file_still_lands() {
+    let (hub, http, token) = started(Options {
+        keep_revisions: Some(1),
+        ..Options::default()
+    })
+    .await;
+    let bob = hub.add_user("bob");
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = second_image(&first);
+    let delta = delta_for(&http, &token, &r1, &second).await.encode();
+    let bobs = etag_revision(&put_userdb(&http, &bob, ("if-none-match", "*"), first.clone()).await);
+    let r2 = etag_revision(
+        &put_userdb(
+            &http,
+            &token,
+            ("if-match", &format!("\"{r1}\"")),
+            second.clone(),
+        )
+        .await,
+    );
+    use snug_revstore::RevStore as _;
+    assert!(hub.store().reclaim().await.expect("reclaim").revisions >= 1);
+
+    let manifest = Manifest::of(&second, PAGE).expect("manifest").encode();
+    let mut messages = Vec::new();
+    for base in [
+        r1.as_str(),
+        bobs.as_str(),
+        "r9-0123456789abcdef",
+        "not-a-revision",
+    ] {
+        let planned = plan(&http, &token, base, manifest.clone()).await;
+        assert_error(&planned, 409, "DELTA_BASE_GONE");
+        messages.push(planned.json()["message"].clone());
+        let put = put_delta(&http, &token, base, delta.clone()).await;
+        assert_error(&put, 409, "DELTA_BASE_GONE");
+        assert_eq!(put.json()["message"], planned_message(&messages));
+    }
+    assert!(messages.windows(2).all(|w| w[0] == w[1]), "{messages:?}");
+    // The client's answer to DELTA_BASE_GONE: the whole file, which lands as ever.
+    let third = edited(
+        &second,
+        "DELETE FROM snug_settings WHERE key = 'delta:test'",
+    );
+    let landed = put_userdb(&http, &token, ("if-match", &format!("\"{r2}\"")), third).await;
+    assert_eq!(landed.status, 204);
+}
+
+fn planned_message(messages: &[serde_json::Value]) -> serde_json::Value {
+    messages.last().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn hostile_deltas_are_refused_with_their_own_codes_and_store_nothing() {
+    let (_hub, http, token) = started(Options::default()).await;
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = second_image(&first);
+    let good = delta_for(&http, &token, &r1, &second).await;
+
+    let mut lying_page = good.clone();
+    let at = lying_page.literals.len() - 1;
+    lying_page.literals[at] ^= 1;
+    let mut lying_digest = good.clone();
+    lying_digest.layout.digest[0] ^= 1;
+    let mut duplicate = good.clone();
+    duplicate.layout.runs.insert(
+        1,
+        Run::Copy {
+            to: 0,
+            from: 0,
+            count: 1,
+        },
+    );
+    let mut out_of_range = good.clone();
+    out_of_range.layout.runs[0] = Run::Copy {
+        to: 0,
+        from: u32::MAX - 1,
+        count: 1,
+    };
+    let mut over_quota = good.clone();
+    over_quota.layout.geometry.length = (64 << 20) + 1;
+    // A delta that assembles to something that is not a user database meets PUT /userdb's
+    // checks, exactly as the whole file would.
+    let not_sqlite = {
+        let image = vec![0x5a; PAGE as usize];
+        let manifest = Manifest::of(&image, PAGE).expect("manifest");
+        Delta::build(snug_delta::plan(&manifest, &page_ids(&first, PAGE)), &image)
+    };
+    let cases = [
+        (lying_page.encode(), 400, "DELTA_PAGE_MISMATCH"),
+        (lying_digest.encode(), 400, "DELTA_DIGEST_MISMATCH"),
+        (duplicate.encode(), 400, "DELTA_INVALID"),
+        (out_of_range.encode(), 400, "DELTA_INVALID"),
+        (over_quota.encode(), 413, "USERDB_TOO_LARGE"),
+        (b"SDD1 not a delta".to_vec(), 400, "DELTA_INVALID"),
+        (not_sqlite.encode(), 400, "NOT_SQLITE"),
+    ];
+    for (body, status, code) in cases {
+        let refused = put_delta(&http, &token, &r1, body).await;
+        assert_error(&refused, status, code);
+    }
+    // A manifest with one id too many; a body larger than any manifest within the quota.
+    let mut long = Manifest::of(&second, PAGE).expect("manifest").encode();
+    long.extend_from_slice(&[0; 8]);
+    assert_error(&plan(&http, &token, &r1, long).await, 400, "DELTA_INVALID");
+    let huge = vec![0; 48 + (64 << 20) / 512 * 8 + 1];
+    assert_error(
+        &plan(&http, &token, &r1, huge).await,
+        413,
+        "USERDB_TOO_LARGE",
+    );
+    // No base: the first write sends the whole file.
+    let bare = http
+        .send(
+            "PUT",
+            "/userdb/delta",
+            &[("authorization", &bearer(&token)), OCTET],
+            Payload::Whole(good.encode()),
+        )
+        .await;
+    assert_error(&bare, 428, "PRECONDITION_REQUIRED");
+    let untyped = http
+        .send(
+            "PUT",
+            "/userdb/delta",
+            &[
+                ("authorization", &bearer(&token)),
+                ("if-match", &format!("\"{r1}\"")),
+            ],
+            Payload::Whole(good.encode()),
+        )
+        .await;
+    assert_error(&untyped, 415, "UNSUPPORTED_MEDIA_TYPE");
+    let anonymous = http
+        .send(
+            "POST",
+            "/userdb/delta",
+            &[OCTET],
+            Payload::Whole(Vec::new()),
+        )
+        .await;
+    assert_error(&anonymous, 401, "UNAUTHENTICATED");
+    // Nothing was stored.
+    let got = get_userdb(&http, &token).await;
+    assert_eq!((etag_revision(&got), got.body.to_vec()), (r1, first));
+}
+
+#[tokio::test]
+async fn a_pull_before_the_first_push_is_404() {
+    let (_hub, http, token) = started(Options::default()).await;
+    let manifest = Manifest::of(&first_image(), PAGE)
+        .expect("manifest")
+        .encode();
+    assert_error(&pull(&http, &token, manifest).await, 404, "NOT_FOUND");
+}
