@@ -487,7 +487,7 @@ fn push(
                     origin.name(),
                     image.len()
                 ),
-                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup, "protected": protected, "plaintextToOrigin": plaintext_to_origin }),
+                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup, "protected": protected, "plaintextToOrigin": plaintext_to_origin, "transfer": transfer(origin) }),
             })
         }
         Pushed::Conflict { current } => Err(diverged(format!(
@@ -608,8 +608,16 @@ fn pull(
             "forced": done.replaced_local_changes,
             "bootstrapped": done.bootstrapped,
             "protected": done.protected,
+            "transfer": transfer(origin),
         }),
     })
+}
+
+/// What the origin moved for this command (issue 21): body bytes sent and received, and
+/// whether it went by difference.
+fn transfer(origin: &dyn Origin) -> serde_json::Value {
+    let traffic = origin.traffic();
+    json!({ "bytesSent": traffic.sent, "bytesReceived": traffic.received, "delta": traffic.delta })
 }
 
 /// `snug sync origin PATH`.

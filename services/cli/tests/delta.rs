@@ -1,0 +1,123 @@
+//! `snug sync` by difference (issue 21): against a hub that offers delta routes, a push after a
+//! one-row edit and the other device's pull move a few pages, and `--json` says how many bytes
+//! went each way; a first push, a bootstrap and a directory origin move whole files.
+
+use std::path::Path;
+
+use snug_e2e::{Hub, Options, userdb_with_filler};
+use snug_test_support::Snug;
+
+const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
+
+async fn sync(
+    command: &str,
+    file: &Path,
+    origin: &str,
+    env: Vec<(&'static str, String)>,
+) -> serde_json::Value {
+    let args: Vec<String> = [
+        "sync",
+        command,
+        &file.display().to_string(),
+        "--origin",
+        origin,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let (code, json) = tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, env))
+        .await
+        .expect("join");
+    assert_eq!(code, 0, "{json}");
+    json
+}
+
+/// One row inserted, as an app would.
+fn edit(file: &Path, key: &str) {
+    let conn = rusqlite::Connection::open(file).expect("open");
+    conn.execute(
+        "INSERT INTO snug_settings (key, value) VALUES (?1, '\"a row\"')",
+        [key],
+    )
+    .expect("edit");
+}
+
+fn transfer(json: &serde_json::Value) -> (u64, u64, bool) {
+    let t = &json["transfer"];
+    (
+        t["bytesSent"].as_u64().expect("bytesSent"),
+        t["bytesReceived"].as_u64().expect("bytesReceived"),
+        t["delta"].as_bool().expect("delta"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
+    let hub = Hub::start(Options::default()).await;
+    let token = hub.add_user("alice");
+    let env = || vec![("SNUG_TOKEN", token.clone())];
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
+    std::fs::write(&a, userdb_with_filler(2 << 20).0).expect("write");
+
+    // The first push and a new device's bootstrap have no base: whole files.
+    let first = sync("push", &a, &hub.url(), env()).await;
+    let length = first["length"].as_u64().expect("length");
+    let (sent, _, delta) = transfer(&first);
+    assert_eq!((sent, delta), (length, false), "{first}");
+    let booted = sync("bootstrap", &b, &hub.url(), env()).await;
+    let (_, received, delta) = transfer(&booted);
+    assert_eq!((received, delta), (length, false), "{booted}");
+
+    // A one-row edit: a few pages up, a few pages down.
+    edit(&a, "delta:one");
+    let pushed = sync("push", &a, &hub.url(), env()).await;
+    assert_eq!(pushed["pushed"], true, "{pushed}");
+    let (sent, received, delta) = transfer(&pushed);
+    assert!(delta, "{pushed}");
+    assert!(sent * 10 < length && received < 64 * 1024, "{pushed}");
+    let pulled = sync("pull", &b, &hub.url(), env()).await;
+    assert_eq!(
+        (pulled["pulled"].clone(), pulled["revision"].clone()),
+        (true.into(), pushed["revision"].clone()),
+        "{pulled}"
+    );
+    let (sent, received, delta) = transfer(&pulled);
+    assert!(delta, "{pulled}");
+    assert!(received * 10 < length && sent * 10 < length, "{pulled}");
+    assert_eq!(pulled["sha256"], pushed["sha256"]);
+    let conn = rusqlite::Connection::open(&b).expect("open");
+    let rows: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM snug_settings WHERE key = 'delta:one'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(rows, 1, "the pulled file holds the edit");
+
+    // A directory origin keeps whole files and moves nothing over a network.
+    let origin = dir.path().join("origin");
+    let origin = origin.display().to_string();
+    let (code, _) = {
+        let args = vec![
+            "sync".to_owned(),
+            "origin".to_owned(),
+            origin.clone(),
+            "--init".to_owned(),
+        ];
+        let env: Vec<(&str, String)> = Vec::new();
+        tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, env))
+            .await
+            .expect("join")
+    };
+    assert_eq!(code, 0);
+    let c = dir.path().join("c.snug");
+    std::fs::write(&c, userdb_with_filler(1 << 20).0).expect("write");
+    let pushed = sync("push", &c, &format!("file://{origin}"), vec![]).await;
+    edit(&c, "delta:two");
+    let pushed_again = sync("push", &c, &format!("file://{origin}"), vec![]).await;
+    for json in [pushed, pushed_again] {
+        assert_eq!(transfer(&json), (0, 0, false), "{json}");
+    }
+}
