@@ -1,0 +1,276 @@
+//! Delta sync against rsync and the whole file, measured in the same run (issue 21).
+//!
+//! A realistic user database of about 60 MiB (the reference sample's apps filled: trades of
+//! small rows, equities of medium rows, a key-value table of 40 KB values, chess moves, chat
+//! messages), exported as `snug sync push` sends it. Two edits, each exported again: one row
+//! inserted into the first app table (after the export's VACUUM every later page moves) and one
+//! chat message updated in place. For each: the bytes a delta push and a delta pull move (body
+//! bytes both ways, through `snug_restore::HubOrigin`, the client `snug sync` uses), against
+//! `rsync --stats --no-whole-file` moving the new file onto the old one (Debian's rsync; total
+//! bytes sent and received) and against the whole-file PUT and GET; and the wall time of the
+//! delta push against the whole-file PUT on loopback (medians of alternating rounds).
+//!
+//! Run: `cargo bench -p snug-cli --bench delta` (the hub runs in this process on loopback).
+
+use std::{
+    io::Write as _,
+    path::Path,
+    process::Command,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use snug_e2e::{Hub, Options};
+use snug_restore::{HubOrigin, Origin, Pushed, Selector};
+
+const QUOTA: u64 = 64 << 20;
+const ROUNDS: usize = 3;
+
+/// xorshift64 text: incompressible enough that no side gains from compression.
+struct Text(u64);
+
+impl Text {
+    fn take(&mut self, len: usize) -> String {
+        let mut out = String::with_capacity(len + 16);
+        while out.len() < len {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            out.push_str(&format!("{:016x}", self.0));
+        }
+        out.truncate(len);
+        out
+    }
+}
+
+fn build(path: &Path) {
+    std::fs::write(path, snug_e2e::userdb_vector("sample-v6.export.snug")).expect("write");
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; BEGIN")
+        .expect("pragmas");
+    let mut text = Text(0x9e37_79b9_7f4a_7c15);
+    let app = "app_a7f3b2c10d4e4f5a8b6c9d0e1f2a3b4c";
+    for i in 0..200_000 {
+        conn.execute(
+            &format!("INSERT INTO {app}__trades (symbol, qty) VALUES (?1, ?2)"),
+            (format!("S{:05}", i % 50_000), f64::from(i % 977)),
+        )
+        .expect("trade");
+    }
+    for i in 0..55_000 {
+        conn.execute(
+            &format!("INSERT INTO {app}__equities (symbol, name) VALUES (?1, ?2)"),
+            (format!("EQ{i:06}"), text.take(200)),
+        )
+        .expect("equity");
+    }
+    for i in 0..380 {
+        conn.execute(
+            &format!("INSERT INTO {app}__snug_kv (key, value) VALUES (?1, ?2)"),
+            (format!("doc:{i}"), format!("\"{}\"", text.take(40_000))),
+        )
+        .expect("kv");
+    }
+    for _ in 0..250_000 {
+        conn.execute(
+            "INSERT INTO app_x737461727465722d2d6368657373__moves (san) VALUES (?1)",
+            [text.take(4)],
+        )
+        .expect("move");
+    }
+    for i in 0..13_000 {
+        conn.execute(
+            "INSERT INTO snug_chat_messages (thread_id, role, content, created_at) VALUES (?1, 'user', ?2, '2026-12-01T00:00:00Z')",
+            (format!("t{}", i % 40), text.take(1_500)),
+        )
+        .expect("message");
+    }
+    conn.execute_batch("COMMIT").expect("commit");
+}
+
+fn export(path: &Path) -> Vec<u8> {
+    let plaintext = std::fs::read(path).expect("read");
+    snug_restore::push_image(&plaintext, false, Arc::new(snug_schema::SystemClock))
+        .expect("export")
+        .bytes
+}
+
+fn edit(path: &Path, sql: &str) -> Vec<u8> {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.execute_batch(sql).expect("edit");
+    drop(conn);
+    export(path)
+}
+
+/// rsync moving `new` onto a copy of `old`: (bytes sent + received, literal data).
+fn rsync(rsync: &Path, dir: &Path, old: &[u8], new: &[u8]) -> (u64, u64) {
+    let src = dir.join("src");
+    let dst = dir.join("dst");
+    std::fs::create_dir_all(&src).expect("src");
+    std::fs::create_dir_all(&dst).expect("dst");
+    std::fs::write(src.join("user.snug"), new).expect("new");
+    std::fs::write(dst.join("user.snug"), old).expect("old");
+    let out = Command::new(rsync)
+        .args(["--stats", "--no-whole-file", "-I"])
+        .arg(src.join("user.snug"))
+        .arg(dst.join("user.snug"))
+        .output()
+        .expect("rsync");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(dst.join("user.snug")).expect("read"), new);
+    let stats = String::from_utf8_lossy(&out.stdout);
+    let number = |label: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(label))
+            .map(|v| v.trim().split(' ').next().unwrap_or("0").replace(',', ""))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("rsync --stats has no {label:?}: {stats}"))
+    };
+    (
+        number("Total bytes sent:") + number("Total bytes received:"),
+        number("Literal data:"),
+    )
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn push(origin: &HubOrigin, bytes: &[u8], base: &str) -> (String, Duration) {
+    let started = Instant::now();
+    let pushed = origin.push(bytes, Some(base)).expect("push");
+    let took = started.elapsed();
+    match pushed {
+        Pushed::Accepted { revision } => (revision, took),
+        Pushed::Conflict { current } => panic!("conflict with {current:?}"),
+    }
+}
+
+fn kib(n: u64) -> String {
+    format!("{:.1} KiB", n as f64 / 1024.0)
+}
+
+fn main() {
+    let Some(rsync_bin) = ["/usr/bin/rsync", "/bin/rsync"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+    else {
+        eprintln!(
+            "rsync is not installed (apt-get install -y rsync); the benchmark needs it as its peer"
+        );
+        std::process::exit(1);
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("user.snug");
+    let started = Instant::now();
+    build(&file);
+    let base = export(&file);
+    let inserted = edit(
+        &file,
+        "INSERT INTO app_a7f3b2c10d4e4f5a8b6c9d0e1f2a3b4c__trades (symbol, qty) VALUES ('NEW01', 1)",
+    );
+    // The insert stays: the update is measured on top of it, as the next edit a user makes.
+    let updated = edit(
+        &file,
+        "UPDATE snug_chat_messages SET content = upper(content) WHERE id = 5000",
+    );
+    eprintln!(
+        "images: {} bytes, +1 row {} bytes, 1 row updated {} bytes (built in {:.1?})",
+        base.len(),
+        inserted.len(),
+        updated.len(),
+        started.elapsed()
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let hub = runtime.block_on(Hub::start(Options {
+        auth: snug_gateway::config::AuthMode::Off,
+        origins: vec![],
+        quota_bytes: QUOTA,
+        deadline: Duration::from_secs(120),
+        ..Options::default()
+    }));
+    let url = hub.url();
+    let whole = || HubOrigin::new(&url, None).whole_files_only();
+    let delta = || HubOrigin::new(&url, None);
+    let Pushed::Accepted {
+        revision: mut current,
+    } = whole().push(&base, None).expect("first")
+    else {
+        panic!("first push");
+    };
+
+    println!(
+        "| edit | direction | delta (body bytes) | rsync --stats (sent+received) | whole file | delta / rsync |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut timings = Vec::new();
+    for (name, old, new) in [
+        ("1 row inserted early (pages shift)", &base, &inserted),
+        ("1 row updated in place", &inserted, &updated),
+    ] {
+        // Push by difference, then by whole file, alternating, each from `old` as current.
+        let (mut delta_times, mut whole_times) = (Vec::new(), Vec::new());
+        let mut push_bytes = 0;
+        for round in 0..ROUNDS {
+            for by_delta in [round % 2 == 0, round % 2 != 0] {
+                let origin = if by_delta { delta() } else { whole() };
+                let (revision, took) = push(&origin, new, &current);
+                let traffic = origin.traffic();
+                assert_eq!(traffic.delta, by_delta, "{traffic:?}");
+                if by_delta {
+                    delta_times.push(took);
+                    push_bytes = traffic.sent + traffic.received;
+                } else {
+                    whole_times.push(took);
+                }
+                // Back to `old` as the current revision for the next measurement.
+                current = push(&whole(), old, &revision).0;
+            }
+        }
+        current = push(&whole(), new, &current).0;
+        // Pull: a device holding `old` fetches `new`.
+        let origin = delta();
+        let snapshot = origin.describe(&Selector::Current).expect("describe");
+        let mut sink = Vec::new();
+        origin
+            .download_from(&snapshot, Some(old), &mut sink)
+            .expect("pull");
+        assert_eq!(&sink, new);
+        let traffic = origin.traffic();
+        assert!(traffic.delta, "{traffic:?}");
+        let pull_bytes = traffic.sent + traffic.received;
+        let (rsync_bytes, literal) = rsync(rsync_bin, dir.path(), old, new);
+        for (direction, bytes) in [("push", push_bytes), ("pull", pull_bytes)] {
+            println!(
+                "| {name} | {direction} | {} | {} (literal {}) | {} | {:.2} |",
+                kib(bytes),
+                kib(rsync_bytes),
+                kib(literal),
+                kib(new.len() as u64),
+                bytes as f64 / rsync_bytes as f64
+            );
+        }
+        timings.push((name, median(delta_times), median(whole_times)));
+    }
+    println!();
+    println!("| edit | delta push | whole-file PUT | delta / whole |");
+    println!("|---|---|---|---|");
+    for (name, by_delta, by_whole) in timings {
+        println!(
+            "| {name} | {by_delta:.2?} | {by_whole:.2?} | {:.2} |",
+            by_delta.as_secs_f64() / by_whole.as_secs_f64()
+        );
+    }
+    std::io::stdout().flush().expect("flush");
+}
