@@ -136,6 +136,41 @@ async fn a_delta_push_and_pull_move_only_the_changed_pages() {
     );
     let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second);
+
+    // A device whose file is r1 names it and sends no manifest at all.
+    let by_base = |query: String| {
+        let (http, token) = (&http, &token);
+        async move {
+            http.send(
+                "POST",
+                &format!("/userdb/delta{query}"),
+                &[("authorization", &bearer(token)), OCTET],
+                Payload::Whole(Vec::new()),
+            )
+            .await
+        }
+    };
+    let pulled = by_base(format!("?base={r1}")).await;
+    assert_eq!(
+        pulled.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&pulled.body)
+    );
+    assert_eq!(etag_revision(&pulled), r2);
+    assert!(
+        pulled.body.len() * 20 < second.len(),
+        "{} bytes",
+        pulled.body.len()
+    );
+    let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
+    assert_eq!(delta.assemble(&first).expect("assemble"), second);
+    assert_error(
+        &by_base("?base=r9-0123456789abcdef".to_owned()).await,
+        409,
+        "DELTA_BASE_GONE",
+    );
+    assert_error(&by_base("?revision=1".to_owned()).await, 400, "BAD_REQUEST");
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ use std::{
 };
 
 use snug_e2e::{Hub, Options};
-use snug_restore::{HubOrigin, Origin, Pushed, Selector};
+use snug_restore::{HubOrigin, LocalCopy, Origin, Pushed, Selector};
 
 const QUOTA: u64 = 64 << 20;
 const ROUNDS: usize = 3;
@@ -142,14 +142,25 @@ fn median(mut values: Vec<Duration>) -> Duration {
     values[values.len() / 2]
 }
 
-fn push(origin: &HubOrigin, bytes: &[u8], base: &str) -> (String, Duration) {
+/// A push as `snug sync push` makes it: with the base's page ids it kept when it last synced
+/// (`pages`), or without (the plan round first, as after a sync that kept none).
+fn push_with(
+    origin: &HubOrigin,
+    bytes: &[u8],
+    base: &str,
+    pages: Option<&[snug_delta::PageId]>,
+) -> (String, Duration) {
     let started = Instant::now();
-    let pushed = origin.push(bytes, Some(base)).expect("push");
+    let pushed = origin.push_from(bytes, Some(base), pages).expect("push");
     let took = started.elapsed();
     match pushed {
         Pushed::Accepted { revision } => (revision, took),
         Pushed::Conflict { current } => panic!("conflict with {current:?}"),
     }
+}
+
+fn push(origin: &HubOrigin, bytes: &[u8], base: &str) -> (String, Duration) {
+    push_with(origin, bytes, base, None)
 }
 
 fn kib(n: u64) -> String {
@@ -219,13 +230,16 @@ fn main() {
         ("1 row inserted early (pages shift)", &base, &inserted),
         ("1 row updated in place", &inserted, &updated),
     ] {
-        // Push by difference, then by whole file, alternating, each from `old` as current.
+        let old_pages = snug_delta::page_ids(old, snug_delta::page_size_of(old));
+        // Push by difference (as the CLI does, with the base's page ids), then by whole file,
+        // alternating, each from `old` as the current revision.
         let (mut delta_times, mut whole_times) = (Vec::new(), Vec::new());
         let mut push_bytes = 0;
         for round in 0..ROUNDS {
             for by_delta in [round % 2 == 0, round % 2 != 0] {
                 let origin = if by_delta { delta() } else { whole() };
-                let (revision, took) = push(&origin, new, &current);
+                let pages = by_delta.then_some(old_pages.as_slice());
+                let (revision, took) = push_with(&origin, new, &current, pages);
                 let traffic = origin.traffic();
                 assert_eq!(traffic.delta, by_delta, "{traffic:?}");
                 if by_delta {
@@ -238,20 +252,39 @@ fn main() {
                 current = push(&whole(), old, &revision).0;
             }
         }
+        // Without the base's page ids: the plan round sends the new image's manifest first.
+        let planned = delta();
+        let (revision, _) = push(&planned, new, &current);
+        let planned_bytes = planned.traffic().sent + planned.traffic().received;
+        current = push(&whole(), old, &revision).0;
+        let old_revision = current.clone();
         current = push(&whole(), new, &current).0;
-        // Pull: a device holding `old` fetches `new`.
-        let origin = delta();
-        let snapshot = origin.describe(&Selector::Current).expect("describe");
-        let mut sink = Vec::new();
-        origin
-            .download_from(&snapshot, Some(old), &mut sink)
-            .expect("pull");
-        assert_eq!(&sink, new);
-        let traffic = origin.traffic();
-        assert!(traffic.delta, "{traffic:?}");
-        let pull_bytes = traffic.sent + traffic.received;
+        // Pull: a device holding `old` fetches `new`, naming the revision its file is (the
+        // CLI's case), and, for a file that is no revision, sending its manifest.
+        let mut pull_bytes = Vec::new();
+        for revision in [Some(old_revision.as_str()), None] {
+            let origin = delta();
+            let snapshot = origin.describe(&Selector::Current).expect("describe");
+            let mut sink = Vec::new();
+            let local = LocalCopy {
+                bytes: old,
+                revision,
+            };
+            origin
+                .download_from(&snapshot, Some(local), &mut sink)
+                .expect("pull");
+            assert_eq!(&sink, new);
+            let traffic = origin.traffic();
+            assert!(traffic.delta, "{traffic:?}");
+            pull_bytes.push(traffic.sent + traffic.received);
+        }
         let (rsync_bytes, literal) = rsync(rsync_bin, dir.path(), old, new);
-        for (direction, bytes) in [("push", push_bytes), ("pull", pull_bytes)] {
+        for (direction, bytes) in [
+            ("push (page ids kept)", push_bytes),
+            ("push (plan round)", planned_bytes),
+            ("pull (file is a revision)", pull_bytes[0]),
+            ("pull (manifest)", pull_bytes[1]),
+        ] {
             println!(
                 "| {name} | {direction} | {} | {} (literal {}) | {} | {:.2} |",
                 kib(bytes),

@@ -469,8 +469,17 @@ fn push(
             )));
         }
     };
+    // The page ids of the base as this device last synced it let a hub take only the changed
+    // pages without first hearing every page of the new image (issue 21).
+    // They must be the pages of the origin's copy of the base: its recorded SHA-256 says so.
+    let base_pages = match (&base, &remote) {
+        (Some(base), Some(remote)) if !backup => {
+            push_state::load_pages(file, base, &remote.sha256_hex())
+        }
+        _ => None,
+    };
     let pushed = origin
-        .push(&image, base.as_deref())
+        .push_from(&image, base.as_deref(), base_pages.as_deref())
         .map_err(|err| origin_failure(&origin.name(), &err))?;
     match pushed {
         Pushed::Accepted { revision } => {
@@ -478,6 +487,10 @@ fn push(
                 "; it is the backup beside user.snug, so no push state was recorded for it"
             } else {
                 save_state(file, &revision, &hash)?;
+                if !protected {
+                    // A cache: a push that cannot record it has still landed.
+                    let _ = push_state::save_pages(file, &revision, &image);
+                }
                 ""
             };
             Ok(Outcome {
@@ -562,9 +575,15 @@ fn pull(
     if secrets.is_none() && downloaded.is_protected().map_err(fail)? {
         secrets = Some(secrets::opening_secrets(args)?);
     }
+    // The revision's bytes, for the page ids the next push starts from (issue 21).
+    let revision_bytes = std::fs::read(downloaded.temp_path()).ok();
     let done = downloaded
         .install_unlocking(secrets.as_ref(), limits)
         .map_err(fail)?;
+    if let Some(bytes) = revision_bytes {
+        // A cache: a pull that cannot record it has still landed.
+        let _ = push_state::save_pages(&done.destination, &done.revision, &bytes);
+    }
     // The file written: FILE, or `user.snug` when FILE stood for a legacy file (§10 adoption).
     let file = done.destination.as_path();
     let mut text = if done.bootstrapped {

@@ -375,15 +375,18 @@ impl Backends {
     }
 
     /// Delta pull: the delta that rebuilds the caller's current image from the file `manifest`
-    /// names, with the revision it rebuilds; `None` when the user has no image.
+    /// names (or, `base`, the caller's retained revision the file is), with the revision it
+    /// rebuilds; `None` when the user has no image.
     pub async fn get_delta(
         &self,
         caller: &Caller,
+        base: Option<&str>,
         manifest: Bytes,
     ) -> Result<Option<(sync_pb::RevisionInfo, Bytes)>, ApiError> {
         let header = sync_pb::GetImageDeltaRequest::header(sync_pb::GetImageDeltaHeader {
             caller: Some(caller.pb()),
             revision: None,
+            base_revision: base.map(str::to_owned),
         });
         let mut sync = self.sync.clone();
         let request = self.request(chunks::upload(header, manifest));

@@ -601,18 +601,44 @@ async fn put_delta(
 }
 
 /// `POST /userdb/delta` (issue 21): delta pull. The body is the manifest of the file the client
-/// has; the answer is a delta that rebuilds the current image from it, with the revision as the
+/// has (or, with `?base=<rev>`, empty: the client's file is that retained revision); the answer is a delta that rebuilds the current image from it, with the revision as the
 /// `ETag`. The client verifies the rebuilt image against the SHA-256 the delta carries, which
 /// is the revision's.
 async fn pull_delta(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
         .identify_for_write(&headers, "POST /userdb/delta")?;
     octet_stream(&headers, "delta")?;
+    // `?base=<rev>`: the client's file is that revision, so no manifest is sent.
+    let mut base = None;
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("base", value)) if base.is_none() => {
+                // A base that cannot be a revision is a base that is gone.
+                base = Some(
+                    Some(value.to_owned())
+                        .filter(|rev| etag::is_revision(rev))
+                        .ok_or_else(base_gone)?,
+                );
+            }
+            _ => {
+                return Err(ApiError::from_reason(
+                    reason::BAD_REQUEST,
+                    "the only query parameter is base, once",
+                ));
+            }
+        }
+    }
     let quota = state.backends.quota().await?;
     let manifest = delta_body(
         &state,
@@ -625,7 +651,7 @@ async fn pull_delta(
     let caller = state.caller(&identity).await?;
     let (info, delta) = state
         .backends
-        .get_delta(&caller, manifest)
+        .get_delta(&caller, base.as_deref(), manifest)
         .await?
         .ok_or_else(not_pushed)?;
     let mut response = delta_response(delta);

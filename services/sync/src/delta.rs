@@ -128,9 +128,27 @@ impl SyncServer {
             .revision
             .map(|token| convert::revision(token, "header.revision"))
             .transpose()?;
+        let base = upload
+            .header
+            .base_revision
+            .map(|token| convert::revision(token, "header.base_revision"))
+            .transpose()?;
         let quota = self.quota_bytes;
-        let theirs = Manifest::parse(&upload.bytes, &limits)
-            .map_err(|err| status::delta_error(err, quota))?;
+        // The client's pages: named in its manifest, or its file is a revision the origin keeps.
+        let source = match base {
+            None => Source::Manifest(
+                Manifest::parse(&upload.bytes, &limits)
+                    .map_err(|err| status::delta_error(err, quota))?,
+            ),
+            Some(_) if !upload.bytes.is_empty() => {
+                return Err(snug_rpc::status::invalid_argument(
+                    DOMAIN,
+                    "header.base_revision",
+                    "a pull names its base revision or sends its manifest, not both",
+                ));
+            }
+            Some(base) => Source::Base(self.base(&caller.user, base).await?.1),
+        };
         let download = match &revision {
             None => self.store.get(&caller.user, &caller.principal).await,
             Some(revision) => {
@@ -147,10 +165,17 @@ impl SyncServer {
             .await
             .map_err(status::storage_error)?;
         let delta = blocking(move || {
-            // The revision's pages are named at the client's page size, so the client's file is
-            // the source whatever its own length.
-            let ours = Manifest::of(&target, theirs.geometry.page_size)?;
-            Ok(Delta::build(plan(&ours, &theirs.ids), &target).encode())
+            // The revision's pages are named at the client's page size (or, against a base, the
+            // revision's own), so the client's file is the source whatever its own length.
+            let (page_size, source) = match source {
+                Source::Manifest(theirs) => (theirs.geometry.page_size, theirs.ids),
+                Source::Base(base) => {
+                    let page_size = snug_delta::page_size_of(&target);
+                    (page_size, page_ids(&base, page_size))
+                }
+            };
+            let ours = Manifest::of(&target, page_size)?;
+            Ok(Delta::build(plan(&ours, &source), &target).encode())
         })
         .await?
         .map_err(|err| status::delta_error(err, quota))?;
@@ -163,6 +188,14 @@ impl SyncServer {
             Bytes::from(delta),
         ))
     }
+}
+
+/// What a pull's delta is made against.
+enum Source {
+    /// The pages the client's manifest names.
+    Manifest(Manifest),
+    /// The origin's own copy of the revision the client's file is.
+    Base(Bytes),
 }
 
 /// Runs CPU work (hashing up to a quota's worth of pages) off the async workers.

@@ -1673,9 +1673,20 @@ mod delta {
         revision: Option<&str>,
         manifest: Vec<u8>,
     ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
+        pull_from(hub, user, revision, None, manifest).await
+    }
+
+    pub(super) async fn pull_from(
+        hub: &mut Hub,
+        user: &str,
+        revision: Option<&str>,
+        base: Option<&str>,
+        manifest: Vec<u8>,
+    ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
         let header = pb::GetImageDeltaRequest::header(pb::GetImageDeltaHeader {
             caller: caller(user, "device-b"),
             revision: revision.map(str::to_owned),
+            base_revision: base.map(str::to_owned),
         });
         let stream = hub
             .client
@@ -1757,6 +1768,29 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
     let delta =
         snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+    // Against a base the origin keeps, no manifest travels at all.
+    let (_, wire) = delta::pull_from(&mut hub, "alice", None, Some(&r1.revision), Vec::new())
+        .await
+        .expect("pull from a base");
+    assert!(
+        wire.len() < 2 * delta::PAGE as usize,
+        "{} bytes",
+        wire.len()
+    );
+    let delta =
+        snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
+    assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+    let both = delta::pull_from(&mut hub, "alice", None, Some(&r1.revision), theirs.encode()).await;
+    assert_refused(both, Code::InvalidArgument, "INVALID_ARGUMENT");
+    let gone = delta::pull_from(
+        &mut hub,
+        "alice",
+        None,
+        Some("r9-0123456789abcdef"),
+        Vec::new(),
+    )
+    .await;
+    assert_refused(gone, Code::FailedPrecondition, "DELTA_BASE_GONE");
     // The pull is a download: it is in the served ledger, the base reads are not.
     let ledger = hub
         .client
@@ -1768,7 +1802,7 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
         .expect("ledger")
         .into_inner();
     let served: Vec<_> = ledger.served.iter().map(|e| e.revision.clone()).collect();
-    assert_eq!(served, vec![r2.revision.clone()]);
+    assert_eq!(served, vec![r2.revision.clone(); 2]);
 }
 
 async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {

@@ -66,6 +66,25 @@ impl PageId {
     }
 }
 
+/// The page size a delta cuts `image` into: its SQLite page size (header offset 16, big-endian;
+/// 1 means 65536), or 4096 for anything that is not a SQLite database with a valid one.
+pub fn page_size_of(image: &[u8]) -> u32 {
+    const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+    let size = match image.get(16..18) {
+        Some(&[1, 0]) => 65536,
+        Some(&[hi, lo]) => u32::from(u16::from_be_bytes([hi, lo])),
+        _ => 0,
+    };
+    if image.starts_with(SQLITE_MAGIC)
+        && size.is_power_of_two()
+        && (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&size)
+    {
+        size
+    } else {
+        4096
+    }
+}
+
 /// The SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()

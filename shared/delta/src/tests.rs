@@ -192,6 +192,22 @@ fn hostile_layouts_are_refused() {
 }
 
 #[test]
+fn the_page_size_is_read_from_a_sqlite_header() {
+    let mut header = b"SQLite format 3\0".to_vec();
+    for (field, expected) in [
+        ([16u8, 0u8], 4096),
+        ([1, 0], 65536),
+        ([2, 0], 512),
+        ([0, 3], 4096),
+    ] {
+        header.truncate(16);
+        header.extend_from_slice(&field);
+        assert_eq!(page_size_of(&header), expected, "{field:?}");
+    }
+    assert_eq!(page_size_of(b"SNUGENC1 and more bytes"), 4096);
+}
+
+#[test]
 fn bad_page_sizes_are_refused() {
     for page_size in [0, 1, 256, 1000, 131072] {
         assert_eq!(

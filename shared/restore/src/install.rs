@@ -26,7 +26,7 @@ use zeroize::Zeroizing;
 use crate::{
     error::RestoreError,
     gate,
-    origin::{Origin, OriginError, Selector, SnapshotInfo, header_storage_version},
+    origin::{LocalCopy, Origin, OriginError, Selector, SnapshotInfo, header_storage_version},
     push_state::{PushState, sidecar_location},
 };
 
@@ -463,7 +463,15 @@ impl Prepared {
         };
         // An origin that offers delta pulls rebuilds the revision from the local copy's pages
         // (issue 21); the sink checks the length and SHA-256 whichever way the bytes came.
-        let local = self.local.as_ref().map(|l| l.export.as_slice());
+        let state = self.sidecar.state();
+        let local = self.local.as_ref().map(|l| LocalCopy {
+            bytes: &l.export,
+            // Unchanged since its last sync: the origin's copy of that revision is this file.
+            revision: state
+                .last_pushed_revision
+                .as_deref()
+                .filter(|_| state.last_pushed_hash.as_deref() == Some(l.content_hash.as_str())),
+        });
         let delivered = origin.download_from(&self.snapshot, local, &mut sink);
         let revision = &self.snapshot.revision;
         // What the pipeline saw itself outranks what the origin says about it: a refused write

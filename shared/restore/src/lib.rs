@@ -105,8 +105,8 @@ pub use install::{
     prepare_unlocking, restore,
 };
 pub use origin::{
-    DirOrigin, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic, delta_page_size,
-    header_storage_version,
+    DirOrigin, LocalCopy, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic,
+    delta_page_size, header_storage_version,
 };
 #[cfg(feature = "hub")]
 pub use origin::{HUB_CODES, HubOrigin};

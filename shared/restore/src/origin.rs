@@ -16,22 +16,7 @@ pub use dir::DirOrigin;
 #[cfg(feature = "hub")]
 pub use hub::{HUB_CODES, HubOrigin};
 
-/// The page size a delta cuts `image` into: its SQLite page size (header offset 16, big-endian;
-/// 1 means 65536), or 4096 for anything else.
-pub fn delta_page_size(image: &[u8]) -> u32 {
-    match image.get(16..18) {
-        Some(&[1, 0]) if image.starts_with(SQLITE_MAGIC) => 65536,
-        Some(field) if image.starts_with(SQLITE_MAGIC) => {
-            let size = u32::from(u16::from_be_bytes([field[0], field[1]]));
-            if size.is_power_of_two() && size >= 512 {
-                size
-            } else {
-                4096
-            }
-        }
-        _ => 4096,
-    }
-}
+pub use snug_delta::page_size_of as delta_page_size;
 
 /// How much of a download is read at a time.
 const DOWNLOAD_BUFFER: usize = 256 * 1024;
@@ -128,18 +113,33 @@ pub trait Origin {
     /// writes nothing.
     fn push(&self, bytes: &[u8], base: Option<&str>) -> Result<Pushed, OriginError>;
 
-    /// [`download`](Origin::download), given the bytes of the file the client has (`local`, the
-    /// secrets-free export of its copy), so an origin that offers delta pulls (issue 21) sends
+    /// [`download`](Origin::download), given the file the client has (`local`: the
+    /// secrets-free export of its copy, and the revision it is, if it is one), so an origin that offers delta pulls (issue 21) sends
     /// only the pages that file lacks. Every other origin, and any failure of the delta, falls
     /// back to the whole download; the pipeline checks the length and SHA-256 either way.
     fn download_from(
         &self,
         snapshot: &SnapshotInfo,
-        local: Option<&[u8]>,
+        local: Option<LocalCopy<'_>>,
         sink: &mut dyn Write,
     ) -> Result<(), OriginError> {
         let _ = local;
         self.download(snapshot, sink)
+    }
+
+    /// [`push`](Origin::push), given the page ids of `base` as this client last synced it
+    /// (`base_pages`, from [`crate::push_state::load_pages`]), so an origin that offers delta
+    /// pushes (issue 21) is sent only the changed pages, without first being told every page of
+    /// the new image. Wrong ids cost a fallback, never a wrong image: the origin checks what it
+    /// assembles against the image's SHA-256.
+    fn push_from(
+        &self,
+        bytes: &[u8],
+        base: Option<&str>,
+        base_pages: Option<&[snug_delta::PageId]>,
+    ) -> Result<Pushed, OriginError> {
+        let _ = base_pages;
+        self.push(bytes, base)
     }
 
     /// What this origin moved so far: body bytes sent and received, and whether a transfer went
@@ -156,6 +156,16 @@ pub trait Origin {
             Err(err) => Err(err),
         }
     }
+}
+
+/// The file a client has, as a source for a delta pull.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalCopy<'a> {
+    /// The secrets-free export of the local copy (what a push would send).
+    pub bytes: &'a [u8],
+    /// The origin's revision these bytes are, byte for byte, when known (the push state names it
+    /// and the file has not changed since), so the origin can use its own copy of them.
+    pub revision: Option<&'a str>,
 }
 
 /// What an origin moved over the network (request and response bodies; headers not counted).

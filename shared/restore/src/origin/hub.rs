@@ -14,7 +14,9 @@
 //!
 //! Delta sync (issue 21): a push with a base first asks `POST /userdb/revisions/{base}/plan`
 //! which pages the hub lacks and then sends only those, `PUT /userdb/delta` under the same
-//! `If-Match`; a pull with a local copy asks `POST /userdb/delta` for the pages that copy
+//! `If-Match` (given the base's page ids, `push_from` makes the layout itself and skips the
+//! plan); a pull with a local copy asks `POST /userdb/delta` (`?base=<rev>` with no body when
+//! the copy is a revision the hub keeps, else with the copy's manifest) for the pages that copy
 //! lacks and rebuilds the revision from it, checked against the revision's SHA-256. A hub
 //! without those routes (404, 405), a base it no longer keeps (`DELTA_BASE_GONE`) or any other
 //! `DELTA_*` refusal falls back to the whole file, as does a delta that does not rebuild the
@@ -35,7 +37,8 @@ use base64::Engine as _;
 use snug_delta::{Delta, Layout, Limits, Manifest};
 
 use super::{
-    DOWNLOAD_BUFFER, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic, delta_page_size,
+    DOWNLOAD_BUFFER, LocalCopy, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic,
+    delta_page_size,
 };
 
 /// A hub origin over HTTP: `<base>/userdb` with an optional bearer token.
@@ -189,6 +192,17 @@ impl HubOrigin {
             Layout::parse_plan(&layout, &limits).map_err(|err| OriginError::BadResponse {
                 detail: format!("a delta plan that does not parse: {err}"),
             })?;
+        self.send_delta(bytes, base, layout)
+    }
+
+    /// Sends the delta `layout` asks for (its literal pages from `bytes`) as `PUT /userdb/delta`;
+    /// `None` on a `DELTA_*` refusal, so the caller falls back.
+    fn send_delta(
+        &self,
+        bytes: &[u8],
+        base: &str,
+        layout: Layout,
+    ) -> Result<Option<Pushed>, OriginError> {
         let delta = Delta::build(layout, bytes).encode();
         self.count_sent(delta.len());
         let mut response = self
@@ -234,15 +248,38 @@ impl HubOrigin {
     fn pull_delta(
         &self,
         snapshot: &SnapshotInfo,
-        local: &[u8],
+        local: LocalCopy<'_>,
     ) -> Result<Option<Vec<u8>>, OriginError> {
-        let Ok(manifest) = Manifest::of(local, delta_page_size(local)) else {
-            return Ok(None);
+        // A file that is a revision the hub keeps needs no manifest: the hub's copy stands for it.
+        if let Some(revision) = local.revision
+            && let Some(image) = self.pull_delta_with(snapshot, local.bytes, Some(revision))?
+        {
+            return Ok(Some(image));
+        }
+        self.pull_delta_with(snapshot, local.bytes, None)
+    }
+
+    fn pull_delta_with(
+        &self,
+        snapshot: &SnapshotInfo,
+        local: &[u8],
+        base: Option<&str>,
+    ) -> Result<Option<Vec<u8>>, OriginError> {
+        let (url, manifest) = match base {
+            Some(base) => (
+                format!("{}/delta?base={}", self.url, path_segment(base)),
+                Vec::new(),
+            ),
+            None => {
+                let Ok(manifest) = Manifest::of(local, delta_page_size(local)) else {
+                    return Ok(None);
+                };
+                (format!("{}/delta", self.url), manifest.encode())
+            }
         };
-        let manifest = manifest.encode();
         self.count_sent(manifest.len());
         let mut response = self
-            .authorize(self.agent.post(format!("{}/delta", self.url)))
+            .authorize(self.agent.post(url))
             .header("content-type", "application/octet-stream")
             .send(&manifest[..])
             .map_err(Self::unreachable)?;
@@ -478,7 +515,7 @@ impl Origin for HubOrigin {
     fn download_from(
         &self,
         snapshot: &SnapshotInfo,
-        local: Option<&[u8]>,
+        local: Option<LocalCopy<'_>>,
         sink: &mut dyn Write,
     ) -> Result<(), OriginError> {
         if let Some(local) = local.filter(|_| self.delta)
@@ -487,6 +524,25 @@ impl Origin for HubOrigin {
             return sink.write_all(&image).map_err(OriginError::Sink);
         }
         self.download(snapshot, sink)
+    }
+
+    // With the base's page ids known, the plan round is skipped: the layout is made here and
+    // only the changed pages travel; any refusal falls back to the planned push, then the whole.
+    fn push_from(
+        &self,
+        bytes: &[u8],
+        base: Option<&str>,
+        base_pages: Option<&[snug_delta::PageId]>,
+    ) -> Result<Pushed, OriginError> {
+        if let (Some(base), Some(base_pages)) = (base, base_pages)
+            && self.delta
+            && let Ok(manifest) = Manifest::of(bytes, delta_page_size(bytes))
+            && let Some(pushed) =
+                self.send_delta(bytes, base, snug_delta::plan(&manifest, base_pages))?
+        {
+            return Ok(pushed);
+        }
+        self.push(bytes, base)
     }
 
     fn traffic(&self) -> Traffic {
