@@ -57,7 +57,10 @@
 //! origins, a hub over HTTP (`HubOrigin`; the CLI still links no tonic) and a plain directory
 //! (`DirOrigin`); how each works is in their module docs (`shared/restore/src/origin/`).
 //! The push state is snug-restore's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
-//! JSON).
+//! JSON), and beside it `<file>.sync.pages`, the page ids of the image last synced, with which a
+//! push to a hub sends only the changed pages (issue 21; a cache: a missing or stale one costs a
+//! plan round or the whole file, never a wrong image). `--json` answers of push and pull carry
+//! `transfer` (`bytesSent`, `bytesReceived`, `delta`).
 //! What a FILE argument stands for is decided once, by `snug_schema::resolve_given` (§10), for every
 //! command: a lone legacy `user.sqlite` (given as `user.snug` or as itself) is read, and a write creates
 //! `user.snug` and never touches the legacy file; once `user.snug` exists, `user.sqlite` is the user's

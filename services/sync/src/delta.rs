@@ -18,7 +18,8 @@ use tonic::{Status, Streaming};
 
 use crate::{SyncServer, convert, reason::DOMAIN, status};
 
-/// Per literal page, the delta carries its id; per run, 13 bytes; the header is 60.
+/// Per literal page, the delta carries its id; per run, 13 bytes (the header is 56, within the
+/// 64 `max_delta_len` allows).
 const DELTA_OVERHEAD_PER_PAGE: u64 = snug_delta::ID_LEN as u64 + 13;
 
 impl SyncServer {

@@ -233,7 +233,9 @@ impl HubOrigin {
             401 | 403 => Err(Self::refused_with_body(response)),
             status => {
                 let (code, body) = self.error_code(&mut response);
-                if code.starts_with("DELTA_") {
+                // A hub without the route (404, 405) or refusing the delta as such: send the
+                // whole file instead.
+                if status == 404 || status == 405 || code.starts_with("DELTA_") {
                     Ok(None)
                 } else {
                     Err(Self::refused(status, &body))
