@@ -27,6 +27,7 @@ macro_rules! conformance_suite {
                 storage_version_is_recorded_at_acceptance_and_carried_by_restore,
                 head_revision_describes_a_retained_revision,
                 read_revision_reads_a_base_without_serving_it,
+                a_delta_round_trip_rebuilds_the_image_from_its_base,
                 uniform_denial,
                 first_contact_provisions_only,
                 reclaim_keeps_newest_and_grace_and_journals,
