@@ -63,6 +63,14 @@
 //! `GET|HEAD /userdb/revisions/{rev}` serve one retained revision (GetImage / HeadImage with
 //! `revision`) with exactly the headers of `/userdb` and the same 304 rule; an unknown, reclaimed,
 //! malformed (even undecodable) or another user's revision is one identical 404 `NOT_FOUND`.
+//! Delta sync (issue 21): `POST /userdb/revisions/{rev}/plan` passes a push manifest to
+//! PlanImageDelta and answers its layout; `PUT /userdb/delta` (`If-Match` names the base) passes
+//! the delta to AssembleImageDelta, which rebuilds and verifies the image without storing it,
+//! and then writes that image through `PUT /userdb`'s own steps (`routes::store`: leading bytes,
+//! ValidateSyncImage, free-space zeroing, PutImage under the same compare-and-swap, 204 with the
+//! ETag); `POST /userdb/delta` (a manifest, or `?base=<rev>` and no body) answers GetImageDelta's
+//! delta with the revision's ETag. Their bodies are bounded by what an image within the quota
+//! can need (413 beyond); the sync service parses them strictly.
 //! The per-app export pipes the sync download chunk by chunk into ExportApp and streams its answer
 //! on: the gateway holds neither file.
 //!
