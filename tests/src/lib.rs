@@ -168,6 +168,15 @@ pub struct Options {
     /// Where the sync store keeps its files; `None`: in the hub's temporary directory. A test
     /// points it at a small file system of its own to fill the disk (`tests/full_disk.rs`).
     pub sync_dir: Option<std::path::PathBuf>,
+    /// The gateway's rate limits as the hub ships them (on with auth on); off otherwise, since
+    /// a test suite sends bursts from one address.
+    pub rate_limits: bool,
+    /// Proxies whose `X-Forwarded-For` the gateway believes.
+    pub trusted_proxies: Vec<String>,
+    /// The gateway's upload budget; `None`: the default.
+    pub upload_budget: Option<snug_rpc::budget::UploadBudget>,
+    /// Time for a connection's request headers to arrive.
+    pub header_timeout: Duration,
 }
 
 impl Default for Options {
@@ -179,6 +188,10 @@ impl Default for Options {
             deadline: Duration::from_secs(20),
             in_process: true,
             sync_dir: None,
+            rate_limits: false,
+            trusted_proxies: Vec::new(),
+            upload_budget: None,
+            header_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -208,6 +221,10 @@ impl Hub {
             rpc_deadline: options.deadline,
             rpc_connect_timeout: Duration::from_millis(500),
             session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
+            rate_limit_burst: (!options.rate_limits).then_some(0),
+            trusted_proxies: options.trusted_proxies.clone(),
+            upload_budget: options.upload_budget.clone().unwrap_or_default(),
+            http_header_timeout: options.header_timeout,
             ..GatewayConfig::for_tests()
         };
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub

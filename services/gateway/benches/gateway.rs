@@ -81,7 +81,7 @@ fn main() {
         deadline: Duration::from_secs(60),
         // As `snug-hub serve` runs: the gateway calls its own services in-process.
         in_process: true,
-        sync_dir: None,
+        ..Options::default()
     }));
     let nginx = Nginx::start(&nginx, dir.path(), &big, &small);
 

@@ -414,6 +414,14 @@ async fn put_userdb(
             format!("the user DB is {length} bytes; the per-user quota is {quota}"),
         ));
     }
+    // Admitted for its whole declared length (the quota when undeclared) before a byte is read,
+    // and held until the answer: the buffer lives that long (`snug_rpc::budget`).
+    let _admission = state
+        .settings
+        .upload_budget
+        .admit(declared.unwrap_or(quota))
+        .await
+        .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))?;
     let mut upload = Upload::new(body, declared, quota, state.settings.upload_idle_timeout);
     upload.fill(SQLITE_MAGIC.len()).await?;
     if !upload.buffer.starts_with(SQLITE_MAGIC) {
