@@ -171,6 +171,15 @@ pub struct Options {
     /// Keep only this many revisions, with no grace period, so a test's reclamation pass
     /// (`Hub::store().reclaim()`) takes the older ones at once; `None`: the defaults.
     pub keep_revisions: Option<u32>,
+    /// The gateway's rate limits as the hub ships them (on with auth on); off otherwise, since
+    /// a test suite sends bursts from one address.
+    pub rate_limits: bool,
+    /// Proxies whose `X-Forwarded-For` the gateway believes.
+    pub trusted_proxies: Vec<String>,
+    /// The gateway's upload budget; `None`: the default.
+    pub upload_budget: Option<snug_rpc::budget::UploadBudget>,
+    /// Time for a connection's request headers to arrive.
+    pub header_timeout: Duration,
 }
 
 impl Default for Options {
@@ -183,6 +192,10 @@ impl Default for Options {
             in_process: true,
             sync_dir: None,
             keep_revisions: None,
+            rate_limits: false,
+            trusted_proxies: Vec::new(),
+            upload_budget: None,
+            header_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -212,6 +225,10 @@ impl Hub {
             rpc_deadline: options.deadline,
             rpc_connect_timeout: Duration::from_millis(500),
             session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
+            rate_limit_burst: (!options.rate_limits).then_some(0),
+            trusted_proxies: options.trusted_proxies.clone(),
+            upload_budget: options.upload_budget.clone().unwrap_or_default(),
+            http_header_timeout: options.header_timeout,
             ..GatewayConfig::for_tests()
         };
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub

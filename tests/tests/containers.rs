@@ -440,3 +440,94 @@ async fn the_all_in_one_container_stores_large_images_without_a_tmp_directory() 
         }
     }
 }
+
+/// Issue 20, point 7: the image with its defaults in a 1 GiB container (`docker run --memory 1g`,
+/// no swap) takes 48 concurrent 60 MiB uploads without being OOM-killed: each is answered 204 or
+/// a retryable 503, every 204 is stored as sent, and each refused one lands when retried. Without
+/// the upload budgets every upload in flight held its whole image (and the services a few copies
+/// more), and 32 of them killed the container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_with_its_defaults_survives_48_concurrent_60_mib_uploads_in_1_gib() {
+    const UPLOADS: usize = 48;
+    let test = "the_image_with_its_defaults_survives_48_concurrent_60_mib_uploads_in_1_gib";
+    let Some(image) = image(test).await else {
+        return;
+    };
+    let hub = AllInOne::start(
+        &image,
+        HubOptions {
+            memory_limit: Some(1 << 30),
+            startup_timeout: Duration::from_secs(120),
+            ..HubOptions::default()
+        },
+    )
+    .await
+    .expect("the all-in-one hub");
+    let mut tokens = Vec::with_capacity(UPLOADS);
+    for i in 0..UPLOADS {
+        tokens.push(hub.add_user(&format!("u{i}")).await.expect("users add"));
+    }
+    let (bytes, _) = snug_e2e::userdb_with_filler(60 << 20);
+    let bytes = snug_e2e::stored_form(&bytes);
+    let digest = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&bytes));
+    let http = Http::new(hub.http_addr());
+    let answers = futures::future::join_all(tokens.iter().map(|token| {
+        let http = &http;
+        let bytes = bytes.clone();
+        async move { put_userdb(http, token, ("if-none-match", "*"), bytes).await }
+    }))
+    .await;
+    let mut refused = Vec::new();
+    for (token, answer) in tokens.iter().zip(&answers) {
+        match answer.status {
+            204 => assert_stored(&http, token, &etag_revision(answer), &digest).await,
+            503 => {
+                assert_eq!(answer.json()["retryable"], true);
+                assert_eq!(answer.header("retry-after"), "1");
+                refused.push(token);
+            }
+            other => panic!(
+                "an upload was answered {other}: {}\n{}",
+                String::from_utf8_lossy(&answer.body),
+                hub.logs().await
+            ),
+        }
+    }
+    let docker = testcontainers::bollard::Docker::connect_with_defaults().expect("docker");
+    let state = docker
+        .inspect_container(hub.container_id(), None)
+        .await
+        .expect("inspect")
+        .state
+        .expect("state");
+    assert_eq!(state.oom_killed, Some(false), "OOM-killed");
+    assert_eq!(state.running, Some(true), "the hub is still running");
+    // Nothing refused is lost for good: each lands when its client retries.
+    for token in &refused {
+        let answer =
+            snug_e2e::put_userdb_until_served(&http, token, ("if-none-match", "*"), &bytes).await;
+        assert_eq!(answer.status, 204, "{:?}", answer.json());
+        assert_stored(&http, token, &etag_revision(&answer), &digest).await;
+    }
+    eprintln!(
+        "{test}: {} of {UPLOADS} stored at once, {} refused 503 and stored on retry",
+        UPLOADS - refused.len(),
+        refused.len()
+    );
+}
+
+/// Asserts `token`'s current image is `revision`, whose bytes hash to `digest` (from a HEAD:
+/// the store verified them on the way in, and a GET of each would move 3 GB).
+async fn assert_stored(http: &Http, token: &str, revision: &str, digest: &str) {
+    let head = http
+        .send(
+            "HEAD",
+            "/userdb",
+            &[("authorization", &bearer(token))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("etag"), format!("\"{revision}\""));
+    assert_eq!(head.header("repr-digest"), format!("sha-256=:{digest}:"));
+}

@@ -144,9 +144,10 @@ async fn a_new_device_bootstraps_from_the_hub_and_keeps_its_secrets_local() {
         (Some(r1.as_str()), Some(true))
     );
     assert_eq!(json["storageVersion"], 6);
+    // The file, its push state, and the page ids of the revision for the next delta push.
     assert_eq!(
         listing(&b_dir).into_keys().collect::<Vec<_>>(),
-        ["user.snug", "user.snug.sync.json"]
+        ["user.snug", "user.snug.sync.json", "user.snug.sync.pages"]
     );
     assert_eq!(sidecar(&b)["lastPushedRevision"], r1.as_str());
 
@@ -445,7 +446,7 @@ fn a_broken_download_over_http_leaves_the_destination_untouched() {
     let synced = listing(dir.path());
     assert_eq!(
         synced.keys().collect::<Vec<_>>(),
-        ["user.snug", "user.snug.sync.json"]
+        ["user.snug", "user.snug.sync.json", "user.snug.sync.pages"]
     );
 
     // The origin moves to r2 and breaks the download off halfway.

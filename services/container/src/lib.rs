@@ -37,6 +37,7 @@ use snug_proto::container::v1::{
 use snug_reasons::container as reasons;
 use snug_rpc::chunks::Chunked;
 use snug_rpc::{
+    budget::UploadBudget,
     chunks::{self, Receiver, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
@@ -91,6 +92,11 @@ pub struct ContainerConfig {
     /// reused buffer's pages are already mapped, which saves faulting in 64 MiB per unlock.
     #[arg(long, env = "SNUG_CONTAINER_BUFFER_POOL", default_value_t = 2)]
     pub buffer_pool: usize,
+    /// Bytes of uploads this service holds in memory at once (`snug_rpc::budget`). Not a flag:
+    /// the composition root builds one budget from SNUG_UPLOAD_BUDGET_MIB for every service of
+    /// the process.
+    #[arg(skip)]
+    pub upload_budget: UploadBudget,
 }
 
 impl Default for ContainerConfig {
@@ -102,6 +108,7 @@ impl Default for ContainerConfig {
             kdf_concurrency: None,
             kdf_queue_timeout: Duration::from_secs(10),
             buffer_pool: 2,
+            upload_budget: UploadBudget::default(),
         }
     }
 }
@@ -201,6 +208,7 @@ type PlaintextChunks = Pin<Box<dyn futures::Stream<Item = Result<Bytes, Status>>
 /// The service implementation; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ContainerServer {
+    budget: UploadBudget,
     limits: Limits,
     iterations_ceiling: u32,
     pool: Arc<KdfPool>,
@@ -216,6 +224,7 @@ impl ContainerServer {
                 .unwrap_or(2)
         });
         Self {
+            budget: config.upload_budget.clone(),
             limits: config.limits(),
             iterations_ceiling: config.iterations_ceiling,
             pool: Arc::new(KdfPool::new(concurrency, config.kdf_queue_timeout)),
@@ -431,11 +440,14 @@ impl ContainerServer {
         request: Request<Streaming<pb::UnlockRequest>>,
     ) -> Result<(pb::UnlockResponse, PlaintextChunks), Status> {
         let mut stream = request.into_inner();
-        let (header, receiver) =
-            Receiver::start(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
-                h.expected_length
-            })
-            .await?;
+        let (header, receiver) = Receiver::start(
+            &mut stream,
+            DOMAIN,
+            self.limits.max_container_len(),
+            &self.budget,
+            |h| h.expected_length,
+        )
+        .await?;
         let limits = self.limits_for(header.iteration_policy)?;
         let authenticated = self
             .open_upload(receiver, secrets(header.secrets), &limits)
@@ -589,9 +601,13 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::ProtectRequest>>,
     ) -> Result<Response<Self::ProtectStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(&mut stream, DOMAIN, self.limits.max_plaintext, |h| {
-            h.expected_length
-        })
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            self.limits.max_plaintext,
+            &self.budget,
+            |h| h.expected_length,
+        )
         .await?;
         let header = upload.header;
         if !header.custody_rule_acknowledged {
@@ -659,9 +675,13 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::ChangePassphraseRequest>>,
     ) -> Result<Response<Self::ChangePassphraseStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
-            h.expected_length
-        })
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            self.limits.max_container_len(),
+            &self.budget,
+            |h| h.expected_length,
+        )
         .await?;
         let limits = self.limits_for(upload.header.iteration_policy)?;
         let current = Passphrase::new(upload.header.current_passphrase);
@@ -687,9 +707,13 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::RotateRecoveryKeyRequest>>,
     ) -> Result<Response<Self::RotateRecoveryKeyStream>, Status> {
         let mut stream = request.into_inner();
-        let upload = chunks::receive(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
-            h.expected_length
-        })
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            self.limits.max_container_len(),
+            &self.budget,
+            |h| h.expected_length,
+        )
         .await?;
         let limits = self.limits_for(upload.header.iteration_policy)?;
         let secrets = secrets(upload.header.secrets);
@@ -731,6 +755,7 @@ impl ContainerService for ContainerServer {
             &mut stream,
             DOMAIN,
             max_container.saturating_add(self.limits.max_plaintext),
+            &self.budget,
             |h| {
                 h.plaintext_length
                     .map(|len| len.saturating_add(h.container_length))
@@ -789,11 +814,14 @@ impl ContainerService for ContainerServer {
         request: Request<Streaming<pb::RemoveProtectionRequest>>,
     ) -> Result<Response<Self::RemoveProtectionStream>, Status> {
         let mut stream = request.into_inner();
-        let (header, receiver) =
-            Receiver::start(&mut stream, DOMAIN, self.limits.max_container_len(), |h| {
-                h.expected_length
-            })
-            .await?;
+        let (header, receiver) = Receiver::start(
+            &mut stream,
+            DOMAIN,
+            self.limits.max_container_len(),
+            &self.budget,
+            |h| h.expected_length,
+        )
+        .await?;
         let limits = self.limits_for(header.iteration_policy)?;
         let authenticated = self
             .open_upload(receiver, secrets(header.secrets), &limits)

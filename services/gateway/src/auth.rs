@@ -13,6 +13,7 @@ use crate::{
     backend::Caller,
     config::AuthMode,
     error::{ApiError, reason},
+    rate::RateLimits,
     session::{self, SESSION_COOKIE, SessionKey},
     users::UserStore,
 };
@@ -68,6 +69,7 @@ pub struct Auth {
     mode: AuthMode,
     users: Option<Arc<UserStore>>,
     key: Option<SessionKey>,
+    rate_limits: Option<Arc<RateLimits>>,
 }
 
 fn unauthenticated(message: &str) -> ApiError {
@@ -81,15 +83,22 @@ impl Auth {
             mode: AuthMode::Off,
             users: None,
             key: None,
+            rate_limits: None,
         }
     }
 
-    /// Auth on, against `users`, with sessions signed by `key`.
-    pub fn on(users: Arc<UserStore>, key: SessionKey) -> Self {
+    /// Auth on, against `users`, with sessions signed by `key`; every authenticated request
+    /// counts against its user's bucket of `rate_limits`, if any.
+    pub fn on(
+        users: Arc<UserStore>,
+        key: SessionKey,
+        rate_limits: Option<Arc<RateLimits>>,
+    ) -> Self {
         Self {
             mode: AuthMode::On,
             users: Some(users),
             key: Some(key),
+            rate_limits,
         }
     }
 
@@ -103,8 +112,16 @@ impl Auth {
         self.key.as_ref()
     }
 
-    /// Identifies the caller, or answers 401.
+    /// Identifies the caller, or answers 401; a caller over their rate limit is 429.
     pub fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let identity = self.authenticate(headers)?;
+        if let Some(limits) = &self.rate_limits {
+            limits.check_principal(&identity.user_id)?;
+        }
+        Ok(identity)
+    }
+
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let (Some(users), Some(key)) = (&self.users, &self.key) else {
             return Ok(Identity {
                 user_id: LOCAL_USER.to_owned(),

@@ -1,11 +1,14 @@
 //! The gateway's settings (flags and `SNUG_*` environment variables) and the startup checks that
 //! refuse an unsafe combination before a socket is opened.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use snug_rpc::server::parse_duration;
+use snug_rpc::{budget::UploadBudget, server::parse_duration};
 
-use crate::session::{KeyError, SessionKey};
+use crate::{
+    rate::{self, Network, RateLimits},
+    session::{KeyError, SessionKey},
+};
 
 /// The environment variable holding the session HMAC secret. Deliberately not a flag: flags are
 /// visible to every local user in the process list.
@@ -77,6 +80,40 @@ pub struct GatewayConfig {
         default_value_t = 128
     )]
     pub zero_copy_cache_mib: usize,
+    /// Requests a client address (and, separately, an authenticated user) may make in a burst;
+    /// the bucket refills at SNUG_RATE_LIMIT_PER_SECOND. Default: 60 with auth on, off with auth
+    /// off. 0 turns rate limits off.
+    #[arg(long = "rate-limit-burst", env = "SNUG_RATE_LIMIT_BURST")]
+    pub rate_limit_burst: Option<u32>,
+    /// Requests a second a client address (and an authenticated user) may make, sustained.
+    /// Default: 1 with auth on, off with auth off. 0 turns rate limits off.
+    #[arg(long = "rate-limit-per-second", env = "SNUG_RATE_LIMIT_PER_SECOND")]
+    pub rate_limit_per_second: Option<f64>,
+    /// Proxies (addresses or networks, comma-separated: `10.0.0.0/8,fd00::/8`) whose
+    /// `X-Forwarded-For` names the client a request is rate-limited as; from anyone else the
+    /// header is ignored. Default: none.
+    #[arg(
+        long = "trusted-proxies",
+        env = "SNUG_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<String>,
+    /// A connection whose request headers have not all arrived this long after it started
+    /// waiting for them (a new connection, or an idle kept-alive one) is closed.
+    #[arg(long = "http-header-timeout", env = "SNUG_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_header_timeout: Duration,
+    /// Open HTTP connections at most; beyond it new connections wait in the listen backlog
+    /// until one closes.
+    #[arg(
+        long = "http-max-connections",
+        env = "SNUG_HTTP_MAX_CONNECTIONS",
+        default_value_t = 4096
+    )]
+    pub http_max_connections: usize,
+    /// Bytes of `PUT /userdb` bodies the gateway buffers at once (`snug_rpc::budget`). Not a
+    /// flag: the composition root builds it from SNUG_UPLOAD_BUDGET_MIB.
+    #[arg(skip)]
+    pub upload_budget: UploadBudget,
     /// `SNUG_SESSION_SECRET`, from the environment only.
     #[arg(skip = std::env::var(SESSION_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
     pub session_secret: Option<String>,
@@ -97,6 +134,12 @@ impl GatewayConfig {
             http_concurrency_limit: 256,
             upload_idle_timeout: Duration::from_secs(30),
             zero_copy_cache_mib: 128,
+            rate_limit_burst: None,
+            rate_limit_per_second: None,
+            trusted_proxies: Vec::new(),
+            http_header_timeout: Duration::from_secs(10),
+            http_max_connections: 4096,
+            upload_budget: UploadBudget::default(),
             session_secret: None,
         }
     }
@@ -141,6 +184,12 @@ pub enum ConfigError {
     /// A service address is not a URL.
     #[error("{0:?} is not a service address like http://127.0.0.1:50051")]
     BadAddress(String),
+    /// A trusted proxy that is not an address or network.
+    #[error("SNUG_TRUSTED_PROXIES: {0}")]
+    BadProxy(String),
+    /// A rate that is not a finite, non-negative number.
+    #[error("SNUG_RATE_LIMIT_PER_SECOND must be a finite number ≥ 0, not {0}")]
+    BadRate(f64),
     /// The session key could not be had.
     #[error(transparent)]
     SessionKey(#[from] KeyError),
@@ -183,6 +232,14 @@ pub struct Settings {
     pub http_concurrency_limit: usize,
     /// Request body idle timeout.
     pub upload_idle_timeout: Duration,
+    /// Rate limits per client address and per principal; `None` when off.
+    pub rate_limits: Option<Arc<RateLimits>>,
+    /// Time for a connection's request headers to arrive.
+    pub http_header_timeout: Duration,
+    /// Open connections at most.
+    pub http_max_connections: usize,
+    /// Bytes of upload bodies buffered at once.
+    pub upload_budget: UploadBudget,
 }
 
 impl Settings {
@@ -212,7 +269,12 @@ impl Settings {
                 })
             }
         };
+        let rate_limits = rate_limits(config, auth)?;
         Ok(Self {
+            rate_limits,
+            http_header_timeout: config.http_header_timeout,
+            http_max_connections: config.http_max_connections.max(1),
+            upload_budget: config.upload_budget.clone(),
             auth,
             cors_origins,
             session_key,
@@ -223,6 +285,34 @@ impl Settings {
             upload_idle_timeout: config.upload_idle_timeout,
         })
     }
+}
+
+/// The rate limits in force: on by default with auth on (the reference's 60 refilling one a
+/// second), off by default with auth off, off whenever either setting is 0.
+fn rate_limits(
+    config: &GatewayConfig,
+    auth: AuthMode,
+) -> Result<Option<Arc<RateLimits>>, ConfigError> {
+    // With auth off they are on only when asked for; the setting not given is then the default.
+    let asked = config.rate_limit_burst.is_some() || config.rate_limit_per_second.is_some();
+    let (burst, per_second) = match (auth, asked) {
+        (AuthMode::On, _) | (AuthMode::Off, true) => {
+            (rate::DEFAULT_BURST, rate::DEFAULT_PER_SECOND)
+        }
+        (AuthMode::Off, false) => (0, 0.0),
+    };
+    let burst = config.rate_limit_burst.unwrap_or(burst);
+    let per_second = config.rate_limit_per_second.unwrap_or(per_second);
+    if !per_second.is_finite() || per_second < 0.0 {
+        return Err(ConfigError::BadRate(per_second));
+    }
+    let trusted = config
+        .trusted_proxies
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| Network::parse(p).map_err(ConfigError::BadProxy))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RateLimits::new(burst, per_second, trusted).map(Arc::new))
 }
 
 #[cfg(test)]
@@ -287,6 +377,34 @@ mod tests {
             ok.cors_origins,
             ["https://a.example", "http://localhost:5173"]
         );
+    }
+
+    #[test]
+    fn rate_limits_are_on_with_auth_and_off_without_unless_set() {
+        let on = config("0.0.0.0:8080", None, &["https://a.example"]);
+        assert!(resolve(&on).expect("ok").rate_limits.is_some());
+        let off = config("127.0.0.1:8080", None, &[]);
+        assert!(resolve(&off).expect("ok").rate_limits.is_none());
+        let chosen = GatewayConfig {
+            rate_limit_burst: Some(5),
+            ..config("127.0.0.1:8080", None, &[])
+        };
+        assert!(resolve(&chosen).expect("ok").rate_limits.is_some());
+        let zero = GatewayConfig {
+            rate_limit_per_second: Some(0.0),
+            ..on.clone()
+        };
+        assert!(resolve(&zero).expect("ok").rate_limits.is_none());
+        let negative = GatewayConfig {
+            rate_limit_per_second: Some(-1.0),
+            ..on.clone()
+        };
+        assert!(matches!(resolve(&negative), Err(ConfigError::BadRate(_))));
+        let proxies = GatewayConfig {
+            trusted_proxies: vec!["10.0.0.0/8".into(), "not-an-address".into()],
+            ..on
+        };
+        assert!(matches!(resolve(&proxies), Err(ConfigError::BadProxy(_))));
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub mod reason {
     pub const BAD_GATEWAY: &str = g::BAD_GATEWAY.name;
     /// The route needs a service this deployment does not run (no address configured).
     pub const NOT_DEPLOYED: &str = g::NOT_DEPLOYED.name;
+    /// A client address or principal that spent its rate limit's burst.
+    pub const RATE_LIMITED: &str = g::RATE_LIMITED.name;
 }
 
 /// One row of the table: what a reason becomes over HTTP.
@@ -131,6 +133,9 @@ pub struct ApiError {
     /// On 412: the user's current revision, sent as `ETag` and as `revision`; absent when the
     /// user has no image.
     pub revision: Option<String>,
+    /// Seconds for `Retry-After` when the answer names its own (429); every 503 says
+    /// [`RETRY_AFTER_SECONDS`].
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -145,6 +150,7 @@ impl ApiError {
                 message,
                 retryable: m.retryable,
                 revision: None,
+                retry_after: None,
             },
             None => {
                 tracing::error!(reason, "an error reason missing from the gateway's table");
@@ -154,6 +160,7 @@ impl ApiError {
                     message,
                     retryable: false,
                     revision: None,
+                    retry_after: None,
                 }
             }
         }
@@ -186,6 +193,7 @@ impl ApiError {
                     message: status.message().to_owned(),
                     retryable,
                     revision: None,
+                    retry_after: None,
                 }
             }
         }
@@ -203,6 +211,17 @@ impl ApiError {
     }
 }
 
+impl From<crate::rate::Limited> for ApiError {
+    fn from(limited: crate::rate::Limited) -> Self {
+        let mut error = Self::from_reason(
+            reason::RATE_LIMITED,
+            "too many requests — slow down and retry",
+        );
+        error.retry_after = Some(limited.retry_after_seconds);
+        error
+    }
+}
+
 #[derive(Serialize)]
 struct Body<'a> {
     code: &'a str,
@@ -215,7 +234,9 @@ struct Body<'a> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut headers = HeaderMap::new();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
         if self.status == StatusCode::UNAUTHORIZED {

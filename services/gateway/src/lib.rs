@@ -5,6 +5,8 @@
 //! - [`auth`], [`session`], [`users`]: bearer tokens (stored hashed in the gateway's own SQLite
 //!   file), signed session cookies with CSRF double-submit, or auth off for one local user;
 //! - [`cors`]: fail-closed CORS for an explicit origin list;
+//! - [`rate`]: rate limits, a token bucket per client address (at the edge, before anyone is
+//!   authenticated, as the reference answers 429 before 401) and per authenticated user;
 //! - [`error`]: the one table from an `ErrorInfo` reason to an HTTP status and JSON code;
 //! - [`backend`]: the gRPC clients, every call under a deadline;
 //! - [`config`]: flags, environment, and the checks that refuse an unsafe start;
@@ -27,7 +29,8 @@
 //! (Moved from ARCHITECTURE.md, which stays a map.)
 //!
 //! Layer order, outermost first: observation (`observe.rs`: the request span and metrics) → CORS (so a browser can read a 401 or 503) →
-//! closing the connection after a refused upload → Host guard (auth off only) → load shedding in
+//! closing the connection after a refused upload → Host guard (auth off only) → the per-address
+//! rate limit (auth on; health probes exempt) → load shedding in
 //! front of one global concurrency limit (`SNUG_HTTP_CONCURRENCY_LIMIT`; beyond it 503 at once) →
 //! routes. The first four are one middleware (`edge` in `lib.rs`) and the stack is one
 //! `Router::layer`: axum boxes every route's service once per layer and clones that box on every
@@ -152,6 +155,7 @@ pub mod cors;
 pub mod error;
 pub mod etag;
 pub mod observe;
+pub mod rate;
 pub mod routes;
 pub mod session;
 pub mod users;
@@ -165,7 +169,6 @@ use axum::{
     extract::{Request, State},
     middleware::{self, Next},
     response::{IntoResponse, Response},
-    serve::ListenerExt as _,
 };
 use snug_files::sealed::Sealer;
 use tokio::net::TcpListener;
@@ -252,9 +255,11 @@ pub fn build(
     let settings = Settings::resolve(config, dir)?;
     let backends = backends(config, &settings, addresses)?;
     let auth = match (settings.auth, &settings.session_key) {
-        (AuthMode::On, Some(key)) => {
-            Auth::on(Arc::new(UserStore::open(&settings.dir)?), key.clone())
-        }
+        (AuthMode::On, Some(key)) => Auth::on(
+            Arc::new(UserStore::open(&settings.dir)?),
+            key.clone(),
+            settings.rate_limits.clone(),
+        ),
         _ => Auth::off(),
     };
     if settings.auth == AuthMode::Off {
@@ -310,6 +315,7 @@ fn backends(
 pub fn app(state: Arc<AppState>) -> Router {
     let origins = cors::Origins(Arc::new(state.settings.cors_origins.clone()));
     let guard_host = state.settings.auth == AuthMode::Off;
+    let rate_limits = state.settings.rate_limits.clone();
     let limit = state.settings.http_concurrency_limit;
     // One `Router::layer` for the whole stack (outermost first): each one boxes every route's
     // service again, and clones that box on every request.
@@ -319,6 +325,7 @@ pub fn app(state: Arc<AppState>) -> Router {
                 Edge {
                     origins,
                     guard_host,
+                    rate_limits,
                 },
                 edge,
             ))
@@ -334,6 +341,8 @@ struct Edge {
     origins: cors::Origins,
     /// Auth is off: only requests addressed to a loopback name are served.
     guard_host: bool,
+    /// Per client address, before anyone is authenticated (the reference answers 429 before 401).
+    rate_limits: Option<Arc<rate::RateLimits>>,
 }
 
 /// The gateway's edge, one middleware for what could be four (each layer of its own would clone
@@ -359,10 +368,33 @@ impl Edge {
                 "with authentication off this hub only answers requests addressed to localhost",
             )
             .into_response()
+        } else if let Err(limited) = self.within_rate(&request) {
+            ApiError::from(limited).into_response()
         } else {
             next.run(request).await
         };
         cors.decorate(close_after_refused_upload(upload, response))
+    }
+}
+
+impl Edge {
+    /// Counts the request against its client address's bucket. Health probes are exempt (an
+    /// orchestrator's probes all come from one address), and so are requests without a peer
+    /// address (a router driven in-process, as tests do).
+    fn within_rate(&self, request: &Request) -> Result<(), rate::Limited> {
+        let Some(limits) = &self.rate_limits else {
+            return Ok(());
+        };
+        if matches!(request.uri().path(), "/healthz" | "/readyz") {
+            return Ok(());
+        }
+        match request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        {
+            Some(peer) => limits.check_address(peer.0, request.headers()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -410,23 +442,72 @@ fn close_after_refused_upload(http1_upload: bool, mut response: Response) -> Res
 }
 
 /// Serves the gateway on `listener` until `shutdown` completes; in-flight requests then finish.
+///
+/// The accept loop is this crate's own rather than `axum::serve`, which gives hyper no timer: a
+/// client sending one header line every few seconds kept its connection (and a task) for ever.
+/// Here hyper closes a connection whose request headers have not all arrived within
+/// `SNUG_HTTP_HEADER_TIMEOUT` (a new one, or a kept-alive one gone idle), and at most
+/// `SNUG_HTTP_MAX_CONNECTIONS` are open at once: beyond that the loop stops accepting, and new
+/// connections wait in the kernel's backlog until one closes.
 pub async fn serve(
     state: Arc<AppState>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::Listener as _;
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::ServiceExt as _;
+
     if let Ok(local) = listener.local_addr() {
         tracing::info!(addr = %local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
     }
-    // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
-    let listener =
-        zero_copy::ZeroCopyListener::new(listener, state.sealer.clone()).tap_io(|stream| {
-            let _ = stream.tcp().set_nodelay(true);
+    let connections = Arc::new(tokio::sync::Semaphore::new(
+        state.settings.http_max_connections,
+    ));
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(state.settings.http_header_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let mut listener = zero_copy::ZeroCopyListener::new(listener, state.sealer.clone());
+    let app = app(state);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
+        let _ = stream.tcp().set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone().map_request(
+            move |mut request: Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request.map(axum::body::Body::new)
+            },
+        ));
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::trace!(error = %err, "a connection ended with an error");
+            }
+            drop(permit);
         });
-    axum::serve(
-        listener,
-        app(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

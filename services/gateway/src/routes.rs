@@ -415,6 +415,14 @@ async fn put_userdb(
             format!("the user DB is {length} bytes; the per-user quota is {quota}"),
         ));
     }
+    // Admitted for its whole declared length (the quota when undeclared) before a byte is read,
+    // and held until the answer: the buffer lives that long (`snug_rpc::budget`).
+    let _admission = state
+        .settings
+        .upload_budget
+        .admit(declared.unwrap_or(quota))
+        .await
+        .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))?;
     let mut upload = Upload::new(body, declared, quota, state.settings.upload_idle_timeout);
     upload.fill(SQLITE_MAGIC.len()).await?;
     plain_sqlite(&upload.buffer)?;
@@ -497,22 +505,32 @@ fn delta_too_large(limit: u64) -> ApiError {
     )
 }
 
-/// Reads a delta route's body, at most `limit` bytes, refused early from `Content-Length`.
+/// Reads a delta route's body, at most `limit` bytes, refused early from `Content-Length`, after
+/// admitting `holds` bytes (or the declared length, if larger) to the gateway's upload budget as
+/// `PUT /userdb` does; the admission is returned, to be held until the answer.
 async fn delta_body(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
     limit: u64,
+    holds: u64,
     too_large: fn(u64) -> ApiError,
-) -> Result<Bytes, ApiError> {
+) -> Result<(Bytes, snug_rpc::budget::Admission), ApiError> {
     let declared = declared_length(headers);
     if declared.is_some_and(|length| length > limit) {
         return Err(too_large(limit));
     }
-    Upload::new(body, declared, limit, state.settings.upload_idle_timeout)
+    let admission = state
+        .settings
+        .upload_budget
+        .admit(declared.unwrap_or(limit).max(holds))
+        .await
+        .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))?;
+    let bytes = Upload::new(body, declared, limit, state.settings.upload_idle_timeout)
         .refusing(too_large)
         .finish()
-        .await
+        .await?;
+    Ok((bytes, admission))
 }
 
 /// `POST /userdb/revisions/{rev}/plan` (issue 21): delta push, step 1. The body is the new
@@ -531,11 +549,12 @@ async fn plan_delta(
     // A base that cannot be a revision is a base that is gone, like one that is not the user's.
     let rev = revision_param(rev).map_err(|_| base_gone())?;
     let quota = state.backends.quota().await?;
-    let manifest = delta_body(
+    let (manifest, _admission) = delta_body(
         &state,
         &headers,
         body,
         crate::backend::manifest_limit(quota),
+        0,
         manifest_too_large,
     )
     .await?;
@@ -586,11 +605,13 @@ async fn put_delta(
         }
     };
     let quota = state.backends.quota().await?;
-    let delta = delta_body(
+    // The assembled image (up to the quota) is held as a whole PUT's body is.
+    let (delta, _admission) = delta_body(
         &state,
         &headers,
         body,
         crate::backend::delta_download_limit(quota),
+        quota,
         delta_too_large,
     )
     .await?;
@@ -640,11 +661,12 @@ async fn pull_delta(
         }
     }
     let quota = state.backends.quota().await?;
-    let manifest = delta_body(
+    let (manifest, _admission) = delta_body(
         &state,
         &headers,
         body,
         crate::backend::manifest_limit(quota),
+        0,
         manifest_too_large,
     )
     .await?;

@@ -18,6 +18,8 @@
 //! | `SNUG_REQUEST_TIMEOUT` | `60s` | per-request deadline (a shorter client `grpc-timeout` wins) |
 //! | `SNUG_CONCURRENCY_LIMIT` | `64` | gRPC requests in flight across connections; beyond it, shed with UNAVAILABLE/`OVERLOADED` (health checks exempt) |
 //! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
+//! | `SNUG_UPLOAD_BUDGET_MIB` | `128` | MiB of uploads buffered at once: one budget for the services of a process (container, schema, materialize; the sync service streams into its store), another for its gateway (`PUT /userdb` bodies); an upload is admitted for its declared length (its limit when undeclared) before its first byte is read |
+//! | `SNUG_UPLOAD_BUDGET_WAIT` | `5s` | how long an upload waits for room in its budget before it is refused: gRPC UNAVAILABLE/`OVERLOADED`, HTTP 503 `OVERLOADED` with `Retry-After` |
 //! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
 //! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format |
 //! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to: `https://host:4317` (TLS, the collector's certificate and host name verified) or plaintext `http://host:4317`; unset or empty: no exporter, no background task |
@@ -54,6 +56,11 @@
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
 //! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
 //! | `SNUG_UPLOAD_IDLE_TIMEOUT` | `30s` | an upload that sends nothing this long is abandoned |
+//! | `SNUG_HTTP_HEADER_TIMEOUT` | `10s` | a connection whose request headers have not all arrived this long after it began waiting for them (new, or idle between requests) is closed |
+//! | `SNUG_HTTP_MAX_CONNECTIONS` | `4096` | open HTTP connections at most; beyond it new ones wait in the listen backlog |
+//! | `SNUG_RATE_LIMIT_BURST` | `60` with auth on, off with auth off | requests a client address, and separately an authenticated user, may make in a burst; `0` turns rate limits off |
+//! | `SNUG_RATE_LIMIT_PER_SECOND` | `1` with auth on, off with auth off | the rate the burst refills at; beyond it `429 RATE_LIMITED` with `Retry-After`; `0` turns rate limits off |
+//! | `SNUG_TRUSTED_PROXIES` | — | comma-separated addresses or networks (`10.0.0.0/8`) of proxies whose `X-Forwarded-For` names the client for rate limits; ignored from anyone else |
 //! | `SNUG_ZERO_COPY_CACHE_MIB` | `128` | `serve` only: MiB of large images (over 256 KiB) the sync store may keep sealed, so the gateway sends them with `sendfile`; each costs twice its size in memory; `0` keeps none |
 //! | `SNUG_HEALTHCHECK_ADDR` | — | `snug-hub healthcheck` only: probe this gRPC address and nothing else, whatever the role |
 //!
@@ -234,6 +241,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if args.service.is_none() {
                 args.sync.sealer = Sealer::new(args.gateway.zero_copy_cache_bytes());
             }
+            // And the upload budgets: one the process's services share (they never call each
+            // other), one for its gateway, whose uploads go on to those services and so must not
+            // draw on the budget they wait for.
+            let services_budget = args.server.upload_budget();
+            args.container.upload_budget = services_budget.clone();
+            args.schema.upload_budget = services_budget.clone();
+            args.sync.upload_budget = services_budget.clone();
+            args.materialize.upload_budget = services_budget;
+            args.gateway.upload_budget = args.server.upload_budget();
             let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(args.service))?;
             let served = async {
                 start_admin(args.server.admin_listen).await?;

@@ -43,6 +43,7 @@ use snug_reasons::materialize as reasons;
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     blocking::{BlockingPool, Cancel, concurrency_or_cpus},
+    budget::UploadBudget,
     chunks::{self, Receiver, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
@@ -73,6 +74,11 @@ pub struct MaterializeConfig {
     /// How long a request waits for a job slot before it is refused as OVERLOADED.
     #[arg(long, env = "SNUG_MATERIALIZE_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub materialize_queue_timeout: Duration,
+    /// Bytes of uploads this service holds in memory at once (`snug_rpc::budget`). Not a flag:
+    /// the composition root builds one budget from SNUG_UPLOAD_BUDGET_MIB for every service of
+    /// the process.
+    #[arg(skip)]
+    pub upload_budget: UploadBudget,
 }
 
 impl Default for MaterializeConfig {
@@ -80,6 +86,7 @@ impl Default for MaterializeConfig {
         Self {
             materialize_concurrency: None,
             materialize_queue_timeout: Duration::from_secs(10),
+            upload_budget: UploadBudget::default(),
         }
     }
 }
@@ -87,6 +94,7 @@ impl Default for MaterializeConfig {
 /// The service implementation; cheap to clone.
 #[derive(Clone)]
 pub struct MaterializeServer {
+    budget: UploadBudget,
     pool: Arc<BlockingPool>,
     clock: Arc<dyn Clock>,
 }
@@ -109,6 +117,7 @@ impl MaterializeServer {
     pub fn with_clock(config: &MaterializeConfig, clock: Arc<dyn Clock>) -> Self {
         let concurrency = concurrency_or_cpus(config.materialize_concurrency);
         Self {
+            budget: config.upload_budget.clone(),
             pool: Arc::new(BlockingPool::new(
                 concurrency,
                 config.materialize_queue_timeout,
@@ -289,6 +298,7 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -337,6 +347,7 @@ impl MaterializeService for MaterializeServer {
             &mut stream,
             reason::DOMAIN,
             2 * MAX_USERDB_BYTES,
+            &self.budget,
             |h: &pb::PersistAppHeader| Some(h.user_db_length.saturating_add(h.runtime_length)),
         )
         .await?;
@@ -409,18 +420,21 @@ impl MaterializeService for MaterializeServer {
         request: Request<Streaming<pb::ApplyDdlRequest>>,
     ) -> Result<Response<Self::ApplyDdlStream>, Status> {
         let mut stream = request.into_inner();
-        let (header, receiver) =
-            Receiver::start(&mut stream, reason::DOMAIN, MAX_USERDB_BYTES, |h| {
-                h.expected_length
-            })
-            .await?;
+        let (header, receiver) = Receiver::start(
+            &mut stream,
+            reason::DOMAIN,
+            MAX_USERDB_BYTES,
+            &self.budget,
+            |h| h.expected_length,
+        )
+        .await?;
         required_app_id(&header.app_id)?;
         required_statements(&header.statements)?;
         // Judged before the user database is read: an oversize list costs the client its upload,
         // not the server a pool slot.
         snug_materialize::check_ddl_bounds(&header.statements)
             .map_err(|err| Status::from(status::ddl_error(err)))?;
-        let user_db = receiver.into_bytes().await?;
+        let (user_db, _admission) = receiver.into_bytes().await?;
         let clock = self.clock.clone();
         let (result, bytes) = self
             .pool
@@ -461,6 +475,7 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -499,6 +514,7 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -580,6 +596,7 @@ impl MaterializeService for MaterializeServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;

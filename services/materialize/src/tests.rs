@@ -785,6 +785,7 @@ async fn a_full_pool_refuses_as_overloaded() {
     let config = MaterializeConfig {
         materialize_concurrency: Some(1),
         materialize_queue_timeout: Duration::ZERO,
+        ..MaterializeConfig::default()
     };
     let pool = BlockingPool::new(
         1,

@@ -5,7 +5,10 @@
 use std::{collections::HashSet, sync::Arc};
 
 use snug_proto::schema::v1::{self as pb, import_user_database_header::Local};
-use snug_rpc::chunks::Receiver;
+use snug_rpc::{
+    budget::{Admission, UploadBudget},
+    chunks::Receiver,
+};
 use snug_schema::{
     ApprovedGrant, Clock, ImportBaseline, ImportOptions, ImportReport, MAX_USERDB_BYTES, UserDb,
 };
@@ -25,12 +28,14 @@ fn incoming_limit() -> u64 {
 /// any chunk is read, and against what arrived once the stream ends.
 pub(crate) async fn receive(
     stream: &mut Streaming<pb::ImportUserDatabaseRequest>,
-) -> Result<(pb::ImportUserDatabaseHeader, Vec<u8>), Status> {
+    budget: &UploadBudget,
+) -> Result<(pb::ImportUserDatabaseHeader, Vec<u8>, Admission), Status> {
     let limit = incoming_limit() + MAX_USERDB_BYTES;
     let (header, mut receiver) = Receiver::start(
         stream,
         reason::DOMAIN,
         limit, // The two lengths are checked below under their own names; the upload cap still holds.
+        budget,
         |_| None,
     )
     .await?;
@@ -70,7 +75,7 @@ pub(crate) async fn receive(
         )
         .into());
     }
-    Ok((header, bytes))
+    Ok((header, bytes, receiver.into_admission()))
 }
 
 fn current_length(header: &pb::ImportUserDatabaseHeader) -> u64 {

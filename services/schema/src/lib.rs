@@ -78,6 +78,7 @@ use snug_reasons::schema as reasons;
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     blocking::{BlockingPool, Cancel, concurrency_or_cpus},
+    budget::UploadBudget,
     chunks::{self, ResponseStream},
     server::{ServerConfig, Services, parse_duration},
 };
@@ -111,6 +112,11 @@ pub struct SchemaConfig {
     /// How long a request waits for a job slot before it is refused as OVERLOADED.
     #[arg(long, env = "SNUG_SCHEMA_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub schema_queue_timeout: Duration,
+    /// Bytes of uploads this service holds in memory at once (`snug_rpc::budget`). Not a flag:
+    /// the composition root builds one budget from SNUG_UPLOAD_BUDGET_MIB for every service of
+    /// the process.
+    #[arg(skip)]
+    pub upload_budget: UploadBudget,
 }
 
 impl Default for SchemaConfig {
@@ -118,6 +124,7 @@ impl Default for SchemaConfig {
         Self {
             schema_concurrency: None,
             schema_queue_timeout: Duration::from_secs(10),
+            upload_budget: UploadBudget::default(),
         }
     }
 }
@@ -125,6 +132,7 @@ impl Default for SchemaConfig {
 /// The service implementation; cheap to clone.
 #[derive(Clone)]
 pub struct SchemaServer {
+    budget: UploadBudget,
     pool: Arc<BlockingPool>,
     clock: Arc<dyn Clock>,
 }
@@ -147,6 +155,7 @@ impl SchemaServer {
     pub fn with_clock(config: &SchemaConfig, clock: Arc<dyn Clock>) -> Self {
         let concurrency = concurrency_or_cpus(config.schema_concurrency);
         Self {
+            budget: config.upload_budget.clone(),
             pool: Arc::new(BlockingPool::new(
                 concurrency,
                 config.schema_queue_timeout,
@@ -307,6 +316,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -332,6 +342,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -373,6 +384,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -412,6 +424,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             container_limits().max_container_len(),
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -441,7 +454,8 @@ impl SchemaService for SchemaServer {
         &self,
         request: Request<Streaming<pb::ImportUserDatabaseRequest>>,
     ) -> Result<Response<Self::ImportUserDatabaseStream>, Status> {
-        let (header, bytes) = import::receive(&mut request.into_inner()).await?;
+        let (header, bytes, _admission) =
+            import::receive(&mut request.into_inner(), &self.budget).await?;
         let clock = self.clock.clone();
         let (report, bytes) = self
             .pool
@@ -471,6 +485,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -492,6 +507,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;
@@ -546,6 +562,7 @@ impl SchemaService for SchemaServer {
             &mut request.into_inner(),
             reason::DOMAIN,
             MAX_USERDB_BYTES,
+            &self.budget,
             |h| h.expected_length,
         )
         .await?;

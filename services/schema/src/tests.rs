@@ -1656,6 +1656,10 @@ async fn a_burst_beyond_the_job_pool_is_refused_as_overloaded() {
     let config = SchemaConfig {
         schema_concurrency: Some(1),
         schema_queue_timeout: Duration::from_millis(1),
+        // Each check is admitted for its whole limit (an import declares its two lengths in
+        // fields of its own): a budget for all six keeps the burst at the job pool, which this
+        // test is about.
+        upload_budget: snug_rpc::budget::UploadBudget::new(2 << 30, Duration::from_secs(5)),
     };
     let client = start(config).await;
     // Each check derives a 600,000-iteration key, so one job holds the only slot far longer than
@@ -1680,6 +1684,45 @@ async fn a_burst_beyond_the_job_pool_is_refused_as_overloaded() {
     assert!(ok >= 1, "at least one check runs");
     assert!(overloaded >= 1, "the burst is shed");
     assert_eq!(ok + overloaded, 6);
+}
+
+/// The upload budget (`snug_rpc::budget`): an upload that does not fit beside the ones in flight
+/// waits, then is refused UNAVAILABLE/OVERLOADED before a byte of it is read; once the held
+/// upload ends, the same upload is served.
+#[tokio::test]
+async fn an_upload_beyond_the_budget_is_refused_as_overloaded_until_room_comes_back() {
+    let config = SchemaConfig {
+        upload_budget: snug_rpc::budget::UploadBudget::new(1 << 20, Duration::from_millis(200)),
+        ..SchemaConfig::default()
+    };
+    let mut client = start(config).await;
+    let image = userdb("sample-v6.export.snug");
+    // A ValidateSyncImage that declares 1 MiB and then sends nothing holds the whole budget.
+    let (held_tx, held_rx) = futures::channel::mpsc::unbounded();
+    held_tx
+        .unbounded_send(pb::ValidateSyncImageRequest::header(
+            pb::ValidateSyncImageHeader {
+                expected_length: Some(1 << 20),
+            },
+        ))
+        .expect("header");
+    let held = tokio::spawn({
+        let mut client = client.clone();
+        async move { client.validate_sync_image(held_rx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = validate(&mut client, image.clone())
+        .await
+        .expect_err("no room beside the held upload");
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert_eq!(reason(&refused), "OVERLOADED");
+    // The held upload goes away (its client hung up); its share comes back.
+    drop(held_tx);
+    let _ = held.await;
+    let verdict = validate(&mut client, image.clone())
+        .await
+        .expect("room again");
+    assert_eq!(verdict.length, image.len() as u64);
 }
 
 // --- the reason table -------------------------------------------------------------------------

@@ -61,8 +61,14 @@ impl SyncServer {
         mut stream: Streaming<pb::PlanImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::PlanImageDeltaResponse>, Status> {
         let limits = self.limits();
-        let upload =
-            chunks::receive(&mut stream, DOMAIN, limits.max_manifest_len(), |_| None).await?;
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            limits.max_manifest_len(),
+            &self.upload_budget,
+            |_| None,
+        )
+        .await?;
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
         let quota = self.quota_bytes;
@@ -91,7 +97,14 @@ impl SyncServer {
         mut stream: Streaming<pb::AssembleImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::AssembleImageDeltaResponse>, Status> {
         let limits = self.limits();
-        let upload = chunks::receive(&mut stream, DOMAIN, self.max_delta_len(), |_| None).await?;
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            self.max_delta_len(),
+            &self.upload_budget,
+            |_| None,
+        )
+        .await?;
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
         let quota = self.quota_bytes;
@@ -121,8 +134,14 @@ impl SyncServer {
         mut stream: Streaming<pb::GetImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::GetImageDeltaResponse>, Status> {
         let limits = self.limits();
-        let upload =
-            chunks::receive(&mut stream, DOMAIN, limits.max_manifest_len(), |_| None).await?;
+        let upload = chunks::receive(
+            &mut stream,
+            DOMAIN,
+            limits.max_manifest_len(),
+            &self.upload_budget,
+            |_| None,
+        )
+        .await?;
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let revision = upload
             .header

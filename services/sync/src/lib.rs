@@ -187,6 +187,11 @@ pub struct SyncConfig {
     /// How often a reclamation pass runs; 0 turns periodic reclamation off.
     #[arg(long = "sync-reclaim-interval", env = "SNUG_SYNC_RECLAIM_INTERVAL", default_value = "10m", value_parser = parse_long_duration)]
     pub reclaim_interval: Duration,
+    /// Bytes of delta uploads (manifests and deltas, which are buffered whole; PutImage streams
+    /// into the store and holds none) this service holds in memory at once (`snug_rpc::budget`).
+    /// Not a flag: the composition root builds one budget for every service of the process.
+    #[arg(skip)]
+    pub upload_budget: snug_rpc::budget::UploadBudget,
 }
 
 impl Default for SyncConfig {
@@ -206,6 +211,7 @@ impl Default for SyncConfig {
             grace: retention.grace,
             orphan_after: retention.orphan_after,
             reclaim_interval: Duration::from_secs(10 * 60),
+            upload_budget: snug_rpc::budget::UploadBudget::default(),
         }
     }
 }
@@ -364,6 +370,7 @@ pub struct SyncServer {
     quota_bytes: u64,
     keep_revisions: u32,
     reclaim_interval: Duration,
+    upload_budget: snug_rpc::budget::UploadBudget,
 }
 
 impl SyncServer {
@@ -375,6 +382,7 @@ impl SyncServer {
             quota_bytes: config.quota_bytes,
             keep_revisions: config.keep_revisions,
             reclaim_interval: config.reclaim_interval,
+            upload_budget: config.upload_budget.clone(),
         }
     }
 

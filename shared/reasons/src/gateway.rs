@@ -94,6 +94,13 @@ pub const NOT_DEPLOYED: Reason = gateway(
     "the route needs a service this deployment does not run",
 );
 
+/// A client address or principal that spent its rate limit's burst (the reference's 429).
+pub const RATE_LIMITED: Reason = gateway(
+    "RATE_LIMITED",
+    http(429, "RATE_LIMITED", true),
+    "a client address or principal that spent its rate limit's burst; `Retry-After` says when to retry",
+);
+
 /// The gateway's own reasons.
 pub const DOMAIN: Domain = Domain {
     name: "snug.gateway",
@@ -110,5 +117,6 @@ pub const DOMAIN: Domain = Domain {
         &BODY_INCOMPLETE,
         &BAD_GATEWAY,
         &NOT_DEPLOYED,
+        &RATE_LIMITED,
     ],
 };

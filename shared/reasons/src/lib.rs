@@ -233,6 +233,7 @@ pub const ALL: &[&Reason] = &[
     &gateway::BODY_INCOMPLETE,
     &gateway::BAD_GATEWAY,
     &gateway::NOT_DEPLOYED,
+    &gateway::RATE_LIMITED,
     // The CLI's own.
     &cli::USAGE,
     &cli::IO,

@@ -6,7 +6,9 @@
 
 use crate::{CliExit, Domain, GrpcCode, Reason, http};
 
-pub use crate::rpc::{BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, TOO_LARGE};
+pub use crate::rpc::{
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+};
 
 const fn sync(
     name: &'static str,
@@ -173,6 +175,7 @@ pub const DOMAIN: Domain = Domain {
         &DELTA_PAGE_MISMATCH,
         &DELTA_DIGEST_MISMATCH,
         &DELTA_BASE_GONE,
+        &OVERLOADED,
         &TOO_LARGE,
         &INVALID_ARGUMENT,
         &DEADLINE_EXCEEDED,

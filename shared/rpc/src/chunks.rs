@@ -19,7 +19,10 @@ use tonic::{Status, Streaming};
 
 pub use snug_proto::{Chunked, Part};
 
-use crate::status;
+use crate::{
+    budget::{Admission, Busy, UploadBudget},
+    status,
+};
 
 /// The largest chunk a sender may put in one message, and the size senders use.
 pub const CHUNK_SIZE: usize = 1024 * 1024;
@@ -30,28 +33,44 @@ pub const MAX_MESSAGE_SIZE: usize = CHUNK_SIZE + 64 * 1024;
 /// A boxed response stream, as tonic's server-streaming handlers return it.
 pub type ResponseStream<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send + 'static>>;
 
-/// A received upload: the header and the payload, whole.
+/// A received upload: the header and the payload, whole, with its share of the upload budget.
 #[derive(Debug)]
 pub struct Upload<H> {
     /// The first message.
     pub header: H,
     /// Every chunk after it, concatenated.
     pub bytes: Vec<u8>,
+    /// The upload's share of the budget: a handler that moves `bytes` out keeps holding it until
+    /// the rest of the `Upload` is dropped, at the end of the handler.
+    pub admission: Admission,
 }
 
 /// Receives a header-then-chunks upload, enforcing `limit` on the payload as it arrives.
 ///
-/// A message with no `oneof` set is refused; `declared_len` reads the header's optional `expected_length`, which lets an oversize upload be refused
-/// before any chunk is sent and sizes the buffer once.
+/// A message with no `oneof` set is refused; `declared_len` reads the header's optional
+/// `expected_length`, which lets an oversize upload be refused before any chunk is sent and sizes
+/// the buffer once. The upload is admitted against `budget` before its first chunk is read (see
+/// [`Receiver::start`]).
 pub async fn receive<M: Chunked>(
     stream: &mut Streaming<M>,
     domain: &'static str,
     limit: u64,
+    budget: &UploadBudget,
     declared_len: impl Fn(&M::Header) -> Option<u64>,
 ) -> Result<Upload<M::Header>, Status> {
-    let (header, receiver) = Receiver::start(stream, domain, limit, declared_len).await?;
-    let bytes = receiver.into_bytes().await?;
-    Ok(Upload { header, bytes })
+    let (header, receiver) = Receiver::start(stream, domain, limit, budget, declared_len).await?;
+    let (bytes, admission) = receiver.into_bytes().await?;
+    Ok(Upload {
+        header,
+        bytes,
+        admission,
+    })
+}
+
+/// The answer to an upload the budget could not admit in time: UNAVAILABLE, reason OVERLOADED
+/// (retryable), in the service's `domain`.
+pub fn busy(domain: &'static str, busy: Busy) -> Status {
+    status::from_reason(&snug_reasons::rpc::OVERLOADED, domain, busy.to_string(), [])
 }
 
 /// An upload whose header has arrived, handing out its chunks one at a time as they arrive, for
@@ -63,15 +82,19 @@ pub struct Receiver<'a, M> {
     limit: u64,
     declared: Option<u64>,
     received: u64,
+    admission: Admission,
 }
 
 impl<'a, M: Chunked> Receiver<'a, M> {
     /// Waits for the header, which must be the first message, and refuses a declared length over
-    /// `limit` before any chunk is read.
+    /// `limit` before any chunk is read. Then admits the upload against `budget` for its declared
+    /// length (its limit when it declares none), waiting for room or refusing it as OVERLOADED;
+    /// the receiver holds that share until it is dropped.
     pub async fn start(
         stream: &'a mut Streaming<M>,
         domain: &'static str,
         limit: u64,
+        budget: &UploadBudget,
         declared_len: impl Fn(&M::Header) -> Option<u64>,
     ) -> Result<(M::Header, Self), Status> {
         let header = match next(stream, domain).await? {
@@ -97,12 +120,17 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         {
             return Err(status::too_large(domain, limit));
         }
+        let admission = budget
+            .admit(declared.unwrap_or(limit))
+            .await
+            .map_err(|refused| busy(domain, refused))?;
         let receiver = Receiver {
             stream,
             domain,
             limit,
             declared,
             received: 0,
+            admission,
         };
         Ok((header, receiver))
     }
@@ -113,14 +141,20 @@ impl<'a, M: Chunked> Receiver<'a, M> {
     }
 
     /// Reads the rest of the upload, whole, for a service that judges the header before it takes
-    /// the payload.
-    pub async fn into_bytes(mut self) -> Result<Vec<u8>, Status> {
+    /// the payload; the admission comes with it, to be held while the bytes are.
+    pub async fn into_bytes(mut self) -> Result<(Vec<u8>, Admission), Status> {
         // The declared length is only a hint for the allocation; the bytes received are what count.
         let mut bytes = Vec::with_capacity(self.declared_len().unwrap_or(0) as usize);
         while let Some(chunk) = self.next_chunk().await? {
             bytes.extend_from_slice(&chunk);
         }
-        Ok(bytes)
+        Ok((bytes, self.admission))
+    }
+
+    /// Ends the receiver, keeping its share of the budget, for a service that read the chunks
+    /// itself and still holds their bytes.
+    pub fn into_admission(self) -> Admission {
+        self.admission
     }
 
     /// Returns the next chunk, or `None` once the stream has ended with as many bytes as were

@@ -58,6 +58,7 @@
 
 pub mod admin;
 pub mod blocking;
+pub mod budget;
 pub mod chunks;
 pub mod deadline;
 pub mod framed;

@@ -25,6 +25,15 @@ pub struct ServerConfig {
     /// Address of the admin port (`GET /metrics`, Prometheus text format); unset: no admin port.
     #[arg(long, env = "SNUG_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
+    /// MiB of uploads a component buffers at once (`crate::budget`): the services of one process
+    /// share one such budget, its gateway has another. Beyond it an upload waits up to
+    /// SNUG_UPLOAD_BUDGET_WAIT, then is refused as busy (gRPC UNAVAILABLE/OVERLOADED, HTTP 503
+    /// with Retry-After).
+    #[arg(long, env = "SNUG_UPLOAD_BUDGET_MIB", default_value_t = crate::budget::DEFAULT_MIB)]
+    pub upload_budget_mib: u64,
+    /// How long an upload waits for room in the upload budget before it is refused.
+    #[arg(long, env = "SNUG_UPLOAD_BUDGET_WAIT", default_value = "5s", value_parser = parse_duration)]
+    pub upload_budget_wait: Duration,
 }
 
 impl ServerConfig {
@@ -36,7 +45,15 @@ impl ServerConfig {
             concurrency_limit: 64,
             shutdown_grace: Duration::from_secs(5),
             admin_listen: None,
+            upload_budget_mib: crate::budget::DEFAULT_MIB,
+            upload_budget_wait: crate::budget::DEFAULT_WAIT,
         }
+    }
+
+    /// A new upload budget of the configured size and wait. Each call is a budget of its own: the
+    /// composition root calls it once for the services of its process and once for its gateway.
+    pub fn upload_budget(&self) -> crate::budget::UploadBudget {
+        crate::budget::UploadBudget::from_mib(self.upload_budget_mib, self.upload_budget_wait)
     }
 }
 

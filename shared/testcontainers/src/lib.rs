@@ -327,6 +327,13 @@ pub struct HubOptions {
     /// An [`AllInOne`] with a writable root file system, as a plain `docker run IMAGE serve`
     /// starts it; every container is read-only otherwise.
     pub writable_root: bool,
+    /// The gateway's rate limits as the image ships them (on, since auth is on in a container);
+    /// off by default (`SNUG_RATE_LIMIT_BURST=0`), since an integration suite sends bursts from
+    /// one address. `env` can set the limits either way.
+    pub rate_limits: bool,
+    /// An [`AllInOne`]'s memory limit in bytes (`docker run --memory`, swap included); none by
+    /// default.
+    pub memory_limit: Option<i64>,
 }
 
 impl Default for HubOptions {
@@ -338,6 +345,8 @@ impl Default for HubOptions {
             startup_timeout: Duration::from_secs(60),
             sync_backend: SyncBackend::Embedded,
             writable_root: false,
+            rate_limits: false,
+            memory_limit: None,
         }
     }
 }
@@ -347,6 +356,16 @@ impl HubOptions {
     pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.insert(name.into(), value.into());
         self
+    }
+
+    /// The environment every hub container gets: `env`, with rate limits off unless asked for.
+    fn hub_env(&self) -> BTreeMap<String, String> {
+        let mut env = self.env.clone();
+        if !self.rate_limits {
+            env.entry("SNUG_RATE_LIMIT_BURST".to_owned())
+                .or_insert_with(|| "0".to_owned());
+        }
+        env
     }
 
     /// Chooses where a [`SplitHub`]'s sync service keeps its revisions.
@@ -571,6 +590,7 @@ fn container_request(
     env: &BTreeMap<String, String>,
     ports: &[u16],
     startup_timeout: Duration,
+    memory_limit: Option<i64>,
 ) -> ContainerRequest<GenericImage> {
     let mut generic =
         GenericImage::new(image.name(), image.tag()).with_wait_for(WaitFor::healthcheck());
@@ -597,6 +617,9 @@ fn container_request(
         // testcontainers publishes every exposed port on all interfaces; these containers publish
         // theirs on loopback only, each on a port Docker picks.
         .with_host_config_modifier(move |host_config| {
+            // Swap included: a limited container must not page its way past the limit.
+            host_config.memory = memory_limit;
+            host_config.memory_swap = memory_limit;
             host_config.publish_all_ports = Some(false);
             host_config.port_bindings = Some(
                 bindings
@@ -735,7 +758,7 @@ impl AllInOne {
     /// Starts the whole hub and waits until its health check passes.
     pub async fn start(image: &HubImage, options: HubOptions) -> Result<Self, Error> {
         let name = format!("snug-hub-{}", deployment_id());
-        let mut env = options.env.clone();
+        let mut env = options.hub_env();
         env.insert(
             "SNUG_CORS_ORIGINS".to_owned(),
             options.cors_origins.join(","),
@@ -747,6 +770,7 @@ impl AllInOne {
             &env,
             &[GRPC_PORT, HTTP_PORT],
             options.startup_timeout,
+            options.memory_limit,
         )
         .with_readonly_rootfs(!options.writable_root);
         let container = request.start().await?;
@@ -876,6 +900,7 @@ impl Stores {
                 &env,
                 &[backing.port()],
                 startup_timeout,
+                None,
             )
             .with_network(network)
         });
@@ -985,7 +1010,7 @@ impl SplitHub {
             .map(|service| (*service, format!("snug-hub-{id}-{}", service.name())))
             .collect();
         let requests = Service::ALL.map(|service| {
-            let mut env = options.env.clone();
+            let mut env = options.hub_env();
             if service == Service::Gateway {
                 for (variable, target) in [
                     ("SNUG_SCHEMA_ADDR", Service::Schema),
@@ -1020,6 +1045,7 @@ impl SplitHub {
                 &env,
                 &[service.port()],
                 options.startup_timeout,
+                None,
             )
             .with_network(network.as_str())
         });

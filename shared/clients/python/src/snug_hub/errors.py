@@ -807,6 +807,15 @@ class BadGateway(UnavailableError):
     RETRYABLE = True
 
 
+class RateLimited(ResourceExhaustedError):
+    """RATE_LIMITED (429): this client address or user spent its rate limit's burst; retry after
+    `retry_after` seconds."""
+
+    REASON = "RATE_LIMITED"
+    CODE = None
+    RETRYABLE = True
+
+
 class NotDeployed(UnimplementedError):
     """NOT_DEPLOYED (501): the route needs a service this deployment does not run."""
 

@@ -70,6 +70,10 @@ __all__ = [
 LABEL = "org.snug-hub.testcontainers"
 #: The environment variable naming the image (``name:tag``).
 IMAGE_ENV = "SNUG_HUB_IMAGE"
+
+# What a test deployment changes from the image's defaults: no rate limits (on by default
+# with auth on, as in every container), since a test suite sends its bursts from one address.
+_TEST_DEFAULTS: Mapping[str, str] = {"SNUG_RATE_LIMIT_BURST": "0"}
 #: The image used when `IMAGE_ENV` is unset.
 DEFAULT_IMAGE = "snug-hub:dev"
 #: The gRPC port every service listens on inside its container.
@@ -267,10 +271,16 @@ class SnugHub(HubContainer):
         image: ``name:tag``; default `hub_image()`.
         cors_origins: Browser origins the gateway allows (``SNUG_CORS_ORIGINS``); a container
             has authentication on, and the gateway refuses to start without one.
-        env: Extra environment (e.g. ``SNUG_SYNC_QUOTA_BYTES``).
+        env: Extra environment (e.g. ``SNUG_SYNC_QUOTA_BYTES``). Rate limits are off
+            (``SNUG_RATE_LIMIT_BURST=0``), since a test suite sends bursts from one address,
+            unless `env` sets them.
         startup_timeout: Seconds the container may take to become healthy.
         """
-        environment = {**(env or {}), "SNUG_CORS_ORIGINS": ",".join(cors_origins)}
+        environment = {
+            **_TEST_DEFAULTS,
+            **(env or {}),
+            "SNUG_CORS_ORIGINS": ",".join(cors_origins),
+        }
         super().__init__(
             image or hub_image(),
             ["serve"],
@@ -319,7 +329,8 @@ class SplitHub:
         """Args:
         image: ``name:tag``; default `hub_image()`.
         cors_origins: Browser origins the gateway allows (``SNUG_CORS_ORIGINS``).
-        env: Extra environment for every container (e.g. ``SNUG_RPC_DEADLINE``).
+        env: Extra environment for every container (e.g. ``SNUG_RPC_DEADLINE``); rate limits
+            are off unless it sets them, as for `SnugHub`.
         service_env: Extra environment for one service's container, applied after `env`.
         startup_timeout: Seconds each container may take to become healthy.
         """
@@ -330,7 +341,7 @@ class SplitHub:
         names = {service: f"snug-hub-{deployment}-{service}" for service in SERVICES}
         self.containers: dict[Service, HubContainer] = {}
         for service in SERVICES:
-            environment = dict(env or {})
+            environment = {**_TEST_DEFAULTS, **(env or {})}
             if service == "gateway":
                 addresses: tuple[tuple[str, Service], ...] = (
                     ("SNUG_SCHEMA_ADDR", "schema"),
