@@ -2,9 +2,11 @@
 //!
 //! A realistic user database of about 60 MiB (the reference sample's apps filled: trades of
 //! small rows, equities of medium rows, a key-value table of 40 KB values, chess moves, chat
-//! messages), exported as `snug sync push` sends it. Two edits, each exported again: one row
-//! inserted into the first app table (after the export's VACUUM every later page moves) and one
-//! chat message updated in place. For each: the bytes a delta push and a delta pull move (body
+//! messages), exported as `snug sync push` sends it. Three edits, each exported again: a small
+//! row inserted into the first app table (it fits that table's last page), a row larger than a
+//! page inserted there (after the export's VACUUM every later page moves, and every page that
+//! names a moved page changes: overflow chains, interior pages), and one chat message updated in
+//! place. For each: the bytes a delta push and a delta pull move (body
 //! bytes both ways, through `snug_restore::HubOrigin`, the client `snug sync` uses), against
 //! `rsync --stats --no-whole-file` moving the new file onto the old one (Debian's rsync; total
 //! bytes sent and received) and against the whole-file PUT and GET; and the wall time of the
@@ -183,18 +185,26 @@ fn main() {
     let started = Instant::now();
     build(&file);
     let base = export(&file);
-    let inserted = edit(
+    // A small row into the first app table: it fits the table's last page, nothing moves.
+    let small = edit(
         &file,
         "INSERT INTO app_a7f3b2c10d4e4f5a8b6c9d0e1f2a3b4c__trades (symbol, qty) VALUES ('NEW01', 1)",
     );
-    // The insert stays: the update is measured on top of it, as the next edit a user makes.
+    // A row larger than a page into the same table: it grows by two pages, and the export's
+    // VACUUM moves every page after it (and rewrites every page that names a moved one).
+    let inserted = edit(
+        &file,
+        "INSERT INTO app_a7f3b2c10d4e4f5a8b6c9d0e1f2a3b4c__trades (symbol, qty) VALUES ('NEW02' || hex(randomblob(3000)), 1)",
+    );
+    // The inserts stay: the update is measured on top of them, as the next edit a user makes.
     let updated = edit(
         &file,
         "UPDATE snug_chat_messages SET content = upper(content) WHERE id = 5000",
     );
     eprintln!(
-        "images: {} bytes, +1 row {} bytes, 1 row updated {} bytes (built in {:.1?})",
+        "images: {} bytes, then {}, {} and {} bytes (built in {:.1?})",
         base.len(),
+        small.len(),
         inserted.len(),
         updated.len(),
         started.elapsed()
@@ -227,7 +237,12 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     let mut timings = Vec::new();
     for (name, old, new) in [
-        ("1 row inserted early (pages shift)", &base, &inserted),
+        ("1 small row inserted early (fits its page)", &base, &small),
+        (
+            "1 large row inserted early (pages shift)",
+            &small,
+            &inserted,
+        ),
         ("1 row updated in place", &inserted, &updated),
     ] {
         let old_pages = snug_delta::page_ids(old, snug_delta::page_size_of(old));
