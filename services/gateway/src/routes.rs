@@ -404,7 +404,7 @@ async fn put_userdb(
     body: Body,
 ) -> Result<Response, ApiError> {
     let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
-    octet_stream(&headers, "user DB upload")?;
+    octet_stream(&headers, "user DB uploads must be application/octet-stream")?;
     let quota = state.backends.quota().await?;
     let declared = declared_length(&headers);
     if let Some(length) = declared
@@ -468,7 +468,8 @@ async fn store(
     Ok(response)
 }
 
-fn octet_stream(headers: &HeaderMap, what: &str) -> Result<(), ApiError> {
+/// Refuses a body that is not `application/octet-stream` with `refusal` as the message.
+fn octet_stream(headers: &HeaderMap, refusal: &str) -> Result<(), ApiError> {
     let octet_stream = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -479,10 +480,12 @@ fn octet_stream(headers: &HeaderMap, what: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::from_reason(
             reason::UNSUPPORTED_MEDIA_TYPE,
-            format!("{what} bodies must be application/octet-stream"),
+            refusal,
         ))
     }
 }
+
+const DELTA_MEDIA_TYPE: &str = "delta manifests and deltas must be application/octet-stream";
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
@@ -545,7 +548,7 @@ async fn plan_delta(
     let identity = state
         .auth
         .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")?;
-    octet_stream(&headers, "delta")?;
+    octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // A base that cannot be a revision is a base that is gone, like one that is not the user's.
     let rev = revision_param(rev).map_err(|_| base_gone())?;
     let quota = state.backends.quota().await?;
@@ -594,7 +597,7 @@ async fn put_delta(
     let identity = state
         .auth
         .identify_for_write(&headers, "PUT /userdb/delta")?;
-    octet_stream(&headers, "delta")?;
+    octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     let base = match wanted(&headers) {
         Some(Wanted::Precondition(Precondition::MustMatch(base))) => base,
         _ => {
@@ -634,7 +637,7 @@ async fn pull_delta(
     let identity = state
         .auth
         .identify_for_write(&headers, "POST /userdb/delta")?;
-    octet_stream(&headers, "delta")?;
+    octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // `?base=<rev>`: the client's file is that revision, so no manifest is sent.
     let mut base = None;
     for pair in query
