@@ -149,7 +149,7 @@ struct Buckets<K> {
     max: usize,
 }
 
-impl<K: Hash + Eq + Clone> Buckets<K> {
+impl<K: Hash + Eq> Buckets<K> {
     fn new(max: usize) -> Self {
         Self {
             map: Mutex::new(HashMap::new()),
@@ -157,12 +157,12 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
         }
     }
 
-    fn take(&self, key: &K, rate: &Rate, now: Instant) -> Result<(), Limited> {
+    fn take(&self, key: K, rate: &Rate, now: Instant) -> Result<(), Limited> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if !map.contains_key(key) && map.len() >= self.max {
+        if !map.contains_key(&key) && map.len() >= self.max {
             make_room(&mut map, rate, now, self.max);
         }
-        let bucket = map.entry(key.clone()).or_insert(Bucket {
+        let bucket = map.entry(key).or_insert(Bucket {
             tokens: rate.burst,
             at: now,
         });
@@ -241,13 +241,13 @@ impl RateLimits {
     pub fn check_address(&self, peer: SocketAddr, headers: &HeaderMap) -> Result<(), Limited> {
         let client = client_address(peer, headers, &self.trusted);
         self.addresses
-            .take(&address_key(client), &self.rate, Instant::now())
+            .take(address_key(client), &self.rate, Instant::now())
     }
 
     /// Counts a request by `principal` (a user id) against that principal's bucket.
     pub fn check_principal(&self, principal: &str) -> Result<(), Limited> {
         self.principals
-            .take(&principal.to_owned(), &self.rate, Instant::now())
+            .take(principal.to_owned(), &self.rate, Instant::now())
     }
 
     /// Buckets held now, per address and per principal.
@@ -367,15 +367,15 @@ mod tests {
         };
         let buckets = Buckets::new(10);
         let t0 = Instant::now();
-        buckets.take(&1, &rate, t0).expect("1");
-        buckets.take(&1, &rate, t0).expect("2");
-        let refused = buckets.take(&1, &rate, t0).expect_err("empty");
+        buckets.take(1, &rate, t0).expect("1");
+        buckets.take(1, &rate, t0).expect("2");
+        let refused = buckets.take(1, &rate, t0).expect_err("empty");
         assert_eq!(refused.retry_after_seconds, 2, "half a token a second");
         buckets
-            .take(&1, &rate, t0 + Duration::from_secs(2))
+            .take(1, &rate, t0 + Duration::from_secs(2))
             .expect("one token back after 2 s");
         buckets
-            .take(&1, &rate, t0 + Duration::from_secs(2))
+            .take(1, &rate, t0 + Duration::from_secs(2))
             .expect_err("only one");
     }
 

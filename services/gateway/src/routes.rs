@@ -111,6 +111,16 @@ async fn method_not_allowed() -> ApiError {
 }
 
 impl AppState {
+    /// Admits an upload body of `bytes` against the gateway's upload budget before a byte of it
+    /// is read (`snug_rpc::budget`), or answers 503 OVERLOADED once the budget's wait is over.
+    async fn admit_upload(&self, bytes: u64) -> Result<snug_rpc::budget::Admission, ApiError> {
+        self.settings
+            .upload_budget
+            .admit(bytes)
+            .await
+            .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))
+    }
+
     /// Authenticates and makes sure the sync service knows the user.
     async fn caller(&self, identity: &Identity) -> Result<Caller, ApiError> {
         let caller = identity.caller();
@@ -415,14 +425,8 @@ async fn put_userdb(
             format!("the user DB is {length} bytes; the per-user quota is {quota}"),
         ));
     }
-    // Admitted for its whole declared length (the quota when undeclared) before a byte is read,
-    // and held until the answer: the buffer lives that long (`snug_rpc::budget`).
-    let _admission = state
-        .settings
-        .upload_budget
-        .admit(declared.unwrap_or(quota))
-        .await
-        .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))?;
+    // Held until the answer: the buffer lives that long.
+    let _admission = state.admit_upload(declared.unwrap_or(quota)).await?;
     let mut upload = Upload::new(body, declared, quota, state.settings.upload_idle_timeout);
     upload.fill(SQLITE_MAGIC.len()).await?;
     plain_sqlite(&upload.buffer)?;
@@ -524,11 +528,8 @@ async fn delta_body(
         return Err(too_large(limit));
     }
     let admission = state
-        .settings
-        .upload_budget
-        .admit(declared.unwrap_or(limit).max(holds))
-        .await
-        .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))?;
+        .admit_upload(declared.unwrap_or(limit).max(holds))
+        .await?;
     let bytes = Upload::new(body, declared, limit, state.settings.upload_idle_timeout)
         .refusing(too_large)
         .finish()

@@ -36,6 +36,17 @@ impl SyncServer {
         64 + limits.max_length + limits.max_pages() * DELTA_OVERHEAD_PER_PAGE
     }
 
+    /// Receives a delta RPC's header and payload (a manifest or a delta) of at most `limit`
+    /// bytes, admitted against the process's upload budget; the sizes are the codec's, so no
+    /// header declares one.
+    async fn receive<M: chunks::Chunked>(
+        &self,
+        stream: &mut Streaming<M>,
+        limit: u64,
+    ) -> Result<chunks::Upload<M::Header>, Status> {
+        chunks::receive(stream, DOMAIN, limit, &self.upload_budget, |_| None).await
+    }
+
     /// The base's bytes: a retained revision of the caller's own image, or DELTA_BASE_GONE.
     async fn base(
         &self,
@@ -61,14 +72,7 @@ impl SyncServer {
         mut stream: Streaming<pb::PlanImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::PlanImageDeltaResponse>, Status> {
         let limits = self.limits();
-        let upload = chunks::receive(
-            &mut stream,
-            DOMAIN,
-            limits.max_manifest_len(),
-            &self.upload_budget,
-            |_| None,
-        )
-        .await?;
+        let upload = self.receive(&mut stream, limits.max_manifest_len()).await?;
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
         let quota = self.quota_bytes;
@@ -97,14 +101,7 @@ impl SyncServer {
         mut stream: Streaming<pb::AssembleImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::AssembleImageDeltaResponse>, Status> {
         let limits = self.limits();
-        let upload = chunks::receive(
-            &mut stream,
-            DOMAIN,
-            self.max_delta_len(),
-            &self.upload_budget,
-            |_| None,
-        )
-        .await?;
+        let upload = self.receive(&mut stream, self.max_delta_len()).await?;
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
         let quota = self.quota_bytes;
@@ -134,14 +131,7 @@ impl SyncServer {
         mut stream: Streaming<pb::GetImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::GetImageDeltaResponse>, Status> {
         let limits = self.limits();
-        let upload = chunks::receive(
-            &mut stream,
-            DOMAIN,
-            limits.max_manifest_len(),
-            &self.upload_budget,
-            |_| None,
-        )
-        .await?;
+        let upload = self.receive(&mut stream, limits.max_manifest_len()).await?;
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let revision = upload
             .header
