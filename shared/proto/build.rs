@@ -9,6 +9,7 @@ const PROTOS: &[&str] = &[
     "snug/schema/v1/schema.proto",
     "snug/materialize/v1/materialize.proto",
     "snug/sync/v1/sync.proto",
+    "snug/admin/v1/admin.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -310,7 +310,7 @@ async fn start_admin(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {addr} (SNUG_ADMIN_LISTEN)"))?;
     tokio::spawn(async move {
-        if let Err(err) = snug_rpc::admin::serve(listener, shutdown_signal()).await {
+        if let Err(err) = snug_rpc::admin::serve(listener, None, shutdown_signal()).await {
             tracing::error!(error = %err, "the admin port failed");
         }
     });

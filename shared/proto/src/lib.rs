@@ -51,6 +51,14 @@ pub mod sync {
     }
 }
 
+/// `snug.admin.v1`: the hub's administration API (users, tokens, quotas, usage, erasure).
+pub mod admin {
+    /// Version 1 of the package; stable.
+    pub mod v1 {
+        tonic::include_proto!("snug.admin.v1");
+    }
+}
+
 /// The encoded `FileDescriptorSet` of every package, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/snug_descriptor.bin"));

@@ -1,8 +1,9 @@
 //! `snug.gateway`: the reasons the HTTP gateway gives itself, before or instead of a service.
 //!
-//! No service sends these, so they have no gRPC code; each is an HTTP answer only.
+//! No service sends these, so they have no gRPC code, but for the two the admin API shares
+//! (`UNAUTHENTICATED`, `SERVICE_UNAVAILABLE`); each is an HTTP answer.
 
-use crate::{CliExit, Domain, Http, Reason, http};
+use crate::{CliExit, Domain, GrpcCode, Http, Reason, http};
 
 const fn gateway(name: &'static str, http: Option<Http>, summary: &'static str) -> Reason {
     Reason {
@@ -15,11 +16,15 @@ const fn gateway(name: &'static str, http: Option<Http>, summary: &'static str) 
 }
 
 /// No valid bearer token or session.
-pub const UNAUTHENTICATED: Reason = gateway(
-    "UNAUTHENTICATED",
-    http(401, "UNAUTHENTICATED", false),
-    "no valid bearer token or session",
-);
+/// The admin API (`snug.admin.v1`) sends it too, as gRPC UNAUTHENTICATED.
+pub const UNAUTHENTICATED: Reason = Reason {
+    grpc: Some(GrpcCode::Unauthenticated),
+    ..gateway(
+        "UNAUTHENTICATED",
+        http(401, "UNAUTHENTICATED", false),
+        "no valid credentials: bearer token, session or admin token",
+    )
+};
 
 /// A cookie-authenticated write without the matching `x-snug-csrf` header.
 pub const CSRF_REJECTED: Reason = gateway(
@@ -46,11 +51,15 @@ pub const METHOD_NOT_ALLOWED: Reason = gateway(
 );
 
 /// A service did not answer within its deadline, or could not be reached.
-pub const SERVICE_UNAVAILABLE: Reason = gateway(
-    "SERVICE_UNAVAILABLE",
-    http(503, "SERVICE_UNAVAILABLE", true),
-    "a service did not answer within its deadline, or could not be reached",
-);
+/// The admin API sends it too, as gRPC UNAVAILABLE, when the sync service does not answer.
+pub const SERVICE_UNAVAILABLE: Reason = Reason {
+    grpc: Some(GrpcCode::Unavailable),
+    ..gateway(
+        "SERVICE_UNAVAILABLE",
+        http(503, "SERVICE_UNAVAILABLE", true),
+        "a service did not answer within its deadline, or could not be reached",
+    )
+};
 
 /// The gateway sheds load: too many requests in flight.
 pub const GATEWAY_OVERLOADED: Reason = gateway(

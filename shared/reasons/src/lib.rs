@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod cli;
 mod code;
 pub mod container;
@@ -141,6 +142,7 @@ pub const DOMAINS: &[&Domain] = &[
     &schema::DOMAIN,
     &materialize::DOMAIN,
     &sync::DOMAIN,
+    &admin::DOMAIN,
     &gateway::DOMAIN,
     &cli::DOMAIN,
     &restore::DOMAIN,
@@ -220,6 +222,11 @@ pub const ALL: &[&Reason] = &[
     &sync::DELTA_PAGE_MISMATCH,
     &sync::DELTA_DIGEST_MISMATCH,
     &sync::DELTA_BASE_GONE,
+    // snug.admin.
+    &admin::USER_NOT_FOUND,
+    &admin::USER_EXISTS,
+    &admin::TOKEN_NOT_FOUND,
+    &admin::DIRECTORY_UNAVAILABLE,
     // The gateway's own.
     &gateway::UNAUTHENTICATED,
     &gateway::CSRF_REJECTED,

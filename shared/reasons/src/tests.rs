@@ -66,6 +66,7 @@ fn each_protos_table_is_its_domain_in_order_with_the_same_codes() {
         &materialize::DOMAIN,
     );
     check_proto("proto/snug/sync/v1/sync.proto", &sync::DOMAIN);
+    check_proto("proto/snug/admin/v1/admin.proto", &crate::admin::DOMAIN);
 }
 
 #[test]

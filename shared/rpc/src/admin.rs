@@ -1,17 +1,19 @@
-//! The admin port: `GET /metrics` in the Prometheus text format, on its own listener so that
-//! metrics never share a port (or a network policy) with the API.
+//! The admin port: `GET /metrics` in the Prometheus text format, and where a process holds the
+//! users directory the admin gRPC API (`snug.admin.v1`, behind its own token), on a listener of
+//! their own so that neither shares a port (or a network policy) with the API.
 //!
-//! Off unless `SNUG_ADMIN_LISTEN` names an address. It serves nothing but the metrics, which hold
-//! no secret and no user data (see [`crate::metrics`] on label values).
+//! Off unless `SNUG_ADMIN_LISTEN` names an address. The metrics hold no secret and no user data
+//! (see [`crate::metrics`] on label values); the admin API checks its token on every call.
 
 use std::{future::Future, net::SocketAddr};
 
 use axum::{Router, http::header, routing::get};
 use tokio::net::TcpListener;
 
-/// The admin port's router: `GET /metrics`, everything else 404.
-pub fn router() -> Router {
-    Router::new().route(
+/// The admin port's router: `GET /metrics`, the gRPC services of `grpc` (h2c), everything else
+/// 404.
+pub fn router(grpc: Option<tonic::service::Routes>) -> Router {
+    let metrics = Router::new().route(
         "/metrics",
         get(|| async {
             (
@@ -19,19 +21,25 @@ pub fn router() -> Router {
                 crate::metrics::global().encode(),
             )
         }),
-    )
+    );
+    match grpc {
+        Some(routes) => metrics.merge(routes.into_axum_router()),
+        None => metrics,
+    }
 }
 
-/// Serves the admin port on `listener` until `shutdown` completes.
+/// Serves the admin port on `listener` until `shutdown` completes: the metrics, and the gRPC
+/// services of `grpc`.
 pub async fn serve(
     listener: TcpListener,
+    grpc: Option<tonic::service::Routes>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local: Option<SocketAddr> = listener.local_addr().ok();
     if let Some(addr) = local {
-        tracing::info!(addr = %addr, "admin port listening (GET /metrics)");
+        tracing::info!(addr = %addr, admin_api = grpc.is_some(), "admin port listening (GET /metrics)");
     }
-    axum::serve(listener, router())
+    axum::serve(listener, router(grpc))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -61,7 +69,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, async {
+        let server = tokio::spawn(serve(listener, None, async {
             let _ = stopped.await;
         }));
         let answer = get(addr, "/metrics").await;

@@ -729,14 +729,47 @@ class DeltaBaseGone(FailedPreconditionError):
     CODE = grpc.StatusCode.FAILED_PRECONDITION
 
 
-# --- the HTTP gateway's own reasons (no gRPC code) ---------------------------------------------
+# --- reasons of snug.admin.v1 ----------------------------------------------------------------
+
+
+class UserNotFound(NotFoundError):
+    """USER_NOT_FOUND: no user has this id or name."""
+
+    REASON = "USER_NOT_FOUND"
+    CODE = grpc.StatusCode.NOT_FOUND
+
+
+class UserExists(AlreadyExistsError):
+    """USER_EXISTS: a user already has this name."""
+
+    REASON = "USER_EXISTS"
+    CODE = grpc.StatusCode.ALREADY_EXISTS
+
+
+class TokenNotFound(NotFoundError):
+    """TOKEN_NOT_FOUND: no live hub token has this id."""
+
+    REASON = "TOKEN_NOT_FOUND"
+    CODE = grpc.StatusCode.NOT_FOUND
+
+
+class DirectoryUnavailable(UnavailableError):
+    """DIRECTORY_UNAVAILABLE: the users directory failed or cannot be reached; retry later."""
+
+    REASON = "DIRECTORY_UNAVAILABLE"
+    CODE = grpc.StatusCode.UNAVAILABLE
+    RETRYABLE = True
+
+
+# --- the HTTP gateway's own reasons (no gRPC code but for the two the admin API shares) -------
 
 
 class Unauthenticated(UnauthenticatedError):
-    """UNAUTHENTICATED (401): no valid bearer token or session."""
+    """UNAUTHENTICATED (401): no valid bearer token or session; over gRPC (the admin API), no
+    valid admin token."""
 
     REASON = "UNAUTHENTICATED"
-    CODE = None
+    CODE = grpc.StatusCode.UNAUTHENTICATED
 
 
 class CsrfRejected(PermissionDeniedError):
@@ -765,7 +798,7 @@ class ServiceUnavailable(UnavailableError):
     deadline, or could not be reached; retry after `retry_after` seconds."""
 
     REASON = "SERVICE_UNAVAILABLE"
-    CODE = None
+    CODE = grpc.StatusCode.UNAVAILABLE
     RETRYABLE = True
 
 
