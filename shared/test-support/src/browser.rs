@@ -25,7 +25,11 @@
 //! page said. The API blocks; an async test calls it from `tokio::task::spawn_blocking`.
 //!
 //! Dropping the [`Browser`] (and its pages) asks Chromium to close, kills it if it has not within
-//! a few seconds, and removes the temporary directory.
+//! a few seconds, and removes the temporary directory. A test process killed outright leaves no
+//! browser behind either: Chromium exits when its end of the pipe closes.
+//!
+//! Not handled: JavaScript dialogs (`alert`, `confirm`, `beforeunload`) block the page, and an
+//! evaluation waits for them until [`CALL_TIMEOUT`].
 //!
 //! Tests call [`Browser::launch_if_available`]: without Chromium it says so on stderr and returns
 //! `None`, unless `SNUG_REQUIRE_BROWSER=1` (set by `.ci/run`), where it panics, the rule the
