@@ -22,6 +22,8 @@
 //! | `SNUG_K8S_VENV` | where `k8s/validate.sh` keeps that venv (default `/var/tmp/snug-hub-venv`) |
 //! | `SNUG_REQUIRE_DOCKER` | `1`: the container suites fail without Docker instead of skipping |
 //! | `SNUG_REQUIRE_GRPCIO_TOOLS` | `1`: the Python client suites (`python_client.rs`, `python_package.rs`) fail without grpcio-tools and the package's requirements |
+//! | `SNUG_TEST_CHROMIUM` | the Chromium (or Chrome) binary the browser tests drive (default: `chromium`, `chromium-browser`, `google-chrome` or `google-chrome-stable` on `PATH`); without one they skip |
+//! | `SNUG_REQUIRE_BROWSER` | `1`: the browser tests fail without Chromium instead of skipping |
 //! | `SNUG_REQUIRE_SCHEMATHESIS` | `1`: the schemathesis suite fails without schemathesis |
 //! | `SNUG_HUB_IMAGE` | test this image (`name:tag`) instead of building one |
 //! | `SNUG_REVSTORE_CRASH_CHILD` | internal: marks the revstore crash test's child process |

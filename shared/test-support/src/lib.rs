@@ -13,6 +13,9 @@
 //! - [`garage::Garage`]: a real S3-compatible object store, a single-node Garage on loopback
 //!   ports in a temporary directory, which a fault test can kill and start again.
 //! - [`tmpfs::Tmpfs`]: a small `tmpfs` mounted for a test (root only), a disk that really fills.
+//! - [`browser::Browser`]: a headless Chromium driven over the DevTools protocol, for what only a
+//!   real browser enforces (cookies, cross-origin redirects, CORS), and [`browser::Site`], a tiny
+//!   HTTP server for the pages it loads.
 //!
 //! It deliberately does not start the hub's services: the in-process hub lives in `snug-e2e`, and
 //! the service crates keep their own in-process harnesses. Garage is a backing service, like the
@@ -21,6 +24,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod browser;
 pub mod garage;
 pub mod tmpfs;
 
