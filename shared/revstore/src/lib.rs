@@ -86,7 +86,7 @@
 //! (tests), `SqliteStore` (the embedded default: SQLite metadata plus pack files under one
 //! directory) and `PgStore` (feature `postgres`: everything in PostgreSQL, chunks as `bytea`, a
 //! deadpool of tokio-postgres connections, TLS with libpq's `sslmode`/`sslrootcert` over rustls:
-//! `pg/tls.rs`); `AnyStore` picks one at run time.
+//! `snug-pg`, shared with the users directory); `AnyStore` picks one at run time.
 //! One conformance suite (`tests/conformance`) runs against every backend, plus a concurrency test
 //! (16 writers × 200 puts on one user: one linear history, no acknowledged write lost) and a crash
 //! test (a child SIGKILLed at random points during puts, then the store reopened and checked).

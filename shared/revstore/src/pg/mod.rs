@@ -9,7 +9,7 @@
 use std::{collections::HashSet, io, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use futures::Stream;
 use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, Row};
@@ -34,29 +34,13 @@ use crate::{
     },
 };
 
-mod tls;
-
-pub use tls::PgTlsError;
+pub use snug_pg::{PgConfig, PgTlsError};
 
 /// Chunks fetched or inserted per statement.
 const CHUNK_BATCH: usize = 256;
 
 /// `store_meta.chunks_in` of a store whose chunk bytes are `bytea` rows.
 const ROWS: &str = "postgres";
-
-/// How to reach the database.
-#[derive(Clone, Debug)]
-pub struct PgConfig {
-    /// A libpq-style URL or key/value string, e.g.
-    /// `postgresql://hub@db.internal:5432/hub?sslmode=verify-full&sslrootcert=/etc/hub/pg-ca.pem`.
-    /// `sslmode` and `sslrootcert` mean what they mean to libpq (the table in `pg/tls.rs`).
-    pub url: String,
-    /// The schema holding the store's tables (created if missing); `None` uses the server's
-    /// default search path.
-    pub schema: Option<String>,
-    /// Maximum pooled connections per replica.
-    pub pool_size: usize,
-}
 
 /// The PostgreSQL store.
 #[derive(Clone)]
@@ -82,14 +66,6 @@ struct Inner {
     /// The advisory lock that orders commits (shared) against reclamation (exclusive).
     lock_key: i64,
     write_health: crate::write_health::WriteHealth,
-}
-
-fn valid_schema(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        && !s.as_bytes()[0].is_ascii_digit()
 }
 
 impl PgStore {
@@ -120,29 +96,9 @@ impl PgStore {
         config: StoreConfig,
         known: &[migrate::Migration],
     ) -> Result<Self, OpenError> {
-        let (url, tls_params) = tls::split(&pg.url).map_err(StorageError::unavailable)?;
-        let tls = tls::MakeRustlsConnect::new(&tls_params).map_err(StorageError::unavailable)?;
-        let mut pg_config: tokio_postgres::Config = url.parse().map_err(StorageError::from)?;
-        pg_config.ssl_mode(tls::negotiation(tls_params.mode));
-        if let Some(schema) = &pg.schema {
-            if !valid_schema(schema) {
-                return Err(
-                    StorageError::unavailable(format!("invalid schema name {schema:?}")).into(),
-                );
-            }
-            pg_config.options(format!("-c search_path={schema}"));
-        }
-        let manager = Manager::from_config(
-            pg_config,
-            tls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(pg.pool_size.max(2))
-            .build()
-            .map_err(StorageError::unavailable)?;
+        // One connection rule for every store (snug-pg): a bad URL, TLS setting or schema name
+        // is the database being unreachable as configured.
+        let pool = snug_pg::pool(&pg).map_err(StorageError::unavailable)?;
         let key_source = format!("snug-revstore:{}", pg.schema.as_deref().unwrap_or(""));
         let digest = Sha256::digest(key_source.as_bytes());
         let lock_key = i64::from_le_bytes(

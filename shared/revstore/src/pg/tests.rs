@@ -44,15 +44,6 @@ async fn every_table_has_exactly_one_declared_class() {
     assert_eq!(actual, declared);
 }
 
-#[test]
-fn schema_names_are_plain_identifiers() {
-    assert!(valid_schema("snug_hub"));
-    assert!(!valid_schema("Snug"));
-    assert!(!valid_schema("a;drop"));
-    assert!(!valid_schema("1abc"));
-    assert!(!valid_schema(""));
-}
-
 /// A SQLite header stamped with storage version `version`, then filler up to `len` bytes.
 fn stamped(version: u32, len: usize) -> Vec<u8> {
     let mut bytes: Vec<u8> = (0..len)

@@ -1,0 +1,590 @@
+//! Who may use the hub: the users directory. Users, their hub bearer tokens, their OpenID Connect
+//! identities, disabled flags and quota overrides, behind one type, [`Directory`], over two
+//! backends: embedded SQLite (`sqlite.rs`, the file `users.db` a single gateway keeps) and
+//! PostgreSQL (`pg.rs`, shared by any number of gateway replicas).
+//!
+//! This is not a user database (§8) and never holds one; it only says who may call the hub.
+//!
+//! The rules live here once, the backends implement primitives ([`backend::Backend`]):
+//! - a hub token is `snug_` + base64url of 32 random bytes, shown once when issued and stored only
+//!   as its SHA-256, so a copy of the directory lets no one in; its short id (the first 4 bytes of
+//!   the hash, hex) is what the ledgers record and what revokes it;
+//! - a user name is 1-64 characters, none a control character;
+//! - user ids are random (`u` + 32 hex), never derived from a name or an identity, so a user
+//!   removed and added again under the same name does not inherit the old user's image;
+//! - an OpenID Connect identity is the pair (issuer, subject), never a name: two issuers' subjects
+//!   with the same text are two people;
+//! - a disabled user is, to every lookup that admits a caller ([`Directory::authenticate_token`],
+//!   [`Directory::user_by_id`], [`Directory::provision`]), exactly an unknown one: `None`;
+//! - first login ([`Directory::provision`]) creates the user record and the identity and nothing
+//!   else (§9 item 3: no image), atomically; two replicas provisioning the same subject at once end
+//!   with one user, because the identity's primary key admits one row and the loser re-reads it.
+//!   A provisioned user's name is the display name made valid (control characters dropped,
+//!   trimmed, cut to 55 characters, `user` if nothing is left); when a user of that name exists,
+//!   the first free of `NAME-2` … `NAME-9`, then `NAME-` + the first 8 hex of SHA-256(issuer,
+//!   NUL, subject): deterministic for a given directory, and unique unless that exact name was
+//!   taken too (then [`UsersError::NamesExhausted`]).
+//!
+//! Revocation is not cached anywhere: every authentication reads the directory, so a revoked
+//! token, a removed or a disabled user is refused by every replica on its next request after the
+//! change commits (the bound is one request; nothing is remembered between requests).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub(crate) mod backend;
+mod pg;
+mod sqlite;
+
+use std::{
+    path::PathBuf,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+
+pub use pg::PgDirectory;
+pub use snug_pg::{PgConfig, valid_schema};
+pub use sqlite::{SqliteDirectory, USERS_FILE};
+
+use backend::{Backend, Conflict, ListRows, NewToken};
+
+/// The prefix of every hub token, so secret scanners and people recognise one.
+pub const TOKEN_PREFIX: &str = "snug_";
+
+/// The longest bearer token text looked up; anything longer is unknown without a query.
+const MAX_TOKEN_LEN: usize = 128;
+
+/// The longest user name, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// A provisioned name's base is cut to this, leaving room for `-` and 8 hex.
+const PROVISIONED_BASE_CHARS: usize = MAX_NAME_CHARS - 9;
+
+/// The longest issuer and subject, in bytes (OIDC limits `sub` to 255 ASCII characters).
+const MAX_ISSUER_BYTES: usize = 2048;
+const MAX_SUBJECT_BYTES: usize = 255;
+
+/// A user of the hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Opaque, random, stable: the id the sync service keys the image by.
+    pub id: String,
+    /// What the operator (or the identity provider's display name) calls the user; unique.
+    pub name: String,
+    /// Creation time, Unix milliseconds.
+    pub created_at: i64,
+    /// A disabled user is refused everywhere, as an unknown one is.
+    pub disabled: bool,
+    /// The user's own image quota in bytes, overriding the sync service's default.
+    pub quota_bytes: Option<u64>,
+}
+
+/// A hub token as listed: never its text, which is not stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    /// The short id (8 hex digits) that revokes it and that the ledgers record.
+    pub id: String,
+    /// Issue time, Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// An OpenID Connect identity: the issuer and the subject it names the user by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OidcIdentity {
+    /// The issuer URL, exactly as in the token's `iss`.
+    pub issuer: String,
+    /// The subject, exactly as in the token's `sub` (or the configured claim).
+    pub subject: String,
+}
+
+/// A user with their tokens and identities, as `users list` shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// The user.
+    pub user: User,
+    /// Live tokens, oldest first.
+    pub tokens: Vec<TokenInfo>,
+    /// Identities that log in as this user.
+    pub identities: Vec<OidcIdentity>,
+}
+
+/// A newly issued bearer token. Its text is shown once and never stored.
+pub struct IssuedToken {
+    /// The token to hand to the user.
+    pub token: String,
+    /// Its short id (see [`TokenInfo::id`]).
+    pub id: String,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A caller a hub token admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    /// The token's user (never a disabled one).
+    pub user: User,
+    /// The token's short id.
+    pub token_id: String,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why the directory refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UsersError {
+    /// A name that is empty, too long, or holds control characters.
+    #[error("a user name must be 1-64 characters, none of them a control character")]
+    InvalidName,
+    /// An issuer or subject that is empty, too long, or holds control characters.
+    #[error(
+        "an identity is an issuer (1-2048 bytes) and a subject (1-255 bytes) without control characters"
+    )]
+    InvalidIdentity,
+    /// A quota the stores cannot hold (over 2^63 - 1 bytes).
+    #[error("a quota must be at most 9223372036854775807 bytes (2^63 - 1), not {0}")]
+    InvalidQuota(u64),
+    /// `users add` for a name that exists.
+    #[error("a user named {0:?} already exists (issue another token with `snug-hub users token`)")]
+    Exists(String),
+    /// No user has that name.
+    #[error("no user named {0:?}")]
+    NoSuchUser(String),
+    /// No token has that short id.
+    #[error("no token with id {0:?}")]
+    NoSuchToken(String),
+    /// First login found every name it may give the user taken.
+    #[error("cannot name the new user: {0:?} and the names derived from it are taken")]
+    NamesExhausted(String),
+    /// The SQLite file is newer than this build.
+    #[error("the users file has schema version {0}, newer than this build understands")]
+    TooNew(i64),
+    /// The CSPRNG failed.
+    #[error("the system random number generator failed")]
+    Entropy,
+    /// The directory's directory could not be created.
+    #[error("cannot create {path}")]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The backend failed (the file, the database, the connection); retrying may help.
+    #[error("the users directory failed")]
+    Unavailable(#[source] BoxError),
+}
+
+impl From<rusqlite::Error> for UsersError {
+    fn from(e: rusqlite::Error) -> Self {
+        UsersError::Unavailable(Box::new(e))
+    }
+}
+
+impl From<tokio_postgres::Error> for UsersError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        UsersError::Unavailable(Box::new(e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for UsersError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        UsersError::Unavailable(Box::new(e))
+    }
+}
+
+/// Where the directory lives.
+#[derive(Debug, Clone)]
+pub enum DirectoryConfig {
+    /// `users.db` in this directory (created if missing).
+    Sqlite {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// PostgreSQL, connected as `snug-pg` connects (libpq's `sslmode`), tables in the schema it
+    /// names, created if missing.
+    Postgres(PgConfig),
+}
+
+/// The directory, whichever backend holds it (chosen by configuration at run time).
+#[derive(Debug, Clone)]
+pub enum Directory {
+    /// Embedded SQLite.
+    Sqlite(SqliteDirectory),
+    /// PostgreSQL.
+    Postgres(PgDirectory),
+}
+
+macro_rules! each {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            Directory::Sqlite($b) => $e,
+            Directory::Postgres($b) => $e,
+        }
+    };
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn random<const N: usize>() -> Result<[u8; N], UsersError> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|_| UsersError::Entropy)?;
+    Ok(bytes)
+}
+
+/// SHA-256 of a token's text.
+fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A token's short id: the first 4 bytes of its hash, hex.
+pub(crate) fn short_id(hash: &[u8]) -> String {
+    hex::encode(&hash[..4.min(hash.len())])
+}
+
+/// Whether `name` is a valid user name.
+pub fn valid_name(name: &str) -> bool {
+    (1..=MAX_NAME_CHARS).contains(&name.chars().count()) && !name.chars().any(char::is_control)
+}
+
+fn valid_identity(issuer: &str, subject: &str) -> bool {
+    let ok = |s: &str, max: usize| {
+        !s.is_empty() && s.len() <= max && !s.chars().any(char::is_control)
+    };
+    ok(issuer, MAX_ISSUER_BYTES) && ok(subject, MAX_SUBJECT_BYTES)
+}
+
+fn quota(bytes: Option<u64>) -> Result<Option<i64>, UsersError> {
+    bytes
+        .map(|b| i64::try_from(b).map_err(|_| UsersError::InvalidQuota(b)))
+        .transpose()
+}
+
+fn new_user(name: &str) -> Result<User, UsersError> {
+    Ok(User {
+        id: format!("u{}", hex::encode(random::<16>()?)),
+        name: name.to_owned(),
+        created_at: now_ms(),
+        disabled: false,
+        quota_bytes: None,
+    })
+}
+
+/// A fresh token: its text (returned once) and what is stored.
+fn new_token() -> Result<(String, NewToken), UsersError> {
+    let token = format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random::<32>()?)
+    );
+    let hash = token_hash(&token);
+    Ok((
+        token,
+        NewToken {
+            short_id: short_id(&hash),
+            hash,
+            created_at: now_ms(),
+        },
+    ))
+}
+
+/// A 4-byte short id can collide with another live token's (one in 2^32 per pair); such a token
+/// is drawn again, up to this many times.
+const TOKEN_DRAWS: usize = 4;
+
+/// The names first login tries for `display_name`, in order (the rule in the crate docs).
+pub fn provisioned_names(display_name: &str, issuer: &str, subject: &str) -> Vec<String> {
+    let cleaned: String = display_name
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let mut base: String = cleaned.trim().chars().take(PROVISIONED_BASE_CHARS).collect();
+    base = base.trim_end().to_owned();
+    if base.is_empty() {
+        base = "user".to_owned();
+    }
+    let mut digest = Sha256::new();
+    digest.update(issuer.as_bytes());
+    digest.update([0]);
+    digest.update(subject.as_bytes());
+    let tag = hex::encode(&digest.finalize()[..4]);
+    let mut names = vec![base.clone()];
+    names.extend((2..=9).map(|n| format!("{base}-{n}")));
+    names.push(format!("{base}-{tag}"));
+    names
+}
+
+impl Directory {
+    /// Opens the directory `config` names: the SQLite file is created and migrated forward, the
+    /// PostgreSQL schema and tables are created if missing (several replicas may start at once).
+    pub async fn open(config: &DirectoryConfig) -> Result<Self, UsersError> {
+        Ok(match config {
+            DirectoryConfig::Sqlite { dir } => {
+                let dir = dir.clone();
+                // Creating, migrating and fsyncing a file: blocking work.
+                let opened = tokio::task::spawn_blocking(move || SqliteDirectory::open(&dir))
+                    .await
+                    .map_err(|e| UsersError::Unavailable(Box::new(e)))??;
+                Directory::Sqlite(opened)
+            }
+            DirectoryConfig::Postgres(pg) => Directory::Postgres(PgDirectory::connect(pg).await?),
+        })
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Directory::Sqlite(_) => "sqlite",
+            Directory::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Whether the backend answers.
+    pub async fn health(&self) -> Result<(), UsersError> {
+        each!(self, b => b.health().await)
+    }
+
+    /// Adds a user and issues their first token.
+    pub async fn add_user(&self, name: &str) -> Result<(User, IssuedToken), UsersError> {
+        if !valid_name(name) {
+            return Err(UsersError::InvalidName);
+        }
+        let user = new_user(name)?;
+        for _ in 0..TOKEN_DRAWS {
+            let (text, token) = new_token()?;
+            match each!(self, b => b.insert_user(&user, Some(&token), None).await)? {
+                Ok(()) => {
+                    return Ok((
+                        user,
+                        IssuedToken {
+                            token: text,
+                            id: token.short_id,
+                        },
+                    ));
+                }
+                Err(Conflict::Name) => return Err(UsersError::Exists(name.to_owned())),
+                Err(Conflict::ShortId) => continue,
+                Err(other) => return Err(other.unexpected()),
+            }
+        }
+        Err(UsersError::Entropy)
+    }
+
+    /// Issues another token for an existing user (a new device, or a lost token).
+    pub async fn issue_token(&self, name: &str) -> Result<IssuedToken, UsersError> {
+        for _ in 0..TOKEN_DRAWS {
+            let (text, token) = new_token()?;
+            match each!(self, b => b.insert_token(name, &token).await)? {
+                Ok(()) => {
+                    return Ok(IssuedToken {
+                        token: text,
+                        id: token.short_id,
+                    });
+                }
+                Err(Conflict::NoUser) => return Err(UsersError::NoSuchUser(name.to_owned())),
+                Err(Conflict::ShortId) => continue,
+                Err(other) => return Err(other.unexpected()),
+            }
+        }
+        Err(UsersError::Entropy)
+    }
+
+    /// Revokes one token by its short id; returns the name of the user it belonged to.
+    pub async fn revoke_token(&self, token_id: &str) -> Result<String, UsersError> {
+        let id = token_id.trim().to_ascii_lowercase();
+        each!(self, b => b.delete_token(&id).await)?
+            .ok_or_else(|| UsersError::NoSuchToken(token_id.to_owned()))
+    }
+
+    /// Every user, by name, with their tokens and identities.
+    pub async fn list(&self) -> Result<Vec<UserInfo>, UsersError> {
+        let rows = each!(self, b => b.list().await)?;
+        Ok(assemble(rows))
+    }
+
+    /// Disables a user: every token, session and identity of theirs is refused from the next
+    /// request on, as if they did not exist; nothing is deleted.
+    pub async fn disable(&self, name: &str) -> Result<User, UsersError> {
+        each!(self, b => b.set_disabled(name, true).await)?
+            .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
+    }
+
+    /// Enables a disabled user again.
+    pub async fn enable(&self, name: &str) -> Result<User, UsersError> {
+        each!(self, b => b.set_disabled(name, false).await)?
+            .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
+    }
+
+    /// Sets (`Some`) or clears (`None`) a user's quota override.
+    pub async fn set_quota(&self, name: &str, bytes: Option<u64>) -> Result<User, UsersError> {
+        let bytes = quota(bytes)?;
+        each!(self, b => b.set_quota(name, bytes).await)?
+            .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
+    }
+
+    /// Removes a user with their tokens and identities. Their image stays in the sync store,
+    /// under an id no new user can get.
+    pub async fn remove_user(&self, name: &str) -> Result<User, UsersError> {
+        each!(self, b => b.delete_user(name).await)?
+            .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
+    }
+
+    /// The user a hub token belongs to; `None` for an unknown token or a disabled user (the two
+    /// are indistinguishable to the caller).
+    pub async fn authenticate_token(&self, token: &str) -> Result<Option<Authenticated>, UsersError> {
+        if !token.starts_with(TOKEN_PREFIX) || token.len() > MAX_TOKEN_LEN {
+            return Ok(None);
+        }
+        // The lookup is by hash: an index probe on a value an attacker cannot steer towards a
+        // stored one, so it leaks nothing through timing about the stored tokens.
+        let hash = token_hash(token);
+        let found = each!(self, b => b.by_token_hash(&hash).await)?;
+        Ok(found
+            .filter(|(user, _)| !user.disabled)
+            .map(|(user, token_id)| Authenticated { user, token_id }))
+    }
+
+    /// The user with this id, if they exist and are not disabled (a session outlives nothing it
+    /// names).
+    pub async fn user_by_id(&self, id: &str) -> Result<Option<User>, UsersError> {
+        Ok(each!(self, b => b.by_id(id).await)?.filter(|u| !u.disabled))
+    }
+
+    /// First login: the user `(issuer, subject)` names, created with that identity (and nothing
+    /// else) if new; `None` if that user is disabled. Atomic and race-safe across replicas.
+    pub async fn provision(
+        &self,
+        issuer: &str,
+        subject: &str,
+        display_name: &str,
+    ) -> Result<Option<User>, UsersError> {
+        if !valid_identity(issuer, subject) {
+            return Err(UsersError::InvalidIdentity);
+        }
+        let identity = OidcIdentity {
+            issuer: issuer.to_owned(),
+            subject: subject.to_owned(),
+        };
+        let names = provisioned_names(display_name, issuer, subject);
+        for name in &names {
+            if let Some(user) = each!(self, b => b.by_identity(&identity).await)? {
+                return Ok(Some(user).filter(|u| !u.disabled));
+            }
+            let user = new_user(name)?;
+            match each!(self, b => b.insert_user(&user, None, Some(&identity)).await)? {
+                Ok(()) => {
+                    tracing::info!(user = %user.id, name = %user.name, issuer, "provisioned a user at first login");
+                    return Ok(Some(user));
+                }
+                // Another replica provisioned this subject first: the next turn reads its user.
+                Err(Conflict::Identity) | Err(Conflict::Name) => continue,
+                Err(other) => return Err(other.unexpected()),
+            }
+        }
+        // The last candidate may have lost to the same subject on another replica.
+        if let Some(user) = each!(self, b => b.by_identity(&identity).await)? {
+            return Ok(Some(user).filter(|u| !u.disabled));
+        }
+        Err(UsersError::NamesExhausted(names[0].clone()))
+    }
+}
+
+/// Joins the backend's three row sets into one entry per user, in the users' order.
+fn assemble(rows: ListRows) -> Vec<UserInfo> {
+    let mut infos: Vec<UserInfo> = rows
+        .users
+        .into_iter()
+        .map(|user| UserInfo {
+            user,
+            tokens: Vec::new(),
+            identities: Vec::new(),
+        })
+        .collect();
+    let index: std::collections::HashMap<String, usize> = infos
+        .iter()
+        .enumerate()
+        .map(|(i, info)| (info.user.id.clone(), i))
+        .collect();
+    for (user_id, token) in rows.tokens {
+        if let Some(&i) = index.get(&user_id) {
+            infos[i].tokens.push(token);
+        }
+    }
+    for (user_id, identity) in rows.identities {
+        if let Some(&i) = index.get(&user_id) {
+            infos[i].identities.push(identity);
+        }
+    }
+    for info in &mut infos {
+        info.tokens
+            .sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        info.identities.sort();
+    }
+    infos
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provisioned_names_follow_the_stated_rule() {
+        let names = provisioned_names("  Ada\nLovelace ", "https://id.example", "42");
+        assert_eq!(names[0], "AdaLovelace");
+        assert_eq!(names[1], "AdaLovelace-2");
+        assert_eq!(names[8], "AdaLovelace-9");
+        assert_eq!(names.len(), 10);
+        assert!(names[9].starts_with("AdaLovelace-") && names[9].len() == "AdaLovelace-".len() + 8);
+        // Deterministic, and a different identity gets a different last resort.
+        assert_eq!(names, provisioned_names("  Ada\nLovelace ", "https://id.example", "42"));
+        assert_ne!(names[9], provisioned_names("AdaLovelace", "https://id.example", "43")[9]);
+        assert_eq!(provisioned_names("\n\t ", "i", "s")[0], "user");
+        let long = "x".repeat(200);
+        for name in provisioned_names(&long, "i", "s") {
+            assert!(valid_name(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_and_identities_are_checked() {
+        let (longest, too_long) = ("é".repeat(64), "é".repeat(65));
+        let cases: [(&str, bool); 5] = [
+            ("alice", true),
+            ("", false),
+            ("a\nb", false),
+            (&longest, true),
+            (&too_long, false),
+        ];
+        for (name, ok) in cases {
+            assert_eq!(valid_name(name), ok, "{name:?}");
+        }
+        assert!(valid_identity("https://id.example", "abc"));
+        assert!(!valid_identity("", "abc"));
+        assert!(!valid_identity("https://id.example", ""));
+        assert!(!valid_identity("https://id.example", &"s".repeat(256)));
+        assert!(!valid_identity("https://id\n.example", "abc"));
+    }
+
+    #[test]
+    fn tokens_have_the_stated_shape() {
+        let (text, stored) = new_token().expect("token");
+        assert!(text.starts_with(TOKEN_PREFIX));
+        assert_eq!(text.len(), TOKEN_PREFIX.len() + 43);
+        assert_eq!(stored.hash, token_hash(&text));
+        assert_eq!(stored.short_id, hex::encode(&stored.hash[..4]));
+        assert!(matches!(quota(Some(u64::MAX)), Err(UsersError::InvalidQuota(_))));
+        assert_eq!(quota(Some(5)).expect("ok"), Some(5));
+    }
+}
