@@ -724,6 +724,7 @@ pub async fn push_unvalidated(hub: &Hub, user: &str, bytes: Vec<u8>) -> String {
             }),
             idempotency_key: None,
             expected_length: Some(bytes.len() as u64),
+            quota_bytes: None,
         })),
     };
     let chunk = pb::PutImageRequest {

@@ -69,6 +69,7 @@ async fn grpc_put(
             }),
             idempotency_key: None,
             expected_length: Some(bytes.len() as u64),
+            quota_bytes: None,
         })),
     };
     let chunks = bytes

@@ -98,6 +98,10 @@ pub struct Caller {
     pub user_id: String,
     /// Who acts (recorded in the ledgers).
     pub principal: String,
+    /// The user's own quota on their image, when the users directory sets one: sent with every
+    /// write and delta so the sync service holds the user to it, and the bound of the gateway's
+    /// own upload limits ([`Backends::quota_for`]). `None`: the sync service's configured quota.
+    pub quota_bytes: Option<u64>,
 }
 
 impl Caller {
@@ -214,6 +218,16 @@ impl Backends {
         Ok(status.quota_bytes)
     }
 
+    /// The quota `caller`'s uploads are held to: their own ([`Caller::quota_bytes`]) or the
+    /// sync service's configured one. The one choice behind every body limit of an upload, so
+    /// the gateway never refuses what the service would accept, nor buffers what it would refuse.
+    pub async fn quota_for(&self, caller: &Caller) -> Result<u64, ApiError> {
+        match caller.quota_bytes {
+            Some(quota) => Ok(quota),
+            None => self.quota().await,
+        }
+    }
+
     /// The user's current revision, or the retained `revision` named, or `None` when there is no
     /// such image (or no such user, or it is another user's: the same answer, by the sync
     /// service's uniform denial).
@@ -282,6 +296,7 @@ impl Backends {
         let mut schema = self.schema.clone();
         let validate_request = self.request(validate_stream);
         let mut sync = self.sync.clone();
+        let quota_bytes = caller.quota_bytes;
         let caller = caller.pb();
         let precondition = precondition.pb();
         tokio::time::timeout(self.deadline, async move {
@@ -296,6 +311,7 @@ impl Backends {
                 precondition: Some(precondition),
                 idempotency_key: None,
                 expected_length: Some(length),
+                quota_bytes,
             });
             let put_stream = chunks::upload(header, stored);
             let response = sync
@@ -337,10 +353,11 @@ impl Backends {
         let header = sync_pb::PlanImageDeltaRequest::header(sync_pb::PlanImageDeltaHeader {
             caller: Some(caller.pb()),
             base_revision: base.to_owned(),
+            quota_bytes: caller.quota_bytes,
         });
         let mut sync = self.sync.clone();
         let request = self.request(chunks::upload(header, manifest));
-        let limit = delta_download_limit(self.quota().await?);
+        let limit = delta_download_limit(self.quota_for(caller).await?);
         self.within(async move {
             let mut stream = sync.plan_image_delta(request).await?.into_inner();
             let (_, layout) = chunks::download(&mut stream, limit, |r| r.size).await?;
@@ -362,10 +379,11 @@ impl Backends {
             sync_pb::AssembleImageDeltaRequest::header(sync_pb::AssembleImageDeltaHeader {
                 caller: Some(caller.pb()),
                 base_revision: base.to_owned(),
+                quota_bytes: caller.quota_bytes,
             });
         let mut sync = self.sync.clone();
         let request = self.request(chunks::upload(header, delta));
-        let quota = self.quota().await?;
+        let quota = self.quota_for(caller).await?;
         self.within(async move {
             let mut stream = sync.assemble_image_delta(request).await?.into_inner();
             let (_, image) = chunks::download(&mut stream, quota, |r| r.size).await?;
@@ -387,10 +405,11 @@ impl Backends {
             caller: Some(caller.pb()),
             revision: None,
             base_revision: base.map(str::to_owned),
+            quota_bytes: caller.quota_bytes,
         });
         let mut sync = self.sync.clone();
         let request = self.request(chunks::upload(header, manifest));
-        let limit = delta_download_limit(self.quota().await?);
+        let limit = delta_download_limit(self.quota_for(caller).await?);
         let answer = self
             .within(async move {
                 let mut stream = sync.get_image_delta(request).await?.into_inner();

@@ -415,7 +415,7 @@ async fn put_userdb(
 ) -> Result<Response, ApiError> {
     let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
     octet_stream(&headers, "user DB uploads must be application/octet-stream")?;
-    let quota = state.backends.quota().await?;
+    let quota = state.backends.quota_for(&identity.caller()).await?;
     let declared = declared_length(&headers);
     if let Some(length) = declared
         && length > quota
@@ -552,7 +552,7 @@ async fn plan_delta(
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // A base that cannot be a revision is a base that is gone, like one that is not the user's.
     let rev = revision_param(rev).map_err(|_| base_gone())?;
-    let quota = state.backends.quota().await?;
+    let quota = state.backends.quota_for(&identity.caller()).await?;
     let (manifest, _admission) = delta_body(
         &state,
         &headers,
@@ -608,7 +608,7 @@ async fn put_delta(
             ));
         }
     };
-    let quota = state.backends.quota().await?;
+    let quota = state.backends.quota_for(&identity.caller()).await?;
     // The assembled image (up to the quota) is held as a whole PUT's body is.
     let (delta, _admission) = delta_body(
         &state,
@@ -664,7 +664,7 @@ async fn pull_delta(
             }
         }
     }
-    let quota = state.backends.quota().await?;
+    let quota = state.backends.quota_for(&identity.caller()).await?;
     let (manifest, _admission) = delta_body(
         &state,
         &headers,

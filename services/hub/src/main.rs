@@ -76,6 +76,7 @@
 //! `SNUG_TOKEN` (or `--token-file`) for `snug sync` against a hub.
 
 mod check;
+mod erase;
 mod gateway;
 mod healthcheck;
 
@@ -139,6 +140,27 @@ enum SyncCommand {
     Check {
         #[command(flatten)]
         args: check::CheckArgs,
+        #[command(flatten)]
+        sync: SyncConfig,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Prints one user's usage of the sync store as JSON: the current image's bytes, the bytes
+    /// only earlier retained revisions hold, and the history's length.
+    Usage {
+        #[command(flatten)]
+        args: erase::UserArgs,
+        #[command(flatten)]
+        sync: SyncConfig,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// Erases one user from the sync store: their images, history, unfinished uploads, the
+    /// chunks no other user's image holds, and the principals of their ledger rows; prints what
+    /// it deleted as JSON. Idempotent. The users directory is `snug-hub users`'s.
+    Erase {
+        #[command(flatten)]
+        args: erase::UserArgs,
         #[command(flatten)]
         sync: SyncConfig,
         #[command(flatten)]
@@ -275,6 +297,32 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let _logs = logs_only(&cli.telemetry);
             sync.sqlite_dir = data.sync();
             check::run(args, &sync).await
+        }
+        Command::Sync {
+            command:
+                SyncCommand::Usage {
+                    args,
+                    mut sync,
+                    data,
+                },
+        } => {
+            let _logs = logs_only(&cli.telemetry);
+            sync.sqlite_dir = data.sync();
+            erase::usage(args, &sync).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sync {
+            command:
+                SyncCommand::Erase {
+                    args,
+                    mut sync,
+                    data,
+                },
+        } => {
+            let _logs = logs_only(&cli.telemetry);
+            sync.sqlite_dir = data.sync();
+            erase::erase(args, &sync).await?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Users { data, command } => {
             let _logs = logs_only(&cli.telemetry);

@@ -64,6 +64,7 @@ async fn store_image(data: &Path, bytes: &[u8]) {
                 principal: Principal::new("test").expect("principal"),
                 idempotency_key: None,
                 expected_length: None,
+                quota_bytes: None,
             },
             body,
         )

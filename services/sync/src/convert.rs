@@ -37,6 +37,11 @@ pub(crate) fn caller(caller: Option<pb::Caller>, field: &str) -> Result<Caller, 
     })
 }
 
+/// Validates a bare user id (the admin-side RPCs, which name a user rather than a caller).
+pub(crate) fn user(user_id: String, field: &str) -> Result<UserId, Status> {
+    UserId::new(user_id).map_err(|e| status::invalid(field, e))
+}
+
 /// Validates the precondition; a missing one is PRECONDITION_REQUIRED, as the store defines it.
 pub(crate) fn precondition(
     precondition: Option<pb::Precondition>,

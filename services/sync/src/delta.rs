@@ -22,29 +22,68 @@ use crate::{SyncServer, convert, reason::DOMAIN, status};
 /// 64 `max_delta_len` allows).
 const DELTA_OVERHEAD_PER_PAGE: u64 = snug_delta::ID_LEN as u64 + 13;
 
-impl SyncServer {
-    fn limits(&self) -> Limits {
-        Limits {
-            max_length: self.quota_bytes,
+/// The delta codec's bounds for an image within `quota`.
+fn limits(quota: u64) -> Limits {
+    Limits { max_length: quota }
+}
+
+/// The most bytes a manifest of an image within `quota` can take.
+fn max_manifest_len(quota: u64) -> u64 {
+    limits(quota).max_manifest_len()
+}
+
+/// The most bytes a delta for an image within `quota` can take: every page literal, each with
+/// its id and its own run.
+fn max_delta_len(quota: u64) -> u64 {
+    let limits = limits(quota);
+    64 + limits.max_length + limits.max_pages() * DELTA_OVERHEAD_PER_PAGE
+}
+
+/// The user's own quota a delta header may carry (issue 20: set by the hub's users directory).
+trait QuotaOf {
+    fn quota_bytes(&self) -> Option<u64>;
+}
+
+macro_rules! quota_of {
+    ($($header:ty),*) => {$(
+        impl QuotaOf for $header {
+            fn quota_bytes(&self) -> Option<u64> {
+                self.quota_bytes
+            }
         }
-    }
+    )*};
+}
 
-    /// The most bytes a delta for an image within the quota can take: every page literal, each
-    /// with its id and its own run.
-    fn max_delta_len(&self) -> u64 {
-        let limits = self.limits();
-        64 + limits.max_length + limits.max_pages() * DELTA_OVERHEAD_PER_PAGE
-    }
+quota_of!(
+    pb::PlanImageDeltaHeader,
+    pb::AssembleImageDeltaHeader,
+    pb::GetImageDeltaHeader
+);
 
-    /// Receives a delta RPC's header and payload (a manifest or a delta) of at most `limit`
-    /// bytes, admitted against the process's upload budget; the sizes are the codec's, so no
-    /// header declares one.
-    async fn receive<M: chunks::Chunked>(
+impl SyncServer {
+    /// Receives a delta RPC's header and payload (a manifest or a delta) of at most
+    /// `limit(quota)` bytes, the quota being the header's own or the configured one, admitted
+    /// against the process's upload budget; the sizes are the codec's, so no header declares
+    /// one. Returns the quota with the upload.
+    async fn receive<M>(
         &self,
         stream: &mut Streaming<M>,
-        limit: u64,
-    ) -> Result<chunks::Upload<M::Header>, Status> {
-        chunks::receive(stream, DOMAIN, limit, &self.upload_budget, |_| None).await
+        limit: fn(u64) -> u64,
+    ) -> Result<(chunks::Upload<M::Header>, u64), Status>
+    where
+        M: chunks::Chunked,
+        M::Header: QuotaOf,
+    {
+        let upload = chunks::receive_limited_by(
+            stream,
+            DOMAIN,
+            |header| limit(self.quota(header.quota_bytes())),
+            &self.upload_budget,
+            |_| None,
+        )
+        .await?;
+        let quota = self.quota(upload.header.quota_bytes());
+        Ok((upload, quota))
     }
 
     /// The base's bytes: a retained revision of the caller's own image, or DELTA_BASE_GONE.
@@ -71,11 +110,10 @@ impl SyncServer {
         &self,
         mut stream: Streaming<pb::PlanImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::PlanImageDeltaResponse>, Status> {
-        let limits = self.limits();
-        let upload = self.receive(&mut stream, limits.max_manifest_len()).await?;
+        let (upload, quota) = self.receive(&mut stream, max_manifest_len).await?;
+        let limits = limits(quota);
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
-        let quota = self.quota_bytes;
         let manifest = Manifest::parse(&upload.bytes, &limits)
             .map_err(|err| status::delta_error(err, quota))?;
         let (info, base) = self.base(&caller.user, base).await?;
@@ -100,11 +138,10 @@ impl SyncServer {
         &self,
         mut stream: Streaming<pb::AssembleImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::AssembleImageDeltaResponse>, Status> {
-        let limits = self.limits();
-        let upload = self.receive(&mut stream, self.max_delta_len()).await?;
+        let (upload, quota) = self.receive(&mut stream, max_delta_len).await?;
+        let limits = limits(quota);
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let base = convert::revision(upload.header.base_revision, "header.base_revision")?;
-        let quota = self.quota_bytes;
         let (_, base) = self.base(&caller.user, base).await?;
         let image = blocking(move || {
             Delta::parse(&upload.bytes, &limits, base.len() as u64).and_then(|delta| {
@@ -130,8 +167,8 @@ impl SyncServer {
         &self,
         mut stream: Streaming<pb::GetImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::GetImageDeltaResponse>, Status> {
-        let limits = self.limits();
-        let upload = self.receive(&mut stream, limits.max_manifest_len()).await?;
+        let (upload, quota) = self.receive(&mut stream, max_manifest_len).await?;
+        let limits = limits(quota);
         let caller = convert::caller(upload.header.caller, "header.caller")?;
         let revision = upload
             .header
@@ -143,7 +180,6 @@ impl SyncServer {
             .base_revision
             .map(|token| convert::revision(token, "header.base_revision"))
             .transpose()?;
-        let quota = self.quota_bytes;
         // The client's pages: named in its manifest, or its file is a revision the origin keeps.
         let source = match base {
             None => Source::Manifest(

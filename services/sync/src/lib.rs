@@ -386,6 +386,12 @@ impl SyncServer {
         }
     }
 
+    /// The quota a request is held to: the user's own when the request carries one (the hub's
+    /// users directory sets it), the configured one otherwise.
+    fn quota(&self, requested: Option<u64>) -> u64 {
+        requested.unwrap_or(self.quota_bytes)
+    }
+
     /// The store behind the service.
     pub fn store(&self) -> &AnyStore {
         &self.store
@@ -600,13 +606,15 @@ impl SyncService for SyncServer {
         let precondition = convert::precondition(header.precondition, "header.precondition")?;
         let idempotency_key =
             convert::idempotency_key(header.idempotency_key, "header.idempotency_key")?;
-        // A declared length over the quota is refused before a single chunk is read; the store
-        // enforces the quota again on the bytes that actually arrive.
+        // A declared length over the quota (the user's own, when the header carries one) is
+        // refused before a single chunk is read; the store enforces the same quota again on the
+        // bytes that actually arrive.
+        let quota = self.quota(header.quota_bytes);
         if let Some(len) = header.expected_length
-            && len > self.quota_bytes
+            && len > quota
         {
             tracing::info!(user = %caller.user, declared = len, "refused a declared over-quota image");
-            return Err(status::quota_exceeded(self.quota_bytes));
+            return Err(status::quota_exceeded(quota));
         }
         let violation = upload::Violation::default();
         let body = upload::body(stream, header.expected_length, violation.clone());
@@ -617,6 +625,7 @@ impl SyncService for SyncServer {
             idempotency_key,
             // Exact when declared (the body adapter refuses any other length).
             expected_length: header.expected_length,
+            quota_bytes: header.quota_bytes,
         };
         let user = request.user.clone();
         match self.store.put(request, body).await {
@@ -743,6 +752,56 @@ impl SyncService for SyncServer {
         Ok(Response::new(
             SyncServer::get_image_delta(self, request.into_inner()).await?,
         ))
+    }
+
+    async fn get_usage(
+        &self,
+        request: Request<pb::GetUsageRequest>,
+    ) -> Result<Response<pb::GetUsageResponse>, Status> {
+        let user = convert::user(request.into_inner().user_id, "user_id")?;
+        let usage = self
+            .store
+            .usage(&user)
+            .await
+            .map_err(status::storage_error)?;
+        Ok(Response::new(pb::GetUsageResponse {
+            current_bytes: usage.current_bytes,
+            history_bytes: usage.history_bytes,
+            revisions: usage.revisions,
+            retained_revisions: usage.retained_revisions,
+        }))
+    }
+
+    async fn erase_user(
+        &self,
+        request: Request<pb::EraseUserRequest>,
+    ) -> Result<Response<pb::EraseUserResponse>, Status> {
+        let user = convert::user(request.into_inner().user_id, "user_id")?;
+        let report = self
+            .store
+            .erase(&user)
+            .await
+            .map_err(status::reclaim_error)?;
+        tracing::info!(
+            user = %user,
+            revisions = report.revisions,
+            chunks = report.chunks,
+            bytes = report.bytes,
+            packs = report.packs,
+            packs_wiped = report.packs_wiped,
+            ledger_rows_scrubbed = report.ledger_rows_scrubbed,
+            "erased a user"
+        );
+        Ok(Response::new(pb::EraseUserResponse {
+            revisions: report.revisions,
+            publications: report.publications,
+            images: report.images,
+            chunks: report.chunks,
+            bytes: report.bytes,
+            packs: report.packs,
+            packs_wiped: report.packs_wiped,
+            ledger_rows_scrubbed: report.ledger_rows_scrubbed,
+        }))
     }
 
     async fn check_store(

@@ -8,7 +8,7 @@
 
 use snug_delta::DeltaError;
 use snug_reasons::sync as reasons;
-use snug_revstore::{InvalidToken, PutError, ReadError, StorageError};
+use snug_revstore::{InvalidToken, PutError, ReadError, ReclaimError, StorageError};
 use snug_rpc::status::from_reason;
 use tonic::Status;
 
@@ -101,6 +101,17 @@ pub fn put_error(err: PutError) -> Status {
             )
         }
         PutError::Storage(err) => storage_error(err),
+    }
+}
+
+/// Maps a failed erasure. It lists no objects, so the listing refusals of a reclamation pass
+/// cannot happen there; should one, it is the storage failing to answer.
+pub fn reclaim_error(err: ReclaimError) -> Status {
+    match err {
+        ReclaimError::Storage(err) => storage_error(err),
+        err @ (ReclaimError::IncompleteListing | ReclaimError::UnreadableCandidate { .. }) => {
+            storage_error(StorageError::unavailable(err))
+        }
     }
 }
 

@@ -146,6 +146,8 @@ struct Put<'a> {
     bytes: Bytes,
     declare_length: bool,
     idempotency_key: Option<&'a str>,
+    /// The user's own quota, as the gateway sends it from the users directory.
+    quota_bytes: Option<u64>,
 }
 
 impl<'a> Put<'a> {
@@ -156,6 +158,7 @@ impl<'a> Put<'a> {
             bytes,
             declare_length: true,
             idempotency_key: None,
+            quota_bytes: None,
         }
     }
 
@@ -167,6 +170,7 @@ impl<'a> Put<'a> {
             }),
             idempotency_key: self.idempotency_key.map(str::to_owned),
             expected_length: self.declare_length.then_some(self.bytes.len() as u64),
+            quota_bytes: self.quota_bytes,
         })
     }
 
@@ -357,6 +361,9 @@ on_every_backend!(
     first_contact_provisions_the_user_record_only,
     malformed_uploads_are_refused_and_write_nothing,
     store_status_reports_the_backend,
+    usage_and_erasure_of_one_user,
+    admin_rpcs_refuse_a_bad_user_id,
+    a_users_own_quota_replaces_the_configured_one,
 );
 
 async fn compare_and_swap_over_grpc(backend: Backend) {
@@ -448,6 +455,7 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
         precondition: None,
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     });
     let request = chunks::upload(header, image(1, 100));
     assert_refused(
@@ -1624,7 +1632,7 @@ mod delta {
         Bytes::from(out)
     }
 
-    async fn collect<M: snug_rpc::chunks::Chunked>(
+    pub(super) async fn collect<M: snug_rpc::chunks::Chunked>(
         mut stream: Streaming<M>,
     ) -> Result<(M::Header, Vec<u8>), Status> {
         let (header, bytes) = chunks::download(&mut stream, 1 << 30, |_| 0).await?;
@@ -1640,6 +1648,7 @@ mod delta {
         let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
             caller: caller(user, "device-a"),
             base_revision: base.to_owned(),
+            quota_bytes: None,
         });
         let stream = hub
             .client
@@ -1658,6 +1667,7 @@ mod delta {
         let header = pb::AssembleImageDeltaRequest::header(pb::AssembleImageDeltaHeader {
             caller: caller(user, "device-a"),
             base_revision: base.to_owned(),
+            quota_bytes: None,
         });
         let stream = hub
             .client
@@ -1687,6 +1697,7 @@ mod delta {
             caller: caller(user, "device-b"),
             revision: revision.map(str::to_owned),
             base_revision: base.map(str::to_owned),
+            quota_bytes: None,
         });
         let stream = hub
             .client
@@ -1932,3 +1943,265 @@ on_every_backend_delta!(
     delta_refusals_are_typed_and_store_nothing,
     a_plan_reveals_nothing_about_other_users_pages,
 );
+
+async fn get_usage(hub: &mut Hub, user: &str) -> Result<pb::GetUsageResponse, Status> {
+    hub.client
+        .get_usage(pb::GetUsageRequest {
+            user_id: user.to_owned(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn erase_user(hub: &mut Hub, user: &str) -> Result<pb::EraseUserResponse, Status> {
+    hub.client
+        .erase_user(pb::EraseUserRequest {
+            user_id: user.to_owned(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// GetUsage and EraseUser (issue 20, points 5 and 6) over gRPC: usage of the current image and
+/// of the history, an erasure that reports what it deleted and leaves another user's image whole,
+/// zeros on a second erasure and for an unknown user, and a fresh first write afterwards.
+async fn usage_and_erasure_of_one_user(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let page = 4096;
+    let v1 = image(31, 4 * page);
+    let mut v2 = v1[..2 * page].to_vec();
+    v2.extend_from_slice(&image(32, 2 * page));
+    let v2 = Bytes::from(v2);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &v1)
+        .await
+        .expect("r1");
+    put(&mut hub, "alice", must_match(&r1.revision), &v2)
+        .await
+        .expect("r2");
+    let theirs = Bytes::from(v2[..2 * page].to_vec());
+    put(&mut hub, "bob", must_not_exist(), &theirs)
+        .await
+        .expect("bob");
+
+    let usage = get_usage(&mut hub, "alice").await.expect("usage");
+    assert_eq!(
+        usage,
+        pb::GetUsageResponse {
+            current_bytes: 4 * page as u64,
+            history_bytes: 2 * page as u64,
+            revisions: 2,
+            retained_revisions: 2,
+        }
+    );
+    let report = erase_user(&mut hub, "alice").await.expect("erase");
+    assert_eq!(report.revisions, 2, "{report:?}");
+    assert_eq!(
+        report.chunks, 4,
+        "the four pages only alice had: {report:?}"
+    );
+    assert_eq!(report.bytes, 4 * page as u64, "{report:?}");
+    assert_eq!(report.ledger_rows_scrubbed, 2, "{report:?}");
+    assert_refused(
+        head(&mut hub, "alice", None).await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+    assert_eq!(
+        get_usage(&mut hub, "alice").await.expect("usage"),
+        pb::GetUsageResponse::default()
+    );
+    assert_eq!(
+        get_usage(&mut hub, "nobody").await.expect("usage"),
+        pb::GetUsageResponse::default()
+    );
+    assert_eq!(
+        erase_user(&mut hub, "alice").await.expect("again"),
+        pb::EraseUserResponse::default()
+    );
+    let (_, bytes, _) = get(&mut hub, "bob", None).await.expect("bob's image");
+    assert_eq!(bytes, theirs);
+    put(&mut hub, "alice", must_not_exist(), &v1)
+        .await
+        .expect("a fresh first write");
+}
+
+/// The admin-side RPCs name a bare user id: an empty, over-long or control-character one is
+/// INVALID_ARGUMENT naming `user_id`, and the store is not asked.
+async fn admin_rpcs_refuse_a_bad_user_id(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    for bad in [String::new(), "u".repeat(257), "a\nb".to_owned()] {
+        for status in [
+            get_usage(&mut hub, &bad).await.map(|_| ()),
+            erase_user(&mut hub, &bad).await.map(|_| ()),
+        ] {
+            let status = assert_refused(status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+            assert_eq!(
+                meta(&status, "field").as_deref(),
+                Some("user_id"),
+                "{bad:?}"
+            );
+        }
+    }
+    // At the limit is a user id like any other.
+    assert_eq!(
+        get_usage(&mut hub, &"u".repeat(256)).await.expect("usage"),
+        pb::GetUsageResponse::default()
+    );
+}
+
+/// A PutImage header may carry the user's own quota (from the hub's users directory): it
+/// replaces the configured one in both directions, for a declared length and for the bytes as
+/// they stream, and QUOTA_EXCEEDED names it. The delta RPCs take it the same way.
+async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
+    const QUOTA: u64 = CHUNK_SIZE as u64;
+    let Some(mut hub) = start(backend, |c| c.quota_bytes = QUOTA).await else {
+        return;
+    };
+    for (user, declare_length) in [("declared", true), ("undeclared", false)] {
+        provision(&mut hub, user).await;
+        let lower = Put {
+            declare_length,
+            quota_bytes: Some(1000),
+            ..Put::new(user, must_not_exist(), image(41, 1001))
+        };
+        let status = assert_refused(
+            lower.send(&mut hub).await,
+            Code::ResourceExhausted,
+            reason::QUOTA_EXCEEDED,
+        );
+        assert_eq!(meta(&status, reason::QUOTA_BYTES).as_deref(), Some("1000"));
+        let higher = 3 * QUOTA;
+        let over = Put {
+            declare_length,
+            quota_bytes: Some(higher),
+            ..Put::new(user, must_not_exist(), image(42, higher as usize + 1))
+        };
+        let status = assert_refused(
+            over.send(&mut hub).await,
+            Code::ResourceExhausted,
+            reason::QUOTA_EXCEEDED,
+        );
+        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(higher.to_string()));
+        let at = Put {
+            declare_length,
+            quota_bytes: Some(higher),
+            ..Put::new(user, must_not_exist(), image(43, higher as usize))
+        };
+        let accepted = at.send(&mut hub).await.expect("within the user's quota");
+        assert_eq!(accepted.revision.expect("revision").size, higher);
+    }
+
+    // A delta plan for an image over the configured quota but within the user's.
+    provision(&mut hub, "delta").await;
+    let first = delta::paged(&[1, 2, 3]);
+    assert!(first.len() as u64 > QUOTA);
+    let r1 = Put {
+        quota_bytes: Some(1 << 20),
+        ..Put::new("delta", must_not_exist(), first)
+    }
+    .send(&mut hub)
+    .await
+    .expect("first")
+    .revision
+    .expect("revision");
+    let second = delta::paged(&[1, 2, 3, 4]);
+    let manifest = snug_delta::Manifest::of(&second, delta::PAGE).expect("manifest");
+    assert!(
+        delta::plan(&mut hub, "delta", &r1.revision, manifest.encode())
+            .await
+            .is_err(),
+        "over the configured quota"
+    );
+    let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
+        caller: caller("delta", "device-a"),
+        base_revision: r1.revision.clone(),
+        quota_bytes: Some(1 << 20),
+    });
+    let stream = hub
+        .client
+        .plan_image_delta(chunks::upload(header, Bytes::from(manifest.encode())))
+        .await
+        .expect("planned within the user's quota")
+        .into_inner();
+    let (planned, _) = delta::collect(stream).await.expect("plan");
+    assert_eq!(planned.literal_pages, 1);
+}
+
+/// Issue 20, point 6, on the store `snug-hub serve` opens (the embedded store, through this
+/// service): after EraseUser no byte of the user's image is left in any file of the store's
+/// directory (the WAL included), while another user's image that shared pages with it in one
+/// pack file reads back whole and passes CheckStore.
+#[tokio::test]
+async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
+    let Some(mut hub) = start(Backend::Sqlite, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let page = 4096;
+    let mine = image(51, 8 * page);
+    let mut shared = mine[..4 * page].to_vec();
+    shared.extend_from_slice(&image(52, 4 * page));
+    let shared = Bytes::from(shared);
+    put(&mut hub, "alice", must_not_exist(), &mine)
+        .await
+        .expect("alice");
+    put(&mut hub, "bob", must_not_exist(), &shared)
+        .await
+        .expect("bob");
+    let _ = get(&mut hub, "alice", None)
+        .await
+        .expect("alice's download");
+    let dir = hub.config.sqlite_dir.clone();
+    // The pages only alice's image holds (its ledger principals are the conformance suite's).
+    let needles: Vec<&[u8]> = mine[4 * page..].chunks(page).collect();
+    let scan = |dir: &std::path::Path| -> Vec<String> {
+        let mut found = Vec::new();
+        let mut dirs = vec![dir.to_owned()];
+        while let Some(d) = dirs.pop() {
+            for entry in std::fs::read_dir(&d).expect("read_dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                for (i, needle) in needles.iter().enumerate() {
+                    if bytes.windows(needle.len()).any(|w| w == *needle) {
+                        found.push(format!("needle {i} in {}", path.display()));
+                    }
+                }
+            }
+        }
+        found
+    };
+    // The scan can fail: before the erasure it finds alice's pages.
+    let before = scan(&dir);
+    assert!(
+        (0..4).all(|i| before
+            .iter()
+            .any(|f| f.starts_with(&format!("needle {i} in")))),
+        "{before:?}"
+    );
+    let report = erase_user(&mut hub, "alice").await.expect("erase");
+    assert_eq!(
+        report.packs_wiped, 1,
+        "alice's pack holds bob's pages too: {report:?}"
+    );
+    let after = scan(&dir);
+    assert!(
+        after.is_empty(),
+        "erased bytes left in the files: {after:?}"
+    );
+    let (_, bytes, _) = get(&mut hub, "bob", None).await.expect("bob");
+    assert_eq!(bytes, shared);
+    let checked = check_store(&mut hub).await;
+    let last = checked.last().expect("a last message");
+    assert!(last.done && last.problems.is_empty(), "{checked:?}");
+}

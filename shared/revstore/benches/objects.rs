@@ -143,6 +143,7 @@ fn main() {
                 principal: principal.clone(),
                 idempotency_key: None,
                 expected_length: None,
+                quota_bytes: None,
             },
             stream_of(&bytes),
         ))
@@ -198,6 +199,7 @@ fn main() {
                 principal: principal.clone(),
                 idempotency_key: None,
                 expected_length: None,
+                quota_bytes: None,
             },
             stream_of(&Bytes::from(bytes.clone())),
         ))
@@ -217,6 +219,7 @@ fn main() {
             principal,
             idempotency_key: None,
             expected_length: None,
+            quota_bytes: None,
         },
         stream_of(&Bytes::from(bytes)),
     ))

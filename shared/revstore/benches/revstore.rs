@@ -75,6 +75,7 @@ async fn put(
         principal: principal(),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     };
     store
         .put(request, stream_of(bytes))

@@ -10,8 +10,9 @@ use crate::{
     error::{PutError, ReadError, ReclaimError, StorageError},
     store::{ImageDownload, RevStore},
     types::{
-        IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome, PutRequest,
-        ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, UserId,
+        ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome,
+        PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
+        StorageStats, UsageReport, UserId,
     },
 };
 
@@ -121,6 +122,14 @@ impl RevStore for AnyStore {
 
     async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
         each!(self, s => s.reclaim().await)
+    }
+
+    async fn usage(&self, user: &UserId) -> Result<UsageReport, StorageError> {
+        each!(self, s => s.usage(user).await)
+    }
+
+    async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
+        each!(self, s => s.erase(user).await)
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

@@ -16,6 +16,7 @@
 //!   `PgStore::connect_with_objects` with a `Bucket`). [`AnyStore`] picks one at run
 //!   time.
 //! - [`PutRequest`], [`RestoreRequest`], [`PutOutcome`], [`RevisionInfo`], [`ImageDownload`].
+//! - [`UsageReport`], [`ErasureReport`].
 //! - Errors, one enum per operation family, each with `reason()`: [`PutError`], [`ReadError`],
 //!   [`ReclaimError`], [`OpenError`], [`StorageError`].
 //! - [`StoreConfig`] with [`Retention`] and an injectable [`Clock`].
@@ -59,6 +60,21 @@
 //!   beyond it [`PutError::PutsInFlight`]). Unreferenced chunks go at once in the embedded store
 //!   (commits re-check their chunks when a sweep ran meanwhile) and after `orphan_after` in
 //!   PostgreSQL (where a streaming put records the rows it relies on in `streamed_chunks`).
+//! - A user can be erased ([`RevStore::erase`], issue 20): one reclamation pass scoped to the
+//!   user that ignores retention (`erase.rs`): their publication records with what they staged,
+//!   every history row, the images and chunks no other user's revision names, pack files or
+//!   objects left empty (and, in packs that also hold other users' chunks, the erased chunks'
+//!   ranges overwritten with zeros), the principals of their ledger rows (replaced by `erased`),
+//!   each deletion journaled first. The user record stays, with no image. "Gone" per backend: the
+//!   memory store forgets; the embedded store runs SQLite with `secure_delete=ON` (freed cells
+//!   and pages zeroed, always, since ordinary page splits free pages too) and checkpoints the WAL
+//!   with TRUNCATE after an erasure; PostgreSQL deletes rows, whose dead tuples the server
+//!   reclaims at its next VACUUM (run `VACUUM` on the store's schema where the physical pages
+//!   must not keep them either); a bucket must not keep object versions. A store created before
+//!   `secure_delete` was on may still hold stale bytes in pages freed back then: `VACUUM` it once.
+//! - [`RevStore::usage`] reports per user the current image's size and the bytes only the earlier
+//!   retained revisions hold ([`UsageReport`] defines them); a put may carry the user's own quota
+//!   ([`PutRequest::quota_bytes`]), which replaces [`StoreConfig::quota_bytes`] in the one check.
 //! - Time comes from a [`Clock`], so retention is testable without sleeping.
 //!
 //! # What this crate deliberately does not do
@@ -73,7 +89,7 @@
 //! - Merge divergent histories: a conflict is reported with the current revision, and the client
 //!   decides (Snug's conflict policy v1).
 //! - Compact pack files whose chunks are partly dead: a pack is deleted when none of its chunks is
-//!   live, not before.
+//!   live, not before (an erasure zeroes its erased chunks' ranges in place instead).
 //!
 //! # Design notes
 //!
@@ -82,7 +98,7 @@
 //! The sync origin's storage (§9.3): per user, the current revision or none, and a history of
 //! revisions, each an opaque strong token (`r<seq>-<16 hex>`) carrying the SHA-256 of its bytes.
 //! One trait, `RevStore` (put, restore, head, head_revision, get, get_revision, list_revisions, the
-//! served and put ledgers, reclaim, journal, health, stats, check_integrity), with three backends: `MemStore`
+//! served and put ledgers, reclaim, journal, usage, erase, health, stats, check_integrity), with three backends: `MemStore`
 //! (tests), `SqliteStore` (the embedded default: SQLite metadata plus pack files under one
 //! directory) and `PgStore` (feature `postgres`: everything in PostgreSQL, chunks as `bytea`, a
 //! deadpool of tokio-postgres connections, TLS with libpq's `sslmode`/`sslrootcert` over rustls:
@@ -176,6 +192,7 @@ mod cas;
 mod chunk;
 mod clock;
 mod config;
+mod erase;
 mod error;
 mod integrity;
 mod mem;
@@ -207,8 +224,8 @@ pub use pg::{PgConfig, PgStore, PgTlsError};
 pub use sqlite::SqliteStore;
 pub use store::{ImageBody, ImageDownload, RevStore};
 pub use types::{
-    Digest, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry, Precondition,
-    Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+    Digest, ErasureReport, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry,
+    Precondition, Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
     RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
-    Timestamp, UserId, Verdict, storage_version,
+    Timestamp, UsageReport, UserId, Verdict, storage_version,
 };

@@ -17,6 +17,7 @@ use crate::{
     cas::{Accepted, Facts},
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
+    erase,
     error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
     integrity,
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
@@ -24,9 +25,10 @@ use crate::{
     retention::{Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
-        Digest, IdempotencyKey, IntegrityReport, JournalEntry, Precondition, Principal,
-        PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
-        Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId, Verdict,
+        Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
+        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UsageReport,
+        UserId, Verdict,
     },
 };
 
@@ -242,7 +244,7 @@ impl State {
         now: Timestamp,
     ) -> Result<PutOutcome, PutError> {
         if !self.publications.contains_key(&publication) {
-            return Err(StorageError::unavailable("put outlived its grace period; retry").into());
+            return Err(StorageError::unavailable(protocol::RECORD_GONE).into());
         }
         let intent = &proposal.intent;
         let facts = self
@@ -405,8 +407,10 @@ impl Primitives for MemStore {
     ) -> Result<(Ingested, Staged), PutError> {
         let ingested = ingested?;
         let mut state = self.lock();
-        if let Some(p) = state.publications.get_mut(publication) {
-            p.digest = Some(ingested.digest);
+        match state.publications.get_mut(publication) {
+            Some(p) => p.digest = Some(ingested.digest),
+            // Taken while the bytes streamed in: nothing is published under a record that is gone.
+            None => return Err(StorageError::unavailable(protocol::RECORD_GONE).into()),
         }
         // Create-once: an occupied address must hold the same bytes.
         let mut created = Vec::new();
@@ -509,6 +513,34 @@ impl MemStore {
         damaged[middle] ^= 0x01;
         *bytes = Bytes::from(damaged);
         true
+    }
+
+    /// Every byte string the store holds (chunks, principals, journal subjects and users), for
+    /// the conformance suite's erasure scan: a memory store has no files to search.
+    #[doc(hidden)]
+    pub fn dump(&self) -> Vec<Vec<u8>> {
+        let state = self.lock();
+        let mut held: Vec<Vec<u8>> = state.chunks.values().map(|c| c.to_vec()).collect();
+        for (user, rec) in &state.users {
+            held.push(user.as_str().as_bytes().to_vec());
+            for r in &rec.revisions {
+                held.push(r.info.principal.as_str().as_bytes().to_vec());
+            }
+        }
+        held.extend(
+            state
+                .served
+                .iter()
+                .map(|(_, e)| e.principal.as_str().as_bytes().to_vec()),
+        );
+        held.extend(
+            state
+                .puts
+                .iter()
+                .map(|(_, e)| e.principal.as_str().as_bytes().to_vec()),
+        );
+        held.extend(state.journal.iter().map(|e| e.subject.as_bytes().to_vec()));
+        held
     }
 
     fn download(
@@ -684,6 +716,36 @@ impl RevStore for MemStore {
         futures::executor::block_on(reclaim::run(self, &self.inner.config.retention, self.now()))
     }
 
+    async fn usage(&self, user: &UserId) -> Result<UsageReport, StorageError> {
+        let (history, current) = {
+            let state = self.lock();
+            match state.users.get(user) {
+                Some(rec) => (
+                    rec.revisions.iter().map(|r| r.info.clone()).collect(),
+                    rec.current_row().map(|r| r.info.clone()),
+                ),
+                None => (Vec::new(), None),
+            }
+        };
+        erase::usage(
+            self,
+            &history,
+            current.as_ref(),
+            self.inner.config.chunk_size as usize,
+        )
+        .await
+    }
+
+    async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
+        // Like a pass, it holds the state's lock throughout and waits on nothing else.
+        futures::executor::block_on(erase::erase(
+            self,
+            user,
+            &self.inner.config.retention,
+            self.now(),
+        ))
+    }
+
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {
         let state = self.lock();
         Ok(state.journal.iter().rev().take(limit).cloned().collect())
@@ -803,6 +865,7 @@ impl reclaim::Pass for MemPass<'_> {
             .filter(|(id, p)| match taking {
                 reclaim::Taking::Orphans(cutoff) => p.abandoned || p.started_at <= cutoff,
                 reclaim::Taking::Abandoned(wanted) => p.abandoned && id.to_string() == wanted,
+                reclaim::Taking::User(user) => p.user.as_str() == user,
             })
             .map(|(id, p)| reclaim::Orphan {
                 record: Record {
@@ -978,6 +1041,79 @@ impl reclaim::Pass for MemPass<'_> {
 
     async fn registered_objects(&mut self) -> Result<HashSet<String>, StorageError> {
         Ok(HashSet::new())
+    }
+
+    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
+        Ok(self
+            .state
+            .users
+            .iter()
+            .filter(|(u, _)| u.as_str() == user)
+            .flat_map(|(_, rec)| rec.revisions.iter())
+            .map(|r| (r.info.revision.to_string(), r.info.digest))
+            .collect())
+    }
+
+    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
+        if let Some((_, rec)) = self
+            .state
+            .users
+            .iter_mut()
+            .find(|(u, _)| u.as_str() == user)
+        {
+            *rec = UserRec::default();
+        }
+        Ok(())
+    }
+
+    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
+        Ok(images
+            .iter()
+            .filter_map(|d| self.state.images.get(d))
+            .flat_map(|i| i.manifest.iter().copied())
+            .collect())
+    }
+
+    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<reclaim::Place>, StorageError> {
+        Ok(chunks
+            .iter()
+            .filter_map(|c| {
+                self.state.chunks.get(c).map(|bytes| reclaim::Place {
+                    len: bytes.len() as u32,
+                    object: None,
+                })
+            })
+            .collect())
+    }
+
+    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
+        let erased = Principal::new(crate::erase::ERASED).map_err(StorageError::unavailable)?;
+        let mut scrubbed = 0;
+        let State { served, puts, .. } = &mut *self.state;
+        let principals = served
+            .iter_mut()
+            .filter(|(u, _)| u.as_str() == user)
+            .map(|(_, e)| &mut e.principal)
+            .chain(
+                puts.iter_mut()
+                    .filter(|(u, _)| u.as_str() == user)
+                    .map(|(_, e)| &mut e.principal),
+            );
+        for principal in principals {
+            if *principal != erased {
+                *principal = erased.clone();
+                scrubbed += 1;
+            }
+        }
+        Ok(scrubbed)
+    }
+
+    async fn wipe(
+        &mut self,
+        _ranges: &std::collections::BTreeMap<String, Vec<(u64, u32)>>,
+    ) -> Result<(), StorageError> {
+        // Chunks live in the state itself: deleting one forgets its bytes.
+        Ok(())
     }
 
     async fn journal(

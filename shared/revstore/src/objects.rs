@@ -224,6 +224,28 @@ impl Bucket {
         Ok(out)
     }
 
+    /// Rewrites a pack with the byte `ranges` (offset, length) zeroed, keeping its name and
+    /// length: an erasure's deleted chunks in a pack that also holds chunks still named
+    /// ([`crate::reclaim::Pass::wipe`]). One that is already gone is left gone. A bucket that
+    /// keeps earlier object versions keeps the old bytes there: erasure needs versioning off.
+    pub(crate) async fn wipe(&self, name: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {
+        let key = self.key(name);
+        let Some(stored) = self.storage.get(&key).await.map_err(unavailable)? else {
+            return Ok(());
+        };
+        let mut bytes = stored.to_vec();
+        for (offset, len) in ranges {
+            let start = *offset as usize;
+            if let Some(range) = bytes.get_mut(start..start + *len as usize) {
+                range.fill(0);
+            }
+        }
+        self.storage
+            .put(&key, Bytes::from(bytes))
+            .await
+            .map_err(unavailable)
+    }
+
     /// Deletes a pack; one that is already gone counts as deleted.
     pub(crate) async fn delete(&self, name: &str) -> Result<(), StorageError> {
         self.storage

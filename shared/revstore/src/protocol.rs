@@ -54,6 +54,11 @@ use crate::{
 
 pub(crate) use cas::Decision;
 
+/// Why a put whose publication record was taken from under it is refused (retryable): past the
+/// orphan period, or by an erasure of its user ([`crate::erase`]).
+pub(crate) const RECORD_GONE: &str =
+    "the put's publication record is gone (past the orphan period, or its user was erased); retry";
+
 /// What a put or restore asks for, before any byte is read.
 #[derive(Clone, Debug)]
 pub(crate) struct Intent {
@@ -79,7 +84,7 @@ impl Intent {
             key: request.idempotency_key.clone(),
             principal: request.principal.clone(),
             image: None,
-            reserve: request.expected_length.unwrap_or(store.quota()),
+            reserve: request.expected_length.unwrap_or(quota(store, request)),
             staged_limit: store.staged_limit(),
         }
     }
@@ -254,6 +259,12 @@ pub(crate) trait Primitives: Send + Sync {
     ) -> impl Future<Output = Result<(), StorageError>> + Send;
 }
 
+/// The quota this put is held to: the caller's per-user override, or the store's default. The
+/// one place the choice is made, so the early reservation and the streaming check agree.
+fn quota<P: Primitives>(store: &P, request: &PutRequest) -> u64 {
+    request.quota_bytes.unwrap_or_else(|| store.quota())
+}
+
 /// Streams a new image in and, if the precondition holds, makes it the user's current revision.
 pub(crate) async fn put<P, B>(
     store: &P,
@@ -278,7 +289,8 @@ where
     let publication = store.begin(&intent).await?;
     let result = async {
         let mut sink = store.sink(&publication);
-        let ingested = chunk::ingest(body, store.quota(), store.chunk_size(), &mut sink).await;
+        let quota = quota(store, &request);
+        let ingested = chunk::ingest(body, quota, store.chunk_size(), &mut sink).await;
         let (ingested, staged) = store.publish(&publication, sink, ingested).await?;
         store.read_back(ReadBack::Staged(&staged)).await?;
         let proposal = Proposal {

@@ -79,6 +79,8 @@ pub(crate) enum Taking<'a> {
     Orphans(Timestamp),
     /// The one abandoned record with this id (a write that just failed).
     Abandoned(&'a str),
+    /// Every record of this user, whatever its age or state: an erasure ([`crate::erase`]).
+    User(&'a str),
 }
 
 /// What the puts in flight name, and so protect.
@@ -104,6 +106,14 @@ pub(crate) struct Retained {
     pub(crate) seq: i64,
     pub(crate) revision: String,
     pub(crate) candidate: Candidate,
+}
+
+/// Where a chunk is stored: its length, and the object and offset holding it where chunks live
+/// in objects (pack files, pack objects); `None` where the chunk row holds the bytes itself.
+#[derive(Clone, Debug)]
+pub(crate) struct Place {
+    pub(crate) len: u32,
+    pub(crate) object: Option<(String, u64)>,
 }
 
 /// An image no retained revision refers to.
@@ -199,6 +209,35 @@ pub(crate) trait Pass {
     /// Every registered object.
     fn registered_objects(&mut self)
     -> impl Future<Output = Result<HashSet<String>, StorageError>>;
+    /// The image of every history row of `user`, retained or not, with its revision token
+    /// (erasure).
+    fn history(
+        &mut self,
+        user: &str,
+    ) -> impl Future<Output = Result<Vec<(String, Digest)>, StorageError>>;
+    /// Deletes every history row of `user` and clears its pointer; the user's record stays, as
+    /// a user with no image (erasure).
+    fn delete_history(&mut self, user: &str) -> impl Future<Output = Result<(), StorageError>>;
+    /// The distinct chunks the images name (erasure, before the images go).
+    fn named_chunks(
+        &mut self,
+        images: &[Digest],
+    ) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
+    /// Where each of `chunks` is stored (erasure, before the rows go).
+    fn places(
+        &mut self,
+        chunks: &[Digest],
+    ) -> impl Future<Output = Result<Vec<Place>, StorageError>>;
+    /// Replaces the principal of every put-ledger and served-ledger row of `user` with
+    /// [`crate::erase::ERASED`]; returns how many rows changed (erasure).
+    fn scrub_ledgers(&mut self, user: &str) -> impl Future<Output = Result<u64, StorageError>>;
+    /// Overwrites the byte ranges of deleted chunks in objects that stay (they hold other
+    /// chunks still named), after [`Pass::commit`] and before [`Pass::delete_objects`]
+    /// (erasure). Backends with no objects have nothing to wipe.
+    fn wipe(
+        &mut self,
+        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+    ) -> impl Future<Output = Result<(), StorageError>>;
     /// Appends to the reclamation journal.
     fn journal(
         &mut self,
@@ -350,20 +389,20 @@ pub(crate) async fn discard<R: Reclaimer>(
 }
 
 /// What taking orphans decided.
-struct Taken {
+pub(crate) struct Taken {
     /// What the remaining records name.
-    in_flight: InFlight,
+    pub(crate) in_flight: InFlight,
     /// The orphans' objects that nothing registers or names any more, to delete after the
     /// commit (journaled by the caller with the rest of its objects).
-    objects: Vec<String>,
+    pub(crate) objects: Vec<String>,
     /// Chunk rows deleted.
-    chunks: u64,
+    pub(crate) chunks: u64,
 }
 
 /// Journals and deletes the orphans' records, then journals and deletes the chunk rows their
 /// writes created that nothing else names, and picks out their objects that nothing registers
 /// or names.
-async fn take_orphans<P: Pass>(
+pub(crate) async fn take_orphans<P: Pass>(
     pass: &mut P,
     orphans: &[Orphan],
     now: Timestamp,
@@ -418,6 +457,6 @@ async fn take_orphans<P: Pass>(
     })
 }
 
-fn hex_all(digests: &[Digest]) -> Vec<String> {
+pub(crate) fn hex_all(digests: &[Digest]) -> Vec<String> {
     digests.iter().map(Digest::to_hex).collect()
 }

@@ -15,8 +15,9 @@ use futures::{Stream, StreamExt};
 use crate::{
     error::{PutError, ReadError, ReclaimError, StorageError},
     types::{
-        Digest, IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome, PutRequest,
-        ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, UserId,
+        Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
+        PutOutcome, PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
+        StorageStats, UsageReport, UserId,
     },
 };
 
@@ -117,6 +118,25 @@ pub trait RevStore: Send + Sync + 'static {
 
     /// Runs one reclamation pass under the configured retention.
     fn reclaim(&self) -> impl Future<Output = Result<ReclaimReport, ReclaimError>> + Send;
+
+    /// What the user's images take: the current image's size, the bytes only the user's earlier
+    /// retained revisions hold, and the history's length ([`UsageReport`] defines each). Zeros
+    /// for an unknown user.
+    fn usage(
+        &self,
+        user: &UserId,
+    ) -> impl Future<Output = Result<UsageReport, StorageError>> + Send;
+
+    /// Erases the user: their current image, every revision, their unfinished puts, and the
+    /// chunks, images and pack objects no other user's revision names; scrubs the principals of
+    /// their ledger rows; journals every deletion first. The user record stays, with no image,
+    /// so a later first put lands as a fresh image; a put racing the erasure either landed before
+    /// it (and is erased) or is refused. Idempotent: erasing again reports zeros. The order and
+    /// the choices are `erase.rs`'s module docs.
+    fn erase(
+        &self,
+        user: &UserId,
+    ) -> impl Future<Output = Result<ErasureReport, ReclaimError>> + Send;
 
     /// The reclamation journal, newest first.
     fn journal(

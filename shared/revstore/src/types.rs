@@ -324,6 +324,10 @@ pub struct PutRequest {
     /// on staged bytes ([`crate::StoreConfig::staged_limit_bytes`]) until it lands; an undeclared
     /// put holds the quota. Not checked against the body here: the caller enforces it.
     pub expected_length: Option<u64>,
+    /// The quota on this image for this user, when the caller's users directory sets one: it
+    /// replaces [`crate::StoreConfig::quota_bytes`] for this put, higher or lower, and is
+    /// enforced by the same check, at the byte that crosses it. `None`: the store's default.
+    pub quota_bytes: Option<u64>,
 }
 
 /// A copy-forward of an old revision's bytes as a new revision.
@@ -508,4 +512,50 @@ pub struct IntegrityReport {
     pub problems: Vec<IntegrityProblem>,
     /// Problems found beyond those listed.
     pub problems_omitted: u64,
+}
+
+/// What one user's images take in the store ([`crate::RevStore::usage`]).
+///
+/// Chunks are deduplicated across revisions and users, so the two byte counts are defined on the
+/// user's own images, whatever other users share:
+///
+/// - `current_bytes`: the size of the current image (what a download of it sends), 0 without one.
+/// - `history_bytes`: the bytes of the distinct chunks that the user's retained revisions other
+///   than the current one name and the current image does not, each chunk counted once: what the
+///   user's history keeps at rest beyond the current image. A chunk another user's image also
+///   names still counts (erasing the user would not free it, so this is not [`ErasureReport`]'s
+///   `bytes_deleted` in advance). Revisions whose bytes retention already reclaimed add nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UsageReport {
+    /// Size of the current image in bytes (0 when the user has none).
+    pub current_bytes: u64,
+    /// Bytes of the chunks only the user's earlier retained revisions name (see above).
+    pub history_bytes: u64,
+    /// Revisions in the user's history, reclaimed ones included (their rows stay).
+    pub revisions: u64,
+    /// Of those, the revisions whose bytes are still retained (the current one included).
+    pub retained_revisions: u64,
+}
+
+/// What one erasure deleted ([`crate::RevStore::erase`]). Erasing a user with nothing left
+/// reports zeros.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErasureReport {
+    /// History rows deleted (every revision of the user, retained or not).
+    pub revisions: u64,
+    /// Unfinished puts of the user whose publication records were taken.
+    pub publications: u64,
+    /// Image records deleted (those no other user's revision names).
+    pub images: u64,
+    /// Chunks deleted: those the user's images named and no remaining image names.
+    pub chunks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Pack files or pack objects deleted whole.
+    pub packs: u64,
+    /// Pack files or pack objects that also hold other users' chunks, rewritten with the
+    /// deleted chunks' ranges zeroed.
+    pub packs_wiped: u64,
+    /// Put-ledger and served-ledger rows of the user whose principal was scrubbed.
+    pub ledger_rows_scrubbed: u64,
 }

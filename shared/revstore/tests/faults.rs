@@ -81,6 +81,7 @@ fn request(u: &snug_revstore::UserId, precondition: Precondition) -> PutRequest 
         principal: who("device-a"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     }
 }
 

@@ -28,8 +28,12 @@ async fn two_large_images(sealer: &Sealer) -> (Fixture<SqliteStore>, [(UserId, V
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(dir.path(), config).expect("open sqlite store");
     let root = dir.path().to_owned();
-    let counted = root.clone();
+    let (counted, scanned) = (root.clone(), root.clone());
     let fx = Fixture {
+        scan: std::sync::Arc::new(move |needles| {
+            let root = scanned.clone();
+            Box::pin(async move { scan_dir(&root, &needles) })
+        }),
         at_rest: std::sync::Arc::new(move || {
             let root = counted.clone();
             Box::pin(async move { sqlite_at_rest(&root) })

@@ -58,7 +58,20 @@ pub async fn receive<M: Chunked>(
     budget: &UploadBudget,
     declared_len: impl Fn(&M::Header) -> Option<u64>,
 ) -> Result<Upload<M::Header>, Status> {
-    let (header, receiver) = Receiver::start(stream, domain, limit, budget, declared_len).await?;
+    receive_limited_by(stream, domain, |_| limit, budget, declared_len).await
+}
+
+/// [`receive`] with the limit taken from the header, for uploads whose bound depends on who
+/// sends them (a per-user quota the header carries).
+pub async fn receive_limited_by<M: Chunked>(
+    stream: &mut Streaming<M>,
+    domain: &'static str,
+    limit: impl Fn(&M::Header) -> u64,
+    budget: &UploadBudget,
+    declared_len: impl Fn(&M::Header) -> Option<u64>,
+) -> Result<Upload<M::Header>, Status> {
+    let (header, receiver) =
+        Receiver::start_limited_by(stream, domain, limit, budget, declared_len).await?;
     let (bytes, admission) = receiver.into_bytes().await?;
     Ok(Upload {
         header,
@@ -97,6 +110,17 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         budget: &UploadBudget,
         declared_len: impl Fn(&M::Header) -> Option<u64>,
     ) -> Result<(M::Header, Self), Status> {
+        Self::start_limited_by(stream, domain, |_| limit, budget, declared_len).await
+    }
+
+    /// [`Receiver::start`] with the limit taken from the header.
+    pub async fn start_limited_by(
+        stream: &'a mut Streaming<M>,
+        domain: &'static str,
+        limit: impl Fn(&M::Header) -> u64,
+        budget: &UploadBudget,
+        declared_len: impl Fn(&M::Header) -> Option<u64>,
+    ) -> Result<(M::Header, Self), Status> {
         let header = match next(stream, domain).await? {
             Some(Part::Header(header)) => header,
             Some(Part::Chunk(_)) => {
@@ -114,6 +138,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
                 ));
             }
         };
+        let limit = limit(&header);
         let declared = declared_len(&header);
         if let Some(len) = declared
             && len > limit

@@ -28,9 +28,10 @@ use crate::{
     protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
     store::{ImageBody, ImageDownload, RevStore},
     types::{
-        Digest, IdempotencyKey, IntegrityReport, JournalEntry, Precondition, Principal,
-        PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
-        Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UserId, Verdict,
+        Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
+        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UsageReport,
+        UserId, Verdict,
     },
 };
 
@@ -598,7 +599,7 @@ impl PgStore {
             .await?
             == 0
         {
-            return Err(StorageError::unavailable("put outlived its grace period; retry").into());
+            return Err(StorageError::unavailable(protocol::RECORD_GONE).into());
         }
         let facts = load_facts(&*tx, user, &intent.precondition, intent.key.as_ref(), true).await?;
         let digest_bytes = digest.as_bytes().as_slice();
@@ -969,15 +970,20 @@ impl Primitives for PgStore {
         if let Staged::Packs(p) = &staged {
             packs::check_reused_chunks(&*tx, p).await?;
         }
-        tx.execute(
-            "UPDATE publications SET digest = $1, chunks = $2 WHERE id = $3",
-            &[
-                &ingested.digest.as_bytes().as_slice(),
-                &chunk::encode_manifest(&reused),
-                publication,
-            ],
-        )
-        .await?;
+        let recorded = tx
+            .execute(
+                "UPDATE publications SET digest = $1, chunks = $2 WHERE id = $3",
+                &[
+                    &ingested.digest.as_bytes().as_slice(),
+                    &chunk::encode_manifest(&reused),
+                    publication,
+                ],
+            )
+            .await?;
+        if recorded == 0 {
+            // Taken while the bytes streamed in (an erasure of the user, or the orphan period).
+            return Err(StorageError::unavailable(protocol::RECORD_GONE).into());
+        }
         tx.commit().await?;
         Ok((ingested, staged))
     }
@@ -1200,6 +1206,26 @@ impl RevStore for PgStore {
 
     async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
         crate::reclaim::run(self, &self.inner.config.retention, self.now()).await
+    }
+
+    async fn usage(&self, user: &UserId) -> Result<UsageReport, StorageError> {
+        let history = self.list_revisions(user, i64::MAX as usize).await?;
+        let current = match self.head(user).await {
+            Ok(info) => Some(info),
+            Err(ReadError::NotFound) => None,
+            Err(ReadError::Storage(e)) => return Err(e),
+        };
+        crate::erase::usage(
+            self,
+            &history,
+            current.as_ref(),
+            Primitives::chunk_size(self),
+        )
+        .await
+    }
+
+    async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
+        crate::erase::erase(self, user, &self.inner.config.retention, self.now()).await
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

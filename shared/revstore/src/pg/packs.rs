@@ -116,12 +116,17 @@ impl PackSink {
         super::lock_shared(&*tx, self.lock_key)
             .await
             .map_err(StorageError::from)?;
-        tx.execute(
-            "UPDATE publications SET packs = array_append(packs, $1) WHERE id = $2",
-            &[&name, &self.publication],
-        )
-        .await
-        .map_err(StorageError::from)?;
+        let recorded = tx
+            .execute(
+                "UPDATE publications SET packs = array_append(packs, $1) WHERE id = $2",
+                &[&name, &self.publication],
+            )
+            .await
+            .map_err(StorageError::from)?;
+        if recorded == 0 {
+            // Taken while the bytes streamed in: no object is written for a record that is gone.
+            return Err(StorageError::unavailable(crate::protocol::RECORD_GONE).into());
+        }
         tx.commit().await.map_err(StorageError::from)?;
         drop(client);
         while self.uploads.len() >= UPLOADS_IN_FLIGHT {

@@ -8,16 +8,18 @@
 //! about to be deleted would reuse it. A pass that fails or is dropped before it ends takes its
 //! connection out of the pool, so the server rolls the transaction back and frees the lock.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use deadpool_postgres::Object;
 
 use super::{PgStore, digest_of, journal};
 use crate::{
     chunk,
+    erase::ERASED,
     error::{ReclaimError, StorageError},
     reclaim::{
-        Chunks, InFlight, Listed, Orphan, Pass, Reclaimer, Record, Retained, Taking, Unreferenced,
+        Chunks, InFlight, Listed, Orphan, Pass, Place, Reclaimer, Record, Retained, Taking,
+        Unreferenced,
     },
     retention::{Candidate, Cutoffs},
     types::{Digest, ReclaimedKind, Timestamp},
@@ -96,6 +98,14 @@ impl Pass for PgPass<'_> {
                     .query(
                         "SELECT id, user_id, started_at, packs FROM publications WHERE started_at <= $1 OR abandoned_at IS NOT NULL",
                         &[&cutoff.unix_millis()],
+                    )
+                    .await?
+            }
+            Taking::User(user) => {
+                self.client()
+                    .query(
+                        "SELECT id, user_id, started_at, packs FROM publications WHERE user_id = $1",
+                        &[&user],
                     )
                     .await?
             }
@@ -378,6 +388,112 @@ impl Pass for PgPass<'_> {
             .iter()
             .map(|r| r.get(0))
             .collect())
+    }
+
+    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
+        self.client()
+            .query(
+                "SELECT revision, digest FROM revisions WHERE user_id = $1 ORDER BY seq",
+                &[&user],
+            )
+            .await?
+            .iter()
+            .map(|r| Ok((r.get(0), digest_of(r.get(1))?)))
+            .collect()
+    }
+
+    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
+        let client = self.client();
+        client
+            .execute(
+                "UPDATE users SET current_seq = NULL WHERE user_id = $1",
+                &[&user],
+            )
+            .await?;
+        client
+            .execute("DELETE FROM revisions WHERE user_id = $1", &[&user])
+            .await?;
+        Ok(())
+    }
+
+    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
+        let digests: Vec<&[u8]> = images.iter().map(|d| &d.as_bytes()[..]).collect();
+        let mut named = HashSet::new();
+        if digests.is_empty() {
+            return Ok(named);
+        }
+        for r in self
+            .client()
+            .query(
+                "SELECT manifest FROM images WHERE digest = ANY($1)",
+                &[&digests],
+            )
+            .await?
+        {
+            named.extend(chunk::decode_manifest(r.get::<_, &[u8]>(0)).ok_or_else(|| {
+                StorageError::Corrupt {
+                    object: "manifest".into(),
+                }
+            })?);
+        }
+        Ok(named)
+    }
+
+    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<Place>, StorageError> {
+        let mut places = Vec::with_capacity(chunks.len());
+        for batch in chunks.chunks(DELETE_BATCH) {
+            let hashes: Vec<&[u8]> = batch.iter().map(|d| &d.as_bytes()[..]).collect();
+            for r in self
+                .client()
+                .query(
+                    "SELECT c.hash, COALESCE(c.len, length(c.data)), p.name, c.pack_offset
+                     FROM chunks c LEFT JOIN packs p ON p.id = c.pack_id
+                     WHERE c.hash = ANY($1)",
+                    &[&hashes],
+                )
+                .await?
+            {
+                let object = match (r.get::<_, Option<String>>(2), r.get::<_, Option<i64>>(3)) {
+                    (Some(name), Some(offset)) => Some((name, offset as u64)),
+                    _ => None,
+                };
+                places.push(Place {
+                    len: r.get::<_, Option<i32>>(1).unwrap_or(0) as u32,
+                    object,
+                });
+            }
+        }
+        Ok(places)
+    }
+
+    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
+        let mut scrubbed = 0;
+        for table in ["put_verdicts", "served"] {
+            scrubbed += self
+                .client()
+                .execute(
+                    &format!(
+                        "UPDATE {table} SET principal = $2 WHERE user_id = $1 AND principal <> $2"
+                    ),
+                    &[&user, &ERASED],
+                )
+                .await?;
+        }
+        Ok(scrubbed)
+    }
+
+    async fn wipe(
+        &mut self,
+        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+    ) -> Result<(), StorageError> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let objects = self.store.objects()?;
+        for (name, ranges) in ranges {
+            objects.wipe(name, ranges).await?;
+        }
+        Ok(())
     }
 
     async fn journal(

@@ -113,6 +113,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_chunks() {
             principal: Principal::new("device").expect("principal"),
             idempotency_key: None,
             expected_length: None,
+            quota_bytes: None,
         };
         let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
         let info = store.put(request, body).await.expect("put").info;

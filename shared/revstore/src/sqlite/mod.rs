@@ -6,7 +6,9 @@
 //!   chunk index, packs, publication records, ledgers and the reclamation journal. One writer
 //!   connection behind a mutex, a small pool of read-only connections, `foreign_keys=ON`,
 //!   `synchronous=NORMAL` except for the commits a put depends on, which run with `FULL`.
-//! - `packs/<sha256>.pack`: the new chunks of one put, written once and never modified.
+//! - `packs/<sha256>.pack`: the new chunks of one put, written once and never modified, except
+//!   that an erasure overwrites its erased chunks' ranges with zeros when the pack also holds chunks
+//!   still named (`crate::erase`).
 //! - `served/<generation>.journal`: served-ledger entries not yet folded into `meta.sqlite`
 //!   (see [`journal`]); folded on open, on reads of the ledger, by reclamation passes and every
 //!   few thousand downloads.
@@ -49,13 +51,15 @@ use crate::{
     config::StoreConfig,
     error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
     integrity, migrate,
-    protocol::{self, Decision, Image, Intent, Primitives, Proposal, ReadBack, Source},
+    protocol::{
+        self, Decision, Image, Intent, Primitives, Proposal, RECORD_GONE, ReadBack, Source,
+    },
     store::{Guarded, ImageBody, ImageDownload, LeaseGuard, Leases, RevStore},
     types::{
-        Digest, IdempotencyKey, IntegrityReport, JournalEntry, Precondition, Principal,
-        PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
-        Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats, Timestamp, UserId,
-        Verdict, storage_version,
+        Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
+        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
+        RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
+        Timestamp, UsageReport, UserId, Verdict, storage_version,
     },
 };
 
@@ -140,6 +144,10 @@ impl SqliteStore {
         }
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Deleted cells and freed pages are zeroed, so an erased user's ledger principals (and
+        // any row that goes) do not linger in free space (`erase.rs`); always on, since a page
+        // freed by an ordinary split keeps the bytes it held just as well.
+        conn.pragma_update(None, "secure_delete", "ON")?;
         // Manifests make the WAL grow by a few hundred KiB per put; cap what a checkpoint leaves.
         conn.pragma_update(None, "journal_size_limit", 16 * 1024 * 1024)?;
         // Checkpoints run on a connection of their own, never inside the writer's commits
@@ -810,7 +818,7 @@ impl Inner {
             // The record names the pack before the pack exists under that name, so reclamation
             // always knows an in-flight pack from an orphan.
             let mut conn = self.writer();
-            durable(&mut conn, |tx| {
+            let recorded = durable(&mut conn, |tx| {
                 tx.execute(
                     "UPDATE publications SET digest = ?1, size = ?2, pack = ?3 WHERE id = ?4",
                     params![
@@ -821,6 +829,11 @@ impl Inner {
                     ],
                 )
             })?;
+            if recorded == 0 {
+                // Taken while the bytes streamed in (an erasure of the user, or the orphan
+                // period): nothing may be published under a record that is gone.
+                return Err(StorageError::unavailable(RECORD_GONE).into());
+            }
             // From here reclamation keeps the stored chunks this put reuses; one that a pass took
             // while the bytes streamed in fails the put now, before anything else is written.
             if self.sweep_epoch.load(Ordering::SeqCst) != begun.epoch {
@@ -927,9 +940,7 @@ impl Inner {
                 [begun.publication],
             )? == 0
             {
-                return Err(PutError::Storage(StorageError::unavailable(
-                    "put outlived its grace period; retry",
-                )));
+                return Err(PutError::Storage(StorageError::unavailable(RECORD_GONE)));
             }
             let facts = load_facts(tx, user, &intent.precondition, intent.key.as_ref())?;
             match (proposal.decide(facts.as_ref()), &proposal.source) {
@@ -1633,6 +1644,59 @@ impl RevStore for SqliteStore {
 
     async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
         self.blocking(|inner| inner.reclaim()).await
+    }
+
+    async fn usage(&self, user: &UserId) -> Result<UsageReport, StorageError> {
+        let history = self.list_revisions(user, i64::MAX as usize).await?;
+        let current = match self.head(user).await {
+            Ok(info) => Some(info),
+            Err(ReadError::NotFound) => None,
+            Err(ReadError::Storage(e)) => return Err(e),
+        };
+        let chunk_size = self.inner.chunk_size;
+        self.blocking(move |inner| {
+            futures::executor::block_on(crate::erase::usage(
+                inner,
+                &history,
+                current.as_ref(),
+                chunk_size,
+            ))
+        })
+        .await
+    }
+
+    async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
+        let user = user.clone();
+        self.blocking(move |inner| {
+            // The served ledger's journal files hold principals too: folded into `served` first,
+            // so the pass scrubs them there.
+            inner.fold_served()?;
+            let mut report = futures::executor::block_on(crate::erase::erase(
+                inner,
+                &user,
+                &inner.config.retention,
+                inner.now(),
+            ))?;
+            // A download that began before the pass wrote its entry to the journal meanwhile.
+            if inner.fold_served()? > 0 {
+                let conn = inner.writer();
+                report.ledger_rows_scrubbed += conn.execute(
+                    "UPDATE served SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2",
+                    [user.as_str(), crate::erase::ERASED],
+                )? as u64;
+            }
+            // No WAL frame may keep a page as it was before the erasure.
+            let conn = inner.writer();
+            let (busy, _, _): (i64, i64, i64) =
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+            if busy != 0 {
+                tracing::warn!("the WAL checkpoint after an erasure was blocked by a reader; the next checkpoint completes it");
+            }
+            Ok(report)
+        })
+        .await
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

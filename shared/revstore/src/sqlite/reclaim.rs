@@ -6,7 +6,7 @@
 //! commit and the deletion would otherwise lose its file.
 
 use std::{
-    collections::HashSet,
+    collections::{BTreeMap, HashSet},
     fs::{self, File},
     io,
     sync::{MutexGuard, atomic::Ordering},
@@ -18,9 +18,11 @@ use rusqlite::{Connection, params};
 use super::{Inner, journal, packs};
 use crate::{
     chunk,
+    erase::ERASED,
     error::{ReclaimError, StorageError},
     reclaim::{
-        Chunks, InFlight, Listed, Orphan, Pass, Reclaimer, Record, Retained, Taking, Unreferenced,
+        Chunks, InFlight, Listed, Orphan, Pass, Place, Reclaimer, Record, Retained, Taking,
+        Unreferenced,
     },
     retention::{Candidate, Cutoffs},
     types::{Digest, ReclaimedKind, Timestamp},
@@ -77,7 +79,7 @@ impl Reclaimer for Inner {
         // Under the writer lock, before any lease is checked (see `Heads::clear`). Taking a
         // failed put's pack deletes no image, so the cached plans (and the images they keep)
         // stay.
-        if let Taking::Orphans(_) = taking {
+        if let Taking::Orphans(_) | Taking::User(_) = taking {
             self.heads.clear();
         }
         Ok(pass)
@@ -111,14 +113,19 @@ fn digest(bytes: &[u8]) -> Result<Digest, StorageError> {
 
 impl Pass for SqlitePass<'_> {
     async fn orphans(&mut self, taking: Taking<'_>) -> Result<Vec<Orphan>, StorageError> {
+        use rusqlite::types::Value;
         let (sql, param) = match taking {
             Taking::Orphans(cutoff) => (
                 "SELECT id, user_id, started_at, pack FROM publications WHERE started_at <= ?1 OR abandoned_at IS NOT NULL",
-                cutoff.unix_millis(),
+                Value::Integer(cutoff.unix_millis()),
             ),
             Taking::Abandoned(id) => (
                 "SELECT id, user_id, started_at, pack FROM publications WHERE id = ?1 AND abandoned_at IS NOT NULL",
-                id.parse::<i64>().unwrap_or(-1),
+                Value::Integer(id.parse::<i64>().unwrap_or(-1)),
+            ),
+            Taking::User(user) => (
+                "SELECT id, user_id, started_at, pack FROM publications WHERE user_id = ?1",
+                Value::Text(user.to_owned()),
             ),
         };
         // The embedded store writes chunk rows only when a put commits: an orphan's write left a
@@ -316,6 +323,93 @@ impl Pass for SqlitePass<'_> {
             .prepare("SELECT name FROM packs")?
             .query_map([], |r| r.get(0))?
             .collect::<Result<_, _>>()?)
+    }
+
+    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
+        let rows: Vec<(String, Vec<u8>)> = self
+            .conn
+            .prepare("SELECT revision, digest FROM revisions WHERE user_id = ?1 ORDER BY seq")?
+            .query_map([user], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(revision, d)| Ok((revision, digest(&d)?)))
+            .collect()
+    }
+
+    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
+        self.conn.execute(
+            "UPDATE users SET current_seq = NULL WHERE user_id = ?1",
+            [user],
+        )?;
+        self.conn
+            .execute("DELETE FROM revisions WHERE user_id = ?1", [user])?;
+        Ok(())
+    }
+
+    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
+        let mut named = HashSet::new();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT manifest FROM images WHERE digest = ?1")?;
+        for image in images {
+            let mut rows = stmt.query([image.as_bytes()])?;
+            while let Some(r) = rows.next()? {
+                let m: Vec<u8> = r.get(0)?;
+                named.extend(
+                    chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
+                        object: "manifest".into(),
+                    })?,
+                );
+            }
+        }
+        Ok(named)
+    }
+
+    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<Place>, StorageError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT p.name, c.offset, c.len FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = ?1",
+        )?;
+        let mut places = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            let mut rows = stmt.query([chunk.as_bytes()])?;
+            while let Some(r) = rows.next()? {
+                places.push(Place {
+                    len: r.get(2)?,
+                    object: Some((r.get(0)?, r.get::<_, i64>(1)? as u64)),
+                });
+            }
+        }
+        Ok(places)
+    }
+
+    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
+        let mut scrubbed = 0;
+        for table in ["put_verdicts", "served"] {
+            scrubbed += self.conn.execute(
+                &format!(
+                    "UPDATE {table} SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2"
+                ),
+                [user, ERASED],
+            )? as u64;
+        }
+        Ok(scrubbed)
+    }
+
+    async fn wipe(
+        &mut self,
+        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+    ) -> Result<(), StorageError> {
+        use std::os::unix::fs::FileExt as _;
+        for (name, ranges) in ranges {
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .open(self.inner.pack_path(name))?;
+            for (offset, len) in ranges {
+                file.write_all_at(&vec![0u8; *len as usize], *offset)?;
+            }
+            file.sync_all()?;
+        }
+        Ok(())
     }
 
     async fn journal(

@@ -152,6 +152,7 @@ async fn held_pieces_keep_their_bytes_while_the_pool_is_reused() {
                 principal: Principal::new("test").expect("principal"),
                 idempotency_key: None,
                 expected_length: None,
+                quota_bytes: None,
             };
             let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes))]);
             store.put(request, body).await.expect("put").info.revision
@@ -295,6 +296,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
                 principal: Principal::new("device").expect("principal"),
                 idempotency_key: None,
                 expected_length: None,
+                quota_bytes: None,
             };
             let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
             let info = store.put(request, body).await.expect("put").info;
@@ -383,6 +385,7 @@ async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
         principal: Principal::new("writer").expect("principal"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     };
     let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(vec![7u8; 10_000]))]);
     store.put(request, body).await.expect("put");
@@ -418,6 +421,7 @@ fn put_request(user: &UserId, precondition: Precondition) -> PutRequest {
         principal: Principal::new("writer").expect("principal"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     }
 }
 

@@ -218,6 +218,7 @@ pub(crate) async fn quota_boundary_is_exact_and_refused_early<
         principal: who("device-a"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     };
     match fx.store.put(request, stream).await {
         Err(PutError::QuotaExceeded { quota: 50_000 }) => {}
@@ -258,6 +259,7 @@ pub(crate) async fn body_failure_writes_nothing<
         principal: who("device-a"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     };
     let err = fx
         .store
@@ -346,6 +348,7 @@ pub(crate) async fn idempotency_key_replays_and_refuses_reuse<
             principal: who("device-a"),
             idempotency_key: Some(key.clone()),
             expected_length: None,
+            quota_bytes: None,
         };
         fx.store.put(request, body(&bytes))
     };
@@ -473,6 +476,7 @@ pub(crate) async fn storage_version_is_recorded_at_acceptance_and_carried_by_res
             principal: who("device-a"),
             idempotency_key: None,
             expected_length: None,
+            quota_bytes: None,
         };
         let store = &fx.store;
         async move { store.put(request, body_in(&bytes, piece)).await }
@@ -1039,6 +1043,7 @@ pub(crate) async fn reclaim_spares_the_base_of_a_put_in_flight<
         principal: who("slow-device"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     };
     let in_flight = {
         let store = store.clone();
@@ -1320,6 +1325,7 @@ pub(crate) async fn orphans_are_reclaimed_after_grace<
         principal: who("device-a"),
         idempotency_key: None,
         expected_length: None,
+        quota_bytes: None,
     };
     let store = Arc::new(fx.store);
     let task = {
@@ -1549,6 +1555,7 @@ pub(crate) async fn a_put_that_does_not_land_leaves_nothing_behind<
         principal: who("device-a"),
         idempotency_key: None,
         expected_length: Some(c.len() as u64),
+        quota_bytes: None,
     };
     match store.put(request, futures::stream::iter(pieces)).await {
         Err(PutError::BodyAborted(_)) => {}
@@ -1608,6 +1615,7 @@ pub(crate) async fn a_users_unfinished_puts_are_limited<
             principal: who("device-a"),
             idempotency_key: None,
             expected_length: Some(len as u64),
+            quota_bytes: None,
         };
         let store = store.clone();
         let task = tokio::spawn(async move { store.put(request, body).await });
@@ -1664,4 +1672,272 @@ pub(crate) async fn health_reports_the_backend<
     };
     fx.store.health().await.expect("healthy");
     assert!(["memory", "sqlite", "postgres", "postgres+objects"].contains(&fx.store.backend()));
+}
+
+/// Writes `bytes` as `u`'s next image, by `principal`.
+async fn put_as<S: RevStore>(
+    store: &S,
+    u: &snug_revstore::UserId,
+    principal: &str,
+    precondition: Precondition,
+    bytes: &[u8],
+    quota_bytes: Option<u64>,
+) -> Result<snug_revstore::PutOutcome, PutError> {
+    let request = PutRequest {
+        user: u.clone(),
+        precondition,
+        principal: who(principal),
+        idempotency_key: None,
+        expected_length: Some(bytes.len() as u64),
+        quota_bytes,
+    };
+    store.put(request, body(bytes)).await
+}
+
+/// Issue 20, point 6: erasing a user leaves no byte of their images (nor the principals of
+/// their ledger rows) anywhere in the store, as the store's actual storage shows (files with the
+/// WAL checkpointed, table rows, bucket objects); another user's image that shared chunks with
+/// theirs (in the same pack, where packs exist) is intact, verifies, and reads back byte for
+/// byte; usage reports both before and after; a second erasure reports zeros.
+pub(crate) async fn erasure_leaves_no_byte_of_the_user_and_spares_a_sharer<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, alice)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision bob");
+    let chunk = CHUNK as usize;
+    // r1: twelve chunks; r2 keeps its first six and replaces the rest; bob's image is r2's first
+    // six (stored in alice's first pack) and six of his own.
+    let a1 = image(901, 12 * chunk);
+    let mut a2 = a1[..6 * chunk].to_vec();
+    a2.extend_from_slice(&image(902, 6 * chunk));
+    let mut b = a2[..6 * chunk].to_vec();
+    b.extend_from_slice(&image(903, 6 * chunk));
+    let principal = "alice-phone-5c1d9e";
+    let r1 = put_as(
+        &fx.store,
+        &alice,
+        principal,
+        Precondition::MustNotExist,
+        &a1,
+        None,
+    )
+    .await
+    .expect("r1");
+    put_as(
+        &fx.store,
+        &alice,
+        principal,
+        Precondition::MustMatch(r1.info.revision.clone()),
+        &a2,
+        None,
+    )
+    .await
+    .expect("r2");
+    let _ = fx
+        .store
+        .get(&alice, &who(principal))
+        .await
+        .expect("get")
+        .body
+        .read_to_vec()
+        .await
+        .expect("read");
+    put_as(
+        &fx.store,
+        &bob,
+        "bob-laptop",
+        Precondition::MustNotExist,
+        &b,
+        None,
+    )
+    .await
+    .expect("bob's image");
+
+    let usage = fx.store.usage(&alice).await.expect("usage");
+    assert_eq!(
+        usage,
+        snug_revstore::UsageReport {
+            current_bytes: a2.len() as u64,
+            history_bytes: 6 * chunk as u64,
+            revisions: 2,
+            retained_revisions: 2,
+        }
+    );
+    assert_eq!(
+        fx.store.usage(&user("nobody")).await.expect("usage"),
+        snug_revstore::UsageReport::default()
+    );
+
+    // Every chunk only alice's images hold, and her principal.
+    let theirs: Vec<Vec<u8>> = a1[6 * chunk..]
+        .chunks(chunk)
+        .chain(a2[6 * chunk..].chunks(chunk))
+        .map(<[u8]>::to_vec)
+        .chain([principal.as_bytes().to_vec()])
+        .collect();
+    let before = (fx.scan)(theirs.clone()).await;
+    assert!(
+        (0..theirs.len()).all(|i| before
+            .iter()
+            .any(|f| f.starts_with(&format!("needle {i} in")))),
+        "the scan finds each needle before the erasure: {before:?}"
+    );
+
+    let report = fx.store.erase(&alice).await.expect("erase");
+    assert_eq!(report.revisions, 2, "{report:?}");
+    assert_eq!(report.images, 2, "{report:?}");
+    assert_eq!(report.chunks, 12, "{report:?}");
+    assert_eq!(report.bytes, 12 * chunk as u64, "{report:?}");
+    assert_eq!(
+        report.ledger_rows_scrubbed, 3,
+        "two writes, one download: {report:?}"
+    );
+    assert!(report.packs_wiped <= 1, "{report:?}");
+
+    let after = (fx.scan)(theirs).await;
+    assert!(after.is_empty(), "erased bytes left at rest: {after:?}");
+    assert!(matches!(
+        fx.store.head(&alice).await,
+        Err(ReadError::NotFound)
+    ));
+    assert!(
+        fx.store
+            .list_revisions(&alice, 100)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    assert_eq!(
+        fx.store.usage(&alice).await.expect("usage"),
+        snug_revstore::UsageReport::default()
+    );
+    let writes = fx.store.put_ledger(&alice, 100).await.expect("ledger");
+    assert_eq!(writes.len(), 2, "the rows stay: {writes:?}");
+    assert!(writes.iter().all(|w| w.principal.as_str() == "erased"));
+    let served = fx.store.served_ledger(&alice, 100).await.expect("ledger");
+    assert!(served.iter().all(|s| s.principal.as_str() == "erased"));
+    let journal = fx.store.journal(1000).await.expect("journal");
+    assert!(
+        journal
+            .iter()
+            .any(|e| e.kind == ReclaimedKind::Revision && e.subject == r1.info.revision.as_str()),
+        "each deletion is journaled: {journal:?}"
+    );
+
+    assert_eq!(fetch(&fx.store, &bob).await, b, "bob's image is intact");
+    assert_clean(&fx.store).await;
+    assert_eq!(
+        fx.store.erase(&alice).await.expect("erase again"),
+        snug_revstore::ErasureReport::default()
+    );
+    // The user stays provisioned, with no image: a first write lands afresh.
+    let fresh = image(904, 3 * chunk);
+    put_ok(&fx.store, &alice, Precondition::MustNotExist, &fresh).await;
+    assert_eq!(fetch(&fx.store, &alice).await, fresh);
+    assert_eq!(fetch(&fx.store, &bob).await, b);
+}
+
+/// A put racing an erasure of its user: one that has streamed and read back its bytes when the
+/// erasure runs is refused (retryable), leaves nothing at rest, and its retry lands as a fresh
+/// first image; a must-match put on the erased history is a conflict with no current revision.
+pub(crate) async fn a_put_racing_an_erasure_is_refused_and_leaves_nothing<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let chunk = CHUNK as usize;
+    let first = image(911, 8 * chunk);
+    let r1 = put_ok(&fx.store, &u, Precondition::MustNotExist, &first)
+        .await
+        .info
+        .revision;
+    let store = Arc::new(fx.store);
+    let (erased_tx, erased_rx) = std::sync::mpsc::channel();
+    {
+        let (store, u) = (store.clone(), u.clone());
+        let runtime = tokio::runtime::Handle::current();
+        fx.faults.once(FaultPoint::BeforeCommit, move || {
+            let report = std::thread::spawn(move || runtime.block_on(store.erase(&u)))
+                .join()
+                .expect("the erasure's thread");
+            erased_tx.send(report).expect("send");
+        });
+    }
+    let second = image(912, 8 * chunk);
+    match put(&*store, &u, Precondition::MustMatch(r1.clone()), &second).await {
+        Err(PutError::Storage(e)) => {
+            assert_eq!(
+                e.reason(),
+                snug_revstore::reason::STORAGE_UNAVAILABLE,
+                "{e}"
+            );
+        }
+        other => panic!("expected the racing put to be refused, got {other:?}"),
+    }
+    let report = erased_rx
+        .try_recv()
+        .expect("the erasure ran between read-back and commit")
+        .expect("erase");
+    assert_eq!(report.revisions, 1, "{report:?}");
+    assert_eq!(
+        report.publications, 1,
+        "the racing put's record: {report:?}"
+    );
+    assert_eq!((fx.at_rest)().await, 0, "nothing of either image stays");
+    match put(&*store, &u, Precondition::MustMatch(r1), &second).await {
+        Err(PutError::Conflict { current: None }) => {}
+        other => panic!("expected a conflict with no current revision, got {other:?}"),
+    }
+    put_ok(&*store, &u, Precondition::MustNotExist, &second).await;
+    assert_eq!(fetch(&*store, &u).await, second);
+    assert_clean(&*store).await;
+}
+
+/// A put may carry the user's own quota, which replaces the store's in both directions and is
+/// enforced exactly as the default is: at the byte that crosses it.
+pub(crate) async fn a_per_user_quota_replaces_the_default<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let tune = Tune {
+        quota: 10_000,
+        ..Tune::default()
+    };
+    let Some((fx, u)) = provisioned(open, tune, "alice").await else {
+        return;
+    };
+    let cases: [(Option<u64>, usize, Option<u64>); 5] = [
+        // (the user's quota, image size, the quota it is refused under)
+        (None, 10_001, Some(10_000)),
+        (Some(5_000), 5_001, Some(5_000)),
+        (Some(5_000), 5_000, None),
+        (Some(30_000), 30_001, Some(30_000)),
+        (Some(30_000), 30_000, None),
+    ];
+    for (i, (quota, size, refused)) in cases.into_iter().enumerate() {
+        let bytes = image(920 + i as u64, size);
+        let current = fx.store.head(&u).await.ok().map(|h| h.revision);
+        let precondition = current.map_or(Precondition::MustNotExist, Precondition::MustMatch);
+        let outcome = put_as(&fx.store, &u, "device-a", precondition, &bytes, quota).await;
+        match (refused, outcome) {
+            (Some(limit), Err(PutError::QuotaExceeded { quota })) => {
+                assert_eq!(quota, limit, "case {i}")
+            }
+            (None, Ok(o)) => assert_eq!(o.info.size, size as u64, "case {i}"),
+            (want, got) => panic!("case {i}: expected refusal under {want:?}, got {got:?}"),
+        }
+    }
+    assert_eq!(fx.store.head(&u).await.expect("head").size, 30_000);
 }

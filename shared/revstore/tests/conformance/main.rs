@@ -44,6 +44,9 @@ macro_rules! conformance_suite {
                 a_put_that_does_not_land_leaves_nothing_behind,
                 a_users_unfinished_puts_are_limited,
                 health_reports_the_backend,
+                erasure_leaves_no_byte_of_the_user_and_spares_a_sharer,
+                a_put_racing_an_erasure_is_refused_and_leaves_nothing,
+                a_per_user_quota_replaces_the_default,
             );
         }
     };

@@ -52,6 +52,89 @@ pub struct Fixture<S> {
     pub damage: Damage,
     /// Counts the image bytes the backend holds at rest, wherever it keeps them.
     pub at_rest: AtRest,
+    /// Searches everything the backend keeps for byte strings.
+    pub scan: Scan,
+}
+
+/// Searches the store's actual storage for each needle: the memory store's state, the embedded
+/// store's every file (after a WAL checkpoint), every row of every PostgreSQL table of the
+/// store's schema, every object under the store's prefix. Returns where each needle was found,
+/// one line per find (empty: none of them anywhere).
+pub type Scan = Arc<dyn Fn(Vec<Vec<u8>>) -> BoxFuture<'static, Vec<String>> + Send + Sync>;
+
+/// Where `haystack` (named `place`) holds any of the needles.
+pub fn finds(place: &str, haystack: &[u8], needles: &[Vec<u8>]) -> Vec<String> {
+    needles
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| !n.is_empty() && haystack.windows(n.len()).any(|w| w == &n[..]))
+        .map(|(i, _)| format!("needle {i} in {place}"))
+        .collect()
+}
+
+/// Every file under `root`, recursively.
+pub fn files_under(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// Searches every file under `root` (the embedded store's directory, with the WAL included).
+pub fn scan_dir(root: &Path, needles: &[Vec<u8>]) -> Vec<String> {
+    files_under(root)
+        .into_iter()
+        .flat_map(|path| {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            finds(&path.display().to_string(), &bytes, needles)
+        })
+        .collect()
+}
+
+/// Searches every row of every table of `schema`, as text (a `bytea` shows as hex there, so
+/// each needle is looked for both as hex and, when it is text, as itself).
+#[cfg(feature = "postgres")]
+pub async fn scan_pg(url: &str, schema: &str, needles: &[Vec<u8>]) -> Vec<String> {
+    let client = pg_client(url, schema).await;
+    let tables: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+            &[&schema],
+        )
+        .await
+        .expect("tables")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!tables.is_empty(), "no tables in {schema}");
+    let mut found = Vec::new();
+    for table in tables {
+        for row in client
+            .query(&format!("SELECT t::text FROM {table} t"), &[])
+            .await
+            .expect("rows")
+        {
+            let text: String = row.get(0);
+            let text = text.to_lowercase();
+            for (i, needle) in needles.iter().enumerate() {
+                let as_hex = hex::encode(needle);
+                let as_text = std::str::from_utf8(needle).ok().map(str::to_lowercase);
+                if text.contains(&as_hex) || as_text.is_some_and(|t| text.contains(&t)) {
+                    found.push(format!("needle {i} in table {table}"));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The image bytes a backend holds at rest: the sizes of its pack files (and of its files in
@@ -80,12 +163,23 @@ pub fn config(tune: &Tune) -> (StoreConfig, Arc<ManualClock>, Faults) {
 pub async fn mem(tune: Tune) -> Option<Fixture<MemStore>> {
     let (config, clock, faults) = config(&tune);
     let store = MemStore::new(config);
-    let (damaged, counted) = (store.clone(), store.clone());
+    let (damaged, counted, scanned) = (store.clone(), store.clone(), store.clone());
     Some(Fixture {
         store,
         clock,
         faults,
         guard: Box::new(()),
+        scan: Arc::new(move |needles| {
+            let store = scanned.clone();
+            Box::pin(async move {
+                store
+                    .dump()
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, held)| finds(&format!("held item {i}"), held, &needles))
+                    .collect()
+            })
+        }),
         at_rest: Arc::new(move || {
             let store = counted.clone();
             Box::pin(async move { store.stats().await.expect("stats").chunk_bytes })
@@ -104,12 +198,19 @@ pub async fn sqlite(tune: Tune) -> Option<Fixture<SqliteStore>> {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(dir.path(), config).expect("open sqlite store");
     let root = dir.path().to_owned();
-    let counted = root.clone();
+    let (counted, scanned, checkpointed) = (root.clone(), root.clone(), store.clone());
     Some(Fixture {
         store,
         clock,
         faults,
         guard: Box::new(dir),
+        scan: Arc::new(move |needles| {
+            let (root, store) = (scanned.clone(), checkpointed.clone());
+            Box::pin(async move {
+                store.checkpoint().expect("checkpoint");
+                scan_dir(&root, &needles)
+            })
+        }),
         damage: Arc::new(move |chunk| {
             let root = root.clone();
             Box::pin(async move { damage_sqlite_chunk(&root, &chunk) })
@@ -175,11 +276,16 @@ pub async fn pg(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     let store = snug_revstore::PgStore::connect(pg, config)
         .await
         .expect("connect to postgres");
+    let (scan_url, scan_schema) = (url.clone(), schema.clone());
     Some(Fixture {
         store,
         clock,
         faults,
         guard: Box::new(()),
+        scan: Arc::new(move |needles| {
+            let (url, schema) = (scan_url.clone(), scan_schema.clone());
+            Box::pin(async move { scan_pg(&url, &schema, &needles).await })
+        }),
         damage: {
             let (url, schema) = (url.clone(), schema.clone());
             Arc::new(move |chunk| {
@@ -269,10 +375,40 @@ pub async fn pg_objects(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
     .expect("connect to postgres with objects");
     let bucket = raw_bucket(&garage);
     let (counted, listed) = (bucket.clone(), prefix.clone());
+    let (scan_url, scan_schema, scan_bucket, scan_prefix) =
+        (url.clone(), schema.clone(), bucket.clone(), prefix.clone());
     Some(Fixture {
         store,
         clock,
         faults,
+        scan: Arc::new(move |needles| {
+            let (url, schema, bucket, prefix) = (
+                scan_url.clone(),
+                scan_schema.clone(),
+                scan_bucket.clone(),
+                scan_prefix.clone(),
+            );
+            Box::pin(async move {
+                use futures::StreamExt as _;
+                let mut found = scan_pg(&url, &schema, &needles).await;
+                let listed: Vec<_> = bucket
+                    .list(Some(&object_store::path::Path::from(prefix)))
+                    .collect()
+                    .await;
+                for meta in listed {
+                    let meta = meta.expect("list");
+                    let bytes = bucket
+                        .get(&meta.location)
+                        .await
+                        .expect("get")
+                        .bytes()
+                        .await
+                        .expect("read");
+                    found.extend(finds(&meta.location.to_string(), &bytes, &needles));
+                }
+                found
+            })
+        }),
         at_rest: Arc::new(move || {
             let (bucket, prefix) = (counted.clone(), listed.clone());
             Box::pin(async move {
@@ -407,6 +543,7 @@ pub async fn put<S: RevStore>(
         principal: who("device-a"),
         idempotency_key: None,
         expected_length: Some(bytes.len() as u64),
+        quota_bytes: None,
     };
     store.put(request, body(bytes)).await
 }

@@ -1,0 +1,218 @@
+//! Erasure and usage of one user, written once: [`erase`] as one driver over the reclamation
+//! primitives every backend implements ([`crate::reclaim::Pass`]), and [`usage`] over the reads
+//! of the integrity check ([`crate::integrity::Inspect`]).
+//!
+//! # Erasure (issue 20, point 6)
+//!
+//! An erasure is a reclamation pass scoped to one user that ignores retention. In one pass,
+//! exclusive against commits and new leases like every pass, and in this order:
+//!
+//! 1. Every publication record of the user ([`Taking::User`]), whatever its age, goes with what
+//!    its write staged ([`reclaim::take_orphans`]): a put of that user still streaming is refused
+//!    when it next touches its record (it publishes into a record that is gone, or commits
+//!    without one: `UNAVAILABLE`, retryable), and nothing it wrote stays. A retry then starts
+//!    afresh against a user with no image: a must-not-exist put lands as a fresh first image, a
+//!    must-match put names a revision the user no longer has and gets `CONFLICT` with no current
+//!    revision. So a put racing an erasure either landed before the pass began (and is erased
+//!    with the rest) or is refused; none lands into the erased history.
+//! 2. Every history row of the user, retained or not, is journaled (its revision token, with
+//!    the opaque user id, as reclamation journals released revisions) and deleted, and the
+//!    user's pointer cleared. The user record itself stays, as a user with no image: the store's
+//!    users are whoever the hub's users directory sent (first contact provisions them), so a user
+//!    who comes back is served as one freshly provisioned; forgetting who the id belonged to is
+//!    the directory's part.
+//! 3. The images only that user's revisions named (no other user's revision names them, and no
+//!    other user's put in flight publishes them) are journaled and deleted, leased or not: a
+//!    download of the erased image already under way may finish from what it holds open, or end
+//!    with an error, but none starts after.
+//! 4. The chunks those images named that no remaining image names and no put in flight relies
+//!    on are journaled and deleted; a pack file or pack object left holding no chunk is
+//!    journaled and deleted whole after the commit, as in a pass. A pack that also holds chunks
+//!    another image still names cannot go: after the commit the deleted chunks' byte ranges in it
+//!    are overwritten with zeros ([`Pass::wipe`]; the object keeps its name and length, and no
+//!    byte any image names moves). Pack names are the content addresses of the chunk lists they
+//!    were written with, and a put writes only chunks the index lacks, so no later put can name
+//!    (and so find) a wiped pack.
+//! 5. The personal fields of the user's ledger rows are scrubbed: the principal (who wrote or
+//!    was served, which names a person, a device or a token) of every put-ledger and
+//!    served-ledger row becomes [`ERASED`]. The rows stay, with their opaque user id, time,
+//!    verdict, reason and revision token: the count and outcome of writes is the audit the
+//!    ledgers exist for, and none of it says who the user is.
+//!
+//! The journal entries an erasure writes hold nothing personal: revision tokens (random) and
+//! publication ids with the opaque user id, chunk digests, image digests and pack names without
+//! one. Erasing a user with nothing left reports zeros.
+//!
+//! What "gone" means per backend: the memory store forgets; the embedded store deletes rows with
+//! SQLite's `secure_delete` on (freed cells and pages are zeroed, so deleted rows do not linger
+//! in free space) and checkpoints the WAL with TRUNCATE after the erasure, so no WAL frame keeps
+//! an old page; PostgreSQL deletes rows (the server reclaims dead tuples at its next VACUUM, a
+//! database-wide concern outside the store, see the crate docs).
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::{
+    config::Retention,
+    error::{ReclaimError, StorageError},
+    integrity::{Inspect, Record},
+    reclaim::{Pass, Reclaimer, Taking, hex_all, take_orphans},
+    retention::Cutoffs,
+    types::{Digest, ErasureReport, ReclaimedKind, RevisionInfo, Timestamp, UsageReport, UserId},
+};
+
+/// The principal an erasure leaves in the user's ledger rows.
+pub(crate) const ERASED: &str = "erased";
+
+/// Erases `user` in one pass at `now`, in the order of the module docs.
+pub(crate) async fn erase<R: Reclaimer>(
+    store: &R,
+    user: &UserId,
+    retention: &Retention,
+    now: Timestamp,
+) -> Result<ErasureReport, ReclaimError> {
+    use ReclaimedKind as Kind;
+    let user = user.as_str();
+    let taking = Taking::User(user);
+    let mut report = ErasureReport::default();
+    let mut pass = store.begin(taking).await?;
+
+    let orphans = pass.orphans(taking).await?;
+    let taken = take_orphans(&mut pass, &orphans, now).await?;
+    report.publications = orphans.len() as u64;
+    report.chunks = taken.chunks;
+    let in_flight = taken.in_flight;
+
+    let history = pass.history(user).await?;
+    let tokens: Vec<String> = history.iter().map(|(token, _)| token.clone()).collect();
+    pass.journal(now, Kind::Revision, &tokens, Some(user))
+        .await?;
+    pass.delete_history(user).await?;
+    report.revisions = history.len() as u64;
+
+    let theirs: HashSet<Digest> = history.iter().map(|(_, digest)| *digest).collect();
+    let mut images: Vec<Digest> = pass
+        .unreferenced_images(now)
+        .await?
+        .into_iter()
+        .map(|i| i.digest)
+        .filter(|d| theirs.contains(d) && !in_flight.images.contains(d))
+        .collect();
+    images.sort();
+    let named = pass.named_chunks(&images).await?;
+    pass.journal(now, Kind::Image, &hex_all(&images), None)
+        .await?;
+    pass.delete_images(&images).await?;
+    report.images = images.len() as u64;
+
+    let live = pass.chunks(&Cutoffs::at(now, retention)).await?.live;
+    let mut dead: Vec<Digest> = named
+        .into_iter()
+        .filter(|c| !live.contains(c) && !in_flight.chunks.contains(c))
+        .collect();
+    dead.sort();
+    let places = pass.places(&dead).await?;
+    report.bytes = places.iter().map(|p| u64::from(p.len)).sum();
+    pass.journal(now, Kind::Chunk, &hex_all(&dead), None)
+        .await?;
+    pass.delete_chunks(&dead).await?;
+    report.chunks += dead.len() as u64;
+
+    // Only the objects that held the deleted chunks: emptying others is a pass's business.
+    let held: HashSet<&str> = places
+        .iter()
+        .filter_map(|p| p.object.as_ref().map(|(name, _)| name.as_str()))
+        .collect();
+    let mut doomed: Vec<String> = pass
+        .empty_objects()
+        .await?
+        .into_iter()
+        .filter(|name| held.contains(name.as_str()) && !in_flight.objects.contains(name))
+        .collect();
+    pass.unregister_objects(&doomed).await?;
+    for name in taken.objects {
+        if !doomed.contains(&name) {
+            doomed.push(name);
+        }
+    }
+    pass.journal(now, Kind::Pack, &doomed, None).await?;
+    report.packs = doomed.len() as u64;
+    let mut wipe: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
+    for place in &places {
+        if let Some((name, offset)) = &place.object
+            && !doomed.contains(name)
+        {
+            wipe.entry(name.clone())
+                .or_default()
+                .push((*offset, place.len));
+        }
+    }
+    report.packs_wiped = wipe.len() as u64;
+
+    report.ledger_rows_scrubbed = pass.scrub_ledgers(user).await?;
+
+    pass.commit(report.chunks > 0).await?;
+    pass.wipe(&wipe).await?;
+    pass.delete_objects(&doomed).await?;
+    Ok(report)
+}
+
+/// What `user`'s images take ([`UsageReport`]), from the user's history (`history`, every row,
+/// and `current`, the current revision's image) and the manifests the store holds. Chunk `i` of
+/// an image is `chunk_size` bytes except the last, which holds the rest.
+pub(crate) async fn usage<I: Inspect>(
+    store: &I,
+    history: &[RevisionInfo],
+    current: Option<&RevisionInfo>,
+    chunk_size: usize,
+) -> Result<UsageReport, StorageError> {
+    let mut report = UsageReport {
+        current_bytes: current.map_or(0, |c| c.size),
+        revisions: history.len() as u64,
+        retained_revisions: history.iter().filter(|r| r.retained).count() as u64,
+        ..UsageReport::default()
+    };
+    let current_chunks: HashSet<Digest> = match current {
+        Some(c) => sized_chunks(store, &c.digest, chunk_size)
+            .await?
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect(),
+        None => HashSet::new(),
+    };
+    let earlier: HashSet<Digest> = history
+        .iter()
+        .filter(|r| r.retained && Some(&r.digest) != current.map(|c| &c.digest))
+        .map(|r| r.digest)
+        .collect();
+    let mut counted: HashSet<Digest> = HashSet::new();
+    for image in earlier {
+        for (chunk, len) in sized_chunks(store, &image, chunk_size).await? {
+            if !current_chunks.contains(&chunk) && counted.insert(chunk) {
+                report.history_bytes += len;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The chunks of an image with their lengths; none when the store has no readable record of it
+/// (the integrity check's business, not usage's).
+async fn sized_chunks<I: Inspect>(
+    store: &I,
+    image: &Digest,
+    chunk_size: usize,
+) -> Result<Vec<(Digest, u64)>, StorageError> {
+    let Record::Image(image) = store.image(image).await? else {
+        return Ok(Vec::new());
+    };
+    let chunk_size = chunk_size as u64;
+    Ok(image
+        .manifest
+        .into_iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            let start = i as u64 * chunk_size;
+            (chunk, image.size.saturating_sub(start).min(chunk_size))
+        })
+        .collect())
+}
