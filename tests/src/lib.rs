@@ -89,12 +89,10 @@ use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::Frame;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use snug_files::sealed::Sealer;
-use snug_gateway::{
-    config::{AuthMode, GatewayConfig},
-    users::UserStore,
-};
+use snug_gateway::config::{AuthMode, GatewayConfig};
 use snug_rpc::server::{ServerConfig, Services};
 use snug_sync_service::{SyncConfig, SyncServer};
+use snug_users::{Directory, DirectoryConfig};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 pub use snug_test_support::vectors_dir;
@@ -208,8 +206,8 @@ pub struct Hub {
     pub http: SocketAddr,
     /// The services' gRPC address.
     pub grpc: SocketAddr,
-    /// The gateway's users file (auth on).
-    pub users: Option<UserStore>,
+    /// The gateway's users directory (auth on): its SQLite file's directory.
+    users: Option<PathBuf>,
     sync: SyncServer,
     grpc_task: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
     _http_task: JoinHandle<()>,
@@ -271,10 +269,10 @@ impl Hub {
         } else {
             snug_gateway::Addresses::all(&format!("http://{grpc}"))
         };
-        let state =
-            snug_gateway::build(&config, gateway_dir.clone(), addresses, sealer).expect("gateway");
-        let users =
-            (options.auth == AuthMode::On).then(|| UserStore::open(&gateway_dir).expect("users"));
+        let state = snug_gateway::build(&config, gateway_dir.clone(), addresses, sealer)
+            .await
+            .expect("gateway");
+        let users = (options.auth == AuthMode::On).then_some(gateway_dir);
         let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let http = http_listener.local_addr().expect("addr");
         let http_task = tokio::spawn(async move {
@@ -298,13 +296,55 @@ impl Hub {
 
     /// Adds a user (auth on) and returns a bearer token for them.
     pub fn add_user(&self, name: &str) -> String {
-        self.users
-            .as_ref()
-            .expect("auth on")
-            .add(name)
-            .expect("add user")
-            .1
-            .token
+        let name = name.to_owned();
+        self.with_users(async move |users| users.add_user(&name).await.expect("add user").1.token)
+    }
+
+    /// Removes the user named `name` with their tokens (auth on).
+    pub fn remove_user(&self, name: &str) {
+        let name = name.to_owned();
+        self.with_users(async move |users| {
+            users.remove_user(&name).await.expect("remove user");
+        });
+    }
+
+    /// The id of the user named `name` (auth on).
+    pub fn user_id(&self, name: &str) -> String {
+        let name = name.to_owned();
+        self.with_users(async move |users| {
+            users
+                .list()
+                .await
+                .expect("list")
+                .into_iter()
+                .find(|u| u.user.name == name)
+                .expect("a user of that name")
+                .user
+                .id
+        })
+    }
+
+    /// Runs `f` on the gateway's users directory from synchronous test code, on a runtime of its
+    /// own (so it works whatever runtime, if any, the caller is on), as `snug-hub users` would.
+    fn with_users<T: Send>(&self, f: impl AsyncFnOnce(&Directory) -> T + Send) -> T {
+        let dir = self.users.clone().expect("auth on");
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    runtime.block_on(async move {
+                        let users = Directory::open(&DirectoryConfig::Sqlite { dir })
+                            .await
+                            .expect("users directory");
+                        f(&users).await
+                    })
+                })
+                .join()
+                .expect("users thread")
+        })
     }
 
     /// The directory holding everything the hub stores (the sync store's files, the gateway's).
@@ -354,7 +394,10 @@ fn services(sync: SyncServer) -> Services {
         )
 }
 
-fn spawn_services(
+/// Serves the schema, sync (over `sync`) and materialize services on `listener` until the
+/// returned sender is used or dropped: the gRPC side of a split hub, for tests that put gateways
+/// of their own in front of it.
+pub fn spawn_services(
     listener: TcpListener,
     sync: SyncServer,
 ) -> (oneshot::Sender<()>, JoinHandle<()>) {
@@ -683,15 +726,7 @@ pub async fn get_userdb(http: &Http, token: &str) -> Answer {
 
 /// The user id the gateway gave `name` (auth on).
 pub fn user_id(hub: &Hub, name: &str) -> String {
-    hub.users
-        .as_ref()
-        .expect("auth on")
-        .list()
-        .expect("list")
-        .into_iter()
-        .find(|u| u.name == name)
-        .expect("user")
-        .id
+    hub.user_id(name)
 }
 
 /// Writes `bytes` as `user`'s first image straight through the sync service, past the gateway's

@@ -15,8 +15,8 @@ use crate::{
     error::{ApiError, reason},
     rate::RateLimits,
     session::{self, SESSION_COOKIE, SessionKey},
-    users::UserStore,
 };
+use snug_users::{Directory, UsersError};
 
 /// The one user of a gateway with auth off.
 pub const LOCAL_USER: &str = "local";
@@ -41,6 +41,9 @@ pub struct Identity {
     pub name: String,
     /// How they authenticated.
     pub via: Via,
+    /// The user's own image quota in bytes (`snug-hub users quota`), overriding the sync
+    /// service's default; `None`: the default applies.
+    pub quota_bytes: Option<u64>,
 }
 
 impl Identity {
@@ -64,11 +67,15 @@ impl Identity {
     }
 }
 
-/// The authenticator: the mode, the users file and the session key.
+/// The authenticator: the mode, the users directory and the session key.
+///
+/// Nothing about a credential is cached: every request reads the directory, so a token revoked,
+/// a user disabled or removed (on any replica, or by `snug-hub users`) is refused by every
+/// gateway on its next request after the change commits.
 #[derive(Debug, Clone)]
 pub struct Auth {
     mode: AuthMode,
-    users: Option<Arc<UserStore>>,
+    users: Option<Arc<Directory>>,
     key: Option<SessionKey>,
     rate_limits: Option<Arc<RateLimits>>,
 }
@@ -91,7 +98,7 @@ impl Auth {
     /// Auth on, against `users`, with sessions signed by `key`; every authenticated request
     /// counts against its user's bucket of `rate_limits`, if any.
     pub fn on(
-        users: Arc<UserStore>,
+        users: Arc<Directory>,
         key: SessionKey,
         rate_limits: Option<Arc<RateLimits>>,
     ) -> Self {
@@ -114,24 +121,25 @@ impl Auth {
     }
 
     /// Identifies the caller, or answers 401; a caller over their rate limit is 429.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
-        let identity = self.authenticate(headers)?;
+    pub async fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let identity = self.authenticate(headers).await?;
         if let Some(limits) = &self.rate_limits {
             limits.check_principal(&identity.user_id)?;
         }
         Ok(identity)
     }
 
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let (Some(users), Some(key)) = (&self.users, &self.key) else {
             return Ok(Identity {
                 user_id: LOCAL_USER.to_owned(),
                 name: LOCAL_USER.to_owned(),
                 via: Via::Local,
+                quota_bytes: None,
             });
         };
-        let store_failed = |err: crate::users::UsersError| {
-            tracing::error!(error = %err, "the users file failed");
+        let store_failed = |err: UsersError| {
+            tracing::error!(error = %err, backend = users.backend(), "the users directory failed");
             ApiError::unavailable("the hub cannot check credentials right now; retry shortly")
         };
         if let Some(value) = headers.get(header::AUTHORIZATION) {
@@ -146,14 +154,17 @@ impl Auth {
                 .ok_or_else(|| {
                     unauthenticated("the Authorization header must be `Bearer <token>`")
                 })?;
-            let (user, token_id) = users
+            // Unknown, revoked and disabled are one answer.
+            let found = users
                 .authenticate_token(token)
+                .await
                 .map_err(store_failed)?
                 .ok_or_else(|| unauthenticated("the bearer token is not valid"))?;
             return Ok(Identity {
-                user_id: user.id,
-                name: user.name,
-                via: Via::Bearer(token_id),
+                user_id: found.user.id,
+                name: found.user.name,
+                via: Via::Bearer(found.token_id),
+                quota_bytes: found.user.quota_bytes,
             });
         }
         if let Some(value) = session::cookie(headers, SESSION_COOKIE) {
@@ -162,12 +173,14 @@ impl Auth {
                 .ok_or_else(|| unauthenticated("no valid session"))?;
             let user = users
                 .user_by_id(&user_id)
+                .await
                 .map_err(store_failed)?
                 .ok_or_else(|| unauthenticated("no valid session"))?;
             return Ok(Identity {
                 user_id: user.id,
                 name: user.name,
                 via: Via::Session,
+                quota_bytes: user.quota_bytes,
             });
         }
         Err(unauthenticated("no valid session or bearer token"))
@@ -175,12 +188,12 @@ impl Auth {
 
     /// Identifies the caller of a write: as [`Auth::identify`], plus the CSRF check (403) for a
     /// cookie session.
-    pub fn identify_for_write(
+    pub async fn identify_for_write(
         &self,
         headers: &HeaderMap,
         what: &str,
     ) -> Result<Identity, ApiError> {
-        let identity = self.identify(headers)?;
+        let identity = self.identify(headers).await?;
         if identity.needs_csrf() && !session::csrf_ok(headers) {
             return Err(ApiError::from_reason(
                 reason::CSRF_REJECTED,

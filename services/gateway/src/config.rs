@@ -1,9 +1,10 @@
 //! The gateway's settings (flags and `SNUG_*` environment variables) and the startup checks that
 //! refuse an unsafe combination before a socket is opened.
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use snug_rpc::{budget::UploadBudget, server::parse_duration};
+use snug_users::{DirectoryConfig, PgConfig};
 
 use crate::{
     rate::{self, Network, RateLimits},
@@ -13,6 +14,93 @@ use crate::{
 /// The environment variable holding the session HMAC secret. Deliberately not a flag: flags are
 /// visible to every local user in the process list.
 pub const SESSION_SECRET_ENV: &str = "SNUG_SESSION_SECRET";
+
+/// The environment variable holding the users directory's PostgreSQL connection string.
+/// Deliberately not a flag, for the same reason.
+pub const USERS_POSTGRES_URL_ENV: &str = "SNUG_USERS_POSTGRES_URL";
+
+/// Where the users directory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UsersStore {
+    /// `<data dir>/gateway/users.db`: one gateway.
+    Sqlite,
+    /// PostgreSQL at SNUG_USERS_POSTGRES_URL: any number of gateway replicas.
+    Postgres,
+}
+
+/// A PostgreSQL connection string. It may hold a password, so it is never printed.
+#[derive(Clone)]
+pub struct PostgresUrl(pub String);
+
+impl fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PostgresUrl(<redacted>)")
+    }
+}
+
+/// Where the users directory lives, from flags or the environment: the gateway's and
+/// `snug-hub users`' (the same settings, so the command reaches the directory the gateway reads).
+#[derive(Debug, Clone, clap::Args)]
+pub struct UsersConfig {
+    /// The users directory: `sqlite` (the file users.db in the gateway's data directory; one
+    /// gateway) or `postgres` (shared by any number of gateway replicas; the connection string
+    /// comes from SNUG_USERS_POSTGRES_URL).
+    #[arg(long = "users-store", env = "SNUG_USERS_STORE", value_enum, default_value_t = UsersStore::Sqlite)]
+    pub store: UsersStore,
+    /// The PostgreSQL connection string, from SNUG_USERS_POSTGRES_URL only (never a flag, never
+    /// printed); TLS as the sync store's (libpq's sslmode and sslrootcert).
+    #[arg(skip = std::env::var(USERS_POSTGRES_URL_ENV).ok().filter(|s| !s.is_empty()).map(PostgresUrl))]
+    pub postgres_url: Option<PostgresUrl>,
+    /// PostgreSQL schema holding the directory's tables (created if missing); default: the
+    /// server's search path.
+    #[arg(long = "users-postgres-schema", env = "SNUG_USERS_POSTGRES_SCHEMA")]
+    pub postgres_schema: Option<String>,
+    /// Pooled PostgreSQL connections to the users directory per gateway.
+    #[arg(
+        long = "users-postgres-pool-size",
+        env = "SNUG_USERS_POSTGRES_POOL_SIZE",
+        default_value_t = 8
+    )]
+    pub postgres_pool_size: usize,
+}
+
+impl Default for UsersConfig {
+    fn default() -> Self {
+        Self {
+            store: UsersStore::Sqlite,
+            postgres_url: None,
+            postgres_schema: None,
+            postgres_pool_size: 8,
+        }
+    }
+}
+
+impl UsersConfig {
+    /// The directory these settings name; `gateway_dir` holds the SQLite file.
+    pub fn directory(&self, gateway_dir: &std::path::Path) -> Result<DirectoryConfig, ConfigError> {
+        Ok(match self.store {
+            UsersStore::Sqlite => DirectoryConfig::Sqlite {
+                dir: gateway_dir.to_path_buf(),
+            },
+            UsersStore::Postgres => {
+                let url = self
+                    .postgres_url
+                    .clone()
+                    .ok_or(ConfigError::MissingUsersPostgresUrl)?;
+                if let Some(schema) = &self.postgres_schema
+                    && !snug_users::valid_schema(schema)
+                {
+                    return Err(ConfigError::BadUsersSchema(schema.clone()));
+                }
+                DirectoryConfig::Postgres(PgConfig {
+                    url: url.0,
+                    schema: self.postgres_schema.clone(),
+                    pool_size: self.postgres_pool_size.max(2),
+                })
+            }
+        })
+    }
+}
 
 /// Whether requests must authenticate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -117,6 +205,9 @@ pub struct GatewayConfig {
     /// `SNUG_SESSION_SECRET`, from the environment only.
     #[arg(skip = std::env::var(SESSION_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
     pub session_secret: Option<String>,
+    /// Where the users directory lives.
+    #[command(flatten)]
+    pub users: UsersConfig,
 }
 
 impl GatewayConfig {
@@ -141,6 +232,7 @@ impl GatewayConfig {
             http_max_connections: 4096,
             upload_budget: UploadBudget::default(),
             session_secret: None,
+            users: UsersConfig::default(),
         }
     }
 
@@ -193,6 +285,22 @@ pub enum ConfigError {
     /// The session key could not be had.
     #[error(transparent)]
     SessionKey(#[from] KeyError),
+    /// `SNUG_USERS_STORE=postgres` without its connection string.
+    #[error(
+        "SNUG_USERS_STORE=postgres needs SNUG_USERS_POSTGRES_URL (a postgresql:// URL or key=value string)"
+    )]
+    MissingUsersPostgresUrl,
+    /// A users schema name that is not a plain identifier.
+    #[error(
+        "SNUG_USERS_POSTGRES_SCHEMA {0:?} is not a schema name (lowercase letters, digits and _, at most 63)"
+    )]
+    BadUsersSchema(String),
+    /// A shared users directory with a session key each replica would make up for itself: a
+    /// session started on one replica would be refused by the others.
+    #[error(
+        "SNUG_USERS_STORE=postgres (gateway replicas sharing one users directory) needs SNUG_SESSION_SECRET, the one session key every replica signs and checks sessions with; a key generated per replica would refuse sessions started on another"
+    )]
+    SharedUsersNeedSessionSecret,
 }
 
 /// Checks an origin list entry: `http` or `https`, a host, an optional port, nothing else.
@@ -240,6 +348,8 @@ pub struct Settings {
     pub http_max_connections: usize,
     /// Bytes of upload bodies buffered at once.
     pub upload_budget: UploadBudget,
+    /// The users directory (auth on only).
+    pub users: Option<DirectoryConfig>,
 }
 
 impl Settings {
@@ -252,21 +362,26 @@ impl Settings {
             .filter(|o| !o.trim().is_empty())
             .map(|o| parse_origin(o))
             .collect::<Result<Vec<_>, _>>()?;
-        let session_key = match auth {
+        let (session_key, users) = match auth {
             AuthMode::Off => {
                 if !config.http_listen.ip().is_loopback() {
                     return Err(ConfigError::UnauthenticatedExposure(config.http_listen));
                 }
-                None
+                (None, None)
             }
             AuthMode::On => {
                 if cors_origins.is_empty() {
                     return Err(ConfigError::NoOrigins);
                 }
-                Some(match &config.session_secret {
-                    Some(secret) => SessionKey::from_secret(secret)?,
-                    None => SessionKey::load_or_create(&dir)?,
-                })
+                let users = config.users.directory(&dir)?;
+                let key = match (&config.session_secret, &users) {
+                    (Some(secret), _) => SessionKey::from_secret(secret)?,
+                    (None, DirectoryConfig::Postgres(_)) => {
+                        return Err(ConfigError::SharedUsersNeedSessionSecret);
+                    }
+                    (None, DirectoryConfig::Sqlite { .. }) => SessionKey::load_or_create(&dir)?,
+                };
+                (Some(key), Some(users))
             }
         };
         let rate_limits = rate_limits(config, auth)?;
@@ -275,6 +390,7 @@ impl Settings {
             http_header_timeout: config.http_header_timeout,
             http_max_connections: config.http_max_connections.max(1),
             upload_budget: config.upload_budget.clone(),
+            users,
             auth,
             cors_origins,
             session_key,
@@ -377,6 +493,54 @@ mod tests {
             ok.cors_origins,
             ["https://a.example", "http://localhost:5173"]
         );
+    }
+
+    #[test]
+    fn a_shared_users_directory_needs_its_url_and_the_session_secret() {
+        let shared =
+            |secret: Option<&str>, url: Option<&str>, schema: Option<&str>| GatewayConfig {
+                session_secret: secret.map(str::to_owned),
+                users: UsersConfig {
+                    store: UsersStore::Postgres,
+                    postgres_url: url.map(|u| PostgresUrl(u.to_owned())),
+                    postgres_schema: schema.map(str::to_owned),
+                    postgres_pool_size: 4,
+                },
+                ..config("0.0.0.0:8080", None, &["https://a.example"])
+            };
+        let url = Some("postgresql://hub@db/hub");
+        assert!(matches!(
+            resolve(&shared(None, url, None)),
+            Err(ConfigError::SharedUsersNeedSessionSecret)
+        ));
+        assert!(matches!(
+            resolve(&shared(Some(&"s".repeat(32)), None, None)),
+            Err(ConfigError::MissingUsersPostgresUrl)
+        ));
+        assert!(matches!(
+            resolve(&shared(Some(&"s".repeat(32)), url, Some("Bad;name"))),
+            Err(ConfigError::BadUsersSchema(_))
+        ));
+        let ok = resolve(&shared(Some(&"s".repeat(32)), url, Some("hub_users"))).expect("ok");
+        match ok.users {
+            Some(DirectoryConfig::Postgres(pg)) => {
+                assert_eq!(pg.schema.as_deref(), Some("hub_users"));
+                assert!(
+                    !format!("{pg:?}").contains("hub@db"),
+                    "the URL is never printed"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // With auth off no directory is opened, whatever the store.
+        let off = GatewayConfig {
+            users: UsersConfig {
+                store: UsersStore::Postgres,
+                ..UsersConfig::default()
+            },
+            ..config("127.0.0.1:8080", None, &[])
+        };
+        assert!(resolve(&off).expect("ok").users.is_none());
     }
 
     #[test]

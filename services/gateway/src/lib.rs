@@ -2,8 +2,9 @@
 //! `snug.schema.v1` and `snug.sync.v1` services over gRPC.
 //!
 //! - [`routes`]: the handlers and the route table the OpenAPI document (`openapi.json`) describes;
-//! - [`auth`], [`session`], [`users`]: bearer tokens (stored hashed in the gateway's own SQLite
-//!   file), signed session cookies with CSRF double-submit, or auth off for one local user;
+//! - [`auth`], [`session`]: bearer tokens (checked against the users directory, `snug-users`:
+//!   the gateway's own SQLite file, or PostgreSQL shared by every replica), signed session cookies
+//!   with CSRF double-submit, or auth off for one local user;
 //! - [`cors`]: fail-closed CORS for an explicit origin list;
 //! - [`rate`]: rate limits, a token bucket per client address (at the edge, before anyone is
 //!   authenticated, as the reference answers 429 before 401) and per authenticated user;
@@ -85,11 +86,16 @@
 //! The remaining risk is any local process or user of the machine, which can read and write the
 //! image; use auth on for a machine that is shared.
 //! With auth on:
-//! - users and bearer tokens live in the gateway's own SQLite file `<SNUG_DATA_DIR>/gateway/users.db`
-//!   (tables `users` and `tokens`, each with a declared class, checked by a test; WAL, one writer,
-//!   `synchronous=FULL`); a token is `snug_` + base64url of 32 random bytes, shown once by
+//! - users and bearer tokens live in the users directory (`snug-users`): by default the gateway's
+//!   own SQLite file `<SNUG_DATA_DIR>/gateway/users.db`, or with `SNUG_USERS_STORE=postgres`
+//!   PostgreSQL (`SNUG_USERS_POSTGRES_URL`, `SNUG_USERS_POSTGRES_SCHEMA`), which any number of
+//!   gateway replicas share; a token is `snug_` + base64url of 32 random bytes, shown once by
 //!   `snug-hub users add NAME` (or `users token NAME`) and stored only as its SHA-256; user ids are
 //!   random, so a user removed and re-added under the same name does not inherit the old image;
+//!   every request reads the directory (nothing is cached), so a revoked token or a disabled or
+//!   removed user is refused by every replica on its next request; a disabled user's tokens and
+//!   sessions get the same 401 as unknown ones; the caller's quota override rides in
+//!   [`auth::Identity::quota_bytes`];
 //! - browsers trade a token for a session with `POST /auth/session` (`Authorization: Bearer …`), which
 //!   sets `snug_session` (the reference's format: `base64url(JSON{userId, exp})` `.`
 //!   `base64url(HMAC-SHA256)`, 7 days, HttpOnly, SameSite=Lax, Path=/, `Secure` unless plain http to a
@@ -97,7 +103,9 @@
 //!   PUT and POST need `x-snug-csrf` equal to it (403 `CSRF_REJECTED`); bearer requests are exempt;
 //!   `POST /auth/logout` clears both;
 //! - the session key is `SNUG_SESSION_SECRET` (≥ 32 characters, environment only) or
-//!   `<SNUG_DATA_DIR>/gateway/session.key`, generated on first start with mode 0600;
+//!   `<SNUG_DATA_DIR>/gateway/session.key`, generated on first start with mode 0600; with a shared
+//!   (PostgreSQL) users directory the secret is required (`ConfigError::SharedUsersNeedSessionSecret`),
+//!   since a key each replica generated would refuse the sessions the others issue;
 //! - a request with an `Authorization` header is judged by it alone (a bad token is 401 even beside
 //!   a valid cookie); a removed user's tokens and sessions stop working at once;
 //! - CORS is fail-closed: `SNUG_CORS_ORIGINS` lists the origins (no wildcard; the hub refuses to start
@@ -158,7 +166,6 @@ pub mod observe;
 pub mod rate;
 pub mod routes;
 pub mod session;
-pub mod users;
 pub mod zero_copy;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
@@ -180,8 +187,8 @@ use crate::{
     backend::Backends,
     config::{AuthMode, ConfigError, GatewayConfig, Settings},
     error::{ApiError, reason},
-    users::UserStore,
 };
+use snug_users::{Directory, UsersError};
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -203,9 +210,9 @@ pub enum StartError {
     /// The configuration is unsafe or incomplete.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The users file could not be opened.
-    #[error("cannot open the gateway's users file")]
-    Users(#[from] users::UsersError),
+    /// The users directory could not be opened.
+    #[error("cannot open the users directory")]
+    Users(#[from] UsersError),
 }
 
 /// The services' addresses, overriding the configured ones (the all-in-one hub passes its own).
@@ -242,11 +249,11 @@ impl Addresses {
     }
 }
 
-/// Builds the gateway's state from its configuration. `dir` holds the users file and the
+/// Builds the gateway's state from its configuration. `dir` holds the SQLite users file and the
 /// generated session key; `addresses` override the configured service addresses; `sealer` is the
 /// one the sync store in this process seals with (built from
 /// [`GatewayConfig::zero_copy_cache_bytes`]), or a disabled one when the store runs elsewhere.
-pub fn build(
+pub async fn build(
     config: &GatewayConfig,
     dir: std::path::PathBuf,
     addresses: Addresses,
@@ -254,9 +261,9 @@ pub fn build(
 ) -> Result<Arc<AppState>, StartError> {
     let settings = Settings::resolve(config, dir)?;
     let backends = backends(config, &settings, addresses)?;
-    let auth = match (settings.auth, &settings.session_key) {
-        (AuthMode::On, Some(key)) => Auth::on(
-            Arc::new(UserStore::open(&settings.dir)?),
+    let auth = match (settings.auth, &settings.session_key, &settings.users) {
+        (AuthMode::On, Some(key), Some(users)) => Auth::on(
+            Arc::new(Directory::open(users).await?),
             key.clone(),
             settings.rate_limits.clone(),
         ),

@@ -200,7 +200,7 @@ async fn get_userdb(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
     serve_image(&state, &caller, None, &method, &headers)
         .await?
@@ -216,7 +216,7 @@ async fn get_revision(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
     let rev = revision_param(rev)?;
     serve_image(&state, &caller, Some(&rev), &method, &headers)
@@ -413,7 +413,10 @@ async fn put_userdb(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
+    let identity = state
+        .auth
+        .identify_for_write(&headers, "PUT /userdb")
+        .await?;
     octet_stream(&headers, "user DB uploads must be application/octet-stream")?;
     let quota = state.backends.quota_for(&identity.caller()).await?;
     let declared = declared_length(&headers);
@@ -548,7 +551,8 @@ async fn plan_delta(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")?;
+        .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")
+        .await?;
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // A base that cannot be a revision is a base that is gone, like one that is not the user's.
     let rev = revision_param(rev).map_err(|_| base_gone())?;
@@ -597,7 +601,8 @@ async fn put_delta(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "PUT /userdb/delta")?;
+        .identify_for_write(&headers, "PUT /userdb/delta")
+        .await?;
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     let base = match wanted(&headers) {
         Some(Wanted::Precondition(Precondition::MustMatch(base))) => base,
@@ -637,7 +642,8 @@ async fn pull_delta(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "POST /userdb/delta")?;
+        .identify_for_write(&headers, "POST /userdb/delta")
+        .await?;
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // `?base=<rev>`: the client's file is that revision, so no manifest is sent.
     let mut base = None;
@@ -737,7 +743,7 @@ async fn list_revisions(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
     let mut limit = 100u32;
     for pair in query
@@ -781,7 +787,8 @@ async fn restore_revision(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "restoring a revision")?;
+        .identify_for_write(&headers, "restoring a revision")
+        .await?;
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("restoring a revision"))?;
     let caller = state.caller(&identity).await?;
     let rev = revision_param(rev)?;
@@ -815,7 +822,7 @@ async fn export_app(
     app_id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     // Taken as a Result so that a segment that does not decode (`%FF`) is this API's JSON 400,
     // not axum's plain-text rejection; checked after authentication, so a stranger learns nothing.
     let Ok(Path(app_id)) = app_id else {
@@ -873,7 +880,7 @@ async fn start_session(
     let Some(key) = state.auth.key() else {
         return Err(auth_off());
     };
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     if !matches!(identity.via, Via::Bearer(_)) {
         return Err(ApiError::from_reason(
             reason::UNAUTHENTICATED,
@@ -913,7 +920,8 @@ async fn logout(
     }
     state
         .auth
-        .identify_for_write(&headers, "POST /auth/logout")?;
+        .identify_for_write(&headers, "POST /auth/logout")
+        .await?;
     let secure = !session::plain_http_on_loopback(&headers);
     let mut response = StatusCode::NO_CONTENT.into_response();
     for cookie in session::clear_cookies(secure) {
@@ -926,7 +934,7 @@ async fn logout(
 
 /// `GET /auth/me`: who the credentials belong to.
 async fn me(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let via = match identity.via {
         Via::Bearer(_) => "bearer",
         Via::Session => "session",

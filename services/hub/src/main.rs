@@ -36,7 +36,7 @@
 //! | `SNUG_MATERIALIZE_CONCURRENCY` | CPUs | app jobs (materialize, persist, DDL, SQL) at once; each may hold a few copies of a 64 MiB user database |
 //! | `SNUG_MATERIALIZE_QUEUE_TIMEOUT` | `10s` | wait for an app-job slot before `OVERLOADED` |
 //! | `SNUG_SYNC_STORE` | `sqlite` | sync backend: `sqlite` (embedded, one node) or `postgres` (`--store`) |
-//! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory: the embedded sync store in `sync/`, the gateway's users and session key in `gateway/` |
+//! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory: the embedded sync store in `sync/`, the gateway's users file (`SNUG_USERS_STORE=sqlite`) and session key in `gateway/` |
 //! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed; TLS as in libpq: `sslmode=disable\|prefer\|require\|verify-ca\|verify-full` (default `prefer`; use `verify-full`) and `sslrootcert=/path/ca.pem` or `system` |
 //! | `SNUG_SYNC_POSTGRES_SCHEMA` | search path | schema for the store's tables (created if missing) |
 //! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |
@@ -50,7 +50,11 @@
 //! | `SNUG_HTTP_LISTEN` | `127.0.0.1:8080` | the gateway's HTTP address |
 //! | `SNUG_AUTH` | off on loopback, on elsewhere | `on` (tokens, sessions) or `off` (the local user; loopback only) |
 //! | `SNUG_CORS_ORIGINS` | — | comma-separated browser origins; required with auth on |
-//! | `SNUG_SESSION_SECRET` | `<data dir>/gateway/session.key` | session HMAC key, ≥ 32 characters; environment only |
+//! | `SNUG_SESSION_SECRET` | `<data dir>/gateway/session.key` | session HMAC key, ≥ 32 characters; environment only; required with `SNUG_USERS_STORE=postgres` (every replica must sign and check sessions with one key) |
+//! | `SNUG_USERS_STORE` | `sqlite` | the users directory of the gateway and `snug-hub users`: `sqlite` (`<data dir>/gateway/users.db`, one gateway) or `postgres` (shared by any number of gateway replicas; `--users-store`) |
+//! | `SNUG_USERS_POSTGRES_URL` | — | PostgreSQL connection string for `SNUG_USERS_STORE=postgres`; environment only, never printed; the same DSN and TLS rules as `SNUG_SYNC_POSTGRES_URL` (use `sslmode=verify-full`) |
+//! | `SNUG_USERS_POSTGRES_SCHEMA` | search path | schema for the users directory's tables (`hub_users`, `hub_tokens`, `hub_identities`; created if missing) |
+//! | `SNUG_USERS_POSTGRES_POOL_SIZE` | `8` | pooled PostgreSQL connections to the users directory per gateway |
 //! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501) |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
@@ -113,10 +117,14 @@ struct Cli {
 enum Command {
     /// Serves the hub: every service in one process, or the one named.
     Serve(ServeArgs),
-    /// Manages the users and bearer tokens of the HTTP gateway (in <data-dir>/gateway/users.db).
+    /// Manages who may use the HTTP gateway: users, their bearer tokens, disabled flags and
+    /// quotas, in the users directory the gateway reads (<data-dir>/gateway/users.db, or
+    /// PostgreSQL with SNUG_USERS_STORE=postgres).
     Users {
         #[command(flatten)]
         data: DataDir,
+        #[command(flatten)]
+        users: snug_gateway::config::UsersConfig,
         #[command(subcommand)]
         command: gateway::UsersCommand,
     },
@@ -324,9 +332,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             erase::erase(args, &sync).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Users { data, command } => {
+        Command::Users {
+            data,
+            users,
+            command,
+        } => {
             let _logs = logs_only(&cli.telemetry);
-            gateway::users(command, &data.gateway())
+            gateway::users(command, &users, &data.gateway()).await
         }
     }
 }

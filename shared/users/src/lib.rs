@@ -261,9 +261,8 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 fn valid_identity(issuer: &str, subject: &str) -> bool {
-    let ok = |s: &str, max: usize| {
-        !s.is_empty() && s.len() <= max && !s.chars().any(char::is_control)
-    };
+    let ok =
+        |s: &str, max: usize| !s.is_empty() && s.len() <= max && !s.chars().any(char::is_control);
     ok(issuer, MAX_ISSUER_BYTES) && ok(subject, MAX_SUBJECT_BYTES)
 }
 
@@ -306,11 +305,12 @@ const TOKEN_DRAWS: usize = 4;
 
 /// The names first login tries for `display_name`, in order (the rule in the crate docs).
 pub fn provisioned_names(display_name: &str, issuer: &str, subject: &str) -> Vec<String> {
-    let cleaned: String = display_name
+    let cleaned: String = display_name.chars().filter(|c| !c.is_control()).collect();
+    let mut base: String = cleaned
+        .trim()
         .chars()
-        .filter(|c| !c.is_control())
+        .take(PROVISIONED_BASE_CHARS)
         .collect();
-    let mut base: String = cleaned.trim().chars().take(PROVISIONED_BASE_CHARS).collect();
     base = base.trim_end().to_owned();
     if base.is_empty() {
         base = "user".to_owned();
@@ -443,7 +443,10 @@ impl Directory {
 
     /// The user a hub token belongs to; `None` for an unknown token or a disabled user (the two
     /// are indistinguishable to the caller).
-    pub async fn authenticate_token(&self, token: &str) -> Result<Option<Authenticated>, UsersError> {
+    pub async fn authenticate_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<Authenticated>, UsersError> {
         if !token.starts_with(TOKEN_PREFIX) || token.len() > MAX_TOKEN_LEN {
             return Ok(None);
         }
@@ -548,8 +551,14 @@ mod tests {
         assert_eq!(names.len(), 10);
         assert!(names[9].starts_with("AdaLovelace-") && names[9].len() == "AdaLovelace-".len() + 8);
         // Deterministic, and a different identity gets a different last resort.
-        assert_eq!(names, provisioned_names("  Ada\nLovelace ", "https://id.example", "42"));
-        assert_ne!(names[9], provisioned_names("AdaLovelace", "https://id.example", "43")[9]);
+        assert_eq!(
+            names,
+            provisioned_names("  Ada\nLovelace ", "https://id.example", "42")
+        );
+        assert_ne!(
+            names[9],
+            provisioned_names("AdaLovelace", "https://id.example", "43")[9]
+        );
         assert_eq!(provisioned_names("\n\t ", "i", "s")[0], "user");
         let long = "x".repeat(200);
         for name in provisioned_names(&long, "i", "s") {
@@ -584,7 +593,10 @@ mod tests {
         assert_eq!(text.len(), TOKEN_PREFIX.len() + 43);
         assert_eq!(stored.hash, token_hash(&text));
         assert_eq!(stored.short_id, hex::encode(&stored.hash[..4]));
-        assert!(matches!(quota(Some(u64::MAX)), Err(UsersError::InvalidQuota(_))));
+        assert!(matches!(
+            quota(Some(u64::MAX)),
+            Err(UsersError::InvalidQuota(_))
+        ));
         assert_eq!(quota(Some(5)).expect("ok"), Some(5));
     }
 }

@@ -363,3 +363,22 @@ impl Backend for PgDirectory {
         Ok(row.as_ref().map(user))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_table_declares_its_class() {
+        let mut pending = false;
+        let mut tables = Vec::new();
+        for line in super::SCHEMA.lines().map(str::trim) {
+            if line.starts_with("-- class: record") {
+                pending = true;
+            } else if let Some(rest) = line.strip_prefix("CREATE TABLE IF NOT EXISTS ") {
+                assert!(pending, "{rest} has no class line");
+                pending = false;
+                tables.push(rest.split([' ', '(']).next().expect("name").to_owned());
+            }
+        }
+        assert_eq!(tables, ["hub_users", "hub_tokens", "hub_identities"]);
+    }
+}

@@ -298,7 +298,9 @@ impl Backend for SqliteDirectory {
         // One read transaction: the three sets are one snapshot.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
         let users = tx
-            .prepare(&format!("SELECT {USER_COLUMNS} FROM users u ORDER BY u.name"))?
+            .prepare(&format!(
+                "SELECT {USER_COLUMNS} FROM users u ORDER BY u.name"
+            ))?
             .query_map([], user)?
             .collect::<Result<Vec<_>, _>>()?;
         let tokens = tx

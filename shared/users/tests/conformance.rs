@@ -4,9 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use snug_users::{
-    Directory, DirectoryConfig, OidcIdentity, PgConfig, TOKEN_PREFIX, UsersError,
-};
+use snug_users::{Directory, DirectoryConfig, OidcIdentity, PgConfig, TOKEN_PREFIX, UsersError};
 
 /// Where a directory lives; opening it twice gives two "replicas" of one directory.
 enum Place {
@@ -89,7 +87,10 @@ async fn tokens_authenticate_their_user_and_nothing_else() {
             "",
         ] {
             assert!(
-                dir.authenticate_token(unknown).await.expect("lookup").is_none(),
+                dir.authenticate_token(unknown)
+                    .await
+                    .expect("lookup")
+                    .is_none(),
                 "{at}: {unknown:?}"
             );
         }
@@ -97,7 +98,10 @@ async fn tokens_authenticate_their_user_and_nothing_else() {
         assert_ne!(second.token, token.token, "{at}");
         let listed = dir.list().await.expect("list");
         assert_eq!(
-            listed.iter().map(|u| (u.user.name.as_str(), u.tokens.len())).collect::<Vec<_>>(),
+            listed
+                .iter()
+                .map(|u| (u.user.name.as_str(), u.tokens.len()))
+                .collect::<Vec<_>>(),
             [("alice", 2), ("bob", 1)],
             "{at}"
         );
@@ -106,6 +110,13 @@ async fn tokens_authenticate_their_user_and_nothing_else() {
             "{at}: list shows short ids"
         );
         assert!(dir.health().await.is_ok(), "{at}");
+        if let Directory::Postgres(pg) = &dir {
+            // The tables the class check of `pg.rs` covers are all there is.
+            assert_eq!(
+                pg.table_names().await.expect("tables"),
+                ["hub_identities", "hub_tokens", "hub_users"]
+            );
+        }
     }
 }
 
@@ -119,16 +130,34 @@ async fn refusals_are_typed() {
             ("add twice", dir.add_user("carol").await.map(drop)),
             ("empty name", dir.add_user("").await.map(drop)),
             ("control character", dir.add_user("a\nb").await.map(drop)),
-            ("65 characters", dir.add_user(&"n".repeat(65)).await.map(drop)),
-            ("token for nobody", dir.issue_token("nobody").await.map(drop)),
-            ("revoke unknown", dir.revoke_token("00000000").await.map(drop)),
+            (
+                "65 characters",
+                dir.add_user(&"n".repeat(65)).await.map(drop),
+            ),
+            (
+                "token for nobody",
+                dir.issue_token("nobody").await.map(drop),
+            ),
+            (
+                "revoke unknown",
+                dir.revoke_token("00000000").await.map(drop),
+            ),
             ("disable nobody", dir.disable("nobody").await.map(drop)),
             ("enable nobody", dir.enable("nobody").await.map(drop)),
-            ("quota for nobody", dir.set_quota("nobody", Some(1)).await.map(drop)),
-            ("quota too large", dir.set_quota("carol", Some(u64::MAX)).await.map(drop)),
+            (
+                "quota for nobody",
+                dir.set_quota("nobody", Some(1)).await.map(drop),
+            ),
+            (
+                "quota too large",
+                dir.set_quota("carol", Some(u64::MAX)).await.map(drop),
+            ),
             ("remove nobody", dir.remove_user("nobody").await.map(drop)),
             ("empty issuer", dir.provision("", "s", "n").await.map(drop)),
-            ("empty subject", dir.provision("https://i", "", "n").await.map(drop)),
+            (
+                "empty subject",
+                dir.provision("https://i", "", "n").await.map(drop),
+            ),
         ];
         for (what, result) in refusals {
             let expected = match what {
@@ -158,20 +187,33 @@ async fn a_revoked_token_is_refused_and_its_siblings_are_not() {
         let (_, first) = dir.add_user("dave").await.expect("add");
         let second = dir.issue_token("dave").await.expect("issue");
         assert_eq!(
-            dir.revoke_token(&first.id.to_uppercase()).await.expect("revoke"),
+            dir.revoke_token(&first.id.to_uppercase())
+                .await
+                .expect("revoke"),
             "dave",
             "{at}"
         );
         assert!(
-            other.authenticate_token(&first.token).await.expect("lookup").is_none(),
+            other
+                .authenticate_token(&first.token)
+                .await
+                .expect("lookup")
+                .is_none(),
             "{at}"
         );
         assert!(
-            other.authenticate_token(&second.token).await.expect("lookup").is_some(),
+            other
+                .authenticate_token(&second.token)
+                .await
+                .expect("lookup")
+                .is_some(),
             "{at}"
         );
         assert!(
-            matches!(dir.revoke_token(&first.id).await, Err(UsersError::NoSuchToken(_))),
+            matches!(
+                dir.revoke_token(&first.id).await,
+                Err(UsersError::NoSuchToken(_))
+            ),
             "{at}"
         );
     }
@@ -192,22 +234,50 @@ async fn a_disabled_user_is_an_unknown_one_until_enabled() {
             .expect("enabled");
         assert!(dir.disable("erin").await.expect("disable").disabled, "{at}");
         dir.disable("Erin P").await.expect("disable");
-        assert!(other.authenticate_token(&token.token).await.expect("lookup").is_none(), "{at}");
-        assert!(other.user_by_id(&erin.id).await.expect("lookup").is_none(), "{at}");
         assert!(
-            other.provision(identity.0, identity.1, "Erin P").await.expect("provision").is_none(),
+            other
+                .authenticate_token(&token.token)
+                .await
+                .expect("lookup")
+                .is_none(),
+            "{at}"
+        );
+        assert!(
+            other.user_by_id(&erin.id).await.expect("lookup").is_none(),
+            "{at}"
+        );
+        assert!(
+            other
+                .provision(identity.0, identity.1, "Erin P")
+                .await
+                .expect("provision")
+                .is_none(),
             "{at}: a disabled provisioned user"
         );
         let listed = other.list().await.expect("list");
         assert!(listed.iter().all(|u| u.user.disabled), "{at}");
         assert!(!dir.enable("erin").await.expect("enable").disabled, "{at}");
         assert_eq!(
-            other.authenticate_token(&token.token).await.expect("lookup").map(|a| a.user.id),
+            other
+                .authenticate_token(&token.token)
+                .await
+                .expect("lookup")
+                .map(|a| a.user.id),
             Some(erin.id.clone()),
             "{at}"
         );
-        assert!(other.user_by_id(&erin.id).await.expect("lookup").is_some(), "{at}");
-        assert!(other.user_by_id(&provisioned.id).await.expect("lookup").is_none(), "{at}");
+        assert!(
+            other.user_by_id(&erin.id).await.expect("lookup").is_some(),
+            "{at}"
+        );
+        assert!(
+            other
+                .user_by_id(&provisioned.id)
+                .await
+                .expect("lookup")
+                .is_none(),
+            "{at}"
+        );
     }
 }
 
@@ -218,11 +288,26 @@ async fn quota_overrides_are_set_and_cleared() {
         let dir = place.open().await;
         let (frank, token) = dir.add_user("frank").await.expect("add");
         for quota in [Some(1u64 << 30), Some(0), None, Some(i64::MAX as u64)] {
-            assert_eq!(dir.set_quota("frank", quota).await.expect("set").quota_bytes, quota, "{at}");
-            let seen = dir.authenticate_token(&token.token).await.expect("lookup").expect("known");
+            assert_eq!(
+                dir.set_quota("frank", quota)
+                    .await
+                    .expect("set")
+                    .quota_bytes,
+                quota,
+                "{at}"
+            );
+            let seen = dir
+                .authenticate_token(&token.token)
+                .await
+                .expect("lookup")
+                .expect("known");
             assert_eq!(seen.user.quota_bytes, quota, "{at}");
             assert_eq!(
-                dir.user_by_id(&frank.id).await.expect("lookup").expect("known").quota_bytes,
+                dir.user_by_id(&frank.id)
+                    .await
+                    .expect("lookup")
+                    .expect("known")
+                    .quota_bytes,
                 quota,
                 "{at}"
             );
@@ -236,9 +321,22 @@ async fn removal_ends_tokens_and_a_new_user_of_the_same_name_is_someone_else() {
         let at = place.name();
         let dir = place.open().await;
         let (old, token) = dir.add_user("gina").await.expect("add");
-        assert_eq!(dir.remove_user("gina").await.expect("remove").id, old.id, "{at}");
-        assert!(dir.authenticate_token(&token.token).await.expect("lookup").is_none(), "{at}");
-        assert!(dir.user_by_id(&old.id).await.expect("lookup").is_none(), "{at}");
+        assert_eq!(
+            dir.remove_user("gina").await.expect("remove").id,
+            old.id,
+            "{at}"
+        );
+        assert!(
+            dir.authenticate_token(&token.token)
+                .await
+                .expect("lookup")
+                .is_none(),
+            "{at}"
+        );
+        assert!(
+            dir.user_by_id(&old.id).await.expect("lookup").is_none(),
+            "{at}"
+        );
         let (new, _) = dir.add_user("gina").await.expect("add again");
         assert_ne!(new.id, old.id, "{at}");
         // A provisioned user's identity goes with them.
@@ -332,9 +430,9 @@ async fn replicas_provisioning_one_subject_at_once_end_with_one_user() {
             let calls = (0..16).map(|i| {
                 let dir = replicas[i % 2].clone();
                 let subject = subject.clone();
-                tokio::spawn(async move {
-                    dir.provision("https://id.example", &subject, "racer").await
-                })
+                tokio::spawn(
+                    async move { dir.provision("https://id.example", &subject, "racer").await },
+                )
             });
             let results = futures::future::join_all(calls).await;
             let ids: std::collections::BTreeSet<String> = results

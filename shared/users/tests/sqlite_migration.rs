@@ -26,9 +26,11 @@ CREATE INDEX tokens_by_user ON tokens(user_id);
 fn v1_file(dir: &std::path::Path, tokens: &[&str]) {
     std::fs::create_dir_all(dir).expect("dir");
     let conn = Connection::open(dir.join(USERS_FILE)).expect("open");
-    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("wal");
     conn.execute_batch(OLD_SCHEMA_V1).expect("schema");
-    conn.pragma_update(None, "user_version", 1).expect("version");
+    conn.pragma_update(None, "user_version", 1)
+        .expect("version");
     conn.execute(
         "INSERT INTO users (id, name, created_at) VALUES ('u0123', 'old-alice', 1700000000000), ('u4567', 'old-bob', 1700000000001)",
         [],
@@ -63,7 +65,11 @@ async fn a_v1_file_migrates_forward_with_its_users_and_tokens() {
         assert!(!found.user.disabled);
         assert_eq!(found.user.quota_bytes, None);
         let hash = Sha256::digest(token.as_bytes());
-        assert_eq!(found.token_id, hex::encode(&hash[..4]), "short id from the hash");
+        assert_eq!(
+            found.token_id,
+            hex::encode(&hash[..4]),
+            "short id from the hash"
+        );
     }
     let listed = directory.list().await.expect("list");
     assert_eq!(
@@ -78,11 +84,17 @@ async fn a_v1_file_migrates_forward_with_its_users_and_tokens() {
     directory.revoke_token(&first).await.expect("revoke");
     assert_eq!(directory.list().await.expect("list")[0].tokens.len(), 1);
     directory.disable("old-bob").await.expect("disable");
-    directory.set_quota("old-alice", Some(1 << 20)).await.expect("quota");
+    directory
+        .set_quota("old-alice", Some(1 << 20))
+        .await
+        .expect("quota");
     drop(directory);
     // Reopening a migrated file migrates nothing.
     let directory = Directory::open(&config).await.expect("reopen");
-    assert_eq!(directory.list().await.expect("list")[0].user.quota_bytes, Some(1 << 20));
+    assert_eq!(
+        directory.list().await.expect("list")[0].user.quota_bytes,
+        Some(1 << 20)
+    );
     drop(directory);
     let conn = Connection::open(dir.join(USERS_FILE)).expect("open");
     let version: i64 = conn
@@ -97,7 +109,8 @@ async fn a_file_newer_than_this_build_is_refused_untouched() {
     let dir = root.path().join("gateway");
     v1_file(&dir, &[]);
     let conn = Connection::open(dir.join(USERS_FILE)).expect("open");
-    conn.pragma_update(None, "user_version", 7).expect("version");
+    conn.pragma_update(None, "user_version", 7)
+        .expect("version");
     drop(conn);
     let err = Directory::open(&DirectoryConfig::Sqlite { dir: dir.clone() })
         .await
@@ -105,7 +118,9 @@ async fn a_file_newer_than_this_build_is_refused_untouched() {
     assert!(matches!(err, UsersError::TooNew(7)), "{err:?}");
     let conn = Connection::open(dir.join(USERS_FILE)).expect("open");
     let columns: i64 = conn
-        .query_row("SELECT count(*) FROM pragma_table_info('users')", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM pragma_table_info('users')", [], |r| {
+            r.get(0)
+        })
         .expect("columns");
     assert_eq!(columns, 3, "nothing was migrated");
 }

@@ -1,0 +1,317 @@
+//! Stateless gateways (issue 20, point 4): one sync service on PostgreSQL and two gateway
+//! instances, each built and served on its own port with a data directory of its own, sharing one
+//! users directory on PostgreSQL and one session secret. A session started on one is accepted by
+//! the other; a compare-and-swap race between clients of both has one winner; a token revoked in
+//! the directory is refused by both on their next request; a disabled user gets, everywhere, the
+//! 401 an unknown token gets.
+//!
+//! Needs `SNUG_TEST_POSTGRES_URL` (skipped without it, unless `SNUG_REQUIRE_POSTGRES_TLS` says CI
+//! runs PostgreSQL, as `.ci/run` does).
+
+use std::{
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use snug_e2e::{
+    Answer, Http, OCTET, Payload, assert_error, bearer, etag_revision, spawn_services,
+    userdb_with_seeded_filler,
+};
+use snug_gateway::config::{AuthMode, GatewayConfig, PostgresUrl, UsersConfig, UsersStore};
+use snug_sync_service::{Backend, SyncConfig, SyncServer};
+use snug_users::Directory;
+use tokio::{net::TcpListener, sync::oneshot};
+
+const SECRET: &str = "one session secret every replica shares, 32+ chars";
+const ORIGIN: &str = "https://app.example";
+
+/// The two gateways, the directory they share, and what keeps the services running.
+struct Replicas {
+    a: Http,
+    b: Http,
+    directory: Directory,
+    _services: oneshot::Sender<()>,
+    _dirs: tempfile::TempDir,
+}
+
+fn postgres_url() -> Option<String> {
+    match std::env::var("SNUG_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("SNUG_REQUIRE_POSTGRES_TLS").is_none(),
+                "SNUG_REQUIRE_POSTGRES_TLS is set but SNUG_TEST_POSTGRES_URL is not"
+            );
+            eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
+async fn replicas() -> Option<Replicas> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let url = postgres_url()?;
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tag = format!("{}_{n}", std::process::id());
+    let dirs = tempfile::tempdir().expect("temp dir");
+
+    let sync_config = SyncConfig {
+        store: Backend::Postgres,
+        postgres_url: Some(snug_sync_service::PostgresUrl::new(url.clone())),
+        postgres_schema: Some(format!("replicas_sync_{tag}")),
+        postgres_pool_size: 4,
+        reclaim_interval: Duration::ZERO,
+        ..SyncConfig::default()
+    };
+    let store = snug_sync_service::open_store(&sync_config)
+        .await
+        .expect("sync store on PostgreSQL");
+    let sync = SyncServer::new(store, &sync_config);
+    let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let grpc = grpc_listener.local_addr().expect("addr");
+    let (services, _task) = spawn_services(grpc_listener, sync);
+
+    let users = UsersConfig {
+        store: UsersStore::Postgres,
+        postgres_url: Some(PostgresUrl(url.clone())),
+        postgres_schema: Some(format!("replicas_users_{tag}")),
+        postgres_pool_size: 4,
+    };
+    let directory = Directory::open(&users.directory(dirs.path()).expect("settings"))
+        .await
+        .expect("directory");
+    assert!(matches!(directory, Directory::Postgres(_)));
+    let mut gateways = Vec::new();
+    for name in ["a", "b"] {
+        let config = GatewayConfig {
+            auth: Some(AuthMode::On),
+            cors_origins: vec![ORIGIN.to_owned()],
+            session_secret: Some(SECRET.to_owned()),
+            rate_limit_burst: Some(0),
+            users: users.clone(),
+            ..GatewayConfig::for_tests()
+        };
+        // Each replica has a data directory of its own: nothing is shared through files.
+        let state = snug_gateway::build(
+            &config,
+            dirs.path().join(name),
+            snug_gateway::Addresses::all(&format!("http://{grpc}")),
+            snug_files::sealed::Sealer::disabled(),
+        )
+        .await
+        .expect("gateway");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        gateways.push(Http::new(listener.local_addr().expect("addr")));
+        tokio::spawn(snug_gateway::serve(state, listener, std::future::pending()));
+    }
+    let b = gateways.pop().expect("b");
+    let a = gateways.pop().expect("a");
+    Some(Replicas {
+        a,
+        b,
+        directory,
+        _services: services,
+        _dirs: dirs,
+    })
+}
+
+async fn me(http: &Http, headers: &[(&str, &str)]) -> Answer {
+    http.send("GET", "/auth/me", headers, Payload::Empty).await
+}
+
+/// A `Cookie` header with both session cookies, from a `POST /auth/session` answer.
+fn cookies(answer: &Answer) -> String {
+    answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| {
+            let v = v.to_str().expect("ascii");
+            v.split(';').next().expect("pair").to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What a 401 says, beside its status: everything a caller could tell two refusals apart by.
+fn refusal(answer: &Answer) -> (u16, String, String, String) {
+    (
+        answer.status,
+        answer.code(),
+        answer.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        answer.header("www-authenticate").to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_started_on_one_replica_is_accepted_by_the_other() {
+    let Some(r) = replicas().await else { return };
+    let (alice, token) = r.directory.add_user("alice").await.expect("add");
+    let auth = bearer(&token.token);
+    let started =
+        r.a.send(
+            "POST",
+            "/auth/session",
+            &[("authorization", &auth)],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
+    let csrf = started.json()["csrfToken"]
+        .as_str()
+        .expect("csrf")
+        .to_owned();
+    let cookie = cookies(&started);
+    let seen = me(&r.b, &[("cookie", &cookie)]).await;
+    assert_eq!(seen.status, 200);
+    assert_eq!(seen.json()["userId"], alice.id.as_str());
+    assert_eq!(seen.json()["via"], "session");
+    // A cookie-authenticated write on the other replica, CSRF double-submit included.
+    let (image, _) = userdb_with_seeded_filler(96 * 1024, 7);
+    let put =
+        r.b.send(
+            "PUT",
+            "/userdb",
+            &[
+                ("cookie", &cookie),
+                ("x-snug-csrf", &csrf),
+                ("if-none-match", "*"),
+                OCTET,
+            ],
+            Payload::Whole(image),
+        )
+        .await;
+    assert_eq!(put.status, 204, "{:?}", put.body);
+    let got =
+        r.a.send("GET", "/userdb", &[("cookie", &cookie)], Payload::Empty)
+            .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(etag_revision(&got), etag_revision(&put));
+    // Disabling the user ends the session on both replicas; enabling restores it.
+    r.directory.disable("alice").await.expect("disable");
+    for http in [&r.a, &r.b] {
+        assert_error(
+            &me(http, &[("cookie", &cookie)]).await,
+            401,
+            "UNAUTHENTICATED",
+        );
+    }
+    r.directory.enable("alice").await.expect("enable");
+    assert_eq!(me(&r.a, &[("cookie", &cookie)]).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cas_race_between_clients_of_both_replicas_has_one_winner() {
+    let Some(r) = replicas().await else { return };
+    let (_, token) = r.directory.add_user("racer").await.expect("add");
+    let auth = bearer(&token.token);
+    let put = |http: &Http, condition: (&'static str, String), seed: u64| {
+        let http = http.clone();
+        let auth = auth.clone();
+        async move {
+            let (image, _) = userdb_with_seeded_filler(96 * 1024, seed);
+            http.send(
+                "PUT",
+                "/userdb",
+                &[("authorization", &auth), OCTET, (condition.0, &condition.1)],
+                Payload::Whole(image),
+            )
+            .await
+        }
+    };
+    let first = put(&r.a, ("if-none-match", "*".to_owned()), 1).await;
+    assert_eq!(first.status, 204, "{:?}", first.body);
+    let mut current = etag_revision(&first);
+    for round in 0..6u64 {
+        let condition = ("if-match", format!("\"{current}\""));
+        let (from_a, from_b) = tokio::join!(
+            put(&r.a, condition.clone(), 100 + 2 * round),
+            put(&r.b, condition, 101 + 2 * round)
+        );
+        let (winner, loser) = match (from_a.status, from_b.status) {
+            (204, 412) => (from_a, from_b),
+            (412, 204) => (from_b, from_a),
+            other => panic!("round {round}: one 204 and one 412 expected, got {other:?}"),
+        };
+        let won = etag_revision(&winner);
+        assert_ne!(won, current, "round {round}");
+        assert_eq!(
+            etag_revision(&loser),
+            won,
+            "round {round}: the 412 carries the winner's ETag"
+        );
+        assert_eq!(loser.json()["revision"], won.as_str(), "round {round}");
+        // Both replicas serve the winner.
+        for http in [&r.a, &r.b] {
+            let got = http
+                .send(
+                    "GET",
+                    "/userdb",
+                    &[("authorization", &auth)],
+                    Payload::Empty,
+                )
+                .await;
+            assert_eq!(etag_revision(&got), won, "round {round}");
+        }
+        current = won;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_token_is_refused_by_every_replica_on_its_next_request() {
+    let Some(r) = replicas().await else { return };
+    let (_, kept) = r.directory.add_user("bob").await.expect("add");
+    let revoked = r.directory.issue_token("bob").await.expect("issue");
+    // Both replicas have admitted both tokens: nothing they might remember saves the revoked one.
+    for http in [&r.a, &r.b] {
+        for token in [&kept.token, &revoked.token] {
+            assert_eq!(
+                me(http, &[("authorization", &bearer(token))]).await.status,
+                200
+            );
+        }
+    }
+    r.directory.revoke_token(&revoked.id).await.expect("revoke");
+    for http in [&r.a, &r.b] {
+        let refused = me(http, &[("authorization", &bearer(&revoked.token))]).await;
+        assert_error(&refused, 401, "UNAUTHENTICATED");
+        assert_eq!(
+            me(http, &[("authorization", &bearer(&kept.token))])
+                .await
+                .status,
+            200,
+            "the user's other token still works"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_disabled_user_gets_everywhere_the_401_of_an_unknown_token() {
+    let Some(r) = replicas().await else { return };
+    let (_, token) = r.directory.add_user("carol").await.expect("add");
+    let auth = bearer(&token.token);
+    assert_eq!(me(&r.b, &[("authorization", &auth)]).await.status, 200);
+    r.directory.disable("carol").await.expect("disable");
+    // An unknown token of the same shape.
+    let unknown = bearer(&format!("snug_{}", "A".repeat(43)));
+    for http in [&r.a, &r.b] {
+        for (method, path) in [
+            ("GET", "/auth/me"),
+            ("GET", "/userdb"),
+            ("GET", "/userdb/revisions"),
+            ("POST", "/auth/session"),
+        ] {
+            let disabled = http
+                .send(method, path, &[("authorization", &auth)], Payload::Empty)
+                .await;
+            let stranger = http
+                .send(method, path, &[("authorization", &unknown)], Payload::Empty)
+                .await;
+            assert_error(&disabled, 401, "UNAUTHENTICATED");
+            assert_eq!(refusal(&disabled), refusal(&stranger), "{method} {path}");
+        }
+    }
+}
