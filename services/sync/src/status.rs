@@ -110,7 +110,7 @@ pub fn reclaim_error(err: ReclaimError) -> Status {
     match err {
         ReclaimError::Storage(err) => storage_error(err),
         err @ (ReclaimError::IncompleteListing | ReclaimError::UnreadableCandidate { .. }) => {
-            storage_error(StorageError::unavailable(err))
+            storage_error(StorageError::Unavailable(Box::new(err)))
         }
     }
 }
