@@ -2059,7 +2059,7 @@ async fn admin_rpcs_refuse_a_bad_user_id(backend: Backend) {
 /// replaces the configured one in both directions, for a declared length and for the bytes as
 /// they stream, and QUOTA_EXCEEDED names it. The delta RPCs take it the same way.
 async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
-    const QUOTA: u64 = CHUNK_SIZE as u64;
+    const QUOTA: u64 = 10_000;
     let Some(mut hub) = start(backend, |c| c.quota_bytes = QUOTA).await else {
         return;
     };
