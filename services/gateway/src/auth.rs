@@ -57,7 +57,7 @@ impl Identity {
         Caller {
             user_id: self.user_id.clone(),
             principal: format!("{}/{principal}", self.name),
-            quota_bytes: None,
+            quota_bytes: self.quota_bytes,
         }
     }
 
