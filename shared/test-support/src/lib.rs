@@ -12,6 +12,8 @@
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
 //! - [`garage::Garage`]: a real S3-compatible object store, a single-node Garage on loopback
 //!   ports in a temporary directory, which a fault test can kill and start again.
+//! - [`oidc::Issuer`]: a test OpenID Connect issuer (discovery, a JWKS with rotation, signed and
+//!   forged tokens, the authorization-code flow with PKCE) on a loopback port.
 //! - [`tmpfs::Tmpfs`]: a small `tmpfs` mounted for a test (root only), a disk that really fills.
 //!
 //! It deliberately does not start the hub's services: the in-process hub lives in `snug-e2e`, and
@@ -22,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod garage;
+pub mod oidc;
 pub mod tmpfs;
 
 use std::{
