@@ -13,6 +13,7 @@ use crate::{
     backend::Caller,
     config::AuthMode,
     error::{ApiError, reason},
+    oidc::Oidc,
     rate::RateLimits,
     session::{self, SESSION_COOKIE, SessionKey},
     users::UserStore,
@@ -70,6 +71,7 @@ pub struct Auth {
     users: Option<Arc<UserStore>>,
     key: Option<SessionKey>,
     rate_limits: Option<Arc<RateLimits>>,
+    oidc: Option<Arc<Oidc>>,
 }
 
 fn unauthenticated(message: &str) -> ApiError {
@@ -84,6 +86,7 @@ impl Auth {
             users: None,
             key: None,
             rate_limits: None,
+            oidc: None,
         }
     }
 
@@ -99,7 +102,19 @@ impl Auth {
             users: Some(users),
             key: Some(key),
             rate_limits,
+            oidc: None,
         }
+    }
+
+    /// Also accepts OpenID Connect bearer tokens (JWTs), judged by `oidc`.
+    pub fn with_oidc(mut self, oidc: Option<Arc<Oidc>>) -> Self {
+        self.oidc = oidc;
+        self
+    }
+
+    /// The OpenID Connect verifier, when configured.
+    pub fn oidc(&self) -> Option<&Oidc> {
+        self.oidc.as_deref()
     }
 
     /// The mode.
@@ -113,15 +128,15 @@ impl Auth {
     }
 
     /// Identifies the caller, or answers 401; a caller over their rate limit is 429.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
-        let identity = self.authenticate(headers)?;
+    pub async fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let identity = self.authenticate(headers).await?;
         if let Some(limits) = &self.rate_limits {
             limits.check_principal(&identity.user_id)?;
         }
         Ok(identity)
     }
 
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let (Some(users), Some(key)) = (&self.users, &self.key) else {
             return Ok(Identity {
                 user_id: LOCAL_USER.to_owned(),
@@ -145,6 +160,11 @@ impl Auth {
                 .ok_or_else(|| {
                     unauthenticated("the Authorization header must be `Bearer <token>`")
                 })?;
+            if let Some(oidc) = &self.oidc
+                && snug_identity::is_jwt(token)
+            {
+                return oidc.identify(token).await;
+            }
             let (user, token_id) = users
                 .authenticate_token(token)
                 .map_err(store_failed)?
@@ -174,12 +194,12 @@ impl Auth {
 
     /// Identifies the caller of a write: as [`Auth::identify`], plus the CSRF check (403) for a
     /// cookie session.
-    pub fn identify_for_write(
+    pub async fn identify_for_write(
         &self,
         headers: &HeaderMap,
         what: &str,
     ) -> Result<Identity, ApiError> {
-        let identity = self.identify(headers)?;
+        let identity = self.identify(headers).await?;
         if identity.needs_csrf() && !session::csrf_ok(headers) {
             return Err(ApiError::from_reason(
                 reason::CSRF_REJECTED,

@@ -4,6 +4,8 @@
 //! - [`routes`]: the handlers and the route table the OpenAPI document (`openapi.json`) describes;
 //! - [`auth`], [`session`], [`users`]: bearer tokens (stored hashed in the gateway's own SQLite
 //!   file), signed session cookies with CSRF double-submit, or auth off for one local user;
+//! - [`oidc`], [`provision`]: OpenID Connect bearer tokens beside the hub's own, first-login
+//!   provisioning, and the browser login (`/auth/login`, `/auth/callback`);
 //! - [`cors`]: fail-closed CORS for an explicit origin list;
 //! - [`rate`]: rate limits, a token bucket per client address (at the edge, before anyone is
 //!   authenticated, as the reference answers 429 before 401) and per authenticated user;
@@ -155,6 +157,8 @@ pub mod cors;
 pub mod error;
 pub mod etag;
 pub mod observe;
+pub mod oidc;
+pub mod provision;
 pub mod rate;
 pub mod routes;
 pub mod session;
@@ -203,6 +207,9 @@ pub enum StartError {
     /// The configuration is unsafe or incomplete.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The OpenID Connect settings are unusable.
+    #[error(transparent)]
+    Oidc(#[from] oidc::OidcConfigError),
     /// The users file could not be opened.
     #[error("cannot open the gateway's users file")]
     Users(#[from] users::UsersError),
@@ -255,12 +262,15 @@ pub fn build(
     let settings = Settings::resolve(config, dir)?;
     let backends = backends(config, &settings, addresses)?;
     let auth = match (settings.auth, &settings.session_key) {
-        (AuthMode::On, Some(key)) => Auth::on(
-            Arc::new(UserStore::open(&settings.dir)?),
-            key.clone(),
-            settings.rate_limits.clone(),
-        ),
-        _ => Auth::off(),
+        (AuthMode::On, Some(key)) => {
+            let users = Arc::new(UserStore::open(&settings.dir)?);
+            let oidc = oidc::Oidc::from_args(&config.oidc, true, users.clone())?;
+            Auth::on(users, key.clone(), settings.rate_limits.clone()).with_oidc(oidc.map(Arc::new))
+        }
+        _ => {
+            oidc::Oidc::from_args(&config.oidc, false, Arc::new(provision::Nobody))?;
+            Auth::off()
+        }
     };
     if settings.auth == AuthMode::Off {
         tracing::warn!("authentication is off: every request is the local user (loopback only)");

@@ -45,6 +45,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/auth/session", &["post"]),
     ("/auth/logout", &["post"]),
     ("/auth/me", &["get"]),
+    ("/auth/login", &["get"]),
+    ("/auth/callback", &["get"]),
     ("/openapi.json", &["get"]),
     ("/healthz", &["get"]),
     ("/readyz", &["get"]),
@@ -90,6 +92,8 @@ fn add(
         ("/auth/session", "post") => route.post(start_session),
         ("/auth/logout", "post") => route.post(logout),
         ("/auth/me", "get") => route.get(me),
+        ("/auth/login", "get") => route.get(crate::oidc::login),
+        ("/auth/callback", "get") => route.get(crate::oidc::callback),
         ("/openapi.json", "get") => route.get(openapi),
         ("/healthz", "get") => route.get(healthz),
         ("/readyz", "get") => route.get(readyz),
@@ -200,7 +204,7 @@ async fn get_userdb(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
     serve_image(&state, &caller, None, &method, &headers)
         .await?
@@ -216,7 +220,7 @@ async fn get_revision(
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
     let rev = revision_param(rev)?;
     serve_image(&state, &caller, Some(&rev), &method, &headers)
@@ -413,7 +417,10 @@ async fn put_userdb(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify_for_write(&headers, "PUT /userdb")?;
+    let identity = state
+        .auth
+        .identify_for_write(&headers, "PUT /userdb")
+        .await?;
     octet_stream(&headers, "user DB uploads must be application/octet-stream")?;
     let quota = state.backends.quota().await?;
     let declared = declared_length(&headers);
@@ -548,7 +555,8 @@ async fn plan_delta(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")?;
+        .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")
+        .await?;
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // A base that cannot be a revision is a base that is gone, like one that is not the user's.
     let rev = revision_param(rev).map_err(|_| base_gone())?;
@@ -597,7 +605,8 @@ async fn put_delta(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "PUT /userdb/delta")?;
+        .identify_for_write(&headers, "PUT /userdb/delta")
+        .await?;
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     let base = match wanted(&headers) {
         Some(Wanted::Precondition(Precondition::MustMatch(base))) => base,
@@ -637,7 +646,8 @@ async fn pull_delta(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "POST /userdb/delta")?;
+        .identify_for_write(&headers, "POST /userdb/delta")
+        .await?;
     octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // `?base=<rev>`: the client's file is that revision, so no manifest is sent.
     let mut base = None;
@@ -737,7 +747,7 @@ async fn list_revisions(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
     let mut limit = 100u32;
     for pair in query
@@ -781,7 +791,8 @@ async fn restore_revision(
 ) -> Result<Response, ApiError> {
     let identity = state
         .auth
-        .identify_for_write(&headers, "restoring a revision")?;
+        .identify_for_write(&headers, "restoring a revision")
+        .await?;
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("restoring a revision"))?;
     let caller = state.caller(&identity).await?;
     let rev = revision_param(rev)?;
@@ -815,7 +826,7 @@ async fn export_app(
     app_id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     // Taken as a Result so that a segment that does not decode (`%FF`) is this API's JSON 400,
     // not axum's plain-text rejection; checked after authentication, so a stranger learns nothing.
     let Ok(Path(app_id)) = app_id else {
@@ -873,7 +884,7 @@ async fn start_session(
     let Some(key) = state.auth.key() else {
         return Err(auth_off());
     };
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     if !matches!(identity.via, Via::Bearer(_)) {
         return Err(ApiError::from_reason(
             reason::UNAUTHENTICATED,
@@ -913,7 +924,8 @@ async fn logout(
     }
     state
         .auth
-        .identify_for_write(&headers, "POST /auth/logout")?;
+        .identify_for_write(&headers, "POST /auth/logout")
+        .await?;
     let secure = !session::plain_http_on_loopback(&headers);
     let mut response = StatusCode::NO_CONTENT.into_response();
     for cookie in session::clear_cookies(secure) {
@@ -926,17 +938,21 @@ async fn logout(
 
 /// `GET /auth/me`: who the credentials belong to.
 async fn me(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers)?;
+    let identity = state.auth.identify(&headers).await?;
     let via = match identity.via {
         Via::Bearer(_) => "bearer",
         Via::Session => "session",
         Via::Local => "local",
     };
-    Ok((
-        [(header::CACHE_CONTROL, "no-store")],
-        Json(json!({ "userId": identity.user_id, "name": identity.name, "via": via })),
-    )
-        .into_response())
+    let mut body = json!({ "userId": identity.user_id, "name": identity.name, "via": via });
+    // A page on another (allowed) origin cannot read the hub's snug_csrf cookie, so a session
+    // caller is told its value here (CORS lets only listed origins read this answer).
+    if identity.via == Via::Session
+        && let Some(csrf) = session::cookie(&headers, session::CSRF_COOKIE)
+    {
+        body["csrfToken"] = json!(csrf);
+    }
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
 }
 
 /// `GET /openapi.json`.

@@ -43,6 +43,19 @@ CREATE TABLE tokens (
 CREATE INDEX tokens_by_user ON tokens(user_id);
 ";
 
+/// Version 2: OpenID Connect identities (issuer + subject, never a name alone) and whether each
+/// may log in. Interim: the users directory that replaces this file keeps its own.
+const SCHEMA_V2: &str = "
+-- class: record — who an OpenID Connect login is; created by the first valid token.
+CREATE TABLE identities (
+    issuer     TEXT NOT NULL,
+    subject    TEXT NOT NULL,
+    user_id    TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    disabled   INTEGER NOT NULL DEFAULT 0 CHECK (disabled IN (0, 1)),
+    PRIMARY KEY (issuer, subject)
+) STRICT;
+";
+
 /// A user of the hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -159,9 +172,14 @@ impl UserStore {
         match version {
             0 => {
                 tx.execute_batch(SCHEMA_V1)?;
-                tx.pragma_update(None, "user_version", 1)?;
+                tx.execute_batch(SCHEMA_V2)?;
+                tx.pragma_update(None, "user_version", 2)?;
             }
-            1 => {}
+            1 => {
+                tx.execute_batch(SCHEMA_V2)?;
+                tx.pragma_update(None, "user_version", 2)?;
+            }
+            2 => {}
             newer => return Err(UsersError::TooNew(newer)),
         }
         tx.commit()?;
@@ -284,6 +302,85 @@ impl UserStore {
     pub fn user_by_id(&self, id: &str) -> Result<Option<User>, UsersError> {
         let conn = self.lock();
         Ok(find(&conn, "id", id)?)
+    }
+
+    /// The user of the OpenID Connect identity `issuer` + `subject`, created on its first login
+    /// (the user record only, no token, no image) under `display_name` if that name is free,
+    /// else a name made unique by a digest of the identity. `None` if the identity is disabled.
+    pub fn provision(
+        &self,
+        issuer: &str,
+        subject: &str,
+        display_name: Option<&str>,
+    ) -> Result<Option<User>, UsersError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found: Option<(String, bool)> = tx
+            .query_row(
+                "SELECT user_id, disabled FROM identities WHERE issuer = ?1 AND subject = ?2",
+                [issuer, subject],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some((id, disabled)) = found {
+            if disabled {
+                return Ok(None);
+            }
+            return Ok(find(&tx, "id", &id)?);
+        }
+        let digest = hex::encode(&Sha256::digest(format!("{issuer}\0{subject}").as_bytes())[..6]);
+        let wanted: String = display_name
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(48)
+            .collect();
+        let taken = |name: &str| -> Result<bool, rusqlite::Error> {
+            tx.query_row(
+                "SELECT EXISTS(SELECT 1 FROM users WHERE name = ?1)",
+                [name],
+                |r| r.get(0),
+            )
+        };
+        let name = if !wanted.trim().is_empty() && !taken(&wanted)? {
+            wanted
+        } else if wanted.trim().is_empty() {
+            format!("oidc-{digest}")
+        } else {
+            format!("{wanted}-{digest}")
+        };
+        let id = format!("u{}", hex::encode(random::<16>()?));
+        let created_at = now_ms();
+        tx.execute(
+            "INSERT INTO users (id, name, created_at) VALUES (?1, ?2, ?3)",
+            params![id, name, created_at],
+        )?;
+        tx.execute(
+            "INSERT INTO identities (issuer, subject, user_id) VALUES (?1, ?2, ?3)",
+            params![issuer, subject, id],
+        )?;
+        tx.commit()?;
+        Ok(Some(User {
+            id,
+            name,
+            created_at,
+            tokens: 0,
+        }))
+    }
+
+    /// Disables or enables the OpenID Connect identity `issuer` + `subject`; whether it exists.
+    pub fn set_identity_disabled(
+        &self,
+        issuer: &str,
+        subject: &str,
+        disabled: bool,
+    ) -> Result<bool, UsersError> {
+        let conn = self.lock();
+        let changed = conn.execute(
+            "UPDATE identities SET disabled = ?3 WHERE issuer = ?1 AND subject = ?2",
+            params![issuer, subject, disabled],
+        )?;
+        Ok(changed > 0)
     }
 
     #[cfg(test)]

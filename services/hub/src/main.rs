@@ -51,6 +51,14 @@
 //! | `SNUG_AUTH` | off on loopback, on elsewhere | `on` (tokens, sessions) or `off` (the local user; loopback only) |
 //! | `SNUG_CORS_ORIGINS` | — | comma-separated browser origins; required with auth on |
 //! | `SNUG_SESSION_SECRET` | `<data dir>/gateway/session.key` | session HMAC key, ≥ 32 characters; environment only |
+//! | `SNUG_OIDC_ISSUER` | — (OpenID Connect off) | comma-separated issuer URLs whose tokens (JWTs) the hub accepts beside its own, each exactly its tokens' `iss`; https, or http on a loopback address only; needs auth on |
+//! | `SNUG_OIDC_AUDIENCE` | — (required with an issuer) | the audience tokens must carry in `aud` |
+//! | `SNUG_OIDC_USER_CLAIM` | `sub` | the claim naming the user; the stored identity is issuer + that claim |
+//! | `SNUG_OIDC_REQUIRED_CLAIM` | — | `name=value` (e.g. `groups=snug-users`): only tokens whose claim is, or (an array) contains, the value may use the hub |
+//! | `SNUG_OIDC_CLIENT_ID` | the audience | the OAuth client of the browser login (`GET /auth/login`) |
+//! | `SNUG_OIDC_CLIENT_SECRET` | — (a public client with PKCE) | the client's secret; environment only |
+//! | `SNUG_PUBLIC_URL` | — (no browser login) | the hub's external base URL; the login's redirect URI is this + `/auth/callback` |
+//! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | least time between two fetches of one issuer's keys (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
 //! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501) |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
