@@ -180,6 +180,8 @@ pub struct Options {
     pub upload_budget: Option<snug_rpc::budget::UploadBudget>,
     /// Time for a connection's request headers to arrive.
     pub header_timeout: Duration,
+    /// OpenID Connect; a `public_url` left empty is the hub's own `http://127.0.0.1:PORT`.
+    pub oidc: Option<snug_gateway::oidc::OidcArgs>,
 }
 
 impl Default for Options {
@@ -196,6 +198,7 @@ impl Default for Options {
             trusted_proxies: Vec::new(),
             upload_budget: None,
             header_timeout: Duration::from_secs(10),
+            oidc: None,
         }
     }
 }
@@ -219,7 +222,15 @@ impl Hub {
     /// temporary directory.
     pub async fn start(options: Options) -> Hub {
         let dir = tempfile::tempdir().expect("tempdir");
+        let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let http = http_listener.local_addr().expect("addr");
+        let oidc = options.oidc.clone().map(|mut oidc| {
+            oidc.public_url
+                .get_or_insert_with(|| format!("http://{http}"));
+            oidc
+        });
         let config = GatewayConfig {
+            oidc: oidc.unwrap_or_default(),
             auth: Some(options.auth),
             cors_origins: options.origins.clone(),
             rpc_deadline: options.deadline,
@@ -305,6 +316,19 @@ impl Hub {
         let name = name.to_owned();
         self.with_users(async move |users| {
             users.remove_user(&name).await.expect("remove user");
+        });
+    }
+
+    /// Every user of the directory with their tokens and identities (auth on).
+    pub fn list_users(&self) -> Vec<snug_users::UserInfo> {
+        self.with_users(async move |users| users.list().await.expect("list"))
+    }
+
+    /// Disables the user named `name` (auth on).
+    pub fn disable_user(&self, name: &str) {
+        let name = name.to_owned();
+        self.with_users(async move |users| {
+            users.disable(&name).await.expect("disable user");
         });
     }
 

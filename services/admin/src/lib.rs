@@ -29,10 +29,7 @@ use std::{str::FromStr, time::Duration};
 
 use sha2::{Digest as _, Sha256};
 use snug_proto::{
-    admin::v1::{
-        self as pb,
-        admin_service_server::{AdminService, AdminServiceServer},
-    },
+    admin::v1::{self as pb, admin_service_server::AdminServiceServer},
     sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
 };
 use snug_rpc::{server::LocalChannel, trace_context::Traced};
@@ -40,6 +37,9 @@ use snug_users::{Directory, UserInfo};
 use tonic::{Request, Response, Status, service::interceptor::InterceptedService};
 
 use crate::status::{directory_error, sync_error};
+
+/// The trait [`Admin`] implements: what `snug-hub users` calls in-process.
+pub use snug_proto::admin::v1::admin_service_server::AdminService;
 
 /// The fully qualified gRPC service name.
 pub const SERVICE_NAME: &str = "snug.admin.v1.AdminService";

@@ -13,6 +13,7 @@ use crate::{
     backend::Caller,
     config::AuthMode,
     error::{ApiError, reason},
+    oidc::Oidc,
     rate::RateLimits,
     session::{self, SESSION_COOKIE, SessionKey},
 };
@@ -78,6 +79,7 @@ pub struct Auth {
     users: Option<Arc<Directory>>,
     key: Option<SessionKey>,
     rate_limits: Option<Arc<RateLimits>>,
+    oidc: Option<Arc<Oidc>>,
 }
 
 fn unauthenticated(message: &str) -> ApiError {
@@ -92,6 +94,7 @@ impl Auth {
             users: None,
             key: None,
             rate_limits: None,
+            oidc: None,
         }
     }
 
@@ -107,12 +110,29 @@ impl Auth {
             users: Some(users),
             key: Some(key),
             rate_limits,
+            oidc: None,
         }
+    }
+
+    /// Also accepts OpenID Connect bearer tokens (JWTs), judged by `oidc`.
+    pub fn with_oidc(mut self, oidc: Option<Arc<Oidc>>) -> Self {
+        self.oidc = oidc;
+        self
+    }
+
+    /// The OpenID Connect verifier, when configured.
+    pub fn oidc(&self) -> Option<&Oidc> {
+        self.oidc.as_deref()
     }
 
     /// The mode.
     pub fn mode(&self) -> AuthMode {
         self.mode
+    }
+
+    /// The users directory (auth on), for the admin API the composition root serves beside.
+    pub fn directory(&self) -> Option<&Directory> {
+        self.users.as_deref()
     }
 
     /// The session key (auth on).
@@ -154,6 +174,11 @@ impl Auth {
                 .ok_or_else(|| {
                     unauthenticated("the Authorization header must be `Bearer <token>`")
                 })?;
+            if let Some(oidc) = &self.oidc
+                && snug_identity::is_jwt(token)
+            {
+                return oidc.identify(token).await;
+            }
             // Unknown, revoked and disabled are one answer.
             let found = users
                 .authenticate_token(token)

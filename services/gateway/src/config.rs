@@ -202,6 +202,9 @@ pub struct GatewayConfig {
     /// flag: the composition root builds it from SNUG_UPLOAD_BUDGET_MIB.
     #[arg(skip)]
     pub upload_budget: UploadBudget,
+    /// OpenID Connect: issuers, audience, claims, browser login (`oidc.rs`).
+    #[command(flatten)]
+    pub oidc: crate::oidc::OidcArgs,
     /// `SNUG_SESSION_SECRET`, from the environment only.
     #[arg(skip = std::env::var(SESSION_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
     pub session_secret: Option<String>,
@@ -231,6 +234,7 @@ impl GatewayConfig {
             http_header_timeout: Duration::from_secs(10),
             http_max_connections: 4096,
             upload_budget: UploadBudget::default(),
+            oidc: crate::oidc::OidcArgs::default(),
             session_secret: None,
             users: UsersConfig::default(),
         }

@@ -5,6 +5,8 @@
 //! - [`auth`], [`session`]: bearer tokens (checked against the users directory, `snug-users`:
 //!   the gateway's own SQLite file, or PostgreSQL shared by every replica), signed session cookies
 //!   with CSRF double-submit, or auth off for one local user;
+//! - [`oidc`], [`provision`]: OpenID Connect bearer tokens beside the hub's own, first-login
+//!   provisioning into the users directory, and the browser login (`/auth/login`, `/auth/callback`);
 //! - [`cors`]: fail-closed CORS for an explicit origin list;
 //! - [`rate`]: rate limits, a token bucket per client address (at the edge, before anyone is
 //!   authenticated, as the reference answers 429 before 401) and per authenticated user;
@@ -163,6 +165,8 @@ pub mod cors;
 pub mod error;
 pub mod etag;
 pub mod observe;
+pub mod oidc;
+pub mod provision;
 pub mod rate;
 pub mod routes;
 pub mod session;
@@ -210,6 +214,9 @@ pub enum StartError {
     /// The configuration is unsafe or incomplete.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The OpenID Connect settings are unusable.
+    #[error(transparent)]
+    Oidc(#[from] oidc::OidcConfigError),
     /// The users directory could not be opened.
     #[error("cannot open the users directory")]
     Users(#[from] UsersError),
@@ -262,12 +269,15 @@ pub async fn build(
     let settings = Settings::resolve(config, dir)?;
     let backends = backends(config, &settings, addresses)?;
     let auth = match (settings.auth, &settings.session_key, &settings.users) {
-        (AuthMode::On, Some(key), Some(users)) => Auth::on(
-            Arc::new(Directory::open(users).await?),
-            key.clone(),
-            settings.rate_limits.clone(),
-        ),
-        _ => Auth::off(),
+        (AuthMode::On, Some(key), Some(users)) => {
+            let users = Arc::new(Directory::open(users).await?);
+            let oidc = oidc::Oidc::from_args(&config.oidc, true, users.clone())?;
+            Auth::on(users, key.clone(), settings.rate_limits.clone()).with_oidc(oidc.map(Arc::new))
+        }
+        _ => {
+            oidc::Oidc::from_args(&config.oidc, false, Arc::new(provision::Nobody))?;
+            Auth::off()
+        }
     };
     if settings.auth == AuthMode::Off {
         tracing::warn!("authentication is off: every request is the local user (loopback only)");

@@ -45,6 +45,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/auth/session", &["post"]),
     ("/auth/logout", &["post"]),
     ("/auth/me", &["get"]),
+    ("/auth/login", &["get"]),
+    ("/auth/callback", &["get"]),
     ("/openapi.json", &["get"]),
     ("/healthz", &["get"]),
     ("/readyz", &["get"]),
@@ -90,6 +92,8 @@ fn add(
         ("/auth/session", "post") => route.post(start_session),
         ("/auth/logout", "post") => route.post(logout),
         ("/auth/me", "get") => route.get(me),
+        ("/auth/login", "get") => route.get(crate::oidc::login),
+        ("/auth/callback", "get") => route.get(crate::oidc::callback),
         ("/openapi.json", "get") => route.get(openapi),
         ("/healthz", "get") => route.get(healthz),
         ("/readyz", "get") => route.get(readyz),
@@ -940,11 +944,15 @@ async fn me(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Re
         Via::Session => "session",
         Via::Local => "local",
     };
-    Ok((
-        [(header::CACHE_CONTROL, "no-store")],
-        Json(json!({ "userId": identity.user_id, "name": identity.name, "via": via })),
-    )
-        .into_response())
+    let mut body = json!({ "userId": identity.user_id, "name": identity.name, "via": via });
+    // A page on another (allowed) origin cannot read the hub's snug_csrf cookie, so a session
+    // caller is told its value here (CORS lets only listed origins read this answer).
+    if identity.via == Via::Session
+        && let Some(csrf) = session::cookie(&headers, session::CSRF_COOKIE)
+    {
+        body["csrfToken"] = json!(csrf);
+    }
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
 }
 
 /// `GET /openapi.json`.

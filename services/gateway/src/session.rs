@@ -101,6 +101,11 @@ impl SessionKey {
         }
     }
 
+    /// The key's bytes, for the other cookies it seals (the login flow's, `oidc.rs`).
+    pub(crate) fn secret(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self) -> HmacSha256 {
         // HMAC takes keys of any length; this cannot fail.
         HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length")

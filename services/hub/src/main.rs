@@ -21,7 +21,8 @@
 //! | `SNUG_UPLOAD_BUDGET_MIB` | `128` | MiB of uploads buffered at once: one budget for the services of a process (container, schema, materialize; the sync service streams into its store), another for its gateway (`PUT /userdb` bodies); an upload is admitted for its declared length (its limit when undeclared) before its first byte is read |
 //! | `SNUG_UPLOAD_BUDGET_WAIT` | `5s` | how long an upload waits for room in its budget before it is refused: gRPC UNAVAILABLE/`OVERLOADED`, HTTP 503 `OVERLOADED` with `Retry-After` |
 //! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
-//! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format |
+//! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format; where the gateway runs (`serve`, `serve gateway`) with auth on, also the admin API `snug.admin.v1` (gRPC, h2c) |
+//! | `SNUG_ADMIN_TOKEN_SHA256` | — (the admin API refuses every call) | SHA-256 (hex) of the admin token the admin API accepts as `authorization: Bearer …`; from a Secret; `snug-hub admin-token` makes a token and prints both |
 //! | `OTEL_EXPORTER_OTLP_ENDPOINT` | — (off) | OTLP/gRPC collector to export traces to: `https://host:4317` (TLS, the collector's certificate and host name verified) or plaintext `http://host:4317`; unset or empty: no exporter, no background task |
 //! | `OTEL_EXPORTER_OTLP_CERTIFICATE` | compiled-in Mozilla roots | PEM file of the CAs an `https://` collector's certificate must chain to; refused with an `http://` endpoint |
 //! | `OTEL_SERVICE_NAME` | `snug-hub`, `snug-hub-<service>` | `service.name` of the exported spans (the default names the role: `snug-hub-gateway`, `snug-hub-sync`, …) |
@@ -55,6 +56,14 @@
 //! | `SNUG_USERS_POSTGRES_URL` | — | PostgreSQL connection string for `SNUG_USERS_STORE=postgres`; environment only, never printed; the same DSN and TLS rules as `SNUG_SYNC_POSTGRES_URL` (use `sslmode=verify-full`) |
 //! | `SNUG_USERS_POSTGRES_SCHEMA` | search path | schema for the users directory's tables (`hub_users`, `hub_tokens`, `hub_identities`; created if missing) |
 //! | `SNUG_USERS_POSTGRES_POOL_SIZE` | `8` | pooled PostgreSQL connections to the users directory per gateway |
+//! | `SNUG_OIDC_ISSUER` | — (OpenID Connect off) | comma-separated issuer URLs whose tokens (JWTs) the hub accepts beside its own, each exactly its tokens' `iss`; https, or http on a loopback address only; needs auth on |
+//! | `SNUG_OIDC_AUDIENCE` | — (required with an issuer) | the audience tokens must carry in `aud` |
+//! | `SNUG_OIDC_USER_CLAIM` | `sub` | the claim naming the user; the stored identity is issuer + that claim |
+//! | `SNUG_OIDC_REQUIRED_CLAIM` | — | `name=value` (e.g. `groups=snug-users`): only tokens whose claim is, or (an array) contains, the value may use the hub |
+//! | `SNUG_OIDC_CLIENT_ID` | the audience | the OAuth client of the browser login (`GET /auth/login`) |
+//! | `SNUG_OIDC_CLIENT_SECRET` | — (a public client with PKCE) | the client's secret; environment only |
+//! | `SNUG_PUBLIC_URL` | — (no browser login) | the hub's external base URL; the login's redirect URI is this + `/auth/callback` |
+//! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | least time between two fetches of one issuer's keys (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
 //! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501) |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
@@ -125,9 +134,16 @@ enum Command {
         data: DataDir,
         #[command(flatten)]
         users: snug_gateway::config::UsersConfig,
+        #[command(flatten)]
+        reach: gateway::UsersSync,
+        #[command(flatten)]
+        sync: SyncConfig,
         #[command(subcommand)]
         command: gateway::UsersCommand,
     },
+    /// Makes an admin token for the admin API (snug.admin.v1 on SNUG_ADMIN_LISTEN): the token on
+    /// stdout, and on stderr the SHA-256 the hub keeps (SNUG_ADMIN_TOKEN_SHA256).
+    AdminToken,
     /// Operates on the sync store.
     Sync {
         #[command(subcommand)]
@@ -282,7 +298,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             args.gateway.upload_budget = args.server.upload_budget();
             let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(args.service))?;
             let served = async {
-                start_admin(args.server.admin_listen).await?;
+                // The gateway roles serve the admin API beside the metrics (they hold the users
+                // directory); the others, the metrics only.
+                if !matches!(args.service, None | Some(ServiceName::Gateway)) {
+                    start_admin(args.server.admin_listen, None).await?;
+                }
                 serve_role(&args).await
             }
             .await;
@@ -335,11 +355,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Users {
             data,
             users,
+            reach,
+            mut sync,
             command,
         } => {
             let _logs = logs_only(&cli.telemetry);
-            gateway::users(command, &users, &data.gateway()).await
+            sync.sqlite_dir = data.sync();
+            gateway::users(command, &users, &data.gateway(), &reach, &sync).await
         }
+        Command::AdminToken => gateway::admin_token(),
     }
 }
 
@@ -361,8 +385,12 @@ fn logs_only(config: &TelemetryConfig) -> Option<Telemetry> {
     snug_rpc::telemetry::init(&TelemetryConfig::logs_only(config.log_format), "snug-hub").ok()
 }
 
-/// Serves `GET /metrics` on the admin address, if one is configured, until SIGTERM.
-async fn start_admin(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
+/// Serves `GET /metrics` and the gRPC services of `grpc` (the admin API) on the admin address, if
+/// one is configured, until SIGTERM.
+pub(crate) async fn start_admin(
+    addr: Option<std::net::SocketAddr>,
+    grpc: Option<tonic::service::Routes>,
+) -> anyhow::Result<()> {
     let Some(addr) = addr else {
         return Ok(());
     };
@@ -370,7 +398,7 @@ async fn start_admin(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {addr} (SNUG_ADMIN_LISTEN)"))?;
     tokio::spawn(async move {
-        if let Err(err) = snug_rpc::admin::serve(listener, None, shutdown_signal()).await {
+        if let Err(err) = snug_rpc::admin::serve(listener, grpc, shutdown_signal()).await {
             tracing::error!(error = %err, "the admin port failed");
         }
     });
@@ -391,7 +419,7 @@ async fn serve_role(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     } = args;
     let service = *service;
     if service == Some(ServiceName::Gateway) {
-        gateway::serve_gateway(gateway, &data.gateway()).await?;
+        gateway::serve_gateway(server.admin_listen, gateway, &data.gateway()).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let services = compose(service, container, schema, materialize, sync).await?;

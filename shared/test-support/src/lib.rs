@@ -12,6 +12,8 @@
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
 //! - [`garage::Garage`]: a real S3-compatible object store, a single-node Garage on loopback
 //!   ports in a temporary directory, which a fault test can kill and start again.
+//! - [`oidc::Issuer`]: a test OpenID Connect issuer (discovery, a JWKS with rotation, signed and
+//!   forged tokens, the authorization-code flow with PKCE) on a loopback port.
 //! - [`tmpfs::Tmpfs`]: a small `tmpfs` mounted for a test (root only), a disk that really fills.
 //! - [`browser::Browser`]: a headless Chromium driven over the DevTools protocol, for what only a
 //!   real browser enforces (cookies, cross-origin redirects, CORS), and [`browser::Site`], a tiny
@@ -26,6 +28,7 @@
 
 pub mod browser;
 pub mod garage;
+pub mod oidc;
 pub mod tmpfs;
 
 use std::{

@@ -1,0 +1,791 @@
+//! OpenID Connect at the gateway: bearer JWTs from configured issuers, first-login provisioning,
+//! and the browser login (`GET /auth/login` → the issuer → `GET /auth/callback` → the hub's own
+//! session and CSRF cookies).
+//!
+//! The rules of a token are `snug-identity`'s (pure); this module does the I/O around them:
+//! - discovery is fetched lazily, on the first token or login of an issuer, and again on the next
+//!   one if it failed; its `issuer` must equal the configured URL exactly;
+//! - each issuer's JWKS is cached; it is fetched again when a token names an unknown `kid` or
+//!   the cache is older than [`KEYS_MAX_AGE`], but never more than once per
+//!   `SNUG_OIDC_JWKS_MIN_INTERVAL` (default [`DEFAULT_REFETCH_INTERVAL`]) per issuer, whatever
+//!   the outcome: a flood of forged `kid`s costs the issuer one request per interval;
+//! - issuers are https (verified against the compiled-in web PKI roots, as the image has no CA
+//!   store), or plain http on a loopback address only; the client follows no redirects;
+//! - every refusal is the uniform 401 `UNAUTHENTICATED` hub tokens get; the cause is logged only;
+//! - the first valid token of a new issuer + subject creates the user record through
+//!   [`Provision`], and nothing else (no image); a disabled user's valid token is the same 401.
+//!
+//! The browser flow is the authorization code flow with PKCE S256, `state` and `nonce`; what the
+//! callback must check is sealed into a short-lived HttpOnly cookie with the session key
+//! (`snug_identity::Flow`), so any replica can finish a flow another began. `return_to` is a path
+//! on the hub or an origin listed in `SNUG_CORS_ORIGINS` (400 otherwise).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use axum::{
+    extract::{Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use base64::Engine as _;
+use snug_identity::{Claims, Discovery, Flow, KeySet, Policy, Refusal};
+use tokio::sync::Mutex;
+
+use crate::{
+    AppState,
+    auth::{Identity, Via},
+    error::{ApiError, reason},
+    session,
+};
+
+/// Longest a key set is trusted before it is fetched again on the next token.
+pub const KEYS_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+/// Default least time between two fetches of one issuer's documents.
+pub const DEFAULT_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a browser has to come back from the issuer.
+pub const LOGIN_TTL_SECS: u64 = 600;
+/// The cookie holding the login flow.
+pub const FLOW_COOKIE: &str = "snug_oidc_flow";
+/// The path of the callback, under `SNUG_PUBLIC_URL`.
+pub const CALLBACK_PATH: &str = "/auth/callback";
+/// Timeout of every request to an issuer.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest document accepted from an issuer.
+const MAX_DOCUMENT: usize = 1 << 20;
+
+/// The OpenID Connect settings, from flags or the environment.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OidcArgs {
+    /// Issuer URLs whose tokens the hub accepts, comma-separated, each exactly as its tokens'
+    /// `iss` says (https, or http on a loopback address). Empty: OpenID Connect is off.
+    #[arg(long = "oidc-issuer", env = "SNUG_OIDC_ISSUER", value_delimiter = ',')]
+    pub issuers: Vec<String>,
+    /// The audience tokens must carry in `aud` (required with an issuer).
+    #[arg(long = "oidc-audience", env = "SNUG_OIDC_AUDIENCE")]
+    pub audience: Option<String>,
+    /// The claim naming the user (default `sub`); with the issuer, the stored identity.
+    #[arg(long = "oidc-user-claim", env = "SNUG_OIDC_USER_CLAIM")]
+    pub user_claim: Option<String>,
+    /// `name=value`: only tokens whose claim `name` is `value` (or, for an array claim such as
+    /// `groups`, contains it) may use the hub.
+    #[arg(long = "oidc-required-claim", env = "SNUG_OIDC_REQUIRED_CLAIM")]
+    pub required_claim: Option<String>,
+    /// The OAuth client id of the browser login (default: the audience).
+    #[arg(long = "oidc-client-id", env = "SNUG_OIDC_CLIENT_ID")]
+    pub client_id: Option<String>,
+    /// The hub's external base URL (`https://hub.example`): the browser login's redirect URI is
+    /// this plus `/auth/callback`. Without it there is no browser login.
+    #[arg(long = "public-url", env = "SNUG_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Least time between two fetches of one issuer's keys (a flood of unknown `kid`s costs
+    /// the issuer at most one request per interval).
+    #[arg(long = "oidc-jwks-min-interval", env = "SNUG_OIDC_JWKS_MIN_INTERVAL", value_parser = snug_rpc::server::parse_duration)]
+    pub jwks_min_interval: Option<Duration>,
+    /// `SNUG_OIDC_CLIENT_SECRET`, from the environment only (a confidential client); without it
+    /// the browser login is a public client with PKCE.
+    #[arg(skip = std::env::var(CLIENT_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
+    pub client_secret: Option<String>,
+}
+
+/// The environment variable holding the OAuth client secret (never a flag).
+pub const CLIENT_SECRET_ENV: &str = "SNUG_OIDC_CLIENT_SECRET";
+
+/// Why the OpenID Connect settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OidcConfigError {
+    /// An issuer URL that is not https (or http on loopback).
+    #[error("SNUG_OIDC_ISSUER: {0}")]
+    Issuer(#[from] snug_identity::UrlError),
+    /// The audience, user claim or required claim.
+    #[error("OpenID Connect: {0}")]
+    Policy(#[from] snug_identity::PolicyError),
+    /// An issuer without an audience.
+    #[error("SNUG_OIDC_ISSUER is set but SNUG_OIDC_AUDIENCE is not")]
+    NoAudience,
+    /// `SNUG_PUBLIC_URL` is not a base URL.
+    #[error("SNUG_PUBLIC_URL: {0}")]
+    PublicUrl(snug_identity::UrlError),
+    /// OpenID Connect with auth off.
+    #[error("SNUG_OIDC_ISSUER needs authentication on (SNUG_AUTH=on)")]
+    AuthOff,
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client for the issuers: {0}")]
+    Client(String),
+}
+
+/// A verified login: who, according to which issuer.
+pub type VerifiedClaims = Claims;
+
+/// A user record as the hub's directory returns it for a provisioned identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvisionedUser {
+    /// The stable user id (the sync service keys the image by it).
+    pub id: String,
+    /// The user's name.
+    pub name: String,
+    /// The user's own image quota, if the directory sets one.
+    pub quota_bytes: Option<u64>,
+}
+
+/// The seam to the users directory: find the user of `issuer` + `subject`, creating the user
+/// record (only) on first login; `None` for a disabled user.
+pub trait Provision: Send + Sync + std::fmt::Debug {
+    /// See the trait docs.
+    fn provision<'a>(
+        &'a self,
+        claims: &'a Claims,
+    ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, String>>;
+}
+
+/// The browser login's settings.
+#[derive(Debug, Clone)]
+struct Login {
+    client_id: String,
+    client_secret: Option<String>,
+    redirect_uri: String,
+    /// The ID token's audience is the client.
+    policy: Policy,
+}
+
+/// What is known of one issuer.
+#[derive(Debug)]
+struct Issuer {
+    url: String,
+    state: Mutex<IssuerState>,
+}
+
+#[derive(Debug, Default)]
+struct IssuerState {
+    discovery: Option<Discovery>,
+    keys: Option<(Arc<KeySet>, Instant)>,
+    last_fetch: Option<Instant>,
+}
+
+/// The gateway's OpenID Connect: issuers, their cached keys, the policy, the provisioning seam.
+#[derive(Debug)]
+pub struct Oidc {
+    issuers: Vec<Issuer>,
+    policy: Policy,
+    login: Option<Login>,
+    refetch_interval: Duration,
+    client: reqwest::Client,
+    provision: Arc<dyn Provision>,
+}
+
+fn now_secs() -> u64 {
+    session::now_ms() / 1000
+}
+
+/// Why a token or login was refused (logged, never shown).
+#[derive(Debug, thiserror::Error)]
+enum Denied {
+    #[error(transparent)]
+    Token(#[from] Refusal),
+    #[error("the issuer could not be reached or answered badly: {0}")]
+    Issuer(String),
+}
+
+impl Oidc {
+    /// Checks `args`; `None` when no issuer is configured.
+    pub fn from_args(
+        args: &OidcArgs,
+        auth_on: bool,
+        provision: Arc<dyn Provision>,
+    ) -> Result<Option<Self>, OidcConfigError> {
+        let urls: Vec<String> = args
+            .issuers
+            .iter()
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Ok(None);
+        }
+        if !auth_on {
+            return Err(OidcConfigError::AuthOff);
+        }
+        for url in &urls {
+            snug_identity::check_url(url)?;
+        }
+        let audience = args
+            .audience
+            .as_deref()
+            .filter(|a| !a.trim().is_empty())
+            .ok_or(OidcConfigError::NoAudience)?;
+        let user_claim = args.user_claim.as_deref().filter(|c| !c.trim().is_empty());
+        let required = args.required_claim.as_deref();
+        let policy = Policy::new(audience, user_claim, required)?;
+        let login = match args.public_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            None => None,
+            Some(public) => {
+                let public = public.trim().trim_end_matches('/');
+                snug_identity::check_url(public).map_err(OidcConfigError::PublicUrl)?;
+                let client_id = args
+                    .client_id
+                    .clone()
+                    .filter(|c| !c.trim().is_empty())
+                    .unwrap_or_else(|| audience.to_owned());
+                Some(Login {
+                    policy: Policy::new(&client_id, user_claim, required)?,
+                    client_id,
+                    client_secret: args.client_secret.clone(),
+                    redirect_uri: format!("{public}{CALLBACK_PATH}"),
+                })
+            }
+        };
+        Ok(Some(Self {
+            issuers: urls
+                .into_iter()
+                .map(|url| Issuer {
+                    url,
+                    state: Mutex::new(IssuerState::default()),
+                })
+                .collect(),
+            policy,
+            login,
+            refetch_interval: args.jwks_min_interval.unwrap_or(DEFAULT_REFETCH_INTERVAL),
+            client: http_client()?,
+            provision,
+        }))
+    }
+
+    fn issuer(&self, url: Option<&str>) -> Result<&Issuer, Refusal> {
+        self.issuers
+            .iter()
+            .find(|i| Some(i.url.as_str()) == url)
+            .ok_or_else(|| Refusal::WrongIssuer(url.map(str::to_owned)))
+    }
+
+    /// Judges a bearer JWT: the caller it names, or the uniform 401.
+    pub async fn identify(&self, token: &str) -> Result<Identity, ApiError> {
+        let claims = self.verify(token, &self.policy).await.map_err(|why| {
+            tracing::info!(reason = %why, "an OpenID Connect token was refused");
+            unauthenticated()
+        })?;
+        let user = self.provisioned(&claims).await?;
+        Ok(Identity {
+            user_id: user.id,
+            name: user.name,
+            via: Via::Bearer(format!("oidc:{}", short_id(token))),
+            quota_bytes: user.quota_bytes,
+        })
+    }
+
+    async fn provisioned(&self, claims: &Claims) -> Result<ProvisionedUser, ApiError> {
+        match self.provision.provision(claims).await {
+            Ok(Some(user)) => Ok(user),
+            Ok(None) => {
+                tracing::info!(issuer = %claims.issuer, subject = %claims.subject, "a disabled user's valid token was refused");
+                Err(unauthenticated())
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "the users directory failed");
+                Err(ApiError::unavailable(
+                    "the hub cannot check credentials right now; retry shortly",
+                ))
+            }
+        }
+    }
+
+    async fn verify(&self, token: &str, policy: &Policy) -> Result<Claims, Denied> {
+        let unverified = snug_identity::peek(token)?;
+        let issuer = self.issuer(unverified.issuer.as_deref())?;
+        let keys = self.keys(issuer, false).await?;
+        match snug_identity::verify(token, &issuer.url, &keys, policy, now_secs()) {
+            Err(Refusal::UnknownKid(_)) => {
+                // Perhaps the issuer rotated: fetch again, unless it was fetched too recently.
+                let keys = self.keys(issuer, true).await?;
+                Ok(snug_identity::verify(
+                    token,
+                    &issuer.url,
+                    &keys,
+                    policy,
+                    now_secs(),
+                )?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// The issuer's keys: the cached set, or a fresh one when there is none, it is too old, or
+    /// `unknown_kid` asks, as far as the refetch interval allows.
+    async fn keys(&self, issuer: &Issuer, unknown_kid: bool) -> Result<Arc<KeySet>, Denied> {
+        let mut state = issuer.state.lock().await;
+        let stale = match &state.keys {
+            None => true,
+            Some((_, fetched)) => unknown_kid || fetched.elapsed() >= KEYS_MAX_AGE,
+        };
+        let may_fetch = state
+            .last_fetch
+            .is_none_or(|last| last.elapsed() >= self.refetch_interval);
+        if stale && may_fetch {
+            state.last_fetch = Some(Instant::now());
+            match self.fetch_keys(issuer, &mut state).await {
+                Ok(keys) => state.keys = Some((Arc::new(keys), Instant::now())),
+                Err(why) => {
+                    tracing::warn!(issuer = %issuer.url, error = %why, "cannot refresh the issuer's keys")
+                }
+            }
+        }
+        state
+            .keys
+            .as_ref()
+            .map(|(keys, _)| Arc::clone(keys))
+            .ok_or_else(|| Denied::Issuer(format!("no keys of {} yet", issuer.url)))
+    }
+
+    async fn fetch_keys(&self, issuer: &Issuer, state: &mut IssuerState) -> Result<KeySet, String> {
+        let discovery = self.discovery_locked(issuer, state).await?;
+        let body = self.get(&discovery.jwks_uri).await?;
+        KeySet::parse(&body).map_err(|e| e.to_string())
+    }
+
+    async fn discovery_locked(
+        &self,
+        issuer: &Issuer,
+        state: &mut IssuerState,
+    ) -> Result<Discovery, String> {
+        if let Some(discovery) = &state.discovery {
+            return Ok(discovery.clone());
+        }
+        let body = self.get(&snug_identity::discovery_url(&issuer.url)).await?;
+        let discovery = Discovery::parse(&body, &issuer.url).map_err(|e| e.to_string())?;
+        state.discovery = Some(discovery.clone());
+        Ok(discovery)
+    }
+
+    async fn discovery(&self, issuer: &Issuer) -> Result<Discovery, String> {
+        let mut state = issuer.state.lock().await;
+        self.discovery_locked(issuer, &mut state).await
+    }
+
+    async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
+        let response = self
+            .client
+            .get(url)
+            .header(header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        read_body(url, response).await
+    }
+
+    /// Exchanges an authorization code at the issuer's token endpoint for its ID token.
+    async fn exchange(
+        &self,
+        login: &Login,
+        token_endpoint: &str,
+        code: &str,
+        verifier: &str,
+    ) -> Result<String, String> {
+        let mut form = vec![
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", login.redirect_uri.as_str()),
+            ("code_verifier", verifier),
+        ];
+        let mut request = self.client.post(token_endpoint);
+        match &login.client_secret {
+            // RFC 6749 §2.3.1: client_secret_basic, id and secret form-encoded first.
+            Some(secret) => {
+                let basic = format!("{}:{}", form_encode(&login.client_id), form_encode(secret));
+                request = request.header(
+                    header::AUTHORIZATION,
+                    format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode(basic)
+                    ),
+                );
+            }
+            None => form.push(("client_id", login.client_id.as_str())),
+        }
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", form_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let response = request
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ACCEPT, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {token_endpoint}: {e}"))?;
+        let body = read_body(token_endpoint, response).await?;
+        let answer: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| format!("token endpoint answer: {e}"))?;
+        answer
+            .get("id_token")
+            .and_then(|t| t.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| "the token endpoint answered no id_token".to_owned())
+    }
+}
+
+async fn read_body(url: &str, response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("{url} answered {status}"));
+    }
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_DOCUMENT as u64)
+    {
+        return Err(format!("{url} answered more than {MAX_DOCUMENT} bytes"));
+    }
+    let bytes = response.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+    if bytes.len() > MAX_DOCUMENT {
+        return Err(format!("{url} answered more than {MAX_DOCUMENT} bytes"));
+    }
+    Ok(bytes.to_vec())
+}
+
+/// The HTTP client for issuers: rustls on ring with the web PKI roots, no redirects.
+fn http_client() -> Result<reqwest::Client, OidcConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| OidcConfigError::Client(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(FETCH_TIMEOUT)
+        .build()
+        .map_err(|e| OidcConfigError::Client(e.to_string()))
+}
+
+/// A short, non-secret id of a token for the ledgers (first hex digits of its SHA-256).
+fn short_id(token: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(&sha2::Sha256::digest(token.as_bytes())[..4])
+}
+
+fn unauthenticated() -> ApiError {
+    ApiError::from_reason(reason::UNAUTHENTICATED, "the bearer token is not valid")
+}
+
+fn login_refused(message: &str) -> ApiError {
+    ApiError::from_reason(reason::UNAUTHENTICATED, message)
+}
+
+fn bad_request(message: &str) -> ApiError {
+    ApiError::from_reason(reason::BAD_REQUEST, message)
+}
+
+fn no_login() -> ApiError {
+    ApiError::from_reason(
+        reason::NO_ROUTE,
+        "browser login is not configured on this hub (SNUG_OIDC_ISSUER and SNUG_PUBLIC_URL)",
+    )
+}
+
+/// Percent-encodes a form or query value (RFC 3986 unreserved characters pass).
+pub fn form_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Where a finished login may send the browser: a path on the hub (`/…`, not `//…`), or a URL
+/// on an origin of `origins` (normalised as `config::parse_origin` does). `None` otherwise.
+pub fn checked_return_to(return_to: Option<&str>, origins: &[String]) -> Option<String> {
+    let Some(target) = return_to.filter(|t| !t.is_empty()) else {
+        return Some("/".to_owned());
+    };
+    if target.chars().any(|c| c.is_control() || c == '\\') {
+        return None;
+    }
+    if target.starts_with('/') {
+        return (!target.starts_with("//")).then(|| target.to_owned());
+    }
+    let (scheme, rest) = target.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    let origin = format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        authority.to_ascii_lowercase()
+    );
+    origins.contains(&origin).then(|| target.to_owned())
+}
+
+/// The query of `GET /auth/login`.
+#[derive(Debug, serde::Deserialize)]
+pub struct LoginQuery {
+    return_to: Option<String>,
+    issuer: Option<String>,
+}
+
+/// The query of `GET /auth/callback`.
+#[derive(Debug, serde::Deserialize)]
+pub struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+fn secure(headers: &HeaderMap) -> &'static str {
+    if session::plain_http_on_loopback(headers) {
+        ""
+    } else {
+        "; Secure"
+    }
+}
+
+fn redirect(to: &str, cookies: &[String]) -> Result<Response, ApiError> {
+    let location = HeaderValue::from_str(to)
+        .map_err(|_| bad_request("the redirect target is not a valid header value"))?;
+    let mut response = (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, location),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+    )
+        .into_response();
+    for cookie in cookies {
+        if let Ok(value) = HeaderValue::from_str(cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `GET /auth/login`: sends the browser to the issuer's authorization endpoint.
+pub async fn login(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: Result<Query<LoginQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (Some(oidc), Some(key)) = (state.auth.oidc(), state.auth.key()) else {
+        return Err(no_login());
+    };
+    let Some(login) = &oidc.login else {
+        return Err(no_login());
+    };
+    let Query(query) =
+        query.map_err(|_| bad_request("GET /auth/login takes return_to and issuer"))?;
+    let return_to = checked_return_to(query.return_to.as_deref(), &state.settings.cors_origins)
+        .ok_or_else(|| {
+            bad_request(
+                "return_to must be a path on this hub or a URL on an origin in SNUG_CORS_ORIGINS",
+            )
+        })?;
+    let issuer = match query.issuer.as_deref() {
+        None => &oidc.issuers[0],
+        Some(url) => oidc
+            .issuer(Some(url))
+            .map_err(|_| bad_request("issuer is not one of the hub's issuers"))?,
+    };
+    let discovery = oidc.discovery(issuer).await.map_err(|why| {
+        tracing::warn!(issuer = %issuer.url, error = %why, "cannot read the issuer's discovery document");
+        ApiError::unavailable("the identity provider cannot be reached; retry shortly")
+    })?;
+    let Some(endpoint) = discovery.authorization_endpoint else {
+        return Err(no_login());
+    };
+    let mut random = [0u8; snug_identity::flow::RANDOM_BYTES];
+    getrandom::fill(&mut random)
+        .map_err(|_| ApiError::unavailable("the system random number generator failed"))?;
+    let flow = Flow::new(&issuer.url, &return_to, &random, now_secs(), LOGIN_TTL_SECS);
+    let sep = if endpoint.contains('?') { '&' } else { '?' };
+    let target = format!(
+        "{endpoint}{sep}response_type=code&client_id={}&redirect_uri={}&scope=openid%20profile%20email&state={}&nonce={}&code_challenge={}&code_challenge_method=S256",
+        form_encode(&login.client_id),
+        form_encode(&login.redirect_uri),
+        flow.state,
+        flow.nonce,
+        flow.challenge(),
+    );
+    // SameSite=Lax: the issuer's redirect back is a top-level GET, which Lax cookies ride on.
+    let cookie = format!(
+        "{FLOW_COOKIE}={}; Path={CALLBACK_PATH}; Max-Age={LOGIN_TTL_SECS}; HttpOnly; SameSite=Lax{}",
+        flow.seal(key.secret()),
+        secure(&headers)
+    );
+    redirect(&target, &[cookie])
+}
+
+/// `GET /auth/callback`: checks the flow, exchanges the code, verifies the ID token and its
+/// nonce, provisions the user, and starts the hub's own session.
+pub async fn callback(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (Some(oidc), Some(key)) = (state.auth.oidc(), state.auth.key()) else {
+        return Err(no_login());
+    };
+    let Some(login) = &oidc.login else {
+        return Err(no_login());
+    };
+    let Query(query) = query.map_err(|_| bad_request("GET /auth/callback takes code and state"))?;
+    let flow = session::cookie(&headers, FLOW_COOKIE)
+        .ok_or_else(|| bad_request("no login in progress in this browser; start at /auth/login"))
+        .and_then(|value| {
+            Flow::open(value, key.secret(), now_secs()).map_err(|why| bad_request(&why.to_string()))
+        })?;
+    if !query
+        .state
+        .as_deref()
+        .is_some_and(|s| flow.state_matches(s))
+    {
+        return Err(bad_request(
+            "the login's state does not match; start again at /auth/login",
+        ));
+    }
+    if let Some(error) = &query.error {
+        tracing::info!(error = %error, "the issuer refused the login");
+        return Err(login_refused("the identity provider did not log you in"));
+    }
+    let code = query
+        .code
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| bad_request("the callback has no code"))?;
+    let issuer = oidc
+        .issuer(Some(&flow.issuer))
+        .map_err(|_| bad_request("the login names an issuer this hub no longer trusts"))?;
+    let discovery = oidc.discovery(issuer).await.map_err(|why| {
+        tracing::warn!(issuer = %issuer.url, error = %why, "cannot read the issuer's discovery document");
+        ApiError::unavailable("the identity provider cannot be reached; retry shortly")
+    })?;
+    let token_endpoint = discovery.token_endpoint.ok_or_else(no_login)?;
+    let id_token = oidc
+        .exchange(login, &token_endpoint, code, &flow.verifier)
+        .await
+        .map_err(|why| {
+            tracing::info!(error = %why, "the code exchange failed");
+            login_refused("the identity provider did not confirm the login")
+        })?;
+    let claims = oidc.verify(&id_token, &login.policy).await.map_err(|why| {
+        tracing::info!(reason = %why, "the ID token was refused");
+        login_refused("the identity provider's answer was not valid")
+    })?;
+    if claims.issuer != flow.issuer || claims.nonce.as_deref() != Some(flow.nonce.as_str()) {
+        tracing::info!("the ID token's issuer or nonce is not the flow's");
+        return Err(login_refused(
+            "the identity provider's answer was not valid",
+        ));
+    }
+    let user = oidc.provisioned(&claims).await?;
+    let expires = session::now_ms() + session::SESSION_TTL.as_millis() as u64;
+    let csrf = session::new_csrf()
+        .ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;
+    let secure_flag = secure(&headers);
+    let [session_cookie, csrf_cookie] =
+        session::set_cookies(&key.sign(&user.id, expires), &csrf, !secure_flag.is_empty());
+    let clear_flow = format!(
+        "{FLOW_COOKIE}=; Path={CALLBACK_PATH}; Max-Age=0; HttpOnly; SameSite=Lax{secure_flag}"
+    );
+    redirect(&flow.return_to, &[session_cookie, csrf_cookie, clear_flow])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_to_is_a_hub_path_or_a_listed_origin() {
+        let origins = vec![
+            "https://app.example".to_owned(),
+            "http://localhost:5173".to_owned(),
+        ];
+        for (given, want) in [
+            (None, Some("/")),
+            (Some(""), Some("/")),
+            (Some("/userdb"), Some("/userdb")),
+            (
+                Some("https://app.example/after?x=1"),
+                Some("https://app.example/after?x=1"),
+            ),
+            (Some("https://APP.example"), Some("https://APP.example")),
+            (
+                Some("http://localhost:5173/"),
+                Some("http://localhost:5173/"),
+            ),
+            (Some("//evil.example/x"), None),
+            (Some("/\\evil.example"), None),
+            (Some("https://evil.example/"), None),
+            (Some("https://app.example.evil.example/"), None),
+            (Some("https://app.example@evil.example/"), None),
+            (Some("http://app.example/"), None),
+            (Some("javascript:alert(1)"), None),
+            (Some("https://app.example:444/"), None),
+        ] {
+            assert_eq!(
+                checked_return_to(given, &origins).as_deref(),
+                want,
+                "{given:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn settings_refuse_plain_http_issuers_and_missing_audiences() {
+        #[derive(Debug)]
+        struct Nobody;
+        impl Provision for Nobody {
+            fn provision<'a>(
+                &'a self,
+                _: &'a Claims,
+            ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, String>>
+            {
+                Box::pin(async { Ok(None) })
+            }
+        }
+        let args = |issuer: &str, audience: Option<&str>| OidcArgs {
+            issuers: vec![issuer.to_owned()],
+            audience: audience.map(str::to_owned),
+            ..OidcArgs::default()
+        };
+        let build = |a: &OidcArgs, on| Oidc::from_args(a, on, Arc::new(Nobody));
+        assert!(matches!(build(&OidcArgs::default(), true), Ok(None)));
+        assert!(matches!(
+            build(&args("http://id.example", Some("hub")), true),
+            Err(OidcConfigError::Issuer(_))
+        ));
+        assert!(matches!(
+            build(&args("https://id.example", None), true),
+            Err(OidcConfigError::NoAudience)
+        ));
+        assert!(matches!(
+            build(&args("https://id.example", Some("hub")), false),
+            Err(OidcConfigError::AuthOff)
+        ));
+        let mut bad_claim = args("https://id.example", Some("hub"));
+        bad_claim.required_claim = Some("groups".into());
+        assert!(matches!(
+            build(&bad_claim, true),
+            Err(OidcConfigError::Policy(_))
+        ));
+        let mut bad_public = args("http://127.0.0.1:1", Some("hub"));
+        bad_public.public_url = Some("http://hub.example".into());
+        assert!(matches!(
+            build(&bad_public, true),
+            Err(OidcConfigError::PublicUrl(_))
+        ));
+        bad_public.public_url = Some("https://hub.example/".into());
+        let ok = build(&bad_public, true).expect("ok").expect("on");
+        assert_eq!(
+            ok.login.as_ref().map(|l| l.redirect_uri.as_str()),
+            Some("https://hub.example/auth/callback")
+        );
+    }
+}

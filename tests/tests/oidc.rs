@@ -1,0 +1,447 @@
+//! OpenID Connect end to end (issue 20, points 1-3): a hub trusting a test issuer started here
+//! (`snug_test_support::oidc::Issuer`), bearer JWTs beside hub tokens, first-login provisioning,
+//! every refusal the same 401, the JWKS refetch limit under a flood of forged `kid`s, a key
+//! rotation mid-test, and the browser login followed redirect by redirect.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use serde_json::json;
+use snug_e2e::{Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer};
+use snug_gateway::oidc::OidcArgs;
+use snug_test_support::oidc::{
+    Issuer, SigningKey, forge_alg_none, forge_hs256_with_public_key, merged, tamper_signature,
+};
+
+const INTERVAL: Duration = Duration::from_millis(1500);
+
+async fn hub_trusting(issuer: &Issuer) -> (Hub, Http) {
+    let hub = Hub::start(Options {
+        oidc: Some(OidcArgs {
+            issuers: vec![issuer.url().to_owned()],
+            audience: Some(issuer.audience()),
+            required_claim: Some("groups=snug-users".to_owned()),
+            jwks_min_interval: Some(INTERVAL),
+            ..OidcArgs::default()
+        }),
+        ..Options::default()
+    })
+    .await;
+    let http = Http::new(hub.http);
+    (hub, http)
+}
+
+fn member() -> serde_json::Value {
+    json!({"groups": ["staff", "snug-users"]})
+}
+
+async fn me(http: &Http, token: &str) -> Answer {
+    http.send(
+        "GET",
+        "/auth/me",
+        &[("authorization", &bearer(token))],
+        Payload::Empty,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn issuer_tokens_are_accepted_and_every_refusal_is_the_same_401() {
+    let issuer = Issuer::start_at_path("/realms/snug").await;
+    let (hub, http) = hub_trusting(&issuer).await;
+    let hub_token = hub.add_user("bob");
+
+    // First login provisions the user record, and nothing else: no image.
+    let token = issuer.token_with("alice", member());
+    let first = me(&http, &token).await;
+    assert_eq!(
+        first.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&first.body)
+    );
+    assert_eq!(first.json()["name"], "alice");
+    assert_eq!(first.json()["via"], "bearer");
+    let user_id = first.json()["userId"].as_str().expect("id").to_owned();
+    let again = me(&http, &issuer.token_with("alice", member())).await;
+    assert_eq!(
+        again.json()["userId"],
+        user_id,
+        "the same issuer + subject, the same user"
+    );
+    let users = hub.list_users();
+    assert_eq!(users.iter().filter(|u| u.user.id == user_id).count(), 1);
+    let provisioned = users.iter().find(|u| u.user.id == user_id).expect("user");
+    assert!(
+        provisioned.tokens.is_empty(),
+        "first login issues no hub token"
+    );
+    assert_eq!(provisioned.identities.len(), 1);
+    let image = http
+        .send(
+            "GET",
+            "/userdb",
+            &[("authorization", &bearer(&token))],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&image, 404, "NOT_FOUND");
+    // Hub tokens keep working beside OIDC.
+    assert_eq!(me(&http, &hub_token).await.json()["name"], "bob");
+
+    let now = snug_test_support::oidc::now();
+    let stranger = SigningKey::p256("rsa-1");
+    let unpublished = SigningKey::ed25519("ed-unpublished");
+    let valid = issuer.claims("carol");
+    let valid = merged(valid, &member());
+    let signer = issuer.signer();
+    let refused: Vec<(&str, String)> = vec![
+        (
+            "expired",
+            issuer.token_with("carol", merged(member(), &json!({"exp": now - 120}))),
+        ),
+        (
+            "not yet valid",
+            issuer.token_with("carol", merged(member(), &json!({"nbf": now + 600}))),
+        ),
+        (
+            "wrong audience",
+            issuer.token_with("carol", merged(member(), &json!({"aud": "another-app"}))),
+        ),
+        (
+            "wrong issuer",
+            issuer.token_with(
+                "carol",
+                merged(member(), &json!({"iss": "http://127.0.0.1:1/realms/snug"})),
+            ),
+        ),
+        ("unknown kid", unpublished.sign(&valid)),
+        ("alg none", forge_alg_none("rsa-1", &valid)),
+        (
+            "HMAC with the public key",
+            forge_hs256_with_public_key(&signer, &valid, &signer.public_bytes()),
+        ),
+        (
+            "HMAC with the JWK text",
+            forge_hs256_with_public_key(&signer, &valid, signer.jwk().to_string().as_bytes()),
+        ),
+        (
+            "tampered signature",
+            tamper_signature(&issuer.token_with("carol", member())),
+        ),
+        ("another key under the published kid", stranger.sign(&valid)),
+        ("required claim absent", issuer.token("carol")),
+        (
+            "no subject",
+            issuer.token_with("carol", json!({"groups": ["snug-users"], "sub": null})),
+        ),
+        ("not a token at all", "a.b.c".to_owned()),
+    ];
+    let unknown_hub_token = me(&http, "snug_not-a-token").await;
+    assert_error(&unknown_hub_token, 401, "UNAUTHENTICATED");
+    for (case, token) in &refused {
+        let answer = me(&http, token).await;
+        assert_eq!(answer.status, 401, "{case}");
+        assert_error(&answer, 401, "UNAUTHENTICATED");
+        assert_eq!(
+            answer.body, unknown_hub_token.body,
+            "{case}: the same answer as any bad token"
+        );
+    }
+    // Nobody was provisioned by a refused token.
+    let names: Vec<String> = hub.list_users().into_iter().map(|u| u.user.name).collect();
+    assert!(!names.iter().any(|n| n.starts_with("carol")), "{names:?}");
+
+    // A disabled user's valid token is the same 401.
+    hub.disable_user("alice");
+    let disabled = me(&http, &issuer.token_with("alice", member())).await;
+    assert_error(&disabled, 401, "UNAUTHENTICATED");
+    assert_eq!(disabled.body, unknown_hub_token.body);
+}
+
+#[tokio::test]
+async fn forged_kids_cannot_make_the_hub_hammer_the_issuer_and_rotation_works() {
+    let issuer = Issuer::start().await;
+    let (_hub, http) = hub_trusting(&issuer).await;
+    let old_token = issuer.token_with("alice", member());
+    assert_eq!(me(&http, &old_token).await.status, 200);
+    let after_first = issuer.jwks_fetches();
+    assert_eq!(after_first, 1);
+
+    // A flood of tokens naming kids the issuer never had.
+    let claims = merged(issuer.claims("mallory"), &member());
+    let flood: Vec<String> = (0..40)
+        .map(|i| SigningKey::ed25519(&format!("forged-{i}")).sign(&claims))
+        .collect();
+    let answers = futures::future::join_all(flood.iter().map(|t| me(&http, t))).await;
+    for answer in &answers {
+        assert_error(answer, 401, "UNAUTHENTICATED");
+    }
+    assert!(
+        issuer.jwks_fetches() <= after_first + 1,
+        "{} JWKS fetches for 40 forged kids within one interval",
+        issuer.jwks_fetches()
+    );
+
+    // Rotation: a new key is published and signs; its first token may come before the hub may
+    // fetch again, so it is tried until the interval has passed.
+    let new_key = SigningKey::p256("ec-2");
+    issuer.add_key(new_key.clone());
+    issuer.sign_with(new_key);
+    tokio::time::sleep(INTERVAL).await;
+    let fetches = issuer.jwks_fetches();
+    let rotated = me(&http, &issuer.token_with("alice", member())).await;
+    assert_eq!(
+        rotated.status, 200,
+        "the new kid is accepted after one refetch"
+    );
+    assert_eq!(issuer.jwks_fetches(), fetches + 1);
+    // The old key still verifies while it is published and cached.
+    assert_eq!(me(&http, &old_token).await.status, 200);
+
+    // The old key is dropped; after the next refresh its tokens are refused.
+    issuer.drop_key("rsa-1");
+    tokio::time::sleep(INTERVAL).await;
+    let forged = SigningKey::ed25519("forged-refresh").sign(&claims);
+    assert_error(&me(&http, &forged).await, 401, "UNAUTHENTICATED");
+    assert_error(&me(&http, &old_token).await, 401, "UNAUTHENTICATED");
+    assert_eq!(
+        me(&http, &issuer.token_with("alice", member()))
+            .await
+            .status,
+        200
+    );
+}
+
+/// A GET to an absolute URL (the issuer), with optional cookies; the answer unread but headers.
+async fn get_url(url: &str) -> (u16, http::HeaderMap) {
+    let client: Client<_, Full<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let response = client
+        .request(
+            http::Request::get(url)
+                .body(Full::new(bytes::Bytes::new()))
+                .expect("request"),
+        )
+        .await
+        .expect("GET");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let _ = response.into_body().collect().await;
+    (status, headers)
+}
+
+/// The `name=value` pairs of an answer's `Set-Cookie` headers.
+fn set_cookies(answer: &Answer) -> Vec<(String, String)> {
+    answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next())
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn cookie(pairs: &[(String, String)], name: &str) -> String {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name} cookie in {pairs:?}"))
+}
+
+/// `/auth/login?return_to=…` → the issuer: the callback path-and-query the issuer redirects to,
+/// and the flow cookie.
+async fn start_login(http: &Http, hub: &Hub, return_to: &str, issuer: &Issuer) -> (String, String) {
+    let login = http
+        .send(
+            "GET",
+            &format!(
+                "/auth/login?return_to={}",
+                snug_test_support::oidc::form_encode(return_to)
+            ),
+            &[],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(
+        login.status,
+        303,
+        "{:?}",
+        String::from_utf8_lossy(&login.body)
+    );
+    let to_issuer = login.header("location").to_owned();
+    assert!(
+        to_issuer.starts_with(&issuer.authorization_endpoint()),
+        "{to_issuer}"
+    );
+    for part in [
+        "code_challenge_method=S256",
+        "response_type=code",
+        "nonce=",
+        "state=",
+    ] {
+        assert!(to_issuer.contains(part), "{to_issuer} lacks {part}");
+    }
+    let flow = cookie(&set_cookies(&login), "snug_oidc_flow");
+    let (status, headers) = get_url(&to_issuer).await;
+    assert!(
+        matches!(status, 302 | 303 | 307),
+        "the issuer approves: {status}"
+    );
+    let back = headers
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .expect("location")
+        .to_owned();
+    let path = back
+        .strip_prefix(&hub.url())
+        .unwrap_or_else(|| panic!("the issuer sends the browser to the hub: {back}"))
+        .to_owned();
+    assert!(path.starts_with("/auth/callback?"), "{path}");
+    (path, flow)
+}
+
+#[tokio::test]
+async fn the_browser_login_ends_in_the_hubs_own_session() {
+    let issuer = Issuer::start().await;
+    issuer.set_extra_claims(member());
+    let (hub, http) = hub_trusting(&issuer).await;
+
+    // A return_to on an origin the hub does not list is refused before anything else.
+    for bad in [
+        "https://evil.example/",
+        "//evil.example/x",
+        "https://app.example.evil.example/",
+    ] {
+        let answer = http
+            .send(
+                "GET",
+                &format!(
+                    "/auth/login?return_to={}",
+                    snug_test_support::oidc::form_encode(bad)
+                ),
+                &[],
+                Payload::Empty,
+            )
+            .await;
+        assert_error(&answer, 400, "BAD_REQUEST");
+    }
+
+    let (callback, flow) = start_login(&http, &hub, "https://app.example/after", &issuer).await;
+    let flow_cookie = format!("snug_oidc_flow={flow}");
+
+    // A callback whose state is not the flow's is refused, and so is one without the cookie.
+    let tampered = callback.replace("state=", "state=x");
+    let bad_state = http
+        .send(
+            "GET",
+            &tampered,
+            &[("cookie", &flow_cookie)],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&bad_state, 400, "BAD_REQUEST");
+    let no_cookie = http.send("GET", &callback, &[], Payload::Empty).await;
+    assert_error(&no_cookie, 400, "BAD_REQUEST");
+
+    let done = http
+        .send(
+            "GET",
+            &callback,
+            &[("cookie", &flow_cookie)],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(
+        done.status,
+        303,
+        "{:?}",
+        String::from_utf8_lossy(&done.body)
+    );
+    assert_eq!(done.header("location"), "https://app.example/after");
+    let cookies = set_cookies(&done);
+    let session = cookie(&cookies, "snug_session");
+    let csrf = cookie(&cookies, "snug_csrf");
+    assert_eq!(
+        cookie(&cookies, "snug_oidc_flow"),
+        "",
+        "the flow cookie is cleared"
+    );
+
+    // The code was used once: replaying the callback is refused by the issuer, so by the hub.
+    let replay = http
+        .send(
+            "GET",
+            &callback,
+            &[("cookie", &flow_cookie)],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&replay, 401, "UNAUTHENTICATED");
+
+    // The session works as one from POST /auth/session: /auth/me tells the page its CSRF token.
+    let jar = format!("snug_session={session}; snug_csrf={csrf}");
+    let me = http
+        .send(
+            "GET",
+            "/auth/me",
+            &[("cookie", &jar), ("origin", "https://app.example")],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(me.status, 200);
+    assert_eq!(me.json()["via"], "session");
+    assert_eq!(me.json()["name"], "alice");
+    assert_eq!(me.json()["csrfToken"], csrf);
+    assert_eq!(
+        me.header("access-control-allow-origin"),
+        "https://app.example"
+    );
+
+    // A write needs x-snug-csrf.
+    let image = snug_e2e::userdb_vector("fresh-v6.export.snug");
+    let without = http
+        .send(
+            "PUT",
+            "/userdb",
+            &[("cookie", &jar), OCTET, ("if-none-match", "*")],
+            Payload::Whole(image.clone()),
+        )
+        .await;
+    assert_error(&without, 403, "CSRF_REJECTED");
+    let pushed = http
+        .send(
+            "PUT",
+            "/userdb",
+            &[
+                ("cookie", &jar),
+                OCTET,
+                ("if-none-match", "*"),
+                ("x-snug-csrf", &csrf),
+            ],
+            Payload::Whole(image),
+        )
+        .await;
+    assert_eq!(
+        pushed.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&pushed.body)
+    );
+
+    // A disabled user cannot log in through the browser either.
+    hub.disable_user("alice");
+    let (callback, flow) = start_login(&http, &hub, "/", &issuer).await;
+    let refused = http
+        .send(
+            "GET",
+            &callback,
+            &[("cookie", &format!("snug_oidc_flow={flow}"))],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&refused, 401, "UNAUTHENTICATED");
+}
