@@ -170,7 +170,7 @@ async fn a_session_started_on_one_replica_is_accepted_by_the_other() {
     assert_eq!(seen.json()["userId"], alice.id.as_str());
     assert_eq!(seen.json()["via"], "session");
     // A cookie-authenticated write on the other replica, CSRF double-submit included.
-    let (image, _) = userdb_with_seeded_filler(96 * 1024, 7);
+    let (image, _) = userdb_with_seeded_filler(512 * 1024, 7);
     let put =
         r.b.send(
             "PUT",
@@ -212,7 +212,7 @@ async fn a_cas_race_between_clients_of_both_replicas_has_one_winner() {
         let http = http.clone();
         let auth = auth.clone();
         async move {
-            let (image, _) = userdb_with_seeded_filler(96 * 1024, seed);
+            let (image, _) = userdb_with_seeded_filler(512 * 1024, seed);
             http.send(
                 "PUT",
                 "/userdb",

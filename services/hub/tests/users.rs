@@ -166,7 +166,7 @@ async fn every_users_command_against_every_store() {
             (&["token", "nobody"], 1, "no user named"),
             (&["revoke-token", "00000000"], 1, "no token"),
             (&["disable", "nobody"], 1, "no user named"),
-            (&["quota", "bob"], 2, "--clear"),
+            (&["quota", "bob"], 2, "<BYTES>"),
             (&["quota", "bob", "5", "--clear"], 2, "cannot be used"),
             (&["remove", "nobody"], 1, "no user named"),
         ];
