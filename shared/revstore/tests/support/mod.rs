@@ -404,7 +404,7 @@ pub async fn pg_objects(tune: Tune) -> Option<Fixture<snug_revstore::PgStore>> {
                         .bytes()
                         .await
                         .expect("read");
-                    found.extend(finds(&meta.location.to_string(), &bytes, &needles));
+                    found.extend(finds(meta.location.as_ref(), &bytes, &needles));
                 }
                 found
             })
