@@ -284,8 +284,6 @@ impl Hub {
             .await
             .expect("gateway");
         let users = (options.auth == AuthMode::On).then_some(gateway_dir);
-        let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let http = http_listener.local_addr().expect("addr");
         let http_task = tokio::spawn(async move {
             let _ = snug_gateway::serve(state, http_listener, std::future::pending()).await;
         });

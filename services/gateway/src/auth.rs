@@ -177,7 +177,13 @@ impl Auth {
             if let Some(oidc) = &self.oidc
                 && snug_identity::is_jwt(token)
             {
-                return oidc.identify(token).await;
+                let caller = oidc.identify(token).await?;
+                return Ok(Identity {
+                    user_id: caller.user.id,
+                    name: caller.user.name,
+                    via: Via::Bearer(caller.token_id),
+                    quota_bytes: caller.user.quota_bytes,
+                });
             }
             // Unknown, revoked and disabled are one answer.
             let found = users

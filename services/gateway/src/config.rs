@@ -204,7 +204,7 @@ pub struct GatewayConfig {
     pub upload_budget: UploadBudget,
     /// OpenID Connect: issuers, audience, claims, browser login (`oidc.rs`).
     #[command(flatten)]
-    pub oidc: crate::oidc::OidcArgs,
+    pub oidc: OidcArgs,
     /// `SNUG_SESSION_SECRET`, from the environment only.
     #[arg(skip = std::env::var(SESSION_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
     pub session_secret: Option<String>,
@@ -234,7 +234,7 @@ impl GatewayConfig {
             http_header_timeout: Duration::from_secs(10),
             http_max_connections: 4096,
             upload_budget: UploadBudget::default(),
-            oidc: crate::oidc::OidcArgs::default(),
+            oidc: OidcArgs::default(),
             session_secret: None,
             users: UsersConfig::default(),
         }
@@ -591,4 +591,41 @@ mod tests {
             "http://[::1]:8080"
         );
     }
+}
+
+/// The environment variable holding the OAuth client secret of the browser login (never a flag).
+pub const CLIENT_SECRET_ENV: &str = "SNUG_OIDC_CLIENT_SECRET";
+
+/// The OpenID Connect settings, from flags or the environment.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OidcArgs {
+    /// Issuer URLs whose tokens the hub accepts, comma-separated, each exactly as its tokens'
+    /// `iss` says (https, or http on a loopback address). Empty: OpenID Connect is off.
+    #[arg(long = "oidc-issuer", env = "SNUG_OIDC_ISSUER", value_delimiter = ',')]
+    pub issuers: Vec<String>,
+    /// The audience tokens must carry in `aud` (required with an issuer).
+    #[arg(long = "oidc-audience", env = "SNUG_OIDC_AUDIENCE")]
+    pub audience: Option<String>,
+    /// The claim naming the user (default `sub`); with the issuer, the stored identity.
+    #[arg(long = "oidc-user-claim", env = "SNUG_OIDC_USER_CLAIM")]
+    pub user_claim: Option<String>,
+    /// `name=value`: only tokens whose claim `name` is `value` (or, for an array claim such as
+    /// `groups`, contains it) may use the hub.
+    #[arg(long = "oidc-required-claim", env = "SNUG_OIDC_REQUIRED_CLAIM")]
+    pub required_claim: Option<String>,
+    /// The OAuth client id of the browser login (default: the audience).
+    #[arg(long = "oidc-client-id", env = "SNUG_OIDC_CLIENT_ID")]
+    pub client_id: Option<String>,
+    /// The hub's external base URL (`https://hub.example`): the browser login's redirect URI is
+    /// this plus `/auth/callback`. Without it there is no browser login.
+    #[arg(long = "public-url", env = "SNUG_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Least time between two fetches of one issuer's keys (a flood of unknown `kid`s costs
+    /// the issuer at most one request per interval).
+    #[arg(long = "oidc-jwks-min-interval", env = "SNUG_OIDC_JWKS_MIN_INTERVAL", value_parser = snug_rpc::server::parse_duration)]
+    pub jwks_min_interval: Option<Duration>,
+    /// `SNUG_OIDC_CLIENT_SECRET`, from the environment only (a confidential client); without it
+    /// the browser login is a public client with PKCE.
+    #[arg(skip = std::env::var(CLIENT_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
+    pub client_secret: Option<String>,
 }

@@ -36,7 +36,6 @@ use tokio::sync::Mutex;
 
 use crate::{
     AppState,
-    auth::{Identity, Via},
     error::{ApiError, reason},
     session,
 };
@@ -56,42 +55,9 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest document accepted from an issuer.
 const MAX_DOCUMENT: usize = 1 << 20;
 
-/// The OpenID Connect settings, from flags or the environment.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct OidcArgs {
-    /// Issuer URLs whose tokens the hub accepts, comma-separated, each exactly as its tokens'
-    /// `iss` says (https, or http on a loopback address). Empty: OpenID Connect is off.
-    #[arg(long = "oidc-issuer", env = "SNUG_OIDC_ISSUER", value_delimiter = ',')]
-    pub issuers: Vec<String>,
-    /// The audience tokens must carry in `aud` (required with an issuer).
-    #[arg(long = "oidc-audience", env = "SNUG_OIDC_AUDIENCE")]
-    pub audience: Option<String>,
-    /// The claim naming the user (default `sub`); with the issuer, the stored identity.
-    #[arg(long = "oidc-user-claim", env = "SNUG_OIDC_USER_CLAIM")]
-    pub user_claim: Option<String>,
-    /// `name=value`: only tokens whose claim `name` is `value` (or, for an array claim such as
-    /// `groups`, contains it) may use the hub.
-    #[arg(long = "oidc-required-claim", env = "SNUG_OIDC_REQUIRED_CLAIM")]
-    pub required_claim: Option<String>,
-    /// The OAuth client id of the browser login (default: the audience).
-    #[arg(long = "oidc-client-id", env = "SNUG_OIDC_CLIENT_ID")]
-    pub client_id: Option<String>,
-    /// The hub's external base URL (`https://hub.example`): the browser login's redirect URI is
-    /// this plus `/auth/callback`. Without it there is no browser login.
-    #[arg(long = "public-url", env = "SNUG_PUBLIC_URL")]
-    pub public_url: Option<String>,
-    /// Least time between two fetches of one issuer's keys (a flood of unknown `kid`s costs
-    /// the issuer at most one request per interval).
-    #[arg(long = "oidc-jwks-min-interval", env = "SNUG_OIDC_JWKS_MIN_INTERVAL", value_parser = snug_rpc::server::parse_duration)]
-    pub jwks_min_interval: Option<Duration>,
-    /// `SNUG_OIDC_CLIENT_SECRET`, from the environment only (a confidential client); without it
-    /// the browser login is a public client with PKCE.
-    #[arg(skip = std::env::var(CLIENT_SECRET_ENV).ok().filter(|s| !s.is_empty()))]
-    pub client_secret: Option<String>,
-}
+pub use crate::config::OidcArgs;
 
-/// The environment variable holding the OAuth client secret (never a flag).
-pub const CLIENT_SECRET_ENV: &str = "SNUG_OIDC_CLIENT_SECRET";
+pub use crate::config::CLIENT_SECRET_ENV;
 
 /// Why the OpenID Connect settings cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +84,15 @@ pub enum OidcConfigError {
 
 /// A verified login: who, according to which issuer.
 pub type VerifiedClaims = Claims;
+
+/// A caller an OpenID Connect bearer token admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OidcCaller {
+    /// Their user record.
+    pub user: ProvisionedUser,
+    /// A short, non-secret id of the token, as the ledgers record it (`oidc:` + hex).
+    pub token_id: String,
+}
 
 /// A user record as the hub's directory returns it for a provisioned identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,17 +235,15 @@ impl Oidc {
     }
 
     /// Judges a bearer JWT: the caller it names, or the uniform 401.
-    pub async fn identify(&self, token: &str) -> Result<Identity, ApiError> {
+    pub async fn identify(&self, token: &str) -> Result<OidcCaller, ApiError> {
         let claims = self.verify(token, &self.policy).await.map_err(|why| {
             tracing::info!(reason = %why, "an OpenID Connect token was refused");
             unauthenticated()
         })?;
         let user = self.provisioned(&claims).await?;
-        Ok(Identity {
-            user_id: user.id,
-            name: user.name,
-            via: Via::Bearer(format!("oidc:{}", short_id(token))),
-            quota_bytes: user.quota_bytes,
+        Ok(OidcCaller {
+            token_id: format!("oidc:{}", short_id(token)),
+            user,
         })
     }
 

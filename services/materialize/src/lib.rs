@@ -22,6 +22,21 @@
 //! caller's to hold between MaterializeApp and PersistApp), touch the local file system, persist
 //! a result (the caller writes the bytes it gets back, atomically, where it chooses), or open a
 //! SNUGENC1 container (unlocking is `snug.container.v1`'s job).
+//!
+//! # Design notes
+//!
+//! (Moved from ARCHITECTURE.md, which stays a map.)
+//!
+//! PersistApp carries two payloads in one stream: the header declares both lengths and the chunks
+//! are the user database followed by the runtime (a chunk may straddle the boundary), so the shared
+//! receiver enforces the cap while bytes arrive and each part is checked against its own cap first.
+//! When nothing changed, the caller's own bytes come back (`unchanged`), never a re-serialisation;
+//! ExecuteSql sends no database at all unless something was written.
+//! SQLite work runs on the blocking pool behind a semaphore (`FilePool`,
+//! `SNUG_MATERIALIZE_CONCURRENCY`); a request that cannot get a slot within the queue timeout is
+//! refused as `OVERLOADED`, and a job stops when its caller goes away.
+//! ApplyDdl is linear in its statements and bounded per call (5,000 statements, 1 MiB of text,
+//! `DDL_TOO_LARGE` as soon as the header arrives).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
