@@ -250,7 +250,7 @@ async fn users_tokens_and_quotas_through_the_admin_port() {
         .into_iter()
         .map(|t| t.id)
         .collect();
-    assert_eq!(tokens, [issued.token_id.clone()]);
+    assert_eq!(tokens, std::slice::from_ref(&issued.token_id));
     assert!(
         port.directory
             .authenticate_token(&added.token)
