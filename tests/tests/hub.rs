@@ -397,7 +397,30 @@ impl tonic::codec::Decoder for RawDecoder {
     }
 }
 
-/// Issue 23, point 6, on every method of every service: what no well-behaved client sends is
+/// The admin port as the gateway roles serve it, over a fresh users directory and no sync
+/// service (every refusal here comes before either is asked), and its admin token.
+async fn start_admin_port() -> (std::net::SocketAddr, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let directory = snug_users::Directory::open(&snug_users::DirectoryConfig::Sqlite {
+        dir: dir.path().to_owned(),
+    })
+    .await
+    .expect("directory");
+    let admin = snug_admin_service::Admin::new(directory, None, std::time::Duration::from_secs(5));
+    let (token, record) = snug_admin_service::AdminToken::generate().expect("token");
+    let local = snug_rpc::server::local(
+        &ServerConfig::for_tests(),
+        snug_admin_service::services(admin, Some(record)),
+    )
+    .await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, snug_rpc::admin::router(Some(local))).await });
+    (addr, token, dir)
+}
+
+/// Issue 23, point 6, on every method of every service (the admin API's on the admin port, with
+/// its token): what no well-behaved client sends is
 /// refused with a documented code and an `ErrorInfo` reason, never tonic's bare INTERNAL,
 /// OUT_OF_RANGE or UNKNOWN — a body without a message (a unary request's is INVALID_ARGUMENT
 /// with `field` = `(message)`), bytes that do not decode (the same), and a message over every
@@ -406,6 +429,12 @@ impl tonic::codec::Decoder for RawDecoder {
 async fn every_method_refuses_what_no_client_sends_with_a_typed_status() {
     let (addr, _dir) = start_every_service().await;
     let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let (admin_addr, admin_token, _admin_dir) = start_admin_port().await;
+    let admin_channel = Channel::from_shared(format!("http://{admin_addr}"))
         .expect("url")
         .connect()
         .await
@@ -423,18 +452,21 @@ async fn every_method_refuses_what_no_client_sends_with_a_typed_status() {
             ("garbage", vec![garbage.clone()]),
             ("oversize", vec![oversize.clone()]),
         ] {
-            let mut grpc = tonic::client::Grpc::new(channel.clone());
+            let admin = path.starts_with("/snug.admin.");
+            let mut grpc =
+                tonic::client::Grpc::new(if admin { &admin_channel } else { &channel }.clone());
             grpc.ready().await.expect("ready");
             let route =
                 tonic::codegen::http::uri::PathAndQuery::try_from(path.as_str()).expect("path");
             // A stream of messages fits every method: a unary one takes the first.
-            let answer = grpc
-                .streaming(
-                    tonic::Request::new(futures::stream::iter(messages)),
-                    route,
-                    RawCodec,
-                )
-                .await;
+            let mut request = tonic::Request::new(futures::stream::iter(messages));
+            if admin {
+                request.metadata_mut().insert(
+                    "authorization",
+                    format!("Bearer {admin_token}").parse().expect("metadata"),
+                );
+            }
+            let answer = grpc.streaming(request, route, RawCodec).await;
             let status = match answer {
                 Err(status) => status,
                 Ok(response) => {

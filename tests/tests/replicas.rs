@@ -3,7 +3,8 @@
 //! users directory on PostgreSQL and one session secret. A session started on one is accepted by
 //! the other; a compare-and-swap race between clients of both has one winner; a token revoked in
 //! the directory is refused by both on their next request; a disabled user gets, everywhere, the
-//! 401 an unknown token gets.
+//! 401 an unknown token gets; a user provisioned by first login on one is the same user on the
+//! other.
 //!
 //! Needs `SNUG_TEST_POSTGRES_URL` (skipped without it, unless `SNUG_REQUIRE_POSTGRES_TLS` says CI
 //! runs PostgreSQL, as `.ci/run` does).
@@ -17,8 +18,11 @@ use snug_e2e::{
     Answer, Http, OCTET, Payload, assert_error, bearer, etag_revision, spawn_services,
     userdb_with_seeded_filler,
 };
-use snug_gateway::config::{AuthMode, GatewayConfig, PostgresUrl, UsersConfig, UsersStore};
+use snug_gateway::config::{
+    AuthMode, GatewayConfig, OidcArgs, PostgresUrl, UsersConfig, UsersStore,
+};
 use snug_sync_service::{Backend, SyncConfig, SyncServer};
+use snug_test_support::oidc::Issuer;
 use snug_users::Directory;
 use tokio::{net::TcpListener, sync::oneshot};
 
@@ -49,6 +53,11 @@ fn postgres_url() -> Option<String> {
 }
 
 async fn replicas() -> Option<Replicas> {
+    replicas_with(OidcArgs::default()).await
+}
+
+/// As [`replicas`], both gateways trusting the OpenID Connect settings `oidc`.
+async fn replicas_with(oidc: OidcArgs) -> Option<Replicas> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let url = postgres_url()?;
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -89,6 +98,7 @@ async fn replicas() -> Option<Replicas> {
             session_secret: Some(SECRET.to_owned()),
             rate_limit_burst: Some(0),
             users: users.clone(),
+            oidc: oidc.clone(),
             ..GatewayConfig::for_tests()
         };
         // Each replica has a data directory of its own: nothing is shared through files.
@@ -313,5 +323,61 @@ async fn a_disabled_user_gets_everywhere_the_401_of_an_unknown_token() {
             assert_error(&disabled, 401, "UNAUTHENTICATED");
             assert_eq!(refusal(&disabled), refusal(&stranger), "{method} {path}");
         }
+    }
+}
+
+#[tokio::test]
+async fn a_user_provisioned_by_first_login_on_one_replica_is_the_same_user_on_the_other() {
+    let issuer = Issuer::start().await;
+    let Some(replicas) = replicas_with(OidcArgs {
+        issuers: vec![issuer.url().to_owned()],
+        audience: Some(issuer.audience()),
+        ..OidcArgs::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let on_a = me(
+        &replicas.a,
+        &[("authorization", &bearer(&issuer.token("dana")))],
+    )
+    .await;
+    assert_eq!(
+        on_a.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&on_a.body)
+    );
+    let on_b = me(
+        &replicas.b,
+        &[("authorization", &bearer(&issuer.token("dana")))],
+    )
+    .await;
+    assert_eq!(
+        on_b.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&on_b.body)
+    );
+    assert_eq!(on_a.json()["userId"], on_b.json()["userId"]);
+    let users = replicas.directory.list().await.expect("list");
+    assert_eq!(users.len(), 1, "{users:?}");
+    assert_eq!(users[0].identities.len(), 1);
+    assert_eq!(users[0].identities[0].issuer, issuer.url());
+    assert!(
+        users[0].tokens.is_empty(),
+        "first login issues no hub token"
+    );
+
+    // Disabled through the directory: both replicas refuse the next valid token.
+    replicas
+        .directory
+        .disable(&users[0].user.name)
+        .await
+        .expect("disable");
+    for http in [&replicas.a, &replicas.b] {
+        let refused = me(http, &[("authorization", &bearer(&issuer.token("dana")))]).await;
+        assert_error(&refused, 401, "UNAUTHENTICATED");
     }
 }

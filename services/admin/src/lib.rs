@@ -2,7 +2,7 @@
 //! holds in the sync store, and erasure — a thin adapter over `snug-users` and `snug.sync.v1`.
 //!
 //! [`Admin`] is the one implementation. The admin port serves it behind the admin token check
-//! ([`routes`]); `snug-hub users` calls the very same methods in-process, so the CLI and the API
+//! ([`services`]); `snug-hub users` calls the very same methods in-process, so the CLI and the API
 //! cannot drift apart. Usage and erasure go to the sync service through its proto (GetUsage,
 //! EraseUser), like everything the gateway asks of it; users live in the directory the gateway
 //! reads on every request, so a change here holds on every gateway replica at its next request.
@@ -34,7 +34,7 @@ use snug_proto::{
 };
 use snug_rpc::{server::LocalChannel, trace_context::Traced};
 use snug_users::{Directory, UserInfo};
-use tonic::{Request, Response, Status, service::interceptor::InterceptedService};
+use tonic::{Request, Response, Status};
 
 use crate::status::{directory_error, sync_error};
 
@@ -381,19 +381,22 @@ impl AdminService for Admin {
     }
 }
 
-/// The admin token check of every call on the admin port.
+/// The admin token check of every call on the admin port, before the call is decoded.
 #[derive(Debug, Clone)]
-pub struct CheckToken(Option<AdminToken>);
+pub struct CheckToken<S> {
+    inner: S,
+    token: Option<AdminToken>,
+}
 
-impl tonic::service::Interceptor for CheckToken {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(token) = &self.0 else {
-            return Err(status::unauthenticated(
+impl<S> CheckToken<S> {
+    fn refusal<B>(&self, request: &http::Request<B>) -> Option<Status> {
+        let Some(token) = &self.token else {
+            return Some(status::unauthenticated(
                 "no admin token is configured on this hub (SNUG_ADMIN_TOKEN_SHA256)",
             ));
         };
         let presented = request
-            .metadata()
+            .headers()
             .get("authorization")
             .and_then(|value| value.to_str().ok())
             .and_then(|value| {
@@ -403,27 +406,56 @@ impl tonic::service::Interceptor for CheckToken {
             })
             .map(str::trim);
         match presented {
-            Some(presented) if token.admits(presented) => Ok(request),
-            _ => Err(status::unauthenticated(
+            Some(presented) if token.admits(presented) => None,
+            _ => Some(status::unauthenticated(
                 "the call needs `authorization: Bearer <admin token>`",
             )),
         }
     }
 }
 
-/// The admin service as the admin port serves it: behind the admin token check, with the
-/// runtime's message limits.
-pub fn service(
-    admin: Admin,
-    token: Option<AdminToken>,
-) -> InterceptedService<AdminServiceServer<Admin>, CheckToken> {
-    InterceptedService::new(
-        snug_rpc::with_message_limits!(AdminServiceServer::new(admin)),
-        CheckToken(token),
-    )
+impl<S> tower::Service<http::Request<tonic::body::Body>> for CheckToken<S>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        match self.refusal(&request) {
+            Some(status) => Box::pin(std::future::ready(Ok(status.into_http()))),
+            None => Box::pin(self.inner.call(request)),
+        }
+    }
 }
 
-/// The admin port's gRPC routes: [`service`], to merge beside `GET /metrics`.
-pub fn routes(admin: Admin, token: Option<AdminToken>) -> tonic::service::Routes {
-    tonic::service::Routes::new(service(admin, token))
+impl<S: tonic::server::NamedService> tonic::server::NamedService for CheckToken<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// The admin service as the admin port serves it: behind the admin token check, with the
+/// runtime's message limits.
+pub fn service(admin: Admin, token: Option<AdminToken>) -> CheckToken<AdminServiceServer<Admin>> {
+    CheckToken {
+        inner: snug_rpc::with_message_limits!(AdminServiceServer::new(admin)),
+        token,
+    }
+}
+
+/// The admin service as a server hosts it ([`snug_rpc::server::local`] for the admin port).
+pub fn services(admin: Admin, token: Option<AdminToken>) -> snug_rpc::server::Services {
+    snug_rpc::server::Services::default().with(service(admin, token), &[])
 }

@@ -53,7 +53,12 @@ async fn start(configured: bool) -> Port {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let router = routes(admin, configured.then_some(record)).into_axum_router();
+    let local = snug_rpc::server::local(
+        &ServerConfig::for_tests(),
+        super::services(admin, configured.then_some(record)),
+    )
+    .await;
+    let router = snug_rpc::admin::router(Some(local));
     tokio::spawn(async move { axum::serve(listener, router).await });
     let client = AdminServiceClient::connect(format!("http://{addr}"))
         .await

@@ -41,11 +41,13 @@ impl fmt::Debug for PostgresUrl {
 /// Where the users directory lives, from flags or the environment: the gateway's and
 /// `snug-hub users`' (the same settings, so the command reaches the directory the gateway reads).
 #[derive(Debug, Clone, clap::Args)]
+// The ids are explicit: `snug-hub serve` and `snug-hub users` flatten this beside SyncConfig,
+// whose `store`, `postgres_schema` and `postgres_pool_size` would otherwise collide.
 pub struct UsersConfig {
     /// The users directory: `sqlite` (the file users.db in the gateway's data directory; one
     /// gateway) or `postgres` (shared by any number of gateway replicas; the connection string
     /// comes from SNUG_USERS_POSTGRES_URL).
-    #[arg(long = "users-store", env = "SNUG_USERS_STORE", value_enum, default_value_t = UsersStore::Sqlite)]
+    #[arg(id = "users_store", long = "users-store", env = "SNUG_USERS_STORE", value_enum, default_value_t = UsersStore::Sqlite)]
     pub store: UsersStore,
     /// The PostgreSQL connection string, from SNUG_USERS_POSTGRES_URL only (never a flag, never
     /// printed); TLS as the sync store's (libpq's sslmode and sslrootcert).
@@ -53,10 +55,15 @@ pub struct UsersConfig {
     pub postgres_url: Option<PostgresUrl>,
     /// PostgreSQL schema holding the directory's tables (created if missing); default: the
     /// server's search path.
-    #[arg(long = "users-postgres-schema", env = "SNUG_USERS_POSTGRES_SCHEMA")]
+    #[arg(
+        id = "users_postgres_schema",
+        long = "users-postgres-schema",
+        env = "SNUG_USERS_POSTGRES_SCHEMA"
+    )]
     pub postgres_schema: Option<String>,
     /// Pooled PostgreSQL connections to the users directory per gateway.
     #[arg(
+        id = "users_postgres_pool_size",
         long = "users-postgres-pool-size",
         env = "SNUG_USERS_POSTGRES_POOL_SIZE",
         default_value_t = 8

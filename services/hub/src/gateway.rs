@@ -66,7 +66,7 @@ pub(crate) async fn serve_with_gateway(
     .context("the gateway refused its configuration")?;
     crate::start_admin(
         server.admin_listen,
-        admin_routes(&state, Some(sync), gateway.rpc_deadline)?,
+        admin_routes(server, &state, Some(sync), gateway.rpc_deadline).await?,
     )
     .await?;
     let http_listener = tokio::net::TcpListener::bind(gateway.http_listen)
@@ -89,7 +89,7 @@ pub(crate) async fn serve_with_gateway(
 /// Runs the gateway alone (its files in `gateway_dir`), against services at the configured
 /// addresses. No store shares its process, so its sealer is a disabled one.
 pub(crate) async fn serve_gateway(
-    admin_listen: Option<SocketAddr>,
+    server: &ServerConfig,
     gateway: &GatewayConfig,
     gateway_dir: &Path,
 ) -> anyhow::Result<()> {
@@ -109,8 +109,8 @@ pub(crate) async fn serve_gateway(
         None => None,
     };
     crate::start_admin(
-        admin_listen,
-        admin_routes(&state, sync, gateway.rpc_deadline)?,
+        server.admin_listen,
+        admin_routes(server, &state, sync, gateway.rpc_deadline).await?,
     )
     .await?;
     let listener = tokio::net::TcpListener::bind(gateway.http_listen)
@@ -123,11 +123,12 @@ pub(crate) async fn serve_gateway(
 
 /// The admin API (`snug.admin.v1`) over the gateway's users directory and the sync service `sync`
 /// reaches, for the admin port; none with auth off (no directory: everyone is the local user).
-fn admin_routes(
+async fn admin_routes(
+    server: &ServerConfig,
     state: &snug_gateway::AppState,
     sync: Option<SyncClient>,
     deadline: std::time::Duration,
-) -> anyhow::Result<Option<tonic::service::Routes>> {
+) -> anyhow::Result<Option<snug_rpc::server::LocalChannel>> {
     let Some(directory) = state.auth.directory() else {
         return Ok(None);
     };
@@ -138,7 +139,8 @@ fn admin_routes(
         );
     }
     let admin = Admin::new(directory.clone(), sync, deadline);
-    Ok(Some(snug_admin_service::routes(admin, token)))
+    let services = snug_admin_service::services(admin, token);
+    Ok(Some(snug_rpc::server::local(server, services).await))
 }
 
 /// `snug-hub users …`: who may use the hub's HTTP surface. Each command is one call of the admin

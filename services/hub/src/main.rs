@@ -389,7 +389,7 @@ fn logs_only(config: &TelemetryConfig) -> Option<Telemetry> {
 /// one is configured, until SIGTERM.
 pub(crate) async fn start_admin(
     addr: Option<std::net::SocketAddr>,
-    grpc: Option<tonic::service::Routes>,
+    grpc: Option<snug_rpc::server::LocalChannel>,
 ) -> anyhow::Result<()> {
     let Some(addr) = addr else {
         return Ok(());
@@ -419,7 +419,7 @@ async fn serve_role(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     } = args;
     let service = *service;
     if service == Some(ServiceName::Gateway) {
-        gateway::serve_gateway(server.admin_listen, gateway, &data.gateway()).await?;
+        gateway::serve_gateway(server, gateway, &data.gateway()).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let services = compose(service, container, schema, materialize, sync).await?;

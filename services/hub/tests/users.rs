@@ -158,17 +158,19 @@ async fn every_users_command_against_every_store() {
         assert!(admitted(second.clone()).await.is_none(), "{at}: removed");
         assert_eq!(stdout(&ok(&store, &["list"])), "", "{at}");
 
-        // Refusals: (arguments, exit code, words stderr must hold).
+        // Refusals: (arguments, exit code, words stderr must hold). The exit codes are the admin
+        // API's reasons': 2 a malformed request, 3 no such user or token, 4 the name is taken.
         ok(&store, &["add", "bob"]);
-        let refusals: [(&[&str], i32, &str); 8] = [
-            (&["add", "bob"], 1, "already exists"),
-            (&["add", ""], 1, "user name"),
-            (&["token", "nobody"], 1, "no user named"),
-            (&["revoke-token", "00000000"], 1, "no token"),
-            (&["disable", "nobody"], 1, "no user named"),
+        let refusals: [(&[&str], i32, &str); 9] = [
+            (&["add", "bob"], 4, "(USER_EXISTS)"),
+            (&["add", ""], 2, "user name"),
+            (&["token", "nobody"], 3, "no such user (USER_NOT_FOUND)"),
+            (&["revoke-token", "00000000"], 3, "(TOKEN_NOT_FOUND)"),
+            (&["disable", "nobody"], 3, "no such user"),
             (&["quota", "bob"], 2, "<BYTES>"),
             (&["quota", "bob", "5", "--clear"], 2, "cannot be used"),
-            (&["remove", "nobody"], 1, "no user named"),
+            (&["remove", "nobody"], 3, "no such user"),
+            (&["remove", "nobody", "--erase"], 3, "no such user"),
         ];
         for (args, code, words) in refusals {
             let output = users(&store, args);
@@ -185,6 +187,18 @@ async fn every_users_command_against_every_store() {
             );
             assert_eq!(stdout(&output), "", "{at}: {args:?} prints no token");
         }
+        // Usage and erasure reach the sync store (opened here, as no hub runs): bob has no image.
+        let usage = stdout(&ok(&store, &["usage", "bob"]));
+        assert!(
+            usage.starts_with("bob\tcurrent 0 bytes, history 0 bytes"),
+            "{at}: {usage}"
+        );
+        let erased = stdout(&ok(&store, &["remove", "bob", "--erase"]));
+        assert!(
+            erased.starts_with("erased: 0 revision(s)"),
+            "{at}: {erased}"
+        );
+        assert_eq!(stdout(&ok(&store, &["list"])), "", "{at}");
     }
 }
 

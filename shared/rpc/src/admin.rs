@@ -10,9 +10,12 @@ use std::{future::Future, net::SocketAddr};
 use axum::{Router, http::header, routing::get};
 use tokio::net::TcpListener;
 
-/// The admin port's router: `GET /metrics`, the gRPC services of `grpc` (h2c), everything else
-/// 404.
-pub fn router(grpc: Option<tonic::service::Routes>) -> Router {
+use crate::server::LocalChannel;
+
+/// The admin port's router: `GET /metrics`; every other request goes to the gRPC services of
+/// `grpc` (h2c) — built by [`crate::server::local`], so they answer behind the same observation,
+/// typed refusals and load shedding as the gRPC port's — or, without them, is 404.
+pub fn router(grpc: Option<LocalChannel>) -> Router {
     let metrics = Router::new().route(
         "/metrics",
         get(|| async {
@@ -22,17 +25,33 @@ pub fn router(grpc: Option<tonic::service::Routes>) -> Router {
             )
         }),
     );
-    match grpc {
-        Some(routes) => metrics.merge(routes.into_axum_router()),
-        None => metrics,
-    }
+    let Some(channel) = grpc else {
+        return metrics;
+    };
+    metrics.fallback_service(tower::service_fn(move |request: axum::extract::Request| {
+        let channel = channel.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let request = http::Request::from_parts(parts, tonic::body::Body::new(body));
+            let response = match tower::ServiceExt::oneshot(channel, request).await {
+                Ok(response) => response.map(axum::body::Body::new),
+                Err(err) => {
+                    tracing::error!(error = %err, "the admin port's gRPC services failed");
+                    axum::response::IntoResponse::into_response(
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                    )
+                }
+            };
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    }))
 }
 
 /// Serves the admin port on `listener` until `shutdown` completes: the metrics, and the gRPC
 /// services of `grpc`.
 pub async fn serve(
     listener: TcpListener,
-    grpc: Option<tonic::service::Routes>,
+    grpc: Option<LocalChannel>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local: Option<SocketAddr> = listener.local_addr().ok();
