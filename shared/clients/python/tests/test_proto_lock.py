@@ -142,4 +142,10 @@ def test_the_version_follows_the_v1_promise() -> None:
     pyproject = (PACKAGE_DIR / "pyproject.toml").read_text()
     assert f'version = "{snug_hub.__version__}"' in pyproject, "the installed package is this source's"
     packages = {name.rsplit(".", 1)[0] for name in lock_tool.read_lock()["services"]}
-    assert packages == {"snug.container.v1", "snug.schema.v1", "snug.materialize.v1", "snug.sync.v1"}
+    assert packages == {
+        "snug.container.v1",
+        "snug.schema.v1",
+        "snug.materialize.v1",
+        "snug.sync.v1",
+        "snug.admin.v1",
+    }
