@@ -155,3 +155,95 @@ async fn a_damaged_pack_is_reported_by_the_check_on_either_path() {
         format!("CHUNK_MISMATCH chunk={chunk}\n")
     );
 }
+
+fn sync_command(data: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(BIN)
+        .arg("sync")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .env_remove("SNUG_SYNC_STORE")
+        .output()
+        .expect("run snug-hub sync")
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+/// Every file under `dir`, recursively, that holds `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    // A file the store's background work removed since the listing holds nothing.
+    let gone = |err: &std::io::Error| err.kind() == std::io::ErrorKind::NotFound;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        let kind = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta.file_type(),
+            Err(err) if gone(&err) => continue,
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        if kind.is_dir() {
+            found.extend(files_holding(&path, needle));
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        let content = match std::fs::read(&path) {
+            Ok(content) => content,
+            Err(err) if gone(&err) => continue,
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        if content.windows(needle.len()).any(|w| w == needle) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// `snug-hub sync usage|erase --user` (issue 20, points 5 and 6) on a store opened here: the
+/// usage of one image, its erasure leaving none of its bytes in any of the store's files, and
+/// a second erasure reporting zeros.
+#[tokio::test]
+async fn usage_and_erasure_on_a_store_opened_here() {
+    let data = tempfile::tempdir().expect("dir");
+    let bytes = image(16 * CHUNK);
+    store_image(data.path(), &bytes).await;
+    let needle = &bytes[5 * CHUNK..5 * CHUNK + 64];
+    assert!(
+        !files_holding(&data.path().join("sync"), needle).is_empty(),
+        "the scan finds the image before the erasure"
+    );
+
+    let usage = json(&sync_command(data.path(), &["usage", "--user", "alice"]));
+    assert_eq!(usage["currentBytes"], bytes.len());
+    assert_eq!(usage["revisions"], 1);
+    let erased = json(&sync_command(data.path(), &["erase", "--user", "alice"]));
+    assert_eq!(erased["revisions"], 1, "{erased}");
+    assert_eq!(erased["bytes"], bytes.len(), "{erased}");
+    assert_eq!(
+        files_holding(&data.path().join("sync"), needle),
+        Vec::<std::path::PathBuf>::new(),
+        "no byte of the erased image is left"
+    );
+    let usage = json(&sync_command(data.path(), &["usage", "--user", "alice"]));
+    assert_eq!(
+        (usage["currentBytes"].clone(), usage["revisions"].clone()),
+        (0.into(), 0.into())
+    );
+    let again = json(&sync_command(data.path(), &["erase", "--user", "alice"]));
+    assert_eq!(
+        (again["revisions"].clone(), again["bytes"].clone()),
+        (0.into(), 0.into())
+    );
+
+    let refused = sync_command(data.path(), &["erase", "--user", ""]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("user id"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
