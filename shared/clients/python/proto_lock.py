@@ -63,7 +63,7 @@ def descriptors_from_package() -> list[descriptor_pb2.FileDescriptorProto]:
     """Returns the descriptors of the stubs the installed snug_hub package ships."""
     from snug_hub import pb
 
-    modules = [pb.container_pb2, pb.schema_pb2, pb.materialize_pb2, pb.sync_pb2]
+    modules = [pb.container_pb2, pb.schema_pb2, pb.materialize_pb2, pb.sync_pb2, pb.admin_pb2]
     return [descriptor_pb2.FileDescriptorProto.FromString(m.DESCRIPTOR.serialized_pb) for m in modules]
 
 
