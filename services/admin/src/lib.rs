@@ -27,6 +27,7 @@ mod tests;
 
 use std::{str::FromStr, time::Duration};
 
+use ctutils::CtEq as _;
 use sha2::{Digest as _, Sha256};
 use snug_proto::{
     admin::v1::{self as pb, admin_service_server::AdminServiceServer},
@@ -114,11 +115,7 @@ impl AdminToken {
     /// Whether `presented` is the admin token (constant time in the hash comparison).
     pub fn admits(&self, presented: &str) -> bool {
         let candidate: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        candidate
-            .iter()
-            .zip(self.0.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        candidate.ct_eq(&self.0).to_bool()
     }
 }
 
