@@ -12,7 +12,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex, MutexGuard, OnceLock,
+        Arc, Condvar, Mutex, MutexGuard, OnceLock,
         atomic::{AtomicBool, AtomicI64, Ordering},
     },
     time::Duration,
@@ -24,6 +24,7 @@ use snug_files::sealed::{NoRoom, Reservation, Sealer};
 
 use super::packs::{self, Extent, PackFiles};
 use crate::{
+    StorageError,
     store::{LeaseGuard, Leases},
     types::RevisionInfo,
 };
@@ -273,6 +274,8 @@ pub(super) struct Checkpoints {
     db_path: std::path::PathBuf,
     writer: Arc<Mutex<Connection>>,
     state: Mutex<CheckpointState>,
+    /// Signalled whenever `state.running` goes back to false.
+    idle: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -287,6 +290,7 @@ impl Checkpoints {
             db_path,
             writer,
             state: Mutex::new(CheckpointState::default()),
+            idle: Condvar::new(),
         }
     }
 
@@ -347,6 +351,41 @@ impl Checkpoints {
         let mut state = self.lock();
         state.conn = conn;
         state.running = false;
+        self.idle.notify_all();
+    }
+
+    /// Copies every WAL frame into the database file and truncates the WAL, so that no page lives
+    /// on anywhere in the version it had before the last commit (an erasure's promise).
+    ///
+    /// A TRUNCATE checkpoint beside a running PASSIVE one is refused as busy, and the commit
+    /// being made durable is usually what started that one; so this waits for it and keeps
+    /// another from starting. The writer lock is taken only after that wait: the background
+    /// checkpoint may itself need it. Readers still holding an older snapshot are waited for up
+    /// to the writer's busy timeout; past that the caller gets a retryable error, never a
+    /// success with the older page still in the file.
+    pub(super) fn truncate(&self) -> Result<(), StorageError> {
+        let mut state = self.lock();
+        while state.running {
+            state = self.idle.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.running = true;
+        drop(state);
+        let outcome = {
+            let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+        };
+        let mut state = self.lock();
+        state.running = false;
+        self.idle.notify_all();
+        drop(state);
+        match outcome? {
+            0 => Ok(()),
+            _ => Err(StorageError::unavailable(
+                "a reader kept the WAL checkpoint from completing; retry",
+            )),
+        }
     }
 }
 

@@ -1,6 +1,9 @@
 //! Tests specific to the embedded store: table classes, the directory lock, pack files on disk.
 
-use std::collections::BTreeSet;
+use std::{
+    collections::BTreeSet,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use futures::StreamExt;
 
@@ -760,4 +763,42 @@ async fn downloads_leave_the_wal_alone_and_folds_are_checkpointed() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     put_bytes(&store, &user, Some(&first.revision), filled(1_000, 6)).await;
     assert!(wal() < 8 << 20, "WAL is {} bytes", wal());
+}
+
+/// A TRUNCATE checkpoint beside a background PASSIVE one is refused as busy by SQLite; the
+/// store's checkpoint (and an erasure, which ends with one) waits for the background one instead
+/// of leaving pages of the last commit's predecessor in the database file. Background
+/// checkpoints run back to back here while every put is followed by a checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_beside_a_background_one_still_empties_the_wal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, user, first) = store_with_image(dir.path(), 64 * 1024, 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammer = {
+        let (checkpoints, stop) = (store.inner.checkpoints.clone(), stop.clone());
+        // Outside a runtime, `note_large_commit` runs the checkpoint on this thread.
+        std::thread::spawn(move || {
+            let mut ran = 0_u64;
+            while !stop.load(Ordering::Relaxed) {
+                checkpoints.note_large_commit();
+                ran += 1;
+            }
+            ran
+        })
+    };
+    let wal = dir.path().join("meta.sqlite-wal");
+    let mut base = first.revision;
+    for seed in 2..40 {
+        base = put_bytes(&store, &user, Some(&base), filled(64 * 1024, seed))
+            .await
+            .revision;
+        store.checkpoint().expect("checkpoint");
+        assert_eq!(
+            fs::metadata(&wal).expect("wal").len(),
+            0,
+            "after put {seed} the WAL still holds frames"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(hammer.join().expect("hammer") > 0);
 }
