@@ -5,7 +5,7 @@
 //! hostile delta without storing anything. Every answer is also checked against the OpenAPI
 //! document (`Http::send`).
 
-use snug_delta::{Delta, Layout, Limits, Manifest, Run, page_ids};
+use snug_delta::{Delta, Layout, Limits, Manifest, Run, Source, page_ids};
 use snug_e2e::{
     Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
     etag_revision, get_userdb, put_userdb, userdb_with_filler,
@@ -86,7 +86,7 @@ async fn delta_for(http: &Http, token: &str, base_revision: &str, new: &[u8]) ->
         String::from_utf8_lossy(&planned.body)
     );
     let layout = Layout::parse_plan(&planned.body, &limits()).expect("the plan parses");
-    Delta::build(layout, new)
+    Delta::build(layout, new, None)
 }
 
 async fn started(options: Options) -> (Hub, Http, String) {
@@ -171,6 +171,93 @@ async fn a_delta_push_and_pull_move_only_the_changed_pages() {
         "DELTA_BASE_GONE",
     );
     assert_error(&by_base("?revision=1".to_owned()).await, 400, "BAD_REQUEST");
+}
+
+/// A row inserted early (into a table before the filler's) moves every later page (the export
+/// VACUUMs) and so rewrites every page that names a moved one, the filler's overflow chains
+/// first. Those pages travel as patches, a
+/// few bytes each, both ways: in a push built from manifests with shapes, and in a pull that
+/// says `Snug-Delta-Patches: 1`; a pull that does not say it gets whole pages.
+#[tokio::test]
+async fn moved_pages_travel_as_patches_both_ways() {
+    let (_hub, http, token) = started(Options::default()).await;
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = edited(
+        &first,
+        &format!(
+            "INSERT INTO snug_profile (key, value) VALUES ('delta:early', '\"{}\"'); VACUUM;",
+            "x".repeat(6_000)
+        ),
+    );
+    assert_ne!(first.len(), second.len(), "the row adds pages");
+
+    let theirs = Manifest::with_shapes(&first, PAGE).expect("manifest");
+    let ours = Manifest::with_shapes(&second, PAGE).expect("manifest");
+    let whole_pages = Delta::build(
+        snug_delta::plan(&ours, &Source::ids(&theirs.ids)),
+        &second,
+        None,
+    )
+    .encode();
+    let delta = Delta::build(snug_delta::plan(&ours, &theirs.source()), &second, None);
+    assert!(
+        delta.layout.patched_count() > 100,
+        "{:?}",
+        delta.layout.runs
+    );
+    let wire = delta.encode();
+    assert!(
+        wire.len() * 10 < whole_pages.len(),
+        "patched {} bytes, whole pages {}",
+        wire.len(),
+        whole_pages.len()
+    );
+    let landed = put_delta(&http, &token, &r1, wire).await;
+    assert_eq!(
+        landed.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&landed.body)
+    );
+    let r2 = etag_revision(&landed);
+    let got = get_userdb(&http, &token).await;
+    assert_eq!(got.body, second, "the image landed byte for byte");
+
+    let pull_from_r1 = |patches: Option<&'static str>| {
+        let (http, token, r1) = (&http, &token, &r1);
+        async move {
+            let auth = bearer(token);
+            let mut headers = vec![("authorization", auth.as_str()), OCTET];
+            if let Some(value) = patches {
+                headers.push(("snug-delta-patches", value));
+            }
+            http.send(
+                "POST",
+                &format!("/userdb/delta?base={r1}"),
+                &headers,
+                Payload::Whole(Vec::new()),
+            )
+            .await
+        }
+    };
+    let mut sizes = Vec::new();
+    for patches in [Some("1"), Some("0"), None] {
+        let pulled = pull_from_r1(patches).await;
+        assert_eq!(
+            pulled.status,
+            200,
+            "{:?}",
+            String::from_utf8_lossy(&pulled.body)
+        );
+        assert_eq!(etag_revision(&pulled), r2);
+        let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
+        assert_eq!(delta.assemble(&first).expect("assemble"), second);
+        assert_eq!(delta.layout.patched_count() > 0, patches == Some("1"));
+        sizes.push(pulled.body.len());
+    }
+    assert!(sizes[0] * 10 < sizes[1], "pulled {sizes:?} bytes");
+    assert_error(&pull_from_r1(Some("yes")).await, 400, "BAD_REQUEST");
 }
 
 #[tokio::test]
@@ -289,7 +376,11 @@ async fn hostile_deltas_are_refused_with_their_own_codes_and_store_nothing() {
     let not_sqlite = {
         let image = vec![0x5a; PAGE as usize];
         let manifest = Manifest::of(&image, PAGE).expect("manifest");
-        Delta::build(snug_delta::plan(&manifest, &page_ids(&first, PAGE)), &image)
+        Delta::build(
+            snug_delta::plan(&manifest, &snug_delta::Source::ids(&page_ids(&first, PAGE))),
+            &image,
+            None,
+        )
     };
     let cases = [
         (lying_page.encode(), 400, "DELTA_PAGE_MISMATCH"),

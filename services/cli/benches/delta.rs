@@ -150,7 +150,7 @@ fn push_with(
     origin: &HubOrigin,
     bytes: &[u8],
     base: &str,
-    pages: Option<&[snug_delta::PageId]>,
+    pages: Option<&snug_delta::Manifest>,
 ) -> (String, Duration) {
     let started = Instant::now();
     let pushed = origin.push_from(bytes, Some(base), pages).expect("push");
@@ -245,7 +245,8 @@ fn main() {
         ),
         ("1 row updated in place", &inserted, &updated),
     ] {
-        let old_pages = snug_delta::page_ids(old, snug_delta::page_size_of(old));
+        let old_pages = snug_delta::Manifest::with_shapes(old, snug_delta::page_size_of(old))
+            .expect("manifest");
         // Push by difference (as the CLI does, with the base's page ids), then by whole file,
         // alternating, each from `old` as the current revision.
         let (mut delta_times, mut whole_times) = (Vec::new(), Vec::new());
@@ -253,7 +254,7 @@ fn main() {
         for round in 0..ROUNDS {
             for by_delta in [round % 2 == 0, round % 2 != 0] {
                 let origin = if by_delta { delta() } else { whole() };
-                let pages = by_delta.then_some(old_pages.as_slice());
+                let pages = by_delta.then_some(&old_pages);
                 let (revision, took) = push_with(&origin, new, &current, pages);
                 let traffic = origin.traffic();
                 assert_eq!(traffic.delta, by_delta, "{traffic:?}");

@@ -469,7 +469,7 @@ fn push(
             )));
         }
     };
-    // The page ids of the base as this device last synced it let a hub take only the changed
+    // The manifest of the base as this device last synced it lets a hub take only the changed
     // pages without first hearing every page of the new image (issue 21).
     // They must be the pages of the origin's copy of the base: its recorded SHA-256 says so.
     let base_pages = match (&base, &remote) {
@@ -479,7 +479,7 @@ fn push(
         _ => None,
     };
     let pushed = origin
-        .push_from(&image, base.as_deref(), base_pages.as_deref())
+        .push_from(&image, base.as_deref(), base_pages.as_ref())
         .map_err(|err| origin_failure(&origin.name(), &err))?;
     match pushed {
         Pushed::Accepted { revision } => {

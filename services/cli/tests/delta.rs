@@ -103,6 +103,29 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
         .expect("count");
     assert_eq!(rows, 1, "the pulled file holds the edit");
 
+    // A row larger than a page into a table before the filler's: the export's VACUUM moves
+    // every later page, and the filler's overflow pages, which only name moved pages, travel as
+    // patches both ways (by their ids alone they would be most of the file).
+    let conn = rusqlite::Connection::open(&b).expect("open");
+    conn.execute(
+        "INSERT INTO snug_profile (key, value) VALUES ('delta:moved', ?1)",
+        [format!("\"{}\"", "m".repeat(6_000))],
+    )
+    .expect("edit");
+    drop(conn);
+    let pushed = sync("push", &b, &hub.url(), env()).await;
+    assert_eq!(pushed["pushed"], true, "{pushed}");
+    let (sent, received, delta) = transfer(&pushed);
+    assert!(
+        delta && sent * 20 < length && received < 64 * 1024,
+        "{pushed}"
+    );
+    let pulled = sync("pull", &a, &hub.url(), env()).await;
+    assert_eq!(pulled["revision"], pushed["revision"], "{pulled}");
+    let (sent, received, delta) = transfer(&pulled);
+    assert!(delta && sent == 0 && received * 20 < length, "{pulled}");
+    assert_eq!(pulled["sha256"], pushed["sha256"]);
+
     // A directory origin keeps whole files and moves nothing over a network.
     let origin = dir.path().join("origin");
     let origin = origin.display().to_string();

@@ -394,11 +394,13 @@ impl Backends {
 
     /// Delta pull: the delta that rebuilds the caller's current image from the file `manifest`
     /// names (or, `base`, the caller's retained revision the file is), with the revision it
-    /// rebuilds; `None` when the user has no image.
+    /// rebuilds, patching pages only if the client rebuilds them (`patches`); `None` when the
+    /// user has no image.
     pub async fn get_delta(
         &self,
         caller: &Caller,
         base: Option<&str>,
+        patches: bool,
         manifest: Bytes,
     ) -> Result<Option<(sync_pb::RevisionInfo, Bytes)>, ApiError> {
         let header = sync_pb::GetImageDeltaRequest::header(sync_pb::GetImageDeltaHeader {
@@ -406,6 +408,7 @@ impl Backends {
             revision: None,
             base_revision: base.map(str::to_owned),
             quota_bytes: caller.quota_bytes,
+            accept_patches: patches,
         });
         let mut sync = self.sync.clone();
         let request = self.request(chunks::upload(header, manifest));

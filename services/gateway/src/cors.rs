@@ -15,7 +15,8 @@ use axum::{
 };
 
 /// Headers a browser script may send (preflight `Access-Control-Allow-Headers`).
-pub const ALLOW_HEADERS: &str = "authorization, content-type, if-match, if-none-match, x-snug-csrf";
+pub const ALLOW_HEADERS: &str =
+    "authorization, content-type, if-match, if-none-match, x-snug-csrf, snug-delta-patches";
 /// Methods a browser script may use.
 pub const ALLOW_METHODS: &str = "GET, HEAD, PUT, POST";
 /// Response headers a browser script may read.

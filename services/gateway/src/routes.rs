@@ -634,10 +634,15 @@ async fn put_delta(
     store(&state, &caller, &Precondition::MustMatch(base), image).await
 }
 
+/// The request header by which a pull says it rebuilds patched pages.
+const PATCHES_HEADER: &str = "snug-delta-patches";
+
 /// `POST /userdb/delta` (issue 21): delta pull. The body is the manifest of the file the client
 /// has (or, with `?base=<rev>`, empty: the client's file is that retained revision); the answer is a delta that rebuilds the current image from it, with the revision as the
 /// `ETag`. The client verifies the rebuilt image against the SHA-256 the delta carries, which
-/// is the revision's.
+/// is the revision's. With `Snug-Delta-Patches: 1` the delta may patch pages: against a base,
+/// any page that differs from the base's by a few bytes; against a manifest with shapes, a page
+/// whose shape it names.
 async fn pull_delta(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -674,6 +679,16 @@ async fn pull_delta(
             }
         }
     }
+    let patches = match headers.get(PATCHES_HEADER).map(HeaderValue::as_bytes) {
+        None | Some(b"0") => false,
+        Some(b"1") => true,
+        Some(_) => {
+            return Err(ApiError::from_reason(
+                reason::BAD_REQUEST,
+                "Snug-Delta-Patches is 1 (this client rebuilds patched pages) or 0",
+            ));
+        }
+    };
     let quota = state.backends.quota_for(&identity.caller()).await?;
     let (manifest, _admission) = delta_body(
         &state,
@@ -687,7 +702,7 @@ async fn pull_delta(
     let caller = state.caller(&identity).await?;
     let (info, delta) = state
         .backends
-        .get_delta(&caller, base.as_deref(), manifest)
+        .get_delta(&caller, base.as_deref(), patches, manifest)
         .await?
         .ok_or_else(not_pushed)?;
     let mut response = delta_response(delta);

@@ -5,12 +5,14 @@
 //! `RevStore::read_revision`, which denies exactly as a download does), never against the
 //! store's chunks, which are shared across users: no answer depends on another user's images.
 //! Assembly stores nothing; the gateway writes the assembled image exactly as a whole one.
+//! Pages are patched only for a client that says it rebuilds them: one whose manifest carries
+//! shapes, or a pull with `accept_patches`.
 //! Every request is bounded by the quota: the manifest or delta upload by what an image within
 //! the quota can need, the page count by the quota, and the work by one pass over the base and
 //! one over the image (hashing runs on the blocking pool).
 
 use bytes::Bytes;
-use snug_delta::{Delta, Limits, Manifest, page_ids, plan};
+use snug_delta::{Delta, DeltaError, Limits, Manifest, Source as Pages, page_size_of, plan};
 use snug_proto::sync::v1 as pb;
 use snug_revstore::{ReadError, RevStore as _, Revision, UserId};
 use snug_rpc::chunks::{self, Chunked as _, ResponseStream};
@@ -118,10 +120,15 @@ impl SyncServer {
             .map_err(|err| status::delta_error(err, quota))?;
         let (info, base) = self.base(&caller.user, base).await?;
         let layout = blocking(move || {
-            let source = page_ids(&base, manifest.geometry.page_size);
-            plan(&manifest, &source)
+            let theirs = describe(
+                &base,
+                manifest.geometry.page_size,
+                manifest.shapes.is_some(),
+            )?;
+            Ok(plan(&manifest, &theirs.source()))
         })
-        .await?;
+        .await?
+        .map_err(|err| status::delta_error(err, quota))?;
         let encoded = Bytes::from(layout.encode());
         let result = pb::PlanImageDeltaResult {
             base: Some(info),
@@ -180,6 +187,7 @@ impl SyncServer {
             .base_revision
             .map(|token| convert::revision(token, "header.base_revision"))
             .transpose()?;
+        let patches = upload.header.accept_patches;
         // The client's pages: named in its manifest, or its file is a revision the origin keeps.
         let source = match base {
             None => Source::Manifest(
@@ -213,15 +221,30 @@ impl SyncServer {
         let delta = blocking(move || {
             // The revision's pages are named at the client's page size (or, against a base, the
             // revision's own), so the client's file is the source whatever its own length.
-            let (page_size, source) = match source {
-                Source::Manifest(theirs) => (theirs.geometry.page_size, theirs.ids),
+            let delta = match &source {
+                Source::Manifest(theirs) => {
+                    let page_size = theirs.geometry.page_size;
+                    let ours = describe(&target, page_size, theirs.shapes.is_some())?;
+                    Delta::build(plan(&ours, &theirs.source()), &target, None)
+                }
                 Source::Base(base) => {
-                    let page_size = snug_delta::page_size_of(&target);
-                    (page_size, page_ids(&base, page_size))
+                    let page_size = page_size_of(&target);
+                    let (ours, theirs) = (
+                        describe(&target, page_size, patches)?,
+                        describe(base, page_size, patches)?,
+                    );
+                    let bytes = patches.then_some(&base[..]);
+                    let layout = plan(
+                        &ours,
+                        &Pages {
+                            bytes,
+                            ..theirs.source()
+                        },
+                    );
+                    Delta::build(layout, &target, bytes)
                 }
             };
-            let ours = Manifest::of(&target, page_size)?;
-            Ok(Delta::build(plan(&ours, &source), &target).encode())
+            Ok(delta.encode())
         })
         .await?
         .map_err(|err| status::delta_error(err, quota))?;
@@ -242,6 +265,15 @@ enum Source {
     Manifest(Manifest),
     /// The origin's own copy of the revision the client's file is.
     Base(Bytes),
+}
+
+/// `image`'s manifest at `page_size`, with shapes when patches may be sent.
+fn describe(image: &[u8], page_size: u32, shapes: bool) -> Result<Manifest, DeltaError> {
+    if shapes {
+        Manifest::with_shapes(image, page_size)
+    } else {
+        Manifest::of(image, page_size)
+    }
 }
 
 /// Runs CPU work (hashing up to a quota's worth of pages) off the async workers.

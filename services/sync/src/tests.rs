@@ -1693,11 +1693,23 @@ mod delta {
         base: Option<&str>,
         manifest: Vec<u8>,
     ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
+        pull_with(hub, user, revision, base, false, manifest).await
+    }
+
+    pub(super) async fn pull_with(
+        hub: &mut Hub,
+        user: &str,
+        revision: Option<&str>,
+        base: Option<&str>,
+        accept_patches: bool,
+        manifest: Vec<u8>,
+    ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
         let header = pb::GetImageDeltaRequest::header(pb::GetImageDeltaHeader {
             caller: caller(user, "device-b"),
             revision: revision.map(str::to_owned),
             base_revision: base.map(str::to_owned),
             quota_bytes: None,
+            accept_patches,
         });
         let stream = hub
             .client
@@ -1717,7 +1729,7 @@ mod delta {
         let manifest = Manifest::of(new, PAGE).expect("manifest");
         let (_, layout) = plan(hub, user, base, manifest.encode()).await?;
         let layout = snug_delta::Layout::parse_plan(&layout, &limits()).expect("the plan parses");
-        let delta = Delta::build(layout, new);
+        let delta = Delta::build(layout, new, None);
         assemble(hub, user, base, delta.encode()).await
     }
 
@@ -1729,6 +1741,19 @@ mod delta {
 
     pub(super) fn id(page: &[u8]) -> PageId {
         PageId::of(page)
+    }
+
+    /// An image of overflow-like pages, page `i` naming page `i + 2` (its successor, counted
+    /// from 1) in its first four bytes, then the bytes `seeds[i]` makes: inserting a page early
+    /// changes every later page by those four bytes.
+    pub(super) fn chained(seeds: &[u64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, seed) in seeds.iter().enumerate() {
+            out.extend_from_slice(&(i as u32 + 2).to_be_bytes());
+            out.extend_from_slice(&image(*seed, PAGE as usize - 4));
+            // The first byte is 0: never read as a b-tree page.
+        }
+        out
     }
 }
 
@@ -1837,8 +1862,11 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     let new = delta::paged(&[1, 2, 9, 4]);
     let manifest = snug_delta::Manifest::of(&new, delta::PAGE).expect("manifest");
     let good = {
-        let layout = snug_delta::plan(&manifest, &snug_delta::page_ids(&first, delta::PAGE));
-        snug_delta::Delta::build(layout, &new)
+        let layout = snug_delta::plan(
+            &manifest,
+            &snug_delta::Source::ids(&snug_delta::page_ids(&first, delta::PAGE)),
+        );
+        snug_delta::Delta::build(layout, &new, None)
     };
 
     // Another user's revision, an unknown one and a malformed one as a base.
@@ -1938,7 +1966,118 @@ async fn a_plan_reveals_nothing_about_other_users_pages(backend: Backend) {
     assert_eq!(planned.literal_pages, 2);
 }
 
+/// Pages that only name moved pages (every page after an early insert here) are patched, in
+/// both directions, and only for a client that says it rebuilds patches: a pull without
+/// `accept_patches`, or a plan for a manifest without shapes, has whole pages only.
+async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
+    use snug_delta::{Delta, Manifest};
+
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let seeds: Vec<u64> = (1..=24).collect();
+    let first = delta::chained(&seeds);
+    let mut moved = seeds.clone();
+    moved.insert(1, 99);
+    let second = delta::chained(&moved);
+    let r1 = put(
+        &mut hub,
+        "alice",
+        must_not_exist(),
+        &Bytes::from(first.clone()),
+    )
+    .await
+    .expect("first");
+    let limits = delta::limits();
+
+    // Push: a plan for a manifest with shapes sends the new page and patches the 23 after it
+    // (the first page still names page 2, now the new one).
+    let shaped = snug_delta::Manifest::with_shapes(&second, delta::PAGE).expect("manifest");
+    let (planned, layout) = delta::plan(&mut hub, "alice", &r1.revision, shaped.encode())
+        .await
+        .expect("plan");
+    let layout = snug_delta::Layout::parse_plan(&layout, &limits).expect("the plan parses");
+    assert_eq!(
+        (planned.literal_pages, layout.patched_count()),
+        (1, 23),
+        "{:?}",
+        layout.runs
+    );
+    let wire = Delta::build(layout, &second, None).encode();
+    assert!(
+        wire.len() < 3 * delta::PAGE as usize,
+        "{} bytes",
+        wire.len()
+    );
+    let (_, assembled) = delta::assemble(&mut hub, "alice", &r1.revision, wire)
+        .await
+        .expect("assemble");
+    assert_eq!(assembled, second);
+    let (planned, _) = delta::plan(
+        &mut hub,
+        "alice",
+        &r1.revision,
+        snug_delta::Manifest::of(&second, delta::PAGE)
+            .expect("manifest")
+            .encode(),
+    )
+    .await
+    .expect("plan");
+    assert_eq!(planned.literal_pages, 24, "no shapes, no patches");
+    let r2 = put(
+        &mut hub,
+        "alice",
+        must_match(&r1.revision),
+        &Bytes::from(second.clone()),
+    )
+    .await
+    .expect("second");
+
+    // Pull against r1: patched only when asked.
+    for accept_patches in [true, false] {
+        let (result, wire) = delta::pull_with(
+            &mut hub,
+            "alice",
+            None,
+            Some(&r1.revision),
+            accept_patches,
+            Vec::new(),
+        )
+        .await
+        .expect("pull");
+        assert_eq!(result.revision.expect("revision"), r2);
+        let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
+        assert_eq!(delta.assemble(&first).expect("assemble"), second);
+        let patched = delta.layout.patched_count();
+        if accept_patches {
+            assert_eq!(patched, 23, "{:?}", delta.layout.runs);
+            assert!(
+                wire.len() < 2 * delta::PAGE as usize,
+                "{} bytes",
+                wire.len()
+            );
+        } else {
+            assert_eq!(patched, 0, "{:?}", delta.layout.runs);
+        }
+    }
+    // Against a manifest, only one with shapes is patched.
+    for theirs in [
+        Manifest::with_shapes(&first, delta::PAGE).expect("manifest"),
+        Manifest::of(&first, delta::PAGE).expect("manifest"),
+    ] {
+        let shapes = theirs.shapes.is_some();
+        let (_, wire) = delta::pull_with(&mut hub, "alice", None, None, true, theirs.encode())
+            .await
+            .expect("pull");
+        let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
+        assert_eq!(delta.assemble(&first).expect("assemble"), second);
+        assert_eq!(delta.layout.patched_count() > 0, shapes);
+    }
+}
+
 on_every_backend_delta!(
+    moved_pages_are_patched_for_clients_that_ask,
     a_delta_push_and_pull_round_trip,
     delta_refusals_are_typed_and_store_nothing,
     a_plan_reveals_nothing_about_other_users_pages,

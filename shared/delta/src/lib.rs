@@ -7,15 +7,23 @@
 //! - a [`Manifest`] names an image: its length, page size, SHA-256 and every page's id. A client
 //!   sends one to push (the new image's pages) or to pull (the pages of the file it has).
 //! - a [`Delta`] describes how to build an image from a *source* (the base revision on a push,
-//!   the client's own file on a pull): runs that tile the target's pages in order, each either
-//!   copied from a range of source pages or literal, followed by the literal pages, each with
-//!   its id. Without its literal pages (a [`Layout`]) it is the origin's answer to a push
-//!   manifest: which pages to copy from the base and which it lacks.
+//!   the client's own file on a pull): runs that tile the target's pages in order, each copied
+//!   from a range of source pages, literal, or patched (copied, then a few byte ranges
+//!   replaced), followed by the literal and patched pages' data, each with its page's id.
+//!   Without that data (a [`Layout`]) it is the origin's answer to a push manifest: which pages
+//!   to copy from the base and which it lacks.
 //!
-//! [`plan`] matches a manifest against a source's page ids; [`Delta::assemble`] builds the
-//! image from a source and checks every literal page against its id and the whole image against
-//! the SHA-256 the delta claims, so a prefix collision or a lie is caught before any byte is
-//! used. Parsing is strict and bounded by [`Limits`] (the per-user quota): a hostile input
+//! A manifest may also carry each page's *shape* (`shape.rs`: the page with the fields that
+//! name other pages zeroed), which finds a page again after a row inserted early moved every
+//! later page and so rewrote every page that names one; such a page costs its fields' bytes
+//! instead of a whole page. A manifest without shapes (the first format) never asks for
+//! patches, so a client that sends one never receives a run it does not know.
+//!
+//! [`plan`] matches a manifest against a [`Source`]'s ids and shapes; [`Delta::build`] fills
+//! in the data, patching where the source's bytes are known and a few bytes differ;
+//! [`Delta::assemble`] builds the image from a source and checks every literal and patched page
+//! against its id and the whole image against the SHA-256 the delta claims, so a prefix
+//! collision or a lie is caught before any byte is used. Parsing is strict and bounded by [`Limits`] (the per-user quota): a hostile input
 //! (runs that overlap, leave a gap or reach past either image, a page count over the quota,
 //! pages that do not hash to their names, a trailing byte) is a [`DeltaError`], never a panic
 //! or an allocation beyond the limit.
@@ -32,6 +40,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
 
+mod shape;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +52,8 @@ pub const MIN_PAGE_SIZE: u32 = 512;
 pub const MAX_PAGE_SIZE: u32 = 65536;
 
 const MANIFEST_MAGIC: &[u8; 4] = b"SDM1";
+/// A manifest with each page's shape after its ids.
+const SHAPED_MANIFEST_MAGIC: &[u8; 4] = b"SDM2";
 const DELTA_MAGIC: &[u8; 4] = b"SDD1";
 /// Magic, page size, length, SHA-256.
 const MANIFEST_HEADER: usize = 4 + 4 + 8 + 32;
@@ -50,6 +61,10 @@ const MANIFEST_HEADER: usize = 4 + 4 + 8 + 32;
 const DELTA_HEADER: usize = 4 + 4 + 8 + 32 + 4 + 4;
 /// Kind, to, count, from.
 const RUN_LEN: usize = 1 + 4 + 4 + 4;
+/// A patched page's entry count.
+const PATCH_HEADER: usize = 2;
+/// A patch entry's offset and length.
+const ENTRY_HEADER: usize = 2 + 2;
 
 /// The first 8 bytes of a page's SHA-256: enough to find a page among one user's revisions; a
 /// collision is caught by the whole image's SHA-256.
@@ -103,10 +118,10 @@ impl Limits {
         self.max_length.div_ceil(u64::from(MIN_PAGE_SIZE))
     }
 
-    /// The largest encoded manifest these limits accept (a transport can refuse a bigger body
-    /// before reading it).
+    /// The largest encoded manifest these limits accept, shapes included (a transport can
+    /// refuse a bigger body before reading it).
     pub fn max_manifest_len(&self) -> u64 {
-        MANIFEST_HEADER as u64 + self.max_pages() * ID_LEN as u64
+        MANIFEST_HEADER as u64 + self.max_pages() * 2 * ID_LEN as u64
     }
 }
 
@@ -167,10 +182,13 @@ pub struct Manifest {
     pub digest: [u8; 32],
     /// One id per page, in order.
     pub ids: Vec<PageId>,
+    /// One shape per page, in order, when known (`shape.rs`); a manifest that has them asks for
+    /// patched pages in what is planned against it.
+    pub shapes: Option<Vec<PageId>>,
 }
 
 impl Manifest {
-    /// Names `image`, cut into pages of `page_size`.
+    /// Names `image`, cut into pages of `page_size`, by page ids alone.
     pub fn of(image: &[u8], page_size: u32) -> Result<Self, DeltaError> {
         let limits = Limits {
             max_length: image.len() as u64,
@@ -180,53 +198,87 @@ impl Manifest {
             geometry,
             digest: sha256(image),
             ids: page_ids(image, page_size),
+            shapes: None,
         })
     }
 
-    /// The wire form.
+    /// Names `image` by page ids and shapes.
+    pub fn with_shapes(image: &[u8], page_size: u32) -> Result<Self, DeltaError> {
+        let mut manifest = Self::of(image, page_size)?;
+        let format = shape::Format::of(image, page_size);
+        manifest.shapes = Some(
+            image
+                .chunks(page_size as usize)
+                .zip(&manifest.ids)
+                .enumerate()
+                .map(|(index, (page, id))| shape::shape(format, index as u32, page, *id))
+                .collect(),
+        );
+        Ok(manifest)
+    }
+
+    /// This manifest as a source to plan against (its own image's bytes not known).
+    pub fn source(&self) -> Source<'_> {
+        Source {
+            ids: &self.ids,
+            shapes: self.shapes.as_deref(),
+            bytes: None,
+        }
+    }
+
+    /// The wire form: the first format without shapes, the second with them.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(MANIFEST_HEADER + self.ids.len() * ID_LEN);
-        out.extend_from_slice(MANIFEST_MAGIC);
+        let shapes = self.shapes.as_deref().unwrap_or_default();
+        let mut out =
+            Vec::with_capacity(MANIFEST_HEADER + (self.ids.len() + shapes.len()) * ID_LEN);
+        out.extend_from_slice(match self.shapes {
+            Some(_) => SHAPED_MANIFEST_MAGIC,
+            None => MANIFEST_MAGIC,
+        });
         out.extend_from_slice(&self.geometry.page_size.to_le_bytes());
         out.extend_from_slice(&self.geometry.length.to_le_bytes());
         out.extend_from_slice(&self.digest);
-        for id in &self.ids {
+        for id in self.ids.iter().chain(shapes) {
             out.extend_from_slice(&id.0);
         }
         out
     }
 
-    /// Parses the wire form strictly: exactly one id per page, nothing after the last.
+    /// Parses either wire form strictly: exactly one id (and, in the second, one shape) per
+    /// page, nothing after the last.
     pub fn parse(bytes: &[u8], limits: &Limits) -> Result<Self, DeltaError> {
         let mut r = Reader::new(bytes);
-        if r.take(4)? != MANIFEST_MAGIC {
-            return Err(DeltaError::Malformed {
-                what: "not a delta manifest (magic)",
-            });
-        }
+        let shaped = match r.take(4)? {
+            magic if magic == MANIFEST_MAGIC => false,
+            magic if magic == SHAPED_MANIFEST_MAGIC => true,
+            _ => {
+                return Err(DeltaError::Malformed {
+                    what: "not a delta manifest (magic)",
+                });
+            }
+        };
         let page_size = r.u32()?;
         let length = r.u64()?;
         let digest = r.array::<32>()?;
         let geometry = Geometry::new(length, page_size, limits)?;
         let pages = geometry.pages() as usize;
-        if r.rest().len() != pages * ID_LEN {
+        let per_page = if shaped { 2 * ID_LEN } else { ID_LEN };
+        if r.rest().len() != pages * per_page {
             return Err(DeltaError::Malformed {
                 what: "a manifest whose id count is not its page count",
             });
         }
-        let ids = r
-            .rest()
-            .chunks_exact(ID_LEN)
-            .map(|c| {
-                let mut id = [0; ID_LEN];
-                id.copy_from_slice(c);
-                PageId(id)
-            })
-            .collect();
+        let mut ids = r.rest().chunks_exact(ID_LEN).map(|c| {
+            let mut id = [0; ID_LEN];
+            id.copy_from_slice(c);
+            PageId(id)
+        });
+        let page_ids = ids.by_ref().take(pages).collect();
         Ok(Self {
             geometry,
             digest,
-            ids,
+            ids: page_ids,
+            shapes: shaped.then(|| ids.collect()),
         })
     }
 }
@@ -255,18 +307,78 @@ pub enum Run {
         /// How many pages.
         count: u32,
     },
+    /// Copied from the source's pages `from..from + count`, each with a few byte ranges
+    /// replaced by its patch (sent with the literal pages).
+    Patch {
+        /// The first target page.
+        to: u32,
+        /// The first source page.
+        from: u32,
+        /// How many pages.
+        count: u32,
+    },
 }
 
 impl Run {
     fn to(&self) -> u32 {
         match *self {
-            Run::Copy { to, .. } | Run::Literal { to, .. } => to,
+            Run::Copy { to, .. } | Run::Literal { to, .. } | Run::Patch { to, .. } => to,
         }
     }
 
     fn count(&self) -> u32 {
         match *self {
-            Run::Copy { count, .. } | Run::Literal { count, .. } => count,
+            Run::Copy { count, .. } | Run::Literal { count, .. } | Run::Patch { count, .. } => {
+                count
+            }
+        }
+    }
+
+    /// How target page `to + k` of this run is made.
+    fn make(&self, k: u32) -> Make {
+        match *self {
+            Run::Copy { from, .. } => Make::Copy(from + k),
+            Run::Literal { .. } => Make::Literal,
+            Run::Patch { from, .. } => Make::Patch(from + k),
+        }
+    }
+}
+
+/// How one target page is made: copied from a source page, literal, or patched from one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Make {
+    Copy(u32),
+    Literal,
+    Patch(u32),
+}
+
+/// Runs built page by page in target order, each page extending the last run it continues.
+#[derive(Default)]
+struct Runs(Vec<Run>);
+
+impl Runs {
+    fn push(&mut self, to: u32, make: Make) {
+        match (self.0.last_mut(), make) {
+            (Some(Run::Copy { from, count, .. }), Make::Copy(f))
+            | (Some(Run::Patch { from, count, .. }), Make::Patch(f))
+                if *from + *count == f =>
+            {
+                *count += 1
+            }
+            (Some(Run::Literal { count, .. }), Make::Literal) => *count += 1,
+            _ => self.0.push(match make {
+                Make::Copy(from) => Run::Copy { to, from, count: 1 },
+                Make::Literal => Run::Literal { to, count: 1 },
+                Make::Patch(from) => Run::Patch { to, from, count: 1 },
+            }),
+        }
+    }
+
+    /// The source page the last run would continue with.
+    fn next_source(&self) -> Option<u32> {
+        match self.0.last()? {
+            Run::Copy { from, count, .. } | Run::Patch { from, count, .. } => Some(from + count),
+            Run::Literal { .. } => None,
         }
     }
 }
@@ -285,22 +397,35 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Every target page in order, with how it is made.
+    fn pages(&self) -> impl Iterator<Item = (u32, Make)> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|run| (0..run.count()).map(move |k| (run.to() + k, run.make(k))))
+    }
+
     /// The target pages sent literally, in order.
     pub fn literal_pages(&self) -> impl Iterator<Item = u32> + '_ {
-        self.runs.iter().flat_map(|run| match *run {
-            Run::Literal { to, count } => to..to + count,
-            Run::Copy { .. } => 0..0,
-        })
+        self.pages()
+            .filter(|(_, make)| *make == Make::Literal)
+            .map(|(page, _)| page)
     }
 
     /// How many pages are sent literally.
     pub fn literal_count(&self) -> u64 {
+        self.count(|run| matches!(run, Run::Literal { .. }))
+    }
+
+    /// How many pages are sent as patches.
+    pub fn patched_count(&self) -> u64 {
+        self.count(|run| matches!(run, Run::Patch { .. }))
+    }
+
+    fn count(&self, which: impl Fn(&Run) -> bool) -> u64 {
         self.runs
             .iter()
-            .map(|run| match run {
-                Run::Literal { count, .. } => u64::from(*count),
-                Run::Copy { .. } => 0,
-            })
+            .filter(|run| which(run))
+            .map(|run| u64::from(run.count()))
             .sum()
     }
 
@@ -317,6 +442,7 @@ impl Layout {
             let (kind, to, from, count) = match *run {
                 Run::Copy { to, from, count } => (0u8, to, from, count),
                 Run::Literal { to, count } => (1u8, to, 0, count),
+                Run::Patch { to, from, count } => (2u8, to, from, count),
             };
             out.push(kind);
             out.extend_from_slice(&to.to_le_bytes());
@@ -392,6 +518,7 @@ impl Layout {
             let run = match kind {
                 0 => Run::Copy { to, from, count },
                 1 if from == 0 => Run::Literal { to, count },
+                2 => Run::Patch { to, from, count },
                 _ => {
                     return Err(DeltaError::Malformed {
                         what: "an unknown run kind",
@@ -417,7 +544,7 @@ impl Layout {
                     what: "target",
                 });
             }
-            if let Run::Copy { from, .. } = run
+            if let Run::Copy { from, .. } | Run::Patch { from, .. } = run
                 && u64::from(from) + u64::from(count) > u64::from(source_pages)
             {
                 return Err(DeltaError::OutOfRange {
@@ -442,62 +569,185 @@ impl Layout {
     }
 }
 
-/// Matches `target`'s pages against a source's page ids: every target page whose id the source
-/// holds is copied (continuing the previous copy where the source's next page matches, so a
-/// shifted range stays one run), every other one is literal.
-pub fn plan(target: &Manifest, source: &[PageId]) -> Layout {
-    let mut first: HashMap<PageId, u32> = HashMap::with_capacity(source.len());
-    for (idx, id) in source.iter().enumerate() {
+/// What a plan is made against: the source's page ids, and where known its pages' shapes (from
+/// a manifest that has them) and its bytes (the origin's own revision, on a pull).
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    /// One id per source page.
+    pub ids: &'a [PageId],
+    /// One shape per source page, if known.
+    pub shapes: Option<&'a [PageId]>,
+    /// The source image, if known.
+    pub bytes: Option<&'a [u8]>,
+}
+
+impl<'a> Source<'a> {
+    /// A source known by its page ids alone.
+    pub fn ids(ids: &'a [PageId]) -> Self {
+        Self {
+            ids,
+            shapes: None,
+            bytes: None,
+        }
+    }
+}
+
+/// Matches `target`'s pages against `source`: a target page whose id the source holds is
+/// copied, one whose shape a source page shares (both manifests having shapes) is patched from
+/// that page, every other one is literal. A page that continues the previous run (the next
+/// source page matches) extends it, so a shifted range stays one run.
+pub fn plan(target: &Manifest, source: &Source<'_>) -> Layout {
+    let mut first: HashMap<PageId, u32> = HashMap::with_capacity(source.ids.len());
+    for (idx, id) in source.ids.iter().enumerate() {
         first.entry(*id).or_insert(idx as u32);
     }
-    let mut runs: Vec<Run> = Vec::new();
-    for (to, id) in target.ids.iter().enumerate() {
-        let to = to as u32;
-        if let Some(Run::Copy { from, count, .. }) = runs.last_mut() {
-            let next = *from + *count;
-            if source.get(next as usize) == Some(id) {
-                *count += 1;
-                continue;
+    let shapes = match (target.shapes.as_deref(), source.shapes) {
+        (Some(ours), Some(theirs))
+            if ours.len() == target.ids.len() && theirs.len() == source.ids.len() =>
+        {
+            Some((ours, theirs))
+        }
+        _ => None,
+    };
+    // Only pages with fields: a page without has its id as its shape, found by `first`.
+    let mut by_shape: HashMap<PageId, u32> = HashMap::new();
+    if let Some((_, theirs)) = shapes {
+        for (idx, (shape, id)) in theirs.iter().zip(source.ids).enumerate() {
+            if shape != id {
+                by_shape.entry(*shape).or_insert(idx as u32);
             }
         }
-        match first.get(id) {
-            Some(&from) => runs.push(Run::Copy { to, from, count: 1 }),
-            None => match runs.last_mut() {
-                Some(Run::Literal { count, .. }) => *count += 1,
-                _ => runs.push(Run::Literal { to, count: 1 }),
+    }
+    let mut runs = Runs::default();
+    for (to, id) in target.ids.iter().enumerate() {
+        let shape = shapes.map(|(ours, _)| ours[to]);
+        let next = runs.next_source();
+        let continues = |n: u32, wanted: &PageId, of: &[PageId]| of.get(n as usize) == Some(wanted);
+        let make = match next {
+            Some(n) if continues(n, id, source.ids) => Make::Copy(n),
+            Some(n)
+                if shapes.is_some_and(|(ours, theirs)| {
+                    ours[to] != *id && continues(n, &ours[to], theirs)
+                }) =>
+            {
+                Make::Patch(n)
+            }
+            _ => match (first.get(id), shape.and_then(|s| by_shape.get(&s))) {
+                (Some(&from), _) => Make::Copy(from),
+                (None, Some(&from)) => Make::Patch(from),
+                (None, None) => Make::Literal,
             },
-        }
+        };
+        runs.push(to as u32, make);
     }
     Layout {
         geometry: target.geometry,
         digest: target.digest,
-        source_pages: source.len() as u32,
-        runs,
+        source_pages: source.ids.len() as u32,
+        runs: runs.0,
     }
 }
 
-/// A layout with its literal pages: a push body, or a pull answer.
+/// A layout with its literal and patched pages' data: a push body, or a pull answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delta {
     /// How the image is built.
     pub layout: Layout,
-    /// Each literal page's id followed by its bytes, in target order.
+    /// In target order, each literal page's id and bytes, and each patched page's id, entry
+    /// count (u16) and entries (offset u16, length u16, bytes; sorted and disjoint).
     pub literals: Vec<u8>,
 }
 
+/// One target page as a delta makes it.
+enum Piece<'a> {
+    Copy(u32),
+    Literal {
+        id: &'a [u8],
+        page: &'a [u8],
+    },
+    Patch {
+        from: u32,
+        id: &'a [u8],
+        entries: &'a [u8],
+    },
+}
+
 impl Delta {
-    /// Fills `layout`'s literal pages from `image` (the target itself).
-    pub fn build(layout: Layout, image: &[u8]) -> Self {
+    /// Fills `layout`'s pages from `image` (the target itself) and, where known, the source.
+    ///
+    /// A patched page carries the bytes that differ from its source page when the source is
+    /// known, else all of its fields (`shape.rs`). A patch that would take as many bytes as its
+    /// page is sent as the page.
+    ///
+    /// A known source is the origin's copy of a revision that the client holds as its own
+    /// re-export: the same pages, except a database header of its own (change counter, the
+    /// SQLite version that wrote it) and the pages the export itself rewrites. So with the source
+    /// known, page 1 always carries its header (patched, never copied as is), and only pages the
+    /// plan matched are patched: a literal page is never patched against the page at its place,
+    /// which may be one the client's export wrote differently.
+    pub fn build(layout: Layout, image: &[u8], source: Option<&[u8]>) -> Self {
+        let geometry = layout.geometry;
+        let format = shape::Format::of(image, geometry.page_size);
+        let source_page = |from: u32| {
+            source.map(|bytes| {
+                let source = Geometry {
+                    length: bytes.len() as u64,
+                    page_size: geometry.page_size,
+                };
+                &bytes[source.page_range(from)]
+            })
+        };
+        let mut runs = Runs::default();
         let mut literals = Vec::new();
-        for page in layout.literal_pages() {
-            let bytes = &image[layout.geometry.page_range(page)];
-            literals.extend_from_slice(&PageId::of(bytes).0);
-            literals.extend_from_slice(bytes);
+        for (to, make) in layout.pages() {
+            let page = &image[geometry.page_range(to)];
+            let header = to == 0 && source.is_some();
+            let candidate = match make {
+                Make::Copy(from) if header => Some(from),
+                Make::Copy(_) | Make::Literal => None,
+                Make::Patch(from) => Some(from),
+            };
+            let entries = candidate.and_then(|from| {
+                let entries = match source_page(from) {
+                    Some(theirs) if theirs.len() == page.len() && header => {
+                        with_header(differences(theirs, page), page.len())
+                    }
+                    Some(theirs) if theirs.len() == page.len() => differences(theirs, page),
+                    Some(_) => return None,
+                    None => Some(shape::fields(format, to, page)).filter(|f| !f.is_empty())?,
+                };
+                (patch_len(&entries) < page.len()).then_some((from, entries))
+            });
+            let make = match (make, entries) {
+                (Make::Copy(from), _) if !header => Make::Copy(from),
+                (_, Some((from, entries))) => {
+                    literals.extend_from_slice(&PageId::of(page).0);
+                    literals.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+                    for entry in entries {
+                        literals.extend_from_slice(&(entry.start as u16).to_le_bytes());
+                        literals.extend_from_slice(&(entry.len() as u16).to_le_bytes());
+                        literals.extend_from_slice(&page[entry]);
+                    }
+                    Make::Patch(from)
+                }
+                (_, None) => {
+                    literals.extend_from_slice(&PageId::of(page).0);
+                    literals.extend_from_slice(page);
+                    Make::Literal
+                }
+            };
+            runs.push(to, make);
         }
-        Self { layout, literals }
+        Self {
+            layout: Layout {
+                runs: runs.0,
+                ..layout
+            },
+            literals,
+        }
     }
 
-    /// The wire form: the layout, then the literal pages.
+    /// The wire form: the layout, then the literal and patched pages.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = self.layout.encode();
         out.extend_from_slice(&self.literals);
@@ -505,27 +755,78 @@ impl Delta {
     }
 
     /// Parses a delta against a source of `source_len` bytes: its layout strictly, and then
-    /// exactly as many literal bytes as its literal pages take.
+    /// exactly the literal and patched pages it names, each patch's entries in order, within
+    /// its page and smaller than it.
     pub fn parse(bytes: &[u8], limits: &Limits, source_len: u64) -> Result<Self, DeltaError> {
         let (layout, rest) = Layout::parse(bytes, limits, source_len)?;
-        let expected: u64 = layout
-            .literal_pages()
-            .map(|page| (ID_LEN + layout.geometry.page_len(page)) as u64)
-            .sum();
-        if rest.len() as u64 != expected {
-            return Err(DeltaError::Malformed {
-                what: "literal pages that are not exactly what the layout names",
-            });
-        }
-        Ok(Self {
+        let delta = Self {
             layout,
             literals: rest.to_vec(),
-        })
+        };
+        delta.pieces(|_, _| Ok(()))?;
+        Ok(delta)
+    }
+
+    /// Walks the target's pages in order with how each is made, reading the literal and
+    /// patched pages' data strictly.
+    fn pieces(
+        &self,
+        mut each: impl FnMut(u32, Piece<'_>) -> Result<(), DeltaError>,
+    ) -> Result<(), DeltaError> {
+        const MISMATCH: DeltaError = DeltaError::Malformed {
+            what: "literal pages that are not exactly what the layout names",
+        };
+        let geometry = self.layout.geometry;
+        let mut r = Reader::new(&self.literals);
+        for (to, make) in self.layout.pages() {
+            let len = geometry.page_len(to);
+            let piece = match make {
+                Make::Copy(from) => Piece::Copy(from),
+                Make::Literal => Piece::Literal {
+                    id: r.take(ID_LEN).map_err(|_| MISMATCH)?,
+                    page: r.take(len).map_err(|_| MISMATCH)?,
+                },
+                Make::Patch(from) => {
+                    let id = r.take(ID_LEN).map_err(|_| MISMATCH)?;
+                    let count = r.u16().map_err(|_| MISMATCH)?;
+                    let start = r.rest();
+                    let mut end = 0;
+                    for _ in 0..count {
+                        let offset = usize::from(r.u16().map_err(|_| MISMATCH)?);
+                        let n = usize::from(r.u16().map_err(|_| MISMATCH)?);
+                        r.take(n).map_err(|_| MISMATCH)?;
+                        if n == 0 || offset < end {
+                            return Err(DeltaError::Malformed {
+                                what: "patch entries that are empty, overlap or are out of order",
+                            });
+                        }
+                        end = offset + n;
+                        if end > len {
+                            return Err(DeltaError::Malformed {
+                                what: "a patch entry past its page's end",
+                            });
+                        }
+                    }
+                    let entries = &start[..start.len() - r.rest().len()];
+                    if PATCH_HEADER + entries.len() >= len {
+                        return Err(DeltaError::Malformed {
+                            what: "a patch no smaller than its page",
+                        });
+                    }
+                    Piece::Patch { from, id, entries }
+                }
+            };
+            each(to, piece)?;
+        }
+        if !r.rest().is_empty() {
+            return Err(MISMATCH);
+        }
+        Ok(())
     }
 
     /// Builds the image from `source` (cut into the layout's page size), checking every literal
-    /// page against its id, every copied page's length, and the whole image against the
-    /// layout's SHA-256. Nothing is returned unless every check passes.
+    /// and patched page against its id, every copied page's length, and the whole image
+    /// against the layout's SHA-256. Nothing is returned unless every check passes.
     pub fn assemble(&self, source: &[u8]) -> Result<Vec<u8>, DeltaError> {
         let layout = &self.layout;
         let geometry = layout.geometry;
@@ -541,52 +842,90 @@ impl Delta {
             });
         }
         let mut image = Vec::with_capacity(geometry.length as usize);
-        let mut literals = self.literals.as_slice();
-        for run in &layout.runs {
-            for k in 0..run.count() {
-                let to = run.to() + k;
-                let want = geometry.page_len(to);
-                match *run {
-                    Run::Copy { from, .. } => {
-                        let page = &source[source_geometry.page_range(from + k)];
-                        if page.len() != want {
-                            // Only a source's short last page can differ, and only the
-                            // target's last page may be short.
-                            return Err(DeltaError::OutOfRange {
-                                page: from + k,
-                                pages: source_pages,
-                                what: "source (a short page)",
-                            });
-                        }
-                        image.extend_from_slice(page);
-                    }
-                    Run::Literal { .. } => {
-                        if literals.len() < ID_LEN + want {
-                            return Err(DeltaError::Malformed {
-                                what: "literal pages end early",
-                            });
-                        }
-                        let (id, rest) = literals.split_at(ID_LEN);
-                        let (page, rest) = rest.split_at(want);
-                        if PageId::of(page).0 != id {
-                            return Err(DeltaError::PageMismatch { page: to });
-                        }
-                        image.extend_from_slice(page);
-                        literals = rest;
-                    }
-                }
+        let copy = |image: &mut Vec<u8>, from: u32, to: u32| {
+            let page = &source[source_geometry.page_range(from)];
+            if page.len() != geometry.page_len(to) {
+                // Only a source's short last page can differ, and only the target's last page
+                // may be short.
+                return Err(DeltaError::OutOfRange {
+                    page: from,
+                    pages: source_pages,
+                    what: "source (a short page)",
+                });
             }
-        }
-        if !literals.is_empty() {
-            return Err(DeltaError::Malformed {
-                what: "literal bytes after the last page",
-            });
-        }
+            image.extend_from_slice(page);
+            Ok(())
+        };
+        self.pieces(|to, piece| {
+            let (id, start) = match piece {
+                Piece::Copy(from) => return copy(&mut image, from, to),
+                Piece::Literal { id, page } => {
+                    let start = image.len();
+                    image.extend_from_slice(page);
+                    (id, start)
+                }
+                Piece::Patch { from, id, entries } => {
+                    let start = image.len();
+                    copy(&mut image, from, to)?;
+                    let mut r = Reader::new(entries);
+                    while !r.rest().is_empty() {
+                        let offset = start + usize::from(r.u16()?);
+                        let n = usize::from(r.u16()?);
+                        image[offset..offset + n].copy_from_slice(r.take(n)?);
+                    }
+                    (id, start)
+                }
+            };
+            if PageId::of(&image[start..]).0 != id {
+                return Err(DeltaError::PageMismatch { page: to });
+            }
+            Ok(())
+        })?;
         if sha256(&image) != layout.digest {
             return Err(DeltaError::DigestMismatch);
         }
         Ok(image)
     }
+}
+
+/// The byte ranges where `new` differs from `old` (of equal length), ranges closer than an
+/// entry's header merged.
+fn differences(old: &[u8], new: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, _) in old.iter().zip(new).enumerate().filter(|(_, (a, b))| a != b) {
+        match out.last_mut() {
+            Some(last) if i <= last.end + ENTRY_HEADER => last.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+/// `entries` (sorted, disjoint) with page 1's database header covered too.
+fn with_header(
+    entries: Vec<std::ops::Range<usize>>,
+    page_len: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let header = 0..shape::DB_HEADER.min(page_len);
+    let mut out = vec![header];
+    for entry in entries {
+        let last = out.last_mut().expect("the header");
+        if entry.start <= last.end {
+            last.end = last.end.max(entry.end);
+        } else {
+            out.push(entry);
+        }
+    }
+    out
+}
+
+/// The bytes a patch of `entries` takes after its page's id.
+fn patch_len(entries: &[std::ops::Range<usize>]) -> usize {
+    PATCH_HEADER
+        + entries
+            .iter()
+            .map(|e| ENTRY_HEADER + e.len())
+            .sum::<usize>()
 }
 
 /// How many pages `source` has when cut into `page_size` pages (0 for an empty source).
@@ -686,6 +1025,10 @@ impl<'a> Reader<'a> {
 
     fn u8(&mut self) -> Result<u8, DeltaError> {
         Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, DeltaError> {
+        Ok(u16::from_le_bytes(self.array()?))
     }
 
     fn u32(&mut self) -> Result<u32, DeltaError> {

@@ -20,8 +20,8 @@ fn image(values: &[u8]) -> Vec<u8> {
 
 fn delta_for(target: &[u8], source: &[u8]) -> Delta {
     let manifest = Manifest::of(target, PAGE).expect("manifest");
-    let layout = plan(&manifest, &page_ids(source, PAGE));
-    Delta::build(layout, target)
+    let layout = plan(&manifest, &Source::ids(&page_ids(source, PAGE)));
+    Delta::build(layout, target, None)
 }
 
 #[test]
@@ -61,7 +61,7 @@ fn a_shifted_image_is_one_literal_page_and_two_copies() {
 fn a_plan_parses_without_its_source() {
     let source = image(&[1, 2, 3, 4]);
     let manifest = Manifest::of(&image(&[4, 1, 2, 3]), PAGE).expect("manifest");
-    let layout = plan(&manifest, &page_ids(&source, PAGE));
+    let layout = plan(&manifest, &Source::ids(&page_ids(&source, PAGE)));
     assert_eq!(
         Layout::parse_plan(&layout.encode(), &LIMITS),
         Ok(layout.clone())
@@ -175,7 +175,7 @@ fn hostile_layouts_are_refused() {
         expect![[r#"Err(Malformed { what: "an empty run" })"#]],
     );
     check_layout(
-        &raw_layout(four, 4, &[(2, 0, 4, 0)]),
+        &raw_layout(four, 4, &[(3, 0, 4, 0)]),
         4,
         expect![[r#"Err(Malformed { what: "an unknown run kind" })"#]],
     );
@@ -294,7 +294,7 @@ fn the_manifest_bound_covers_the_largest_manifest() {
         max_length: 64 << 20,
     };
     assert_eq!(limits.max_pages(), 131_072);
-    assert_eq!(limits.max_manifest_len(), 48 + 131_072 * 8);
+    assert_eq!(limits.max_manifest_len(), 48 + 131_072 * 16);
 }
 
 proptest! {
@@ -316,6 +316,33 @@ proptest! {
             let id = PageId::of(&image_page(&parsed, page));
             prop_assert!(!ids.contains(&id));
         }
+    }
+
+    /// Pages moved and edited by a few bytes: with the source's bytes every such page is a
+    /// patch smaller than a page, and the delta always rebuilds the target.
+    #[test]
+    fn patched_edits_round_trip(
+        order in proptest::collection::vec(0usize..6, 1..12),
+        edits in proptest::collection::vec((0usize..12, 0usize..512, any::<u8>()), 0..20),
+    ) {
+        let source: Vec<u8> = (0..6 * PAGE as usize).map(|i| (i * 7 + i / 512) as u8).collect();
+        let mut target: Vec<u8> = order
+            .iter()
+            .flat_map(|p| source[p * PAGE as usize..(p + 1) * PAGE as usize].to_vec())
+            .collect();
+        for (page, at, byte) in edits {
+            let at = (page % order.len()) * PAGE as usize + at;
+            target[at] = byte;
+        }
+        let theirs = Manifest::with_shapes(&source, PAGE).expect("manifest");
+        let layout = plan(
+            &Manifest::with_shapes(&target, PAGE).expect("manifest"),
+            &Source { bytes: Some(&source), ..theirs.source() },
+        );
+        let delta = Delta::build(layout, &target, Some(&source));
+        prop_assert!(delta.literals.len() <= target.len() + ID_LEN * order.len());
+        let parsed = Delta::parse(&delta.encode(), &LIMITS, source.len() as u64).expect("parse");
+        prop_assert_eq!(parsed.assemble(&source).expect("assemble"), target);
     }
 
     #[test]
@@ -344,6 +371,249 @@ proptest! {
             prop_assert_eq!(assembled, target);
         }
     }
+}
+
+/// A user database as an export leaves it (VACUUMed): `rows` small rows in a table created
+/// first, then a table of values that each spill over several overflow pages, then one of
+/// medium rows; `early` more rows in the first table, `large` of them a row larger than a page.
+fn sqlite_image(rows: u32, early: u32, large: bool) -> Vec<u8> {
+    let conn = rusqlite::Connection::open_in_memory().expect("open");
+    conn.execute_batch(
+        "CREATE TABLE small (id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE docs (id INTEGER PRIMARY KEY, body BLOB);
+         CREATE TABLE medium (id INTEGER PRIMARY KEY, v TEXT);
+         CREATE INDEX medium_v ON medium (v);",
+    )
+    .expect("schema");
+    let fill = |seed: u32, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                (i as u32)
+                    .wrapping_mul(2_654_435_761)
+                    .wrapping_add(seed.wrapping_mul(40_503)) as u8
+            })
+            .collect()
+    };
+    for i in 0..rows {
+        conn.execute("INSERT INTO small (v) VALUES (?1)", [format!("row {i}")])
+            .expect("small");
+    }
+    for i in 0..40 {
+        conn.execute("INSERT INTO docs (body) VALUES (?1)", [fill(i, 9_000)])
+            .expect("doc");
+    }
+    for i in 0..rows {
+        conn.execute(
+            "INSERT INTO medium (v) VALUES (?1)",
+            [format!("{i:08} {}", "m".repeat(150))],
+        )
+        .expect("medium");
+    }
+    for i in 0..early {
+        let v = if large {
+            format!("large {i} {}", "L".repeat(5_000))
+        } else {
+            format!("new {i}")
+        };
+        conn.execute(
+            "INSERT INTO small (id, v) VALUES (?1, ?2)",
+            (i64::from(i) + 1_000_000, v),
+        )
+        .expect("early");
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "snug-delta-test-{}-{rows}-{early}-{large}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&dir);
+    conn.execute("VACUUM INTO ?1", [dir.to_str().expect("utf-8")])
+        .expect("vacuum");
+    let bytes = std::fs::read(&dir).expect("read");
+    std::fs::remove_file(&dir).expect("remove");
+    bytes
+}
+
+/// The delta that makes `target` from `source`, as a push makes it (the source's manifest with
+/// shapes, not its bytes) or a pull against a revision (its bytes too); checked to rebuild
+/// the target.
+fn sqlite_delta(target: &[u8], source: &[u8], shapes: bool, bytes: bool) -> Delta {
+    let page = page_size_of(target);
+    let manifest = |image: &[u8]| {
+        if shapes {
+            Manifest::with_shapes(image, page)
+        } else {
+            Manifest::of(image, page)
+        }
+        .expect("manifest")
+    };
+    let theirs = manifest(source);
+    let layout = plan(
+        &manifest(target),
+        &Source {
+            bytes: bytes.then_some(source),
+            ..theirs.source()
+        },
+    );
+    let delta = Delta::build(layout, target, bytes.then_some(source));
+    let parsed = Delta::parse(&delta.encode(), &LARGE, source.len() as u64).expect("parse");
+    assert_eq!(parsed.assemble(source).expect("assemble"), target);
+    delta
+}
+
+const LARGE: Limits = Limits {
+    max_length: 64 << 20,
+};
+
+/// A large row inserted into the first table moves every later page; with shapes, the pages
+/// that only name moved pages (the docs' overflow chains, interior pages, spilling cells) cost
+/// their fields, not their bytes.
+#[test]
+fn moved_pages_cost_their_fields_not_their_bytes() {
+    let source = sqlite_image(6_000, 0, false);
+    let target = sqlite_image(6_000, 1, true);
+    assert_ne!(source.len(), target.len(), "the insert adds pages");
+    let page = page_size_of(&target) as usize;
+    let exact = sqlite_delta(&target, &source, false, false).encode().len();
+    let shaped = sqlite_delta(&target, &source, true, false);
+    let pulled = sqlite_delta(&target, &source, true, true);
+    assert!(
+        shaped.layout.patched_count() > 50,
+        "{:?}",
+        shaped.layout.runs
+    );
+    // Without shapes most of the moved overflow pages travel whole.
+    assert!(exact > 50 * page, "{exact}");
+    let (shaped, pulled) = (shaped.encode().len(), pulled.encode().len());
+    eprintln!("shapes: {shaped} bytes, with the source's bytes {pulled}, ids alone: {exact}");
+    assert!(
+        shaped * 5 < exact,
+        "shapes: {shaped} bytes, ids alone: {exact}"
+    );
+    assert!(pulled <= shaped, "pull {pulled}, push {shaped}");
+}
+
+/// A manifest without shapes (the first format, which older clients send) never gets a patch:
+/// nothing planned against it or for it uses a run they do not know.
+#[test]
+fn no_shapes_no_patches() {
+    let source = sqlite_image(2_000, 0, false);
+    let target = sqlite_image(2_000, 1, true);
+    let page = page_size_of(&target);
+    let shaped_source = Manifest::with_shapes(&source, page).expect("manifest");
+    let plain_target = Manifest::of(&target, page).expect("manifest");
+    let shaped_target = Manifest::with_shapes(&target, page).expect("manifest");
+    for layout in [
+        plan(&plain_target, &shaped_source.source()),
+        plan(&shaped_target, &Source::ids(&shaped_source.ids)),
+    ] {
+        assert_eq!(layout.patched_count(), 0);
+        assert_eq!(
+            Delta::build(layout, &target, None).layout.patched_count(),
+            0
+        );
+    }
+}
+
+#[test]
+fn shaped_manifests_round_trip_and_old_ones_still_parse() {
+    let image = sqlite_image(500, 0, false);
+    let page = page_size_of(&image);
+    let shaped = Manifest::with_shapes(&image, page).expect("manifest");
+    let wire = shaped.encode();
+    assert_eq!(&wire[..4], b"SDM2");
+    assert_eq!(wire.len(), MANIFEST_HEADER + 2 * ID_LEN * shaped.ids.len());
+    assert_eq!(Manifest::parse(&wire, &LARGE).as_ref(), Ok(&shaped));
+    assert!(Manifest::parse(&wire[..wire.len() - ID_LEN], &LARGE).is_err());
+    let plain = Manifest::of(&image, page).expect("manifest");
+    assert_eq!(&plain.encode()[..4], b"SDM1");
+    assert_eq!(Manifest::parse(&plain.encode(), &LARGE), Ok(plain));
+}
+
+/// A delta of one page patched from source page 0 with `entries` (offset, bytes), claiming
+/// `id` for the page, for a target of one `PAGE`-byte page.
+fn patched(id: [u8; ID_LEN], entries: &[(u16, u16, &[u8])]) -> Vec<u8> {
+    let mut wire = raw_layout(u64::from(PAGE), 1, &[(2, 0, 1, 0)]);
+    wire.extend_from_slice(&id);
+    wire.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (offset, len, bytes) in entries {
+        wire.extend_from_slice(&offset.to_le_bytes());
+        wire.extend_from_slice(&len.to_le_bytes());
+        wire.extend_from_slice(bytes);
+    }
+    wire
+}
+
+#[test]
+fn hostile_patches_are_refused() {
+    let source = image(&[1]);
+    let mut target = source.clone();
+    target[10..12].copy_from_slice(b"ab");
+    target[20] = b'c';
+    let id = PageId::of(&target).0;
+    let check = |wire: Vec<u8>, expect: Expect| {
+        let got = Delta::parse(&wire, &LIMITS, source.len() as u64)
+            .and_then(|delta| delta.assemble(&source).map(|_| ()));
+        expect.assert_eq(&format!("{got:?}"));
+    };
+    // The honest patch, whose digest is not the layout's zeros: every page check passed.
+    check(
+        patched(id, &[(10, 2, b"ab"), (20, 1, b"c")]),
+        expect!["Err(DigestMismatch)"],
+    );
+    check(
+        patched(id, &[(20, 1, b"c"), (10, 2, b"ab")]),
+        expect![[
+            r#"Err(Malformed { what: "patch entries that are empty, overlap or are out of order" })"#
+        ]],
+    );
+    check(
+        patched(id, &[(10, 2, b"ab"), (11, 1, b"c")]),
+        expect![[
+            r#"Err(Malformed { what: "patch entries that are empty, overlap or are out of order" })"#
+        ]],
+    );
+    check(
+        patched(id, &[(10, 0, b"")]),
+        expect![[
+            r#"Err(Malformed { what: "patch entries that are empty, overlap or are out of order" })"#
+        ]],
+    );
+    check(
+        patched(id, &[(511, 2, b"ab")]),
+        expect![[r#"Err(Malformed { what: "a patch entry past its page's end" })"#]],
+    );
+    check(
+        patched(id, &[(0, 506, &[0; 506])]),
+        expect![[r#"Err(Malformed { what: "a patch no smaller than its page" })"#]],
+    );
+    check(
+        patched(id, &[(10, 2, b"ab")]),
+        expect!["Err(PageMismatch { page: 0 })"],
+    );
+    let mut short = patched(id, &[(10, 2, b"ab")]);
+    short.pop();
+    check(
+        short,
+        expect![[
+            r#"Err(Malformed { what: "literal pages that are not exactly what the layout names" })"#
+        ]],
+    );
+    let mut long = patched(id, &[(10, 2, b"ab"), (20, 1, b"c")]);
+    long.push(0);
+    check(
+        long,
+        expect![[
+            r#"Err(Malformed { what: "literal pages that are not exactly what the layout names" })"#
+        ]],
+    );
+    // A patch from a source page that is not there.
+    let mut wire = raw_layout(u64::from(PAGE), 1, &[(2, 0, 1, 1)]);
+    wire.extend_from_slice(&id);
+    wire.extend_from_slice(&0u16.to_le_bytes());
+    check(
+        wire,
+        expect![[r#"Err(OutOfRange { page: 1, pages: 1, what: "source" })"#]],
+    );
 }
 
 fn image_page(delta: &Delta, page: u32) -> Vec<u8> {

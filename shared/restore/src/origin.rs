@@ -127,16 +127,17 @@ pub trait Origin {
         self.download(snapshot, sink)
     }
 
-    /// [`push`](Origin::push), given the page ids of `base` as this client last synced it
-    /// (`base_pages`, from [`crate::push_state::load_pages`]), so an origin that offers delta
-    /// pushes (issue 21) is sent only the changed pages, without first being told every page of
-    /// the new image. Wrong ids cost a fallback, never a wrong image: the origin checks what it
-    /// assembles against the image's SHA-256.
+    /// [`push`](Origin::push), given the manifest of `base` as this client last synced it
+    /// (`base_pages`: its page ids and, where recorded, shapes; from
+    /// [`crate::push_state::load_pages`]), so an origin that offers delta pushes (issue 21) is
+    /// sent only the changed pages, without first being told every page of the new image. Wrong
+    /// ids cost a fallback, never a wrong image: the origin checks what it assembles against the
+    /// image's SHA-256.
     fn push_from(
         &self,
         bytes: &[u8],
         base: Option<&str>,
-        base_pages: Option<&[snug_delta::PageId]>,
+        base_pages: Option<&snug_delta::Manifest>,
     ) -> Result<Pushed, OriginError> {
         let _ = base_pages;
         self.push(bytes, base)

@@ -341,19 +341,18 @@ pub fn pages_location(user_file: &Path) -> Option<PathBuf> {
     Some(sidecar.with_file_name(format!("{name}.pages")))
 }
 
-/// Records the page ids of `image`, the bytes of `revision` as the origin holds them, so the
-/// next push from `user_file` can send only the pages that changed (issue 21). A cache: any
+/// Records the manifest of `image` (page ids and shapes), the bytes of `revision` as the origin
+/// holds them, so the next push from `user_file` can send only the pages that changed, and
+/// patch those that only name moved pages (issue 21). A cache: any
 /// failure to write it is ignored by callers, and a stale or damaged one only costs a fallback.
 pub fn save_pages(user_file: &Path, revision: &str, image: &[u8]) -> Result<(), PushStateError> {
     let path = pages_location(user_file).ok_or_else(|| PushStateError::LegacyBackup {
         path: user_file.to_owned(),
     })?;
-    let manifest =
-        snug_delta::Manifest::of(image, snug_delta::page_size_of(image)).map_err(|err| {
-            PushStateError::Io {
-                path: path.clone(),
-                source: std::io::Error::other(err),
-            }
+    let manifest = snug_delta::Manifest::with_shapes(image, snug_delta::page_size_of(image))
+        .map_err(|err| PushStateError::Io {
+            path: path.clone(),
+            source: std::io::Error::other(err),
         })?;
     let mut bytes = PAGES_MAGIC.to_vec();
     bytes.extend_from_slice(revision.as_bytes());
@@ -362,14 +361,14 @@ pub fn save_pages(user_file: &Path, revision: &str, image: &[u8]) -> Result<(), 
     write_atomically(&path, &bytes).map_err(|source| PushStateError::Io { path, source })
 }
 
-/// The page ids recorded for `revision` whose image has the SHA-256 `sha256_hex` (the origin's
-/// record of that revision); `None` when there are none, they are another revision's or
-/// image's, or the file does not parse.
+/// The manifest recorded for `revision` whose image has the SHA-256 `sha256_hex` (the origin's
+/// record of that revision); `None` when there is none, it is another revision's or image's,
+/// or the file does not parse. One recorded before shapes were has none.
 pub fn load_pages(
     user_file: &Path,
     revision: &str,
     sha256_hex: &str,
-) -> Option<Vec<snug_delta::PageId>> {
+) -> Option<snug_delta::Manifest> {
     let bytes = std::fs::read(pages_location(user_file)?).ok()?;
     let rest = bytes.strip_prefix(PAGES_MAGIC)?;
     let newline = rest.iter().position(|b| *b == b'\n')?;
@@ -380,5 +379,5 @@ pub fn load_pages(
         max_length: snug_schema::MAX_USERDB_BYTES,
     };
     let manifest = snug_delta::Manifest::parse(&rest[newline + 1..], &limits).ok()?;
-    (hex::encode(manifest.digest) == sha256_hex).then_some(manifest.ids)
+    (hex::encode(manifest.digest) == sha256_hex).then_some(manifest)
 }

@@ -72,7 +72,7 @@ fn a_hub_without_delta_routes_gets_whole_files() {
     let image: Vec<u8> = (0..20_000u32).flat_map(|i| i.to_le_bytes()).collect();
     let (url, seen) = old_hub(image.clone());
     let origin = HubOrigin::new(&url, None);
-    let base_pages = snug_delta::page_ids(&image, 4096);
+    let base_pages = snug_delta::Manifest::with_shapes(&image, 4096).expect("manifest");
     let pushed = origin.push(&image, Some("r1-aaaa")).expect("push");
     let again = origin
         .push_from(&image, Some("r1-aaaa"), Some(&base_pages))

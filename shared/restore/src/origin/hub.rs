@@ -14,10 +14,11 @@
 //!
 //! Delta sync (issue 21): a push with a base first asks `POST /userdb/revisions/{base}/plan`
 //! which pages the hub lacks and then sends only those, `PUT /userdb/delta` under the same
-//! `If-Match` (given the base's page ids, `push_from` makes the layout itself and skips the
-//! plan); a pull with a local copy asks `POST /userdb/delta` (`?base=<rev>` with no body when
-//! the copy is a revision the hub keeps, else with the copy's manifest) for the pages that copy
-//! lacks and rebuilds the revision from it, checked against the revision's SHA-256. A hub
+//! `If-Match` (given the base's manifest, `push_from` makes the layout itself and skips the
+//! plan, patching the pages whose shape the base holds); a pull with a local copy asks
+//! `POST /userdb/delta` (`?base=<rev>` with no body and `Snug-Delta-Patches: 1` when the copy is
+//! a revision the hub keeps, else with the copy's manifest) for the pages that copy lacks and
+//! rebuilds the revision from it, checked against the revision's SHA-256. A hub
 //! without those routes (404, 405), a base it no longer keeps (`DELTA_BASE_GONE`) or any other
 //! `DELTA_*` refusal falls back to the whole file, as does a delta that does not rebuild the
 //! revision. [`Origin::traffic`] counts the body bytes either way.
@@ -35,6 +36,10 @@ use std::{
 use base64::Engine as _;
 
 use snug_delta::{Delta, Layout, Limits, Manifest};
+
+/// The request header by which a pull says it rebuilds patched pages (a delta's third run
+/// kind), so a hub may send them; a hub without delta patches ignores it.
+pub(crate) const PATCHES_HEADER: &str = "snug-delta-patches";
 
 use super::{
     DOWNLOAD_BUFFER, LocalCopy, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic,
@@ -203,7 +208,7 @@ impl HubOrigin {
         base: &str,
         layout: Layout,
     ) -> Result<Option<Pushed>, OriginError> {
-        let delta = Delta::build(layout, bytes).encode();
+        let delta = Delta::build(layout, bytes, None).encode();
         self.count_sent(delta.len());
         let mut response = self
             .authorize(self.agent.put(format!("{}/delta", self.url)))
@@ -280,9 +285,11 @@ impl HubOrigin {
             }
         };
         self.count_sent(manifest.len());
+        // This client rebuilds patched pages; a hub that does not know the header ignores it.
         let mut response = self
             .authorize(self.agent.post(url))
             .header("content-type", "application/octet-stream")
+            .header(PATCHES_HEADER, "1")
             .send(&manifest[..])
             .map_err(Self::unreachable)?;
         match response.status().as_u16() {
@@ -534,13 +541,22 @@ impl Origin for HubOrigin {
         &self,
         bytes: &[u8],
         base: Option<&str>,
-        base_pages: Option<&[snug_delta::PageId]>,
+        base_pages: Option<&Manifest>,
     ) -> Result<Pushed, OriginError> {
+        // Shapes only when the base has them: a hub that cannot patch says so with a DELTA_*
+        // refusal, and the plan round after it asks for none.
+        let manifest = |base_pages: &Manifest| match base_pages.shapes {
+            Some(_) => Manifest::with_shapes(bytes, delta_page_size(bytes)),
+            None => Manifest::of(bytes, delta_page_size(bytes)),
+        };
         if let (Some(base), Some(base_pages)) = (base, base_pages)
             && self.delta
-            && let Ok(manifest) = Manifest::of(bytes, delta_page_size(bytes))
-            && let Some(pushed) =
-                self.send_delta(bytes, base, snug_delta::plan(&manifest, base_pages))?
+            && let Ok(manifest) = manifest(base_pages)
+            && let Some(pushed) = self.send_delta(
+                bytes,
+                base,
+                snug_delta::plan(&manifest, &base_pages.source()),
+            )?
         {
             return Ok(pushed);
         }

@@ -660,9 +660,9 @@ pub(crate) async fn a_delta_round_trip_rebuilds_the_image_from_its_base<
         .read_to_vec()
         .await
         .expect("base bytes");
-    let layout = plan(&manifest, &page_ids(&base, PAGE));
+    let layout = plan(&manifest, &snug_delta::Source::ids(&page_ids(&base, PAGE)));
     assert_eq!(layout.literal_count(), 1);
-    let wire = Delta::build(layout, &second).encode();
+    let wire = Delta::build(layout, &second, None).encode();
     let limits = Limits {
         max_length: 1 << 20,
     };
