@@ -20,10 +20,11 @@
 //! patches, so a client that sends one never receives a run it does not know.
 //!
 //! [`plan`] matches a manifest against a [`Source`]'s ids and shapes; [`Delta::build`] fills
-//! in the data, patching where the source's bytes are known and a few bytes differ;
-//! [`Delta::assemble`] builds the image from a source and checks every literal and patched page
-//! against its id and the whole image against the SHA-256 the delta claims, so a prefix
-//! collision or a lie is caught before any byte is used. Parsing is strict and bounded by [`Limits`] (the per-user quota): a hostile input
+//! in the data (a patched page carries only the bytes that differ where the source's bytes are
+//! known, else all its fields); [`Delta::assemble`] builds the image from a source and checks
+//! every literal and patched page against its id and the whole image against the SHA-256 the
+//! delta claims, so a prefix collision or a lie is caught before any byte is used. Parsing is
+//! strict and bounded by [`Limits`] (the per-user quota): a hostile input
 //! (runs that overlap, leave a gap or reach past either image, a page count over the quota,
 //! pages that do not hash to their names, a trailing byte) is a [`DeltaError`], never a panic
 //! or an allocation beyond the limit.
