@@ -394,14 +394,8 @@ impl<S> CheckToken<S> {
         };
         let presented = request
             .headers()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+            .get(http::header::AUTHORIZATION)
+            .and_then(snug_rpc::bearer::token);
         match presented {
             Some(presented) if token.admits(presented) => None,
             _ => Some(status::unauthenticated(

@@ -163,17 +163,9 @@ impl Auth {
             ApiError::unavailable("the hub cannot check credentials right now; retry shortly")
         };
         if let Some(value) = headers.get(header::AUTHORIZATION) {
-            let token = value
-                .to_str()
-                .ok()
-                .and_then(|v| {
-                    v.strip_prefix("Bearer ")
-                        .or_else(|| v.strip_prefix("bearer "))
-                })
-                .map(str::trim)
-                .ok_or_else(|| {
-                    unauthenticated("the Authorization header must be `Bearer <token>`")
-                })?;
+            let token = snug_rpc::bearer::token(value).ok_or_else(|| {
+                unauthenticated("the Authorization header must be `Bearer <token>`")
+            })?;
             if let Some(oidc) = &self.oidc
                 && snug_identity::is_jwt(token)
             {

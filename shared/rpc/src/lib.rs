@@ -27,6 +27,8 @@
 //! - [`observe`]: the gRPC server's request span and metrics, and the body wrapper that ends
 //!   them when the response body ends;
 //! - [`metrics`] and [`admin`]: the process's Prometheus metrics and the admin port serving them.
+//! - [`bearer`]: the token of an `Authorization: Bearer` header, read one way for the gateway's
+//!   callers and the admin API's.
 //!
 //! What it deliberately does not do: choose a status code for a domain error (each service's
 //! `status.rs` does, exhaustively) or know anything about Snug files.
@@ -57,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod bearer;
 pub mod blocking;
 pub mod budget;
 pub mod chunks;
