@@ -54,15 +54,7 @@ pub(crate) async fn usage(args: UserArgs, sync: &SyncConfig) -> anyhow::Result<(
             .await
             .context("GetUsage was refused")?
             .into_inner(),
-        None => {
-            let usage = open(sync).await?.usage(&user).await?;
-            pb::GetUsageResponse {
-                current_bytes: usage.current_bytes,
-                history_bytes: usage.history_bytes,
-                revisions: usage.revisions,
-                retained_revisions: usage.retained_revisions,
-            }
-        }
+        None => snug_sync_service::usage_response(open(sync).await?.usage(&user).await?),
     };
     println!(
         "{}",
@@ -89,19 +81,7 @@ pub(crate) async fn erase(args: UserArgs, sync: &SyncConfig) -> anyhow::Result<(
             .await
             .context("EraseUser was refused")?
             .into_inner(),
-        None => {
-            let report = open(sync).await?.erase(&user).await?;
-            pb::EraseUserResponse {
-                revisions: report.revisions,
-                publications: report.publications,
-                images: report.images,
-                chunks: report.chunks,
-                bytes: report.bytes,
-                packs: report.packs,
-                packs_wiped: report.packs_wiped,
-                ledger_rows_scrubbed: report.ledger_rows_scrubbed,
-            }
-        }
+        None => snug_sync_service::erasure_response(open(sync).await?.erase(&user).await?),
     };
     println!(
         "{}",

@@ -5,8 +5,8 @@
 
 use snug_proto::sync::v1 as pb;
 use snug_revstore::{
-    IdempotencyKey, IntegrityProblem, Precondition, Principal, PutLedgerEntry, Revision,
-    RevisionInfo, ServedEntry, Timestamp, UserId, Verdict,
+    ErasureReport, IdempotencyKey, IntegrityProblem, Precondition, Principal, PutLedgerEntry,
+    Revision, RevisionInfo, ServedEntry, Timestamp, UsageReport, UserId, Verdict,
 };
 use snug_rpc::status::invalid_argument;
 use tonic::Status;
@@ -152,5 +152,31 @@ pub(crate) fn integrity_problem(problem: &IntegrityProblem) -> pb::IntegrityProb
         user,
         image: image.map(|d| d.to_hex()).unwrap_or_default(),
         chunk: chunk.map(|d| d.to_hex()).unwrap_or_default(),
+    }
+}
+
+/// A user's usage as GetUsage answers it (and `snug-hub sync usage` reports it from a store it
+/// opens itself).
+pub fn usage_response(usage: UsageReport) -> pb::GetUsageResponse {
+    pb::GetUsageResponse {
+        current_bytes: usage.current_bytes,
+        history_bytes: usage.history_bytes,
+        revisions: usage.revisions,
+        retained_revisions: usage.retained_revisions,
+    }
+}
+
+/// An erasure's report as EraseUser answers it (and `snug-hub sync erase` reports it from a
+/// store it opens itself).
+pub fn erasure_response(report: ErasureReport) -> pb::EraseUserResponse {
+    pb::EraseUserResponse {
+        revisions: report.revisions,
+        publications: report.publications,
+        images: report.images,
+        chunks: report.chunks,
+        bytes: report.bytes,
+        packs: report.packs,
+        packs_wiped: report.packs_wiped,
+        ledger_rows_scrubbed: report.ledger_rows_scrubbed,
     }
 }

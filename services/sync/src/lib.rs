@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 
 mod convert;
+pub use convert::{erasure_response, usage_response};
 mod delta;
 pub mod observe;
 pub mod reason;
@@ -764,12 +765,7 @@ impl SyncService for SyncServer {
             .usage(&user)
             .await
             .map_err(status::storage_error)?;
-        Ok(Response::new(pb::GetUsageResponse {
-            current_bytes: usage.current_bytes,
-            history_bytes: usage.history_bytes,
-            revisions: usage.revisions,
-            retained_revisions: usage.retained_revisions,
-        }))
+        Ok(Response::new(convert::usage_response(usage)))
     }
 
     async fn erase_user(
@@ -792,16 +788,7 @@ impl SyncService for SyncServer {
             ledger_rows_scrubbed = report.ledger_rows_scrubbed,
             "erased a user"
         );
-        Ok(Response::new(pb::EraseUserResponse {
-            revisions: report.revisions,
-            publications: report.publications,
-            images: report.images,
-            chunks: report.chunks,
-            bytes: report.bytes,
-            packs: report.packs,
-            packs_wiped: report.packs_wiped,
-            ledger_rows_scrubbed: report.ledger_rows_scrubbed,
-        }))
+        Ok(Response::new(convert::erasure_response(report)))
     }
 
     async fn check_store(

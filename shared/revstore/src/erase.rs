@@ -53,10 +53,11 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::{
     config::Retention,
-    error::{ReclaimError, StorageError},
+    error::{ReadError, ReclaimError, StorageError},
     integrity::{Inspect, Record},
     reclaim::{Pass, Reclaimer, Taking, hex_all, take_orphans},
     retention::Cutoffs,
+    store::RevStore,
     types::{Digest, ErasureReport, ReclaimedKind, RevisionInfo, Timestamp, UsageReport, UserId},
 };
 
@@ -154,6 +155,21 @@ pub(crate) async fn erase<R: Reclaimer>(
     pass.wipe(&wipe).await?;
     pass.delete_objects(&doomed).await?;
     Ok(report)
+}
+
+/// `user`'s history (every row) and current revision, read through the store's own listing: what
+/// [`usage`] counts, for a backend that keeps no copy of them at hand.
+pub(crate) async fn holdings<S: RevStore>(
+    store: &S,
+    user: &UserId,
+) -> Result<(Vec<RevisionInfo>, Option<RevisionInfo>), StorageError> {
+    let history = store.list_revisions(user, i64::MAX as usize).await?;
+    let current = match store.head(user).await {
+        Ok(info) => Some(info),
+        Err(ReadError::NotFound) => None,
+        Err(ReadError::Storage(e)) => return Err(e),
+    };
+    Ok((history, current))
 }
 
 /// What `user`'s images take ([`UsageReport`]), from the user's history (`history`, every row,

@@ -1209,12 +1209,7 @@ impl RevStore for PgStore {
     }
 
     async fn usage(&self, user: &UserId) -> Result<UsageReport, StorageError> {
-        let history = self.list_revisions(user, i64::MAX as usize).await?;
-        let current = match self.head(user).await {
-            Ok(info) => Some(info),
-            Err(ReadError::NotFound) => None,
-            Err(ReadError::Storage(e)) => return Err(e),
-        };
+        let (history, current) = crate::erase::holdings(self, user).await?;
         crate::erase::usage(
             self,
             &history,

@@ -1645,12 +1645,7 @@ impl RevStore for SqliteStore {
     }
 
     async fn usage(&self, user: &UserId) -> Result<UsageReport, StorageError> {
-        let history = self.list_revisions(user, i64::MAX as usize).await?;
-        let current = match self.head(user).await {
-            Ok(info) => Some(info),
-            Err(ReadError::NotFound) => None,
-            Err(ReadError::Storage(e)) => return Err(e),
-        };
+        let (history, current) = crate::erase::holdings(self, user).await?;
         let chunk_size = self.inner.chunk_size;
         self.blocking(move |inner| {
             futures::executor::block_on(crate::erase::usage(
