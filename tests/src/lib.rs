@@ -468,6 +468,30 @@ impl Answer {
     pub fn code(&self) -> String {
         self.json()["code"].as_str().unwrap_or("").to_owned()
     }
+
+    /// The `Set-Cookie` headers as (name, value, attributes).
+    pub fn set_cookies(&self) -> Vec<(String, String, String)> {
+        self.headers
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| {
+                let text = v.to_str().expect("ascii");
+                let (pair, attributes) = text.split_once(';').unwrap_or((text, ""));
+                let (name, value) = pair.split_once('=').expect("name=value");
+                (name.to_owned(), value.to_owned(), attributes.to_owned())
+            })
+            .collect()
+    }
+
+    /// The value a `Set-Cookie` header gives cookie `name`; panics when none does.
+    pub fn cookie(&self, name: &str) -> String {
+        let cookies = self.set_cookies();
+        cookies
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, value, _)| value.clone())
+            .unwrap_or_else(|| panic!("no {name} cookie in {cookies:?}"))
+    }
 }
 
 /// A request body: whole (with `Content-Length`) or streamed in pieces (chunked, no length).

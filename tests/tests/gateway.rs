@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{
-    Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
-    etag_revision, get_userdb, push_unvalidated, put_userdb, user_id, userdb_vector,
-    userdb_with_filler,
+    Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer, etag_revision,
+    get_userdb, push_unvalidated, put_userdb, user_id, userdb_vector, userdb_with_filler,
 };
 use snug_gateway::config::AuthMode;
 
@@ -707,21 +706,6 @@ async fn unauthenticated_requests_get_401_on_every_user_route() {
     assert_eq!(removed_session.status, 401);
 }
 
-/// Parses `Set-Cookie` headers into (name, value, attributes).
-fn cookies(answer: &Answer) -> Vec<(String, String, String)> {
-    answer
-        .headers
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| {
-            let text = v.to_str().expect("ascii");
-            let (pair, attributes) = text.split_once(';').unwrap_or((text, ""));
-            let (name, value) = pair.split_once('=').expect("name=value");
-            (name.to_owned(), value.to_owned(), attributes.to_owned())
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn sessions_need_csrf_for_writes_and_bearer_tokens_do_not() {
     let (hub, http) = hub().await;
@@ -736,7 +720,7 @@ async fn sessions_need_csrf_for_writes_and_bearer_tokens_do_not() {
         )
         .await;
     assert_eq!(started.status, 200);
-    let set = cookies(&started);
+    let set = started.set_cookies();
     let session = set
         .iter()
         .find(|c| c.0 == "snug_session")
@@ -772,7 +756,8 @@ async fn sessions_need_csrf_for_writes_and_bearer_tokens_do_not() {
         )
         .await;
     assert!(
-        cookies(&on_loopback)
+        on_loopback
+            .set_cookies()
             .iter()
             .all(|c| !c.2.contains("Secure")),
         "plain http on loopback: no Secure"
@@ -863,7 +848,8 @@ async fn sessions_need_csrf_for_writes_and_bearer_tokens_do_not() {
         .await;
     assert_eq!(logout.status, 204);
     assert!(
-        cookies(&logout)
+        logout
+            .set_cookies()
             .iter()
             .all(|c| c.1.is_empty() && c.2.contains("Max-Age=0"))
     );

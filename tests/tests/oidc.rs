@@ -231,27 +231,6 @@ async fn get_url(url: &str) -> (u16, http::HeaderMap) {
     (status, headers)
 }
 
-/// The `name=value` pairs of an answer's `Set-Cookie` headers.
-fn set_cookies(answer: &Answer) -> Vec<(String, String)> {
-    answer
-        .headers
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter_map(|v| v.split(';').next())
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-fn cookie(pairs: &[(String, String)], name: &str) -> String {
-    pairs
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("no {name} cookie in {pairs:?}"))
-}
-
 /// `/auth/login?return_to=…` → the issuer: the callback path-and-query the issuer redirects to,
 /// and the flow cookie.
 async fn start_login(http: &Http, hub: &Hub, return_to: &str, issuer: &Issuer) -> (String, String) {
@@ -285,7 +264,7 @@ async fn start_login(http: &Http, hub: &Hub, return_to: &str, issuer: &Issuer) -
     ] {
         assert!(to_issuer.contains(part), "{to_issuer} lacks {part}");
     }
-    let flow = cookie(&set_cookies(&login), "snug_oidc_flow");
+    let flow = login.cookie("snug_oidc_flow");
     let (status, headers) = get_url(&to_issuer).await;
     assert!(
         matches!(status, 302 | 303 | 307),
@@ -362,11 +341,10 @@ async fn the_browser_login_ends_in_the_hubs_own_session() {
         String::from_utf8_lossy(&done.body)
     );
     assert_eq!(done.header("location"), "https://app.example/after");
-    let cookies = set_cookies(&done);
-    let session = cookie(&cookies, "snug_session");
-    let csrf = cookie(&cookies, "snug_csrf");
+    let session = done.cookie("snug_session");
+    let csrf = done.cookie("snug_csrf");
     assert_eq!(
-        cookie(&cookies, "snug_oidc_flow"),
+        done.cookie("snug_oidc_flow"),
         "",
         "the flow cookie is cleared"
     );

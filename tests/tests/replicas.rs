@@ -38,20 +38,6 @@ struct Replicas {
     _dirs: tempfile::TempDir,
 }
 
-fn postgres_url() -> Option<String> {
-    match std::env::var("SNUG_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("SNUG_REQUIRE_POSTGRES_TLS").is_none(),
-                "SNUG_REQUIRE_POSTGRES_TLS is set but SNUG_TEST_POSTGRES_URL is not"
-            );
-            eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
-            None
-        }
-    }
-}
-
 async fn replicas() -> Option<Replicas> {
     replicas_with(OidcArgs::default()).await
 }
@@ -59,7 +45,7 @@ async fn replicas() -> Option<Replicas> {
 /// As [`replicas`], both gateways trusting the OpenID Connect settings `oidc`.
 async fn replicas_with(oidc: OidcArgs) -> Option<Replicas> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let url = postgres_url()?;
+    let url = snug_test_support::postgres_url()?;
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let tag = format!("{}_{n}", std::process::id());
     let dirs = tempfile::tempdir().expect("temp dir");
@@ -132,13 +118,9 @@ async fn me(http: &Http, headers: &[(&str, &str)]) -> Answer {
 /// A `Cookie` header with both session cookies, from a `POST /auth/session` answer.
 fn cookies(answer: &Answer) -> String {
     answer
-        .headers
-        .get_all("set-cookie")
+        .set_cookies()
         .iter()
-        .map(|v| {
-            let v = v.to_str().expect("ascii");
-            v.split(';').next().expect("pair").to_owned()
-        })
+        .map(|(name, value, _)| format!("{name}={value}"))
         .collect::<Vec<_>>()
         .join("; ")
 }

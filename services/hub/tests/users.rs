@@ -29,31 +29,22 @@ fn stores() -> Vec<Store> {
         data,
     };
     let mut stores = vec![sqlite];
-    match std::env::var("SNUG_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => {
-            let schema = format!("hub_users_cli_{}", std::process::id());
-            stores.push(Store {
-                name: "postgres",
-                env: vec![
-                    ("SNUG_USERS_STORE", "postgres".to_owned()),
-                    ("SNUG_USERS_POSTGRES_URL", url.clone()),
-                    ("SNUG_USERS_POSTGRES_SCHEMA", schema.clone()),
-                ],
-                config: DirectoryConfig::Postgres(PgConfig {
-                    url,
-                    schema: Some(schema),
-                    pool_size: 2,
-                }),
-                data: tempfile::tempdir().expect("dir"),
-            });
-        }
-        _ => {
-            assert!(
-                std::env::var_os("SNUG_REQUIRE_POSTGRES_TLS").is_none(),
-                "SNUG_REQUIRE_POSTGRES_TLS is set but SNUG_TEST_POSTGRES_URL is not"
-            );
-            eprintln!("postgres cases skipped: SNUG_TEST_POSTGRES_URL is not set");
-        }
+    if let Some(url) = snug_test_support::postgres_url() {
+        let schema = format!("hub_users_cli_{}", std::process::id());
+        stores.push(Store {
+            name: "postgres",
+            env: vec![
+                ("SNUG_USERS_STORE", "postgres".to_owned()),
+                ("SNUG_USERS_POSTGRES_URL", url.clone()),
+                ("SNUG_USERS_POSTGRES_SCHEMA", schema.clone()),
+            ],
+            config: DirectoryConfig::Postgres(PgConfig {
+                url,
+                schema: Some(schema),
+                pool_size: 2,
+            }),
+            data: tempfile::tempdir().expect("dir"),
+        });
     }
     stores
 }

@@ -39,6 +39,24 @@ use std::{
 
 use sha2::{Digest as _, Sha256};
 
+/// The PostgreSQL server of the PostgreSQL cases, `SNUG_TEST_POSTGRES_URL`; `None` (said on
+/// stderr, so the skip is visible) without one. With `SNUG_REQUIRE_POSTGRES_TLS` set, as `.ci/run`
+/// sets it, a missing server fails the test instead: CI never skips them.
+#[track_caller]
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("SNUG_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("SNUG_REQUIRE_POSTGRES_TLS").is_none(),
+                "SNUG_REQUIRE_POSTGRES_TLS is set but SNUG_TEST_POSTGRES_URL is not"
+            );
+            eprintln!("postgres cases skipped: SNUG_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
 /// Returns the reference vectors directory: `SNUG_VECTORS_DIR`, else
 /// `../shared/vectors/reference` relative to the workspace root. Panics when it is missing.
 #[track_caller]

@@ -31,25 +31,11 @@ impl Place {
     }
 }
 
-fn postgres_url() -> Option<String> {
-    match std::env::var("SNUG_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("SNUG_REQUIRE_POSTGRES_TLS").is_none(),
-                "SNUG_REQUIRE_POSTGRES_TLS is set but SNUG_TEST_POSTGRES_URL is not"
-            );
-            eprintln!("postgres cases skipped: SNUG_TEST_POSTGRES_URL is not set");
-            None
-        }
-    }
-}
-
 /// A fresh place on every backend here.
 fn places() -> Vec<Place> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let mut places = vec![Place::Sqlite(tempfile::tempdir().expect("temp dir"))];
-    if let Some(url) = postgres_url() {
+    if let Some(url) = snug_test_support::postgres_url() {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         places.push(Place::Postgres(PgConfig {
             url,
