@@ -269,12 +269,7 @@ fn refused(status: tonic::Status) -> anyhow::Result<ExitCode> {
         .error_info()
         .map(|info| info.reason.clone())
         .unwrap_or_default();
-    let code = match reason.as_str() {
-        "INVALID_ARGUMENT" => 2,
-        "USER_NOT_FOUND" | "TOKEN_NOT_FOUND" => 3,
-        "USER_EXISTS" => 4,
-        _ => 1,
-    };
+    let code = snug_reasons::admin::users_exit(&reason);
     let reason = if reason.is_empty() {
         String::new()
     } else {

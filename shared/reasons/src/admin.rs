@@ -65,3 +65,22 @@ pub const DOMAIN: Domain = Domain {
         &INTERNAL,
     ],
 };
+
+/// The exit status of `snug-hub users`, the operator's client of this API, for each reason
+/// that has one of its own: 2 a malformed request, 3 no such user or token, 4 the name is taken.
+/// Every other refusal (the directory or the store failing, no answer) exits 1.
+pub const USERS_EXIT: &[(&Reason, u8)] = &[
+    (&INVALID_ARGUMENT, 2),
+    (&USER_NOT_FOUND, 3),
+    (&TOKEN_NOT_FOUND, 3),
+    (&USER_EXISTS, 4),
+];
+
+/// `snug-hub users`' exit status for a refusal whose `ErrorInfo.reason` is `reason`
+/// ([`USERS_EXIT`], else 1).
+pub fn users_exit(reason: &str) -> u8 {
+    USERS_EXIT
+        .iter()
+        .find(|(known, _)| known.name == reason)
+        .map_or(1, |(_, exit)| *exit)
+}

@@ -254,3 +254,21 @@ fn names_are_the_names_of_their_reasons() {
         .collect();
     assert_eq!(NAMES.to_vec(), expected);
 }
+
+/// `snug-hub users` gives exit statuses only to reasons its API can send.
+#[test]
+fn the_users_exits_are_of_admin_reasons() {
+    for (reason, exit) in crate::admin::USERS_EXIT {
+        assert!(
+            crate::admin::DOMAIN
+                .reasons
+                .iter()
+                .any(|r| r.name == reason.name),
+            "{} is not a reason of snug.admin",
+            reason.name
+        );
+        assert_eq!(crate::admin::users_exit(reason.name), *exit);
+    }
+    assert_eq!(crate::admin::users_exit("DIRECTORY_UNAVAILABLE"), 1);
+    assert_eq!(crate::admin::users_exit(""), 1);
+}
