@@ -8,7 +8,7 @@ use std::time::Duration;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde_json::json;
-use snug_e2e::{Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer};
+use snug_e2e::{Answer, Http, Hub, OCTET, Options, Payload, assert_error, bearer, get_userdb};
 use snug_gateway::oidc::OidcArgs;
 use snug_test_support::oidc::{
     Issuer, SigningKey, forge_alg_none, forge_hs256_with_public_key, merged, tamper_signature,
@@ -78,14 +78,7 @@ async fn issuer_tokens_are_accepted_and_every_refusal_is_the_same_401() {
         "first login issues no hub token"
     );
     assert_eq!(provisioned.identities.len(), 1);
-    let image = http
-        .send(
-            "GET",
-            "/userdb",
-            &[("authorization", &bearer(&token))],
-            Payload::Empty,
-        )
-        .await;
+    let image = get_userdb(&http, &token).await;
     assert_error(&image, 404, "NOT_FOUND");
     // Hub tokens keep working beside OIDC.
     assert_eq!(me(&http, &hub_token).await.json()["name"], "bob");

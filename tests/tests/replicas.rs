@@ -15,8 +15,8 @@ use std::{
 };
 
 use snug_e2e::{
-    Answer, Http, OCTET, Payload, assert_error, bearer, etag_revision, spawn_services,
-    userdb_with_seeded_filler,
+    Answer, Http, OCTET, Payload, assert_error, bearer, etag_revision, get_userdb, put_userdb,
+    spawn_services, userdb_with_seeded_filler,
 };
 use snug_gateway::config::{
     AuthMode, GatewayConfig, OidcArgs, PostgresUrl, UsersConfig, UsersStore,
@@ -199,19 +199,11 @@ async fn a_session_started_on_one_replica_is_accepted_by_the_other() {
 async fn a_cas_race_between_clients_of_both_replicas_has_one_winner() {
     let Some(r) = replicas().await else { return };
     let (_, token) = r.directory.add_user("racer").await.expect("add");
-    let auth = bearer(&token.token);
     let put = |http: &Http, condition: (&'static str, String), seed: u64| {
-        let http = http.clone();
-        let auth = auth.clone();
+        let (http, token) = (http.clone(), token.token.clone());
         async move {
             let (image, _) = userdb_with_seeded_filler(512 * 1024, seed);
-            http.send(
-                "PUT",
-                "/userdb",
-                &[("authorization", &auth), OCTET, (condition.0, &condition.1)],
-                Payload::Whole(image),
-            )
-            .await
+            put_userdb(&http, &token, (condition.0, &condition.1), image).await
         }
     };
     let first = put(&r.a, ("if-none-match", "*".to_owned()), 1).await;
@@ -238,14 +230,7 @@ async fn a_cas_race_between_clients_of_both_replicas_has_one_winner() {
         assert_eq!(loser.json()["revision"], won.as_str(), "round {round}");
         // Both replicas serve the winner.
         for http in [&r.a, &r.b] {
-            let got = http
-                .send(
-                    "GET",
-                    "/userdb",
-                    &[("authorization", &auth)],
-                    Payload::Empty,
-                )
-                .await;
+            let got = get_userdb(http, &token.token).await;
             assert_eq!(etag_revision(&got), won, "round {round}");
         }
         current = won;
