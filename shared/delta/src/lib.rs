@@ -191,31 +191,37 @@ pub struct Manifest {
 impl Manifest {
     /// Names `image`, cut into pages of `page_size`, by page ids alone.
     pub fn of(image: &[u8], page_size: u32) -> Result<Self, DeltaError> {
-        let limits = Limits {
-            max_length: image.len() as u64,
-        };
-        let geometry = Geometry::new(image.len() as u64, page_size, &limits)?;
-        Ok(Self {
-            geometry,
-            digest: sha256(image),
-            ids: page_ids(image, page_size),
-            shapes: None,
-        })
+        Self::hashing(image, page_size, false)
     }
 
     /// Names `image` by page ids and shapes.
     pub fn with_shapes(image: &[u8], page_size: u32) -> Result<Self, DeltaError> {
-        let mut manifest = Self::of(image, page_size)?;
-        let format = shape::Format::of(image, page_size);
-        manifest.shapes = Some(
-            image
-                .chunks(page_size as usize)
-                .zip(&manifest.ids)
-                .enumerate()
-                .map(|(index, (page, id))| shape::shape(format, index as u32, page, *id))
-                .collect(),
-        );
-        Ok(manifest)
+        Self::hashing(image, page_size, true)
+    }
+
+    fn hashing(image: &[u8], page_size: u32, shapes: bool) -> Result<Self, DeltaError> {
+        let limits = Limits {
+            max_length: image.len() as u64,
+        };
+        let geometry = Geometry::new(image.len() as u64, page_size, &limits)?;
+        let format = shapes.then(|| shape::Format::of(image, page_size));
+        // The whole image's hash and the pages' are independent passes of about the same size
+        // (a page's shape hashes it again only where it names other pages): run side by side.
+        let (digest, (ids, shapes)) = if image.len() < PARALLEL_FROM {
+            (sha256(image), hash_pages(image, page_size, format))
+        } else {
+            std::thread::scope(|scope| {
+                let digest = scope.spawn(|| sha256(image));
+                let pages = hash_pages(image, page_size, format);
+                (digest.join().expect("hashing does not panic"), pages)
+            })
+        };
+        Ok(Self {
+            geometry,
+            digest,
+            ids,
+            shapes,
+        })
     }
 
     /// This manifest as a source to plan against (its own image's bytes not known).
@@ -286,7 +292,57 @@ impl Manifest {
 
 /// Every page's id, `image` cut into pages of `page_size`.
 pub fn page_ids(image: &[u8], page_size: u32) -> Vec<PageId> {
-    image.chunks(page_size as usize).map(PageId::of).collect()
+    hash_pages(image, page_size, None).0
+}
+
+/// Below this, hashing on one thread costs less than starting others.
+const PARALLEL_FROM: usize = 4 << 20;
+
+/// Every page's id and, given the image's format, its shape: the pages split into one
+/// contiguous share per available thread when the image is large.
+fn hash_pages(
+    image: &[u8],
+    page_size: u32,
+    format: Option<shape::Format>,
+) -> (Vec<PageId>, Option<Vec<PageId>>) {
+    let page_size = page_size as usize;
+    let hash = |first: usize, share: &[u8]| {
+        let ids: Vec<PageId> = share.chunks(page_size).map(PageId::of).collect();
+        let shapes = format.map(|format| {
+            share
+                .chunks(page_size)
+                .zip(&ids)
+                .enumerate()
+                .map(|(i, (page, id))| shape::shape(format, (first + i) as u32, page, *id))
+                .collect::<Vec<_>>()
+        });
+        (ids, shapes)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    if image.len() < PARALLEL_FROM || threads == 1 {
+        return hash(0, image);
+    }
+    let pages_per_share = image.len().div_ceil(page_size).div_ceil(threads);
+    let shares: Vec<(Vec<PageId>, Option<Vec<PageId>>)> = std::thread::scope(|scope| {
+        let running: Vec<_> = image
+            .chunks(pages_per_share * page_size)
+            .enumerate()
+            .map(|(n, share)| scope.spawn(move || hash(n * pages_per_share, share)))
+            .collect();
+        running
+            .into_iter()
+            .map(|share| share.join().expect("hashing does not panic"))
+            .collect()
+    });
+    let mut ids = Vec::with_capacity(image.len().div_ceil(page_size));
+    let mut shapes = format.map(|_| Vec::with_capacity(ids.capacity()));
+    for (share_ids, share_shapes) in shares {
+        ids.extend(share_ids);
+        if let (Some(shapes), Some(share)) = (shapes.as_mut(), share_shapes) {
+            shapes.extend(share);
+        }
+    }
+    (ids, shapes)
 }
 
 /// How the target's pages `to..to + count` are made.

@@ -628,3 +628,31 @@ fn image_page(delta: &Delta, page: u32) -> Vec<u8> {
     }
     Vec::new()
 }
+
+/// A large image is hashed on several threads; its manifest is the one a single pass makes.
+#[test]
+fn parallel_hashing_names_every_page_as_one_pass_does() {
+    let one = sqlite_image(6_000, 1, true);
+    let page = page_size_of(&one);
+    // Whole copies of one database, and a torn last page, past the size hashed in parallel.
+    let mut image = Vec::new();
+    while image.len() <= PARALLEL_FROM {
+        image.extend_from_slice(&one);
+    }
+    image.truncate(image.len() - page as usize / 2);
+    let manifest = Manifest::with_shapes(&image, page).expect("manifest");
+    let format = shape::Format::of(&image, page);
+    let (ids, shapes): (Vec<PageId>, Vec<PageId>) = image
+        .chunks(page as usize)
+        .enumerate()
+        .map(|(index, bytes)| {
+            let id = PageId::of(bytes);
+            (id, shape::shape(format, index as u32, bytes, id))
+        })
+        .unzip();
+    assert_eq!(manifest.digest, sha256(&image));
+    assert_eq!(manifest.ids, ids);
+    assert_eq!(manifest.shapes, Some(shapes));
+    assert_eq!(Manifest::of(&image, page).expect("manifest").ids, ids);
+    assert_eq!(page_ids(&image, page), ids);
+}
