@@ -251,7 +251,15 @@ fn validate_sync_image(
         }
         FileFormat::Unknown => return Err(status::open_error(snug_schema::OpenError::NotSqlite)),
     }
-    let inspection = snug_schema::inspect_bytes(bytes).map_err(status::open_error)?;
+    // The free-space walk and the hash read the bytes, not SQLite: they run beside the
+    // inspection (a copy into SQLite and a quick_check), which is as long. Their verdict is
+    // only looked at after every refusal the inspection leads to, as when they ran after it.
+    let (inspection, scrubbed) = std::thread::scope(|scope| {
+        let scrubbed = scope.spawn(|| stored_digest(bytes));
+        let inspection = snug_schema::inspect_bytes(bytes);
+        (inspection, scrubbed.join().expect("hashing does not panic"))
+    });
+    let inspection = inspection.map_err(status::open_error)?;
     // The inspection predicts the refusals an import would make from the schema alone. When it
     // predicts one, or when the ladder would run (which can refuse too), the import itself is
     // run on a scratch copy so the refusal is the typed error an import produces.
@@ -279,19 +287,8 @@ fn validate_sync_image(
             ));
         }
     }
-    // The hub stores the image with its free space zeroed (the proto's one stated rewrite); the
-    // hash is of those bytes, computed here so the caller can check what it stores.
     still_wanted(cancel)?;
-    let dirty = snug_schema::dirty_free_space(bytes).map_err(status::scrub_error)?;
-    let sha256 = if dirty.is_empty() {
-        Sha256::digest(bytes)
-    } else {
-        let mut stored = bytes.to_vec();
-        for range in &dirty {
-            stored[range.start as usize..range.end as usize].fill(0);
-        }
-        Sha256::digest(&stored)
-    };
+    let (dirty, sha256) = scrubbed.map_err(status::scrub_error)?;
     Ok(pb::ValidateSyncImageResponse {
         storage_version: inspection.storage_version,
         length: bytes.len() as u64,
@@ -304,6 +301,25 @@ fn validate_sync_image(
             })
             .collect(),
     })
+}
+
+/// The free space of `image` that holds a non-zero byte, and the SHA-256 of the image with it
+/// zeroed: the hub stores the image so (the proto's one stated rewrite), and the hash lets the
+/// caller check what it stores.
+fn stored_digest(
+    image: &[u8],
+) -> Result<(Vec<std::ops::Range<u64>>, sha2::digest::Output<Sha256>), snug_schema::ScrubError> {
+    let dirty = snug_schema::dirty_free_space(image)?;
+    let sha256 = if dirty.is_empty() {
+        Sha256::digest(image)
+    } else {
+        let mut stored = image.to_vec();
+        for range in &dirty {
+            stored[range.start as usize..range.end as usize].fill(0);
+        }
+        Sha256::digest(&stored)
+    };
+    Ok((dirty, sha256))
 }
 
 #[tonic::async_trait]
