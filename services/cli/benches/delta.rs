@@ -153,7 +153,9 @@ fn push_with(
     pages: Option<&snug_delta::Manifest>,
 ) -> (String, Duration) {
     let started = Instant::now();
-    let pushed = origin.push_from(bytes, Some(base), pages).expect("push");
+    let pushed = origin
+        .push_from(bytes, Some(base), pages, None)
+        .expect("push");
     let took = started.elapsed();
     match pushed {
         Pushed::Accepted { revision } => (revision, took),

@@ -478,8 +478,12 @@ fn push(
         }
         _ => None,
     };
+    // The new image's manifest, kept for the next push, is made once and serves this push too.
+    let pages = (!backup && !protected)
+        .then(|| snug_delta::Manifest::with_shapes(&image, snug_delta::page_size_of(&image)).ok())
+        .flatten();
     let pushed = origin
-        .push_from(&image, base.as_deref(), base_pages.as_ref())
+        .push_from(&image, base.as_deref(), base_pages.as_ref(), pages.as_ref())
         .map_err(|err| origin_failure(&origin.name(), &err))?;
     match pushed {
         Pushed::Accepted { revision } => {
@@ -487,9 +491,9 @@ fn push(
                 "; it is the backup beside user.snug, so no push state was recorded for it"
             } else {
                 save_state(file, &revision, &hash)?;
-                if !protected {
+                if let Some(pages) = &pages {
                     // A cache: a push that cannot record it has still landed.
-                    let _ = push_state::save_pages(file, &revision, &image);
+                    let _ = push_state::save_manifest(file, &revision, pages);
                 }
                 ""
             };

@@ -126,6 +126,40 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
     assert!(delta && sent == 0 && received * 20 < length, "{pulled}");
     assert_eq!(pulled["sha256"], pushed["sha256"]);
 
+    // Page ids recorded before shapes were (ids alone) still serve the next push, which goes
+    // by difference with the ids alone.
+    let mut sidecar = a.as_os_str().to_owned();
+    sidecar.push(".sync.pages");
+    let recorded = std::fs::read(&sidecar).expect("sidecar");
+    let lines = recorded
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+        .nth(1)
+        .expect("magic and revision lines");
+    let limits = snug_delta::Limits {
+        max_length: 64 << 20,
+    };
+    let shaped = snug_delta::Manifest::parse(&recorded[lines..], &limits).expect("manifest");
+    assert!(shaped.shapes.is_some());
+    let ids_alone = snug_delta::Manifest {
+        shapes: None,
+        ..shaped
+    };
+    std::fs::write(
+        &sidecar,
+        [&recorded[..lines], &ids_alone.encode()[..]].concat(),
+    )
+    .expect("sidecar");
+    edit(&a, "delta:ids-alone");
+    let pushed = sync("push", &a, &hub.url(), env()).await;
+    let (sent, received, delta) = transfer(&pushed);
+    assert!(
+        delta && sent * 10 < length && received < 64 * 1024,
+        "{pushed}"
+    );
+
     // A directory origin keeps whole files and moves nothing over a network.
     let origin = dir.path().join("origin");
     let origin = origin.display().to_string();

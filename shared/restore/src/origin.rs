@@ -132,14 +132,16 @@ pub trait Origin {
     /// [`crate::push_state::load_pages`]), so an origin that offers delta pushes (issue 21) is
     /// sent only the changed pages, without first being told every page of the new image. Wrong
     /// ids cost a fallback, never a wrong image: the origin checks what it assembles against the
-    /// image's SHA-256.
+    /// image's SHA-256. `pages` is the manifest of `bytes` with shapes where the caller has
+    /// made it (to keep it for the next push), so it is not made twice.
     fn push_from(
         &self,
         bytes: &[u8],
         base: Option<&str>,
         base_pages: Option<&snug_delta::Manifest>,
+        pages: Option<&snug_delta::Manifest>,
     ) -> Result<Pushed, OriginError> {
-        let _ = base_pages;
+        let _ = (base_pages, pages);
         self.push(bytes, base)
     }
 

@@ -346,14 +346,23 @@ pub fn pages_location(user_file: &Path) -> Option<PathBuf> {
 /// patch those that only name moved pages (issue 21). A cache: any
 /// failure to write it is ignored by callers, and a stale or damaged one only costs a fallback.
 pub fn save_pages(user_file: &Path, revision: &str, image: &[u8]) -> Result<(), PushStateError> {
+    let manifest = snug_delta::Manifest::with_shapes(image, snug_delta::page_size_of(image))
+        .map_err(|err| PushStateError::Io {
+            path: user_file.to_owned(),
+            source: std::io::Error::other(err),
+        })?;
+    save_manifest(user_file, revision, &manifest)
+}
+
+/// [`save_pages`], given the image's manifest with shapes, made already.
+pub fn save_manifest(
+    user_file: &Path,
+    revision: &str,
+    manifest: &snug_delta::Manifest,
+) -> Result<(), PushStateError> {
     let path = pages_location(user_file).ok_or_else(|| PushStateError::LegacyBackup {
         path: user_file.to_owned(),
     })?;
-    let manifest = snug_delta::Manifest::with_shapes(image, snug_delta::page_size_of(image))
-        .map_err(|err| PushStateError::Io {
-            path: path.clone(),
-            source: std::io::Error::other(err),
-        })?;
     let mut bytes = PAGES_MAGIC.to_vec();
     bytes.extend_from_slice(revision.as_bytes());
     bytes.push(b'\n');

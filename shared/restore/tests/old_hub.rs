@@ -75,7 +75,7 @@ fn a_hub_without_delta_routes_gets_whole_files() {
     let base_pages = snug_delta::Manifest::with_shapes(&image, 4096).expect("manifest");
     let pushed = origin.push(&image, Some("r1-aaaa")).expect("push");
     let again = origin
-        .push_from(&image, Some("r1-aaaa"), Some(&base_pages))
+        .push_from(&image, Some("r1-aaaa"), Some(&base_pages), None)
         .expect("push with page ids");
     for pushed in [pushed, again] {
         assert_eq!(

@@ -542,12 +542,18 @@ impl Origin for HubOrigin {
         bytes: &[u8],
         base: Option<&str>,
         base_pages: Option<&Manifest>,
+        pages: Option<&Manifest>,
     ) -> Result<Pushed, OriginError> {
         // Shapes only when the base has them: a hub that cannot patch says so with a DELTA_*
         // refusal, and the plan round after it asks for none.
-        let manifest = |base_pages: &Manifest| match base_pages.shapes {
-            Some(_) => Manifest::with_shapes(bytes, delta_page_size(bytes)),
-            None => Manifest::of(bytes, delta_page_size(bytes)),
+        let manifest = |base_pages: &Manifest| match (pages, &base_pages.shapes) {
+            (Some(pages), Some(_)) => Ok(pages.clone()),
+            (Some(pages), None) => Ok(Manifest {
+                shapes: None,
+                ..pages.clone()
+            }),
+            (None, Some(_)) => Manifest::with_shapes(bytes, delta_page_size(bytes)),
+            (None, None) => Manifest::of(bytes, delta_page_size(bytes)),
         };
         if let (Some(base), Some(base_pages)) = (base, base_pages)
             && self.delta
