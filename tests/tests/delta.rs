@@ -65,6 +65,23 @@ async fn put_delta(http: &Http, token: &str, base: &str, delta: Vec<u8>) -> Answ
     .await
 }
 
+/// Pushes `delta` on `base`, which must land (204) as `image`, current byte for byte under the
+/// revision the push answered; that revision.
+async fn lands(http: &Http, token: &str, base: &str, delta: Vec<u8>, image: &[u8]) -> String {
+    let landed = put_delta(http, token, base, delta).await;
+    assert_eq!(
+        landed.status,
+        204,
+        "{:?}",
+        String::from_utf8_lossy(&landed.body)
+    );
+    let revision = etag_revision(&landed);
+    let got = get_userdb(http, token).await;
+    assert_eq!(etag_revision(&got), revision);
+    assert_eq!(got.body, image, "the image landed byte for byte");
+    revision
+}
+
 async fn pull(http: &Http, token: &str, manifest: Vec<u8>) -> Answer {
     http.send(
         "POST",
@@ -112,17 +129,7 @@ async fn a_delta_push_and_pull_move_only_the_changed_pages() {
     );
     let wire = delta.encode();
     assert!(wire.len() * 10 < second.len(), "{} bytes", wire.len());
-    let landed = put_delta(&http, &token, &r1, wire).await;
-    assert_eq!(
-        landed.status,
-        204,
-        "{:?}",
-        String::from_utf8_lossy(&landed.body)
-    );
-    let r2 = etag_revision(&landed);
-    let got = get_userdb(&http, &token).await;
-    assert_eq!(etag_revision(&got), r2);
-    assert_eq!(got.body, second, "the image landed byte for byte");
+    let r2 = lands(&http, &token, &r1, wire, &second).await;
 
     // Pull: a device holding the first image rebuilds the second from a few pages.
     let manifest = Manifest::of(&first, PAGE).expect("manifest").encode();
@@ -213,16 +220,7 @@ async fn moved_pages_travel_as_patches_both_ways() {
         wire.len(),
         whole_pages.len()
     );
-    let landed = put_delta(&http, &token, &r1, wire).await;
-    assert_eq!(
-        landed.status,
-        204,
-        "{:?}",
-        String::from_utf8_lossy(&landed.body)
-    );
-    let r2 = etag_revision(&landed);
-    let got = get_userdb(&http, &token).await;
-    assert_eq!(got.body, second, "the image landed byte for byte");
+    let r2 = lands(&http, &token, &r1, wire, &second).await;
 
     let pull_from_r1 = |patches: Option<&'static str>| {
         let (http, token, r1) = (&http, &token, &r1);
