@@ -421,8 +421,11 @@ fn sqlite_image(rows: u32, early: u32, large: bool) -> Vec<u8> {
         )
         .expect("early");
     }
+    // Tests run in parallel and may build the same image: each export gets a name of its own.
+    static EXPORTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let export = EXPORTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "snug-delta-test-{}-{rows}-{early}-{large}",
+        "snug-delta-test-{}-{export}-{rows}-{early}-{large}",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&dir);
