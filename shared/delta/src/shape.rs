@@ -22,6 +22,7 @@
 use std::ops::Range;
 
 use sha2::{Digest as _, Sha256};
+use snug_files::format::{local_payload, sqlite_varint as varint};
 
 use crate::{ID_LEN, PageId};
 
@@ -87,17 +88,6 @@ fn fields_into(format: Format, index: u32, page: &[u8], out: &mut Vec<Range<usiz
     if interior {
         out.push(h + 8..h + 12);
     }
-    let u = format.usable;
-    // §1.6: the most and least payload kept on the page before it spills.
-    let (max_local, min_local) = {
-        let min = ((u.checked_sub(12)?) * 32 / 255).checked_sub(23)?;
-        let max = if kind == 0x0d {
-            u.checked_sub(35)?
-        } else {
-            ((u - 12) * 64 / 255).checked_sub(23)?
-        };
-        (max, min)
-    };
     for cell in 0..cells {
         let at = h + header + 2 * cell;
         let start = usize::from(u16::from_be_bytes([*page.get(at)?, *page.get(at + 1)?]));
@@ -118,11 +108,9 @@ fn fields_into(format: Format, index: u32, page: &[u8], out: &mut Vec<Range<usiz
             let (_, n) = varint(page.get(cursor..usable)?)?;
             cursor += n;
         }
-        let payload = usize::try_from(payload).ok()?;
-        if payload > max_local {
-            let spill = min_local + (payload - min_local) % (u - 4);
-            let local = if spill <= max_local { spill } else { min_local };
-            let pointer = cursor.checked_add(local)?;
+        let local = local_payload(kind, format.usable as u64, payload)?;
+        if local < payload {
+            let pointer = cursor.checked_add(usize::try_from(local).ok()?)?;
             if pointer + 4 > usable {
                 return None;
             }
@@ -130,21 +118,6 @@ fn fields_into(format: Format, index: u32, page: &[u8], out: &mut Vec<Range<usiz
         }
     }
     Some(())
-}
-
-/// SQLite's big-endian varint: up to nine bytes, the ninth contributing all eight of its bits.
-fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    for (i, byte) in bytes.iter().take(9).enumerate() {
-        if i == 8 {
-            return Some(((value << 8) | u64::from(*byte), 9));
-        }
-        value = (value << 7) | u64::from(byte & 0x7f);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
 }
 
 /// Page `index`'s shape, given its id (see the module docs).
@@ -171,19 +144,6 @@ pub(crate) fn shape(format: Format, index: u32, page: &[u8], id: PageId) -> Page
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn varints_are_sqlites() {
-        for (bytes, expected) in [
-            (&[0x05][..], Some((5, 1))),
-            (&[0x81, 0x00], Some((128, 2))),
-            (&[0xff; 9], Some((u64::MAX, 9))),
-            (&[0x81], None),
-            (&[], None),
-        ] {
-            assert_eq!(varint(bytes), expected, "{bytes:?}");
-        }
-    }
 
     #[test]
     fn an_overflow_page_names_its_successor_in_its_first_four_bytes() {

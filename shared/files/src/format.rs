@@ -3,6 +3,10 @@
 //! `snug-container` and `snug-schema` re-export them in their own vocabulary; the sync store reads
 //! the SQLite header of stored images and the gateway refuses a container pushed to the hub, both
 //! by these bytes.
+//!
+//! Also the two rules of SQLite's cell layout that more than one page reader needs (the free-space
+//! scrub in `snug-schema`, the page shapes of `snug-delta`): how a varint is read and how much of
+//! a cell's payload stays on its page.
 
 /// The leading bytes of every SQLite database file: a plain user database (§10).
 pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
@@ -45,9 +49,84 @@ pub fn check_sqlite_file(bytes: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Reads the SQLite varint at the start of `bytes` (file format §1.6: big-endian, seven bits a
+/// byte, up to nine bytes, the ninth contributing all eight of its bits): its value and its
+/// length, or `None` when `bytes` ends first.
+pub fn sqlite_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, byte) in bytes.iter().take(9).enumerate() {
+        if i == 8 {
+            return Some(((value << 8) | u64::from(*byte), 9));
+        }
+        value = (value << 7) | u64::from(byte & 0x7f);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// How many bytes of a cell's `payload` a b-tree page of type `kind` keeps on the page, for
+/// pages of `usable` bytes (file format §1.6); the rest spills to overflow pages, and the four
+/// bytes after the local part name the first. `None` for a usable size no SQLite file has.
+pub fn local_payload(kind: u8, usable: u64, payload: u64) -> Option<u64> {
+    let min_local = (usable.checked_sub(12)? * 32 / 255).checked_sub(23)?;
+    let max_local = if kind == 0x0d {
+        usable.checked_sub(35)?
+    } else {
+        (usable.checked_sub(12)? * 64 / 255).checked_sub(23)?
+    };
+    if payload <= max_local {
+        return Some(payload);
+    }
+    let surplus = min_local + (payload - min_local) % usable.checked_sub(4)?;
+    Some(if surplus <= max_local {
+        surplus
+    } else {
+        min_local
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varints_are_sqlites() {
+        for (bytes, expected) in [
+            (&[0x05][..], Some((5, 1))),
+            (&[0x81, 0x00], Some((128, 2))),
+            (&[0xff; 9], Some((u64::MAX, 9))),
+            (&[0x81], None),
+            (&[], None),
+        ] {
+            assert_eq!(sqlite_varint(bytes), expected, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn a_payload_stays_on_its_page_up_to_max_local_then_spills_as_section_1_6_says() {
+        // 4096-byte pages, no reserved bytes: table leaves keep up to U - 35 = 4061 bytes,
+        // other pages up to (U - 12) * 64 / 255 - 23 = 1002; min_local is 489.
+        for (kind, payload, local) in [
+            (0x0d, 4061, 4061),
+            // Surplus min_local + (P - min_local) % (U - 4) over max_local: min_local stays.
+            (0x0d, 4062, 489),
+            (0x0a, 1002, 1002),
+            (0x0a, 1003, 489),
+            (0x0a, 489 + 4092 + 1000, 489),
+            // Surplus within max_local: it stays.
+            (0x0d, 40_000, 3172),
+            (0x0a, 489 + 4092 + 100, 589),
+        ] {
+            assert_eq!(
+                local_payload(kind, 4096, payload),
+                Some(local),
+                "{kind:#x} {payload}"
+            );
+        }
+        assert_eq!(local_payload(0x0d, 30, 100), None);
+    }
 
     /// A header for `pages` pages of `page_size` (as stored: 1 for 65536), change counter 7, and
     /// the in-header size valid unless `valid_for` differs.

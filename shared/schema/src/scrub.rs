@@ -156,18 +156,7 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 /// Reads a SQLite varint from `bytes[at..limit]`: its value and its length.
 fn varint(bytes: &[u8], at: usize, limit: usize) -> Option<(u64, usize)> {
-    let mut value: u64 = 0;
-    for i in 0..9 {
-        let byte = *bytes.get(at + i).filter(|_| at + i < limit)?;
-        if i == 8 {
-            return Some(((value << 8) | u64::from(byte), 9));
-        }
-        value = (value << 7) | u64::from(byte & 0x7f);
-        if byte & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
+    snug_files::format::sqlite_varint(bytes.get(at..limit.min(bytes.len()))?)
 }
 
 /// Lists every free byte range of `image` (absolute offsets), zero or not.
@@ -584,23 +573,7 @@ fn parse_cell(bytes: &[u8], at: usize, usable: usize, kind: u8) -> Option<Cell> 
     if payload > i32::MAX as u64 {
         return None;
     }
-    let u = usable as u64;
-    let max_local = if kind == 0x0d {
-        u - 35
-    } else {
-        (u - 12) * 64 / 255 - 23
-    };
-    let min_local = (u - 12) * 32 / 255 - 23;
-    let local = if payload <= max_local {
-        payload
-    } else {
-        let surplus = min_local + (payload - min_local) % (u - 4);
-        if surplus <= max_local {
-            surplus
-        } else {
-            min_local
-        }
-    } as usize;
+    let local = snug_files::format::local_payload(kind, usable as u64, payload)? as usize;
     let spills = (local as u64) < payload;
     let end = cursor + local + if spills { 4 } else { 0 };
     if end > usable {
