@@ -128,30 +128,17 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
 
     // Page ids recorded before shapes were (ids alone) still serve the next push, which goes
     // by difference with the ids alone.
-    let mut sidecar = a.as_os_str().to_owned();
-    sidecar.push(".sync.pages");
-    let recorded = std::fs::read(&sidecar).expect("sidecar");
-    let lines = recorded
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'\n')
-        .map(|(i, _)| i + 1)
-        .nth(1)
-        .expect("magic and revision lines");
-    let limits = snug_delta::Limits {
-        max_length: 64 << 20,
-    };
-    let shaped = snug_delta::Manifest::parse(&recorded[lines..], &limits).expect("manifest");
+    let revision = pulled["revision"].as_str().expect("revision");
+    let sha256 = pulled["sha256"].as_str().expect("sha256");
+    let shaped = snug_restore::push_state::load_pages(&a, revision, sha256).expect("recorded");
     assert!(shaped.shapes.is_some());
     let ids_alone = snug_delta::Manifest {
         shapes: None,
         ..shaped
     };
-    std::fs::write(
-        &sidecar,
-        [&recorded[..lines], &ids_alone.encode()[..]].concat(),
-    )
-    .expect("sidecar");
+    snug_restore::push_state::save_manifest(&a, revision, &ids_alone).expect("recorded");
+    let recorded = snug_restore::push_state::load_pages(&a, revision, sha256);
+    assert_eq!(recorded.and_then(|m| m.shapes), None);
     edit(&a, "delta:ids-alone");
     let pushed = sync("push", &a, &hub.url(), env()).await;
     let (sent, received, delta) = transfer(&pushed);
