@@ -12,7 +12,7 @@
 //! one over the image (hashing runs on the blocking pool).
 
 use bytes::Bytes;
-use snug_delta::{Delta, DeltaError, Limits, Manifest, Source as Pages, page_size_of, plan};
+use snug_delta::{Delta, Limits, Manifest, Source as Pages, page_size_of, plan};
 use snug_proto::sync::v1 as pb;
 use snug_revstore::{ReadError, RevStore as _, Revision, UserId};
 use snug_rpc::chunks::{self, Chunked as _, ResponseStream};
@@ -120,7 +120,7 @@ impl SyncServer {
             .map_err(|err| status::delta_error(err, quota))?;
         let (info, base) = self.base(&caller.user, base).await?;
         let layout = blocking(move || {
-            let theirs = describe(
+            let theirs = Manifest::describe(
                 &base,
                 manifest.geometry.page_size,
                 manifest.shapes.is_some(),
@@ -224,14 +224,14 @@ impl SyncServer {
             let delta = match &source {
                 Source::Manifest(theirs) => {
                     let page_size = theirs.geometry.page_size;
-                    let ours = describe(&target, page_size, theirs.shapes.is_some())?;
+                    let ours = Manifest::describe(&target, page_size, theirs.shapes.is_some())?;
                     Delta::build(plan(&ours, &theirs.source()), &target, None)
                 }
                 Source::Base(base) => {
                     let page_size = page_size_of(&target);
                     let (ours, theirs) = (
-                        describe(&target, page_size, patches)?,
-                        describe(base, page_size, patches)?,
+                        Manifest::describe(&target, page_size, patches)?,
+                        Manifest::describe(base, page_size, patches)?,
                     );
                     let bytes = patches.then_some(&base[..]);
                     let layout = plan(
@@ -265,15 +265,6 @@ enum Source {
     Manifest(Manifest),
     /// The origin's own copy of the revision the client's file is.
     Base(Bytes),
-}
-
-/// `image`'s manifest at `page_size`, with shapes when patches may be sent.
-fn describe(image: &[u8], page_size: u32, shapes: bool) -> Result<Manifest, DeltaError> {
-    if shapes {
-        Manifest::with_shapes(image, page_size)
-    } else {
-        Manifest::of(image, page_size)
-    }
 }
 
 /// Runs CPU work (hashing up to a quota's worth of pages) off the async workers.

@@ -191,15 +191,16 @@ pub struct Manifest {
 impl Manifest {
     /// Names `image`, cut into pages of `page_size`, by page ids alone.
     pub fn of(image: &[u8], page_size: u32) -> Result<Self, DeltaError> {
-        Self::hashing(image, page_size, false)
+        Self::describe(image, page_size, false)
     }
 
     /// Names `image` by page ids and shapes.
     pub fn with_shapes(image: &[u8], page_size: u32) -> Result<Self, DeltaError> {
-        Self::hashing(image, page_size, true)
+        Self::describe(image, page_size, true)
     }
 
-    fn hashing(image: &[u8], page_size: u32, shapes: bool) -> Result<Self, DeltaError> {
+    /// [`Manifest::with_shapes`] when `shapes`, else [`Manifest::of`].
+    pub fn describe(image: &[u8], page_size: u32, shapes: bool) -> Result<Self, DeltaError> {
         let limits = Limits {
             max_length: image.len() as u64,
         };

@@ -441,14 +441,7 @@ fn sqlite_image(rows: u32, early: u32, large: bool) -> Vec<u8> {
 /// the target.
 fn sqlite_delta(target: &[u8], source: &[u8], shapes: bool, bytes: bool) -> Delta {
     let page = page_size_of(target);
-    let manifest = |image: &[u8]| {
-        if shapes {
-            Manifest::with_shapes(image, page)
-        } else {
-            Manifest::of(image, page)
-        }
-        .expect("manifest")
-    };
+    let manifest = |image: &[u8]| Manifest::describe(image, page, shapes).expect("manifest");
     let theirs = manifest(source);
     let layout = plan(
         &manifest(target),

@@ -546,14 +546,15 @@ impl Origin for HubOrigin {
     ) -> Result<Pushed, OriginError> {
         // Shapes only when the base has them: a hub that cannot patch says so with a DELTA_*
         // refusal, and the plan round after it asks for none.
-        let manifest = |base_pages: &Manifest| match (pages, &base_pages.shapes) {
-            (Some(pages), Some(_)) => Ok(pages.clone()),
-            (Some(pages), None) => Ok(Manifest {
-                shapes: None,
-                ..pages.clone()
-            }),
-            (None, Some(_)) => Manifest::with_shapes(bytes, delta_page_size(bytes)),
-            (None, None) => Manifest::of(bytes, delta_page_size(bytes)),
+        let manifest = |base_pages: &Manifest| {
+            let shapes = base_pages.shapes.is_some();
+            match pages {
+                Some(pages) => Ok(Manifest {
+                    shapes: pages.shapes.clone().filter(|_| shapes),
+                    ..pages.clone()
+                }),
+                None => Manifest::describe(bytes, delta_page_size(bytes), shapes),
+            }
         };
         if let (Some(base), Some(base_pages)) = (base, base_pages)
             && self.delta
