@@ -82,6 +82,21 @@ async fn lands(http: &Http, token: &str, base: &str, delta: Vec<u8>, image: &[u8
     revision
 }
 
+/// A pull's answer, which must be revision `revision`'s delta rebuilding `image` from `from`;
+/// that delta.
+fn rebuilds(pulled: &Answer, revision: &str, from: &[u8], image: &[u8]) -> Delta {
+    assert_eq!(
+        pulled.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&pulled.body)
+    );
+    assert_eq!(etag_revision(pulled), revision);
+    let delta = Delta::parse(&pulled.body, &limits(), from.len() as u64).expect("parse");
+    assert_eq!(delta.assemble(from).expect("assemble"), image);
+    delta
+}
+
 async fn pull(http: &Http, token: &str, manifest: Vec<u8>) -> Answer {
     http.send(
         "POST",
@@ -134,15 +149,12 @@ async fn a_delta_push_and_pull_move_only_the_changed_pages() {
     // Pull: a device holding the first image rebuilds the second from a few pages.
     let manifest = Manifest::of(&first, PAGE).expect("manifest").encode();
     let pulled = pull(&http, &token, manifest).await;
-    assert_eq!(pulled.status, 200);
-    assert_eq!(etag_revision(&pulled), r2);
+    rebuilds(&pulled, &r2, &first, &second);
     assert!(
         pulled.body.len() * 10 < second.len(),
         "{} bytes",
         pulled.body.len()
     );
-    let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
-    assert_eq!(delta.assemble(&first).expect("assemble"), second);
 
     // A device whose file is r1 names it and sends no manifest at all.
     let by_base = |query: String| {
@@ -158,20 +170,12 @@ async fn a_delta_push_and_pull_move_only_the_changed_pages() {
         }
     };
     let pulled = by_base(format!("?base={r1}")).await;
-    assert_eq!(
-        pulled.status,
-        200,
-        "{:?}",
-        String::from_utf8_lossy(&pulled.body)
-    );
-    assert_eq!(etag_revision(&pulled), r2);
+    rebuilds(&pulled, &r2, &first, &second);
     assert!(
         pulled.body.len() * 20 < second.len(),
         "{} bytes",
         pulled.body.len()
     );
-    let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
-    assert_eq!(delta.assemble(&first).expect("assemble"), second);
     assert_error(
         &by_base("?base=r9-0123456789abcdef".to_owned()).await,
         409,
@@ -242,15 +246,7 @@ async fn moved_pages_travel_as_patches_both_ways() {
     let mut sizes = Vec::new();
     for patches in [Some("1"), Some("0"), None] {
         let pulled = pull_from_r1(patches).await;
-        assert_eq!(
-            pulled.status,
-            200,
-            "{:?}",
-            String::from_utf8_lossy(&pulled.body)
-        );
-        assert_eq!(etag_revision(&pulled), r2);
-        let delta = Delta::parse(&pulled.body, &limits(), first.len() as u64).expect("parse");
-        assert_eq!(delta.assemble(&first).expect("assemble"), second);
+        let delta = rebuilds(&pulled, &r2, &first, &second);
         assert_eq!(delta.layout.patched_count() > 0, patches == Some("1"));
         sizes.push(pulled.body.len());
     }
