@@ -220,9 +220,11 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     .expect_err("not a container");
     assert_eq!(reason(&status), reason::NOT_A_CONTAINER);
 
-    // A newer container version is unsupported rather than damaged.
-    let mut newer = container.to_vec();
-    newer[9] = 2;
+    // A newer container version is unsupported rather than damaged, but only under a valid
+    // header checksum; under a failing one the version byte is damage (§11.2 rule 6).
+    let mut damaged = container.to_vec();
+    damaged[9] = 2;
+    let newer = snug_container::with_valid_checksum(&damaged);
     let status = unlock(
         &mut client,
         Bytes::from(newer),
@@ -231,6 +233,18 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     .await
     .expect_err("unsupported");
     assert_eq!(reason(&status), reason::UNSUPPORTED_FORMAT_VERSION);
+    let status = unlock(
+        &mut client,
+        Bytes::from(damaged),
+        secrets(Some(PASSPHRASE), None),
+    )
+    .await
+    .expect_err("damaged");
+    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(
+        snug_rpc::status::metadata_of(&status, "detail").as_deref(),
+        Some("header_checksum_mismatch")
+    );
 }
 
 /// Sends `container` cut at `cuts` (offsets into it), declaring `declared` as its length.

@@ -632,8 +632,11 @@ async fn check_import_opens_containers_with_their_secret_and_keeps_locked_files_
         Some("header_checksum_mismatch")
     );
 
-    let mut newer = container.to_vec();
-    newer[9] = 2;
+    // A newer version byte under a valid checksum is a newer format; under the old checksum it
+    // is damage (§11.2 rule 6).
+    let mut damaged = container.to_vec();
+    damaged[9] = 2;
+    let newer = snug_container::with_valid_checksum(&damaged);
     let status = check_import(
         &mut client,
         Bytes::from(newer),
@@ -646,6 +649,18 @@ async fn check_import_opens_containers_with_their_secret_and_keeps_locked_files_
         &status,
         Code::InvalidArgument,
         reason::UNSUPPORTED_FORMAT_VERSION,
+    );
+    let status = check_import(
+        &mut client,
+        Bytes::from(damaged),
+        secrets(Some(PASSPHRASE)),
+        false,
+    )
+    .await
+    .expect_err("damaged container");
+    assert_eq!(
+        metadata(&status, "detail").as_deref(),
+        Some("header_checksum_mismatch")
     );
 
     let status = check_import(&mut client, Bytes::from_static(b"garbage"), None, false)

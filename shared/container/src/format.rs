@@ -261,7 +261,11 @@ impl Limits {
 /// the header so it can be raised later (§11.1), so a file made with a low or a raised count is
 /// healthy and opens once the caller widens its limits.
 ///
-/// The variants are listed in the order they are checked, which is the reference's order; the
+/// The variants are listed in the order the reference checks them, with one deliberate difference
+/// (§11.2 rule 6): wherever the version-1 layout lets the header checksum be computed (a slot
+/// count of 1 to 8 and the whole slot table at hand), a failed checksum is reported first, as
+/// damage, whatever the version byte or KDF id say. A damaged version byte is then never mistaken
+/// for a newer format, and an unknown version or KDF with a valid checksum stays unsupported. The
 /// iteration checks and the payload check come after everything the reference checks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Corruption {
@@ -424,6 +428,19 @@ pub(crate) fn inspect_parts(
     else {
         return Err(Corruption::TruncatedHeader);
     };
+    let stored = u32::from_be_bytes([fixed[34], fixed[35], fixed[36], fixed[37]]);
+    let n_slots = u16::from_be_bytes([fixed[32], fixed[33]]);
+    // Damage outranks novelty (§11.2 rule 6): a header whose checksum can be computed and fails
+    // is corrupt before its version byte or KDF id is believed.
+    if (1..=MAX_SLOTS).contains(&n_slots) {
+        let header_len = header_len(usize::from(n_slots));
+        if container_len >= header_len && prefix.len() >= header_len {
+            let computed = header_checksum(&prefix[..header_len]);
+            if stored != computed {
+                return Err(Corruption::HeaderChecksumMismatch { stored, computed });
+            }
+        }
+    }
     let version = fixed[9];
     if version != VERSION {
         return Err(Corruption::UnsupportedVersion(version));
@@ -435,7 +452,6 @@ pub(crate) fn inspect_parts(
     let iterations = u32::from_be_bytes([fixed[12], fixed[13], fixed[14], fixed[15]]);
     let mut salt = [0; 16];
     salt.copy_from_slice(&fixed[16..32]);
-    let n_slots = u16::from_be_bytes([fixed[32], fixed[33]]);
     if n_slots == 0 || n_slots > MAX_SLOTS {
         return Err(Corruption::ImplausibleSlotCount(n_slots));
     }
@@ -446,11 +462,6 @@ pub(crate) fn inspect_parts(
     // The second test only fires when a caller breaks the precondition; reading on would panic.
     if container_len < min_len || prefix.len() < payload_iv_at + IV_LEN {
         return Err(Corruption::TruncatedBody);
-    }
-    let stored = u32::from_be_bytes([fixed[34], fixed[35], fixed[36], fixed[37]]);
-    let computed = header_checksum(&prefix[..header_len]);
-    if stored != computed {
-        return Err(Corruption::HeaderChecksumMismatch { stored, computed });
     }
     limits.check_iterations(iterations)?;
 

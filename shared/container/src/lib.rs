@@ -96,6 +96,19 @@ pub use seal::{
 /// Fixed seal material, reachable only with the `test-support` feature (test vectors, benches).
 #[cfg(any(test, feature = "test-support"))]
 pub use seal::{SealMaterial, seal_with};
+
+/// Returns `container` with its header checksum recomputed over the version-1 layout its slot
+/// count gives: a header edited on purpose (a newer version byte, another KDF id) that is not
+/// damage. Reachable only with the `test-support` feature.
+#[cfg(any(test, feature = "test-support"))]
+pub fn with_valid_checksum(container: &[u8]) -> Vec<u8> {
+    let mut bytes = container.to_vec();
+    let n_slots = usize::from(u16::from_be_bytes([bytes[32], bytes[33]]));
+    let header_len = (38 + 61 * n_slots).min(bytes.len());
+    let checksum = header_checksum(&bytes[..header_len]);
+    bytes[34..38].copy_from_slice(&checksum.to_be_bytes());
+    bytes
+}
 pub use secret::{
     FileKey, Passphrase, RECOVERY_KEY_ALPHABET, RECOVERY_KEY_SYMBOLS, RecoveryKey, Secrets,
 };

@@ -39,9 +39,11 @@ fn any_header_change_is_corrupt_with_either_secret() {
             let damaged = mutated(&sample.container, idx, xor);
             for secrets in [sample.by_passphrase(), sample.by_recovery_key()] {
                 let err = open(&damaged, &secrets, &LIMITS).unwrap_err();
-                // FNV-1a steps are bijections, so a one-byte change always changes the checksum.
+                // FNV-1a steps are bijections, so a one-byte change always changes the checksum,
+                // and a failed checksum is damage even where the byte is the version or KDF id
+                // (§11.2 rule 6): never reported as a newer format.
                 assert!(
-                    matches!(err, OpenError::Corrupt(_)),
+                    matches!(&err, OpenError::Corrupt(c) if !c.is_unsupported()),
                     "byte {idx} ^ {xor:#04x}: {err:?}"
                 );
             }
@@ -176,6 +178,37 @@ fn slot_counts_out_of_range_are_corrupt_and_newer_formats_unsupported() {
             OpenError::Corrupt(expected.clone())
         );
         assert_eq!(expected.is_unsupported(), at != 32);
+    }
+}
+
+/// §11.2 rule 6 in both orders: an unknown version or KDF id under a failing checksum is damage
+/// (CORRUPT), under a valid checksum a newer format (UNSUPPORTED_FORMAT_VERSION).
+#[test]
+fn a_failed_checksum_is_damage_whatever_the_version_or_kdf_say() {
+    let sample = sample(b"data");
+    let corrupt = &snug_reasons::container::CORRUPT;
+    let unsupported = &snug_reasons::container::UNSUPPORTED_FORMAT_VERSION;
+    let cases: [(usize, &[u8]); 4] = [(9, &[2]), (9, &[0xff]), (10, &[0, 2]), (10, &[0x80, 1])];
+    for (at, bytes) in cases {
+        let mut raw = sample.container.clone();
+        raw[at..at + bytes.len()].copy_from_slice(bytes);
+        let checked = patch_header(&sample.container, 160, |b| {
+            b[at..at + bytes.len()].copy_from_slice(bytes)
+        });
+        for (container, expected) in [(&raw, corrupt), (&checked, unsupported)] {
+            let inspected = inspect(container, &LIMITS).unwrap_err();
+            assert_eq!(inspected.reason(), expected, "byte {at}: {inspected:?}");
+            let OpenError::Corrupt(opened) =
+                open(container, &sample.by_passphrase(), &LIMITS).unwrap_err()
+            else {
+                panic!("byte {at}: a header problem must be reported before any secret is tried");
+            };
+            assert_eq!(opened, inspected);
+        }
+        assert!(matches!(
+            inspect(&raw, &LIMITS).unwrap_err(),
+            Corruption::HeaderChecksumMismatch { .. }
+        ));
     }
 }
 

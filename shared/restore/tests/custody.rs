@@ -53,6 +53,7 @@ impl Origin for OneRevision {
     fn push(&self, _: &[u8], _: Option<&str>) -> Result<Pushed, OriginError> {
         Err(OriginError::Other {
             code: "READ_ONLY",
+            status: 0,
             detail: "a test origin takes no pushes".to_owned(),
         })
     }
@@ -239,5 +240,30 @@ fn a_pull_into_a_protected_destination_is_resealed_in_its_own_container() {
             db.secret("provider.key").unwrap().as_deref(),
             Some("sk-local")
         );
+    }
+}
+
+/// A protected revision whose header checksum fails is damage whatever its version byte says,
+/// and with a valid checksum an unknown version is a newer format (§11.2 rule 6, both orders):
+/// the install pipeline reports what the container library finds, and installs nothing.
+#[test]
+fn a_protected_revision_with_a_damaged_version_byte_is_corrupt_not_newer() {
+    let passphrase = Passphrase::new("correct horse battery staple");
+    let recovery_key = RecoveryKey::generate();
+    let mut damaged =
+        snug_container::seal(&plain_image(), &passphrase, &recovery_key, 1_000, &limits()).unwrap();
+    damaged[9] = 2;
+    let newer = snug_container::with_valid_checksum(&damaged);
+    for (bytes, reason) in [(damaged, "CORRUPT"), (newer, "UNSUPPORTED_FORMAT_VERSION")] {
+        let origin = OneRevision::new(bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("user.snug");
+        let err = prepared(&origin, &dest)
+            .download(&origin, &mut |_| {})
+            .unwrap()
+            .install_unlocking(Some(&Secrets::passphrase(passphrase.clone())), &limits())
+            .unwrap_err();
+        assert_eq!(err.reason(), reason);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
