@@ -269,6 +269,67 @@ fn every_rust_file_opens_with_a_doc_line() {
     );
 }
 
+/// The lines of `text` that break the one-parser rule: a second duration parser defined, or a
+/// clap argument whose field is a `Duration` with a parser other than `parse_duration`.
+fn duration_offenders(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut offenders = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains("fn parse_")
+            && line.contains("duration")
+            && !line.contains("pub fn parse_duration(")
+        {
+            offenders.push(i + 1);
+        }
+        let field = line.trim_start();
+        let is_duration_field = field.starts_with("pub")
+            && (field.ends_with(": Duration,")
+                || field.ends_with(": std::time::Duration,")
+                || field.ends_with(": Option<Duration>,"));
+        if !is_duration_field {
+            continue;
+        }
+        // The field's attributes and doc lines, up to the field before it.
+        let attributes: Vec<&str> = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| {
+                let l = l.trim_start();
+                let ends_field = l.starts_with("pub") && l.ends_with(',');
+                !(ends_field || l.ends_with('{'))
+            })
+            .copied()
+            .collect();
+        let attributes = attributes.join("\n");
+        if attributes.contains("#[arg(") && !attributes.contains("parse_duration") {
+            offenders.push(i + 1);
+        }
+    }
+    offenders
+}
+
+/// One parser for every duration flag and variable (issue 35): each `Duration` a clap argument
+/// takes is read by `snug_rpc::server::parse_duration`, so every one accepts the same units and
+/// refuses with the same message; no other duration parser exists.
+#[test]
+fn every_duration_flag_is_read_by_the_one_parser() {
+    let sample = "struct C {\n    /// a\n    #[arg(long, value_parser = parse_duration)]\n    pub a: Duration,\n    #[arg(long,\n        value_parser = humantime)]\n    pub b: Duration,\n    pub c: Duration,\n}\nfn parse_long_duration() {}\n";
+    assert_eq!(duration_offenders(sample), [7, 10], "the check itself");
+    let mut offenders = Vec::new();
+    for top in ["shared", "services"] {
+        for file in rust_files(&root().join(top)) {
+            let text = std::fs::read_to_string(&file).expect("read");
+            for line in duration_offenders(&text) {
+                offenders.push(format!(
+                    "{}:{line}",
+                    file.strip_prefix(root()).unwrap_or(&file).display()
+                ));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{offenders:#?}");
+}
+
 #[test]
 fn every_container_reason_is_documented_in_the_reference() {
     let reference =

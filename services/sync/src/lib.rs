@@ -180,13 +180,13 @@ pub struct SyncConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_revisions: u32,
     /// Reclamation keeps a superseded revision at least this long (e.g. 24h, 30m).
-    #[arg(long = "sync-grace", env = "SNUG_SYNC_GRACE", default_value = "24h", value_parser = parse_long_duration)]
+    #[arg(long = "sync-grace", env = "SNUG_SYNC_GRACE", default_value = "24h", value_parser = parse_duration)]
     pub grace: Duration,
     /// A put still unfinished after this long is an orphan; its objects are reclaimed.
-    #[arg(long = "sync-orphan-after", env = "SNUG_SYNC_ORPHAN_AFTER", default_value = "24h", value_parser = parse_long_duration)]
+    #[arg(long = "sync-orphan-after", env = "SNUG_SYNC_ORPHAN_AFTER", default_value = "24h", value_parser = parse_duration)]
     pub orphan_after: Duration,
     /// How often a reclamation pass runs; 0 turns periodic reclamation off.
-    #[arg(long = "sync-reclaim-interval", env = "SNUG_SYNC_RECLAIM_INTERVAL", default_value = "10m", value_parser = parse_long_duration)]
+    #[arg(long = "sync-reclaim-interval", env = "SNUG_SYNC_RECLAIM_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub reclaim_interval: Duration,
     /// Bytes of delta uploads (manifests and deltas, which are buffered whole; PutImage streams
     /// into the store and holds none) this service holds in memory at once (`snug_rpc::budget`).
@@ -232,23 +232,6 @@ impl SyncConfig {
             ..StoreConfig::default()
         }
     }
-}
-
-/// Parses a duration like [`parse_duration`], also accepting hours (`24h`) and days (`7d`), which
-/// retention settings are naturally written in.
-pub fn parse_long_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, scale) = if let Some(hours) = text.strip_suffix('h') {
-        (hours, 60 * 60)
-    } else if let Some(days) = text.strip_suffix('d') {
-        (days, 24 * 60 * 60)
-    } else {
-        return parse_duration(text);
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 24h, 7d, 30m or 90s"))?;
-    Ok(Duration::from_secs(n.saturating_mul(scale)))
 }
 
 /// Why the store could not be opened at startup.
@@ -817,6 +800,7 @@ impl SyncService for SyncServer {
             reason,
             quota_bytes: self.quota_bytes,
             keep_revisions: self.keep_revisions,
+            store_id: self.store.store_id().to_string(),
         }))
     }
 }

@@ -1470,16 +1470,6 @@ async fn postgres_without_a_url_is_a_startup_error_naming_the_variable() {
     assert!(err.to_string().contains(POSTGRES_URL_ENV), "{err}");
 }
 
-#[test]
-fn durations_accept_hours_and_days() {
-    assert_eq!(parse_long_duration("24h"), Ok(Duration::from_secs(86_400)));
-    assert_eq!(parse_long_duration("2d"), Ok(Duration::from_secs(172_800)));
-    assert_eq!(parse_long_duration("90s"), Ok(Duration::from_secs(90)));
-    assert_eq!(parse_long_duration("0"), Ok(Duration::ZERO));
-    assert!(parse_long_duration("xh").is_err());
-    assert!(parse_long_duration("soon").is_err());
-}
-
 /// Flips one byte at `at` of the only pack file of a fresh embedded store: with one image of
 /// distinct chunks, the pack holds the image's bytes in order.
 fn damage_only_pack(hub: &Hub, at: u64) {

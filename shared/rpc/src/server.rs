@@ -57,21 +57,34 @@ impl ServerConfig {
     }
 }
 
-/// Parses `250ms`, `30s`, `5m` or a bare number of seconds.
+/// Parses a duration: a whole number with one of the units `ms`, `s`, `m`, `h` or `d`
+/// (`250ms`, `30s`, `5m`, `24h`, `7d`), or a bare number of seconds. Every duration flag and
+/// variable of the hub reads its value with this one parser, so each accepts the same units and
+/// refuses with the same message.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
         None => (text, "s"),
     };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 30s, 250ms or 5m"))?;
+    let refusal = || {
+        format!(
+            "`{text}` is not a duration: use a whole number with ms, s, m, h or d (250ms, 30s, 5m, 24h, 7d)"
+        )
+    };
+    let n: u64 = number.parse().map_err(|_| refusal())?;
+    let seconds = |scale: u64| {
+        n.checked_mul(scale)
+            .map(Duration::from_secs)
+            .ok_or_else(refusal)
+    };
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("`{text}` has an unknown unit; use ms, s or m")),
+        "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(60 * 60),
+        "d" => seconds(24 * 60 * 60),
+        _ => Err(refusal()),
     }
 }
 
@@ -306,7 +319,27 @@ mod tests {
         assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for nonsense in [
+            "soon",
+            "xh",
+            "5w",
+            "-1s",
+            "1.5s",
+            "",
+            "ms",
+            "99999999999999999999d",
+        ] {
+            assert_eq!(
+                parse_duration(nonsense),
+                Err(format!(
+                    "`{}` is not a duration: use a whole number with ms, s, m, h or d (250ms, 30s, 5m, 24h, 7d)",
+                    nonsense.trim()
+                )),
+                "{nonsense:?}"
+            );
+        }
     }
 }
