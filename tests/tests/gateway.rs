@@ -237,6 +237,12 @@ async fn compare_and_swap_statuses() {
     assert_eq!(again.header("etag"), format!("\"{first}\""));
     assert_eq!(again.json()["revision"], first);
     assert_eq!(again.json()["retryable"], true);
+    // …in its own words: no revision was named, an image exists, and which one to name.
+    let message = again.json()["message"].as_str().unwrap_or("").to_owned();
+    assert!(
+        message.contains("already exists") && message.contains(&format!("If-Match: \"{first}\"")),
+        "{message}"
+    );
 
     // Matching If-Match, unquoted (the reference's clients send it bare): 204 and a new revision.
     let second_answer = put_userdb(&http, &token, ("if-match", &first), other_image()).await;
@@ -477,6 +483,44 @@ async fn another_users_image_looks_exactly_like_a_missing_one() {
         (as_carol.status, as_carol.body.clone())
     );
     assert_eq!(as_bob.status, 404);
+    // Each user's origin states an identity of its own (issue 35), the same on every answer
+    // about that user's image and never another user's.
+    let origin = |answer: &snug_e2e::Answer| answer.header("snug-origin").to_owned();
+    assert_eq!(origin(&as_bob).len(), 32, "{:?}", as_bob.headers);
+    assert_ne!(origin(&as_bob), origin(&as_carol));
+    let as_alice = http
+        .send(
+            "HEAD",
+            "/userdb",
+            &[("authorization", &bearer(&alice))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(as_alice.status, 200);
+    assert_eq!(origin(&as_alice).len(), 32);
+    assert_ne!(origin(&as_alice), origin(&as_bob));
+    let again = http
+        .send(
+            "GET",
+            "/userdb",
+            &[("authorization", &bearer(&bob))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(origin(&again), origin(&as_bob));
+    // Another hub (another store) states another identity for a user of the same name.
+    let (other_hub, other_http) = crate::hub().await;
+    let bob_elsewhere = other_hub.add_user("bob");
+    let elsewhere = other_http
+        .send(
+            "GET",
+            "/userdb",
+            &[("authorization", &bearer(&bob_elsewhere))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(origin(&elsewhere).len(), 32);
+    assert_ne!(origin(&elsewhere), origin(&as_bob));
 
     // Bob restoring Alice's revision is the same answer as restoring one that never existed.
     let restore = |rev: String| {

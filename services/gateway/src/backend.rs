@@ -89,6 +89,8 @@ pub struct Backends {
     /// the round trip).
     provisioned: Mutex<HashSet<String>>,
     quota: Mutex<Option<(Instant, u64)>>,
+    /// The sync store's identity: fixed for the store's life, so read once.
+    store_id: tokio::sync::OnceCell<String>,
 }
 
 /// Who a call is for, as the sync service's `Caller`.
@@ -162,6 +164,7 @@ impl Backends {
             deadline,
             provisioned: Mutex::new(HashSet::new()),
             quota: Mutex::new(None),
+            store_id: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -208,6 +211,12 @@ impl Backends {
         {
             return Ok(quota);
         }
+        Ok(self.store_status().await?.quota_bytes)
+    }
+
+    /// Asks the sync service for its store's status, keeping what it says of the quota and of
+    /// the store's identity.
+    async fn store_status(&self) -> Result<sync_pb::GetStoreStatusResponse, ApiError> {
         let mut sync = self.sync.clone();
         let status = self
             .within(sync.get_store_status(self.request(sync_pb::GetStoreStatusRequest {})))
@@ -215,7 +224,29 @@ impl Backends {
             .into_inner();
         *self.quota.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((Instant::now(), status.quota_bytes));
-        Ok(status.quota_bytes)
+        if !status.store_id.is_empty() {
+            let _ = self.store_id.set(status.store_id.clone());
+        }
+        Ok(status)
+    }
+
+    /// The identity of `caller`'s origin on this hub ([`origin_id`]), stated on every answer
+    /// about their image so a client keys its sync state by it.
+    pub async fn origin_id(&self, caller: &Caller) -> Result<String, ApiError> {
+        let store_id = match self.store_id.get() {
+            Some(store_id) => store_id.clone(),
+            None => {
+                let status = self.store_status().await?;
+                if status.store_id.is_empty() {
+                    return Err(ApiError::from_reason(
+                        crate::error::reason::BAD_GATEWAY,
+                        "the sync service did not state its store's identity",
+                    ));
+                }
+                status.store_id
+            }
+        };
+        Ok(origin_id(&store_id, &caller.user_id))
     }
 
     /// The quota `caller`'s uploads are held to: their own ([`Caller::quota_bytes`]) or the
@@ -739,6 +770,20 @@ async fn start_download(
         Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
         Err(err) => Err(err),
     }
+}
+
+/// The identity of one user's origin on the hub whose sync store is `store_id` (issue 35): 32
+/// hex digits of SHA-256 over both, so it names the store and the user without revealing the
+/// user's internal id, and differs between two hubs, two stores behind one address, and two
+/// users of one hub. Revision tokens repeat across origins; this does not.
+pub fn origin_id(store_id: &str, user_id: &str) -> String {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(b"snug-origin-v1\0");
+    hasher.update(store_id.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(user_id.as_bytes());
+    hex_lower(&hasher.finalize()[..16])
 }
 
 /// Returns `image` with the given ranges zeroed (a copy only when it holds a range and the

@@ -20,7 +20,8 @@ pub const ALLOW_HEADERS: &str =
 /// Methods a browser script may use.
 pub const ALLOW_METHODS: &str = "GET, HEAD, PUT, POST";
 /// Response headers a browser script may read.
-pub const EXPOSE_HEADERS: &str = "ETag, Repr-Digest, Retry-After, Snug-Storage-Version";
+pub const EXPOSE_HEADERS: &str =
+    "ETag, Repr-Digest, Retry-After, Snug-Storage-Version, Snug-Origin";
 /// How long a browser may cache a preflight answer, in seconds.
 const MAX_AGE: &str = "600";
 

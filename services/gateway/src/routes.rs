@@ -198,6 +198,21 @@ fn image_response(
     response
 }
 
+/// The response header stating the caller's origin identity on this hub
+/// ([`crate::backend::origin_id`]): the same on every replica of one store, different on every
+/// other store and for every other user, so a client keys its sync state by it (issue 35).
+pub const ORIGIN_HEADER: &str = "snug-origin";
+
+/// `answer` (a success or a refusal alike) with the caller's [`ORIGIN_HEADER`]: a client that
+/// finds no image learns whose origin is empty as surely as one that finds one.
+fn with_origin(answer: Result<Response, ApiError>, origin: &str) -> Response {
+    let mut response = answer.into_response();
+    if let Ok(value) = HeaderValue::from_str(origin) {
+        response.headers_mut().insert(ORIGIN_HEADER, value);
+    }
+    response
+}
+
 /// `GET /userdb` (and `HEAD`): the current image with its revision and digest.
 async fn get_userdb(
     State(state): State<Arc<AppState>>,
@@ -206,9 +221,11 @@ async fn get_userdb(
 ) -> Result<Response, ApiError> {
     let identity = state.auth.identify(&headers).await?;
     let caller = state.caller(&identity).await?;
-    serve_image(&state, &caller, None, &method, &headers)
-        .await?
-        .ok_or_else(not_pushed)
+    let origin = state.backends.origin_id(&caller).await?;
+    let answer = serve_image(&state, &caller, None, &method, &headers)
+        .await
+        .and_then(|image| image.ok_or_else(not_pushed));
+    Ok(with_origin(answer, &origin))
 }
 
 /// `GET /userdb/revisions/{rev}` (and `HEAD`): one retained revision's bytes, with the same
@@ -440,8 +457,12 @@ async fn put_userdb(
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("PUT /userdb"))?;
     let image = upload.finish().await?;
     let caller = state.caller(&identity).await?;
-    let precondition = resolve(&state, &caller, wanted).await?;
-    store(&state, &caller, &precondition, image).await
+    let origin = state.backends.origin_id(&caller).await?;
+    let answer = match resolve(&state, &caller, wanted).await {
+        Ok(precondition) => store(&state, &caller, &precondition, image).await,
+        Err(err) => Err(err),
+    };
+    Ok(with_origin(answer, &origin))
 }
 
 /// Refuses an image that does not start as a plain SQLite database (judged on its first bytes).
@@ -471,12 +492,33 @@ async fn store(
     precondition: &Precondition,
     image: Bytes,
 ) -> Result<Response, ApiError> {
-    let info = state.backends.put(caller, precondition, image).await?;
+    let info = state
+        .backends
+        .put(caller, precondition, image)
+        .await
+        .map_err(|err| conflict_in_http_words(err, precondition))?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Some(value) = etag::header_value(&info.revision) {
         response.headers_mut().insert(header::ETAG, value);
     }
     Ok(response)
+}
+
+/// A refused first write says what the client met in its own words: `If-None-Match: *` named
+/// no revision, so the refusal is that an image exists, with the ETag to name instead.
+fn conflict_in_http_words(err: ApiError, precondition: &Precondition) -> ApiError {
+    match (precondition, &err.revision) {
+        (Precondition::MustNotExist, Some(current))
+            if err.status == StatusCode::PRECONDITION_FAILED =>
+        {
+            let message = format!(
+                "an image already exists (ETag \"{current}\"); If-None-Match: * only creates \
+                 the first one: to replace it, pull it and send If-Match: \"{current}\""
+            );
+            err.with_message(message)
+        }
+        _ => err,
+    }
 }
 
 /// Refuses a body that is not `application/octet-stream` with `refusal` as the message.

@@ -12,7 +12,7 @@ use crate::{
     types::{
         ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome,
         PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
-        StorageStats, UsageReport, UserId,
+        StorageStats, StoreId, UsageReport, UserId,
     },
 };
 
@@ -42,6 +42,10 @@ macro_rules! each {
 impl RevStore for AnyStore {
     fn backend(&self) -> &'static str {
         each!(self, s => s.backend())
+    }
+
+    fn store_id(&self) -> &StoreId {
+        each!(self, s => s.store_id())
     }
 
     async fn health(&self) -> Result<(), StorageError> {

@@ -226,6 +226,6 @@ pub use store::{ImageBody, ImageDownload, RevStore};
 pub use types::{
     Digest, ErasureReport, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry,
     Precondition, Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-    RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
+    RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats, StoreId,
     Timestamp, UsageReport, UserId, Verdict, storage_version,
 };

@@ -27,8 +27,8 @@ use crate::{
     types::{
         Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
         Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UsageReport,
-        UserId, Verdict,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, StoreId, Timestamp,
+        UsageReport, UserId, Verdict,
     },
 };
 
@@ -41,6 +41,8 @@ pub struct MemStore {
 #[derive(Debug)]
 struct Inner {
     config: StoreConfig,
+    /// A new identity per memory store: each is a store of its own.
+    store_id: StoreId,
     state: Mutex<State>,
     leases: Leases,
     write_health: crate::write_health::WriteHealth,
@@ -99,6 +101,8 @@ impl MemStore {
             inner: Arc::new(Inner {
                 write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
                 config,
+                // Without entropy the id is still this store's alone among memory stores.
+                store_id: StoreId::generate().unwrap_or_else(|_| StoreId::process_local()),
                 state: Mutex::default(),
                 leases: Leases::default(),
             }),
@@ -586,6 +590,10 @@ impl MemStore {
 impl RevStore for MemStore {
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn store_id(&self) -> &StoreId {
+        &self.inner.store_id
     }
 
     async fn health(&self) -> Result<(), StorageError> {

@@ -17,7 +17,7 @@ use crate::{
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
-        StorageStats, UsageReport, UserId,
+        StorageStats, StoreId, UsageReport, UserId,
     },
 };
 
@@ -29,6 +29,9 @@ use crate::{
 pub trait RevStore: Send + Sync + 'static {
     /// The backend's name for health reports: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
+
+    /// The store's identity ([`StoreId`]), fixed when the store was created.
+    fn store_id(&self) -> &StoreId;
 
     /// Checks that the backend answers.
     fn health(&self) -> impl Future<Output = Result<(), StorageError>> + Send;

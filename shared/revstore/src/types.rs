@@ -143,6 +143,33 @@ string_newtype!(
     check_token
 );
 
+string_newtype!(
+    /// The store's own identity: 128 bits from the CSPRNG as 32 lowercase hex, written into the
+    /// store's metadata the first time it is opened and never changed, so every replica on one
+    /// store reports the same one and every other store (another hub, a store rebuilt from
+    /// nothing) another. A client keys its sync state by origin, and a hub origin is one store
+    /// and one user (issue 35): revision tokens repeat across stores, store ids do not.
+    StoreId,
+    "store id",
+    check_token
+);
+
+impl StoreId {
+    /// A new identity, for a store being created.
+    pub(crate) fn generate() -> Result<Self, getrandom::Error> {
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id)?;
+        Ok(Self(hex::encode(id)))
+    }
+
+    /// An identity unique within this process, for a memory store when the CSPRNG fails.
+    pub(crate) fn process_local() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(format!("memory-{}-{n}", std::process::id()))
+    }
+}
+
 impl Revision {
     /// Generates the token for a user's `seq`-th accepted write.
     pub(crate) fn generate(seq: u64) -> Result<Self, getrandom::Error> {

@@ -1,5 +1,5 @@
 //! Behaviour specific to the embedded store's files: create-once pack names, unreadable
-//! candidates, corruption found by read-back, and the default 64 MiB quota.
+//! candidates, corruption found by read-back, the default 64 MiB quota, and the store id kept.
 
 mod support;
 
@@ -173,4 +173,27 @@ async fn the_default_quota_is_64_mib_exactly() {
         store.head(&u).await.expect("head").revision,
         r1.info.revision
     );
+}
+
+/// The store's identity is made once and kept: reopening the same directory gives it back, and
+/// another directory is another store (issue 35: a client keys its sync state by it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_id_is_made_once_and_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = SqliteStore::open(dir.path(), StoreConfig::default())
+        .expect("open")
+        .store_id()
+        .clone();
+    assert_eq!(first.as_str().len(), 32);
+    assert!(
+        first
+            .as_str()
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    let again = SqliteStore::open(dir.path(), StoreConfig::default()).expect("reopen");
+    assert_eq!(again.store_id(), &first);
+    let other = tempfile::tempdir().expect("tempdir");
+    let elsewhere = SqliteStore::open(other.path(), StoreConfig::default()).expect("open");
+    assert_ne!(elsewhere.store_id(), &first);
 }

@@ -30,8 +30,8 @@ use crate::{
     types::{
         Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
         Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, Timestamp, UsageReport,
-        UserId, Verdict,
+        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, StoreId, Timestamp,
+        UsageReport, UserId, Verdict,
     },
 };
 
@@ -62,6 +62,7 @@ struct Inner {
     /// Where chunk bytes live when not in the `chunks` rows: the object store's pack objects.
     objects: Option<Objects>,
     config: StoreConfig,
+    store_id: StoreId,
     chunk_size: usize,
     schema: Option<String>,
     /// The advisory lock that orders commits (shared) against reclamation (exclusive).
@@ -150,6 +151,13 @@ impl PgStore {
             )
             .await
             .map_err(StorageError::from)?;
+            // Replicas connecting at once race here; the first id stored is every replica's.
+            tx.execute(
+                "INSERT INTO store_meta (key, value) VALUES ('store_id', $1) ON CONFLICT (key) DO NOTHING",
+                &[&StoreId::generate().map_err(StorageError::from)?.as_str()],
+            )
+            .await
+            .map_err(StorageError::from)?;
             // Where the bytes live is fixed when the first image is stored; a store that already
             // holds images from before this key existed keeps them in rows.
             let wanted = objects.as_ref().map_or(ROWS, Objects::location);
@@ -180,6 +188,12 @@ impl PgStore {
         let chunk_size = chunk_size
             .parse::<usize>()
             .map_err(StorageError::unavailable)?;
+        let store_id: String = client
+            .query_one("SELECT value FROM store_meta WHERE key = 'store_id'", &[])
+            .await
+            .map_err(StorageError::from)?
+            .get(0);
+        let store_id = StoreId::new(store_id).map_err(StorageError::unavailable)?;
         drop(client);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -187,6 +201,7 @@ impl PgStore {
                 objects,
                 write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
                 config,
+                store_id,
                 chunk_size,
                 schema: pg.schema,
                 lock_key,
@@ -1056,6 +1071,10 @@ impl Primitives for PgStore {
 }
 
 impl RevStore for PgStore {
+    fn store_id(&self) -> &StoreId {
+        &self.inner.store_id
+    }
+
     fn backend(&self) -> &'static str {
         if self.inner.objects.is_some() {
             "postgres+objects"

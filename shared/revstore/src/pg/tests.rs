@@ -20,10 +20,13 @@ async fn every_table_has_exactly_one_declared_class() {
     let store = PgStore::connect(pg.clone(), StoreConfig::default())
         .await
         .expect("connect");
-    // A second connect (another replica starting) migrates nothing and succeeds.
-    PgStore::connect(pg, StoreConfig::default())
+    // A second connect (another replica starting) migrates nothing and succeeds, and is the
+    // same store: the same identity (issue 35).
+    let replica = PgStore::connect(pg, StoreConfig::default())
         .await
         .expect("reconnect");
+    assert_eq!(replica.store_id(), store.store_id());
+    assert_eq!(store.store_id().as_str().len(), 32);
     let actual: BTreeSet<String> = store
         .table_names()
         .await

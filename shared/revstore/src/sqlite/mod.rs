@@ -59,7 +59,7 @@ use crate::{
         Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
         Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
         RestoreRequest, Revision, RevisionInfo, SQLITE_HEADER_LEN, ServedEntry, StorageStats,
-        Timestamp, UsageReport, UserId, Verdict, storage_version,
+        StoreId, Timestamp, UsageReport, UserId, Verdict, storage_version,
     },
 };
 
@@ -78,6 +78,7 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Inner {
     config: StoreConfig,
+    store_id: StoreId,
     chunk_size: usize,
     db_path: PathBuf,
     packs_dir: PathBuf,
@@ -171,12 +172,25 @@ impl SqliteStore {
             )?;
             v.parse::<usize>().map_err(StorageError::unavailable)?
         };
+        let store_id = {
+            conn.execute(
+                "INSERT OR IGNORE INTO store_meta (key, value) VALUES ('store_id', ?1)",
+                [StoreId::generate().map_err(StorageError::from)?.as_str()],
+            )?;
+            let v: String = conn.query_row(
+                "SELECT value FROM store_meta WHERE key = 'store_id'",
+                [],
+                |r| r.get(0),
+            )?;
+            StoreId::new(v).map_err(StorageError::unavailable)?
+        };
         let writer = Arc::new(Mutex::new(conn));
         let served = ServedJournal::open(dir.join("served"), &writer)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
                 config,
+                store_id,
                 chunk_size,
                 db_path: db_path.clone(),
                 packs_dir,
@@ -1479,6 +1493,10 @@ impl Primitives for SqliteStore {
 impl RevStore for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn store_id(&self) -> &StoreId {
+        &self.inner.store_id
     }
 
     async fn health(&self) -> Result<(), StorageError> {
