@@ -179,9 +179,24 @@ pub(crate) fn open_exit(err: &DbOpenError) -> (Exit, &'static str) {
     }
 }
 
+/// A file stamped newer than this build: offline, the program that is too old is this one, not
+/// a hub, so the remedy is upgrading snug.
+pub(crate) fn schema_too_new(found: i64, supported: i64) -> Failure {
+    Failure::of(
+        &snug_reasons::schema::SCHEMA_TOO_NEW,
+        format!(
+            "the file is at storage version {found}; this snug supports up to {supported}: \
+             upgrade snug to open it; the file is unchanged, do not overwrite it"
+        ),
+    )
+}
+
 impl From<DbOpenError> for Failure {
     fn from(err: DbOpenError) -> Self {
         // The code is the library's stable reason, the same string the schema service sends.
+        if let DbOpenError::SchemaTooNew { found, supported } = err {
+            return schema_too_new(found, supported);
+        }
         let (exit, hint) = open_exit(&err);
         Failure::new(exit, err.reason(), format!("{}{hint}", with_causes(&err)))
     }
@@ -312,7 +327,7 @@ impl From<snug_schema::ImportError> for Failure {
         let exit = match &err {
             E::Locked => return OpenError::Locked.into(),
             E::CorruptContainer(corruption) => return corruption.clone().into(),
-            E::SchemaTooNew { .. } => Exit::Unsupported,
+            E::SchemaTooNew { found, supported } => return schema_too_new(*found, *supported),
             E::NotSqlite
             | E::Malformed { .. }
             | E::Unreadable(_)

@@ -118,7 +118,9 @@ use crate::{
     after_help = "Exit codes: 0 ok, 1 other error, 2 usage, 3 locked, 4 corrupt, 5 unsupported (newer than this build,\n\
                   or a KDF setting outside --min-iterations/--max-iterations),\n\
                   6 diverged (snug sync: both sides changed; nothing was overwritten), 7 busy (another snug sync on the file),\n\
-                  8 OUT is a protected file (--force never replaces one; add --replace-protected).\n\
+                  8 OUT is a protected file (--force never replaces one; add --replace-protected),\n\
+                  10 the origin could not be reached or did not answer usably (nothing changed; retry later),\n\
+                  11 the origin refused the credentials or wants some (SNUG_TOKEN, --token-file).\n\
                   Secrets are never taken from arguments: use --passphrase-file / --recovery-key-file,\n\
                   SNUG_PASSPHRASE / SNUG_RECOVERY_KEY, or answer the prompt on a terminal."
 )]

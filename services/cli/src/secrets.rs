@@ -76,7 +76,20 @@ pub(crate) fn opening_secrets(args: &SecretArgs) -> Result<Secrets, Failure> {
         Some(path) => Some(read_secret_file(path)?),
         None => from_env(ENV_RECOVERY_KEY),
     };
-    if passphrase.is_none() && recovery_key.is_none() && on_terminal() {
+    if passphrase.is_none() && recovery_key.is_none() {
+        if !on_terminal() {
+            // Nothing was tried, so "no supplied secret opened it" would send the user hunting
+            // for a wrong secret: say that none was given, and how to give one.
+            return Err(Failure::of(
+                &snug_reasons::container::LOCKED,
+                format!(
+                    "this Snug file is protected and no secret was supplied: give \
+                     --passphrase-file FILE or --recovery-key-file FILE, set {ENV_PASSPHRASE} or \
+                     {ENV_RECOVERY_KEY}, or run on a terminal to be asked; the file is healthy \
+                     and unchanged"
+                ),
+            ));
+        }
         let answer = prompt("Passphrase or recovery key: ")?;
         let as_key = RecoveryKey::parse(&answer);
         return Ok(Secrets {

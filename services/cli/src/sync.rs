@@ -2,8 +2,7 @@
 //! step at a time from the command line.
 //!
 //! This file is command logic only: arguments, messages, exit codes and the order of steps. The
-//! origin is `snug_restore::Origin` (`describe / download / push(bytes, base)`), and `--origin`
-//! picks one of its two implementations there:
+//! origin is `snug_restore::Origin`, and `--origin` picks one of its two implementations there:
 //! - a hub (`--origin https://hub.example`, `snug_restore::HubOrigin`): what is pushed is always
 //!   the secrets-stripped plain export, never a container (§11.3);
 //! - a personal origin that is a plain directory (`--origin file:///path` or a path,
@@ -13,6 +12,17 @@
 //!   both its secrets open it there and a pull installs it protected; plaintext only with
 //!   `--plaintext-to-origin`, and the output says so.
 //!
+//! `--origin` may be left out once a file has synced: the sync state remembers the origin it last
+//! synced with. Something that looks like a hub address without a scheme (`127.0.0.1:8080`) is
+//! refused with what to type, not taken for a directory.
+//!
+//! Every answer is checked with the origin in the same run (issue 35): a push first asks the
+//! origin for its head (and its identity) and decides with `snug_restore::decide::push`, so
+//! "unchanged" is said only when the origin confirms the revision the file last synced as
+//! there; an origin that cannot be reached, refuses or garbles its answer is an error with exit
+//! code 10 (11 for refused credentials), never "nothing to do". The sync state keeps one record
+//! per origin identity, so one origin's revisions are never read as another's.
+//!
 //! Pull and bootstrap are `snug-restore`'s install pipeline (the Coven discipline of issue #8):
 //! the revision's metadata is read first (a storage version newer than this build is refused
 //! before anything is downloaded), the bytes land in a temporary file beside FILE and are checked
@@ -21,13 +31,16 @@
 //! is opened with its secret and the pull resealed in its own container (no new salt or recovery
 //! key); the download itself lands beside it as the origin sent it.
 //!
-//! The push state (last pushed revision and hash) lives in the `<file>.sync.json` sidecar, never in
-//! the file (`snug_restore::push_state`). Push is gated by the SHA-256 of the export
-//! (`snug_restore::push_image`, the same function pull binds with): an unchanged file sends
-//! nothing, not even a request. Divergence (both sides changed since the last sync, or a lost
-//! race) is reported with exit code 6 and code `DIVERGED` and never resolved silently: `--force`
-//! is the explicit last-writer-wins. One `snug sync` at a time works on a file: another one on the
-//! same file meanwhile is refused with exit code 7 and code `SYNC_IN_PROGRESS` (`<file>.sync.lock`).
+//! Nothing of the user's is replaced without a copy: a forced pull over changes the origin lacks
+//! first keeps FILE's bytes beside it (`snug_restore::keep`), `--keep-both` installs the origin's
+//! copy beside FILE and leaves FILE alone, a forced push names the head it overwrote (kept in a
+//! hub's history, and kept as a copy by a directory origin first), and restoring an older revision
+//! (`push --restore`, `snug sync restore`) is a copy-forward: a new head, the old one kept.
+//!
+//! Divergence (both sides changed since the last sync, a file behind its origin, or a lost race)
+//! is reported with exit code 6 and code `DIVERGED` and never resolved silently. One `snug sync`
+//! at a time works on a file: another one on the same file meanwhile is refused with exit code 7
+//! and code `SYNC_IN_PROGRESS` (`<file>.sync.lock`).
 
 use std::{
     path::{Path, PathBuf},
@@ -37,8 +50,10 @@ use std::{
 use serde_json::json;
 use snug_container::{Limits, Resealable};
 use snug_restore::{
-    DirOrigin, HubOrigin, Origin, OriginError, Plan, Pushed, RestoreError, Selector, SnapshotInfo,
-    push_state::{self, PushState, SyncLock, SyncLockError},
+    DirOrigin, HubOrigin, Origin, OriginError, OriginId, Plan, Pushed, RestoreError, Selector,
+    SnapshotInfo,
+    decide::{self, PushFacts, PushKind, PushPlan, Refusal},
+    push_state::{self, OriginState, SyncLock, SyncLockError, SyncState},
 };
 use snug_schema::{Clock as _, ImportError, SystemClock};
 
@@ -53,17 +68,22 @@ use crate::{
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum SyncCommand {
-    /// Pushes FILE's export to the origin, if it changed since the last push. Refuses (exit 6)
-    /// when the origin moved meanwhile, unless --force.
+    /// Pushes FILE's export to the origin, if it changed since the last push there. Refuses
+    /// (exit 6) when the origin moved meanwhile, unless --force or (FILE unchanged) --restore.
     Push {
         /// The user database (plain, or protected with its secret).
         file: PathBuf,
         #[command(flatten)]
         origin: OriginArgs,
         /// Overwrite the origin's copy even if it changed since this device's last sync
-        /// (last writer wins).
+        /// (last writer wins). The head overwritten is named, and stays in a hub's history; a
+        /// directory origin keeps a copy of it first.
         #[arg(long)]
         force: bool,
+        /// FILE holds an older revision (pulled with --revision) and is unchanged since: make its
+        /// content the origin's new head, a copy-forward that keeps the newer revisions.
+        #[arg(long, conflicts_with = "force")]
+        restore: bool,
         /// Directory origins only: keep the credentials in the pushed copy. A hub never gets them.
         #[arg(long)]
         include_secrets: bool,
@@ -75,9 +95,9 @@ pub(crate) enum SyncCommand {
         secrets: SecretArgs,
     },
     /// Installs the origin's current revision (or --revision) into FILE, keeping FILE's own
-    /// credentials; creates FILE on a new device. Refuses (exit 6) when FILE has unpushed
-    /// changes, unless --force; refuses (exit 5) a revision newer than this build before
-    /// downloading it.
+    /// credentials; creates FILE on a new device. Refuses (exit 6) when FILE has changes the
+    /// origin lacks, unless --force (FILE is kept beside it first) or --keep-both; refuses
+    /// (exit 5) a revision newer than this build before downloading it.
     Pull {
         /// The user database to update (created if missing).
         file: PathBuf,
@@ -86,9 +106,14 @@ pub(crate) enum SyncCommand {
         /// A revision from the origin's history instead of the current one.
         #[arg(long, value_name = "REV")]
         revision: Option<String>,
-        /// Replace FILE's unpushed changes with the origin's copy (last writer wins).
+        /// Replace FILE's unpushed changes with the origin's copy (last writer wins); FILE's
+        /// bytes are kept beside it first, as FILE.replaced-<revision>-<time>.snug.
         #[arg(long)]
         force: bool,
+        /// When FILE has changes the origin lacks, install the origin's copy beside it
+        /// (FILE.origin-<revision>.snug) and leave FILE as it is, instead of refusing.
+        #[arg(long, conflicts_with = "force")]
+        keep_both: bool,
         /// Opens a protected FILE (the pull is resealed in its own container, so its passphrase
         /// and recovery key keep opening it) and a protected revision.
         #[command(flatten)]
@@ -108,21 +133,43 @@ pub(crate) enum SyncCommand {
         #[command(flatten)]
         secrets: SecretArgs,
     },
-    /// Reports a directory origin's current revision; with --init, creates the directory.
+    /// Makes a retained revision the origin's new head (a copy-forward: the newer revisions stay
+    /// in its history), then pulls it into FILE. Refuses (exit 6) when FILE has changes the
+    /// origin lacks, unless --force (FILE is kept beside it first).
+    Restore {
+        /// The user database synced with the origin.
+        file: PathBuf,
+        #[command(flatten)]
+        origin: OriginArgs,
+        /// The revision to make current again.
+        #[arg(long, value_name = "REV")]
+        revision: String,
+        /// Replace FILE's unpushed changes (FILE is kept beside it first).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        secrets: SecretArgs,
+    },
+    /// Reports an origin's identity and current revision: a directory (with --init, creates it
+    /// and its identity) or a hub.
     Origin {
-        /// The directory (or file:// URL).
-        path: String,
-        /// Create the directory if it does not exist.
+        /// The origin: a directory path, file:///path, or a hub's http(s):// URL.
+        origin: String,
+        /// Directories only: create the directory (and its identity) if it does not exist.
         #[arg(long)]
         init: bool,
+        /// A file holding the hub's bearer token. Also: SNUG_TOKEN.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
     },
 }
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct OriginArgs {
-    /// The origin: a hub URL (https://hub.example), file:///path, or a directory path.
+    /// The origin: a hub URL (https://hub.example), file:///path, or a directory path. Left
+    /// out: the origin FILE last synced with.
     #[arg(long)]
-    origin: String,
+    origin: Option<String>,
     /// A file holding the hub's bearer token. Also: SNUG_TOKEN.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
@@ -130,12 +177,13 @@ pub(crate) struct OriginArgs {
 
 /// Runs a sync command.
 pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Failure> {
-    // Push, pull and bootstrap each read FILE and its sidecar and then write one or both; two at
-    // once on the same file could leave one's file bound to the other's revision.
+    // Push, pull, bootstrap and restore each read FILE and its sidecar and then write one or
+    // both; two at once on the same file could leave one's file bound to the other's revision.
     let _lock = match &command {
         SyncCommand::Push { file, .. }
         | SyncCommand::Pull { file, .. }
-        | SyncCommand::Bootstrap { file, .. } => Some(lock_local(file)?),
+        | SyncCommand::Bootstrap { file, .. }
+        | SyncCommand::Restore { file, .. } => Some(lock_local(file)?),
         SyncCommand::Origin { .. } => None,
     };
     match command {
@@ -143,14 +191,16 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             file,
             origin,
             force,
+            restore,
             include_secrets,
             plaintext_to_origin,
             secrets,
         } => push(
             &file,
-            open_origin(&origin)?.as_ref(),
+            open_origin(&file, &origin)?.as_ref(),
             PushOptions {
                 force,
+                restore,
                 include_secrets,
                 plaintext_to_origin,
             },
@@ -162,17 +212,19 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             origin,
             revision,
             force,
+            keep_both,
             secrets,
         } => {
             let options = snug_restore::Options {
                 force,
                 only_if_absent: false,
+                keep_both,
             };
-            let origin = open_origin(&origin)?;
+            let origin = open_origin(&file, &origin)?;
             pull(
                 &file,
                 origin.as_ref(),
-                selector(revision),
+                &selector(revision),
                 options,
                 &secrets,
                 limits,
@@ -187,18 +239,33 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
             let options = snug_restore::Options {
                 force: false,
                 only_if_absent: true,
+                keep_both: false,
             };
-            let origin = open_origin(&origin)?;
+            let origin = open_origin(&file, &origin)?;
             pull(
                 &file,
                 origin.as_ref(),
-                selector(revision),
+                &selector(revision),
                 options,
                 &secrets,
                 limits,
             )
         }
-        SyncCommand::Origin { path, init } => origin_info(&path, init),
+        SyncCommand::Restore {
+            file,
+            origin,
+            revision,
+            force,
+            secrets,
+        } => {
+            let origin = open_origin(&file, &origin)?;
+            restore(&file, origin.as_ref(), &revision, force, &secrets, limits)
+        }
+        SyncCommand::Origin {
+            origin,
+            init,
+            token_file,
+        } => origin_info(&origin, init, token_file.as_deref()),
     }
 }
 
@@ -232,7 +299,7 @@ fn clock() -> Arc<SystemClock> {
 }
 
 fn diverged(message: impl Into<String>) -> Failure {
-    Failure::new(Exit::Diverged, "DIVERGED", message)
+    Failure::of(&snug_reasons::restore::DIVERGED, message)
 }
 
 fn state_failure(err: push_state::PushStateError) -> Failure {
@@ -261,15 +328,22 @@ fn registry_exit(reason: &str) -> Exit {
 }
 
 /// An origin's failure as this command's: the code is the origin error's stable reason, and the
-/// message names the origin.
+/// message names the origin and what to do.
 fn origin_failure(origin: &str, err: &OriginError) -> Failure {
-    // One word, one exit: a code the origin passes on (a hub's refusal of the pushed file,
-    // `SCHEMA_TOO_NEW`, a directory's `NO_ORIGIN`) exits as it does wherever the CLI finds it.
-    let exit = registry_exit(err.reason());
-    // How to fix it from this command line.
+    // An origin that could not be asked, or did not answer usably, decided nothing: one exit
+    // code for all of those, whatever word the hub used (`SERVICE_UNAVAILABLE`, `OVERLOADED`).
+    let exit = if err.is_unavailable() {
+        Exit::Unavailable
+    } else {
+        // One word, one exit: a code the origin passes on (a hub's refusal of the pushed file,
+        // `SCHEMA_TOO_NEW`, a directory's `NO_ORIGIN`) exits as it does wherever the CLI finds it.
+        registry_exit(err.reason())
+    };
     let hint = match err {
-        OriginError::Unauthorized { .. } => "; set SNUG_TOKEN or --token-file".to_owned(),
-        OriginError::NoOrigin { .. } => format!(" (snug sync origin {origin} --init)"),
+        OriginError::NoOrigin { .. } => format!(" (snug sync origin {origin} --init creates it)"),
+        OriginError::Unreachable { .. } => {
+            "; nothing was changed: check the address and that the hub is running".to_owned()
+        }
         _ => String::new(),
     };
     Failure::new(
@@ -297,50 +371,123 @@ fn restore_failure(origin: &str, err: RestoreError) -> Failure {
         RestoreError::Secrets(_) | RestoreError::Gate(_) => Exit::Other,
         _ => registry_exit(err.reason()),
     };
-    Failure::new(exit, err.reason(), with_causes(&err))
+    let hint = match &err {
+        RestoreError::Diverged { .. } => {
+            "; pull --keep-both to get the origin's copy beside it, push --force to overwrite the \
+             origin, or pull --force to replace the file (a copy of it is kept)"
+        }
+        _ => "",
+    };
+    Failure::new(exit, err.reason(), format!("{}{hint}", with_causes(&err)))
 }
 
-/// The origin's current revision, or `None` when it holds no copy yet.
-fn head(origin: &dyn Origin) -> Result<Option<SnapshotInfo>, Failure> {
-    origin
-        .head()
-        .map_err(|err| origin_failure(&origin.name(), &err))
+/// How the user named the origin, and what it is.
+enum Address {
+    Hub(String),
+    Directory(PathBuf),
 }
 
-fn open_origin(args: &OriginArgs) -> Result<Box<dyn Origin>, Failure> {
-    let origin = args.origin.trim();
+/// Reads `--origin`, refusing what cannot be one with what was understood and what to type.
+fn address(origin: &str) -> Result<Address, Failure> {
+    let origin = origin.trim();
     if origin.starts_with("http://") || origin.starts_with("https://") {
-        let token = match &args.token_file {
-            Some(path) => {
-                Some(files::read(path).map(|b| String::from_utf8_lossy(&b).trim().to_owned())?)
-            }
-            None => std::env::var("SNUG_TOKEN")
-                .ok()
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty()),
-        };
-        return Ok(Box::new(HubOrigin::new(origin, token)));
+        return Ok(Address::Hub(origin.to_owned()));
     }
-    Ok(Box::new(DirOrigin::new(dir_path(origin)?)))
+    match origin.strip_prefix("file://") {
+        Some(path) if path.starts_with('/') => return Ok(Address::Directory(PathBuf::from(path))),
+        Some(_) => {
+            return Err(Failure::usage(format!(
+                "{origin}: a file origin is file:///absolute/path"
+            )));
+        }
+        None if origin.contains("://") => {
+            return Err(Failure::usage(format!(
+                "{origin}: an origin is a hub's http(s):// URL, file:///path, or a directory path"
+            )));
+        }
+        None => {}
+    }
+    let path = PathBuf::from(origin);
+    if looks_like_host(origin) && !path.exists() {
+        return Err(Failure::usage(format!(
+            "{origin} looks like a hub's address without its scheme, and no directory of that \
+             name exists: use http://{origin} (or https://{origin}) for a hub, or ./{origin} for \
+             a directory"
+        )));
+    }
+    Ok(Address::Directory(path))
 }
 
-fn dir_path(origin: &str) -> Result<PathBuf, Failure> {
-    match origin.strip_prefix("file://") {
-        Some(path) if path.starts_with('/') => Ok(PathBuf::from(path)),
-        Some(_) => Err(Failure::usage(format!(
-            "{origin}: a file origin is file:///absolute/path"
-        ))),
-        None if origin.contains("://") => Err(Failure::usage(format!(
-            "{origin}: origins are http(s)://, file:// or a directory path"
-        ))),
-        None => Ok(PathBuf::from(origin)),
-    }
+/// `host:port` (or `host:port/path`): what a hub's address looks like without its scheme.
+fn looks_like_host(origin: &str) -> bool {
+    let authority = origin.split('/').next().unwrap_or("");
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return false;
+    };
+    !host.is_empty()
+        && !port.is_empty()
+        && port.len() <= 5
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'))
+}
+
+fn token(token_file: Option<&Path>) -> Result<Option<String>, Failure> {
+    Ok(match token_file {
+        Some(path) => {
+            Some(files::read(path).map(|b| String::from_utf8_lossy(&b).trim().to_owned())?)
+        }
+        None => std::env::var("SNUG_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty()),
+    })
+}
+
+fn origin_at(origin: &str, token_file: Option<&Path>) -> Result<Box<dyn Origin>, Failure> {
+    Ok(match address(origin)? {
+        Address::Hub(url) => Box::new(HubOrigin::new(&url, token(token_file)?)),
+        // A directory is remembered by its absolute path, so `--origin` left out later works
+        // from any working directory.
+        Address::Directory(path) => {
+            Box::new(DirOrigin::new(std::fs::canonicalize(&path).unwrap_or(path)))
+        }
+    })
+}
+
+/// The origin `--origin` names, or the one FILE last synced with.
+fn open_origin(file: &Path, args: &OriginArgs) -> Result<Box<dyn Origin>, Failure> {
+    let origin = match &args.origin {
+        Some(origin) => origin.clone(),
+        None => push_state::load(file)
+            .map_err(state_failure)?
+            .last_origin
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "{} has not synced with an origin yet: give --origin (a hub's https:// URL \
+                     or a directory)",
+                    file.display()
+                ))
+            })?,
+    };
+    origin_at(&origin, args.token_file.as_deref())
+}
+
+/// The origin's current revision, or `None` when it holds no copy yet, and who it is: asked in
+/// this run, so every answer after it is the origin's, not the sidecar's.
+fn confirm(origin: &dyn Origin) -> Result<(Option<SnapshotInfo>, OriginId), Failure> {
+    let fail = |err: OriginError| origin_failure(&origin.name(), &err);
+    let head = origin.head().map_err(fail)?;
+    let identity = origin.identity().map_err(fail)?;
+    Ok((head, identity))
 }
 
 /// How `snug sync push` was asked to push.
 #[derive(Debug, Clone, Copy)]
 struct PushOptions {
     force: bool,
+    restore: bool,
     include_secrets: bool,
     plaintext_to_origin: bool,
 }
@@ -376,6 +523,7 @@ fn push(
 ) -> Result<Outcome, Failure> {
     let PushOptions {
         force,
+        restore,
         include_secrets,
         plaintext_to_origin,
     } = options;
@@ -416,65 +564,87 @@ fn push(
     } else {
         ""
     };
-    let state = push_state::load(file).map_err(state_failure)?;
-    // A legacy backup has no push state (§10): it is compared with the origin afresh every time,
-    // like a file that never synced, and nothing is recorded for it.
+    // A legacy backup has no sync state (§10): it is compared with the origin afresh every
+    // time, like a file that never synced, and nothing is recorded for it.
     let backup = snug_schema::resolve_given(file).standing == snug_schema::Standing::Backup;
-    let unchanged = state.last_pushed_hash.as_deref() == Some(hash.as_str());
-    if unchanged && !force {
-        // The gate: nothing changed since the last push, so nothing is sent, not even a request.
-        return Ok(Outcome {
-            text: format!(
-                "{} is unchanged since the last push (revision {}); nothing pushed",
-                file.display(),
-                state.last_pushed_revision.as_deref().unwrap_or("?")
-            ),
-            json: json!({ "ok": true, "pushed": false, "reason": "UNCHANGED", "revision": state.last_pushed_revision }),
-        });
-    }
-    let remote = head(origin)?;
-    let base = match &remote {
-        None => None,
-        Some(remote) if state.last_pushed_revision.as_deref() == Some(remote.revision.as_str()) => {
-            Some(remote.revision.clone())
-        }
-        Some(remote) if remote.sha256_hex() == hash => {
-            // The origin already holds exactly these bytes (pushed from elsewhere, or a push whose
-            // answer was lost): adopt its revision instead of writing it again.
-            if !backup {
-                save_state(file, &remote.revision, &hash)?;
+    let mut state = push_state::load(file).map_err(state_failure)?;
+    let name = origin.name();
+    let (head, identity) = confirm(origin)?;
+    let adopted = state.adopt(&identity, &name, head.as_ref());
+    let synced = state.at(&identity).cloned();
+    let plan = decide::push(&PushFacts {
+        content_hash: &hash,
+        synced: synced.as_ref(),
+        head: head.as_ref(),
+        force,
+        restore,
+    });
+    let (base, kind) = match plan {
+        PushPlan::Unchanged { revision } => {
+            if adopted && !backup {
+                push_state::save(file, &state).map_err(state_failure)?;
             }
             return Ok(Outcome {
                 text: format!(
-                    "{} already holds this file as revision {}; nothing pushed",
-                    origin.name(),
-                    remote.revision
+                    "{} is unchanged since it last synced with {name} as revision {revision}, \
+                     which {name} confirms is its current one; nothing pushed",
+                    file.display()
                 ),
-                json: json!({ "ok": true, "pushed": false, "reason": "ALREADY_AT_ORIGIN", "revision": remote.revision }),
+                json: json!({ "ok": true, "pushed": false, "reason": "UNCHANGED", "revision": revision, "origin": identity.as_str() }),
             });
         }
-        Some(remote) if force => Some(remote.revision.clone()),
-        Some(remote) => {
-            let since = state
-                .last_pushed_revision
-                .as_deref()
-                .map_or("this device never synced with it".to_owned(), |r| {
-                    format!("this device last synced revision {r}")
-                });
+        PushPlan::AlreadyAtOrigin { revision } => {
+            // The origin already holds exactly these bytes (pushed from elsewhere, or a push
+            // whose answer was lost): adopt its revision instead of writing it again.
+            if !backup {
+                let sha256 = head
+                    .as_ref()
+                    .map(SnapshotInfo::sha256_hex)
+                    .unwrap_or_default();
+                record(&mut state, &identity, &name, &revision, &sha256, &hash);
+                push_state::save(file, &state).map_err(state_failure)?;
+            }
+            return Ok(Outcome {
+                text: format!(
+                    "{name} already holds this file as revision {revision}; nothing pushed"
+                ),
+                json: json!({ "ok": true, "pushed": false, "reason": "ALREADY_AT_ORIGIN", "revision": revision, "origin": identity.as_str() }),
+            });
+        }
+        PushPlan::Refuse(Refusal::Behind { synced, head }) => {
             return Err(diverged(format!(
-                "{} moved to revision {} ({since}) and {} changed too; pull to get the origin's copy, or push --force to overwrite it",
-                origin.name(),
-                remote.revision,
+                "{} holds revision {synced} of {name}, which has moved on to {head}; nothing \
+                 was pushed: pull to bring the file up to date, or push --restore to make this \
+                 revision's content the new head (a copy; {head} stays in the origin's history)",
                 file.display()
             )));
         }
+        PushPlan::Refuse(Refusal::Diverged { head, synced }) => {
+            let since = synced.map_or("this file never synced with it".to_owned(), |r| {
+                format!("this file last synced as revision {r}")
+            });
+            return Err(diverged(format!(
+                "{name} moved to revision {head} ({since}) and {} changed too; nothing was \
+                 pushed: pull --keep-both to get the origin's copy beside the file, or push \
+                 --force to overwrite the origin ({head} stays in its history)",
+                file.display()
+            )));
+        }
+        PushPlan::Push { base, kind } => (base, kind),
+    };
+    // A directory keeps no history: the head a forced push overwrites is kept there first.
+    let preserved = match (&kind, &head) {
+        (PushKind::Overwrite { .. }, Some(head)) if !origin.keeps_history() => origin
+            .preserve(head)
+            .map_err(|err| origin_failure(&name, &err))?,
+        _ => None,
     };
     // The manifest of the base as this device last synced it lets a hub take only the changed
-    // pages without first hearing every page of the new image (issue 21).
-    // They must be the pages of the origin's copy of the base: its recorded SHA-256 says so.
-    let base_pages = match (&base, &remote) {
-        (Some(base), Some(remote)) if !backup => {
-            push_state::load_pages(file, base, &remote.sha256_hex())
+    // pages without first hearing every page of the new image (issue 21). They must be the
+    // pages of this origin's copy of the base: its recorded SHA-256 says so.
+    let base_pages = match (&base, &head) {
+        (Some(base), Some(head)) if !backup => {
+            push_state::load_pages(file, &identity, base, &head.sha256_hex())
         }
         _ => None,
     };
@@ -482,47 +652,154 @@ fn push(
     let pages = (!backup && !protected)
         .then(|| snug_delta::Manifest::with_shapes(&image, snug_delta::page_size_of(&image)).ok())
         .flatten();
-    let pushed = origin
-        .push_from(&image, base.as_deref(), base_pages.as_ref(), pages.as_ref())
-        .map_err(|err| origin_failure(&origin.name(), &err))?;
-    match pushed {
-        Pushed::Accepted { revision } => {
-            let note = if backup {
-                "; it is the backup beside user.snug, so no push state was recorded for it"
-            } else {
-                save_state(file, &revision, &hash)?;
-                if let Some(pages) = &pages {
-                    // A cache: a push that cannot record it has still landed.
-                    let _ = push_state::save_manifest(file, &revision, pages);
-                }
-                ""
-            };
-            Ok(Outcome {
-                text: format!(
-                    "Pushed {} to {} as revision {revision} ({} bytes){plaintext_note}{note}",
-                    file.display(),
-                    origin.name(),
-                    image.len()
-                ),
-                json: json!({ "ok": true, "pushed": true, "revision": revision, "length": image.len(), "sha256": hash, "forced": force && base.is_some(), "recorded": !backup, "protected": protected, "plaintextToOrigin": plaintext_to_origin, "transfer": transfer(origin) }),
-            })
+    // A restore is done by the origin where it still keeps the revision the file holds: its
+    // copy-forward is that revision's bytes exactly, and nothing travels. An origin that no
+    // longer has it (a directory keeps only its head) is sent the file.
+    let restored_at_origin = match (&kind, &base) {
+        (PushKind::Restore { from, .. }, Some(base)) => {
+            match origin.describe(&Selector::Revision(from.clone())) {
+                Ok(kept) => Some((
+                    origin
+                        .restore(&kept, base)
+                        .map_err(|err| origin_failure(&name, &err))?,
+                    kept.sha256_hex(),
+                )),
+                Err(OriginError::UnknownRevision { .. }) => None,
+                Err(err) => return Err(origin_failure(&name, &err)),
+            }
         }
-        Pushed::Conflict { current } => Err(diverged(format!(
-            "{} changed while pushing (now {}); nothing was overwritten — pull, or push --force",
-            origin.name(),
-            current.as_deref().unwrap_or("no image")
-        ))),
-    }
+        _ => None,
+    };
+    let in_place = restored_at_origin.is_some();
+    let (pushed, sha256) = match restored_at_origin {
+        Some(restored) => restored,
+        None => (
+            origin
+                .push_from(&image, base.as_deref(), base_pages.as_ref(), pages.as_ref())
+                .map_err(|err| origin_failure(&name, &err))?,
+            hex::encode(snug_delta::sha256(&image)),
+        ),
+    };
+    let revision = match pushed {
+        Pushed::Accepted { revision } => revision,
+        Pushed::Conflict { current } => {
+            return Err(diverged(format!(
+                "{name} changed while pushing (now {}); nothing was overwritten — pull, or push \
+                 --force",
+                current.as_deref().unwrap_or("no image")
+            )));
+        }
+    };
+    let note = if backup {
+        "; it is the backup beside user.snug, so no sync state was recorded for it"
+    } else {
+        record(&mut state, &identity, &name, &revision, &sha256, &hash);
+        push_state::save(file, &state).map_err(state_failure)?;
+        if let Some(pages) = &pages
+            && sha256 == hex::encode(pages.digest)
+        {
+            // A cache: a push that cannot record it has still landed. Only the pages of the
+            // bytes the origin now holds are recorded (a restore at the origin holds others).
+            let _ = push_state::save_manifest(file, &identity, &revision, pages);
+        }
+        ""
+    };
+    let traffic = origin.traffic();
+    let sent = if in_place {
+        "copied forward at the origin, no bytes sent".to_owned()
+    } else if traffic.delta {
+        format!(
+            "{} bytes sent by difference, of {}",
+            traffic.sent,
+            image.len()
+        )
+    } else {
+        format!("{} bytes", image.len())
+    };
+    let (what, kind_json) = match &kind {
+        PushKind::Forward => (String::new(), json!("forward")),
+        PushKind::First { lost: None } => (String::new(), json!("first")),
+        PushKind::First { lost: Some(lost) } => (
+            format!(
+                "; {name} held no copy (it had revision {lost} when this file last synced), so \
+                 this is its first again"
+            ),
+            json!("first"),
+        ),
+        PushKind::Overwrite { overwritten } => (
+            match &preserved {
+                Some(path) => {
+                    format!("; overwrote revision {overwritten} (--force), kept first at {path}")
+                }
+                None => format!(
+                    "; overwrote revision {overwritten} (--force), which stays in the origin's \
+                     history (snug sync restore --revision {overwritten} brings it back)"
+                ),
+            },
+            json!("overwrite"),
+        ),
+        PushKind::Restore { from, superseded } => (
+            format!(
+                "; restored revision {from}'s content as the new head, a copy-forward: \
+                 {superseded} stays in the origin's history"
+            ),
+            json!("restore"),
+        ),
+    };
+    let overwritten = match &kind {
+        PushKind::Overwrite { overwritten } => Some(overwritten.clone()),
+        _ => None,
+    };
+    let restored_from = match &kind {
+        PushKind::Restore { from, .. } => Some(from.clone()),
+        _ => None,
+    };
+    Ok(Outcome {
+        text: format!(
+            "Pushed {} to {name} as revision {revision} ({sent}){what}{plaintext_note}{note}",
+            file.display(),
+        ),
+        json: json!({
+            "ok": true,
+            "pushed": true,
+            "revision": revision,
+            "base": base,
+            "kind": kind_json,
+            "overwrote": overwritten,
+            "preserved": preserved,
+            "restoredFrom": restored_from,
+            "origin": identity.as_str(),
+            "length": image.len(),
+            "sha256": hash,
+            "forced": force && overwritten.is_some(),
+            "recorded": !backup,
+            "protected": protected,
+            "plaintextToOrigin": plaintext_to_origin,
+            "transfer": transfer(origin),
+        }),
+    })
 }
 
-fn save_state(file: &Path, revision: &str, hash: &str) -> Result<(), Failure> {
-    let state = PushState {
-        last_pushed_revision: Some(revision.to_owned()),
-        last_pushed_hash: Some(hash.to_owned()),
-        last_sync_at: Some(SystemClock.timestamp()),
-    };
-    push_state::save(file, &state).map_err(state_failure)?;
-    Ok(())
+/// Records in `state` that the file, whose gate hash is `content_hash`, is now `revision` at
+/// the origin `identity`, whose record of that revision's bytes is `sha256`.
+fn record(
+    state: &mut SyncState,
+    identity: &OriginId,
+    address: &str,
+    revision: &str,
+    sha256: &str,
+    content_hash: &str,
+) {
+    state.record(
+        identity,
+        OriginState {
+            address: address.to_owned(),
+            revision: revision.to_owned(),
+            sha256: sha256.to_owned(),
+            content_hash: content_hash.to_owned(),
+            synced_at: SystemClock.timestamp(),
+        },
+    );
 }
 
 /// `snug sync pull FILE --origin O` and `snug sync bootstrap FILE --origin O`: the install
@@ -530,7 +807,7 @@ fn save_state(file: &Path, revision: &str, hash: &str) -> Result<(), Failure> {
 fn pull(
     file: &Path,
     origin: &dyn Origin,
-    selector: Selector,
+    selector: &Selector,
     options: snug_restore::Options,
     args: &SecretArgs,
     limits: &Limits,
@@ -540,14 +817,14 @@ fn pull(
     // A protected FILE is refused before the origin is asked anything, so the secret is asked
     // for only then, and the same secret opens a protected revision.
     let mut secrets = None;
-    let planned = match snug_restore::prepare(origin, file, &selector, options, clock()) {
+    let planned = match snug_restore::prepare(origin, file, selector, options, clock()) {
         Err(RestoreError::Protected { .. }) => {
             let given = secrets.insert(secrets::opening_secrets(args)?);
             let unlock = snug_restore::Unlock {
                 secrets: given,
                 limits,
             };
-            snug_restore::prepare_unlocking(origin, file, &selector, options, Some(unlock), clock())
+            snug_restore::prepare_unlocking(origin, file, selector, options, Some(unlock), clock())
         }
         planned => planned,
     };
@@ -569,6 +846,7 @@ fn pull(
         }
         Plan::Install(prepared) => prepared,
     };
+    let identity = prepared.origin().clone();
     let mut bar = ProgressBar::on_stderr(format!("revision {}", prepared.snapshot().revision));
     let downloaded = prepared
         .download(origin, &mut |progress| bar.update(progress))
@@ -586,31 +864,43 @@ fn pull(
         .map_err(fail)?;
     if let Some(bytes) = revision_bytes {
         // A cache: a pull that cannot record it has still landed.
-        let _ = push_state::save_pages(&done.destination, &done.revision, &bytes);
+        let _ = push_state::save_pages(&done.destination, &identity, &done.revision, &bytes);
     }
-    // The file written: FILE, or `user.snug` when FILE stood for a legacy file (§10 adoption).
-    let file = done.destination.as_path();
-    let mut text = if done.bootstrapped {
+    // The file written: FILE, `user.snug` when FILE stood for a legacy file (§10 adoption), or
+    // the copy beside FILE (`--keep-both`).
+    let written = done.destination.as_path();
+    let mut text = if done.beside {
+        format!(
+            "{} has changes {name} lacks, so it was left as it is; revision {} of {name} is \
+             beside it as {} ({} bytes, {} local credential(s) carried)",
+            file.display(),
+            done.revision,
+            written.display(),
+            done.length,
+            done.secrets_kept
+        )
+    } else if done.bootstrapped {
         format!(
             "Created {} from revision {} of {name} ({} bytes)",
-            file.display(),
+            written.display(),
             done.revision,
             done.length
         )
     } else {
         format!(
-            "Pulled revision {} from {name} into {} ({} bytes, {} local credential(s) kept){}",
+            "Pulled revision {} from {name} into {} ({} bytes, {} local credential(s) kept)",
             done.revision,
-            file.display(),
+            written.display(),
             done.length,
             done.secrets_kept,
-            if done.replaced_local_changes {
-                "; local changes were replaced (--force)"
-            } else {
-                ""
-            }
         )
     };
+    if let Some(kept) = &done.kept {
+        text.push_str(&format!(
+            "; its unpushed changes were replaced (--force), and the file as it was is kept at {}",
+            kept.display()
+        ));
+    }
     if done.kept_destination_container {
         text.push_str("; kept protected: resealed in its own container, so its passphrase and recovery key still open it");
     } else if done.protected {
@@ -621,6 +911,7 @@ fn pull(
         json: json!({
             "ok": true,
             "pulled": true,
+            "file": written,
             "revision": done.revision,
             "sha256": done.sha256,
             "downloaded": done.downloaded,
@@ -629,9 +920,100 @@ fn pull(
             "migrated": done.migrated,
             "secretsKept": done.secrets_kept,
             "forced": done.replaced_local_changes,
+            "kept": done.kept,
+            "keptBoth": done.beside,
             "bootstrapped": done.bootstrapped,
             "protected": done.protected,
+            "origin": identity.as_str(),
             "transfer": transfer(origin),
+        }),
+    })
+}
+
+/// `snug sync restore FILE --revision R`: the origin makes R its new head (a copy-forward), then
+/// FILE gets it. FILE is checked first, so a file with changes the origin lacks is refused
+/// before the origin is changed.
+fn restore(
+    file: &Path,
+    origin: &dyn Origin,
+    revision: &str,
+    force: bool,
+    args: &SecretArgs,
+    limits: &Limits,
+) -> Result<Outcome, Failure> {
+    let name = origin.name();
+    let selector = Selector::Revision(revision.to_owned());
+    let options = snug_restore::Options {
+        force,
+        only_if_absent: false,
+        keep_both: false,
+    };
+    // The never-clobber check against the revision, before anything changes at the origin.
+    let checked = match snug_restore::prepare(origin, file, &selector, options, clock()) {
+        Err(RestoreError::Protected { .. }) => {
+            let given = secrets::opening_secrets(args)?;
+            let unlock = snug_restore::Unlock {
+                secrets: &given,
+                limits,
+            };
+            snug_restore::prepare_unlocking(origin, file, &selector, options, Some(unlock), clock())
+        }
+        checked => checked,
+    };
+    let snapshot = match checked.map_err(|err| restore_failure(&name, err))? {
+        Plan::UpToDate(up) => origin
+            .describe(&Selector::Revision(up.revision))
+            .map_err(|err| origin_failure(&name, &err))?,
+        Plan::Install(prepared) => prepared.snapshot().clone(),
+    };
+    let (head, _) = confirm(origin)?;
+    let Some(head) = head else {
+        return Err(origin_failure(&name, &OriginError::Empty));
+    };
+    let restored = if head.revision == snapshot.revision {
+        None
+    } else {
+        match origin
+            .restore(&snapshot, &head.revision)
+            .map_err(|err| origin_failure(&name, &err))?
+        {
+            Pushed::Accepted { revision } => Some(revision),
+            Pushed::Conflict { current } => {
+                return Err(diverged(format!(
+                    "{name} changed while restoring (now {}); nothing was restored — run this \
+                     again",
+                    current.as_deref().unwrap_or("no image")
+                )));
+            }
+        }
+    };
+    let pulled = pull(file, origin, &Selector::Current, options, args, limits)?;
+    let (text, head_now) = match &restored {
+        Some(new) => (
+            format!(
+                "Restored revision {} at {name} as its new revision {new} (a copy-forward: {} \
+                 stays in its history). {}",
+                snapshot.revision, head.revision, pulled.text
+            ),
+            new.clone(),
+        ),
+        None => (
+            format!(
+                "Revision {} is already {name}'s current one; nothing restored. {}",
+                snapshot.revision, pulled.text
+            ),
+            head.revision.clone(),
+        ),
+    };
+    Ok(Outcome {
+        text,
+        json: json!({
+            "ok": true,
+            "restored": restored.is_some(),
+            "restoredFrom": snapshot.revision,
+            "revision": head_now,
+            "superseded": restored.as_ref().map(|_| head.revision.clone()),
+            "pull": pulled.json,
         }),
     })
 }
@@ -643,35 +1025,52 @@ fn transfer(origin: &dyn Origin) -> serde_json::Value {
     json!({ "bytesSent": traffic.sent, "bytesReceived": traffic.received, "delta": traffic.delta })
 }
 
-/// `snug sync origin PATH`.
-fn origin_info(path: &str, init: bool) -> Result<Outcome, Failure> {
-    let dir = DirOrigin::new(dir_path(path)?);
-    if init {
-        std::fs::create_dir_all(dir.dir()).map_err(|e| Failure::io("create", dir.dir(), e))?;
-    } else if !dir.dir().is_dir() {
-        return Err(Failure::new(
-            Exit::Other,
-            "NO_ORIGIN",
-            format!(
-                "{} is not a directory (pass --init to create it)",
-                dir.dir().display()
-            ),
-        ));
-    }
-    let path = dir.dir().to_owned();
-    match head(&dir)? {
+/// `snug sync origin ORIGIN`: who the origin is and what it holds.
+fn origin_info(origin: &str, init: bool, token_file: Option<&Path>) -> Result<Outcome, Failure> {
+    let (origin, kind): (Box<dyn Origin>, &str) = match address(origin)? {
+        Address::Hub(url) => {
+            if init {
+                return Err(Failure::usage(format!(
+                    "{url} is a hub: --init creates directory origins; a hub takes the first \
+                     push as it is"
+                )));
+            }
+            (Box::new(HubOrigin::new(&url, token(token_file)?)), "hub")
+        }
+        Address::Directory(path) => {
+            let dir = DirOrigin::new(path);
+            if init {
+                std::fs::create_dir_all(dir.dir())
+                    .map_err(|e| Failure::io("create", dir.dir(), e))?;
+                dir.init()
+                    .map_err(|err| origin_failure(&dir.name(), &err))?;
+            } else if !dir.dir().is_dir() {
+                return Err(Failure::of(
+                    &snug_reasons::restore::NO_ORIGIN,
+                    format!(
+                        "{} is not a directory (pass --init to create it)",
+                        dir.dir().display()
+                    ),
+                ));
+            }
+            (Box::new(dir), "directory")
+        }
+    };
+    let name = origin.name();
+    let (head, identity) = confirm(origin.as_ref())?;
+    match head {
         None => Ok(Outcome {
-            text: format!("{}: a directory origin with no copy yet", path.display()),
-            json: json!({ "ok": true, "kind": "directory", "path": path, "revision": null }),
+            text: format!("{name}: a {kind} origin ({identity}) with no copy yet"),
+            json: json!({ "ok": true, "kind": kind, "origin": name, "identity": identity.as_str(), "revision": null }),
         }),
-        Some(remote) => Ok(Outcome {
+        Some(head) => Ok(Outcome {
             text: format!(
-                "{}: revision {} (sha256 {})",
-                path.display(),
-                remote.revision,
-                remote.sha256_hex()
+                "{name}: a {kind} origin ({identity}) at revision {} (sha256 {}, {} bytes)",
+                head.revision,
+                head.sha256_hex(),
+                head.size
             ),
-            json: json!({ "ok": true, "kind": "directory", "path": path, "revision": remote.revision, "sha256": remote.sha256_hex() }),
+            json: json!({ "ok": true, "kind": kind, "origin": name, "identity": identity.as_str(), "revision": head.revision, "sha256": head.sha256_hex(), "size": head.size }),
         }),
     }
 }

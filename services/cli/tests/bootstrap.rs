@@ -7,7 +7,7 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
 };
 
@@ -102,13 +102,6 @@ fn listing(dir: &Path) -> BTreeMap<String, (usize, String)> {
         .collect()
 }
 
-fn sidecar(file: &Path) -> serde_json::Value {
-    let mut name = file.as_os_str().to_owned();
-    name.push(".sync.json");
-    let bytes = std::fs::read(PathBuf::from(name)).expect("sidecar");
-    serde_json::from_slice(bytes.strip_prefix(b"SNUGSYNC1\n").expect("magic")).expect("json")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_device_bootstraps_from_the_hub_and_keeps_its_secrets_local() {
     let hub = Hub::start(Options::default()).await;
@@ -149,7 +142,7 @@ async fn a_new_device_bootstraps_from_the_hub_and_keeps_its_secrets_local() {
         listing(&b_dir).into_keys().collect::<Vec<_>>(),
         ["user.snug", "user.snug.sync.json", "user.snug.sync.pages"]
     );
-    assert_eq!(sidecar(&b)["lastPushedRevision"], r1.as_str());
+    assert_eq!(snug_test_support::sync_record(&b)["revision"], r1.as_str());
 
     // Both files hold the same data; the secrets stayed on A. The other differences are the
     // import obligations of a pull: the endpoint re-confirmation (§9 obligation 2) and connection
@@ -455,10 +448,11 @@ fn a_broken_download_over_http_leaves_the_destination_untouched() {
         "r2-00000000000000bb",
         second.clone(),
     );
+    // An origin that did not deliver decided nothing: exit 10, as for one that cannot be reached.
     let (code, json) = pull(&[]);
     assert_eq!(
         (code, json["error"]["code"].as_str()),
-        (1, Some("DOWNLOAD_INTERRUPTED")),
+        (10, Some("DOWNLOAD_INTERRUPTED")),
         "{json}"
     );
     assert_eq!(
@@ -502,7 +496,7 @@ fn a_broken_download_over_http_leaves_the_destination_untouched() {
     );
     assert_eq!(
         (code, json["error"]["code"].as_str()),
-        (1, Some("DOWNLOAD_INTERRUPTED")),
+        (10, Some("DOWNLOAD_INTERRUPTED")),
         "{json}"
     );
     assert!(listing(fresh.path()).is_empty());

@@ -34,10 +34,14 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     let n05 = containers.join("n05-payload-bitflip.snug");
     let n12 = containers.join("n12-not-a-container.snug");
     let plain = vectors_dir().join("userdb/fresh-v6.user.snug");
+    // §11.2 rule 6 in both orders: a version byte of 2 under a valid header checksum is a newer
+    // format; the same byte under the old checksum is damage.
     let newer = dir.path().join("newer.snug");
+    let damaged_version = dir.path().join("damaged-version.snug");
     let mut bytes = std::fs::read(&c03).expect("c03");
     bytes[9] = 2;
-    std::fs::write(&newer, bytes).expect("write");
+    std::fs::write(&damaged_version, &bytes).expect("write");
+    std::fs::write(&newer, snug_container::with_valid_checksum(&bytes)).expect("write");
     let garbage = dir.path().join("garbage.bin");
     std::fs::write(&garbage, b"PK\x03\x04 a zip file, not a user database").expect("write");
     let half = dir.path().join("half.snug");
@@ -95,6 +99,25 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
             env: vec![],
             exit: 5,
             error_code: Some("UNSUPPORTED_FORMAT_VERSION"),
+        },
+        Case {
+            name: "inspect a damaged version byte",
+            args: vec!["inspect".into(), p(&damaged_version)],
+            env: vec![],
+            exit: 4,
+            error_code: Some("CORRUPT"),
+        },
+        Case {
+            name: "unlock a damaged version byte",
+            args: vec![
+                "unlock".into(),
+                p(&damaged_version),
+                "--out".into(),
+                out("dv"),
+            ],
+            env: vec![("SNUG_PASSPHRASE", PASSPHRASE)],
+            exit: 4,
+            error_code: Some("CORRUPT"),
         },
         Case {
             name: "weak kdf is out of policy by default, not corrupt",
@@ -199,7 +222,17 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
         },
     ];
     let before: Vec<(PathBuf, String)> = [
-        &c01, &c03, &n01, &n03, &n05, &n12, &plain, &newer, &garbage, &half,
+        &c01,
+        &c03,
+        &n01,
+        &n03,
+        &n05,
+        &n12,
+        &plain,
+        &newer,
+        &damaged_version,
+        &garbage,
+        &half,
     ]
     .iter()
     .map(|p| (p.to_path_buf(), sha256_hex(p)))
@@ -229,11 +262,31 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     for (path, hash) in before {
         assert_eq!(sha256_hex(&path), hash, "{} was modified", path.display());
     }
+    // Nothing was supplied, so nothing was tried: the message says so, and how to give one.
+    let output = SNUG.run(&["unlock", &p(&c01), "--out", &out("j"), "--json"], &[]);
+    let message = json(&output)["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        message.contains("no secret was supplied")
+            && message.contains("--passphrase-file")
+            && message.contains("SNUG_PASSPHRASE"),
+        "{message}"
+    );
     // Failed commands leave no output and no temporary file behind.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
         .map(|e| e.expect("entry").file_name())
-        .filter(|n| n != "newer.snug" && n != "garbage.bin" && n != "half.snug")
+        .filter(|n| {
+            ![
+                "newer.snug",
+                "damaged-version.snug",
+                "garbage.bin",
+                "half.snug",
+            ]
+            .contains(&n.to_string_lossy().as_ref())
+        })
         .collect();
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
 }

@@ -130,14 +130,21 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
     // by difference with the ids alone.
     let revision = pulled["revision"].as_str().expect("revision");
     let sha256 = pulled["sha256"].as_str().expect("sha256");
-    let shaped = snug_restore::push_state::load_pages(&a, revision, sha256).expect("recorded");
+    let origin = snug_restore::OriginId::parse(pulled["origin"].as_str().expect("origin"))
+        .expect("the hub's identity");
+    let shaped =
+        snug_restore::push_state::load_pages(&a, &origin, revision, sha256).expect("recorded");
     assert!(shaped.shapes.is_some());
+    // The page ids are this origin's: another origin's revision of the same name is not them.
+    let elsewhere =
+        snug_restore::OriginId::parse("dir:0123456789abcdef0123456789abcdef").expect("identity");
+    assert!(snug_restore::push_state::load_pages(&a, &elsewhere, revision, sha256).is_none());
     let ids_alone = snug_delta::Manifest {
         shapes: None,
         ..shaped
     };
-    snug_restore::push_state::save_manifest(&a, revision, &ids_alone).expect("recorded");
-    let recorded = snug_restore::push_state::load_pages(&a, revision, sha256);
+    snug_restore::push_state::save_manifest(&a, &origin, revision, &ids_alone).expect("recorded");
+    let recorded = snug_restore::push_state::load_pages(&a, &origin, revision, sha256);
     assert_eq!(recorded.and_then(|m| m.shapes), None);
     edit(&a, "delta:ids-alone");
     let pushed = sync("push", &a, &hub.url(), env()).await;

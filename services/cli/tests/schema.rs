@@ -305,6 +305,15 @@ fn exit_codes_follow_the_table_and_inputs_stay_untouched() {
     for (path, hash) in before {
         assert_eq!(sha256_hex(&path), hash, "{} was modified", path.display());
     }
+    // Offline, the program too old for a newer file is this one: the remedy is upgrading snug,
+    // not a hub.
+    let output = SNUG.run(&["migrate", &p(&future), "--out", &out("z"), "--json"], &[]);
+    let body: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let message = body["error"]["message"].as_str().unwrap_or("").to_owned();
+    assert!(
+        message.contains("upgrade snug") && !message.contains("hub"),
+        "{message}"
+    );
     // Refused commands leave no output and no temporary file behind.
     let mut left: Vec<String> = std::fs::read_dir(dir.path())
         .expect("dir")

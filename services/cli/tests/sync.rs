@@ -1,7 +1,7 @@
 //! `snug sync` end to end: the built binary against the whole hub started in-process (snug-e2e)
 //! and against a directory origin. Two "devices" are two files with their own sidecars.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use snug_e2e::{Hub, Options, userdb_vector};
 use snug_test_support::Snug;
@@ -45,17 +45,6 @@ fn secret_rows(file: &Path) -> i64 {
         .expect("count")
 }
 
-/// The device's sidecar, parsed.
-fn sidecar(file: &Path) -> serde_json::Value {
-    let mut name = file.as_os_str().to_owned();
-    name.push(".sync.json");
-    let bytes = std::fs::read(PathBuf::from(name)).expect("sidecar");
-    let json = bytes
-        .strip_prefix(b"SNUGSYNC1\n")
-        .expect("the sidecar starts with SNUGSYNC1");
-    serde_json::from_slice(json).expect("sidecar JSON")
-}
-
 /// Runs the whole push / pull / divergence / force story between two devices and `origin`.
 async fn two_devices(
     origin: String,
@@ -86,9 +75,9 @@ async fn two_devices(
     assert_eq!(code, 0, "{json}");
     assert_eq!(json["pushed"], true);
     let r1 = json["revision"].as_str().expect("revision").to_owned();
-    assert_eq!(sidecar(&a)["lastPushedRevision"], r1);
+    assert_eq!(snug_test_support::sync_record(&a)["revision"], r1);
     assert!(
-        sidecar(&a)["lastSyncAt"]
+        snug_test_support::sync_record(&a)["syncedAt"]
             .as_str()
             .is_some_and(|t| t.ends_with('Z'))
     );
@@ -240,7 +229,13 @@ async fn push_pull_and_divergence_against_the_hub() {
     .await;
     assert_eq!(
         (code, json["error"]["code"].clone()),
-        (1, "SYNC_AUTH".into()),
+        (11, "SYNC_AUTH".into()),
+        "{json}"
+    );
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("none was given") && m.contains("SNUG_TOKEN")),
         "{json}"
     );
     // --include-secrets never reaches a hub.

@@ -104,11 +104,15 @@ pub const NOT_DEPLOYED: Reason = gateway(
 );
 
 /// A client address or principal that spent its rate limit's burst (the reference's 429).
-pub const RATE_LIMITED: Reason = gateway(
-    "RATE_LIMITED",
-    http(429, "RATE_LIMITED", true),
-    "a client address or principal that spent its rate limit's burst; `Retry-After` says when to retry",
-);
+/// `snug sync` waits out its `Retry-After` within a bound, then reports it (exit 10).
+pub const RATE_LIMITED: Reason = Reason {
+    exit: CliExit::Always(crate::Exit::Unavailable),
+    ..gateway(
+        "RATE_LIMITED",
+        http(429, "RATE_LIMITED", true),
+        "a client address or principal that spent its rate limit's burst; `Retry-After` says when to retry",
+    )
+};
 
 /// The gateway's own reasons.
 pub const DOMAIN: Domain = Domain {

@@ -90,6 +90,13 @@ pub enum Exit {
     /// An OUT to be replaced is a protected (SNUGENC1) file and `--replace-protected` was not
     /// given (§11.2 rule 7). Nothing was written.
     ProtectedOutput = 8,
+    /// `snug sync`: the origin could not be asked or did not answer usably (nothing listens,
+    /// a broken or garbled answer, rate limited, overloaded or down). Nothing was decided and
+    /// nothing changed; the same command may succeed later.
+    Unavailable = 10,
+    /// `snug sync`: the origin refused the credentials (or wants some and none were given).
+    /// Nothing changed.
+    Unauthorized = 11,
 }
 
 /// Which exit code the CLI gives a reason.

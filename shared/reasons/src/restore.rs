@@ -5,6 +5,7 @@ use crate::{CliExit, Domain, Exit, Reason};
 pub use crate::{
     cli::{ENTROPY_UNAVAILABLE, IO},
     container::LOCKED,
+    gateway::RATE_LIMITED,
     schema::{PROTECTED, SCHEMA_TOO_NEW},
 };
 
@@ -114,12 +115,16 @@ pub const REVISION_NOT_FOUND: Reason = restore(
     Exit::Other,
     "the origin has no such revision",
 );
-/// The hub refused the credentials.
-pub const SYNC_AUTH: Reason = restore("SYNC_AUTH", Exit::Other, "the hub refused the credentials");
+/// The hub refused the credentials, or wants some and none were given.
+pub const SYNC_AUTH: Reason = restore(
+    "SYNC_AUTH",
+    Exit::Unauthorized,
+    "the hub refused the credentials, or wants some and none were given",
+);
 /// The origin could not be reached.
 pub const SYNC_NETWORK: Reason = restore(
     "SYNC_NETWORK",
-    Exit::Other,
+    Exit::Unavailable,
     "the origin could not be reached",
 );
 /// The hub answers at another address.
@@ -131,13 +136,13 @@ pub const ORIGIN_MOVED: Reason = restore(
 /// The origin answered with something this client cannot use.
 pub const SYNC_BAD_RESPONSE: Reason = restore(
     "SYNC_BAD_RESPONSE",
-    Exit::Other,
+    Exit::Unavailable,
     "the origin answered with something this client cannot use",
 );
 /// A hub's refusal this client has no word for (its HTTP status in the message).
 pub const SYNC_HTTP: Reason = restore(
     "SYNC_HTTP",
-    Exit::Other,
+    Exit::Unavailable,
     "a hub's refusal this client has no word for",
 );
 /// A directory origin's copy and revision file disagree (an interrupted push); never trusted.
@@ -149,7 +154,7 @@ pub const ORIGIN_INCONSISTENT: Reason = restore(
 /// The download broke off.
 pub const DOWNLOAD_INTERRUPTED: Reason = restore(
     "DOWNLOAD_INTERRUPTED",
-    Exit::Other,
+    Exit::Unavailable,
     "the download broke off",
 );
 /// The directory given as an origin does not exist (`snug sync origin DIR --init` creates it).
@@ -187,6 +192,7 @@ pub const DOMAIN: Domain = Domain {
         &ORIGIN_INCONSISTENT,
         &DOWNLOAD_INTERRUPTED,
         &NO_ORIGIN,
+        &RATE_LIMITED,
         &SCHEMA_TOO_NEW,
         &PROTECTED,
         &LOCKED,

@@ -25,9 +25,11 @@ use zeroize::Zeroizing;
 
 use crate::{
     error::RestoreError,
-    gate,
-    origin::{LocalCopy, Origin, OriginError, Selector, SnapshotInfo, header_storage_version},
-    push_state::{PushState, sidecar_location},
+    gate, keep,
+    origin::{
+        LocalCopy, Origin, OriginError, OriginId, Selector, SnapshotInfo, header_storage_version,
+    },
+    push_state::{OriginState, SyncState, sidecar_location},
 };
 
 /// How a restore treats the destination.
@@ -39,6 +41,11 @@ pub struct Options {
     /// Only create a new file: refuse ([`RestoreError::DestinationExists`]) when the destination
     /// (or the legacy `user.sqlite` it would adopt) exists. A new device's bootstrap.
     pub only_if_absent: bool,
+    /// Where the destination has changes the origin lacks, install the revision beside it
+    /// instead (`<file name>.origin-<revision>.snug`, carrying the destination's credentials and
+    /// protection, with its own sync state) and leave the destination as it is: the way out of
+    /// a divergence that loses nothing. Without such changes the pull goes ahead as usual.
+    pub keep_both: bool,
 }
 
 /// How far a download has come.
@@ -153,11 +160,11 @@ impl SidecarSeen {
         Ok(Self { read, bytes })
     }
 
-    /// The push state, read exactly as `push_state::load` reads it.
-    fn state(&self) -> PushState {
+    /// The sync state, read exactly as `push_state::load` reads it.
+    fn state(&self) -> SyncState {
         self.bytes
             .as_deref()
-            .map(PushState::decode)
+            .map(SyncState::decode)
             .unwrap_or_default()
     }
 }
@@ -197,7 +204,16 @@ pub struct Prepared {
     snapshot: SnapshotInfo,
     local: Option<Local>,
     sidecar: SidecarSeen,
+    /// The origin's identity and address, whose record the install writes.
+    origin: (OriginId, String),
+    /// The destination's sync state as prepared (an earlier release's record adopted where it
+    /// belongs to this origin), and its record at this origin.
+    state: SyncState,
+    synced: Option<OriginState>,
     replaces_local_changes: bool,
+    /// `Some`: the destination has changes the origin lacks and is left alone; the revision goes
+    /// to this path instead (`Options::keep_both`).
+    beside: Option<PathBuf>,
     clock: Arc<dyn Clock>,
 }
 
@@ -379,12 +395,24 @@ pub fn prepare_unlocking(
         });
     }
 
-    let state = sidecar.state();
-    let local_changes = local
-        .as_ref()
-        .is_some_and(|l| state.last_pushed_hash.as_deref() != Some(l.content_hash.as_str()));
+    // The destination's record at this origin, and only this origin (issue 35): an earlier
+    // release's origin-less record counts only where the origin's head is exactly what it
+    // recorded.
+    let origin_id = origin.identity()?;
+    let mut state = sidecar.state();
+    if state.at(&origin_id).is_none() && state.unclaimed.is_some() {
+        let head = match selector {
+            Selector::Current => Some(snapshot.clone()),
+            Selector::Revision(_) => origin.head()?,
+        };
+        state.adopt(&origin_id, &origin.name(), head.as_ref());
+    }
+    let synced = state.at(&origin_id).cloned();
+    let local_changes = local.as_ref().is_some_and(|l| {
+        synced.as_ref().map(|s| s.content_hash.as_str()) != Some(l.content_hash.as_str())
+    });
     if local.is_some()
-        && state.last_pushed_revision.as_deref() == Some(snapshot.revision.as_str())
+        && synced.as_ref().map(|s| s.revision.as_str()) == Some(snapshot.revision.as_str())
         && !(local_changes && options.force)
     {
         return Ok(Plan::UpToDate(UpToDate {
@@ -397,21 +425,55 @@ pub fn prepare_unlocking(
         && local
             .as_ref()
             .is_some_and(|l| l.content_hash != snapshot.sha256_hex());
+    let mut destination = destination.to_owned();
+    let mut sidecar = sidecar;
+    let mut beside = None;
     if replaces_local_changes && !options.force {
-        return Err(RestoreError::Diverged {
-            path: local.map_or_else(|| destination.to_owned(), |l| l.read),
-            revision: snapshot.revision,
-            last_synced: state.last_pushed_revision,
-        });
+        if !options.keep_both {
+            return Err(RestoreError::Diverged {
+                path: local.map_or_else(|| destination.clone(), |l| l.read),
+                revision: snapshot.revision,
+                last_synced: synced.map(|s| s.revision),
+            });
+        }
+        // Both kept: the revision goes to a file of its own, with a sync state of its own.
+        let copy = beside_name(&destination, &snapshot.revision);
+        if fs::symlink_metadata(&copy).is_ok() {
+            return Err(RestoreError::DestinationExists { path: copy });
+        }
+        sidecar = SidecarSeen::observe(&copy)?;
+        state = sidecar.state();
+        destination = copy.clone();
+        beside = Some(copy);
     }
     Ok(Plan::Install(Box::new(Prepared {
-        destination: destination.to_owned(),
+        destination,
         snapshot,
         local,
         sidecar,
-        replaces_local_changes,
+        origin: (origin_id, origin.name()),
+        state,
+        synced,
+        replaces_local_changes: replaces_local_changes && beside.is_none(),
+        beside,
         clock,
     })))
+}
+
+/// Where `Options::keep_both` installs the origin's copy of `revision` beside `destination`:
+/// `<file name>.origin-<revision>.snug` (§10: a derived name follows the file).
+fn beside_name(destination: &Path, revision: &str) -> PathBuf {
+    let name = destination
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| snug_schema::USER_FILE.to_owned());
+    // A revision token has been checked to be an entity-tag; a path separator would still
+    // have no place in a file name.
+    let revision: String = revision
+        .chars()
+        .map(|c| if c == '/' || c == '\\' { '_' } else { c })
+        .collect();
+    destination.with_file_name(format!("{name}.origin-{revision}.snug"))
 }
 
 impl Prepared {
@@ -430,9 +492,15 @@ impl Prepared {
         self.local.is_none()
     }
 
-    /// Whether installing replaces local changes that were never pushed (only with `force`).
+    /// Whether installing replaces local changes that were never pushed (only with `force`; a
+    /// copy of the replaced file is kept beside it).
     pub fn replaces_local_changes(&self) -> bool {
         self.replaces_local_changes
+    }
+
+    /// The identity of the origin the revision comes from.
+    pub fn origin(&self) -> &OriginId {
+        &self.origin.0
     }
 
     /// Downloads the revision into a new temporary file in the destination's directory and
@@ -463,14 +531,14 @@ impl Prepared {
         };
         // An origin that offers delta pulls rebuilds the revision from the local copy's pages
         // (issue 21); the sink checks the length and SHA-256 whichever way the bytes came.
-        let state = self.sidecar.state();
+        let synced = self.synced.as_ref();
         let local = self.local.as_ref().map(|l| LocalCopy {
             bytes: &l.export,
-            // Unchanged since its last sync: the origin's copy of that revision is this file.
-            revision: state
-                .last_pushed_revision
-                .as_deref()
-                .filter(|_| state.last_pushed_hash.as_deref() == Some(l.content_hash.as_str())),
+            // Unchanged since its last sync with this origin: the origin's copy of that revision
+            // is this file.
+            revision: synced
+                .filter(|s| s.content_hash == l.content_hash)
+                .map(|s| s.revision.as_str()),
         });
         let delivered = origin.download_from(&self.snapshot, local, &mut sink);
         let revision = &self.snapshot.revision;
@@ -598,7 +666,7 @@ pub struct Installed {
     pub found_version: i64,
     /// Whether the migration ladder ran (the revision was older than this build).
     pub migrated: bool,
-    /// The push gate's hash of the installed file, recorded as the last pushed hash.
+    /// The push gate's hash of the installed file, recorded in its record at the origin.
     pub content_hash: String,
     /// Local credentials carried into the installed file.
     pub secrets_kept: usize,
@@ -615,6 +683,12 @@ pub struct Installed {
     /// Whether the installed file was resealed in the destination's container (it was protected
     /// before the pull, so the secrets that opened it still do).
     pub kept_destination_container: bool,
+    /// Where the replaced file's bytes were kept, when it held changes the origin lacked
+    /// (`force`): exactly as they were on disk ([`crate::keep`]).
+    pub kept: Option<PathBuf>,
+    /// Whether the revision was installed beside a destination with changes of its own
+    /// (`Options::keep_both`), at [`Installed::destination`], leaving that file as it was.
+    pub beside: bool,
 }
 
 impl Downloaded {
@@ -734,16 +808,27 @@ impl Downloaded {
                 path: prepared.destination.clone(),
             })?
             .write;
-        let state = PushState {
-            last_pushed_revision: Some(revision.clone()),
-            last_pushed_hash: Some(content_hash.clone()),
-            last_sync_at: Some(clock.timestamp()),
-        };
+        let mut state = prepared.state.clone();
+        state.record(
+            &prepared.origin.0,
+            OriginState {
+                address: prepared.origin.1.clone(),
+                revision: revision.clone(),
+                sha256: prepared.snapshot.sha256_hex(),
+                content_hash: content_hash.clone(),
+                synced_at: clock.timestamp(),
+            },
+        );
         let sidecar_temp = TempSibling::create(&sidecar_path)
             .map_err(io_error("create a temporary file beside", &sidecar_path))?;
         rewrite(sidecar_temp.path(), &state.encode())?;
 
         prepared.check_unchanged()?;
+        let kept = if prepared.replaces_local_changes {
+            Some(prepared.keep_local()?)
+        } else {
+            None
+        };
         prepared.replace(temp)?;
         let unbound = |source| RestoreError::Unbound {
             path: sidecar_path.clone(),
@@ -769,6 +854,8 @@ impl Downloaded {
             sidecar: sidecar_path,
             protected: sealed.is_some() || kept_destination_container,
             kept_destination_container,
+            kept,
+            beside: prepared.beside.is_some(),
         })
     }
 }
@@ -800,6 +887,30 @@ fn rewrite(path: &Path, bytes: &[u8]) -> Result<(), RestoreError> {
 }
 
 impl Prepared {
+    /// Keeps the local copy's bytes, as they are on disk, beside it before a forced install
+    /// replaces its unpushed changes; the copy is named for the revision it last synced as.
+    fn keep_local(&self) -> Result<PathBuf, RestoreError> {
+        let local = self
+            .local
+            .as_ref()
+            .ok_or_else(|| RestoreError::DestinationChanged {
+                path: self.destination.clone(),
+            })?;
+        let bytes = fs::read(&local.read).map_err(io_error("read", &local.read))?;
+        let sha256: [u8; 32] = Sha256::digest(&bytes).into();
+        if sha256 != local.identity.sha256 {
+            return Err(RestoreError::DestinationChanged {
+                path: local.read.clone(),
+            });
+        }
+        let revision = self
+            .synced
+            .as_ref()
+            .map_or(keep::UNSYNCED, |s| s.revision.as_str());
+        keep::keep_beside(&local.read, revision, &bytes, self.clock.as_ref())
+            .map_err(io_error("keep a copy of", &local.read))
+    }
+
     /// Fails unless the local copy, the destination's absence (when there was no file) and the
     /// sidecar are exactly as prepared.
     fn check_unchanged(&self) -> Result<(), RestoreError> {

@@ -14,8 +14,10 @@
 //!    origin records about it; refuse a storage version newer than this build
 //!    (`SCHEMA_TOO_NEW`) or a size over the cap **before downloading anything**; check the
 //!    destination (its directory exists, it is not a directory, it is a plain Snug user database
-//!    if it exists); never clobber: a destination whose push-gate hash differs from its sidecar's
-//!    last pushed hash has unpushed changes and is refused (`DIVERGED`) unless `force`.
+//!    if it exists); never clobber: a destination whose push-gate hash differs from its record at
+//!    this origin (or that never synced with it) has changes the origin lacks and is refused
+//!    (`DIVERGED`), unless `force` (its bytes are then kept beside it first) or `keep_both` (the
+//!    revision is installed beside it instead).
 //! 2. [`Prepared::download`]: stream into a temporary file in the destination's directory,
 //!    capped at the declared length (itself within [`snug_schema::MAX_USERDB_BYTES`]), then
 //!    verify the length and the recorded SHA-256.
@@ -29,14 +31,18 @@
 //! Any failure removes the temporary file and leaves the destination and its sidecar
 //! byte-identical. [`restore`] runs the three steps in one call.
 //!
-//! The sidecar is [`push_state`] (`<file>.sync.json`): the revision a file was last pushed or
-//! pulled as and the push gate's hash of it, beside the file and never in it; a client holds its
-//! [`SyncLock`](push_state::SyncLock) while it reads and writes the two.
+//! The sidecar is [`push_state`] (`<file>.sync.json`): per origin, by the origin's identity
+//! ([`OriginId`], issue 35), the revision a file last synced as there and the push gate's hash of
+//! it, beside the file and never in it; a client holds its [`SyncLock`](push_state::SyncLock)
+//! while it reads and writes the two. What a push does is one pure decision ([`decide::push`])
+//! over the file, its record at the origin and the origin's head as the origin confirmed it in
+//! the same run, so no program that syncs a file says "unchanged" from the sidecar alone.
+//! Nothing of the user's is replaced without a copy ([`keep`]).
 //!
 //! What this crate deliberately does not do: talk to a network outside [`HubOrigin`], merge two
-//! histories (a divergence is surfaced, and `force` is the explicit last-writer-wins), decide
-//! when to push (the client's command logic does, over [`Origin::push`] and [`push_state`]), or
-//! create the destination's directory.
+//! histories (a divergence is surfaced, and `force` is the explicit last-writer-wins), talk to
+//! the user (the client's command logic words the answers), or create the destination's
+//! directory.
 //!
 //! # Design notes
 //!
@@ -59,9 +65,9 @@
 //!    new database in its container; a
 //!    missing `user.snug` stands for an unadopted `user.sqlite` beside it, read and never written),
 //!    describes the revision, refuses `SCHEMA_TOO_NEW` and `USERDB_TOO_LARGE` before any download,
-//!    answers up to date when the sidecar already names the revision, and refuses `DIVERGED` when the
-//!    destination's push-gate hash differs from its sidecar's last pushed hash and from the
-//!    revision's SHA-256, unless `force`.
+//!    answers up to date when the destination's record at this origin already names the revision,
+//!    and refuses `DIVERGED` when the destination's push-gate hash differs from that record's and
+//!    from the revision's SHA-256, unless `force` or `keep_both`.
 //! 2. `download` streams into a `TempSibling` in the destination's directory, refusing any byte past
 //!    the declared size, then checks the size (`SIZE_MISMATCH`) and SHA-256 (`DIGEST_MISMATCH`); a
 //!    progress callback sees every byte that lands.
@@ -91,9 +97,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod decide;
 mod error;
 mod gate;
 mod install;
+pub mod keep;
 mod lock;
 mod origin;
 pub mod push_state;
@@ -104,9 +112,9 @@ pub use install::{
     Downloaded, Installed, Options, Plan, Prepared, Progress, Restored, Unlock, UpToDate, prepare,
     prepare_unlocking, restore,
 };
-pub use origin::{
-    DirOrigin, LocalCopy, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic,
-    delta_page_size, header_storage_version,
-};
 #[cfg(feature = "hub")]
-pub use origin::{HUB_CODES, HubOrigin};
+pub use origin::HubOrigin;
+pub use origin::{
+    AddressKind, DirOrigin, LocalCopy, Origin, OriginError, OriginId, Pushed, Selector,
+    SnapshotInfo, Traffic, delta_page_size, header_storage_version,
+};

@@ -14,12 +14,87 @@ mod hub;
 
 pub use dir::DirOrigin;
 #[cfg(feature = "hub")]
-pub use hub::{HUB_CODES, HubOrigin};
+pub use hub::HubOrigin;
 
 pub use snug_delta::page_size_of as delta_page_size;
 
 /// How much of a download is read at a time.
 const DOWNLOAD_BUFFER: usize = 256 * 1024;
+
+/// Who an origin is (issue 35): the key of a file's sync state at that origin, so one origin's
+/// revisions are never read as another's (revision tokens repeat across origins).
+///
+/// A Snug hub states its own (`hub:` and the 32 hex of its `Snug-Origin` header: its store and
+/// the authenticated user); a directory origin keeps one in its directory (`dir:` and 32 hex,
+/// written at `snug sync origin DIR --init` or on first use); an origin that states none is
+/// known by its address (`url:` or `path:`), the best a client can do, and what a plain hub (the
+/// reference implementation's) gets.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OriginId(String);
+
+impl OriginId {
+    /// The identity a hub states in its `Snug-Origin` header; `None` unless it is 32 lowercase
+    /// hex digits.
+    pub fn hub(stated: &str) -> Option<Self> {
+        is_identity_hex(stated).then(|| Self(format!("hub:{stated}")))
+    }
+
+    /// The identity a directory origin keeps; `None` unless it is 32 lowercase hex digits.
+    pub fn directory(kept: &str) -> Option<Self> {
+        is_identity_hex(kept).then(|| Self(format!("dir:{kept}")))
+    }
+
+    /// The identity of an origin that states none: its address (a URL or a path).
+    pub fn address(kind: AddressKind, address: &str) -> Self {
+        let prefix = match kind {
+            AddressKind::Url => "url",
+            AddressKind::Path => "path",
+        };
+        Self(format!("{prefix}:{address}"))
+    }
+
+    /// Reads an identity as [`OriginId::as_str`] wrote it; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (kind, rest) = text.split_once(':')?;
+        match kind {
+            "hub" | "dir" if is_identity_hex(rest) => Some(Self(text.to_owned())),
+            "url" | "path" if !rest.is_empty() && !rest.chars().any(char::is_control) => {
+                Some(Self(text.to_owned()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The identity as text (`hub:…`, `dir:…`, `url:…`, `path:…`).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the origin stated this identity itself (a hub's or a directory's), rather than
+    /// being known by its address.
+    pub fn is_stated(&self) -> bool {
+        self.0.starts_with("hub:") || self.0.starts_with("dir:")
+    }
+}
+
+impl std::fmt::Display for OriginId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What an address-based [`OriginId`] is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressKind {
+    /// A hub's URL.
+    Url,
+    /// A directory's path.
+    Path,
+}
+
+fn is_identity_hex(text: &str) -> bool {
+    text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
 
 /// Which revision of the user's file to install.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +169,43 @@ pub trait Origin {
     /// than a hub may hold.
     fn is_personal(&self) -> bool {
         false
+    }
+
+    /// Returns who this origin is ([`OriginId`]), asking it where it states its identity (a hub
+    /// answers with it on every `HEAD /userdb`; a directory keeps it in a file). The default is
+    /// the identity of an origin that states none: its [`name`](Origin::name).
+    fn identity(&self) -> Result<OriginId, OriginError> {
+        Ok(OriginId::address(AddressKind::Url, &self.name()))
+    }
+
+    /// Whether the origin keeps the revisions it replaces (a hub's history), so a push that
+    /// overwrites a head leaves it restorable there. An origin that keeps only its current
+    /// revision (a directory) is asked to [`preserve`](Origin::preserve) a head before a forced
+    /// push overwrites it.
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
+    /// Keeps a copy of `head`, the current revision a forced push is about to overwrite, where
+    /// the origin keeps no history; returns where it went. Origins with history keep it already
+    /// ([`keeps_history`](Origin::keeps_history)) and return `None`.
+    fn preserve(&self, head: &SnapshotInfo) -> Result<Option<String>, OriginError> {
+        let _ = head;
+        Ok(None)
+    }
+
+    /// Makes the retained `revision`'s bytes the origin's new current revision, a copy-forward
+    /// (§8.1: a revert is a new version), if the current one is still `base`. The default
+    /// downloads the revision and pushes its bytes; a hub does it in place.
+    fn restore(&self, revision: &SnapshotInfo, base: &str) -> Result<Pushed, OriginError> {
+        let mut bytes = Vec::with_capacity(usize::try_from(revision.size).unwrap_or(0));
+        self.download(revision, &mut bytes)?;
+        if bytes.len() as u64 != revision.size || snug_delta::sha256(&bytes) != revision.sha256 {
+            return Err(OriginError::BadResponse {
+                detail: format!("bytes that are not revision {}", revision.revision),
+            });
+        }
+        self.push(&bytes, Some(base))
     }
 
     /// Says what `which` names, without downloading it: the origin's current revision, or a
@@ -194,9 +306,18 @@ pub enum OriginError {
         /// The revision asked for.
         revision: String,
     },
-    /// The origin refused the credentials.
-    #[error("the origin refused the credentials: {detail}")]
+    /// The origin refused the credentials: the token sent, or the request without one.
+    #[error("{}", unauthorized_message(*token_sent, detail))]
     Unauthorized {
+        /// What the origin answered.
+        detail: String,
+        /// Whether a token was sent (it was refused) or none (the origin wants one).
+        token_sent: bool,
+    },
+    /// The origin answered 429 for longer than this client waits (each `Retry-After` honoured,
+    /// within a bound); nothing was changed.
+    #[error("the origin is rate limiting this client ({detail}); wait a little and run this again")]
+    RateLimited {
         /// What the origin answered.
         detail: String,
     },
@@ -238,12 +359,14 @@ pub enum OriginError {
     /// The operating system's random number generator failed (a new revision token needs it).
     #[error("the system random number generator failed")]
     EntropyUnavailable,
-    /// Any other failure, with a stable code from the hub's vocabulary (its JSON `code` such as
-    /// `OVERLOADED`, or `SYNC_HTTP` for an unexpected status).
+    /// Any other refusal, with a stable code from the hub's vocabulary (its JSON `code` where
+    /// the registry knows it, such as `OVERLOADED` or `HOSTILE_SCHEMA`, else `SYNC_HTTP`).
     #[error("{detail}")]
     Other {
         /// The stable code.
         code: &'static str,
+        /// The HTTP status (0 where there was none).
+        status: u16,
         /// What happened.
         detail: String,
     },
@@ -272,7 +395,35 @@ pub enum OriginError {
     Sink(#[source] std::io::Error),
 }
 
+fn unauthorized_message(token_sent: bool, detail: &str) -> String {
+    if token_sent {
+        format!(
+            "the origin refused the token ({detail}): it is wrong, revoked or another hub's; \
+             ask the hub's operator for a new one (snug-hub users token NAME)"
+        )
+    } else {
+        format!(
+            "the origin wants a token ({detail}) and none was given: set SNUG_TOKEN or pass \
+             --token-file FILE"
+        )
+    }
+}
+
 impl OriginError {
+    /// Whether the origin could not be asked or did not answer usably (unreachable, a broken or
+    /// garbled answer, rate limited, overloaded or down): the request may succeed later, and
+    /// nothing was decided. The CLI gives these their own exit code.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            OriginError::Unreachable { .. }
+            | OriginError::BadResponse { .. }
+            | OriginError::Interrupted { .. }
+            | OriginError::RateLimited { .. } => true,
+            OriginError::Other { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
+        }
+    }
+
     /// Returns the stable machine reason (the `snug sync` vocabulary, shared with the hub's
     /// reference client: `SYNC_NETWORK`, `SYNC_AUTH`, `SYNC_BAD_RESPONSE`, …).
     pub fn reason(&self) -> &'static str {
@@ -280,6 +431,7 @@ impl OriginError {
             OriginError::Empty => snug_reasons::restore::SYNC_ORIGIN_EMPTY.name,
             OriginError::UnknownRevision { .. } => snug_reasons::restore::REVISION_NOT_FOUND.name,
             OriginError::Unauthorized { .. } => snug_reasons::restore::SYNC_AUTH.name,
+            OriginError::RateLimited { .. } => snug_reasons::gateway::RATE_LIMITED.name,
             OriginError::Unreachable { .. } => snug_reasons::restore::SYNC_NETWORK.name,
             OriginError::Moved { .. } => snug_reasons::restore::ORIGIN_MOVED.name,
             OriginError::NoOrigin { .. } => snug_reasons::restore::NO_ORIGIN.name,

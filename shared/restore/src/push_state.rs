@@ -1,20 +1,31 @@
-//! The push-state sidecar (spec §8.2, notes (d) "Sync loop"): the last pushed revision and
-//! hash live beside the user file, never inside it, so the file never contains its own
-//! revision and recording a push never changes the image.
+//! The sync-state sidecar (spec §8.2, notes (d) "Sync loop"): what a file knows of its syncs lives
+//! beside it, never inside it, so the file never contains its own revision and recording a sync
+//! never changes the image.
 //!
-//! Format: `SNUGSYNC1\n` followed by JSON `{"lastPushedRevision"?, "lastPushedHash"?,
-//! "lastSyncAt"?}`. Bare JSON (no magic) is accepted on read; anything unreadable is the empty
-//! state, which means "never pushed" — the safe reading, since the sync loop then compares
-//! with the origin instead of trusting a stale anchor.
+//! One record per origin (issue 35), keyed by the origin's identity ([`OriginId`]): the revision
+//! the file last synced as there, the origin's SHA-256 of that revision, the push gate's hash of
+//! the file as it then was, and when. A file synced with a directory and a hub has two records,
+//! and neither is ever read as the other's: revision tokens repeat across origins, identities do
+//! not. Against an origin it holds no record for, a file has never synced there.
+//!
+//! Format: JSON, `{"format": "snug-sync-state/2", "lastOrigin"?, "origins": {id: record},
+//! "unclaimed"?}`. Releases before it wrote `SNUGSYNC1\n` and one origin-less record
+//! (`{"lastPushedRevision", "lastPushedHash", "lastSyncAt"}`): that record is read as
+//! [`Unclaimed`] and adopted ([`SyncState::adopt`]) by the first origin whose head is exactly the
+//! recorded revision with the recorded SHA-256; until then it stays in the file, and no origin is
+//! taken to be in it. Anything unreadable is the empty state, which means "never synced": the
+//! safe reading, since the sync loop then compares with the origin instead of trusting a stale
+//! anchor. Releases before this format read it as empty too.
 //!
 //! The file name is `<user file>.sync.json`, under the §10 read-and-adopt rule: beside
 //! `user.snug`, the sidecar of a not-yet-adopted `user.sqlite` (`user.sqlite.sync.json`) is
 //! read until `user.snug.sync.json` exists, and writes always go to the canonical name. Once
 //! `user.snug` exists, a `user.sqlite` beside it is the user's backup (`snug_schema::Standing`):
-//! that legacy sidecar is the lineage `user.snug` continues, so the backup has no push state at
-//! all; it reads as never pushed and none is ever saved for it.
+//! that legacy sidecar is the lineage `user.snug` continues, so the backup has no sync state at
+//! all; it reads as never synced and none is ever saved for it.
 
 use std::{
+    collections::BTreeMap,
     fs::File,
     path::{Path, PathBuf},
 };
@@ -26,71 +37,174 @@ use snug_schema::{
     UserFile, resolve_derived, resolve_given,
 };
 
-use crate::lock::open_lock_file;
+use crate::{OriginId, SnapshotInfo, lock::open_lock_file};
 
-/// The sidecar's leading bytes.
+/// The leading bytes of the sidecar written by releases before [`FORMAT`]; still read.
 pub const SYNC_MAGIC: &[u8] = b"SNUGSYNC1\n";
 
-/// What the sync loop last pushed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The sidecar's format word.
+pub const FORMAT: &str = "snug-sync-state/2";
+
+/// What a file last did with one origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PushState {
-    /// The origin's revision (ETag) after the last successful push.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_pushed_revision: Option<String>,
-    /// SHA-256 hex of the plaintext last pushed (the no-change gate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_pushed_hash: Option<String>,
-    /// ISO-8601 time of the last sync.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sync_at: Option<String>,
+pub struct OriginState {
+    /// Where the origin was reached (its URL or path), for messages and for `--origin` left out.
+    pub address: String,
+    /// The origin's revision the file last synced as (pushed, pulled or found already there).
+    pub revision: String,
+    /// The origin's SHA-256 of that revision (hex).
+    pub sha256: String,
+    /// The push gate's hash of the file as it was at that sync (hex): the file is unchanged
+    /// since while its gate hash is this.
+    pub content_hash: String,
+    /// When (ISO-8601, UTC).
+    pub synced_at: String,
 }
 
-/// Tolerant field reading: a field of the wrong type is absent rather than a reason to forget
-/// the whole state.
-#[derive(Deserialize)]
-struct RawState {
-    #[serde(default, rename = "lastPushedRevision")]
-    last_pushed_revision: serde_json::Value,
-    #[serde(default, rename = "lastPushedHash")]
-    last_pushed_hash: serde_json::Value,
-    #[serde(default, rename = "lastSyncAt")]
-    last_sync_at: serde_json::Value,
+/// A record written by a release that kept one state for every origin: it names no origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unclaimed {
+    /// The revision last pushed or pulled, at whichever origin that was.
+    #[serde(rename = "lastPushedRevision")]
+    pub revision: String,
+    /// The push gate's hash recorded with it (hex).
+    #[serde(rename = "lastPushedHash")]
+    pub hash: String,
+    /// When.
+    #[serde(
+        default,
+        rename = "lastSyncAt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub synced_at: Option<String>,
 }
 
-fn text(value: serde_json::Value) -> Option<String> {
-    match value {
-        serde_json::Value::String(s) => Some(s),
-        _ => None,
-    }
+/// What one file knows of its syncs: a record per origin, the origin it last synced with, and
+/// a record of an earlier release's that no origin has claimed yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncState {
+    origins: BTreeMap<String, OriginState>,
+    /// The address of the origin the file last synced with, so a later command may leave
+    /// `--origin` out.
+    pub last_origin: Option<String>,
+    /// An earlier release's record, until an origin adopts it.
+    pub unclaimed: Option<Unclaimed>,
 }
 
-impl PushState {
-    /// Reads a sidecar's bytes: `SNUGSYNC1\n` + JSON, or bare JSON. Anything else (including
-    /// JSON that is not an object) is the empty state.
-    pub fn decode(bytes: &[u8]) -> PushState {
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Encoded<'a> {
+    format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_origin: Option<&'a str>,
+    origins: &'a BTreeMap<String, OriginState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unclaimed: Option<&'a Unclaimed>,
+}
+
+fn text(value: &serde_json::Value) -> Option<String> {
+    value.as_str().map(str::to_owned)
+}
+
+impl SyncState {
+    /// Reads a sidecar's bytes: this format, or an earlier release's (`SNUGSYNC1\n` and JSON,
+    /// or bare JSON). Unreadable parts are left out rather than a reason to forget the rest; a
+    /// sidecar that is no JSON object at all is the empty state.
+    pub fn decode(bytes: &[u8]) -> SyncState {
         let json = bytes.strip_prefix(SYNC_MAGIC).unwrap_or(bytes);
-        match serde_json::from_slice::<RawState>(json) {
-            Ok(raw) => PushState {
-                last_pushed_revision: text(raw.last_pushed_revision),
-                last_pushed_hash: text(raw.last_pushed_hash),
-                last_sync_at: text(raw.last_sync_at),
-            },
-            Err(_) => PushState::default(),
+        let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(json) else {
+            return SyncState::default();
+        };
+        let mut state = SyncState {
+            last_origin: object.get("lastOrigin").and_then(text),
+            ..SyncState::default()
+        };
+        if let Some(serde_json::Value::Object(origins)) = object.get("origins") {
+            for (id, record) in origins {
+                let record = serde_json::from_value::<OriginState>(record.clone());
+                if let (Some(id), Ok(record)) = (OriginId::parse(id), record) {
+                    state.origins.insert(id.as_str().to_owned(), record);
+                }
+            }
         }
+        // An earlier release's record: top-level fields, or kept unclaimed by this format.
+        let earlier = match object.get("unclaimed") {
+            Some(serde_json::Value::Object(unclaimed)) => unclaimed.clone(),
+            _ => object.clone(),
+        };
+        state.unclaimed = match (
+            earlier.get("lastPushedRevision").and_then(text),
+            earlier.get("lastPushedHash").and_then(text),
+        ) {
+            (Some(revision), Some(hash)) => Some(Unclaimed {
+                revision,
+                hash,
+                synced_at: earlier.get("lastSyncAt").and_then(text),
+            }),
+            _ => None,
+        };
+        state
     }
 
-    /// Returns the sidecar's bytes: `SNUGSYNC1\n` + compact JSON, absent fields omitted.
+    /// Returns the sidecar's bytes: compact JSON in this format.
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = SYNC_MAGIC.to_vec();
-        // Serializing three optional strings cannot fail.
-        let _ = serde_json::to_writer(&mut bytes, self);
-        bytes
+        let encoded = Encoded {
+            format: FORMAT,
+            last_origin: self.last_origin.as_deref(),
+            origins: &self.origins,
+            unclaimed: self.unclaimed.as_ref(),
+        };
+        // Serializing strings and maps of strings cannot fail.
+        serde_json::to_vec(&encoded).unwrap_or_default()
     }
 
-    /// Returns whether nothing was ever pushed.
+    /// Returns whether the file never synced anywhere (and no earlier release recorded a sync).
     pub fn is_empty(&self) -> bool {
-        *self == PushState::default()
+        self.origins.is_empty() && self.unclaimed.is_none()
+    }
+
+    /// The file's record at `origin`; `None`: it never synced there.
+    pub fn at(&self, origin: &OriginId) -> Option<&OriginState> {
+        self.origins.get(origin.as_str())
+    }
+
+    /// Every origin the file synced with, by identity.
+    pub fn origins(&self) -> impl Iterator<Item = (&str, &OriginState)> {
+        self.origins.iter().map(|(id, state)| (id.as_str(), state))
+    }
+
+    /// Records a sync with `origin`, which becomes the origin the file last synced with.
+    pub fn record(&mut self, origin: &OriginId, state: OriginState) {
+        self.last_origin = Some(state.address.clone());
+        self.origins.insert(origin.as_str().to_owned(), state);
+    }
+
+    /// Adopts the earlier release's [`Unclaimed`] record for `origin`, if the file has no record
+    /// there and the origin's `head` is exactly the recorded revision with the recorded SHA-256
+    /// (what that release recorded as the hash of the pushed bytes); returns whether it did.
+    /// Any other origin leaves it unclaimed: the file is then "never synced" there.
+    pub fn adopt(&mut self, origin: &OriginId, address: &str, head: Option<&SnapshotInfo>) -> bool {
+        let (Some(unclaimed), Some(head)) = (&self.unclaimed, head) else {
+            return false;
+        };
+        if self.at(origin).is_some()
+            || head.revision != unclaimed.revision
+            || head.sha256_hex() != unclaimed.hash
+        {
+            return false;
+        }
+        let state = OriginState {
+            address: address.to_owned(),
+            revision: head.revision.clone(),
+            sha256: head.sha256_hex(),
+            content_hash: unclaimed.hash.clone(),
+            synced_at: unclaimed.synced_at.clone().unwrap_or_default(),
+        };
+        self.unclaimed = None;
+        self.record(origin, state);
+        true
     }
 }
 
@@ -190,23 +304,23 @@ pub fn lock_location(user_file: &Path) -> PathBuf {
     }
 }
 
-/// Reads the push state of `user_file`; a missing or unreadable sidecar is the empty state, and
+/// Reads the sync state of `user_file`; a missing or unreadable sidecar is the empty state, and
 /// so is the state of a legacy backup.
-pub fn load(user_file: &Path) -> Result<PushState, PushStateError> {
+pub fn load(user_file: &Path) -> Result<SyncState, PushStateError> {
     let Some(path) = sidecar_location(user_file).and_then(|sidecar| sidecar.read) else {
-        return Ok(PushState::default());
+        return Ok(SyncState::default());
     };
     match std::fs::read(&path) {
-        Ok(bytes) => Ok(PushState::decode(&bytes)),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(PushState::default()),
+        Ok(bytes) => Ok(SyncState::decode(&bytes)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(SyncState::default()),
         Err(source) => Err(PushStateError::Io { path, source }),
     }
 }
 
-/// Writes the push state of `user_file` atomically to the canonical sidecar name, returning
+/// Writes the sync state of `user_file` atomically to the canonical sidecar name, returning
 /// it. The user file itself is never opened. A legacy backup is refused
-/// ([`PushStateError::LegacyBackup`]): it has no push state.
-pub fn save(user_file: &Path, state: &PushState) -> Result<PathBuf, PushStateError> {
+/// ([`PushStateError::LegacyBackup`]): it has no sync state.
+pub fn save(user_file: &Path, state: &SyncState) -> Result<PathBuf, PushStateError> {
     let path = sidecar_location(user_file)
         .ok_or_else(|| PushStateError::LegacyBackup {
             path: user_file.to_owned(),
@@ -326,11 +440,12 @@ impl Drop for SyncLock {
 #[cfg(test)]
 mod tests;
 
-/// Magic of the page-ids sidecar.
-pub const PAGES_MAGIC: &[u8] = b"SNUGPAGES1\n";
+/// Magic of the page-ids sidecar; the one before origins were told apart (`SNUGPAGES1`) is
+/// ignored, costing one fallback.
+pub const PAGES_MAGIC: &[u8] = b"SNUGPAGES2\n";
 
-/// Where `user_file`'s page-ids sidecar lives: `<user file>.sync.pages`, beside the push state
-/// (issue 21). `None` for a legacy backup, which has no push state.
+/// Where `user_file`'s page-ids sidecar lives: `<user file>.sync.pages`, beside the sync state
+/// (issue 21). `None` for a legacy backup, which has no sync state.
 pub fn pages_location(user_file: &Path) -> Option<PathBuf> {
     let sidecar = sidecar_location(user_file)?.write;
     let name = sidecar
@@ -341,22 +456,28 @@ pub fn pages_location(user_file: &Path) -> Option<PathBuf> {
     Some(sidecar.with_file_name(format!("{name}.pages")))
 }
 
-/// Records the manifest of `image` (page ids and shapes), the bytes of `revision` as the origin
+/// Records the manifest of `image` (page ids and shapes), the bytes of `revision` as `origin`
 /// holds them, so the next push from `user_file` can send only the pages that changed, and
 /// patch those that only name moved pages (issue 21). A cache: any
 /// failure to write it is ignored by callers, and a stale or damaged one only costs a fallback.
-pub fn save_pages(user_file: &Path, revision: &str, image: &[u8]) -> Result<(), PushStateError> {
+pub fn save_pages(
+    user_file: &Path,
+    origin: &OriginId,
+    revision: &str,
+    image: &[u8],
+) -> Result<(), PushStateError> {
     let manifest = snug_delta::Manifest::with_shapes(image, snug_delta::page_size_of(image))
         .map_err(|err| PushStateError::Io {
             path: user_file.to_owned(),
             source: std::io::Error::other(err),
         })?;
-    save_manifest(user_file, revision, &manifest)
+    save_manifest(user_file, origin, revision, &manifest)
 }
 
 /// [`save_pages`], given the image's manifest with shapes, made already.
 pub fn save_manifest(
     user_file: &Path,
+    origin: &OriginId,
     revision: &str,
     manifest: &snug_delta::Manifest,
 ) -> Result<(), PushStateError> {
@@ -364,29 +485,38 @@ pub fn save_manifest(
         path: user_file.to_owned(),
     })?;
     let mut bytes = PAGES_MAGIC.to_vec();
+    bytes.extend_from_slice(origin.as_str().as_bytes());
+    bytes.push(b'\n');
     bytes.extend_from_slice(revision.as_bytes());
     bytes.push(b'\n');
     bytes.extend_from_slice(&manifest.encode());
     write_atomically(&path, &bytes).map_err(|source| PushStateError::Io { path, source })
 }
 
-/// The manifest recorded for `revision` whose image has the SHA-256 `sha256_hex` (the origin's
-/// record of that revision); `None` when there is none, it is another revision's or image's,
-/// or the file does not parse. One recorded before shapes were has none.
+/// The manifest recorded for `revision` at `origin` whose image has the SHA-256 `sha256_hex`
+/// (the origin's record of that revision); `None` when there is none, it is another origin's,
+/// revision's or image's, or the file does not parse. One recorded before shapes were has none.
 pub fn load_pages(
     user_file: &Path,
+    origin: &OriginId,
     revision: &str,
     sha256_hex: &str,
 ) -> Option<snug_delta::Manifest> {
     let bytes = std::fs::read(pages_location(user_file)?).ok()?;
     let rest = bytes.strip_prefix(PAGES_MAGIC)?;
-    let newline = rest.iter().position(|b| *b == b'\n')?;
-    if &rest[..newline] != revision.as_bytes() {
+    let (recorded_origin, rest) = split_line(rest)?;
+    let (recorded_revision, rest) = split_line(rest)?;
+    if recorded_origin != origin.as_str().as_bytes() || recorded_revision != revision.as_bytes() {
         return None;
     }
     let limits = snug_delta::Limits {
         max_length: snug_schema::MAX_USERDB_BYTES,
     };
-    let manifest = snug_delta::Manifest::parse(&rest[newline + 1..], &limits).ok()?;
+    let manifest = snug_delta::Manifest::parse(rest, &limits).ok()?;
     (hex::encode(manifest.digest) == sha256_hex).then_some(manifest)
+}
+
+fn split_line(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let newline = bytes.iter().position(|b| *b == b'\n')?;
+    Some((&bytes[..newline], &bytes[newline + 1..]))
 }

@@ -150,6 +150,7 @@ impl Origin for FakeOrigin {
     fn push(&self, _: &[u8], _: Option<&str>) -> Result<Pushed, OriginError> {
         Err(OriginError::Other {
             code: "READ_ONLY",
+            status: 0,
             detail: "a test origin takes no pushes".to_owned(),
         })
     }
@@ -195,11 +196,15 @@ fn installed(result: Result<Restored, RestoreError>) -> snug_restore::Installed 
     }
 }
 
+/// The destination's record at the fake origin, which states no identity and is known by its
+/// name.
 fn sidecar(dest: &Path) -> serde_json::Value {
     let mut name = dest.as_os_str().to_owned();
     name.push(".sync.json");
     let bytes = std::fs::read(PathBuf::from(name)).expect("sidecar");
-    serde_json::from_slice(bytes.strip_prefix(b"SNUGSYNC1\n").expect("magic")).expect("json")
+    let state: serde_json::Value = serde_json::from_slice(&bytes).expect("the sidecar is JSON");
+    assert_eq!(state["format"], "snug-sync-state/2");
+    state["origins"]["url:the origin"].clone()
 }
 
 fn sql(file: &Path, statement: &str) {
@@ -285,13 +290,14 @@ fn a_new_device_bootstraps_with_one_download_and_is_bound_to_the_revision() {
     // Bound: the sidecar names the revision and the hash the push gate computes for the file.
     let bytes = std::fs::read(&dest).expect("read");
     let state = sidecar(&dest);
-    assert_eq!(state["lastPushedRevision"], "r1-aa");
+    assert_eq!(state["revision"], "r1-aa");
     assert_eq!(
-        state["lastPushedHash"],
+        state["contentHash"],
         push_image(&bytes, false, clock()).expect("gate").sha256
     );
-    assert_eq!(state["lastPushedHash"], done.content_hash);
-    assert_eq!(state["lastSyncAt"], "2026-01-01T00:00:00.000Z");
+    assert_eq!(state["contentHash"], done.content_hash);
+    assert_eq!(state["sha256"], done.sha256);
+    assert_eq!(state["syncedAt"], "2026-01-01T00:00:00.000Z");
 
     // The same revision again is up to date: nothing is downloaded.
     let again = run(&origin, &dest, &Selector::Current, Options::default()).expect("pull");
@@ -336,7 +342,7 @@ fn a_pull_keeps_local_secrets_and_re_arms_endpoint_confirmation() {
         confirm, "true",
         "a pulled file's endpoint settings need re-confirmation (§9 obligation 2)"
     );
-    assert_eq!(sidecar(&dest)["lastPushedRevision"], "r2-bb");
+    assert_eq!(sidecar(&dest)["revision"], "r2-bb");
     assert!(temp_files(dir.path()).is_empty());
 }
 
@@ -670,6 +676,49 @@ fn unpushed_changes_are_never_clobbered_without_force() {
         "a divergence is found before downloading"
     );
 
+    // Both kept: the origin's copy goes beside the file, which stays exactly as it was.
+    let before = listing(dir.path());
+    let replaced = std::fs::read(&dest).expect("read");
+    let both = installed(run(
+        &origin,
+        &dest,
+        &Selector::Current,
+        Options {
+            keep_both: true,
+            ..Options::default()
+        },
+    ));
+    assert!(both.beside && !both.replaced_local_changes && both.kept.is_none());
+    assert_eq!(
+        both.destination,
+        dir.path().join("user.snug.origin-r2-bb.snug")
+    );
+    assert_eq!(theme(&both.destination).as_deref(), Some("\"dark\""));
+    assert_eq!(
+        secrets(&both.destination),
+        [("byok:anthropic".to_owned(), "sk-local".to_owned())],
+        "the copy carries the file's credentials"
+    );
+    let after = listing(dir.path());
+    for (name, file) in &before {
+        assert_eq!(after.get(name), Some(file), "{name} is untouched");
+    }
+    // The copy is bound to the revision it is, and a second keep-both refuses to overwrite it.
+    let mut copy_sidecar = both.destination.as_os_str().to_owned();
+    copy_sidecar.push(".sync.json");
+    assert!(PathBuf::from(copy_sidecar).exists());
+    assert_untouched(dir.path(), "DESTINATION_EXISTS", || {
+        run(
+            &origin,
+            &dest,
+            &Selector::Current,
+            Options {
+                keep_both: true,
+                ..Options::default()
+            },
+        )
+    });
+
     let done = installed(run(
         &origin,
         &dest,
@@ -686,6 +735,21 @@ fn unpushed_changes_are_never_clobbered_without_force() {
         [("byok:anthropic".to_owned(), "sk-local".to_owned())],
         "secrets survive a forced pull"
     );
+    // Nothing replaced without a copy: the file as it was, byte for byte, named for the
+    // revision it last synced as.
+    let kept = done.kept.expect("a copy of the replaced file");
+    assert_eq!(std::fs::read(&kept).expect("read"), replaced);
+    let kept_name = kept
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        kept_name.starts_with("user.snug.replaced-r1-aa-"),
+        "{kept_name}"
+    );
+    assert!(kept_name.ends_with(".snug"), "{kept_name}");
+    assert_eq!(theme(&kept).as_deref(), Some("\"unpushed\""));
     assert!(temp_files(dir.path()).is_empty());
 
     // A file never synced with this origin is a local change too.
@@ -699,6 +763,7 @@ fn unpushed_changes_are_never_clobbered_without_force() {
     std::fs::write(&dest, &origin.revisions[1].1).expect("write");
     let done = installed(run(&origin, &dest, &Selector::Current, Options::default()));
     assert!(!done.replaced_local_changes);
+    assert_eq!(done.kept, None, "nothing the origin lacks was replaced");
 }
 
 #[test]
@@ -715,7 +780,7 @@ fn a_named_revision_from_history_is_installed() {
     ));
     assert_eq!(done.revision, "r1-aa");
     assert_eq!(theme(&dest).as_deref(), Some("\"light\""));
-    assert_eq!(sidecar(&dest)["lastPushedRevision"], "r1-aa");
+    assert_eq!(sidecar(&dest)["revision"], "r1-aa");
     let err = run(
         &origin,
         &dest,
@@ -852,4 +917,44 @@ proptest! {
         prop_assert_eq!(err.reason(), "DIGEST_MISMATCH");
         prop_assert_eq!(listing(dir.path()), before);
     }
+}
+
+/// A sidecar an earlier release wrote names no origin (issue 35): it counts only for an origin
+/// whose head is exactly its revision with its SHA-256; against any other the file has never
+/// synced, so a pull refuses rather than replacing it.
+#[test]
+fn an_earlier_releases_sidecar_counts_only_where_its_revision_and_hash_match() {
+    let bytes = image("light");
+    let legacy = |dest: &Path, revision: &str, hash: &str| {
+        let mut name = dest.as_os_str().to_owned();
+        name.push(".sync.json");
+        std::fs::write(
+            PathBuf::from(name),
+            format!(
+                "SNUGSYNC1\n{{\"lastPushedRevision\":\"{revision}\",\"lastPushedHash\":\"{hash}\",\"lastSyncAt\":\"2026-01-01T00:00:00.000Z\"}}"
+            ),
+        )
+        .expect("sidecar");
+    };
+    let hash = hex::encode(Sha256::digest(&bytes));
+    // The origin it belongs to: the file is that revision, up to date.
+    let origin = FakeOrigin::with(&[("r1-aa", bytes.clone())]);
+    let dir = tempfile::tempdir().expect("dir");
+    let dest = dir.path().join("user.snug");
+    std::fs::write(&dest, &bytes).expect("write");
+    sql(
+        &dest,
+        "UPDATE snug_settings SET value = '\"edited\"' WHERE key = 'theme'",
+    );
+    legacy(&dest, "r1-aa", &hash);
+    match run(&origin, &dest, &Selector::Current, Options::default()).expect("pull") {
+        Restored::UpToDate(up) => assert!(up.local_changes, "the edit is reported, not replaced"),
+        other => panic!("{other:?}"),
+    }
+    // Another origin whose head has the same revision token but other bytes: never synced
+    // there, so the edited file is not replaced.
+    let elsewhere = FakeOrigin::with(&[("r1-aa", image("dark"))]);
+    assert_untouched(dir.path(), "DIVERGED", || {
+        run(&elsewhere, &dest, &Selector::Current, Options::default())
+    });
 }

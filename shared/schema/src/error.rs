@@ -191,7 +191,7 @@ pub enum OpenError {
     NotAUserDatabase,
     /// Stamped with a newer storage version than this build understands; nothing was written.
     #[error(
-        "the file is at storage version {found}; this build supports up to {supported}; upgrade the hub, do not overwrite the file"
+        "the file is at storage version {found}; this build supports up to {supported}: it needs a newer build to open it; do not overwrite the file"
     )]
     SchemaTooNew {
         /// The stamped version.

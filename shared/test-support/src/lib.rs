@@ -299,3 +299,21 @@ pub fn assert_refusal(body: &serde_json::Value, exit: i32, code: &str) {
     assert_eq!(body["error"]["code"], code, "{body}");
     assert_eq!(body["exit_code"], exit, "{body}");
 }
+
+/// The record `file`'s sync state keeps for the origin it last synced with (its
+/// `<file>.sync.json`, issue 35: one record per origin, `lastOrigin` naming the last).
+#[track_caller]
+pub fn sync_record(file: &Path) -> serde_json::Value {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".sync.json");
+    let bytes = std::fs::read(PathBuf::from(name)).expect("sidecar");
+    let state: serde_json::Value = serde_json::from_slice(&bytes).expect("the sidecar is JSON");
+    let last = state["lastOrigin"].clone();
+    state["origins"]
+        .as_object()
+        .expect("records by origin")
+        .values()
+        .find(|record| record["address"] == last)
+        .expect("a record for the last origin")
+        .clone()
+}

@@ -80,30 +80,129 @@ fn sync_failures_follow_the_registry() {
 }
 
 /// A hub's refusal exits as its word does wherever the CLI finds it (4 for a hostile file, 5 for a
-/// newer one), and 1 for a word the CLI has no exit of its own for.
+/// newer one), an origin that did not answer usably 10 whatever its word, refused credentials 11,
+/// and 1 for a word the CLI has no exit of its own for.
 #[test]
 fn a_hubs_refusal_exits_as_its_word() {
-    for code in snug_restore::HUB_CODES {
+    for reason in snug_reasons::ALL {
+        let Some(http) = reason.http else { continue };
         let failure = restore_failure(
             "origin",
             RestoreError::Origin(OriginError::Other {
-                code,
+                code: reason.name,
+                status: http.status,
                 detail: "refused".to_owned(),
             }),
         );
-        let reason = snug_reasons::find(code).unwrap_or_else(|| panic!("{code} is not registered"));
-        let expected = match reason.exit {
-            snug_reasons::CliExit::Always(exit) => exit,
-            _ => Exit::Other,
+        let expected = if http.status >= 500 || http.status == 429 {
+            Exit::Unavailable
+        } else {
+            match reason.exit {
+                snug_reasons::CliExit::Always(exit) => exit,
+                _ => Exit::Other,
+            }
         };
-        assert_eq!((failure.code, failure.exit), (*code, expected), "{code}");
+        assert_eq!(
+            (failure.code, failure.exit),
+            (reason.name, expected),
+            "{}",
+            reason.name
+        );
     }
     let hostile = restore_failure(
         "origin",
         RestoreError::Origin(OriginError::Other {
             code: "HOSTILE_SCHEMA",
+            status: 400,
             detail: "refused".to_owned(),
         }),
     );
     assert_eq!(hostile.exit, Exit::Corrupt);
+    let cases = [
+        (
+            OriginError::Unreachable {
+                detail: "refused".into(),
+            },
+            Exit::Unavailable,
+            "SYNC_NETWORK",
+        ),
+        (
+            OriginError::BadResponse { detail: "x".into() },
+            Exit::Unavailable,
+            "SYNC_BAD_RESPONSE",
+        ),
+        (
+            OriginError::RateLimited {
+                detail: "429".into(),
+            },
+            Exit::Unavailable,
+            "RATE_LIMITED",
+        ),
+        (
+            OriginError::Unauthorized {
+                detail: "401".into(),
+                token_sent: true,
+            },
+            Exit::Unauthorized,
+            "SYNC_AUTH",
+        ),
+        (
+            OriginError::Unauthorized {
+                detail: "401".into(),
+                token_sent: false,
+            },
+            Exit::Unauthorized,
+            "SYNC_AUTH",
+        ),
+    ];
+    for (err, exit, code) in cases {
+        let failure = restore_failure("origin", RestoreError::Origin(err));
+        assert_eq!((failure.exit, failure.code), (exit, code));
+        assert_registered(&failure);
+    }
+}
+
+/// What `--origin` is taken for: a hub by its scheme, a directory by its path, and an address
+/// without a scheme refused with what to type instead of being taken for a directory.
+#[test]
+fn an_origin_is_read_as_what_it_is_or_refused_with_what_to_type() {
+    use super::{Address, address, looks_like_host};
+    assert!(matches!(
+        address("http://127.0.0.1:8080"),
+        Ok(Address::Hub(_))
+    ));
+    assert!(matches!(
+        address("https://hub.example/userdb"),
+        Ok(Address::Hub(_))
+    ));
+    assert!(
+        matches!(address("file:///media/stick"), Ok(Address::Directory(p)) if p == std::path::Path::new("/media/stick"))
+    );
+    assert!(matches!(address("./stick"), Ok(Address::Directory(_))));
+    for host in [
+        "127.0.0.1:8080",
+        "localhost:8080",
+        "hub.example:443/userdb",
+        "[::1]:8080",
+    ] {
+        assert!(looks_like_host(host), "{host}");
+        let failure = address(host).err().expect("refused");
+        assert_eq!(
+            (failure.exit, failure.code),
+            (Exit::Usage, "USAGE"),
+            "{host}"
+        );
+        assert!(
+            failure.message.contains(&format!("http://{host}")),
+            "{}",
+            failure.message
+        );
+    }
+    for path in ["stick", "/media/stick", "a:b", "C:", "dir:8080x"] {
+        assert!(!looks_like_host(path), "{path}");
+    }
+    let failure = address("ftp://hub").err().expect("refused");
+    assert_eq!(failure.exit, Exit::Usage);
+    let failure = address("file://relative").err().expect("refused");
+    assert_eq!(failure.exit, Exit::Usage);
 }

@@ -9,6 +9,14 @@
 //! `ORIGIN_INCONSISTENT` rather than as a corrupt download.
 //! A personal origin may hold what a hub never does (§11.3): a protected copy, and the credentials
 //! on request; what it is sent is the caller's decision ([`Origin::is_personal`]).
+//!
+//! Its identity (issue 35) is kept beside the image in `user.snug.origin` (JSON: 32 random hex
+//! digits), written at `snug sync origin DIR --init` and, for a directory an earlier release made,
+//! on first use, under the exclusive lock; every device that reaches the directory reads the same
+//! one. A directory that cannot be written to and has none is known by its path.
+//!
+//! It keeps no history: a forced push that overwrites its current image first has the image
+//! [`preserve`](Origin::preserve)d beside it as `user.snug.replaced-<revision>-<UTC time>.snug`.
 
 use std::{
     fs::File,
@@ -21,13 +29,20 @@ use sha2::{Digest as _, Sha256};
 use crate::lock::open_lock_file;
 
 use super::{
-    DOWNLOAD_BUFFER, Origin, OriginError, Pushed, Selector, SnapshotInfo, header_storage_version,
+    AddressKind, DOWNLOAD_BUFFER, Origin, OriginError, OriginId, Pushed, Selector, SnapshotInfo,
+    header_storage_version,
 };
 
 /// The image and revision file names of a directory origin.
 const DIR_IMAGE: &str = "user.snug";
 const DIR_REVISION: &str = "user.snug.rev";
 const DIR_LOCK: &str = "user.snug.lock";
+const DIR_IDENTITY: &str = "user.snug.origin";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct IdentityFile {
+    origin: String,
+}
 
 /// A personal origin in a plain directory: `user.snug` and `user.snug.rev`, compare-and-swap under
 /// an exclusive lock on `user.snug.lock`.
@@ -111,6 +126,51 @@ impl DirOrigin {
         }
     }
 
+    /// Gives the directory an identity if it has none (`snug sync origin DIR --init`), and
+    /// returns it.
+    pub fn init(&self) -> Result<OriginId, OriginError> {
+        match self.kept_identity()? {
+            Some(identity) => Ok(identity),
+            None => self.create_identity(),
+        }
+    }
+
+    fn kept_identity(&self) -> Result<Option<OriginId>, OriginError> {
+        let path = self.dir.join(DIR_IDENTITY);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<IdentityFile>(&bytes)
+                .ok()
+                .and_then(|file| OriginId::directory(&file.origin))
+                .map(Some)
+                .ok_or_else(|| OriginError::Inconsistent {
+                    detail: format!(
+                        "{} is not an origin identity (JSON {{\"origin\": 32 hex digits}})",
+                        path.display()
+                    ),
+                }),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(dir_io("read", &path, err)),
+        }
+    }
+
+    /// Writes a new identity under the exclusive lock, unless another device wrote one first.
+    fn create_identity(&self) -> Result<OriginId, OriginError> {
+        let _lock = self.lock(true)?;
+        if let Some(identity) = self.kept_identity()? {
+            return Ok(identity);
+        }
+        let mut random = [0u8; 16];
+        getrandom::fill(&mut random).map_err(|_| OriginError::EntropyUnavailable)?;
+        let origin = hex::encode(random);
+        let path = self.dir.join(DIR_IDENTITY);
+        let record = serde_json::to_vec(&IdentityFile {
+            origin: origin.clone(),
+        })
+        .unwrap_or_default();
+        snug_files::write_atomically(&path, &record).map_err(|e| dir_io("write", &path, e))?;
+        OriginId::directory(&origin).ok_or(OriginError::EntropyUnavailable)
+    }
+
     fn torn(&self) -> OriginError {
         OriginError::Inconsistent {
             detail: format!(
@@ -129,6 +189,53 @@ impl Origin for DirOrigin {
 
     fn is_personal(&self) -> bool {
         true
+    }
+
+    fn identity(&self) -> Result<OriginId, OriginError> {
+        if !self.dir.is_dir() {
+            return Err(OriginError::NoOrigin {
+                path: self.dir.clone(),
+            });
+        }
+        if let Some(identity) = self.kept_identity()? {
+            return Ok(identity);
+        }
+        match self.create_identity() {
+            Ok(identity) => Ok(identity),
+            // A directory this device may only read (a mounted backup) is known by its path.
+            Err(OriginError::Io { source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                let path = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+                Ok(OriginId::address(
+                    AddressKind::Path,
+                    &path.display().to_string(),
+                ))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    fn keeps_history(&self) -> bool {
+        false
+    }
+
+    fn preserve(&self, head: &SnapshotInfo) -> Result<Option<String>, OriginError> {
+        let _lock = self.lock(false)?;
+        let image = self.dir.join(DIR_IMAGE);
+        let bytes = std::fs::read(&image).map_err(|e| dir_io("read", &image, e))?;
+        if bytes.len() as u64 != head.size || Sha256::digest(&bytes).as_slice() != head.sha256 {
+            // Not the head that was described: the push after this will be refused as a
+            // conflict, so there is nothing to keep.
+            return Ok(None);
+        }
+        let kept =
+            crate::keep::keep_beside(&image, &head.revision, &bytes, &snug_schema::SystemClock)
+                .map_err(|e| dir_io("keep a copy of", &image, e))?;
+        Ok(Some(kept.display().to_string()))
     }
 
     fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {

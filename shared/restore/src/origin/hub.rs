@@ -23,13 +23,28 @@
 //! `DELTA_*` refusal falls back to the whole file, as does a delta that does not rebuild the
 //! revision. [`Origin::traffic`] counts the body bytes either way.
 //!
-//! Any other answer is an [`OriginError`]: 401/403 `SYNC_AUTH`, a transport failure
-//! `SYNC_NETWORK`, and otherwise the hub's own JSON `code` where it is one of [`HUB_CODES`] (so a
+//! Who the origin is: a Snug hub states the caller's origin identity in a `Snug-Origin` header on
+//! every answer about the image (its store and the authenticated user, issue 35), kept from the
+//! last such answer; a hub that states none (the reference implementation's) is known by its
+//! URL.
+//!
+//! A request with a body asks `Expect: 100-continue`, so a hub that refuses it from its headers
+//! (a 401, a 412, a 429) answers before a byte of the body is sent, and the refusal reaches the
+//! client as an answer rather than as a connection the hub closed mid-upload.
+//!
+//! A 429 is waited out for its `Retry-After` (each wait at most 10 s, 30 s in all by default) and
+//! the request sent again, any request alike: a 429 means the hub did nothing. Any other answer
+//! is an [`OriginError`]: 401/403 `SYNC_AUTH` (saying whether a token was sent and refused, or
+//! none was), a transport failure `SYNC_NETWORK` (a TLS handshake against a plain-HTTP server
+//! named as such), and otherwise the hub's own JSON `code` where the registry knows it (so a
 //! client speaks one vocabulary with the hub), else `SYNC_HTTP`.
 
 use std::{
     io::{Read as _, Write},
-    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -42,8 +57,8 @@ use snug_delta::{Delta, Layout, Limits, Manifest};
 pub(crate) const PATCHES_HEADER: &str = "snug-delta-patches";
 
 use super::{
-    DOWNLOAD_BUFFER, LocalCopy, Origin, OriginError, Pushed, Selector, SnapshotInfo, Traffic,
-    delta_page_size,
+    AddressKind, DOWNLOAD_BUFFER, LocalCopy, Origin, OriginError, OriginId, Pushed, Selector,
+    SnapshotInfo, Traffic, delta_page_size,
 };
 
 /// A hub origin over HTTP: `<base>/userdb` with an optional bearer token.
@@ -58,29 +73,39 @@ pub struct HubOrigin {
     sent: AtomicU64,
     received: AtomicU64,
     went_delta: AtomicBool,
+    /// Who the hub is, from its last answer about the user's image.
+    identity: Mutex<Option<OriginId>>,
+    /// How long to wait for a hub that answers 429, in all, before giving up.
+    rate_limit_patience: Duration,
 }
 
 /// The most bytes a layout can take for an image of the largest size at the smallest page:
 /// 13 bytes per run, one run per page, plus the header.
 const MAX_LAYOUT: u64 = 64 + (snug_schema::MAX_USERDB_BYTES / 512) * 13;
 
-/// The JSON error codes of a hub that an [`OriginError::Other`] passes on as its code (the same
-/// words as the hub's, so scripts need one vocabulary).
-pub const HUB_CODES: &[&str] = &[
-    "NOT_SQLITE",
-    "MALFORMED",
-    "NOT_A_USER_DATABASE",
-    "HOSTILE_SCHEMA",
-    "SCHEMA_TOO_NEW",
-    "CONTAINER_NOT_ACCEPTED",
-    "SECRETS_PRESENT",
-    "USERDB_TOO_LARGE",
-    "UNSUPPORTED_MEDIA_TYPE",
-    "PRECONDITION_REQUIRED",
-    "SERVICE_UNAVAILABLE",
-    "STORAGE_UNAVAILABLE",
-    "OVERLOADED",
-];
+/// The header in which a Snug hub states the caller's origin identity (issue 35).
+pub(crate) const ORIGIN_HEADER: &str = "snug-origin";
+
+/// The longest single wait a `Retry-After` is honoured for; a hub asking for more is waited on
+/// this long and asked again, within [`HubOrigin`]'s patience.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// The hub's JSON error `code` as the registry's word: the reason of that name, else the reason
+/// whose HTTP answer carries that code (the gateway says `OVERLOADED` for its own shedding too).
+/// One vocabulary with the hub, without a list kept by hand.
+fn hub_code(code: &str) -> Option<&'static str> {
+    if code.is_empty() {
+        return None;
+    }
+    snug_reasons::find(code)
+        .or_else(|| {
+            snug_reasons::ALL
+                .iter()
+                .copied()
+                .find(|reason| reason.http.is_some_and(|http| http.code == code))
+        })
+        .map(|reason| reason.name)
+}
 
 /// Characters a path segment keeps as they are (RFC 3986 unreserved); everything else in a
 /// revision token is percent-encoded.
@@ -122,7 +147,56 @@ impl HubOrigin {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             went_delta: AtomicBool::new(false),
+            identity: Mutex::new(None),
+            rate_limit_patience: Duration::from_secs(30),
         }
+    }
+
+    /// Returns this origin waiting at most `patience` in all for a hub that answers 429 (30 s
+    /// by default).
+    pub fn rate_limit_patience(mut self, patience: Duration) -> Self {
+        self.rate_limit_patience = patience;
+        self
+    }
+
+    /// Sends one request (`send` makes and sends it, and may be called again): a 429 is waited
+    /// out for its `Retry-After` (at most [`MAX_RETRY_AFTER`] each time) and the request sent
+    /// again, until this origin's patience is spent. A 429 means the hub did nothing, so any
+    /// request may be repeated, a write included. A transport failure is
+    /// [`OriginError::Unreachable`], with what the client understood of it.
+    fn send(
+        &self,
+        send: impl Fn() -> Result<Response, ureq::Error>,
+    ) -> Result<Response, OriginError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let response = send().map_err(|err| self.unreachable(err))?;
+            if response.status().as_u16() != 429 {
+                return Ok(response);
+            }
+            let asked = Self::header(&response, "retry-after")
+                .and_then(|v| v.parse::<u64>().ok())
+                .map_or(Duration::from_secs(1), Duration::from_secs);
+            let wait = asked.clamp(Duration::from_millis(100), MAX_RETRY_AFTER);
+            if waited + wait > self.rate_limit_patience {
+                return Err(self.refused_with_body(response));
+            }
+            std::thread::sleep(wait);
+            waited += wait;
+        }
+    }
+
+    /// Keeps who the hub is from an answer about the user's image: the identity it states, or,
+    /// from a hub that states none (the reference implementation), its URL. An answer that is
+    /// not about the image (a refusal of the credentials, an overloaded hub) says nothing.
+    fn note_identity(&self, response: &Response) {
+        if !matches!(response.status().as_u16(), 200 | 204 | 304 | 404 | 412) {
+            return;
+        }
+        let identity = Self::header(response, ORIGIN_HEADER)
+            .and_then(OriginId::hub)
+            .unwrap_or_else(|| OriginId::address(AddressKind::Url, &self.url));
+        *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = Some(identity);
     }
 
     /// Returns this origin moving whole files only, as a hub without delta routes would make
@@ -175,19 +249,20 @@ impl HubOrigin {
         };
         let manifest = manifest.encode();
         self.count_sent(manifest.len());
-        let mut response = self
-            .authorize(self.agent.post(format!("{}/plan", self.revision_url(base))))
-            .header("content-type", "application/octet-stream")
-            .send(&manifest[..])
-            .map_err(Self::unreachable)?;
+        let mut response = self.send(|| {
+            self.authorize(self.agent.post(format!("{}/plan", self.revision_url(base))))
+                .header("content-type", "application/octet-stream")
+                .header("expect", "100-continue")
+                .send(&manifest[..])
+        })?;
         match response.status().as_u16() {
             200 => {}
-            401 | 403 => return Err(Self::refused_with_body(response)),
+            401 | 403 => return Err(self.refused_with_body(response)),
             status if status < 500 => {
                 let _ = self.error_code(&mut response);
                 return Ok(None);
             }
-            _ => return Err(Self::refused_with_body(response)),
+            _ => return Err(self.refused_with_body(response)),
         }
         let layout = self.read_body(&mut response, MAX_LAYOUT)?;
         let limits = Limits {
@@ -210,12 +285,13 @@ impl HubOrigin {
     ) -> Result<Option<Pushed>, OriginError> {
         let delta = Delta::build(layout, bytes, None).encode();
         self.count_sent(delta.len());
-        let mut response = self
-            .authorize(self.agent.put(format!("{}/delta", self.url)))
-            .header("content-type", "application/octet-stream")
-            .header("if-match", format!("\"{base}\""))
-            .send(&delta[..])
-            .map_err(Self::unreachable)?;
+        let mut response = self.send(|| {
+            self.authorize(self.agent.put(format!("{}/delta", self.url)))
+                .header("content-type", "application/octet-stream")
+                .header("expect", "100-continue")
+                .header("if-match", format!("\"{base}\""))
+                .send(&delta[..])
+        })?;
         match response.status().as_u16() {
             204 | 200 | 201 => {
                 let _ = self.read_body(&mut response, 64 * 1024);
@@ -225,17 +301,10 @@ impl HubOrigin {
                 self.went_delta.store(true, Ordering::Relaxed);
                 Ok(Some(Pushed::Accepted { revision }))
             }
-            412 => {
-                let etag = Self::etag(&response);
-                let (_, body) = self.error_code(&mut response);
-                let revision = serde_json::from_str::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v["revision"].as_str().map(str::to_owned));
-                Ok(Some(Pushed::Conflict {
-                    current: etag.or(revision),
-                }))
-            }
-            401 | 403 => Err(Self::refused_with_body(response)),
+            412 => Ok(Some(Pushed::Conflict {
+                current: self.conflict_revision(&mut response),
+            })),
+            401 | 403 => Err(self.refused_with_body(response)),
             status => {
                 let (code, body) = self.error_code(&mut response);
                 // A hub without the route (404, 405) or refusing the delta as such: send the
@@ -243,7 +312,7 @@ impl HubOrigin {
                 if status == 404 || status == 405 || code.starts_with("DELTA_") {
                     Ok(None)
                 } else {
-                    Err(Self::refused(status, &body))
+                    Err(self.refused(status, &body))
                 }
             }
         }
@@ -286,20 +355,21 @@ impl HubOrigin {
         };
         self.count_sent(manifest.len());
         // This client rebuilds patched pages; a hub that does not know the header ignores it.
-        let mut response = self
-            .authorize(self.agent.post(url))
-            .header("content-type", "application/octet-stream")
-            .header(PATCHES_HEADER, "1")
-            .send(&manifest[..])
-            .map_err(Self::unreachable)?;
+        let mut response = self.send(|| {
+            self.authorize(self.agent.post(&url))
+                .header("content-type", "application/octet-stream")
+                .header("expect", "100-continue")
+                .header(PATCHES_HEADER, "1")
+                .send(&manifest[..])
+        })?;
         match response.status().as_u16() {
             200 => {}
-            401 | 403 => return Err(Self::refused_with_body(response)),
+            401 | 403 => return Err(self.refused_with_body(response)),
             status if status < 500 => {
                 let _ = self.error_code(&mut response);
                 return Ok(None);
             }
-            _ => return Err(Self::refused_with_body(response)),
+            _ => return Err(self.refused_with_body(response)),
         }
         if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
             let _ = self.error_code(&mut response);
@@ -321,6 +391,24 @@ impl HubOrigin {
         Ok(image)
     }
 
+    /// The hub's current revision as a refused write names it: the `ETag`, or the JSON
+    /// `revision` (the body read and counted); `None` when it holds no image.
+    fn conflict_revision(&self, response: &mut Response) -> Option<String> {
+        let etag = Self::etag(response);
+        let (_, body) = self.error_code(response);
+        let revision = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["revision"].as_str().map(str::to_owned));
+        etag.or(revision)
+    }
+
+    fn noted_identity(&self) -> Option<OriginId> {
+        self.identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The immutable address of one revision.
     fn revision_url(&self, revision: &str) -> String {
         format!("{}/revisions/{}", self.url, path_segment(revision))
@@ -333,41 +421,65 @@ impl HubOrigin {
         }
     }
 
-    fn unreachable(err: ureq::Error) -> OriginError {
-        OriginError::Unreachable {
-            detail: err.to_string(),
-        }
+    /// A transport failure, said in terms of what the client asked for: a TLS handshake that
+    /// fails against a plain-HTTP server names the likely fix, not the TLS record type.
+    fn unreachable(&self, err: ureq::Error) -> OriginError {
+        let tls = matches!(err, ureq::Error::Rustls(_) | ureq::Error::Tls(_))
+            || err.to_string().contains("InvalidContentType");
+        let detail = if tls && self.url.starts_with("https://") {
+            format!(
+                "the TLS handshake with {} failed ({err}); if the hub serves plain HTTP there, \
+                 use http:// instead",
+                self.url
+            )
+        } else {
+            format!("{}: {err}", self.url)
+        };
+        OriginError::Unreachable { detail }
     }
 
-    /// Turns an unexpected answer into an origin error, keeping the hub's code where it is one
-    /// of ours.
-    fn refused(status: u16, body: &str) -> OriginError {
-        if status == 401 || status == 403 {
-            return OriginError::Unauthorized {
-                detail: status.to_string(),
-            };
-        }
+    /// Turns an unexpected answer into an origin error, keeping the hub's code where the
+    /// registry knows it.
+    fn refused(&self, status: u16, body: &str) -> OriginError {
         let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
-        let code = parsed
-            .as_ref()
-            .and_then(|v| v["code"].as_str())
-            .unwrap_or("");
         let message = parsed
             .as_ref()
             .and_then(|v| v["message"].as_str())
-            .unwrap_or(body);
-        let code = HUB_CODES
-            .iter()
-            .find(|c| **c == code)
-            .copied()
-            .unwrap_or("SYNC_HTTP");
+            .unwrap_or(body)
+            .trim();
+        let said = if message.is_empty() {
+            let phrase = ureq::http::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("");
+            format!("{status} {phrase}").trim().to_owned()
+        } else {
+            format!("{status}: {message}")
+        };
+        if status == 401 || status == 403 {
+            return OriginError::Unauthorized {
+                detail: format!("it answered {said}"),
+                token_sent: self.token.is_some(),
+            };
+        }
+        if status == 429 {
+            return OriginError::RateLimited {
+                detail: format!("it answered {said}"),
+            };
+        }
+        let code = parsed
+            .as_ref()
+            .and_then(|v| v["code"].as_str())
+            .and_then(hub_code)
+            .unwrap_or(snug_reasons::restore::SYNC_HTTP.name);
         OriginError::Other {
             code,
-            detail: format!("answered {status}: {message}"),
+            status,
+            detail: format!("{} answered {said}", self.url),
         }
     }
 
-    fn refused_with_body(mut response: Response) -> OriginError {
+    fn refused_with_body(&self, mut response: Response) -> OriginError {
         let status = response.status().as_u16();
         let body = response
             .body_mut()
@@ -375,7 +487,8 @@ impl HubOrigin {
             .limit(64 * 1024)
             .read_to_string()
             .unwrap_or_default();
-        Self::refused(status, &body)
+        self.count_received(body.len());
+        self.refused(status, &body)
     }
 
     fn etag(response: &Response) -> Option<String> {
@@ -443,10 +556,10 @@ impl Origin for HubOrigin {
             Selector::Current => self.url.clone(),
             Selector::Revision(revision) => self.revision_url(revision),
         };
-        let response = self
-            .authorize(self.agent.head(&url))
-            .call()
-            .map_err(Self::unreachable)?;
+        let response = self.send(|| self.authorize(self.agent.head(&url)).call())?;
+        if matches!(which, Selector::Current) {
+            self.note_identity(&response);
+        }
         match (response.status().as_u16(), which) {
             (200, _) => Self::snapshot(&response),
             (404, Selector::Current) => Err(OriginError::Empty),
@@ -454,24 +567,63 @@ impl Origin for HubOrigin {
                 revision: revision.clone(),
             }),
             // A HEAD answer has no body to read a code from.
-            (status, _) => Err(Self::refused(status, "")),
+            (status, _) => Err(self.refused(status, "")),
+        }
+    }
+
+    /// The identity the hub states on `HEAD /userdb` (asked now unless an answer this origin
+    /// already had said who it is); a hub that states none is known by its URL.
+    fn identity(&self) -> Result<OriginId, OriginError> {
+        if let Some(identity) = self.noted_identity() {
+            return Ok(identity);
+        }
+        match self.describe(&Selector::Current) {
+            Ok(_) | Err(OriginError::Empty) => {}
+            Err(err) => return Err(err),
+        }
+        Ok(self
+            .noted_identity()
+            .unwrap_or_else(|| OriginId::address(AddressKind::Url, &self.url)))
+    }
+
+    // The hub restores in place (`POST /userdb/revisions/{rev}/restore`): no byte travels.
+    fn restore(&self, revision: &SnapshotInfo, base: &str) -> Result<Pushed, OriginError> {
+        let url = format!("{}/restore", self.revision_url(&revision.revision));
+        let mut response = self.send(|| {
+            self.authorize(self.agent.post(&url))
+                .header("if-match", format!("\"{base}\""))
+                .send_empty()
+        })?;
+        match response.status().as_u16() {
+            200 | 201 | 204 => {
+                let _ = self.read_body(&mut response, 64 * 1024);
+                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
+                    detail: "an accepted restore without an ETag".to_owned(),
+                })?;
+                Ok(Pushed::Accepted { revision })
+            }
+            404 => {
+                let _ = self.read_body(&mut response, 64 * 1024);
+                Err(OriginError::UnknownRevision {
+                    revision: revision.revision.clone(),
+                })
+            }
+            409 | 412 => Ok(Pushed::Conflict {
+                current: self.conflict_revision(&mut response),
+            }),
+            _ => Err(self.refused_with_body(response)),
         }
     }
 
     // One revision from its immutable address, so the bytes are the revision that was described
     // even if the hub moves meanwhile.
     fn download(&self, snapshot: &SnapshotInfo, sink: &mut dyn Write) -> Result<(), OriginError> {
-        let mut response = self
-            .authorize(self.agent.get(&self.revision_url(&snapshot.revision)))
-            .call()
-            .map_err(Self::unreachable)?;
+        let url = self.revision_url(&snapshot.revision);
+        let mut response = self.send(|| self.authorize(self.agent.get(&url)).call())?;
         if response.status().as_u16() == 404 {
             // A hub without revision addresses (or one that reclaimed the revision since it was
             // described): the current image is the same bytes only if it is still this revision.
-            response = self
-                .authorize(self.agent.get(&self.url))
-                .call()
-                .map_err(Self::unreachable)?;
+            response = self.send(|| self.authorize(self.agent.get(&self.url)).call())?;
             match (response.status().as_u16(), Self::etag(&response)) {
                 (200, Some(current)) if current != snapshot.revision => {
                     return Err(OriginError::Moved {
@@ -488,7 +640,7 @@ impl Origin for HubOrigin {
             }
         }
         if response.status().as_u16() != 200 {
-            return Err(Self::refused_with_body(response));
+            return Err(self.refused_with_body(response));
         }
         match Self::etag(&response) {
             Some(etag) if etag == snapshot.revision => {}
@@ -587,14 +739,18 @@ impl Origin for HubOrigin {
             return Ok(pushed);
         }
         self.count_sent(bytes.len());
-        let request = self
-            .authorize(self.agent.put(&self.url))
-            .header("content-type", "application/octet-stream");
-        let request = match base {
-            Some(base) => request.header("if-match", format!("\"{base}\"")),
-            None => request.header("if-none-match", "*"),
-        };
-        let mut response = request.send(bytes).map_err(Self::unreachable)?;
+        let mut response = self.send(|| {
+            let request = self
+                .authorize(self.agent.put(&self.url))
+                .header("content-type", "application/octet-stream")
+                .header("expect", "100-continue");
+            let request = match base {
+                Some(base) => request.header("if-match", format!("\"{base}\"")),
+                None => request.header("if-none-match", "*"),
+            };
+            request.send(bytes)
+        })?;
+        self.note_identity(&response);
         match response.status().as_u16() {
             204 | 200 | 201 => {
                 let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
@@ -602,17 +758,10 @@ impl Origin for HubOrigin {
                 })?;
                 Ok(Pushed::Accepted { revision })
             }
-            409 | 412 => {
-                let etag = Self::etag(&response);
-                let body = response.body_mut().read_to_string().unwrap_or_default();
-                let revision = serde_json::from_str::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v["revision"].as_str().map(str::to_owned));
-                Ok(Pushed::Conflict {
-                    current: etag.or(revision),
-                })
-            }
-            _ => Err(Self::refused_with_body(response)),
+            409 | 412 => Ok(Pushed::Conflict {
+                current: self.conflict_revision(&mut response),
+            }),
+            _ => Err(self.refused_with_body(response)),
         }
     }
 }

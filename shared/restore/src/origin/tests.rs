@@ -33,6 +33,7 @@ fn reasons_are_stable_words() {
         (
             OriginError::Unauthorized {
                 detail: String::new(),
+                token_sent: true,
             },
             "SYNC_AUTH",
         ),
@@ -52,6 +53,7 @@ fn reasons_are_stable_words() {
         (
             OriginError::Other {
                 code: "OVERLOADED",
+                status: 503,
                 detail: String::new(),
             },
             "OVERLOADED",
@@ -75,6 +77,12 @@ fn reasons_are_stable_words() {
             "DOWNLOAD_INTERRUPTED",
         ),
         (OriginError::Sink(std::io::Error::other("full")), "IO"),
+        (
+            OriginError::RateLimited {
+                detail: String::new(),
+            },
+            "RATE_LIMITED",
+        ),
     ];
     for (error, reason) in cases {
         assert_eq!(error.reason(), reason, "{error}");

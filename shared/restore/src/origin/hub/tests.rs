@@ -6,37 +6,75 @@ use expect_test::{Expect, expect};
 use super::*;
 
 #[track_caller]
-fn check_refused(status: u16, body: &str, expect: Expect) {
-    let err = HubOrigin::refused(status, body);
+fn check_refused(token: Option<&str>, status: u16, body: &str, expect: Expect) {
+    let origin = HubOrigin::new("http://127.0.0.1:9", token.map(str::to_owned));
+    let err = origin.refused(status, body);
     expect.assert_eq(&format!("{}: {err}", err.reason()));
 }
 
 #[test]
-fn a_refusal_keeps_the_hubs_code_only_where_it_is_one_of_ours() {
+fn a_refusal_keeps_the_hubs_code_where_the_registry_knows_it() {
     check_refused(
+        Some("snug_x"),
         401,
         "",
-        expect!["SYNC_AUTH: the origin refused the credentials: 401"],
+        expect![
+            "SYNC_AUTH: the origin refused the token (it answered 401 Unauthorized): it is wrong, revoked or another hub's; ask the hub's operator for a new one (snug-hub users token NAME)"
+        ],
     );
     check_refused(
+        None,
+        401,
+        r#"{"code":"UNAUTHENTICATED","message":"a bearer token is required"}"#,
+        expect![
+            "SYNC_AUTH: the origin wants a token (it answered 401: a bearer token is required) and none was given: set SNUG_TOKEN or pass --token-file FILE"
+        ],
+    );
+    check_refused(
+        Some("snug_x"),
         403,
         r#"{"code":"FORBIDDEN"}"#,
-        expect!["SYNC_AUTH: the origin refused the credentials: 403"],
+        expect![
+            "SYNC_AUTH: the origin refused the token (it answered 403: {\"code\":\"FORBIDDEN\"}): it is wrong, revoked or another hub's; ask the hub's operator for a new one (snug-hub users token NAME)"
+        ],
     );
     check_refused(
+        None,
+        429,
+        "",
+        expect![
+            "RATE_LIMITED: the origin is rate limiting this client (it answered 429 Too Many Requests); wait a little and run this again"
+        ],
+    );
+    check_refused(
+        None,
         503,
         r#"{"code":"OVERLOADED","message":"too many uploads"}"#,
-        expect!["OVERLOADED: answered 503: too many uploads"],
+        expect!["OVERLOADED: http://127.0.0.1:9/userdb answered 503: too many uploads"],
     );
     check_refused(
+        None,
+        503,
+        "",
+        expect!["SYNC_HTTP: http://127.0.0.1:9/userdb answered 503 Service Unavailable"],
+    );
+    check_refused(
+        None,
+        400,
+        r#"{"code":"HOSTILE_SCHEMA","message":"no"}"#,
+        expect!["HOSTILE_SCHEMA: http://127.0.0.1:9/userdb answered 400: no"],
+    );
+    check_refused(
+        None,
         400,
         r#"{"code":"NOT_OURS","message":"no"}"#,
-        expect!["SYNC_HTTP: answered 400: no"],
+        expect!["SYNC_HTTP: http://127.0.0.1:9/userdb answered 400: no"],
     );
     check_refused(
+        None,
         500,
         "plain text",
-        expect!["SYNC_HTTP: answered 500: plain text"],
+        expect!["SYNC_HTTP: http://127.0.0.1:9/userdb answered 500: plain text"],
     );
 }
 
@@ -50,15 +88,46 @@ fn a_revision_token_is_one_percent_encoded_path_segment() {
         .assert_eq(&HubOrigin::new("https://hub.example/userdb", None).name());
 }
 
-/// Every hub code passed on is one the gateway answers with (its JSON `code` in `snug-reasons`).
+/// Every JSON code the gateway answers with is passed on as a registered word, so a client and
+/// the hub speak one vocabulary without a list kept by hand.
 #[test]
-fn hub_codes_are_the_gateways() {
-    for code in HUB_CODES {
-        assert!(
-            snug_reasons::ALL
-                .iter()
-                .any(|reason| reason.http.is_some_and(|http| http.code == *code)),
-            "{code} is no JSON code the gateway sends"
-        );
+fn every_code_the_gateway_sends_is_passed_on() {
+    for reason in snug_reasons::ALL {
+        if let Some(http) = reason.http {
+            let code =
+                hub_code(http.code).unwrap_or_else(|| panic!("{} is not passed on", http.code));
+            let found = snug_reasons::find(code).expect("registered");
+            assert!(
+                found.name == http.code || found.http.is_some_and(|h| h.code == http.code),
+                "{} became {code}",
+                http.code
+            );
+        }
     }
+    assert_eq!(hub_code("NOT_OURS"), None);
+    assert_eq!(hub_code(""), None);
+}
+
+/// The identity a hub states is 32 lowercase hex digits; anything else is not an identity,
+/// and the origin is known by its URL.
+#[test]
+fn a_hub_states_its_identity_as_32_hex_digits() {
+    assert_eq!(
+        OriginId::hub("0123456789abcdef0123456789abcdef").map(|id| id.to_string()),
+        Some("hub:0123456789abcdef0123456789abcdef".to_owned())
+    );
+    for refused in [
+        "",
+        "0123",
+        "0123456789ABCDEF0123456789ABCDEF",
+        "zz23456789abcdef0123456789abcdef",
+        "0123456789abcdef0123456789abcdef0",
+    ] {
+        assert_eq!(OriginId::hub(refused), None, "{refused:?}");
+    }
+    let id = OriginId::address(AddressKind::Url, "https://hub.example/userdb");
+    assert_eq!(OriginId::parse(id.as_str()), Some(id.clone()));
+    assert!(!id.is_stated());
+    assert_eq!(OriginId::parse("hub:nothex"), None);
+    assert_eq!(OriginId::parse("other:x"), None);
 }
