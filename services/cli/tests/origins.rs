@@ -704,3 +704,39 @@ async fn a_rate_limited_client_waits_and_retries() {
         "waited out Retry-After: {json}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_into_a_protected_file_without_a_secret_says_none_was_supplied() {
+    let root = tempfile::tempdir().expect("dir");
+    let stick = dir_origin(root.path(), "stick").await;
+    let plain = device(root.path(), "a");
+    let protected = root.path().join("a/protected.snug");
+    let passphrase = [("SNUG_PASSPHRASE", "correct horse battery staple")];
+    let (code, json) = snug(
+        &[
+            "protect",
+            &plain.display().to_string(),
+            "--out",
+            &protected.display().to_string(),
+        ],
+        &passphrase,
+    )
+    .await;
+    assert_eq!(code, 0, "{json}");
+    let p = protected.display().to_string();
+    let (code, json) = snug(&["sync", "push", &p, "--origin", &stick], &passphrase).await;
+    assert_eq!(code, 0, "{json}");
+    let before = std::fs::read(&protected).expect("read");
+    let (code, json) = snug(&["sync", "pull", &p, "--origin", &stick], &[]).await;
+    assert_eq!(
+        (code, json["error"]["code"].clone()),
+        (3, "LOCKED".into()),
+        "{json}"
+    );
+    let message = json["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("no secret was supplied") && message.contains("SNUG_PASSPHRASE"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(&protected).expect("read"), before);
+}
