@@ -14,21 +14,21 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::{
-    cas::{Accepted, Facts},
+    cas::Accepted,
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     erase,
-    error::{PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    error::{PutError, ReadError, ReclaimError, StorageError},
     integrity,
-    protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
+    protocol::{self, Intent, Primitives, Proposal, ReadBack},
     reclaim::{self, Chunks, InFlight, Listed, Record, Retained, Unreferenced},
     retention::{Candidate, Cutoffs},
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
-        Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
-        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, StoreId, Timestamp,
-        UsageReport, UserId, Verdict,
+        Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Principal,
+        PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
+        Revision, RevisionInfo, ServedEntry, StorageStats, StoreId, Timestamp, UsageReport, UserId,
+        Verdict,
     },
 };
 
@@ -64,6 +64,8 @@ struct State {
 struct UserRec {
     current: Option<usize>,
     revisions: Vec<RevRow>,
+    /// Erased (issue 36): the id is refused for good.
+    erased: bool,
 }
 
 #[derive(Debug)]
@@ -125,94 +127,12 @@ impl UserRec {
         self.current.map(|i| &self.revisions[i])
     }
 
-    fn facts(&self, precondition: &Precondition, key: Option<&IdempotencyKey>) -> Facts {
-        let to_accepted = |r: &RevRow| Accepted {
-            revision: r.info.revision.clone(),
-            base: r.info.base.clone(),
-            digest: r.info.digest,
-        };
-        Facts {
-            current: self.current_row().map(to_accepted),
-            base_known: precondition
-                .base()
-                .is_some_and(|b| self.revisions.iter().any(|r| r.info.revision == *b)),
-            keyed: key.and_then(|k| {
-                self.revisions
-                    .iter()
-                    .rev()
-                    .find(|r| r.key.as_ref() == Some(k))
-                    .map(to_accepted)
-            }),
-            staged: 0,
-        }
-    }
-
     fn find(&self, revision: &Revision) -> Option<&RevRow> {
         self.revisions.iter().find(|r| r.info.revision == *revision)
     }
 }
 
 impl State {
-    fn ledger(
-        &mut self,
-        user: &UserId,
-        verdict: Verdict,
-        revision: Option<Revision>,
-        principal: &Principal,
-        at: Timestamp,
-    ) {
-        self.puts.push((
-            user.clone(),
-            PutLedgerEntry {
-                verdict,
-                revision,
-                at,
-                principal: principal.clone(),
-            },
-        ));
-    }
-
-    fn refuse(
-        &mut self,
-        user: &UserId,
-        principal: &Principal,
-        at: Timestamp,
-        err: PutError,
-    ) -> PutError {
-        self.ledger_refusal(user, principal, at, &err);
-        err
-    }
-
-    fn ledger_accepted(&mut self, intent: &Intent, revision: Revision, at: Timestamp) {
-        self.ledger(
-            &intent.user,
-            Verdict::Accepted,
-            Some(revision),
-            &intent.principal,
-            at,
-        );
-    }
-
-    fn ledger_refusal(
-        &mut self,
-        user: &UserId,
-        principal: &Principal,
-        at: Timestamp,
-        err: &PutError,
-    ) {
-        if err.is_ledgered() {
-            self.ledger(
-                user,
-                Verdict::Refused {
-                    reason: err.reason().to_owned(),
-                },
-                None,
-                principal,
-                at,
-            );
-        }
-    }
-
     /// Reassembles an image from its chunks, verifying each against its address.
     fn read_back(&self, digest: &Digest) -> Result<Vec<Bytes>, StorageError> {
         let image = self
@@ -237,91 +157,288 @@ impl State {
             })
             .collect()
     }
+}
 
-    /// The commit: decide, then swap the pointer and append history and ledger rows, all under
-    /// one lock (the in-memory counterpart of one transaction). A refusal writes nothing here;
-    /// `abandon` ledgers it.
-    fn commit(
-        &mut self,
-        publication: u64,
-        proposal: &Proposal<Staged>,
-        now: Timestamp,
-    ) -> Result<PutOutcome, PutError> {
-        if !self.publications.contains_key(&publication) {
-            return Err(StorageError::unavailable(protocol::RECORD_GONE).into());
+/// A change a memory transaction makes, applied only when the transaction succeeds: the
+/// in-memory counterpart of a rollback is not applying them.
+enum Change {
+    InsertPublication(u64, Publication),
+    DeletePublication(u64),
+    AbandonPublication(u64),
+    InsertImage(Digest, ImageRec),
+    AppendRevision(UserId, RevRow),
+    SetCurrent(UserId, usize),
+    Verdict(UserId, PutLedgerEntry),
+}
+
+/// One transaction of the memory store, under its lock: reads see the state as it was, writes
+/// wait in `changes` until [`MemTx::apply`].
+struct MemTx<'a> {
+    state: &'a mut State,
+    changes: Vec<Change>,
+}
+
+impl<'a> MemTx<'a> {
+    fn new(state: &'a mut State) -> Self {
+        Self {
+            state,
+            changes: Vec::new(),
         }
-        let intent = &proposal.intent;
-        let facts = self
-            .users
-            .get(&intent.user)
-            .map(|rec| rec.facts(&intent.precondition, intent.key.as_ref()));
-        let decision = proposal.decide(facts.as_ref());
-        // A refusal changes nothing, the record included (as a rolled-back transaction would):
-        // `abandon` marks it and `discard` takes what it staged.
-        if !matches!(decision, Decision::Refuse(_)) {
-            self.publications.remove(&publication);
-        }
-        match decision {
-            Decision::Refuse(err) => Err(err),
-            Decision::Replay(revision) => {
-                let info = self
-                    .users
-                    .get(&intent.user)
-                    .and_then(|rec| rec.find(&revision))
-                    .map(|r| r.info.clone())
-                    .ok_or_else(|| StorageError::Corrupt {
-                        object: format!("revision {revision}"),
-                    })?;
-                self.ledger_accepted(intent, revision, now);
-                Ok(PutOutcome {
-                    info,
-                    replayed: true,
-                })
-            }
-            Decision::Accept => {
-                match &proposal.source {
-                    Source::Streamed(staged) => {
-                        let digest = proposal.image.digest;
-                        match self.images.get(&digest) {
-                            Some(image)
-                                if image.manifest != staged.manifest
-                                    || image.size != proposal.image.size =>
-                            {
-                                return Err(image_conflict(&digest));
-                            }
-                            Some(_) => {}
-                            None => {
-                                self.images.insert(
-                                    digest,
-                                    ImageRec {
-                                        size: proposal.image.size,
-                                        manifest: staged.manifest.clone(),
-                                    },
-                                );
-                            }
-                        }
-                    }
-                    Source::Existing { .. } => {
-                        if !self.images.contains_key(&proposal.image.digest) {
-                            return Err(PutError::NotFound);
-                        }
+    }
+
+    fn apply(self) {
+        let state = self.state;
+        for change in self.changes {
+            match change {
+                Change::InsertPublication(id, publication) => {
+                    state.publications.insert(id, publication);
+                }
+                Change::DeletePublication(id) => {
+                    state.publications.remove(&id);
+                }
+                Change::AbandonPublication(id) => {
+                    if let Some(p) = state.publications.get_mut(&id) {
+                        p.abandoned = true;
                     }
                 }
-                let rec = self.users.get_mut(&intent.user).ok_or(PutError::NotFound)?;
-                let info = proposal.accepted(rec.revisions.len() as u64 + 1, now)?;
-                rec.revisions.push(RevRow {
-                    info: info.clone(),
-                    key: intent.key.clone(),
-                });
-                rec.current = Some(rec.revisions.len() - 1);
-                self.ledger_accepted(intent, info.revision.clone(), now);
-                Ok(PutOutcome {
-                    info,
-                    replayed: false,
-                })
+                Change::InsertImage(digest, image) => {
+                    state.images.insert(digest, image);
+                }
+                Change::AppendRevision(user, row) => {
+                    state.users.entry(user).or_default().revisions.push(row);
+                }
+                Change::SetCurrent(user, index) => {
+                    state.users.entry(user).or_default().current = Some(index);
+                }
+                Change::Verdict(user, entry) => state.puts.push((user, entry)),
             }
         }
     }
+
+    fn rec(&self, user: &UserId) -> Option<&UserRec> {
+        self.state.users.get(user)
+    }
+}
+
+fn accepted(row: &RevRow) -> Accepted {
+    Accepted {
+        revision: row.info.revision.clone(),
+        base: row.info.base.clone(),
+        digest: row.info.digest,
+    }
+}
+
+impl protocol::WriteTx for MemTx<'_> {
+    type Publication = u64;
+    type Staged = Staged;
+
+    fn manifest(staged: &Staged) -> &[Digest] {
+        &staged.manifest
+    }
+
+    async fn user(&mut self, user: &UserId) -> Result<protocol::UserRow, StorageError> {
+        Ok(match self.rec(user) {
+            None => protocol::UserRow::Unknown,
+            Some(rec) if rec.erased => protocol::UserRow::Erased,
+            Some(rec) => protocol::UserRow::Known {
+                current: rec.current.map(|i| i as u64 + 1),
+            },
+        })
+    }
+
+    async fn revision_at(
+        &mut self,
+        user: &UserId,
+        seq: u64,
+    ) -> Result<Option<Accepted>, StorageError> {
+        Ok(self
+            .rec(user)
+            .and_then(|rec| {
+                rec.revisions
+                    .get(usize::try_from(seq).ok()?.checked_sub(1)?)
+            })
+            .map(accepted))
+    }
+
+    async fn has_revision(
+        &mut self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<bool, StorageError> {
+        Ok(self
+            .rec(user)
+            .is_some_and(|rec| rec.find(revision).is_some()))
+    }
+
+    async fn keyed(
+        &mut self,
+        user: &UserId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Accepted>, StorageError> {
+        Ok(self.rec(user).and_then(|rec| {
+            rec.revisions
+                .iter()
+                .rev()
+                .find(|r| r.key.as_ref() == Some(key))
+                .map(accepted)
+        }))
+    }
+
+    async fn revision_info(
+        &mut self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<Option<RevisionInfo>, StorageError> {
+        Ok(self
+            .rec(user)
+            .and_then(|rec| rec.find(revision))
+            .map(|row| row.info.clone()))
+    }
+
+    async fn staged_bytes(&mut self, user: &UserId) -> Result<u64, StorageError> {
+        Ok(self
+            .state
+            .publications
+            .values()
+            .filter(|p| p.user == *user)
+            .map(|p| p.reserved)
+            .sum())
+    }
+
+    async fn insert_publication(
+        &mut self,
+        intent: &Intent,
+        at: Timestamp,
+    ) -> Result<u64, StorageError> {
+        let id = self.state.next_publication;
+        self.state.next_publication += 1;
+        self.changes.push(Change::InsertPublication(
+            id,
+            Publication {
+                base: intent.base().cloned(),
+                digest: intent.image,
+                started_at: at,
+                user: intent.user.clone(),
+                staged: Vec::new(),
+                created: Vec::new(),
+                reserved: intent.reserve,
+                abandoned: false,
+            },
+        ));
+        Ok(id)
+    }
+
+    async fn delete_publication(&mut self, publication: &u64) -> Result<bool, StorageError> {
+        let present = self.state.publications.contains_key(publication);
+        self.changes.push(Change::DeletePublication(*publication));
+        Ok(present)
+    }
+
+    async fn abandon_publication(
+        &mut self,
+        publication: &u64,
+        _at: Timestamp,
+    ) -> Result<(), StorageError> {
+        self.changes.push(Change::AbandonPublication(*publication));
+        Ok(())
+    }
+
+    async fn stored_image(
+        &mut self,
+        digest: &Digest,
+    ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
+        Ok(self
+            .state
+            .images
+            .get(digest)
+            .map(|image| (image.size, image.manifest.clone())))
+    }
+
+    async fn insert_image(
+        &mut self,
+        image: &protocol::Image,
+        staged: &Staged,
+        _at: Timestamp,
+    ) -> Result<(), PutError> {
+        self.changes.push(Change::InsertImage(
+            image.digest,
+            ImageRec {
+                size: image.size,
+                manifest: staged.manifest.clone(),
+            },
+        ));
+        Ok(())
+    }
+
+    async fn last_seq(&mut self, user: &UserId) -> Result<u64, StorageError> {
+        Ok(self.rec(user).map_or(0, |rec| rec.revisions.len() as u64))
+    }
+
+    async fn append_revision(
+        &mut self,
+        user: &UserId,
+        _seq: u64,
+        info: &RevisionInfo,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<(), StorageError> {
+        self.changes.push(Change::AppendRevision(
+            user.clone(),
+            RevRow {
+                info: info.clone(),
+                key: key.cloned(),
+            },
+        ));
+        Ok(())
+    }
+
+    async fn set_current(&mut self, user: &UserId, seq: u64) -> Result<(), StorageError> {
+        self.changes.push(Change::SetCurrent(
+            user.clone(),
+            seq.saturating_sub(1) as usize,
+        ));
+        Ok(())
+    }
+
+    async fn record_verdict(
+        &mut self,
+        user: &UserId,
+        principal: &Principal,
+        at: Timestamp,
+        verdict: Result<&Revision, &PutError>,
+    ) -> Result<(), StorageError> {
+        let (verdict, revision) = match verdict {
+            Ok(revision) => (Verdict::Accepted, Some(revision.clone())),
+            Err(err) => (
+                Verdict::Refused {
+                    reason: err.reason().to_owned(),
+                },
+                None,
+            ),
+        };
+        self.changes.push(Change::Verdict(
+            user.clone(),
+            PutLedgerEntry {
+                verdict,
+                revision,
+                at,
+                principal: principal.clone(),
+            },
+        ));
+        Ok(())
+    }
+}
+
+/// Runs `f` in a memory transaction under the state's lock, applying its changes when it
+/// returns `Ok` (a begin's refusal is an `Ok` too: its ledger row stays).
+fn transaction<T, E>(
+    state: &mut State,
+    f: impl AsyncFnOnce(&mut MemTx<'_>) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut tx = MemTx::new(state);
+    // Every statement is a map operation under the lock: the future never waits.
+    let value = futures::executor::block_on(f(&mut tx))?;
+    tx.apply();
+    Ok(value)
 }
 
 pub(crate) struct MemSink(Vec<(Digest, Bytes)>);
@@ -367,36 +484,13 @@ impl Primitives for MemStore {
 
     async fn begin(&self, intent: &Intent) -> Result<u64, PutError> {
         let now = self.now();
-        let mut state = self.lock();
-        let staged = state
-            .publications
-            .values()
-            .filter(|p| p.user == intent.user)
-            .map(|p| p.reserved)
-            .sum();
-        let facts = state.users.get(&intent.user).map(|rec| Facts {
-            staged,
-            ..rec.facts(&intent.precondition, intent.key.as_ref())
-        });
-        if let Some(err) = intent.early(facts.as_ref()) {
-            return Err(state.refuse(&intent.user, &intent.principal, now, err));
+        let begun = transaction(&mut self.lock(), async |tx| {
+            protocol::begin_in(tx, intent, now).await
+        })?;
+        match begun {
+            protocol::Begun::Published(id) => Ok(id),
+            protocol::Begun::Refused(err) => Err(err),
         }
-        let id = state.next_publication;
-        state.next_publication += 1;
-        state.publications.insert(
-            id,
-            Publication {
-                base: intent.base().cloned(),
-                digest: intent.image,
-                started_at: now,
-                user: intent.user.clone(),
-                staged: Vec::new(),
-                created: Vec::new(),
-                reserved: intent.reserve,
-                abandoned: false,
-            },
-        );
-        Ok(id)
     }
 
     fn sink(&self, _: &u64) -> MemSink {
@@ -458,18 +552,17 @@ impl Primitives for MemStore {
         proposal: Proposal<Staged>,
     ) -> Result<PutOutcome, PutError> {
         let now = self.now();
-        self.lock().commit(*publication, &proposal, now)
+        transaction(&mut self.lock(), async |tx| {
+            protocol::commit_in(tx, publication, &proposal, now).await
+        })
     }
 
     async fn abandon(&self, publication: &u64, intent: &Intent, err: &PutError) {
         let now = self.now();
-        let mut state = self.lock();
-        if let Some(p) = state.publications.get_mut(publication) {
-            p.abandoned = true;
-        }
-        if err.is_ledgered() {
-            state.ledger_refusal(&intent.user, &intent.principal, now, err);
-        }
+        // A map operation cannot fail; the result is there for the durable backends.
+        let _ = transaction(&mut self.lock(), async |tx| {
+            protocol::abandon_in(tx, publication, intent, err, now).await
+        });
     }
 
     async fn discard(&self, publication: &u64) {
@@ -496,9 +589,9 @@ impl Primitives for MemStore {
 
     async fn ledger_refusal(&self, intent: &Intent, err: &PutError) -> Result<(), StorageError> {
         let now = self.now();
-        self.lock()
-            .ledger_refusal(&intent.user, &intent.principal, now, err);
-        Ok(())
+        transaction(&mut self.lock(), async |tx| {
+            protocol::ledger_refusal_in(tx, intent, err, now).await
+        })
     }
 }
 

@@ -34,6 +34,10 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: 4,
         sql: include_str!("../migrations/sqlite/0004_abandoned_puts.sql"),
     },
+    Migration {
+        version: 5,
+        sql: include_str!("../migrations/sqlite/0005_erasures.sql"),
+    },
 ];
 
 /// The PostgreSQL store's migrations.
@@ -58,6 +62,10 @@ pub(crate) const POSTGRES: &[Migration] = &[
     Migration {
         version: 5,
         sql: include_str!("../migrations/postgres/0005_abandoned_puts.sql"),
+    },
+    Migration {
+        version: 6,
+        sql: include_str!("../migrations/postgres/0006_erasures.sql"),
     },
 ];
 
@@ -139,6 +147,35 @@ pub(crate) fn declared_classes(sql: &str) -> Vec<(String, Option<TableClass>)> {
         }
     }
     out
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+/// The tables `migrations` leave, with their declared classes: every `CREATE TABLE` in order,
+/// with `ALTER TABLE a RENAME TO b` carrying a's class to b. A table created twice, or a rename
+/// of a table that does not exist, is an error naming it.
+pub(crate) fn declared_tables(
+    migrations: &[Migration],
+) -> Result<std::collections::BTreeMap<String, Option<TableClass>>, String> {
+    let mut tables = std::collections::BTreeMap::new();
+    for m in migrations {
+        for (table, class) in declared_classes(m.sql) {
+            if tables.insert(table.clone(), class).is_some() {
+                return Err(format!("table {table} declared twice"));
+            }
+        }
+        for line in m.sql.lines().map(str::trim) {
+            let Some(rest) = line.strip_prefix("ALTER TABLE ") else {
+                continue;
+            };
+            if let Some((from, to)) = rest.trim_end_matches(';').split_once(" RENAME TO ") {
+                let class = tables
+                    .remove(from.trim())
+                    .ok_or_else(|| format!("rename of {from}, which no migration created"))?;
+                tables.insert(to.trim().to_owned(), class);
+            }
+        }
+    }
+    Ok(tables)
 }
 
 #[cfg(test)]

@@ -34,6 +34,12 @@
 //! The primitives are deliberately small and say nothing about order: a backend is its storage
 //! layout plus these steps, and the conformance suite checks each backend feeds the decisions the
 //! right facts.
+//!
+//! The transactions of steps 1, 5 and 6 are written here too, once ([`begin_in`],
+//! [`commit_in`], [`abandon_in`]), over one backend transaction's typed statements ([`WriteTx`],
+//! as garage splits `IDb`/`ITx`): a backend opens its transaction (with its own locks and
+//! durability), hands its statements to the function, and commits or rolls back as the function
+//! says. What to read, what to decide and what to write, in which order, is never a backend's.
 
 use std::{future::Future, io};
 
@@ -41,7 +47,7 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::{
-    cas::{self, Facts},
+    cas::{self, Accepted, Facts},
     chunk::{self, ChunkSink, Ingested},
     config::{FaultPoint, Faults},
     error::{PutError, StorageError},
@@ -170,6 +176,283 @@ impl<S> Proposal<S> {
             Source::Streamed(_) => None,
         }
     }
+}
+
+/// Who a user is to a write, as its transaction reads the user's pointer row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UserRow {
+    /// Never provisioned.
+    Unknown,
+    /// Erased (issue 36): the id is refused for good, like one never seen, and nothing about the
+    /// attempt is ledgered (the ledger would name whoever tried, after the user's erasure).
+    Erased,
+    /// Provisioned; `current` is the sequence number of the current revision, if any.
+    Known { current: Option<u64> },
+}
+
+/// One backend transaction as the protocol writes through it: typed statements and nothing else.
+/// The backend chose the transaction's isolation, locks and durability when it opened it; each
+/// statement may block (the embedded store's) or await (PostgreSQL's). The futures carry no
+/// `Send` bound: the embedded and memory stores drive them on the thread holding their lock,
+/// and PostgreSQL's are `Send` by what they hold, which a caller sees through the concrete type.
+pub(crate) trait WriteTx {
+    /// The backend's id of a publication record.
+    type Publication: Send + Sync;
+    /// A streamed put's objects, as the backend registers them in the image record.
+    type Staged: Send + Sync;
+
+    /// The chunk digests, in order, of a streamed put's image.
+    fn manifest(staged: &Self::Staged) -> &[Digest];
+
+    /// The user's pointer row.
+    fn user(&mut self, user: &UserId) -> impl Future<Output = Result<UserRow, StorageError>>;
+
+    /// The user's revision with sequence number `seq`.
+    fn revision_at(
+        &mut self,
+        user: &UserId,
+        seq: u64,
+    ) -> impl Future<Output = Result<Option<Accepted>, StorageError>>;
+
+    /// Whether `revision` is one of the user's, retained or not.
+    fn has_revision(
+        &mut self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> impl Future<Output = Result<bool, StorageError>>;
+
+    /// The user's newest revision written with idempotency key `key`.
+    fn keyed(
+        &mut self,
+        user: &UserId,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Accepted>, StorageError>>;
+
+    /// What the user's revision `revision` records.
+    fn revision_info(
+        &mut self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> impl Future<Output = Result<Option<RevisionInfo>, StorageError>>;
+
+    /// The bytes the user's unfinished writes hold against their limit.
+    fn staged_bytes(&mut self, user: &UserId) -> impl Future<Output = Result<u64, StorageError>>;
+
+    /// Writes the publication record of a write that begins at `at`.
+    fn insert_publication(
+        &mut self,
+        intent: &Intent,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<Self::Publication, StorageError>>;
+
+    /// Deletes a publication record; `false` when it is gone already (taken by a pass).
+    fn delete_publication(
+        &mut self,
+        publication: &Self::Publication,
+    ) -> impl Future<Output = Result<bool, StorageError>>;
+
+    /// Marks a publication record abandoned at `at` (its write will not land).
+    fn abandon_publication(
+        &mut self,
+        publication: &Self::Publication,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+
+    /// The size and manifest of the stored image `digest`, if there is one.
+    fn stored_image(
+        &mut self,
+        digest: &Digest,
+    ) -> impl Future<Output = Result<Option<(u64, Vec<Digest>)>, StorageError>>;
+
+    /// Records a streamed put's image, not stored before, with where its chunks are.
+    fn insert_image(
+        &mut self,
+        image: &Image,
+        staged: &Self::Staged,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), PutError>>;
+
+    /// The sequence number of the user's last revision (0 before the first).
+    fn last_seq(&mut self, user: &UserId) -> impl Future<Output = Result<u64, StorageError>>;
+
+    /// Appends a revision to the user's history.
+    fn append_revision(
+        &mut self,
+        user: &UserId,
+        seq: u64,
+        info: &RevisionInfo,
+        key: Option<&IdempotencyKey>,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+
+    /// Makes the revision `seq` the user's current one.
+    fn set_current(
+        &mut self,
+        user: &UserId,
+        seq: u64,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+
+    /// Appends a verdict to the put ledger.
+    fn record_verdict(
+        &mut self,
+        user: &UserId,
+        principal: &Principal,
+        at: Timestamp,
+        verdict: Result<&Revision, &PutError>,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+}
+
+/// What the compare-and-swap decision needs, read in `tx`; `None` for a user the store has
+/// never seen or has erased.
+pub(crate) async fn load_facts<T: WriteTx>(
+    tx: &mut T,
+    intent: &Intent,
+) -> Result<Option<Facts>, StorageError> {
+    let UserRow::Known { current } = tx.user(&intent.user).await? else {
+        return Ok(None);
+    };
+    let current = match current {
+        Some(seq) => tx.revision_at(&intent.user, seq).await?,
+        None => None,
+    };
+    let base_known = match intent.base() {
+        Some(base) => tx.has_revision(&intent.user, base).await?,
+        None => false,
+    };
+    let keyed = match &intent.key {
+        Some(key) => tx.keyed(&intent.user, key).await?,
+        None => None,
+    };
+    Ok(Some(Facts {
+        current,
+        base_known,
+        keyed,
+        staged: 0,
+    }))
+}
+
+/// How [`begin_in`] ended; either way its transaction commits.
+#[derive(Debug)]
+pub(crate) enum Begun<P> {
+    /// The publication record is written: the write is in flight.
+    Published(P),
+    /// The write is refused before a byte is read (the refusal is ledgered in the same
+    /// transaction where it is ledgered at all).
+    Refused(PutError),
+}
+
+/// Step 1 in `tx`: load the facts, refuse what cannot succeed (ledgered), or write the
+/// publication record. An `Err` rolls the transaction back.
+pub(crate) async fn begin_in<T: WriteTx>(
+    tx: &mut T,
+    intent: &Intent,
+    now: Timestamp,
+) -> Result<Begun<T::Publication>, StorageError> {
+    if tx.user(&intent.user).await? == UserRow::Erased {
+        return Ok(Begun::Refused(PutError::NotFound));
+    }
+    let mut facts = load_facts(tx, intent).await?;
+    if let Some(facts) = facts.as_mut() {
+        facts.staged = tx.staged_bytes(&intent.user).await?;
+    }
+    if let Some(err) = intent.early(facts.as_ref()) {
+        tx.record_verdict(&intent.user, &intent.principal, now, Err(&err))
+            .await?;
+        return Ok(Begun::Refused(err));
+    }
+    Ok(Begun::Published(tx.insert_publication(intent, now).await?))
+}
+
+/// Step 5 in `tx`, the commit: the publication record goes (a write whose record a pass took may
+/// not land), the facts are read again and decided on, and an accepted write's image is
+/// recorded create-once (an occupied address must hold the same image), the user's next
+/// revision appended, the pointer moved and the verdict ledgered. `Ok` commits (a replay too:
+/// its verdict is ledgered); a refusal is an `Err` and rolls back, and [`abandon_in`] ledgers it.
+pub(crate) async fn commit_in<T: WriteTx>(
+    tx: &mut T,
+    publication: &T::Publication,
+    proposal: &Proposal<T::Staged>,
+    now: Timestamp,
+) -> Result<PutOutcome, PutError> {
+    let intent = &proposal.intent;
+    let user = &intent.user;
+    if !tx.delete_publication(publication).await? {
+        return Err(StorageError::unavailable(RECORD_GONE).into());
+    }
+    if tx.user(user).await? == UserRow::Erased {
+        // Erased while its bytes streamed in: the pass took the record; this is its backstop.
+        return Err(StorageError::unavailable(RECORD_GONE).into());
+    }
+    let facts = load_facts(tx, intent).await?;
+    let digest = proposal.image.digest;
+    match (proposal.decide(facts.as_ref()), &proposal.source) {
+        (Decision::Refuse(err), _) => return Err(err),
+        (Decision::Replay(revision), _) => {
+            let info =
+                tx.revision_info(user, &revision)
+                    .await?
+                    .ok_or_else(|| StorageError::Corrupt {
+                        object: format!("revision {revision}"),
+                    })?;
+            tx.record_verdict(user, &intent.principal, now, Ok(&revision))
+                .await?;
+            return Ok(PutOutcome {
+                info,
+                replayed: true,
+            });
+        }
+        (Decision::Accept, Source::Streamed(staged)) => match tx.stored_image(&digest).await? {
+            Some((size, manifest)) => {
+                if size != proposal.image.size || manifest != T::manifest(staged) {
+                    return Err(crate::error::image_conflict(&digest));
+                }
+            }
+            None => tx.insert_image(&proposal.image, staged, now).await?,
+        },
+        (Decision::Accept, Source::Existing { .. }) => {
+            if tx.stored_image(&digest).await?.is_none() {
+                return Err(PutError::NotFound);
+            }
+        }
+    }
+    let seq = tx.last_seq(user).await? + 1;
+    let info = proposal.accepted(seq, now)?;
+    tx.append_revision(user, seq, &info, intent.key.as_ref())
+        .await?;
+    tx.set_current(user, seq).await?;
+    tx.record_verdict(user, &intent.principal, now, Ok(&info.revision))
+        .await?;
+    Ok(PutOutcome {
+        info,
+        replayed: false,
+    })
+}
+
+/// Step 6 in `tx`: marks the publication record of a write that will not land abandoned, and
+/// ledgers its refusal if it is one ([`PutError::is_ledgered`]).
+pub(crate) async fn abandon_in<T: WriteTx>(
+    tx: &mut T,
+    publication: &T::Publication,
+    intent: &Intent,
+    err: &PutError,
+    now: Timestamp,
+) -> Result<(), StorageError> {
+    tx.abandon_publication(publication, now).await?;
+    ledger_refusal_in(tx, intent, err, now).await
+}
+
+/// Ledgers a refusal in `tx` where it is ledgered at all: not a storage failure, and nothing for
+/// an erased user.
+pub(crate) async fn ledger_refusal_in<T: WriteTx>(
+    tx: &mut T,
+    intent: &Intent,
+    err: &PutError,
+    now: Timestamp,
+) -> Result<(), StorageError> {
+    if err.is_ledgered() && tx.user(&intent.user).await? != UserRow::Erased {
+        tx.record_verdict(&intent.user, &intent.principal, now, Err(err))
+            .await?;
+    }
+    Ok(())
 }
 
 /// The storage steps of one backend. Each is one durable step of its own; the order is

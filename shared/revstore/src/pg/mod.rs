@@ -15,23 +15,23 @@ use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, Row};
 
 mod packs;
+mod put;
 mod reclaim;
 
 use crate::{
-    cas::{Accepted, Facts},
+    cas::Accepted,
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
-    error::{OpenError, PutError, ReadError, ReclaimError, StorageError, image_conflict},
+    error::{OpenError, PutError, ReadError, ReclaimError, StorageError},
     integrity, migrate,
     objects::Bucket as Objects,
     pack,
-    protocol::{self, Decision, Intent, Primitives, Proposal, ReadBack, Source},
+    protocol::{self, Intent, Primitives, Proposal, ReadBack},
     store::{ImageBody, ImageDownload, RevStore},
     types::{
-        Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Precondition,
-        Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,
-        RestoreRequest, Revision, RevisionInfo, ServedEntry, StorageStats, StoreId, Timestamp,
-        UsageReport, UserId, Verdict,
+        Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
+        PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest, Revision,
+        RevisionInfo, ServedEntry, StorageStats, StoreId, Timestamp, UsageReport, UserId, Verdict,
     },
 };
 
@@ -333,83 +333,6 @@ fn accepted_row(r: &Row) -> Result<Accepted, StorageError> {
     })
 }
 
-/// Gathers what the compare-and-swap decision needs; `None` if the user is not provisioned.
-/// With `lock`, the user's pointer row is locked until the transaction ends.
-async fn load_facts<C: GenericClient + Sync>(
-    c: &C,
-    user: &UserId,
-    precondition: &Precondition,
-    key: Option<&IdempotencyKey>,
-    lock: bool,
-) -> Result<Option<Facts>, StorageError> {
-    let sql = if lock {
-        "SELECT current_seq FROM users WHERE user_id = $1 FOR UPDATE"
-    } else {
-        "SELECT current_seq FROM users WHERE user_id = $1"
-    };
-    let Some(row) = c.query_opt(sql, &[&user.as_str()]).await? else {
-        return Ok(None);
-    };
-    let current_seq: Option<i64> = row.get(0);
-    let current = match current_seq {
-        None => None,
-        Some(seq) => c
-            .query_opt(
-                "SELECT revision, base, digest FROM revisions WHERE user_id = $1 AND seq = $2",
-                &[&user.as_str(), &seq],
-            )
-            .await?
-            .map(|r| accepted_row(&r))
-            .transpose()?,
-    };
-    let base_known = match precondition.base() {
-        None => false,
-        Some(base) => c
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM revisions WHERE user_id = $1 AND revision = $2)",
-                &[&user.as_str(), &base.as_str()],
-            )
-            .await?
-            .get(0),
-    };
-    let keyed = match key {
-        None => None,
-        Some(key) => c
-            .query_opt(
-                "SELECT revision, base, digest FROM revisions WHERE user_id = $1 AND idempotency_key = $2 ORDER BY seq DESC LIMIT 1",
-                &[&user.as_str(), &key.as_str()],
-            )
-            .await?
-            .map(|r| accepted_row(&r))
-            .transpose()?,
-    };
-    Ok(Some(Facts {
-        current,
-        base_known,
-        keyed,
-        staged: 0,
-    }))
-}
-
-async fn record_verdict<C: GenericClient + Sync>(
-    c: &C,
-    user: &UserId,
-    principal: &Principal,
-    at: Timestamp,
-    verdict: Result<&Revision, &PutError>,
-) -> Result<(), StorageError> {
-    let (v, reason, revision) = match verdict {
-        Ok(r) => ("accepted", None, Some(r.as_str())),
-        Err(e) => ("refused", Some(e.reason()), None),
-    };
-    c.execute(
-        "INSERT INTO put_verdicts (user_id, verdict, reason, revision, at, principal) VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&user.as_str(), &v, &reason, &revision, &at.unix_millis(), &principal.as_str()],
-    )
-    .await?;
-    Ok(())
-}
-
 async fn journal<C: GenericClient + Sync>(
     c: &C,
     at: Timestamp,
@@ -530,202 +453,6 @@ impl ChunkSink for PgSink {
 }
 
 impl PgStore {
-    async fn begin_publication(&self, intent: &Intent) -> Result<i64, PutError> {
-        let now = self.now();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let mut facts = load_facts(
-            &*tx,
-            &intent.user,
-            &intent.precondition,
-            intent.key.as_ref(),
-            false,
-        )
-        .await?;
-        if let Some(facts) = facts.as_mut() {
-            let staged: i64 = tx
-                .query_one(
-                    "SELECT COALESCE(SUM(reserved), 0)::BIGINT FROM publications WHERE user_id = $1",
-                    &[&intent.user.as_str()],
-                )
-                .await?
-                .get(0);
-            facts.staged = staged as u64;
-        }
-        if let Some(err) = intent.early(facts.as_ref()) {
-            record_verdict(&*tx, &intent.user, &intent.principal, now, Err(&err)).await?;
-            tx.commit().await?;
-            return Err(err);
-        }
-        let digest_bytes = intent.image.as_ref().map(|d| d.as_bytes().as_slice());
-        let id: i64 = tx
-            .query_one(
-                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest, reserved) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                &[&intent.user.as_str(), &intent.base().map(Revision::as_str), &intent.key.as_ref().map(IdempotencyKey::as_str), &now.unix_millis(), &digest_bytes, &(intent.reserve.min(i64::MAX as u64) as i64)],
-            )
-            .await?
-            .get(0);
-        tx.commit().await?;
-        Ok(id)
-    }
-
-    async fn abandon_publication(&self, publication: i64, intent: &Intent, err: &PutError) {
-        let now = self.now();
-        let result = async {
-            let client = self.client().await?;
-            client
-                .execute(
-                    "UPDATE publications SET abandoned_at = $2 WHERE id = $1",
-                    &[&publication, &now.unix_millis()],
-                )
-                .await?;
-            if err.is_ledgered() {
-                record_verdict(&**client, &intent.user, &intent.principal, now, Err(err)).await?;
-            }
-            Ok::<_, StorageError>(())
-        }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "could not mark the publication record of a failed put abandoned");
-        }
-    }
-
-    /// The commit transaction: decide under the pointer row lock, check the image's chunks are
-    /// all present (reclamation cannot run concurrently: the advisory lock is held shared),
-    /// create the image row create-once, swap the pointer, append history and ledger rows, and
-    /// clear the publication record.
-    async fn commit_publication(
-        &self,
-        publication: i64,
-        proposal: &Proposal<Staged>,
-    ) -> Result<PutOutcome, PutError> {
-        let now = self.now();
-        let intent = &proposal.intent;
-        let user = &intent.user;
-        let (digest, size) = (proposal.image.digest, proposal.image.size);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        // The pointer table is written with full durability whatever the server default is.
-        tx.batch_execute("SET LOCAL synchronous_commit = on")
-            .await?;
-        lock_shared(&*tx, self.inner.lock_key).await?;
-        if tx
-            .execute("DELETE FROM publications WHERE id = $1", &[&publication])
-            .await?
-            == 0
-        {
-            return Err(StorageError::unavailable(protocol::RECORD_GONE).into());
-        }
-        let facts = load_facts(&*tx, user, &intent.precondition, intent.key.as_ref(), true).await?;
-        let digest_bytes = digest.as_bytes().as_slice();
-        match (proposal.decide(facts.as_ref()), &proposal.source) {
-            (Decision::Refuse(err), _) => return Err(err),
-            (Decision::Replay(revision), _) => {
-                let row = tx
-                    .query_one(&format!("SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"), &[&user.as_str(), &revision.as_str()])
-                    .await?;
-                let info = info_row(&row)?;
-                record_verdict(&*tx, user, &intent.principal, now, Ok(&revision)).await?;
-                tx.commit().await?;
-                return Ok(PutOutcome {
-                    info,
-                    replayed: true,
-                });
-            }
-            (Decision::Accept, Source::Streamed(Staged::Packs(staged))) => {
-                self.register_image(&*tx, &digest, size, staged, now)
-                    .await?;
-            }
-            (Decision::Accept, Source::Streamed(Staged::Rows(manifest))) => {
-                let distinct: HashSet<&Digest> = manifest.iter().collect();
-                let keys: Vec<&[u8]> = distinct.iter().map(|d| d.as_bytes().as_slice()).collect();
-                let present: i64 = tx
-                    .query_one("SELECT count(*) FROM chunks WHERE hash = ANY($1)", &[&keys])
-                    .await?
-                    .get(0);
-                if present as usize != keys.len() {
-                    return Err(StorageError::unavailable(
-                        "a chunk was reclaimed during the put; retry",
-                    )
-                    .into());
-                }
-                let encoded = chunk::encode_manifest(manifest);
-                let existing = tx
-                    .query_opt(
-                        "SELECT size, manifest FROM images WHERE digest = $1",
-                        &[&digest_bytes],
-                    )
-                    .await?;
-                match existing {
-                    Some(row) => {
-                        if row.get::<_, i64>(0) as u64 != size
-                            || row.get::<_, &[u8]>(1) != encoded.as_slice()
-                        {
-                            return Err(image_conflict(&digest));
-                        }
-                    }
-                    None => {
-                        tx.execute(
-                            "INSERT INTO images (digest, size, manifest, created_at) VALUES ($1, $2, $3, $4)",
-                            &[&digest_bytes, &(size as i64), &encoded, &now.unix_millis()],
-                        )
-                        .await?;
-                    }
-                }
-            }
-            (Decision::Accept, Source::Existing { .. }) => {
-                let present: bool = tx
-                    .query_one(
-                        "SELECT EXISTS (SELECT 1 FROM images WHERE digest = $1)",
-                        &[&digest_bytes],
-                    )
-                    .await?
-                    .get(0);
-                if !present {
-                    return Err(PutError::NotFound);
-                }
-            }
-        }
-        let last_seq: i64 = tx
-            .query_one(
-                "SELECT last_seq FROM users WHERE user_id = $1",
-                &[&user.as_str()],
-            )
-            .await?
-            .get(0);
-        let seq = last_seq + 1;
-        let info = proposal.accepted(seq as u64, now)?;
-        tx.execute(
-            "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key, storage_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            &[
-                &user.as_str(),
-                &seq,
-                &info.revision.as_str(),
-                &digest_bytes,
-                &(size as i64),
-                &now.unix_millis(),
-                &info.principal.as_str(),
-                &info.base.as_ref().map(Revision::as_str),
-                &info.restored_from.as_ref().map(Revision::as_str),
-                &intent.key.as_ref().map(IdempotencyKey::as_str),
-                &info.storage_version.map(i64::from),
-            ],
-        )
-        .await?;
-        tx.execute(
-            "UPDATE users SET last_seq = $2, current_seq = $2 WHERE user_id = $1",
-            &[&user.as_str(), &seq],
-        )
-        .await?;
-        record_verdict(&*tx, user, &intent.principal, now, Ok(&info.revision)).await?;
-        tx.commit().await?;
-        Ok(PutOutcome {
-            info,
-            replayed: false,
-        })
-    }
-
     /// Reads every chunk back from the database and checks it against its address.
     async fn verify(&self, manifest: &[Digest]) -> Result<(), PutError> {
         let client = self.client().await?;
@@ -928,7 +655,7 @@ impl Primitives for PgStore {
     }
 
     async fn begin(&self, intent: &Intent) -> Result<i64, PutError> {
-        self.begin_publication(intent).await
+        self.begin_write(intent).await
     }
 
     async fn discard(&self, publication: &i64) {
@@ -1031,11 +758,11 @@ impl Primitives for PgStore {
         publication: &i64,
         proposal: Proposal<Staged>,
     ) -> Result<PutOutcome, PutError> {
-        self.commit_publication(*publication, &proposal).await
+        self.commit_write(*publication, &proposal).await
     }
 
     async fn abandon(&self, publication: &i64, intent: &Intent, err: &PutError) {
-        self.abandon_publication(*publication, intent, err).await;
+        self.abandon_write(*publication, intent, err).await;
     }
 
     async fn revision(
@@ -1057,16 +784,7 @@ impl Primitives for PgStore {
     }
 
     async fn ledger_refusal(&self, intent: &Intent, err: &PutError) -> Result<(), StorageError> {
-        let client = self.client().await?;
-        record_verdict(
-            &**client,
-            &intent.user,
-            &intent.principal,
-            self.now(),
-            Err(err),
-        )
-        .await?;
-        Ok(())
+        self.ledger_refusal_now(intent, err).await
     }
 }
 
@@ -1202,7 +920,7 @@ impl RevStore for PgStore {
         let client = self.client().await?;
         client
             .query(
-                "SELECT verdict, reason, revision, at, principal FROM put_verdicts WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
+                "SELECT verdict, reason, revision, at, principal FROM put_ledger WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
                 &[&user.as_str(), &(limit as i64)],
             )
             .await?

@@ -33,7 +33,7 @@ use tokio_postgres::GenericClient;
 use super::{PgStore, digest_of};
 use crate::{
     chunk::{self, ChunkSink},
-    error::{PutError, ReclaimError, StorageError, image_conflict},
+    error::{PutError, ReclaimError, StorageError},
     objects::{Bucket as Objects, PACK_BYTES},
     pack::{self, ChunkLoc, Extent},
     store::ImageBody,
@@ -330,8 +330,9 @@ impl PgStore {
         Ok(())
     }
 
-    /// The commit's part for a streamed image: register the new packs and chunks, re-check the
-    /// reused chunks, and create the image row with its extents, create-once.
+    /// The commit's part for a streamed image not stored before (the protocol checked that):
+    /// register the new packs and chunks, re-check the reused chunks, and create the image row
+    /// with its extents.
     pub(crate) async fn register_image<C: GenericClient + Sync>(
         &self,
         tx: &C,
@@ -342,19 +343,6 @@ impl PgStore {
     ) -> Result<(), PutError> {
         let digest_bytes = digest.as_bytes().as_slice();
         let manifest = chunk::encode_manifest(&staged.manifest);
-        if let Some(row) = tx
-            .query_opt(
-                "SELECT size, manifest FROM images WHERE digest = $1",
-                &[&digest_bytes],
-            )
-            .await?
-        {
-            if row.get::<_, i64>(0) as u64 != size || row.get::<_, &[u8]>(1) != manifest.as_slice()
-            {
-                return Err(image_conflict(digest));
-            }
-            return Ok(());
-        }
         // Reused chunks must still be where the stream found them.
         check_reused_chunks(tx, staged).await?;
         // The new packs and their chunks. A chunk another put indexed first stays where the index

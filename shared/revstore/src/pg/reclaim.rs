@@ -468,7 +468,7 @@ impl Pass for PgPass<'_> {
 
     async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
         let mut scrubbed = 0;
-        for table in ["put_verdicts", "served"] {
+        for table in ["put_ledger", "served"] {
             scrubbed += self
                 .client()
                 .execute(

@@ -25,8 +25,26 @@ use crate::{
         Unreferenced,
     },
     retention::{Candidate, Cutoffs},
-    types::{Digest, ReclaimedKind, Timestamp},
+    types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
 };
+
+impl Inner {
+    /// Runs one reclamation pass under the configured retention.
+    pub(super) fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
+        // A pass runs periodically: it keeps the `served` table at most one pass behind the
+        // journal even when no one reads the ledger.
+        if let Err(err) = self.fold_served() {
+            tracing::warn!(error = %err, "folding the served-ledger journal failed; the next pass retries");
+        }
+        // The pass waits on nothing but the disk, so it runs to completion on this blocking
+        // thread.
+        futures::executor::block_on(crate::reclaim::run(
+            self,
+            &self.config.retention,
+            self.now(),
+        ))
+    }
+}
 
 impl Reclaimer for Inner {
     type Pass<'a> = SqlitePass<'a>;
@@ -384,7 +402,7 @@ impl Pass for SqlitePass<'_> {
 
     async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
         let mut scrubbed = 0;
-        for table in ["put_verdicts", "served"] {
+        for table in ["put_ledger", "served"] {
             scrubbed += self.conn.execute(
                 &format!(
                     "UPDATE {table} SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2"

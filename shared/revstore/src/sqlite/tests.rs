@@ -7,8 +7,8 @@ use std::{
 
 use futures::StreamExt;
 
-use super::*;
-use crate::migrate::{RUNNER_TABLE, declared_classes};
+use super::{packs::ChunkLoc, *};
+use crate::{migrate::RUNNER_TABLE, types::Precondition};
 
 fn open(dir: &Path) -> SqliteStore {
     SqliteStore::open(dir, StoreConfig::default()).expect("open store")
@@ -38,16 +38,11 @@ fn every_table_has_exactly_one_declared_class() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows");
-    let mut declared: BTreeSet<String> = BTreeSet::new();
-    for m in migrate::SQLITE {
-        for (table, class) in declared_classes(m.sql) {
-            assert!(class.is_some(), "table {table} has no class");
-            assert!(
-                declared.insert(table.clone()),
-                "table {table} declared twice"
-            );
-        }
+    let tables = migrate::declared_tables(migrate::SQLITE).expect("migrations");
+    for (table, class) in &tables {
+        assert!(class.is_some(), "table {table} has no class");
     }
+    let mut declared: BTreeSet<String> = tables.into_keys().collect();
     declared.insert(RUNNER_TABLE.0.to_owned());
     assert_eq!(actual, declared);
 }
@@ -207,6 +202,14 @@ fn stamped(version: u32, len: usize) -> Vec<u8> {
     bytes
 }
 
+/// The name a table of schema 1 has now (migration 5 renamed the put ledger's).
+fn renamed(table: &str) -> &str {
+    match table {
+        "put_verdicts" => "put_ledger",
+        other => other,
+    }
+}
+
 /// Rewrites `dir`'s metadata as the previous binary (migration 1 only) would have left it: a
 /// database made by the shipped migration 1 text alone, holding the same rows in its columns.
 fn downgrade_to_schema_1(dir: &Path) {
@@ -241,7 +244,8 @@ fn downgrade_to_schema_1(dir: &Path) {
             let columns = columns.join(", ");
             conn.execute(
                 &format!(
-                    "INSERT INTO main.{table} ({columns}) SELECT {columns} FROM current.{table}"
+                    "INSERT INTO main.{table} ({columns}) SELECT {columns} FROM current.{}",
+                    renamed(&table)
                 ),
                 [],
             )
@@ -356,7 +360,9 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(applied, [1, 2, 3, 4]);
+    // Every migration applied, in order.
+    let known: Vec<i64> = migrate::SQLITE.iter().map(|m| m.version).collect();
+    assert_eq!(applied, known);
     assert_eq!(
         store.head(&user).await.expect("head").storage_version,
         Some(6)

@@ -1,0 +1,391 @@
+//! The PostgreSQL store's transactions of a write ([`crate::protocol`]: begin, commit, abandon),
+//! run over this store's typed statements ([`PgTx`]).
+//!
+//! The commit's transaction is written with full durability whatever the server's default
+//! (`synchronous_commit = on`), holds the store's advisory lock shared (a reclamation pass holds
+//! it exclusive, so none runs between the facts and the pointer's move), and locks the user's
+//! pointer row (`FOR UPDATE`), so two commits of one user decide one after the other.
+
+use std::collections::HashSet;
+
+use tokio_postgres::Transaction;
+
+use super::{INFO_COLUMNS, PgStore, Staged, accepted_row, info_row, lock_shared};
+use crate::{
+    cas::Accepted,
+    chunk,
+    error::{PutError, StorageError},
+    protocol::{self, Image, Intent, Proposal, UserRow, WriteTx},
+    types::{
+        Digest, IdempotencyKey, Principal, PutOutcome, Revision, RevisionInfo, Timestamp, UserId,
+    },
+};
+
+/// One transaction of the PostgreSQL store, as the protocol writes through it.
+pub(crate) struct PgTx<'a> {
+    tx: &'a Transaction<'a>,
+    store: &'a PgStore,
+    /// Whether reading the user's pointer row locks it until the transaction ends (the commit).
+    lock_pointer: bool,
+}
+
+impl<'a> PgTx<'a> {
+    fn new(tx: &'a Transaction<'a>, store: &'a PgStore) -> Self {
+        Self {
+            tx,
+            store,
+            lock_pointer: false,
+        }
+    }
+}
+
+impl PgStore {
+    /// Step 1: refuses early (ledgered) or writes the publication record.
+    pub(super) async fn begin_write(&self, intent: &Intent) -> Result<i64, PutError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let begun = protocol::begin_in(&mut PgTx::new(&tx, self), intent, now).await?;
+        tx.commit().await?;
+        match begun {
+            protocol::Begun::Published(id) => Ok(id),
+            protocol::Begun::Refused(err) => Err(err),
+        }
+    }
+
+    /// Step 5, the commit (see the module docs for its locks).
+    pub(super) async fn commit_write(
+        &self,
+        publication: i64,
+        proposal: &Proposal<Staged>,
+    ) -> Result<PutOutcome, PutError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .await?;
+        lock_shared(&*tx, self.inner.lock_key).await?;
+        let mut statements = PgTx::new(&tx, self);
+        statements.lock_pointer = true;
+        // An error drops the transaction: rolled back.
+        let outcome = protocol::commit_in(&mut statements, &publication, proposal, now).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Step 6: marks the publication record abandoned and ledgers the refusal; a failure to is
+    /// logged, and the record goes as an orphan after the orphan period.
+    pub(super) async fn abandon_write(&self, publication: i64, intent: &Intent, err: &PutError) {
+        let now = self.now();
+        let abandoned = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            protocol::abandon_in(&mut PgTx::new(&tx, self), &publication, intent, err, now).await?;
+            tx.commit().await?;
+            Ok::<_, StorageError>(())
+        }
+        .await;
+        if let Err(e) = abandoned {
+            tracing::warn!(error = %e, "could not mark the publication record of a failed put abandoned");
+        }
+    }
+
+    /// Ledgers a refusal that happened before any publication record existed.
+    pub(super) async fn ledger_refusal_now(
+        &self,
+        intent: &Intent,
+        err: &PutError,
+    ) -> Result<(), StorageError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        protocol::ledger_refusal_in(&mut PgTx::new(&tx, self), intent, err, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl WriteTx for PgTx<'_> {
+    type Publication = i64;
+    type Staged = Staged;
+
+    fn manifest(staged: &Staged) -> &[Digest] {
+        match staged {
+            Staged::Rows(manifest) => manifest,
+            Staged::Packs(packs) => &packs.manifest,
+        }
+    }
+
+    async fn user(&mut self, user: &UserId) -> Result<UserRow, StorageError> {
+        let sql = if self.lock_pointer {
+            "SELECT current_seq, erased_at FROM users WHERE user_id = $1 FOR UPDATE"
+        } else {
+            "SELECT current_seq, erased_at FROM users WHERE user_id = $1"
+        };
+        let row = self.tx.query_opt(sql, &[&user.as_str()]).await?;
+        Ok(match row {
+            None => UserRow::Unknown,
+            Some(row) => match (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)) {
+                (_, Some(_)) => UserRow::Erased,
+                (current, None) => UserRow::Known {
+                    current: current.map(|seq| seq as u64),
+                },
+            },
+        })
+    }
+
+    async fn revision_at(
+        &mut self,
+        user: &UserId,
+        seq: u64,
+    ) -> Result<Option<Accepted>, StorageError> {
+        self.tx
+            .query_opt(
+                "SELECT revision, base, digest FROM revisions WHERE user_id = $1 AND seq = $2",
+                &[&user.as_str(), &(seq as i64)],
+            )
+            .await?
+            .map(|r| accepted_row(&r))
+            .transpose()
+    }
+
+    async fn has_revision(
+        &mut self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<bool, StorageError> {
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM revisions WHERE user_id = $1 AND revision = $2)",
+                &[&user.as_str(), &revision.as_str()],
+            )
+            .await?
+            .get(0))
+    }
+
+    async fn keyed(
+        &mut self,
+        user: &UserId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Accepted>, StorageError> {
+        self.tx
+            .query_opt(
+                "SELECT revision, base, digest FROM revisions WHERE user_id = $1 AND idempotency_key = $2 ORDER BY seq DESC LIMIT 1",
+                &[&user.as_str(), &key.as_str()],
+            )
+            .await?
+            .map(|r| accepted_row(&r))
+            .transpose()
+    }
+
+    async fn revision_info(
+        &mut self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<Option<RevisionInfo>, StorageError> {
+        self.tx
+            .query_opt(
+                &format!(
+                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"
+                ),
+                &[&user.as_str(), &revision.as_str()],
+            )
+            .await?
+            .map(|r| info_row(&r))
+            .transpose()
+    }
+
+    async fn staged_bytes(&mut self, user: &UserId) -> Result<u64, StorageError> {
+        let staged: i64 = self
+            .tx
+            .query_one(
+                "SELECT COALESCE(SUM(reserved), 0)::BIGINT FROM publications WHERE user_id = $1",
+                &[&user.as_str()],
+            )
+            .await?
+            .get(0);
+        Ok(staged as u64)
+    }
+
+    async fn insert_publication(
+        &mut self,
+        intent: &Intent,
+        at: Timestamp,
+    ) -> Result<i64, StorageError> {
+        let digest = intent.image.as_ref().map(|d| d.as_bytes().as_slice());
+        Ok(self
+            .tx
+            .query_one(
+                "INSERT INTO publications (user_id, base, idempotency_key, started_at, digest, reserved) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                &[
+                    &intent.user.as_str(),
+                    &intent.base().map(Revision::as_str),
+                    &intent.key.as_ref().map(IdempotencyKey::as_str),
+                    &at.unix_millis(),
+                    &digest,
+                    &(intent.reserve.min(i64::MAX as u64) as i64),
+                ],
+            )
+            .await?
+            .get(0))
+    }
+
+    async fn delete_publication(&mut self, publication: &i64) -> Result<bool, StorageError> {
+        Ok(self
+            .tx
+            .execute("DELETE FROM publications WHERE id = $1", &[publication])
+            .await?
+            > 0)
+    }
+
+    async fn abandon_publication(
+        &mut self,
+        publication: &i64,
+        at: Timestamp,
+    ) -> Result<(), StorageError> {
+        self.tx
+            .execute(
+                "UPDATE publications SET abandoned_at = $2 WHERE id = $1",
+                &[publication, &at.unix_millis()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn stored_image(
+        &mut self,
+        digest: &Digest,
+    ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
+        let row = self
+            .tx
+            .query_opt(
+                "SELECT size, manifest FROM images WHERE digest = $1",
+                &[&digest.as_bytes().as_slice()],
+            )
+            .await?;
+        row.map(|row| {
+            chunk::decode_manifest(row.get::<_, &[u8]>(1))
+                .map(|manifest| (row.get::<_, i64>(0) as u64, manifest))
+                .ok_or_else(|| StorageError::Corrupt {
+                    object: format!("image {digest}"),
+                })
+        })
+        .transpose()
+    }
+
+    async fn insert_image(
+        &mut self,
+        image: &Image,
+        staged: &Staged,
+        at: Timestamp,
+    ) -> Result<(), PutError> {
+        match staged {
+            Staged::Packs(staged) => {
+                self.store
+                    .register_image(self.tx, &image.digest, image.size, staged, at)
+                    .await
+            }
+            Staged::Rows(manifest) => {
+                // Every chunk must still be there: the advisory lock keeps passes out from here,
+                // but one may have run while the bytes streamed in.
+                let distinct: HashSet<&Digest> = manifest.iter().collect();
+                let keys: Vec<&[u8]> = distinct.iter().map(|d| d.as_bytes().as_slice()).collect();
+                let present: i64 = self
+                    .tx
+                    .query_one("SELECT count(*) FROM chunks WHERE hash = ANY($1)", &[&keys])
+                    .await?
+                    .get(0);
+                if present as usize != keys.len() {
+                    return Err(StorageError::unavailable(
+                        "a chunk was reclaimed during the put; retry",
+                    )
+                    .into());
+                }
+                self.tx
+                    .execute(
+                        "INSERT INTO images (digest, size, manifest, created_at) VALUES ($1, $2, $3, $4)",
+                        &[
+                            &image.digest.as_bytes().as_slice(),
+                            &(image.size as i64),
+                            &chunk::encode_manifest(manifest),
+                            &at.unix_millis(),
+                        ],
+                    )
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    async fn last_seq(&mut self, user: &UserId) -> Result<u64, StorageError> {
+        let seq: i64 = self
+            .tx
+            .query_one(
+                "SELECT last_seq FROM users WHERE user_id = $1",
+                &[&user.as_str()],
+            )
+            .await?
+            .get(0);
+        Ok(seq as u64)
+    }
+
+    async fn append_revision(
+        &mut self,
+        user: &UserId,
+        seq: u64,
+        info: &RevisionInfo,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<(), StorageError> {
+        self.tx
+            .execute(
+                "INSERT INTO revisions (user_id, seq, revision, digest, size, accepted_at, principal, base, restored_from, idempotency_key, storage_version)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &user.as_str(),
+                    &(seq as i64),
+                    &info.revision.as_str(),
+                    &info.digest.as_bytes().as_slice(),
+                    &(info.size as i64),
+                    &info.accepted_at.unix_millis(),
+                    &info.principal.as_str(),
+                    &info.base.as_ref().map(Revision::as_str),
+                    &info.restored_from.as_ref().map(Revision::as_str),
+                    &key.map(IdempotencyKey::as_str),
+                    &info.storage_version.map(i64::from),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn set_current(&mut self, user: &UserId, seq: u64) -> Result<(), StorageError> {
+        self.tx
+            .execute(
+                "UPDATE users SET last_seq = $2, current_seq = $2 WHERE user_id = $1",
+                &[&user.as_str(), &(seq as i64)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn record_verdict(
+        &mut self,
+        user: &UserId,
+        principal: &Principal,
+        at: Timestamp,
+        verdict: Result<&Revision, &PutError>,
+    ) -> Result<(), StorageError> {
+        let (v, reason, revision) = match verdict {
+            Ok(r) => ("accepted", None, Some(r.as_str())),
+            Err(e) => ("refused", Some(e.reason()), None),
+        };
+        self.tx
+            .execute(
+                "INSERT INTO put_ledger (user_id, verdict, reason, revision, at, principal) VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&user.as_str(), &v, &reason, &revision, &at.unix_millis(), &principal.as_str()],
+            )
+            .await?;
+        Ok(())
+    }
+}
