@@ -57,5 +57,7 @@ pub(crate) fn erasure(report: sync_pb::EraseUserResponse) -> pb::Erasure {
         packs: report.packs,
         packs_wiped: report.packs_wiped,
         ledger_rows_scrubbed: report.ledger_rows_scrubbed,
+        ranges_wiped: report.ranges_wiped,
+        wipes_pending: report.wipes_pending,
     }
 }

@@ -130,29 +130,38 @@ pub(crate) fn write_entry(entry: PutLedgerEntry) -> pb::WriteEntry {
 /// One defect of an integrity check, as the wire says it.
 pub(crate) fn integrity_problem(problem: &IntegrityProblem) -> pb::IntegrityProblem {
     use pb::IntegrityProblemKind as Kind;
-    let (kind, user, image, chunk) = match problem {
+    let hex = |d: &snug_revstore::Digest| d.to_hex();
+    let mut wire = pb::IntegrityProblem::default();
+    let kind = match problem {
         IntegrityProblem::DanglingPointer { user } => {
-            (Kind::DanglingPointer, user.as_str().to_owned(), None, None)
+            wire.user = user.as_str().to_owned();
+            Kind::DanglingPointer
         }
         IntegrityProblem::MissingImage { image } => {
-            (Kind::MissingImage, String::new(), Some(image), None)
+            wire.image = hex(image);
+            Kind::MissingImage
         }
         IntegrityProblem::MissingChunk { image, chunk } => {
-            (Kind::MissingChunk, String::new(), Some(image), Some(chunk))
+            wire.image = hex(image);
+            wire.chunk = hex(chunk);
+            Kind::MissingChunk
         }
         IntegrityProblem::ChunkMismatch { chunk } => {
-            (Kind::ChunkMismatch, String::new(), None, Some(chunk))
+            wire.chunk = hex(chunk);
+            Kind::ChunkMismatch
         }
         IntegrityProblem::ImageMismatch { image } => {
-            (Kind::ImageMismatch, String::new(), Some(image), None)
+            wire.image = hex(image);
+            Kind::ImageMismatch
+        }
+        IntegrityProblem::UnfinishedWipe { object, ranges } => {
+            wire.object.clone_from(object);
+            wire.ranges = *ranges;
+            Kind::UnfinishedWipe
         }
     };
-    pb::IntegrityProblem {
-        kind: kind.into(),
-        user,
-        image: image.map(|d| d.to_hex()).unwrap_or_default(),
-        chunk: chunk.map(|d| d.to_hex()).unwrap_or_default(),
-    }
+    wire.kind = kind.into();
+    wire
 }
 
 /// A user's usage as GetUsage answers it (and `snug-hub sync usage` reports it from a store it
@@ -178,5 +187,7 @@ pub fn erasure_response(report: ErasureReport) -> pb::EraseUserResponse {
         packs: report.packs,
         packs_wiped: report.packs_wiped,
         ledger_rows_scrubbed: report.ledger_rows_scrubbed,
+        ranges_wiped: report.ranges_wiped,
+        wipes_pending: report.wipes_pending,
     }
 }

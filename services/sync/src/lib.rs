@@ -512,7 +512,7 @@ impl SyncService for SyncServer {
             .store
             .provision_user(&caller.user)
             .await
-            .map_err(status::storage_error)?;
+            .map_err(status::provision_error)?;
         if created {
             tracing::info!(user = %caller.user, principal = %caller.principal, "provisioned a user");
         }

@@ -8,7 +8,9 @@
 
 use snug_delta::DeltaError;
 use snug_reasons::sync as reasons;
-use snug_revstore::{InvalidToken, PutError, ReadError, ReclaimError, StorageError};
+use snug_revstore::{
+    InvalidToken, ProvisionError, PutError, ReadError, ReclaimError, StorageError,
+};
 use snug_rpc::status::from_reason;
 use tonic::Status;
 
@@ -120,6 +122,19 @@ pub fn read_error(err: ReadError) -> Status {
     match err {
         ReadError::NotFound => denied(),
         ReadError::Storage(err) => storage_error(err),
+    }
+}
+
+/// Maps a refused first contact: an erased id, or the storage.
+pub fn provision_error(err: ProvisionError) -> Status {
+    match err {
+        ProvisionError::Erased => from_reason(
+            &reasons::USER_ERASED,
+            DOMAIN,
+            "this user id was erased from the store and is never used again",
+            [],
+        ),
+        ProvisionError::Storage(err) => storage_error(err),
     }
 }
 

@@ -2155,9 +2155,20 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     );
     let (_, bytes, _) = get(&mut hub, "bob", None).await.expect("bob's image");
     assert_eq!(bytes, theirs);
-    put(&mut hub, "alice", must_not_exist(), &v1)
-        .await
-        .expect("a fresh first write");
+    // The erased id is refused for good (issue 36): its writes like an unknown user's, its first
+    // contact with USER_ERASED.
+    assert_refused(
+        put(&mut hub, "alice", must_not_exist(), &v1).await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+    let provisioned = hub
+        .client
+        .provision_user(pb::ProvisionUserRequest {
+            caller: caller("alice", "alice"),
+        })
+        .await;
+    assert_refused(provisioned, Code::FailedPrecondition, "USER_ERASED");
 }
 
 /// The admin-side RPCs name a bare user id: an empty, over-long or control-character one is

@@ -229,6 +229,7 @@ pub const ALL: &[&Reason] = &[
     &sync::DELTA_PAGE_MISMATCH,
     &sync::DELTA_DIGEST_MISMATCH,
     &sync::DELTA_BASE_GONE,
+    &sync::USER_ERASED,
     // snug.admin.
     &admin::USER_NOT_FOUND,
     &admin::USER_EXISTS,

@@ -155,6 +155,15 @@ pub const DELTA_BASE_GONE: Reason = sync(
     "the delta's base is not a retained revision of this user; send the whole file",
 );
 
+/// The user id was erased from this store (issue 36): it is refused for good, so nothing can be
+/// stored again under an id no users directory names.
+pub const USER_ERASED: Reason = sync(
+    "USER_ERASED",
+    GrpcCode::FailedPrecondition,
+    http(401, "UNAUTHENTICATED", false),
+    "the user id was erased from this store and is never used again",
+);
+
 /// The domain `snug.sync` and its reasons, in sync.proto's order.
 pub const DOMAIN: Domain = Domain {
     name: "snug.sync",
@@ -175,6 +184,7 @@ pub const DOMAIN: Domain = Domain {
         &DELTA_PAGE_MISMATCH,
         &DELTA_DIGEST_MISMATCH,
         &DELTA_BASE_GONE,
+        &USER_ERASED,
         &OVERLOADED,
         &TOO_LARGE,
         &INVALID_ARGUMENT,

@@ -7,7 +7,7 @@ use futures::Stream;
 
 use crate::{
     MemStore, SqliteStore,
-    error::{PutError, ReadError, ReclaimError, StorageError},
+    error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     store::{ImageDownload, RevStore},
     types::{
         ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome,
@@ -52,7 +52,7 @@ impl RevStore for AnyStore {
         each!(self, s => s.health().await)
     }
 
-    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
+    async fn provision_user(&self, user: &UserId) -> Result<bool, ProvisionError> {
         each!(self, s => s.provision_user(user).await)
     }
 

@@ -121,6 +121,7 @@ type Hook = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct FaultFlags {
     incomplete_listing: AtomicBool,
+    failing_wipes: std::sync::atomic::AtomicU32,
     hooks: Mutex<HashMap<FaultPoint, Hook>>,
 }
 
@@ -140,6 +141,20 @@ impl Faults {
 
     pub(crate) fn incomplete_listing(&self) -> bool {
         self.0.incomplete_listing.load(Ordering::SeqCst)
+    }
+
+    /// Makes the next `n` wipes of an object's erased ranges fail, as a pack that cannot be
+    /// written or an object store that refuses would.
+    pub fn fail_wipes(&self, n: u32) {
+        self.0.failing_wipes.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether this wipe is one of those made to fail (counting it).
+    pub(crate) fn wipe_fails(&self) -> bool {
+        self.0
+            .failing_wipes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Runs `hook` the next time a driver reaches `point`, on the driver's thread, which waits

@@ -10,17 +10,16 @@
 //! 1. Every publication record of the user ([`Taking::User`]), whatever its age, goes with what
 //!    its write staged ([`reclaim::take_orphans`]): a put of that user still streaming is refused
 //!    when it next touches its record (it publishes into a record that is gone, or commits
-//!    without one: `UNAVAILABLE`, retryable), and nothing it wrote stays. A retry then starts
-//!    afresh against a user with no image: a must-not-exist put lands as a fresh first image, a
-//!    must-match put names a revision the user no longer has and gets `CONFLICT` with no current
-//!    revision. So a put racing an erasure either landed before the pass began (and is erased
-//!    with the rest) or is refused; none lands into the erased history.
+//!    without one: `UNAVAILABLE`, retryable), and nothing it wrote stays; a retry, or a write that
+//!    begins after the pass, meets the tombstone (step 2) and is refused. So a put racing an
+//!    erasure either landed before the pass began (and is erased with the rest) or is refused.
 //! 2. Every history row of the user, retained or not, is journaled (its revision token, with
 //!    the opaque user id, as reclamation journals released revisions) and deleted, and the
-//!    user's pointer cleared. The user record itself stays, as a user with no image: the store's
-//!    users are whoever the hub's users directory sent (first contact provisions them), so a user
-//!    who comes back is served as one freshly provisioned; forgetting who the id belonged to is
-//!    the directory's part.
+//!    user's pointer cleared. The user record itself stays as the id's tombstone
+//!    ([`Pass::mark_erased`], issue 36): the id is refused for good (first contact:
+//!    `USER_ERASED`; every write: not found, not ledgered), so a write authenticated before the
+//!    erasure and finishing after it cannot bring the bytes back under an id no users directory
+//!    names; forgetting who the id belonged to is the directory's part.
 //! 3. The images only that user's revisions named (no other user's revision names them, and no
 //!    other user's put in flight publishes them) are journaled and deleted, leased or not: a
 //!    download of the erased image already under way may finish from what it holds open, or end
@@ -28,11 +27,15 @@
 //! 4. The chunks those images named that no remaining image names and no put in flight relies
 //!    on are journaled and deleted; a pack file or pack object left holding no chunk is
 //!    journaled and deleted whole after the commit, as in a pass. A pack that also holds chunks
-//!    another image still names cannot go: after the commit the deleted chunks' byte ranges in it
-//!    are overwritten with zeros ([`Pass::wipe`]; the object keeps its name and length, and no
-//!    byte any image names moves). Pack names are the content addresses of the chunk lists they
-//!    were written with, and a put writes only chunks the index lacks, so no later put can name
-//!    (and so find) a wiped pack.
+//!    another image still names cannot go: the deleted chunks' byte ranges in it are recorded in
+//!    the pass ([`Pass::record_wipes`]) and, after the commit, overwritten with zeros
+//!    ([`Pass::wipe`]; the object keeps its name and length, and no byte any image names moves),
+//!    each object's record dropped only once its ranges are zeroed. A wipe that fails stays
+//!    recorded, is retried by the next erasure and by every reclamation pass, is listed by the
+//!    integrity check, and leaves the report incomplete ([`ErasureReport::wipes_pending`]) until
+//!    it is done (issue 36). Pack names are the content addresses of the chunk lists they were
+//!    written with, and a put writes only chunks the index lacks, so no later put can name (and
+//!    so find) a wiped pack, however late its wipe.
 //! 5. The personal fields of the user's ledger rows are scrubbed: the principal (who wrote or
 //!    was served, which names a person, a device or a token) of every put-ledger and
 //!    served-ledger row becomes [`ERASED`]. The rows stay, with their opaque user id, time,
@@ -55,7 +58,7 @@ use crate::{
     config::Retention,
     error::{ReadError, ReclaimError, StorageError},
     integrity::{Inspect, Record},
-    reclaim::{Pass, Reclaimer, Taking, hex_all, take_orphans},
+    reclaim::{Pass, Reclaimer, Taking, finish_wipes, hex_all, take_orphans},
     retention::Cutoffs,
     store::RevStore,
     types::{Digest, ErasureReport, ReclaimedKind, RevisionInfo, Timestamp, UsageReport, UserId},
@@ -88,6 +91,7 @@ pub(crate) async fn erase<R: Reclaimer>(
     pass.journal(now, Kind::Revision, &tokens, Some(user))
         .await?;
     pass.delete_history(user).await?;
+    pass.mark_erased(user, now).await?;
     report.revisions = history.len() as u64;
 
     let theirs: HashSet<Digest> = history.iter().map(|(_, digest)| *digest).collect();
@@ -148,11 +152,15 @@ pub(crate) async fn erase<R: Reclaimer>(
         }
     }
     report.packs_wiped = wipe.len() as u64;
+    pass.record_wipes(&wipe, now).await?;
 
     report.ledger_rows_scrubbed = pass.scrub_ledgers(user).await?;
+    let pending = pass.pending_wipes().await?;
 
     pass.commit(report.chunks > 0).await?;
-    pass.wipe(&wipe).await?;
+    let wipes = finish_wipes(&mut pass, store.faults(), &pending).await;
+    report.ranges_wiped = wipes.wiped;
+    report.wipes_pending = wipes.pending;
     pass.delete_objects(&doomed).await?;
     Ok(report)
 }

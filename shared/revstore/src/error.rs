@@ -306,6 +306,33 @@ impl From<rusqlite::Error> for ReadError {
     }
 }
 
+/// Why a user was not provisioned.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// The user id was erased from this store (issue 36): it is never used again.
+    #[error("this user id was erased from the store and cannot be used again")]
+    Erased,
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl ProvisionError {
+    /// `USER_ERASED` or the storage reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProvisionError::Erased => snug_reasons::sync::USER_ERASED.name,
+            ProvisionError::Storage(e) => e.reason(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for ProvisionError {
+    fn from(e: rusqlite::Error) -> Self {
+        ProvisionError::Storage(e.into())
+    }
+}
+
 /// Why a reclamation pass deleted nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum ReclaimError {

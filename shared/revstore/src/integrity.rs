@@ -8,7 +8,9 @@
 //! no pack, a short read) [`IntegrityProblem::MissingChunk`], stored bytes that do not hash to
 //! their address [`IntegrityProblem::ChunkMismatch`] (once per chunk, however many images share
 //! it), and an image whose chunks are all sound but reassemble to another digest or size, or whose
-//! layout cannot be read, [`IntegrityProblem::ImageMismatch`].
+//! layout cannot be read, [`IntegrityProblem::ImageMismatch`]. An erasure whose wipe of erased
+//! bytes is still to be retried is [`IntegrityProblem::UnfinishedWipe`]: the store is not yet as
+//! the erasure said it would be.
 //!
 //! The backends read their stored bytes raw here (a download checks them and stops at the first
 //! bad one; a check goes on to report every one), a run of [`RUN`] chunks at a time, so a check of
@@ -70,6 +72,11 @@ pub(crate) trait Inspect: Sync {
     /// The distinct images of every retained revision.
     fn retained_images(&self) -> impl Future<Output = Result<Vec<Digest>, StorageError>> + Send;
 
+    /// The objects an erasure left ranges to wipe in, with how many ranges each (issue 36).
+    fn unfinished_wipes(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, u64)>, StorageError>> + Send;
+
     /// One image's record.
     fn image(
         &self,
@@ -106,6 +113,15 @@ pub(crate) async fn check<I: Inspect>(
             }
         });
     };
+    let unfinished = store.unfinished_wipes().await?;
+    found(
+        unfinished
+            .into_iter()
+            .map(|(object, ranges)| IntegrityProblem::UnfinishedWipe { object, ranges })
+            .collect(),
+        0,
+        0,
+    );
     let dangling = store.dangling_pointers().await?;
     found(
         dangling

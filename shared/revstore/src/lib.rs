@@ -215,7 +215,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     DEFAULT_CHUNK_SIZE, DEFAULT_QUOTA_BYTES, FaultPoint, Faults, Retention, StoreConfig,
 };
-pub use error::{InvalidToken, OpenError, PutError, ReadError, ReclaimError, StorageError, reason};
+pub use error::{
+    InvalidToken, OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError,
+    reason,
+};
 pub use mem::MemStore;
 #[cfg(feature = "postgres")]
 pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTES};

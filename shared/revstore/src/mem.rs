@@ -18,7 +18,7 @@ use crate::{
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
     erase,
-    error::{PutError, ReadError, ReclaimError, StorageError},
+    error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity,
     protocol::{self, Intent, Primitives, Proposal, ReadBack},
     reclaim::{self, Chunks, InFlight, Listed, Record, Retained, Unreferenced},
@@ -162,6 +162,7 @@ impl State {
 /// A change a memory transaction makes, applied only when the transaction succeeds: the
 /// in-memory counterpart of a rollback is not applying them.
 enum Change {
+    InsertUser(UserId),
     InsertPublication(u64, Publication),
     DeletePublication(u64),
     AbandonPublication(u64),
@@ -190,6 +191,9 @@ impl<'a> MemTx<'a> {
         let state = self.state;
         for change in self.changes {
             match change {
+                Change::InsertUser(user) => {
+                    state.users.entry(user).or_default();
+                }
                 Change::InsertPublication(id, publication) => {
                     state.publications.insert(id, publication);
                 }
@@ -244,6 +248,11 @@ impl protocol::WriteTx for MemTx<'_> {
                 current: rec.current.map(|i| i as u64 + 1),
             },
         })
+    }
+
+    async fn insert_user(&mut self, user: &UserId, _at: Timestamp) -> Result<bool, StorageError> {
+        self.changes.push(Change::InsertUser(user.clone()));
+        Ok(true)
     }
 
     async fn revision_at(
@@ -693,13 +702,11 @@ impl RevStore for MemStore {
         self.inner.write_health.verdict()
     }
 
-    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
-        let mut state = self.lock();
-        if state.users.contains_key(user) {
-            return Ok(false);
-        }
-        state.users.insert(user.clone(), UserRec::default());
-        Ok(true)
+    async fn provision_user(&self, user: &UserId) -> Result<bool, ProvisionError> {
+        let now = self.now();
+        transaction(&mut self.lock(), async |tx| {
+            protocol::provision_in(tx, user, now).await
+        })
     }
 
     async fn put<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
@@ -895,6 +902,11 @@ impl integrity::Inspect for MemStore {
             .map(|r| r.info.digest)
             .collect();
         Ok(images.into_iter().collect())
+    }
+
+    async fn unfinished_wipes(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        // No object keeps bytes to wipe.
+        Ok(Vec::new())
     }
 
     async fn image(&self, digest: &Digest) -> Result<integrity::Record<()>, StorageError> {
@@ -1209,11 +1221,39 @@ impl reclaim::Pass for MemPass<'_> {
         Ok(scrubbed)
     }
 
-    async fn wipe(
+    async fn record_wipes(
         &mut self,
         _ranges: &std::collections::BTreeMap<String, Vec<(u64, u32)>>,
+        _at: Timestamp,
     ) -> Result<(), StorageError> {
-        // Chunks live in the state itself: deleting one forgets its bytes.
+        // Chunks live in the state itself: deleting one forgets its bytes, and no object keeps
+        // any to wipe.
+        Ok(())
+    }
+
+    async fn pending_wipes(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<(u64, u32)>>, StorageError> {
+        Ok(std::collections::BTreeMap::new())
+    }
+
+    async fn mark_erased(&mut self, user: &str, _at: Timestamp) -> Result<(), StorageError> {
+        if let Some((_, rec)) = self
+            .state
+            .users
+            .iter_mut()
+            .find(|(u, _)| u.as_str() == user)
+        {
+            rec.erased = true;
+        }
+        Ok(())
+    }
+
+    async fn wipe(&mut self, _object: &str, _ranges: &[(u64, u32)]) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    async fn wiped(&mut self, _object: &str) -> Result<(), StorageError> {
         Ok(())
     }
 

@@ -207,6 +207,14 @@ pub(crate) trait WriteTx {
     /// The user's pointer row.
     fn user(&mut self, user: &UserId) -> impl Future<Output = Result<UserRow, StorageError>>;
 
+    /// Writes the user's pointer row, with no image; `false` when another transaction wrote it
+    /// first.
+    fn insert_user(
+        &mut self,
+        user: &UserId,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<bool, StorageError>>;
+
     /// The user's revision with sequence number `seq`.
     fn revision_at(
         &mut self,
@@ -328,6 +336,21 @@ pub(crate) async fn load_facts<T: WriteTx>(
         keyed,
         staged: 0,
     }))
+}
+
+/// First contact in `tx`: the user's pointer row, with no image (a hub never creates an image
+/// that could clobber the client's copy); `true` when this call created it. An erased id is
+/// refused for good.
+pub(crate) async fn provision_in<T: WriteTx>(
+    tx: &mut T,
+    user: &UserId,
+    now: Timestamp,
+) -> Result<bool, crate::error::ProvisionError> {
+    match tx.user(user).await? {
+        UserRow::Erased => Err(crate::error::ProvisionError::Erased),
+        UserRow::Known { .. } => Ok(false),
+        UserRow::Unknown => Ok(tx.insert_user(user, now).await?),
+    }
 }
 
 /// How [`begin_in`] ended; either way its transaction commits.

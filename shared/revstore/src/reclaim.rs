@@ -22,9 +22,10 @@
 //!    then registered objects left holding no chunk and listed objects nothing registers or names
 //!    once they are older than the orphan period ([`retention::unnamed_object_reclaimable`]).
 //!    Every decision is journaled in the pass before the deletion it records.
-//! 5. [`Pass::commit`]; only then does [`Pass::delete_objects`] delete the objects, so a crash in
-//!    between leaves unregistered objects the next pass takes, never a row that names a deleted
-//!    object. The pass stays exclusive until the deletions are done: objects are named by their
+//! 5. [`Pass::commit`]; then every byte range an erasure recorded and could not wipe yet is
+//!    wiped ([`finish_wipes`]: a range goes from the record only once it is zeroed), and only
+//!    then does [`Pass::delete_objects`] delete the objects, so a crash in between leaves
+//!    unregistered objects the next pass takes, never a row that names a deleted object. The pass stays exclusive until the deletions are done: objects are named by their
 //!    content, and a put that wrote (or found) an object of the same name in between would lose
 //!    it.
 //!
@@ -231,13 +232,34 @@ pub(crate) trait Pass {
     /// Replaces the principal of every put-ledger and served-ledger row of `user` with
     /// [`crate::erase::ERASED`]; returns how many rows changed (erasure).
     fn scrub_ledgers(&mut self, user: &str) -> impl Future<Output = Result<u64, StorageError>>;
-    /// Overwrites the byte ranges of deleted chunks in objects that stay (they hold other
-    /// chunks still named), after [`Pass::commit`] and before [`Pass::delete_objects`]
-    /// (erasure). Backends with no objects have nothing to wipe.
-    fn wipe(
+    /// Records byte ranges of deleted chunks to overwrite with zeros in objects that stay (they
+    /// hold other chunks still named), in the pass's transaction, so that they are wiped even if
+    /// the wipe after the commit fails or the process dies (erasure).
+    fn record_wipes(
         &mut self,
         ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+        at: Timestamp,
     ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Every range still to wipe, by object: this pass's and those earlier ones left.
+    fn pending_wipes(
+        &mut self,
+    ) -> impl Future<Output = Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError>>;
+    /// Marks the user erased (its tombstone: the id is refused for good) (erasure).
+    fn mark_erased(
+        &mut self,
+        user: &str,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Overwrites `ranges` of `object` with zeros, after [`Pass::commit`] and before
+    /// [`Pass::delete_objects`]; an object that no longer exists has nothing left to wipe.
+    /// Backends with no objects have nothing to wipe.
+    fn wipe(
+        &mut self,
+        object: &str,
+        ranges: &[(u64, u32)],
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Forgets the recorded ranges of `object`, once wiped (after [`Pass::commit`]).
+    fn wiped(&mut self, object: &str) -> impl Future<Output = Result<(), StorageError>>;
     /// Appends to the reclamation journal.
     fn journal(
         &mut self,
@@ -254,6 +276,42 @@ pub(crate) trait Pass {
     /// until its deletion is done. A deletion that fails leaves an object the next pass finds
     /// unregistered.
     fn delete_objects(self, names: &[String]) -> impl Future<Output = Result<(), ReclaimError>>;
+}
+
+/// How the wipes after a commit went: ranges overwritten, and ranges left for a later pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Wipes {
+    pub(crate) wiped: u64,
+    pub(crate) pending: u64,
+}
+
+/// Wipes every pending range, one object at a time, after the pass's commit; an object whose
+/// wipe fails keeps its ranges recorded, for the next erasure or pass (issue 36: a failed wipe
+/// is never forgotten).
+pub(crate) async fn finish_wipes<P: Pass>(
+    pass: &mut P,
+    faults: &Faults,
+    pending: &BTreeMap<String, Vec<(u64, u32)>>,
+) -> Wipes {
+    let mut wipes = Wipes::default();
+    for (object, ranges) in pending {
+        let wiped = if faults.wipe_fails() {
+            Err(StorageError::unavailable("the wipe was made to fail"))
+        } else {
+            match pass.wipe(object, ranges).await {
+                Ok(()) => pass.wiped(object).await,
+                Err(err) => Err(err),
+            }
+        };
+        match wiped {
+            Ok(()) => wipes.wiped += ranges.len() as u64,
+            Err(err) => {
+                tracing::warn!(object, reason = err.reason(), error = %err, "could not wipe an erased chunk's bytes; the next reclamation pass retries");
+                wipes.pending += ranges.len() as u64;
+            }
+        }
+    }
+    wipes
 }
 
 /// One reclamation pass at `now` under `retention`, in the order of the module docs.
@@ -351,8 +409,13 @@ pub(crate) async fn run<R: Reclaimer>(
     doomed.extend(unnamed);
     pass.journal(now, Kind::Pack, &doomed, None).await?;
     report.packs = doomed.len() as u64;
+    let pending = pass.pending_wipes().await?;
 
     pass.commit(report.chunks > 0).await?;
+    // An earlier erasure's wipes that failed, retried while the pass is still exclusive.
+    let wipes = finish_wipes(&mut pass, store.faults(), &pending).await;
+    report.ranges_wiped = wipes.wiped;
+    report.wipes_pending = wipes.pending;
     store.faults().reached(FaultPoint::BeforeObjectDeletion);
     pass.delete_objects(&doomed).await?;
     Ok(report)

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
 use crate::{
-    error::{PutError, ReadError, ReclaimError, StorageError},
+    error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
@@ -37,10 +37,11 @@ pub trait RevStore: Send + Sync + 'static {
     fn health(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 
     /// Records the user on first contact. Creates no image; returns whether the user was new.
+    /// An id this store erased is refused ([`ProvisionError::Erased`]): it is never used again.
     fn provision_user(
         &self,
         user: &UserId,
-    ) -> impl Future<Output = Result<bool, StorageError>> + Send;
+    ) -> impl Future<Output = Result<bool, ProvisionError>> + Send;
 
     /// Streams a new image in and, if the precondition holds, makes it the user's current revision.
     ///

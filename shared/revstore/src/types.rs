@@ -482,6 +482,10 @@ pub struct ReclaimReport {
     pub packs: u64,
     /// Orphaned publication records cleared.
     pub publications: u64,
+    /// Byte ranges an earlier erasure left to wipe, overwritten with zeros by this pass.
+    pub ranges_wiped: u64,
+    /// Byte ranges still to wipe after this pass (a wipe failed again).
+    pub wipes_pending: u64,
 }
 
 /// How much the store holds, for operators and for the storage benchmark.
@@ -524,6 +528,14 @@ pub enum IntegrityProblem {
     ImageMismatch {
         /// The image.
         image: Digest,
+    },
+    /// An erasure left byte ranges of erased chunks to overwrite with zeros in this object (a
+    /// wipe failed); the next erasure or reclamation pass retries them.
+    UnfinishedWipe {
+        /// The pack file or pack object.
+        object: String,
+        /// How many ranges are left to wipe in it.
+        ranges: u64,
     },
 }
 
@@ -585,4 +597,19 @@ pub struct ErasureReport {
     pub packs_wiped: u64,
     /// Put-ledger and served-ledger rows of the user whose principal was scrubbed.
     pub ledger_rows_scrubbed: u64,
+    /// Byte ranges overwritten with zeros in objects that stay (this erasure's, and any an
+    /// earlier erasure left pending).
+    pub ranges_wiped: u64,
+    /// Byte ranges still to be overwritten with zeros: a wipe failed, and the store keeps the
+    /// ranges and retries them (the next erasure, every reclamation pass). Not zero: the erasure
+    /// is not complete.
+    pub wipes_pending: u64,
+}
+
+impl ErasureReport {
+    /// Whether nothing of the erasure is left to do: every erased byte is gone from the store's
+    /// files and objects (the backend's own free space aside, see the crate docs).
+    pub fn complete(&self) -> bool {
+        self.wipes_pending == 0
+    }
 }

@@ -10,6 +10,7 @@ use super::*;
 #[derive(Default)]
 struct Fake {
     dangling: Vec<UserId>,
+    unfinished: Vec<(String, u64)>,
     retained: Vec<Digest>,
     records: HashMap<Digest, (u64, Vec<Digest>, bool)>,
     chunks: HashMap<Digest, Bytes>,
@@ -24,6 +25,10 @@ impl Inspect for Fake {
 
     async fn retained_images(&self) -> Result<Vec<Digest>, StorageError> {
         Ok(self.retained.clone())
+    }
+
+    async fn unfinished_wipes(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        Ok(self.unfinished.clone())
     }
 
     async fn image(&self, digest: &Digest) -> Result<Record<()>, StorageError> {
@@ -112,6 +117,9 @@ fn check_report(images: &[&str], tweak: impl FnOnce(&mut Fake, &[Digest]), expec
             }
             IntegrityProblem::ChunkMismatch { chunk } => format!("mismatch {}", name(chunk)),
             IntegrityProblem::ImageMismatch { image } => format!("image mismatch {}", name(image)),
+            IntegrityProblem::UnfinishedWipe { object, ranges } => {
+                format!("unfinished wipe of {ranges} ranges in {object}")
+            }
         })
         .collect();
     expect.assert_eq(&format!(
@@ -185,16 +193,18 @@ fn sound_chunks_that_reassemble_to_another_image_are_an_image_mismatch() {
 }
 
 #[test]
-fn records_missing_malformed_and_pointers_dangling() {
+fn records_missing_malformed_pointers_dangling_and_wipes_unfinished() {
     check_report(
         &["abc", "def"],
         |f, digests| {
             f.records.remove(&digests[0]);
             f.records.get_mut(&digests[1]).expect("record").2 = false;
             f.dangling.push(UserId::new("carol").expect("user"));
+            f.unfinished.push(("ab12.pack".to_owned(), 3));
         },
         expect![[r#"
             checked 1 images, 0 bytes
+            unfinished wipe of 3 ranges in ab12.pack
             dangling carol
             missing image image0
             image mismatch image1"#]],

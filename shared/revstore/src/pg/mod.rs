@@ -22,7 +22,7 @@ use crate::{
     cas::Accepted,
     chunk::{self, ChunkSink, Ingested},
     config::StoreConfig,
-    error::{OpenError, PutError, ReadError, ReclaimError, StorageError},
+    error::{OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity, migrate,
     objects::Bucket as Objects,
     pack,
@@ -809,12 +809,8 @@ impl RevStore for PgStore {
         self.inner.write_health.verdict()
     }
 
-    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
-        let client = self.client().await?;
-        let n = client
-            .execute("INSERT INTO users (user_id, created_at) VALUES ($1, $2) ON CONFLICT (user_id) DO NOTHING", &[&user.as_str(), &self.now().unix_millis()])
-            .await?;
-        Ok(n == 1)
+    async fn provision_user(&self, user: &UserId) -> Result<bool, ProvisionError> {
+        self.provision(user).await
     }
 
     async fn put<B>(&self, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
@@ -1038,6 +1034,19 @@ impl integrity::Inspect for PgStore {
             .iter()
             .map(|r| digest_of(r.get::<_, &[u8]>(0)))
             .collect()
+    }
+
+    async fn unfinished_wipes(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "SELECT object, count(*) FROM pending_wipes GROUP BY object ORDER BY object",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+            .collect())
     }
 
     async fn image(&self, digest: &Digest) -> Result<integrity::Record<PgLayout>, StorageError> {

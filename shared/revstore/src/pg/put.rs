@@ -14,7 +14,7 @@ use super::{INFO_COLUMNS, PgStore, Staged, accepted_row, info_row, lock_shared};
 use crate::{
     cas::Accepted,
     chunk,
-    error::{PutError, StorageError},
+    error::{ProvisionError, PutError, StorageError},
     protocol::{self, Image, Intent, Proposal, UserRow, WriteTx},
     types::{
         Digest, IdempotencyKey, Principal, PutOutcome, Revision, RevisionInfo, Timestamp, UserId,
@@ -90,6 +90,16 @@ impl PgStore {
         }
     }
 
+    /// First contact: the user's pointer row, or the refusal of an erased id.
+    pub(super) async fn provision(&self, user: &UserId) -> Result<bool, ProvisionError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(StorageError::from)?;
+        let created = protocol::provision_in(&mut PgTx::new(&tx, self), user, now).await?;
+        tx.commit().await.map_err(StorageError::from)?;
+        Ok(created)
+    }
+
     /// Ledgers a refusal that happened before any publication record existed.
     pub(super) async fn ledger_refusal_now(
         &self,
@@ -132,6 +142,17 @@ impl WriteTx for PgTx<'_> {
                 },
             },
         })
+    }
+
+    async fn insert_user(&mut self, user: &UserId, at: Timestamp) -> Result<bool, StorageError> {
+        Ok(self
+            .tx
+            .execute(
+                "INSERT INTO users (user_id, created_at) VALUES ($1, $2) ON CONFLICT (user_id) DO NOTHING",
+                &[&user.as_str(), &at.unix_millis()],
+            )
+            .await?
+            == 1)
     }
 
     async fn revision_at(

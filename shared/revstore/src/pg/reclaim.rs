@@ -482,17 +482,72 @@ impl Pass for PgPass<'_> {
         Ok(scrubbed)
     }
 
-    async fn wipe(
+    async fn record_wipes(
         &mut self,
         ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+        at: Timestamp,
     ) -> Result<(), StorageError> {
-        if ranges.is_empty() {
+        let mut objects: Vec<&str> = Vec::new();
+        let mut offsets: Vec<i64> = Vec::new();
+        let mut lens: Vec<i64> = Vec::new();
+        for (object, ranges) in ranges {
+            for (offset, len) in ranges {
+                objects.push(object);
+                offsets.push(*offset as i64);
+                lens.push(i64::from(*len));
+            }
+        }
+        if objects.is_empty() {
             return Ok(());
         }
-        let objects = self.store.objects()?;
-        for (name, ranges) in ranges {
-            objects.wipe(name, ranges).await?;
+        self.client()
+            .execute(
+                "INSERT INTO pending_wipes (object, \"offset\", len, recorded_at)
+                 SELECT o, f, l, $4 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS t(o, f, l)
+                 ON CONFLICT (object, \"offset\") DO UPDATE SET len = EXCLUDED.len",
+                &[&objects, &offsets, &lens, &at.unix_millis()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn pending_wipes(&mut self) -> Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError> {
+        let mut pending: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
+        for row in self
+            .client()
+            .query(
+                "SELECT object, \"offset\", len FROM pending_wipes ORDER BY object, \"offset\"",
+                &[],
+            )
+            .await?
+        {
+            pending
+                .entry(row.get::<_, String>(0))
+                .or_default()
+                .push((row.get::<_, i64>(1) as u64, row.get::<_, i64>(2) as u32));
         }
+        Ok(pending)
+    }
+
+    async fn mark_erased(&mut self, user: &str, at: Timestamp) -> Result<(), StorageError> {
+        self.client()
+            .execute(
+                "UPDATE users SET erased_at = COALESCE(erased_at, $2) WHERE user_id = $1",
+                &[&user, &at.unix_millis()],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn wipe(&mut self, object: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {
+        self.store.objects()?.wipe(object, ranges).await
+    }
+
+    async fn wiped(&mut self, object: &str) -> Result<(), StorageError> {
+        // After the pass's commit, still holding its lock: a statement of its own.
+        self.client()
+            .execute("DELETE FROM pending_wipes WHERE object = $1", &[&object])
+            .await?;
         Ok(())
     }
 

@@ -102,6 +102,16 @@ impl integrity::Inspect for Inner {
             .collect::<Result<_, _>>()?)
     }
 
+    async fn unfinished_wipes(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        Ok(self.with_reader(|conn| {
+            conn.prepare(
+                "SELECT object, count(*) FROM pending_wipes GROUP BY object ORDER BY object",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?
+            .collect::<Result<Vec<_>, _>>()
+        })?)
+    }
+
     async fn image(&self, digest: &Digest) -> Result<integrity::Record<PackLayout>, StorageError> {
         self.with_reader(|conn| {
             let row: Option<(i64, Vec<u8>, Vec<u8>)> = conn

@@ -47,7 +47,7 @@ use crate::{
     cas::Accepted,
     chunk,
     config::StoreConfig,
-    error::{OpenError, PutError, ReadError, ReclaimError, StorageError},
+    error::{OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity, migrate, protocol,
     store::{ImageDownload, Leases, RevStore},
     types::{
@@ -522,17 +522,17 @@ impl RevStore for SqliteStore {
         self.inner.write_health.verdict()
     }
 
-    async fn provision_user(&self, user: &UserId) -> Result<bool, StorageError> {
+    async fn provision_user(&self, user: &UserId) -> Result<bool, ProvisionError> {
         let user = user.clone();
         self.blocking(move |inner| {
             let now = inner.now();
             let mut conn = inner.writer();
             durable(&mut conn, |tx| {
-                let n = tx.execute(
-                    "INSERT OR IGNORE INTO users (user_id, created_at) VALUES (?1, ?2)",
-                    params![user.as_str(), now.unix_millis()],
-                )?;
-                Ok::<_, StorageError>(n == 1)
+                futures::executor::block_on(protocol::provision_in(
+                    &mut put::SqliteTx::new(tx, inner),
+                    &user,
+                    now,
+                ))
             })
         })
         .await

@@ -511,7 +511,7 @@ pub(crate) struct SqliteTx<'a> {
 }
 
 impl<'a> SqliteTx<'a> {
-    fn new(tx: &'a Transaction<'a>, inner: &'a Inner) -> Self {
+    pub(super) fn new(tx: &'a Transaction<'a>, inner: &'a Inner) -> Self {
         Self {
             tx,
             inner,
@@ -541,6 +541,14 @@ impl WriteTx for SqliteTx<'_> {
                 current: current.map(|seq| seq as u64),
             },
         })
+    }
+
+    async fn insert_user(&mut self, user: &UserId, at: Timestamp) -> Result<bool, StorageError> {
+        Ok(self
+            .tx
+            .prepare_cached("INSERT OR IGNORE INTO users (user_id, created_at) VALUES (?1, ?2)")?
+            .execute(params![user.as_str(), at.unix_millis()])?
+            == 1)
     }
 
     async fn revision_at(

@@ -413,20 +413,74 @@ impl Pass for SqlitePass<'_> {
         Ok(scrubbed)
     }
 
-    async fn wipe(
+    async fn record_wipes(
         &mut self,
         ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+        at: Timestamp,
     ) -> Result<(), StorageError> {
-        use std::os::unix::fs::FileExt as _;
-        for (name, ranges) in ranges {
-            let file = fs::OpenOptions::new()
-                .write(true)
-                .open(self.inner.pack_path(name))?;
+        let mut insert = self.conn.prepare_cached(
+            "INSERT OR REPLACE INTO pending_wipes (object, offset, len, recorded_at) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (object, ranges) in ranges {
             for (offset, len) in ranges {
-                file.write_all_at(&vec![0u8; *len as usize], *offset)?;
+                insert.execute(params![object, *offset as i64, *len, at.unix_millis()])?;
             }
-            file.sync_all()?;
         }
+        Ok(())
+    }
+
+    async fn pending_wipes(&mut self) -> Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError> {
+        let mut pending: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT object, offset, len FROM pending_wipes ORDER BY object, offset",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (object, offset, len) = row?;
+            pending
+                .entry(object)
+                .or_default()
+                .push((offset as u64, len as u32));
+        }
+        Ok(pending)
+    }
+
+    async fn mark_erased(&mut self, user: &str, at: Timestamp) -> Result<(), StorageError> {
+        self.conn.execute(
+            "UPDATE users SET erased_at = COALESCE(erased_at, ?2) WHERE user_id = ?1",
+            params![user, at.unix_millis()],
+        )?;
+        Ok(())
+    }
+
+    async fn wipe(&mut self, object: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {
+        use std::os::unix::fs::FileExt as _;
+        let file = match fs::OpenOptions::new()
+            .write(true)
+            .open(self.inner.pack_path(object))
+        {
+            Ok(file) => file,
+            // Deleted whole since: nothing of it is left to wipe.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        for (offset, len) in ranges {
+            file.write_all_at(&vec![0u8; *len as usize], *offset)?;
+        }
+        file.sync_all()?;
+        Ok(())
+    }
+
+    async fn wiped(&mut self, object: &str) -> Result<(), StorageError> {
+        // After the pass's commit, on the writer it still holds: a statement of its own.
+        self.conn
+            .execute("DELETE FROM pending_wipes WHERE object = ?1", [object])?;
         Ok(())
     }
 

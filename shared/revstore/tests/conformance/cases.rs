@@ -12,8 +12,8 @@ use std::{
 use bytes::Bytes;
 use futures::StreamExt;
 use snug_revstore::{
-    Digest, FaultPoint, IdempotencyKey, Precondition, PutError, PutRequest, ReadError,
-    ReclaimError, ReclaimedKind, RestoreRequest, Retention, RevStore, Revision, Verdict,
+    Digest, FaultPoint, IdempotencyKey, IntegrityProblem, Precondition, PutError, PutRequest,
+    ReadError, ReclaimError, ReclaimedKind, RestoreRequest, Retention, RevStore, Revision, Verdict,
 };
 
 use crate::support::*;
@@ -1832,20 +1832,98 @@ pub(crate) async fn erasure_leaves_no_byte_of_the_user_and_spares_a_sharer<
 
     assert_eq!(fetch(&fx.store, &bob).await, b, "bob's image is intact");
     assert_clean(&fx.store).await;
+    assert!(report.complete(), "{report:?}");
     assert_eq!(
         fx.store.erase(&alice).await.expect("erase again"),
         snug_revstore::ErasureReport::default()
     );
-    // The user stays provisioned, with no image: a first write lands afresh.
+    // The erased id is a tombstone (issue 36): refused at first contact, and its writes are
+    // refused like an unknown user's, unledgered, with nothing stored.
+    assert!(matches!(
+        fx.store.provision_user(&alice).await,
+        Err(snug_revstore::ProvisionError::Erased)
+    ));
     let fresh = image(904, 3 * chunk);
-    put_ok(&fx.store, &alice, Precondition::MustNotExist, &fresh).await;
-    assert_eq!(fetch(&fx.store, &alice).await, fresh);
+    assert!(matches!(
+        put(&fx.store, &alice, Precondition::MustNotExist, &fresh).await,
+        Err(PutError::NotFound)
+    ));
+    assert_eq!(
+        fx.store
+            .put_ledger(&alice, 100)
+            .await
+            .expect("ledger")
+            .len(),
+        2,
+        "no row names whoever tried after the erasure"
+    );
+    assert!(matches!(
+        fx.store.head(&alice).await,
+        Err(ReadError::NotFound)
+    ));
+    assert!((fx.scan)(vec![fresh[..chunk].to_vec()]).await.is_empty());
     assert_eq!(fetch(&fx.store, &bob).await, b);
 }
 
+/// Issue 36, point 4: a wipe of erased bytes that fails is not forgotten. The erasure reports it
+/// incomplete, the integrity check lists it, the erased bytes are still found at rest, and the
+/// next reclamation pass wipes them (as a second erasure would), after which nothing of them is
+/// found and the check is clean. Backends that keep no objects have nothing to wipe.
+pub(crate) async fn a_failed_wipe_is_retried_until_done<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, alice)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision bob");
+    let chunk = CHUNK as usize;
+    // Alice's twelve chunks go in one pack; bob's image names six of them, so the pack stays
+    // and only alice's other six are wiped in it.
+    let a = image(931, 12 * chunk);
+    let mut b = a[..6 * chunk].to_vec();
+    b.extend_from_slice(&image(932, 6 * chunk));
+    put_ok(&fx.store, &alice, Precondition::MustNotExist, &a).await;
+    put_ok(&fx.store, &bob, Precondition::MustNotExist, &b).await;
+    let theirs: Vec<Vec<u8>> = a[6 * chunk..].chunks(chunk).map(<[u8]>::to_vec).collect();
+
+    fx.faults.fail_wipes(u32::MAX);
+    let report = fx.store.erase(&alice).await.expect("erase");
+    let wipes = report.packs_wiped > 0;
+    assert_eq!(report.complete(), !wipes, "{report:?}");
+    if wipes {
+        assert_eq!(report.wipes_pending, 6, "{report:?}");
+        assert!(
+            !(fx.scan)(theirs.clone()).await.is_empty(),
+            "the failed wipe left them"
+        );
+        let check = fx.store.check_integrity().await.expect("check");
+        assert!(
+            check
+                .problems
+                .iter()
+                .any(|p| matches!(p, IntegrityProblem::UnfinishedWipe { ranges: 6, .. })),
+            "{check:?}"
+        );
+        // Still failing: a pass keeps them pending.
+        let pass = fx.store.reclaim().await.expect("reclaim");
+        assert_eq!((pass.ranges_wiped, pass.wipes_pending), (0, 6), "{pass:?}");
+    }
+    fx.faults.fail_wipes(0);
+    let pass = fx.store.reclaim().await.expect("reclaim");
+    assert_eq!(pass.wipes_pending, 0, "{pass:?}");
+    assert_eq!(pass.ranges_wiped, if wipes { 6 } else { 0 }, "{pass:?}");
+    assert!((fx.scan)(theirs).await.is_empty(), "wiped at last");
+    assert_eq!(fetch(&fx.store, &bob).await, b, "bob's image is intact");
+    assert_clean(&fx.store).await;
+}
+
 /// A put racing an erasure of its user: one that has streamed and read back its bytes when the
-/// erasure runs is refused (retryable), leaves nothing at rest, and its retry lands as a fresh
-/// first image; a must-match put on the erased history is a conflict with no current revision.
+/// erasure runs is refused (retryable), leaves nothing at rest, and its retry (must-match or
+/// must-not-exist alike) is refused by the erased id's tombstone: nothing lands (issue 36).
 pub(crate) async fn a_put_racing_an_erasure_is_refused_and_leaves_nothing<
     S: RevStore,
     Fut: Future<Output = Option<Fixture<S>>>,
@@ -1894,12 +1972,14 @@ pub(crate) async fn a_put_racing_an_erasure_is_refused_and_leaves_nothing<
         "the racing put's record: {report:?}"
     );
     assert_eq!((fx.at_rest)().await, 0, "nothing of either image stays");
-    match put(&*store, &u, Precondition::MustMatch(r1), &second).await {
-        Err(PutError::Conflict { current: None }) => {}
-        other => panic!("expected a conflict with no current revision, got {other:?}"),
+    // Its retry, and any other write, meets the tombstone (issue 36): nothing comes back.
+    for precondition in [Precondition::MustMatch(r1), Precondition::MustNotExist] {
+        match put(&*store, &u, precondition, &second).await {
+            Err(PutError::NotFound) => {}
+            other => panic!("expected the erased user's write refused, got {other:?}"),
+        }
     }
-    put_ok(&*store, &u, Precondition::MustNotExist, &second).await;
-    assert_eq!(fetch(&*store, &u).await, second);
+    assert_eq!((fx.at_rest)().await, 0, "nothing came back");
     assert_clean(&*store).await;
 }
 

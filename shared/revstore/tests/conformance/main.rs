@@ -46,6 +46,7 @@ macro_rules! conformance_suite {
                 health_reports_the_backend,
                 erasure_leaves_no_byte_of_the_user_and_spares_a_sharer,
                 a_put_racing_an_erasure_is_refused_and_leaves_nothing,
+                a_failed_wipe_is_retried_until_done,
                 a_per_user_quota_replaces_the_default,
             );
         }
