@@ -68,13 +68,11 @@ use std::{future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use prost::Message as _;
-use sha2::{Digest as _, Sha256};
 use snug_container::{Limits, Passphrase, RecoveryKey, Secrets};
 use snug_proto::schema::v1::{
     self as pb,
     schema_service_server::{SchemaService, SchemaServiceServer},
 };
-use snug_reasons::schema as reasons;
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     blocking::{BlockingPool, Cancel, concurrency_or_cpus},
@@ -83,8 +81,7 @@ use snug_rpc::{
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{
-    Clock, ExportOptions, FileFormat, ImportOptions, Interrupt, MAX_USERDB_BYTES, STORAGE_VERSION,
-    SystemClock, UserDb,
+    Clock, ExportOptions, ImportOptions, Interrupt, MAX_USERDB_BYTES, SystemClock, UserDb,
 };
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
@@ -233,67 +230,21 @@ fn still_wanted(cancel: &Cancel) -> Result<(), Mapped> {
     Ok(())
 }
 
-/// Validates a sync image; see `ValidateSyncImage` in the proto.
+/// Validates a sync image; see `ValidateSyncImage` in the proto. The verdict is
+/// `snug_schema::validate_sync_image`'s, the one the sync service writes every revision under.
 fn validate_sync_image(
     bytes: &[u8],
     clock: Arc<dyn Clock>,
     cancel: &Cancel,
 ) -> Result<pb::ValidateSyncImageResponse, Mapped> {
-    match snug_schema::detect_format(bytes) {
-        FileFormat::Sqlite => {}
-        FileFormat::Protected => {
-            return Err(Mapped::new(
-                &reasons::CONTAINER_NOT_ACCEPTED,
-                "a hub sync origin stores the secrets-stripped plaintext only; push the \
-                 unprotected export, never a SNUGENC1 container (§11.3)",
-                [],
-            ));
-        }
-        FileFormat::Unknown => return Err(status::open_error(snug_schema::OpenError::NotSqlite)),
-    }
-    // The free-space walk and the hash read the bytes, not SQLite: they run beside the
-    // inspection (a copy into SQLite and a quick_check), which is as long. Their verdict is
-    // only looked at after every refusal the inspection leads to, as when they ran after it.
-    let (inspection, scrubbed) = std::thread::scope(|scope| {
-        let scrubbed = scope.spawn(|| stored_digest(bytes));
-        let inspection = snug_schema::inspect_bytes(bytes);
-        (inspection, scrubbed.join().expect("hashing does not panic"))
-    });
-    let inspection = inspection.map_err(status::open_error)?;
-    // The inspection predicts the refusals an import would make from the schema alone. When it
-    // predicts one, or when the ladder would run (which can refuse too), the import itself is
-    // run on a scratch copy so the refusal is the typed error an import produces.
-    if inspection.import_refusal.is_some() || inspection.storage_version != STORAGE_VERSION {
-        still_wanted(cancel)?;
-        snug_schema::import_check(bytes, &ImportOptions::default(), clock)
-            .map_err(status::import_error)?;
-    }
-    let secret_rows = inspection
-        .tables
-        .iter()
-        .find(|table| table.name == "snug_secrets")
-        .map(|table| table.rows);
-    match secret_rows {
-        None | Some(Some(0)) => {}
-        Some(rows) => {
-            let counted = rows.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
-            return Err(Mapped::new(
-                &reasons::SECRETS_PRESENT,
-                format!(
-                    "the image carries credentials ({counted} rows in snug_secrets); a hub sync \
-                     origin only takes the default export, which strips them"
-                ),
-                [("secretRows", counted)],
-            ));
-        }
-    }
-    still_wanted(cancel)?;
-    let (dirty, sha256) = scrubbed.map_err(status::scrub_error)?;
+    let verdict = snug_schema::validate_sync_image(bytes, clock, &|| !cancel.is_cancelled())
+        .map_err(status::sync_image_error)?;
     Ok(pb::ValidateSyncImageResponse {
-        storage_version: inspection.storage_version,
-        length: bytes.len() as u64,
-        sha256: Bytes::copy_from_slice(&sha256),
-        free_space: dirty
+        storage_version: verdict.storage_version,
+        length: verdict.length,
+        sha256: Bytes::copy_from_slice(&verdict.sha256),
+        free_space: verdict
+            .free_space
             .into_iter()
             .map(|range| pb::ByteRange {
                 offset: range.start,
@@ -301,25 +252,6 @@ fn validate_sync_image(
             })
             .collect(),
     })
-}
-
-/// The free space of `image` that holds a non-zero byte, and the SHA-256 of the image with it
-/// zeroed: the hub stores the image so (the proto's one stated rewrite), and the hash lets the
-/// caller check what it stores.
-fn stored_digest(
-    image: &[u8],
-) -> Result<(Vec<std::ops::Range<u64>>, sha2::digest::Output<Sha256>), snug_schema::ScrubError> {
-    let dirty = snug_schema::dirty_free_space(image)?;
-    let sha256 = if dirty.is_empty() {
-        Sha256::digest(image)
-    } else {
-        let mut stored = image.to_vec();
-        for range in &dirty {
-            stored[range.start as usize..range.end as usize].fill(0);
-        }
-        Sha256::digest(&stored)
-    };
-    Ok((dirty, sha256))
 }
 
 #[tonic::async_trait]

@@ -97,6 +97,29 @@ pub fn scrub_error(err: ScrubError) -> Mapped {
     )
 }
 
+/// Maps a hub sync origin's refusal of an image (`snug_schema::validate_sync_image`): the same
+/// reasons and metadata the sync service's writes refuse with.
+pub fn sync_image_error(err: snug_schema::SyncImageError) -> Mapped {
+    use snug_schema::SyncImageError as E;
+    match err {
+        E::ContainerNotAccepted => {
+            Mapped::new(&reasons::CONTAINER_NOT_ACCEPTED, err.to_string(), [])
+        }
+        E::Open(err) => open_error(err),
+        E::Import(err) => import_error(err),
+        E::SecretsPresent { rows } => {
+            let counted = rows.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+            Mapped::new(
+                &reasons::SECRETS_PRESENT,
+                err.to_string(),
+                [("secretRows", counted)],
+            )
+        }
+        E::Scrub(err) => scrub_error(err),
+        E::Stopped => Mapped::internal(&snug_schema::interrupted()),
+    }
+}
+
 /// Two registered apps that share a token; metadata names both app ids and the token.
 fn token_collision(collision: &TokenCollision, message: String) -> Mapped {
     Mapped::new(

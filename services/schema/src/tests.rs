@@ -693,7 +693,7 @@ async fn validate_sync_image_accepts_a_default_export_as_sent() {
     let stored = snug_schema::scrub_free_space(&export).expect("walkable");
     assert_eq!(
         hex::encode(&response.sha256),
-        hex::encode(Sha256::digest(&stored))
+        hex::encode(sha2::Sha256::digest(&stored))
     );
     validate(&mut client, userdb("fresh-v6.export.snug"))
         .await

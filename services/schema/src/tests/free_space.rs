@@ -71,18 +71,18 @@ fn rows(bytes: &[u8]) -> Vec<String> {
 async fn validate_sync_image_names_the_free_space_to_zero() {
     let mut client = client().await;
     let image = deleted_credential_image();
-    let before = Sha256::digest(&image);
+    let before = sha2::Sha256::digest(&image);
     let response = validate(&mut client, image.clone())
         .await
         .expect("accepted: no row in snug_secrets");
-    assert_eq!(Sha256::digest(&image), before, "the input is only read");
+    assert_eq!(sha2::Sha256::digest(&image), before, "the input is only read");
     assert!(!response.free_space.is_empty());
     let stored = stored(&image, &response);
     assert!(!contains(&stored, CREDENTIAL), "no byte of the credential");
     assert!(!contains(&stored, b"DELETED-BUT-NOT"));
     assert_eq!(
         hex::encode(&response.sha256),
-        hex::encode(Sha256::digest(&stored)),
+        hex::encode(sha2::Sha256::digest(&stored)),
         "the hash is of the bytes to store"
     );
     assert_eq!(rows(&stored), rows(&image), "live content unchanged");
