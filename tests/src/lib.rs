@@ -330,6 +330,31 @@ impl Hub {
         });
     }
 
+    /// Enables the user named `name` again (auth on).
+    pub fn enable_user(&self, name: &str) {
+        let name = name.to_owned();
+        self.with_users(async move |users| {
+            users.enable(&name).await.expect("enable user");
+        });
+    }
+
+    /// Issues another token for the user named `name` (auth on): its text and its short id.
+    pub fn issue_token(&self, name: &str) -> (String, String) {
+        let name = name.to_owned();
+        self.with_users(async move |users| {
+            let issued = users.issue_token(&name).await.expect("issue token");
+            (issued.token, issued.id)
+        })
+    }
+
+    /// Revokes the token with this short id (auth on), as `snug-hub users revoke-token` does.
+    pub fn revoke_token(&self, id: &str) {
+        let id = id.to_owned();
+        self.with_users(async move |users| {
+            users.revoke_token(&id).await.expect("revoke token");
+        });
+    }
+
     /// The id of the user named `name` (auth on).
     pub fn user_id(&self, name: &str) -> String {
         let name = name.to_owned();

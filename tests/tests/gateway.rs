@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{
-    Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer, etag_revision,
-    get_userdb, push_unvalidated, put_userdb, user_id, userdb_vector, userdb_with_filler,
+    Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
+    etag_revision, get_userdb, push_unvalidated, put_userdb, user_id, userdb_vector,
+    userdb_with_filler,
 };
 use snug_gateway::config::AuthMode;
 
@@ -666,13 +667,29 @@ async fn unauthenticated_requests_get_401_on_every_user_route() {
     )
     .expect("key");
     let alice_id = hub.user_id("alice");
-    let expired = key_holder.sign(&alice_id, snug_gateway::session::now_ms() - 1);
+    // A live session's cookie, and copies of it changed every way but the record.
+    let good = session_cookie(&http, &token).await;
+    let sid = key_holder
+        .verify(&good, 0)
+        .expect("the hub's own cookie")
+        .session_id;
+    let expired = key_holder.sign(&alice_id, &sid, snug_gateway::session::now_ms() - 1);
     let forged =
         snug_gateway::session::SessionKey::from_secret("a different secret that is 32+ chars long")
             .expect("key")
-            .sign(&alice_id, u64::MAX);
-    let mut tampered = key_holder.sign(&alice_id, u64::MAX);
+            .sign(&alice_id, &sid, u64::MAX);
+    let mut tampered = key_holder.sign(&alice_id, &sid, u64::MAX);
     tampered.insert(3, 'x');
+    // Sealed with the hub's own key, but naming a session the directory never recorded (issue
+    // 36 point 6): the seal alone admits no one.
+    let unrecorded = snug_users::SessionId::parse("s0123456789abcdef0123456789abcdef").expect("id");
+    let unrecorded = key_holder.sign(&alice_id, &unrecorded, u64::MAX);
+    // The live session's id under another user's name.
+    let bob_id = {
+        hub.add_user("bob");
+        hub.user_id("bob")
+    };
+    let renamed = key_holder.sign(&bob_id, &sid, u64::MAX);
     let credentials: Vec<Vec<(&str, String)>> = vec![
         vec![],
         vec![("authorization", "Bearer snug_nope".to_owned())],
@@ -681,6 +698,8 @@ async fn unauthenticated_requests_get_401_on_every_user_route() {
         vec![("cookie", format!("snug_session={expired}"))],
         vec![("cookie", format!("snug_session={forged}"))],
         vec![("cookie", format!("snug_session={tampered}"))],
+        vec![("cookie", format!("snug_session={unrecorded}"))],
+        vec![("cookie", format!("snug_session={renamed}"))],
     ];
     for creds in &credentials {
         let headers: Vec<(&str, &str)> = creds.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -715,7 +734,6 @@ async fn unauthenticated_requests_get_401_on_every_user_route() {
         }
     }
     // A valid cookie does not rescue a bad bearer token.
-    let good = key_holder.sign(&alice_id, u64::MAX);
     let mixed = http
         .send(
             "GET",
@@ -728,6 +746,8 @@ async fn unauthenticated_requests_get_401_on_every_user_route() {
         )
         .await;
     assert_eq!(mixed.status, 401);
+    // The live session was not harmed by any of that.
+    assert_eq!(me_with_cookie(&http, &good).await.status, 200);
     // A removed user's token and session stop working.
     hub.remove_user("alice");
     let removed = http
@@ -748,6 +768,174 @@ async fn unauthenticated_requests_get_401_on_every_user_route() {
         )
         .await;
     assert_eq!(removed_session.status, 401);
+}
+
+/// The `snug_session` cookie of a session `POST /auth/session` starts from `token`.
+async fn session_cookie(http: &Http, token: &str) -> String {
+    let started = http
+        .send(
+            "POST",
+            "/auth/session",
+            &[("authorization", &bearer(token))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
+    started.cookie("snug_session")
+}
+
+/// `GET /auth/me` with only a session cookie.
+async fn me_with_cookie(http: &Http, session: &str) -> Answer {
+    http.send(
+        "GET",
+        "/auth/me",
+        &[("cookie", &format!("snug_session={session}"))],
+        Payload::Empty,
+    )
+    .await
+}
+
+/// Issue 36 point 6: a cookie saved before logout does not work after it, on any route; logout
+/// ends that session only, and a logout by bearer ends the session whose cookie rides along.
+#[tokio::test]
+async fn a_cookie_saved_before_logout_is_refused_after_it() {
+    let (hub, http) = hub().await;
+    let token = hub.add_user("alice");
+    let started = http
+        .send(
+            "POST",
+            "/auth/session",
+            &[("authorization", &bearer(&token))],
+            Payload::Empty,
+        )
+        .await;
+    let saved = started.cookie("snug_session");
+    let csrf = started.cookie("snug_csrf");
+    let other_tab = session_cookie(&http, &token).await;
+    assert_eq!(me_with_cookie(&http, &saved).await.status, 200);
+    let jar = format!("snug_session={saved}; snug_csrf={csrf}");
+    let logout = http
+        .send(
+            "POST",
+            "/auth/logout",
+            &[("cookie", &jar), ("x-snug-csrf", &csrf)],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(logout.status, 204);
+    for (method, path) in [
+        ("GET", "/auth/me"),
+        ("GET", "/userdb"),
+        ("GET", "/userdb/revisions"),
+        ("POST", "/auth/logout"),
+    ] {
+        let answer = http
+            .send(
+                method,
+                path,
+                &[("cookie", &jar), ("x-snug-csrf", &csrf)],
+                Payload::Empty,
+            )
+            .await;
+        assert_error(&answer, 401, "UNAUTHENTICATED");
+    }
+    assert_eq!(
+        me_with_cookie(&http, &other_tab).await.status,
+        200,
+        "another session of the same token lives on"
+    );
+    // A bearer logout ends the session whose cookie it carries.
+    let bearer_logout = http
+        .send(
+            "POST",
+            "/auth/logout",
+            &[
+                ("authorization", &bearer(&token)),
+                ("cookie", &format!("snug_session={other_tab}")),
+            ],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(bearer_logout.status, 204);
+    assert_error(
+        &me_with_cookie(&http, &other_tab).await,
+        401,
+        "UNAUTHENTICATED",
+    );
+    assert_eq!(
+        http.send(
+            "GET",
+            "/auth/me",
+            &[("authorization", &bearer(&token))],
+            Payload::Empty
+        )
+        .await
+        .status,
+        200,
+        "the token itself is not logged out"
+    );
+}
+
+/// Issue 36 point 6: revoking the token a session came from ends that session, and only the
+/// sessions of that token.
+#[tokio::test]
+async fn revoking_the_token_a_session_came_from_ends_the_session() {
+    let (hub, http) = hub().await;
+    hub.add_user("alice");
+    let (first, first_id) = hub.issue_token("alice");
+    let (second, _) = hub.issue_token("alice");
+    let from_first = session_cookie(&http, &first).await;
+    let from_second = session_cookie(&http, &second).await;
+    assert_eq!(me_with_cookie(&http, &from_first).await.status, 200);
+    hub.revoke_token(&first_id);
+    assert_error(
+        &me_with_cookie(&http, &from_first).await,
+        401,
+        "UNAUTHENTICATED",
+    );
+    assert_eq!(me_with_cookie(&http, &from_second).await.status, 200);
+    // The revoked token starts no session either.
+    let again = http
+        .send(
+            "POST",
+            "/auth/session",
+            &[("authorization", &bearer(&first))],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&again, 401, "UNAUTHENTICATED");
+}
+
+/// Issue 36 point 6: disabling a user ends every session of theirs for good (enabling them again
+/// brings none back), and so does removing them.
+#[tokio::test]
+async fn disabling_or_removing_a_user_ends_every_session() {
+    let (hub, http) = hub().await;
+    let token = hub.add_user("alice");
+    let sessions = [
+        session_cookie(&http, &token).await,
+        session_cookie(&http, &token).await,
+    ];
+    hub.disable_user("alice");
+    for session in &sessions {
+        assert_error(
+            &me_with_cookie(&http, session).await,
+            401,
+            "UNAUTHENTICATED",
+        );
+    }
+    hub.enable_user("alice");
+    for session in &sessions {
+        assert_error(
+            &me_with_cookie(&http, session).await,
+            401,
+            "UNAUTHENTICATED",
+        );
+    }
+    let fresh = session_cookie(&http, &token).await;
+    assert_eq!(me_with_cookie(&http, &fresh).await.status, 200);
+    hub.remove_user("alice");
+    assert_error(&me_with_cookie(&http, &fresh).await, 401, "UNAUTHENTICATED");
 }
 
 #[tokio::test]
@@ -776,7 +964,8 @@ async fn sessions_need_csrf_for_writes_and_bearer_tokens_do_not() {
     assert!(
         session.2.contains("HttpOnly")
             && session.2.contains("SameSite=Lax")
-            && session.2.contains("Path=/"),
+            && session.2.contains("Path=/")
+            && session.2.contains("Max-Age=604800"),
         "{}",
         session.2
     );

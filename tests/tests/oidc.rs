@@ -1,7 +1,8 @@
 //! OpenID Connect end to end (issue 20, points 1-3): a hub trusting a test issuer started here
 //! (`snug_test_support::oidc::Issuer`), bearer JWTs beside hub tokens, first-login provisioning,
 //! every refusal the same 401, the JWKS refetch limit under a flood of forged `kid`s, a key
-//! rotation mid-test, and the browser login followed redirect by redirect.
+//! rotation mid-test, the browser login followed redirect by redirect, and its session's bound
+//! (issue 36 point 6), after which the next login checks the required claim again.
 
 use std::time::Duration;
 
@@ -17,12 +18,18 @@ use snug_test_support::oidc::{
 const INTERVAL: Duration = Duration::from_millis(1500);
 
 async fn hub_trusting(issuer: &Issuer) -> (Hub, Http) {
+    hub_with_session_bound(issuer, None).await
+}
+
+/// As [`hub_trusting`], with `SNUG_OIDC_SESSION_MAX_AGE` set to `session_max_age`.
+async fn hub_with_session_bound(issuer: &Issuer, session_max_age: Option<Duration>) -> (Hub, Http) {
     let hub = Hub::start(Options {
         oidc: Some(OidcArgs {
             issuers: vec![issuer.url().to_owned()],
             audience: Some(issuer.audience()),
             required_claim: Some("groups=snug-users".to_owned()),
             jwks_min_interval: Some(INTERVAL),
+            session_max_age,
             ..OidcArgs::default()
         }),
         ..Options::default()
@@ -413,6 +420,147 @@ async fn the_browser_login_ends_in_the_hubs_own_session() {
             &[("cookie", &format!("snug_oidc_flow={flow}"))],
             Payload::Empty,
         )
+        .await;
+    assert_error(&refused, 401, "UNAUTHENTICATED");
+}
+
+/// `GET /auth/me` with the `Cookie` header `jar`.
+async fn me_with_cookie(http: &Http, jar: &str) -> Answer {
+    http.send("GET", "/auth/me", &[("cookie", jar)], Payload::Empty)
+        .await
+}
+
+/// Completes a browser login: the callback's answer.
+async fn log_in(http: &Http, hub: &Hub, issuer: &Issuer) -> Answer {
+    let (callback, flow) = start_login(http, hub, "/", issuer).await;
+    http.send(
+        "GET",
+        &callback,
+        &[("cookie", &format!("snug_oidc_flow={flow}"))],
+        Payload::Empty,
+    )
+    .await
+}
+
+/// Issue 36 point 6: a browser session made from the issuer's token is refused once
+/// `SNUG_OIDC_SESSION_MAX_AGE` has passed, so the browser logs in again and the issuer's claims
+/// are checked again: a user the issuer dropped from the required group is then refused.
+#[tokio::test]
+async fn a_browser_session_ends_at_its_bound_and_the_next_login_checks_the_claim_again() {
+    let bound = Duration::from_secs(3);
+    let issuer = Issuer::start().await;
+    issuer.set_extra_claims(member());
+    let (hub, http) = hub_with_session_bound(&issuer, Some(bound)).await;
+
+    // The token is presented between these two instants.
+    let before = std::time::Instant::now();
+    let done = log_in(&http, &hub, &issuer).await;
+    let after = std::time::Instant::now();
+    assert_eq!(
+        done.status,
+        303,
+        "{:?}",
+        String::from_utf8_lossy(&done.body)
+    );
+    let session = done.cookie("snug_session");
+    let set = done.set_cookies();
+    let attributes = &set
+        .iter()
+        .find(|c| c.0 == "snug_session")
+        .expect("session cookie")
+        .2;
+    assert!(
+        attributes.contains("Max-Age=3;"),
+        "the cookie lasts the bound: {attributes}"
+    );
+    let jar = format!("snug_session={session}");
+    let me_by_cookie = || me_with_cookie(&http, &jar);
+
+    // The issuer drops the user from the group; within the bound the session still holds (the
+    // bound is how long a change at the issuer may take to reach the hub).
+    issuer.set_extra_claims(json!({"groups": ["staff"]}));
+    assert_eq!(me_by_cookie().await.status, 200);
+    assert!(
+        before.elapsed() < bound,
+        "the check within the bound ran late; the test proves nothing"
+    );
+    let expired = after + bound + Duration::from_millis(100);
+    tokio::time::sleep(expired.saturating_duration_since(std::time::Instant::now())).await;
+    assert_error(&me_by_cookie().await, 401, "UNAUTHENTICATED");
+
+    // Logging in again asks the issuer, whose token now lacks the required claim.
+    let refused = log_in(&http, &hub, &issuer).await;
+    assert_error(&refused, 401, "UNAUTHENTICATED");
+    // Back in the group, the next login starts a new session.
+    issuer.set_extra_claims(member());
+    let again = log_in(&http, &hub, &issuer).await;
+    assert_eq!(again.status, 303);
+    let renewed = format!("snug_session={}", again.cookie("snug_session"));
+    let me = http
+        .send("GET", "/auth/me", &[("cookie", &renewed)], Payload::Empty)
+        .await;
+    assert_eq!(me.status, 200);
+    assert_eq!(me.json()["name"], "alice");
+}
+
+/// Issue 36 point 6: a session `POST /auth/session` makes from an issuer's token is bound the
+/// same way, and ends when the user is disabled.
+#[tokio::test]
+async fn a_session_from_an_issuer_token_is_bounded_and_ends_with_its_user() {
+    let bound = Duration::from_secs(3);
+    let issuer = Issuer::start().await;
+    let (hub, http) = hub_with_session_bound(&issuer, Some(bound)).await;
+    let start = || async {
+        http.send(
+            "POST",
+            "/auth/session",
+            &[(
+                "authorization",
+                &bearer(&issuer.token_with("alice", member())),
+            )],
+            Payload::Empty,
+        )
+        .await
+    };
+    let before = std::time::Instant::now();
+    let started = start().await;
+    let after = std::time::Instant::now();
+    assert_eq!(
+        started.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&started.body)
+    );
+    let expires_at = started.json()["expiresAt"].as_u64().expect("expiresAt");
+    let now = snug_test_support::oidc::now() * 1000;
+    assert!(
+        expires_at <= now + 3_000 + 1_000,
+        "the session lasts the bound, not seven days: {expires_at} vs {now}"
+    );
+    let jar = format!("snug_session={}", started.cookie("snug_session"));
+    let me_by_cookie = || me_with_cookie(&http, &jar);
+    assert_eq!(me_by_cookie().await.status, 200);
+    assert!(
+        before.elapsed() < bound,
+        "ran late; the test proves nothing"
+    );
+    let expired = after + bound + Duration::from_millis(100);
+    tokio::time::sleep(expired.saturating_duration_since(std::time::Instant::now())).await;
+    assert_error(&me_by_cookie().await, 401, "UNAUTHENTICATED");
+
+    // A new one, ended by disabling the user well within its bound.
+    let renewed = start().await;
+    assert_eq!(renewed.status, 200);
+    let jar = format!("snug_session={}", renewed.cookie("snug_session"));
+    assert_eq!(
+        http.send("GET", "/auth/me", &[("cookie", &jar)], Payload::Empty)
+            .await
+            .status,
+        200
+    );
+    hub.disable_user("alice");
+    let refused = http
+        .send("GET", "/auth/me", &[("cookie", &jar)], Payload::Empty)
         .await;
     assert_error(&refused, 401, "UNAUTHENTICATED");
 }

@@ -4,7 +4,9 @@
 //! the other; a compare-and-swap race between clients of both has one winner; a token revoked in
 //! the directory is refused by both on their next request; a disabled user gets, everywhere, the
 //! 401 an unknown token gets; a user provisioned by first login on one is the same user on the
-//! other.
+//! other. Sessions end on every replica (issue 36 point 6): at a logout on either, when their
+//! token is revoked, their user disabled or removed, and for an OpenID Connect session when its
+//! bound has passed.
 //!
 //! Needs `SNUG_TEST_POSTGRES_URL` (skipped without it, unless `SNUG_REQUIRE_POSTGRES_TLS` says CI
 //! runs PostgreSQL, as `.ci/run` does).
@@ -44,6 +46,12 @@ async fn replicas() -> Option<Replicas> {
 
 /// As [`replicas`], both gateways trusting the OpenID Connect settings `oidc`.
 async fn replicas_with(oidc: OidcArgs) -> Option<Replicas> {
+    replicas_each(oidc.clone(), oidc).await
+}
+
+/// As [`replicas`], gateway `a` with the OpenID Connect settings `oidc_a` and `b` with `oidc_b`
+/// (a deployment part-way through changing them).
+async fn replicas_each(oidc_a: OidcArgs, oidc_b: OidcArgs) -> Option<Replicas> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let url = snug_test_support::postgres_url()?;
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -77,14 +85,14 @@ async fn replicas_with(oidc: OidcArgs) -> Option<Replicas> {
         .expect("directory");
     assert!(matches!(directory, Directory::Postgres(_)));
     let mut gateways = Vec::new();
-    for name in ["a", "b"] {
+    for (name, oidc) in [("a", oidc_a), ("b", oidc_b)] {
         let config = GatewayConfig {
             auth: Some(AuthMode::On),
             cors_origins: vec![ORIGIN.to_owned()],
             session_secret: Some(SECRET.to_owned()),
             rate_limit_burst: Some(0),
             users: users.clone(),
-            oidc: oidc.clone(),
+            oidc,
             ..GatewayConfig::for_tests()
         };
         // Each replica has a data directory of its own: nothing is shared through files.
@@ -182,7 +190,8 @@ async fn a_session_started_on_one_replica_is_accepted_by_the_other() {
             .await;
     assert_eq!(got.status, 200);
     assert_eq!(etag_revision(&got), etag_revision(&put));
-    // Disabling the user ends the session on both replicas; enabling restores it.
+    // Disabling the user ends the session on both replicas, and enabling them again does not
+    // bring it back (issue 36 point 6).
     r.directory.disable("alice").await.expect("disable");
     for http in [&r.a, &r.b] {
         assert_error(
@@ -192,7 +201,78 @@ async fn a_session_started_on_one_replica_is_accepted_by_the_other() {
         );
     }
     r.directory.enable("alice").await.expect("enable");
-    assert_eq!(me(&r.a, &[("cookie", &cookie)]).await.status, 200);
+    for http in [&r.a, &r.b] {
+        assert_error(
+            &me(http, &[("cookie", &cookie)]).await,
+            401,
+            "UNAUTHENTICATED",
+        );
+    }
+}
+
+/// Starts a session on `http` from `token`: the `Cookie` header and the CSRF token.
+async fn start_session(http: &Http, token: &str) -> (String, String) {
+    let started = http
+        .send(
+            "POST",
+            "/auth/session",
+            &[("authorization", &bearer(token))],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(started.status, 200, "{:?}", started.body);
+    let csrf = started.json()["csrfToken"]
+        .as_str()
+        .expect("csrf")
+        .to_owned();
+    (cookies(&started), csrf)
+}
+
+/// Whether the session `cookie` is refused, with the uniform 401, by both replicas.
+async fn refused_everywhere(r: &Replicas, cookie: &str) {
+    for http in [&r.a, &r.b] {
+        assert_error(
+            &me(http, &[("cookie", cookie)]).await,
+            401,
+            "UNAUTHENTICATED",
+        );
+    }
+}
+
+/// Issue 36 point 6, across replicas: a session ends on both at a logout on either, when the
+/// token it came from is revoked, and when its user is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_ends_on_every_replica_at_logout_revocation_and_removal() {
+    let Some(r) = replicas().await else { return };
+    let (_, token) = r.directory.add_user("erin").await.expect("add");
+    let other = r.directory.issue_token("erin").await.expect("issue");
+
+    // Logout on b ends a session started on a, for a copy of its cookie saved before.
+    let (saved, csrf) = start_session(&r.a, &token.token).await;
+    assert_eq!(me(&r.b, &[("cookie", &saved)]).await.status, 200);
+    let logout =
+        r.b.send(
+            "POST",
+            "/auth/logout",
+            &[("cookie", &saved), ("x-snug-csrf", &csrf)],
+            Payload::Empty,
+        )
+        .await;
+    assert_eq!(logout.status, 204);
+    refused_everywhere(&r, &saved).await;
+
+    // Revoking the token ends its sessions, not those of the user's other token.
+    let (from_token, _) = start_session(&r.a, &token.token).await;
+    let (from_other, _) = start_session(&r.b, &other.token).await;
+    r.directory.revoke_token(&token.id).await.expect("revoke");
+    refused_everywhere(&r, &from_token).await;
+    for http in [&r.a, &r.b] {
+        assert_eq!(me(http, &[("cookie", &from_other)]).await.status, 200);
+    }
+
+    // Removing the user ends the rest.
+    r.directory.remove_user("erin").await.expect("remove");
+    refused_everywhere(&r, &from_other).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -347,4 +427,96 @@ async fn a_user_provisioned_by_first_login_on_one_replica_is_the_same_user_on_th
         let refused = me(http, &[("authorization", &bearer(&issuer.token("dana")))]).await;
         assert_error(&refused, 401, "UNAUTHENTICATED");
     }
+}
+
+/// Issue 36 point 6: a session made from an issuer's token is refused by both replicas once
+/// `SNUG_OIDC_SESSION_MAX_AGE` has passed since that token was presented; a new token starts a
+/// new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_openid_connect_session_ends_everywhere_after_its_bound() {
+    let bound = Duration::from_secs(3);
+    let issuer = Issuer::start().await;
+    let Some(r) = replicas_with(OidcArgs {
+        issuers: vec![issuer.url().to_owned()],
+        audience: Some(issuer.audience()),
+        session_max_age: Some(bound),
+        ..OidcArgs::default()
+    })
+    .await
+    else {
+        return;
+    };
+    // The token is presented between these two instants.
+    let before = std::time::Instant::now();
+    let (cookie, _) = start_session(&r.a, &issuer.token("fay")).await;
+    let after = std::time::Instant::now();
+    for http in [&r.a, &r.b] {
+        let seen = me(http, &[("cookie", &cookie)]).await;
+        assert_eq!(seen.status, 200, "{:?}", seen.body);
+        assert_eq!(seen.json()["via"], "session");
+    }
+    assert!(
+        before.elapsed() < bound,
+        "the checks within the bound ran late; the test proves nothing"
+    );
+    let expired = after + bound + Duration::from_millis(100);
+    tokio::time::sleep(expired.saturating_duration_since(std::time::Instant::now())).await;
+    refused_everywhere(&r, &cookie).await;
+    let (again, _) = start_session(&r.b, &issuer.token("fay")).await;
+    assert_eq!(me(&r.a, &[("cookie", &again)]).await.status, 200);
+}
+
+/// Issue 36 point 6: the bound is checked on every request against the gateway's own setting, so
+/// a replica with a lower bound (or one that no longer trusts the issuer) refuses a session
+/// another replica started and still admits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lower_bound_or_a_dropped_issuer_refuses_sessions_already_started() {
+    let bound = Duration::from_secs(2);
+    let issuer = Issuer::start().await;
+    let trusting = |session_max_age| OidcArgs {
+        issuers: vec![issuer.url().to_owned()],
+        audience: Some(issuer.audience()),
+        session_max_age,
+        ..OidcArgs::default()
+    };
+    let Some(r) = replicas_each(trusting(None), trusting(Some(bound))).await else {
+        return;
+    };
+    let after_start = |r: &Replicas| {
+        let (http, token) = (r.a.clone(), issuer.token("gil"));
+        async move {
+            let (cookie, _) = start_session(&http, &token).await;
+            (cookie, std::time::Instant::now())
+        }
+    };
+    let (cookie, after) = after_start(&r).await;
+    assert_eq!(me(&r.a, &[("cookie", &cookie)]).await.status, 200);
+    let expired = after + bound + Duration::from_millis(100);
+    tokio::time::sleep(expired.saturating_duration_since(std::time::Instant::now())).await;
+    assert_error(
+        &me(&r.b, &[("cookie", &cookie)]).await,
+        401,
+        "UNAUTHENTICATED",
+    );
+    assert_eq!(
+        me(&r.a, &[("cookie", &cookie)]).await.status,
+        200,
+        "the default bound (12h) still admits it"
+    );
+
+    // A replica that trusts no issuer any more admits no session an issuer's token made, and
+    // still admits a hub token's.
+    let Some(r) = replicas_each(trusting(None), OidcArgs::default()).await else {
+        return;
+    };
+    let (cookie, _) = after_start(&r).await;
+    assert_eq!(me(&r.a, &[("cookie", &cookie)]).await.status, 200);
+    assert_error(
+        &me(&r.b, &[("cookie", &cookie)]).await,
+        401,
+        "UNAUTHENTICATED",
+    );
+    let (_, token) = r.directory.add_user("hal").await.expect("add");
+    let (by_token, _) = start_session(&r.a, &token.token).await;
+    assert_eq!(me(&r.b, &[("cookie", &by_token)]).await.status, 200);
 }

@@ -5,7 +5,9 @@
 //! ([`services`]); `snug-hub users` calls the very same methods in-process, so the CLI and the API
 //! cannot drift apart. Usage and erasure go to the sync service through its proto (GetUsage,
 //! EraseUser), like everything the gateway asks of it; users live in the directory the gateway
-//! reads on every request, so a change here holds on every gateway replica at its next request.
+//! reads on every request, so a change here holds on every gateway replica at its next request,
+//! for browser sessions too (revoking a token ends the sessions made from it; disabling or
+//! removing a user ends all of theirs: `snug-users`' rules).
 //!
 //! Removal with erasure runs in the order that survives a failure half-way: disable (no new
 //! write can start), erase in the sync store, then remove the record. A failed erasure leaves a

@@ -165,6 +165,79 @@ async fn every_call_needs_the_admin_token() {
     );
 }
 
+/// Issue 36 point 6: every admin call that shuts a credential or a user out ends the browser
+/// sessions made from it, as the gateway reads them: revoke-token, disable (for good: enabling
+/// again revives none), remove, and remove with erasure.
+#[tokio::test]
+async fn admin_calls_that_shut_a_user_out_end_their_sessions() {
+    let mut port = start(true).await;
+    let hour = Duration::from_secs(3600);
+    let now = 1_700_000_000_000;
+    for name in ["alice", "bob", "carol"] {
+        port.directory.add_user(name).await.expect("add");
+    }
+    let issue = async |port: &mut Port, name: &str| {
+        let issued = port
+            .client
+            .issue_token(port.request(pb::IssueTokenRequest {
+                user: by_name(name),
+            }))
+            .await
+            .expect("issue")
+            .into_inner();
+        let session = port
+            .directory
+            .start_token_session(&issued.token, now, hour)
+            .await
+            .expect("start")
+            .expect("session");
+        (issued, session.id)
+    };
+    let live = async |port: &Port, id: &snug_users::SessionId| {
+        port.directory
+            .session(id, now)
+            .await
+            .expect("lookup")
+            .is_some()
+    };
+
+    let (revoked, of_revoked) = issue(&mut port, "alice").await;
+    let (_, of_kept) = issue(&mut port, "alice").await;
+    port.client
+        .revoke_token(port.request(pb::RevokeTokenRequest {
+            token_id: revoked.token_id,
+        }))
+        .await
+        .expect("revoke");
+    assert!(!live(&port, &of_revoked).await, "revoke-token");
+    assert!(live(&port, &of_kept).await, "the other token's session");
+
+    for disabled in [true, false] {
+        port.client
+            .set_user_disabled(port.request(pb::SetUserDisabledRequest {
+                user: by_name("alice"),
+                disabled,
+            }))
+            .await
+            .expect("set disabled");
+        assert!(!live(&port, &of_kept).await, "disabled: {disabled}");
+    }
+
+    let (_, of_bob) = issue(&mut port, "bob").await;
+    let (_, of_carol) = issue(&mut port, "carol").await;
+    for (name, erase) in [("bob", false), ("carol", true)] {
+        port.client
+            .remove_user(port.request(pb::RemoveUserRequest {
+                user: by_name(name),
+                erase,
+            }))
+            .await
+            .expect("remove");
+    }
+    assert!(!live(&port, &of_bob).await, "remove");
+    assert!(!live(&port, &of_carol).await, "remove with erasure");
+}
+
 #[tokio::test]
 async fn without_a_configured_admin_token_nothing_is_admitted() {
     let mut port = start(false).await;

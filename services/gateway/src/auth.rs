@@ -4,8 +4,19 @@
 //! valid cookie rides along, so a client never silently acts as someone else. Cookie-authenticated
 //! writes must pass the CSRF double-submit check; bearer requests are exempt, because a browser
 //! never attaches a bearer token by itself, so a cross-site page cannot make it send one.
+//!
+//! A session is never worth more than the credential it came from. [`Auth::start_session`]
+//! records it in the users directory bound to that credential (the hub token, or the OpenID
+//! Connect identity with when its issuer's token was presented), and a session cookie admits its
+//! caller only while that record lives: one directory read per request, the same read that finds
+//! the user, so logout ([`Auth::end_session`]), revoking the token, disabling or removing the user
+//! refuse the cookie from the next request on, on every replica. An OpenID Connect session is
+//! further refused once its issuer's token was presented longer ago than
+//! `SNUG_OIDC_SESSION_MAX_AGE` (default [`crate::oidc::DEFAULT_SESSION_MAX_AGE`]), or when its
+//! issuer is no longer configured: the browser logs in again, so the issuer, and the required
+//! claim, are asked again. Every such refusal is the uniform 401.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use axum::http::{HeaderMap, header};
 
@@ -15,9 +26,9 @@ use crate::{
     error::{ApiError, reason},
     oidc::Oidc,
     rate::RateLimits,
-    session::{self, SESSION_COOKIE, SessionKey},
+    session::{self, SESSION_COOKIE, SessionKey, SessionSource, StartedSession},
 };
-use snug_users::{Directory, UsersError};
+use snug_users::{Directory, OidcIdentity, SessionCredential, UsersError};
 
 /// The one user of a gateway with auth off.
 pub const LOCAL_USER: &str = "local";
@@ -25,10 +36,17 @@ pub const LOCAL_USER: &str = "local";
 /// How the caller proved who they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Via {
-    /// A bearer token; the token's short id.
+    /// A hub bearer token; the token's short id.
     Bearer(String),
-    /// The session cookie.
-    Session,
+    /// An OpenID Connect issuer's bearer token (a JWT).
+    IssuerToken {
+        /// The token's short id, as the ledgers record it (`oidc:` + hex).
+        token_id: String,
+        /// The identity it names.
+        identity: OidcIdentity,
+    },
+    /// The session cookie; the session's id.
+    Session(snug_users::SessionId),
     /// Auth is off.
     Local,
 }
@@ -51,8 +69,11 @@ impl Identity {
     /// The caller as the sync service records it: the user, and which credential acted.
     pub fn caller(&self) -> Caller {
         let principal = match &self.via {
-            Via::Bearer(token) => format!("token:{token}"),
-            Via::Session => "session".to_owned(),
+            Via::Bearer(token)
+            | Via::IssuerToken {
+                token_id: token, ..
+            } => format!("token:{token}"),
+            Via::Session(_) => "session".to_owned(),
             Via::Local => LOCAL_USER.to_owned(),
         };
         Caller {
@@ -64,7 +85,7 @@ impl Identity {
 
     /// Whether a write by this caller needs the CSRF header.
     pub fn needs_csrf(&self) -> bool {
-        self.via == Via::Session
+        matches!(self.via, Via::Session(_))
     }
 }
 
@@ -80,6 +101,11 @@ pub struct Auth {
     key: Option<SessionKey>,
     rate_limits: Option<Arc<RateLimits>>,
     oidc: Option<Arc<Oidc>>,
+}
+
+/// A gateway time (Unix milliseconds, unsigned) as the directory records times.
+fn directory_time(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 fn unauthenticated(message: &str) -> ApiError {
@@ -158,10 +184,7 @@ impl Auth {
                 quota_bytes: None,
             });
         };
-        let store_failed = |err: UsersError| {
-            tracing::error!(error = %err, backend = users.backend(), "the users directory failed");
-            ApiError::unavailable("the hub cannot check credentials right now; retry shortly")
-        };
+        let store_failed = |err: UsersError| self.store_failed(err);
         if let Some(value) = headers.get(header::AUTHORIZATION) {
             let token = snug_rpc::bearer::token(value).ok_or_else(|| {
                 unauthenticated("the Authorization header must be `Bearer <token>`")
@@ -173,7 +196,13 @@ impl Auth {
                 return Ok(Identity {
                     user_id: caller.user.id,
                     name: caller.user.name,
-                    via: Via::Bearer(caller.token_id),
+                    via: Via::IssuerToken {
+                        token_id: caller.token_id,
+                        identity: OidcIdentity {
+                            issuer: caller.issuer,
+                            subject: caller.subject,
+                        },
+                    },
                     quota_bytes: caller.user.quota_bytes,
                 });
             }
@@ -191,22 +220,100 @@ impl Auth {
             });
         }
         if let Some(value) = session::cookie(headers, SESSION_COOKIE) {
-            let user_id = key
-                .verify(value, session::now_ms())
-                .ok_or_else(|| unauthenticated("no valid session"))?;
-            let user = users
-                .user_by_id(&user_id)
+            let refused = || unauthenticated("no valid session");
+            let now = session::now_ms();
+            let cookie = key.verify(value, now).ok_or_else(refused)?;
+            // The one read: the record, its user and its credential together.
+            let found = users
+                .session(&cookie.session_id, directory_time(now))
                 .await
                 .map_err(store_failed)?
-                .ok_or_else(|| unauthenticated("no valid session"))?;
+                .filter(|found| found.user.id == cookie.user_id)
+                .ok_or_else(refused)?;
+            if let SessionCredential::Identity {
+                identity,
+                presented_at,
+            } = &found.credential
+            {
+                let admitted = self.oidc.as_ref().is_some_and(|oidc| {
+                    oidc.admits_session(&identity.issuer, *presented_at, directory_time(now))
+                });
+                if !admitted {
+                    tracing::info!(issuer = %identity.issuer, "an OpenID Connect session outlived its bound or its issuer");
+                    return Err(refused());
+                }
+            }
             return Ok(Identity {
-                user_id: user.id,
-                name: user.name,
-                via: Via::Session,
-                quota_bytes: user.quota_bytes,
+                user_id: found.user.id,
+                name: found.user.name,
+                via: Via::Session(found.id),
+                quota_bytes: found.user.quota_bytes,
             });
         }
         Err(unauthenticated("no valid session or bearer token"))
+    }
+
+    /// Starts a session bound to `source`, recorded in the users directory: the sealed cookie
+    /// value and its lifetime (seven days; for an OpenID Connect identity at most
+    /// `SNUG_OIDC_SESSION_MAX_AGE`). `None` if the credential no longer admits anyone (revoked,
+    /// disabled, removed since the caller was identified): the caller answers its 401.
+    pub async fn start_session(
+        &self,
+        source: SessionSource<'_>,
+    ) -> Result<Option<StartedSession>, ApiError> {
+        let (Some(users), Some(key)) = (&self.users, &self.key) else {
+            return Err(unauthenticated("authentication is off on this hub"));
+        };
+        let now = session::now_ms();
+        let started = match source {
+            SessionSource::HubToken(token) => {
+                users
+                    .start_token_session(token, directory_time(now), session::SESSION_TTL)
+                    .await
+            }
+            SessionSource::Identity(identity) => {
+                // Without OpenID Connect configured no identity session could be admitted.
+                let Some(oidc) = &self.oidc else {
+                    return Ok(None);
+                };
+                users
+                    .start_identity_session(identity, directory_time(now), oidc.session_lifetime())
+                    .await
+            }
+        }
+        .map_err(|err| self.store_failed(err))?;
+        Ok(started.map(|started| {
+            let expires_at_ms = u64::try_from(started.expires_at).unwrap_or(0);
+            StartedSession {
+                cookie: key.sign(&started.user.id, &started.id, expires_at_ms),
+                lifetime: Duration::from_millis(expires_at_ms.saturating_sub(now)),
+                expires_at_ms,
+                user: started.user,
+            }
+        }))
+    }
+
+    /// Ends the session the request's cookie names, if its seal is ours (logout): the record
+    /// goes, so that cookie, wherever a copy of it was kept, is refused by every replica.
+    pub async fn end_session(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let (Some(users), Some(key)) = (&self.users, &self.key) else {
+            return Ok(());
+        };
+        // An expired cookie's record is ended too: `exp` does not matter to a deletion.
+        let named = session::cookie(headers, SESSION_COOKIE).and_then(|value| key.verify(value, 0));
+        if let Some(cookie) = named {
+            users
+                .end_session(&cookie.session_id)
+                .await
+                .map_err(|err| self.store_failed(err))?;
+        }
+        Ok(())
+    }
+
+    fn store_failed(&self, err: UsersError) -> ApiError {
+        let backend = self.users.as_deref().map_or("none", Directory::backend);
+        tracing::error!(error = %err, backend, "the users directory failed");
+        ApiError::unavailable("the hub cannot check credentials right now; retry shortly")
     }
 
     /// Identifies the caller of a write: as [`Auth::identify`], plus the CSRF check (403) for a

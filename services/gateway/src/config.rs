@@ -631,6 +631,12 @@ pub struct OidcArgs {
     /// the issuer at most one request per interval).
     #[arg(long = "oidc-jwks-min-interval", env = "SNUG_OIDC_JWKS_MIN_INTERVAL", value_parser = snug_rpc::server::parse_duration)]
     pub jwks_min_interval: Option<Duration>,
+    /// Longest a session made from an issuer's token (the browser login, or `POST /auth/session`
+    /// with a JWT) is admitted after that token was presented (default 12h, never over the
+    /// seven days of any session); then the browser logs in again, and the issuer's claims,
+    /// the required one included, are checked again.
+    #[arg(long = "oidc-session-max-age", env = "SNUG_OIDC_SESSION_MAX_AGE", value_parser = snug_rpc::server::parse_duration)]
+    pub session_max_age: Option<Duration>,
     /// `SNUG_OIDC_CLIENT_SECRET`, from the environment only (a confidential client); without it
     /// the browser login is a public client with PKCE.
     #[arg(skip = std::env::var(CLIENT_SECRET_ENV).ok().filter(|s| !s.is_empty()))]

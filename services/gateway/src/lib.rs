@@ -99,11 +99,25 @@
 //!   sessions get the same 401 as unknown ones; the caller's quota override rides in
 //!   [`auth::Identity::quota_bytes`];
 //! - browsers trade a token for a session with `POST /auth/session` (`Authorization: Bearer …`), which
-//!   sets `snug_session` (the reference's format: `base64url(JSON{userId, exp})` `.`
-//!   `base64url(HMAC-SHA256)`, 7 days, HttpOnly, SameSite=Lax, Path=/, `Secure` unless plain http to a
-//!   loopback name) and `snug_csrf` (32 random bytes hex, readable by the page); cookie-authenticated
-//!   PUT and POST need `x-snug-csrf` equal to it (403 `CSRF_REJECTED`); bearer requests are exempt;
-//!   `POST /auth/logout` clears both;
+//!   sets `snug_session` (the reference's format extended by the session's id:
+//!   `base64url(JSON{userId, exp, sid})` `.` `base64url(HMAC-SHA256)`, 7 days, HttpOnly,
+//!   SameSite=Lax, Path=/, `Secure` unless plain http to a loopback name) and `snug_csrf` (32 random
+//!   bytes hex, readable by the page); cookie-authenticated PUT and POST need `x-snug-csrf` equal to
+//!   it (403 `CSRF_REJECTED`); bearer requests are exempt;
+//! - a session is a record in the users directory (`snug_users::Session`), bound to the credential
+//!   it came from: the hub token, or the OpenID Connect identity and when its issuer's token was
+//!   presented (the browser login, or `POST /auth/session` with a JWT). Every request with the
+//!   cookie reads the record, its user and its credential in one query (the read that finds the
+//!   user), so the seal alone admits no one: `POST /auth/logout` deletes the record (and clears
+//!   both cookies), and a copy of the cookie saved before is refused after it; revoking the token,
+//!   disabling the user (which deletes their sessions: enabling them again revives none) or
+//!   removing them end the session on every replica from the next request on. An OpenID Connect
+//!   session is refused once its issuer's token was presented more than `SNUG_OIDC_SESSION_MAX_AGE`
+//!   ago (default 12 hours, [`oidc::DEFAULT_SESSION_MAX_AGE`]) or its issuer is no longer
+//!   configured, so the browser logs in again and the issuer's claims, the required one included,
+//!   are checked again. Expired records are pruned as sessions start (at most
+//!   `snug_users::PRUNE_BATCH` per start). Cookies from a release without session records (no
+//!   `sid`) are refused: their users log in again once;
 //! - the session key is `SNUG_SESSION_SECRET` (≥ 32 characters, environment only) or
 //!   `<SNUG_DATA_DIR>/gateway/session.key`, generated on first start with mode 0600; with a shared
 //!   (PostgreSQL) users directory the secret is required (`ConfigError::SharedUsersNeedSessionSecret`),

@@ -19,6 +19,14 @@
 //! callback must check is sealed into a short-lived HttpOnly cookie with the session key
 //! (`snug_identity::Flow`), so any replica can finish a flow another began. `return_to` is a path
 //! on the hub or an origin listed in `SNUG_CORS_ORIGINS` (400 otherwise).
+//!
+//! A session made from an issuer's token (the callback's, or a JWT given to `POST /auth/session`)
+//! is bound to the identity and to when that token was presented. It is admitted for at most
+//! `SNUG_OIDC_SESSION_MAX_AGE` from then (default [`DEFAULT_SESSION_MAX_AGE`], 12 hours: a
+//! working day without a second login, and a group membership removed at the issuer locks the
+//! user out the same day), and only while its issuer is still configured. The bound is checked
+//! on every request against the current setting, so lowering it shortens every session at once;
+//! raising it lengthens none already started (their records and cookies expire as they were made).
 
 use std::{
     sync::Arc,
@@ -37,7 +45,7 @@ use tokio::sync::Mutex;
 use crate::{
     AppState,
     error::{ApiError, reason},
-    session,
+    session::{self, SessionSource},
 };
 
 /// Longest a key set is trusted before it is fetched again on the next token.
@@ -46,6 +54,8 @@ pub const KEYS_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a browser has to come back from the issuer.
 pub const LOGIN_TTL_SECS: u64 = 600;
+/// Default longest age of an OpenID Connect session, from its issuer's token's presentation.
+pub const DEFAULT_SESSION_MAX_AGE: Duration = Duration::from_secs(12 * 60 * 60);
 /// The cookie holding the login flow.
 pub const FLOW_COOKIE: &str = "snug_oidc_flow";
 /// The path of the callback, under `SNUG_PUBLIC_URL`.
@@ -80,6 +90,9 @@ pub enum OidcConfigError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client for the issuers: {0}")]
     Client(String),
+    /// A session bound of zero: every browser login would end at once.
+    #[error("SNUG_OIDC_SESSION_MAX_AGE must be longer than 0 (the default is 12h)")]
+    SessionMaxAge,
 }
 
 /// A verified login: who, according to which issuer.
@@ -92,6 +105,10 @@ pub struct OidcCaller {
     pub user: ProvisionedUser,
     /// A short, non-secret id of the token, as the ledgers record it (`oidc:` + hex).
     pub token_id: String,
+    /// The token's issuer.
+    pub issuer: String,
+    /// The subject it names (`sub`, or the configured claim).
+    pub subject: String,
 }
 
 /// A user record as the hub's directory returns it for a provisioned identity.
@@ -146,6 +163,7 @@ pub struct Oidc {
     policy: Policy,
     login: Option<Login>,
     refetch_interval: Duration,
+    session_max_age: Duration,
     client: reqwest::Client,
     provision: Arc<dyn Provision>,
 }
@@ -193,6 +211,10 @@ impl Oidc {
         let user_claim = args.user_claim.as_deref().filter(|c| !c.trim().is_empty());
         let required = args.required_claim.as_deref();
         let policy = Policy::new(audience, user_claim, required)?;
+        let session_max_age = args.session_max_age.unwrap_or(DEFAULT_SESSION_MAX_AGE);
+        if session_max_age.is_zero() {
+            return Err(OidcConfigError::SessionMaxAge);
+        }
         let login = match args.public_url.as_deref().filter(|u| !u.trim().is_empty()) {
             None => None,
             Some(public) => {
@@ -222,6 +244,7 @@ impl Oidc {
             policy,
             login,
             refetch_interval: args.jwks_min_interval.unwrap_or(DEFAULT_REFETCH_INTERVAL),
+            session_max_age,
             client: http_client()?,
             provision,
         }))
@@ -234,6 +257,20 @@ impl Oidc {
             .ok_or_else(|| Refusal::WrongIssuer(url.map(str::to_owned)))
     }
 
+    /// How long a session started now from an issuer's token lasts: the bound, never over the
+    /// seven days of any session.
+    pub fn session_lifetime(&self) -> Duration {
+        self.session_max_age.min(session::SESSION_TTL)
+    }
+
+    /// Whether a session of `issuer`'s identity, whose token was presented at `presented_at`,
+    /// is still admitted at `now` (both Unix milliseconds): within the bound, and the issuer
+    /// still one of the hub's.
+    pub fn admits_session(&self, issuer: &str, presented_at: i64, now: i64) -> bool {
+        let bound = i64::try_from(self.session_max_age.as_millis()).unwrap_or(i64::MAX);
+        self.issuers.iter().any(|i| i.url == issuer) && presented_at.saturating_add(bound) > now
+    }
+
     /// Judges a bearer JWT: the caller it names, or the uniform 401.
     pub async fn identify(&self, token: &str) -> Result<OidcCaller, ApiError> {
         let claims = self.verify(token, &self.policy).await.map_err(|why| {
@@ -244,6 +281,8 @@ impl Oidc {
         Ok(OidcCaller {
             token_id: format!("oidc:{}", short_id(token)),
             user,
+            issuer: claims.issuer,
+            subject: claims.subject,
         })
     }
 
@@ -657,13 +696,26 @@ pub async fn callback(
             "the identity provider's answer was not valid",
         ));
     }
-    let user = oidc.provisioned(&claims).await?;
-    let expires = session::now_ms() + session::SESSION_TTL.as_millis() as u64;
+    oidc.provisioned(&claims).await?;
+    let identity = snug_users::OidcIdentity {
+        issuer: claims.issuer,
+        subject: claims.subject,
+    };
+    // The session is bound to the identity and to now, when the issuer's token was presented.
+    let started = state
+        .auth
+        .start_session(SessionSource::Identity(&identity))
+        .await?
+        .ok_or_else(|| login_refused("the identity provider did not log you in"))?;
     let csrf = session::new_csrf()
         .ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;
     let secure_flag = secure(&headers);
-    let [session_cookie, csrf_cookie] =
-        session::set_cookies(&key.sign(&user.id, expires), &csrf, !secure_flag.is_empty());
+    let [session_cookie, csrf_cookie] = session::set_cookies(
+        &started.cookie,
+        &csrf,
+        !secure_flag.is_empty(),
+        started.lifetime,
+    );
     let clear_flow = format!(
         "{FLOW_COOKIE}=; Path={CALLBACK_PATH}; Max-Age=0; HttpOnly; SameSite=Lax{secure_flag}"
     );
@@ -710,19 +762,85 @@ mod tests {
         }
     }
 
+    #[derive(Debug)]
+    struct Nobody;
+    impl Provision for Nobody {
+        fn provision<'a>(
+            &'a self,
+            _: &'a Claims,
+        ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, String>> {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    #[test]
+    fn sessions_are_bounded_from_the_presentation_of_the_issuers_token() {
+        const ISSUER: &str = "https://id.example";
+        let build = |max_age: Option<Duration>| {
+            let args = OidcArgs {
+                issuers: vec![ISSUER.to_owned()],
+                audience: Some("hub".to_owned()),
+                session_max_age: max_age,
+                ..OidcArgs::default()
+            };
+            Oidc::from_args(&args, true, Arc::new(Nobody))
+        };
+        assert!(matches!(
+            build(Some(Duration::ZERO)),
+            Err(OidcConfigError::SessionMaxAge)
+        ));
+        let hour = 3_600_000;
+        let presented = 1_700_000_000_000;
+        // (bound, issuer, now) → admitted, and the lifetime a session started now gets.
+        let cases: [(Option<Duration>, &str, i64, bool); 7] = [
+            (None, ISSUER, presented, true),
+            (None, ISSUER, presented + 12 * hour - 1, true),
+            (None, ISSUER, presented + 12 * hour, false),
+            (
+                Some(Duration::from_secs(60)),
+                ISSUER,
+                presented + 59_999,
+                true,
+            ),
+            (
+                Some(Duration::from_secs(60)),
+                ISSUER,
+                presented + 60_000,
+                false,
+            ),
+            // An issuer the hub no longer trusts admits none of its sessions.
+            (None, "https://other.example", presented, false),
+            (
+                Some(Duration::from_secs(30 * 86_400)),
+                ISSUER,
+                presented + 29 * 24 * hour,
+                true,
+            ),
+        ];
+        for (bound, issuer, now, admitted) in cases {
+            let oidc = build(bound).expect("settings").expect("on");
+            assert_eq!(
+                oidc.admits_session(issuer, presented, now),
+                admitted,
+                "{bound:?} {issuer} +{}ms",
+                now - presented
+            );
+        }
+        let lifetime = |bound| build(bound).expect("ok").expect("on").session_lifetime();
+        assert_eq!(lifetime(None), DEFAULT_SESSION_MAX_AGE);
+        assert_eq!(
+            lifetime(Some(Duration::from_secs(60))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            lifetime(Some(Duration::from_secs(30 * 86_400))),
+            session::SESSION_TTL,
+            "no session outlives seven days, whatever the bound"
+        );
+    }
+
     #[test]
     fn settings_refuse_plain_http_issuers_and_missing_audiences() {
-        #[derive(Debug)]
-        struct Nobody;
-        impl Provision for Nobody {
-            fn provision<'a>(
-                &'a self,
-                _: &'a Claims,
-            ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, String>>
-            {
-                Box::pin(async { Ok(None) })
-            }
-        }
         let args = |issuer: &str, audience: Option<&str>| OidcArgs {
             issuers: vec![issuer.to_owned()],
             audience: audience.map(str::to_owned),

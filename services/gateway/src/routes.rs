@@ -938,32 +938,45 @@ async fn start_session(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Some(key) = state.auth.key() else {
+    if state.auth.mode() == AuthMode::Off {
         return Err(auth_off());
-    };
+    }
     let identity = state.auth.identify(&headers).await?;
-    if !matches!(identity.via, Via::Bearer(_)) {
-        return Err(ApiError::from_reason(
+    let needs_bearer = || {
+        ApiError::from_reason(
             reason::UNAUTHENTICATED,
             "POST /auth/session needs Authorization: Bearer <token>",
-        ));
-    }
+        )
+    };
+    // The session is bound to the credential just presented, so it ends with it.
+    let source = match &identity.via {
+        Via::Bearer(_) => session::SessionSource::HubToken(
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(snug_rpc::bearer::token)
+                .ok_or_else(needs_bearer)?,
+        ),
+        Via::IssuerToken { identity, .. } => session::SessionSource::Identity(identity),
+        Via::Session(_) | Via::Local => return Err(needs_bearer()),
+    };
     state.caller(&identity).await?;
-    let expires = session::now_ms() + session::SESSION_TTL.as_millis() as u64;
+    let started = state.auth.start_session(source).await?.ok_or_else(|| {
+        ApiError::from_reason(reason::UNAUTHENTICATED, "the bearer token is not valid")
+    })?;
     let csrf = session::new_csrf()
         .ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;
     let secure = !session::plain_http_on_loopback(&headers);
     let mut response = (
         [(header::CACHE_CONTROL, "no-store")],
         Json(json!({
-            "userId": identity.user_id,
-            "name": identity.name,
-            "expiresAt": expires,
+            "userId": started.user.id,
+            "name": started.user.name,
+            "expiresAt": started.expires_at_ms,
             "csrfToken": csrf,
         })),
     )
         .into_response();
-    for cookie in session::set_cookies(&key.sign(&identity.user_id, expires), &csrf, secure) {
+    for cookie in session::set_cookies(&started.cookie, &csrf, secure, started.lifetime) {
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().append(header::SET_COOKIE, value);
         }
@@ -971,7 +984,8 @@ async fn start_session(
     Ok(response)
 }
 
-/// `POST /auth/logout`: clears the session cookies.
+/// `POST /auth/logout`: ends the session the cookie names (its record in the users directory,
+/// so a copy of the cookie kept anywhere is refused from now on) and clears the cookies.
 async fn logout(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -983,6 +997,7 @@ async fn logout(
         .auth
         .identify_for_write(&headers, "POST /auth/logout")
         .await?;
+    state.auth.end_session(&headers).await?;
     let secure = !session::plain_http_on_loopback(&headers);
     let mut response = StatusCode::NO_CONTENT.into_response();
     for cookie in session::clear_cookies(secure) {
@@ -997,14 +1012,14 @@ async fn logout(
 async fn me(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     let identity = state.auth.identify(&headers).await?;
     let via = match identity.via {
-        Via::Bearer(_) => "bearer",
-        Via::Session => "session",
+        Via::Bearer(_) | Via::IssuerToken { .. } => "bearer",
+        Via::Session(_) => "session",
         Via::Local => "local",
     };
     let mut body = json!({ "userId": identity.user_id, "name": identity.name, "via": via });
     // A page on another (allowed) origin cannot read the hub's snug_csrf cookie, so a session
     // caller is told its value here (CORS lets only listed origins read this answer).
-    if identity.via == Via::Session
+    if matches!(identity.via, Via::Session(_))
         && let Some(csrf) = session::cookie(&headers, session::CSRF_COOKIE)
     {
         body["csrfToken"] = json!(csrf);

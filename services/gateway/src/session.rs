@@ -1,11 +1,18 @@
 //! Browser sessions: the signed `snug_session` cookie and the `snug_csrf` double-submit cookie,
-//! in the reference server's exact formats.
+//! in the reference server's formats, the session cookie extended by the session's id.
 //!
-//! `snug_session` = `base64url(JSON{userId, exp})` + `.` + `base64url(HMAC-SHA256(key, first part))`,
-//! `exp` in Unix milliseconds, seven days. The tag is checked in constant time (`hmac`'s
-//! `verify_slice`) before the JSON is even parsed. `snug_csrf` is 32 random bytes in hex, readable
-//! by the page's script (not HttpOnly), which echoes it in `x-snug-csrf`: a cross-site page can
-//! make the browser send the cookie but cannot read it, so it cannot forge the header.
+//! `snug_session` = `base64url(JSON{userId, exp, sid})` + `.` +
+//! `base64url(HMAC-SHA256(key, first part))`, `exp` in Unix milliseconds (at most seven days on),
+//! `sid` the id of the session's record in the users directory (`snug_users::SessionId`). The tag
+//! is checked in constant time (`hmac`'s `verify_slice`) before the JSON is even parsed. The seal
+//! only says the hub issued the cookie; whether the session still lives is the record's to say
+//! (`auth.rs` reads it on every request), so logout, a revoked token or a disabled user end it
+//! although the cookie's seal and `exp` are still good. A cookie without `sid` (from a release
+//! before sessions had records) is refused: its user logs in again.
+//!
+//! `snug_csrf` is 32 random bytes in hex, readable by the page's script (not HttpOnly), which
+//! echoes it in `x-snug-csrf`: a cross-site page can make the browser send the cookie but cannot
+//! read it, so it cannot forge the header.
 
 use std::{
     path::Path,
@@ -16,6 +23,7 @@ use axum::http::{HeaderMap, header};
 use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
 use serde::{Deserialize, Serialize};
+use snug_users::{OidcIdentity, SessionId, User};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
@@ -25,12 +33,36 @@ pub const SESSION_COOKIE: &str = "snug_session";
 pub const CSRF_COOKIE: &str = "snug_csrf";
 /// The header that must repeat the CSRF cookie on cookie-authenticated writes.
 pub const CSRF_HEADER: &str = "x-snug-csrf";
-/// How long a session lasts (the reference's seven days).
+/// How long a session lasts at most (the reference's seven days); an OpenID Connect session
+/// lasts less (`SNUG_OIDC_SESSION_MAX_AGE`).
 pub const SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// The shortest acceptable `SNUG_SESSION_SECRET`.
 pub const MIN_SECRET_LEN: usize = 32;
 /// The key file generated in the gateway's directory when no secret is configured.
 pub const KEY_FILE: &str = "session.key";
+
+/// The credential a new session is bound to.
+#[derive(Debug, Clone, Copy)]
+pub enum SessionSource<'a> {
+    /// The hub token's text (`POST /auth/session`): revoking it ends the session.
+    HubToken(&'a str),
+    /// An OpenID Connect identity whose issuer's token was verified just now (`POST
+    /// /auth/session` with an issuer's token, or the browser login's callback).
+    Identity(&'a OidcIdentity),
+}
+
+/// A session just started: the cookie to set and what to tell the client.
+#[derive(Debug, Clone)]
+pub struct StartedSession {
+    /// The `snug_session` cookie's value.
+    pub cookie: String,
+    /// The session's user.
+    pub user: User,
+    /// When the session ends at the latest, Unix milliseconds.
+    pub expires_at_ms: u64,
+    /// How long it lasts (the cookie's `Max-Age`).
+    pub lifetime: Duration,
+}
 
 /// The HMAC key for session cookies. Never printed.
 #[derive(Clone)]
@@ -111,11 +143,12 @@ impl SessionKey {
         HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length")
     }
 
-    /// A cookie value for `user_id`, valid until `exp_ms`.
-    pub fn sign(&self, user_id: &str, exp_ms: u64) -> String {
+    /// A cookie value for the session `session_id` of `user_id`, valid until `exp_ms`.
+    pub fn sign(&self, user_id: &str, session_id: &SessionId, exp_ms: u64) -> String {
         let claims = Claims {
             user_id: user_id.to_owned(),
             exp: exp_ms,
+            sid: session_id.as_str().to_owned(),
         };
         let json = serde_json::to_vec(&claims).unwrap_or_default();
         let first = b64().encode(json);
@@ -125,16 +158,29 @@ impl SessionKey {
         format!("{first}.{}", b64().encode(tag))
     }
 
-    /// The user id a cookie value names, if its tag is ours and it has not expired at `now_ms`.
-    pub fn verify(&self, value: &str, now_ms: u64) -> Option<String> {
+    /// The session a cookie value names, if its tag is ours and it has not expired at `now_ms`.
+    pub fn verify(&self, value: &str, now_ms: u64) -> Option<SessionCookie> {
         let (first, tag) = value.split_once('.')?;
         let tag = b64().decode(tag).ok()?;
         let mut mac = self.mac();
         mac.update(first.as_bytes());
         mac.verify_slice(&tag).ok()?;
         let claims: Claims = serde_json::from_slice(&b64().decode(first).ok()?).ok()?;
-        (claims.exp > now_ms && !claims.user_id.is_empty()).then_some(claims.user_id)
+        let session_id = SessionId::parse(&claims.sid)?;
+        (claims.exp > now_ms && !claims.user_id.is_empty()).then_some(SessionCookie {
+            user_id: claims.user_id,
+            session_id,
+        })
     }
+}
+
+/// What a verified session cookie names; whether the session lives is the directory's to say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCookie {
+    /// The user the session was started for.
+    pub user_id: String,
+    /// The session's record.
+    pub session_id: SessionId,
 }
 
 /// Writes a new file readable only by its owner.
@@ -157,6 +203,7 @@ struct Claims {
     #[serde(rename = "userId")]
     user_id: String,
     exp: u64,
+    sid: String,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -210,9 +257,11 @@ pub fn csrf_ok(headers: &HeaderMap) -> bool {
         && constant_time_eq(header.as_bytes(), cookie.as_bytes())
 }
 
-/// The `Set-Cookie` values that start a session. `secure` adds the `Secure` attribute.
-pub fn set_cookies(session: &str, csrf: &str, secure: bool) -> [String; 2] {
-    let max_age = SESSION_TTL.as_secs();
+/// The `Set-Cookie` values that start a session lasting `lifetime`. `secure` adds the `Secure`
+/// attribute.
+pub fn set_cookies(session: &str, csrf: &str, secure: bool, lifetime: Duration) -> [String; 2] {
+    // Rounded up: a lifetime under a second must not read `Max-Age=0`, which deletes the cookie.
+    let max_age = lifetime.as_millis().div_ceil(1000);
     let secure = if secure { "; Secure" } else { "" };
     [
         format!(
@@ -277,20 +326,70 @@ mod tests {
         SessionKey::from_secret("0123456789abcdef0123456789abcdef").expect("key")
     }
 
+    const SID: &str = "s0123456789abcdef0123456789abcdef";
+
+    fn sid() -> SessionId {
+        SessionId::parse(SID).expect("id")
+    }
+
+    /// Seals `json` as a cookie value with `key`, as `sign` would any claims.
+    fn sealed(key: &SessionKey, json: &str) -> String {
+        let first = b64().encode(json);
+        let mut mac = key.mac();
+        mac.update(first.as_bytes());
+        format!("{first}.{}", b64().encode(mac.finalize().into_bytes()))
+    }
+
     #[test]
     fn a_signed_cookie_verifies_until_it_expires() {
-        let value = key().sign("u1", 2_000);
-        assert_eq!(key().verify(&value, 1_999).as_deref(), Some("u1"));
+        let value = key().sign("u1", &sid(), 2_000);
+        let named = SessionCookie {
+            user_id: "u1".to_owned(),
+            session_id: sid(),
+        };
+        assert_eq!(key().verify(&value, 1_999), Some(named));
         assert_eq!(key().verify(&value, 2_000), None, "expired");
         let other = SessionKey::from_secret("another secret of thirty-two chars!!").expect("key");
         assert_eq!(other.verify(&value, 0), None, "another key");
     }
 
     #[test]
+    fn a_sealed_cookie_without_a_well_formed_session_id_is_refused() {
+        for (json, verifies) in [
+            (
+                r#"{"userId":"u1","exp":18446744073709551615,"sid":"s0123456789abcdef0123456789abcdef"}"#,
+                true,
+            ),
+            // A cookie of a release before session records: no `sid`.
+            (r#"{"userId":"u1","exp":18446744073709551615}"#, false),
+            (
+                r#"{"userId":"u1","exp":18446744073709551615,"sid":""}"#,
+                false,
+            ),
+            (
+                r#"{"userId":"u1","exp":18446744073709551615,"sid":"s0123"}"#,
+                false,
+            ),
+            (
+                r#"{"userId":"","exp":18446744073709551615,"sid":"s0123456789abcdef0123456789abcdef"}"#,
+                false,
+            ),
+        ] {
+            assert_eq!(
+                key().verify(&sealed(&key(), json), 0).is_some(),
+                verifies,
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
     fn tampering_with_either_part_is_refused() {
-        let value = key().sign("u1", u64::MAX);
+        let value = key().sign("u1", &sid(), u64::MAX);
         let (first, tag) = value.split_once('.').expect("dot");
-        let forged_claims = b64().encode(br#"{"userId":"u2","exp":18446744073709551615}"#);
+        let forged_claims = b64().encode(format!(
+            r#"{{"userId":"u2","exp":18446744073709551615,"sid":"{SID}"}}"#
+        ));
         assert_eq!(key().verify(&format!("{forged_claims}.{tag}"), 0), None);
         let mut bad_tag = b64().decode(tag).expect("tag");
         bad_tag[0] ^= 1;
@@ -303,14 +402,14 @@ mod tests {
     }
 
     #[test]
-    fn the_cookie_matches_the_reference_format() {
-        let value = key().sign("user-7", 1_700_000_000_000);
+    fn the_cookie_is_the_reference_format_with_the_session_id() {
+        let value = key().sign("user-7", &sid(), 1_700_000_000_000);
         let (first, tag) = value.split_once('.').expect("dot");
         let json: serde_json::Value =
             serde_json::from_slice(&b64().decode(first).expect("b64")).expect("json");
         assert_eq!(
             json,
-            serde_json::json!({"userId": "user-7", "exp": 1_700_000_000_000u64})
+            serde_json::json!({"userId": "user-7", "exp": 1_700_000_000_000u64, "sid": SID})
         );
         assert_eq!(b64().decode(tag).expect("tag").len(), 32);
     }

@@ -54,7 +54,7 @@
 //! | `SNUG_SESSION_SECRET` | `<data dir>/gateway/session.key` | session HMAC key, ≥ 32 characters; environment only; required with `SNUG_USERS_STORE=postgres` (every replica must sign and check sessions with one key) |
 //! | `SNUG_USERS_STORE` | `sqlite` | the users directory of the gateway and `snug-hub users`: `sqlite` (`<data dir>/gateway/users.db`, one gateway) or `postgres` (shared by any number of gateway replicas; `--users-store`) |
 //! | `SNUG_USERS_POSTGRES_URL` | — | PostgreSQL connection string for `SNUG_USERS_STORE=postgres`; environment only, never printed; the same DSN and TLS rules as `SNUG_SYNC_POSTGRES_URL` (use `sslmode=verify-full`) |
-//! | `SNUG_USERS_POSTGRES_SCHEMA` | search path | schema for the users directory's tables (`hub_users`, `hub_tokens`, `hub_identities`; created if missing) |
+//! | `SNUG_USERS_POSTGRES_SCHEMA` | search path | schema for the users directory's tables (`hub_users`, `hub_tokens`, `hub_identities`, `hub_sessions`; created if missing, and tables a later release adds are created at the next start) |
 //! | `SNUG_USERS_POSTGRES_POOL_SIZE` | `8` | pooled PostgreSQL connections to the users directory per gateway |
 //! | `SNUG_OIDC_ISSUER` | — (OpenID Connect off) | comma-separated issuer URLs whose tokens (JWTs) the hub accepts beside its own, each exactly its tokens' `iss`; https, or http on a loopback address only; needs auth on |
 //! | `SNUG_OIDC_AUDIENCE` | — (required with an issuer) | the audience tokens must carry in `aud` |
@@ -63,6 +63,7 @@
 //! | `SNUG_OIDC_CLIENT_ID` | the audience | the OAuth client of the browser login (`GET /auth/login`) |
 //! | `SNUG_OIDC_CLIENT_SECRET` | — (a public client with PKCE) | the client's secret; environment only |
 //! | `SNUG_PUBLIC_URL` | — (no browser login) | the hub's external base URL; the login's redirect URI is this + `/auth/callback` |
+//! | `SNUG_OIDC_SESSION_MAX_AGE` | `12h` | longest a browser session made from an issuer's token (the login at `/auth/login`, or `POST /auth/session` with a JWT) is admitted after that token was presented, checked on every request against this setting (at most the 7 days of every session; not `0`); then the browser logs in again and the issuer's claims, `SNUG_OIDC_REQUIRED_CLAIM` included, are checked again |
 //! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | least time between two fetches of one issuer's keys (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
 //! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501) |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |

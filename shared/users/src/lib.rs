@@ -28,6 +28,26 @@
 //! Revocation is not cached anywhere: every authentication reads the directory, so a revoked
 //! token, a removed or a disabled user is refused by every replica on its next request after the
 //! change commits (the bound is one request; nothing is remembered between requests).
+//!
+//! Browser sessions live here too, so that a session is never worth more than the credential it
+//! came from:
+//! - a session is made from a live hub token ([`Directory::start_token_session`]) or from an
+//!   OpenID Connect identity whose issuer's token was just presented
+//!   ([`Directory::start_identity_session`]), by a user who is not disabled, checked in the
+//!   transaction that inserts it; its id ([`SessionId`], 16 random bytes) is what the cookie
+//!   carries, and the directory keeps only its SHA-256;
+//! - [`Directory::session`] (every request with a session cookie: one read, joining the user and
+//!   the credential) admits it only while it has not expired, its user exists and is not
+//!   disabled, and its credential still exists and is that user's;
+//! - a session ends when it is ended ([`Directory::end_session`], logout), when its token is
+//!   revoked or its user removed (the row references both with `ON DELETE CASCADE`), and when its
+//!   user is disabled (deleted in the transaction that sets the flag, so enabling the user again
+//!   brings back no session);
+//! - expired rows are pruned as sessions start: each start deletes at most [`PRUNE_BATCH`]
+//!   expired sessions, which is bounded work per start, and keeps the expired rows from
+//!   outnumbering the sessions started while they expired (each start adds one row and removes up
+//!   to 64 dead ones), so the table holds about the sessions of one lifetime. How long a session
+//!   may live is the caller's to say (the gateway's seven days, or less for OpenID Connect).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -38,7 +58,7 @@ mod sqlite;
 
 use std::{
     path::PathBuf,
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use base64::Engine as _;
@@ -48,7 +68,7 @@ pub use pg::PgDirectory;
 pub use snug_pg::{PgConfig, valid_schema};
 pub use sqlite::{SqliteDirectory, USERS_FILE};
 
-use backend::{Backend, Conflict, ListRows, NewToken};
+use backend::{Backend, Conflict, ListRows, NewSession, NewToken, SessionRow, SessionSource};
 
 /// The prefix of every hub token, so secret scanners and people recognise one.
 pub const TOKEN_PREFIX: &str = "snug_";
@@ -133,6 +153,96 @@ pub struct Authenticated {
     pub user: User,
     /// The token's short id.
     pub token_id: String,
+}
+
+/// At most this many expired sessions are deleted each time a session starts (the bound on the
+/// pruning work one start does; see the crate docs).
+pub const PRUNE_BATCH: u32 = 64;
+
+/// The prefix of a session id.
+const SESSION_PREFIX: char = 's';
+
+/// A browser session's id: `s` + 32 hex digits (16 random bytes). The session cookie carries it
+/// (sealed by the gateway); the directory keeps only its SHA-256, so a copy of the directory names
+/// no session a cookie could carry. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionId(String);
+
+impl std::fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionId(<redacted>)")
+    }
+}
+
+impl SessionId {
+    fn generate() -> Result<Self, UsersError> {
+        Ok(Self(format!(
+            "{SESSION_PREFIX}{}",
+            hex::encode(random::<16>()?)
+        )))
+    }
+
+    /// The id `text` spells, if it has the shape of one (whether it names a session is the
+    /// directory's to say).
+    pub fn parse(text: &str) -> Option<Self> {
+        let hex = text.strip_prefix(SESSION_PREFIX)?;
+        (hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| Self(text.to_owned()))
+    }
+
+    /// The id's text, for the cookie.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn hash(&self) -> [u8; 32] {
+        Sha256::digest(self.0.as_bytes()).into()
+    }
+}
+
+/// What a session was made from, and so what ends it besides logout and its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionCredential {
+    /// A hub token: revoking it ends the session.
+    Token {
+        /// The token's short id (see [`TokenInfo::id`]).
+        token_id: String,
+    },
+    /// An OpenID Connect identity, whose issuer's token was presented when the session started.
+    Identity {
+        /// The identity.
+        identity: OidcIdentity,
+        /// When the issuer's token was presented, Unix milliseconds: the gateway bounds the
+        /// session's age from it, so the issuer is asked again (and its claims re-checked).
+        presented_at: i64,
+    },
+}
+
+/// A live browser session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The id the cookie carries.
+    pub id: SessionId,
+    /// The session's user (never a disabled one).
+    pub user: User,
+    /// The credential it came from.
+    pub credential: SessionCredential,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds; the session is refused from this instant on.
+    pub expires_at: i64,
+}
+
+impl Session {
+    fn of(id: SessionId, row: SessionRow) -> Self {
+        Self {
+            id,
+            user: row.user,
+            credential: row.credential,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+        }
+    }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -414,8 +524,9 @@ impl Directory {
         Ok(assemble(rows))
     }
 
-    /// Disables a user: every token, session and identity of theirs is refused from the next
-    /// request on, as if they did not exist; nothing is deleted.
+    /// Disables a user: every token and identity of theirs is refused from the next request on,
+    /// as if they did not exist, and their sessions are ended (deleted: enabling the user again
+    /// brings none back); their tokens and identities are kept.
     pub async fn disable(&self, name: &str) -> Result<User, UsersError> {
         each!(self, b => b.set_disabled(name, true).await)?
             .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
@@ -434,8 +545,8 @@ impl Directory {
             .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
     }
 
-    /// Removes a user with their tokens and identities. Their image stays in the sync store,
-    /// under an id no new user can get.
+    /// Removes a user with their tokens, identities and sessions. Their image stays in the sync
+    /// store, under an id no new user can get.
     pub async fn remove_user(&self, name: &str) -> Result<User, UsersError> {
         each!(self, b => b.delete_user(name).await)?
             .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
@@ -459,8 +570,7 @@ impl Directory {
             .map(|(user, token_id)| Authenticated { user, token_id }))
     }
 
-    /// The user with this id, if they exist and are not disabled (a session outlives nothing it
-    /// names).
+    /// The user with this id, if they exist and are not disabled.
     pub async fn user_by_id(&self, id: &str) -> Result<Option<User>, UsersError> {
         Ok(each!(self, b => b.by_id(id).await)?.filter(|u| !u.disabled))
     }
@@ -501,6 +611,88 @@ impl Directory {
             return Ok(Some(user).filter(|u| !u.disabled));
         }
         Err(UsersError::NamesExhausted(names[0].clone()))
+    }
+}
+
+impl Directory {
+    /// Starts a session from the hub token `token` at `now` (Unix milliseconds), for `lifetime`;
+    /// `None` if the token is unknown or revoked or its user disabled. Revoking the token, or
+    /// disabling or removing its user, ends the session.
+    pub async fn start_token_session(
+        &self,
+        token: &str,
+        now: i64,
+        lifetime: Duration,
+    ) -> Result<Option<Session>, UsersError> {
+        if !token.starts_with(TOKEN_PREFIX) || token.len() > MAX_TOKEN_LEN {
+            return Ok(None);
+        }
+        let source = SessionSource::Token {
+            hash: token_hash(token),
+        };
+        self.start_session(source, now, lifetime).await
+    }
+
+    /// Starts a session for `identity`, whose issuer's token was presented (and verified by the
+    /// caller) at `now` (Unix milliseconds), for `lifetime`; `None` if the identity belongs to no
+    /// user or to a disabled one. Disabling or removing the user ends the session.
+    pub async fn start_identity_session(
+        &self,
+        identity: &OidcIdentity,
+        now: i64,
+        lifetime: Duration,
+    ) -> Result<Option<Session>, UsersError> {
+        if !valid_identity(&identity.issuer, &identity.subject) {
+            return Ok(None);
+        }
+        let source = SessionSource::Identity(identity.clone());
+        self.start_session(source, now, lifetime).await
+    }
+
+    async fn start_session(
+        &self,
+        source: SessionSource,
+        now: i64,
+        lifetime: Duration,
+    ) -> Result<Option<Session>, UsersError> {
+        let id = SessionId::generate()?;
+        let lifetime = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
+        let new = NewSession {
+            hash: id.hash(),
+            source,
+            created_at: now,
+            expires_at: now.saturating_add(lifetime),
+        };
+        let Some(row) = each!(self, b => b.insert_session(&new).await)? else {
+            return Ok(None);
+        };
+        // Pruning rides on starts (bounded, see the crate docs); the session already committed,
+        // so a failure here is logged, not the start's.
+        if let Err(err) = self.prune_sessions(now).await {
+            tracing::warn!(error = %err, "cannot prune expired sessions");
+        }
+        Ok(Some(Session::of(id, row)))
+    }
+
+    /// The session `id` names at `now` (Unix milliseconds): `None` once it has expired or ended,
+    /// its credential is gone, or its user is disabled or removed. One read.
+    pub async fn session(&self, id: &SessionId, now: i64) -> Result<Option<Session>, UsersError> {
+        let row = each!(self, b => b.session_by_hash(&id.hash()).await)?;
+        Ok(row
+            .filter(|row| !row.user.disabled && row.expires_at > now)
+            .map(|row| Session::of(id.clone(), row)))
+    }
+
+    /// Deletes at most [`PRUNE_BATCH`] sessions that expired at or before `now` (Unix
+    /// milliseconds); how many. Every session start does this; it is public for a sweep.
+    pub async fn prune_sessions(&self, now: i64) -> Result<u64, UsersError> {
+        each!(self, b => b.prune_sessions(now, PRUNE_BATCH).await)
+    }
+
+    /// Ends the session `id` names (logout): from the next request on, on every replica, its
+    /// cookie is refused. Whether there was such a session.
+    pub async fn end_session(&self, id: &SessionId) -> Result<bool, UsersError> {
+        each!(self, b => b.delete_session(&id.hash()).await)
     }
 }
 
@@ -584,6 +776,25 @@ mod tests {
         assert!(!valid_identity("https://id.example", ""));
         assert!(!valid_identity("https://id.example", &"s".repeat(256)));
         assert!(!valid_identity("https://id\n.example", "abc"));
+    }
+
+    #[test]
+    fn session_ids_have_the_stated_shape() {
+        let id = SessionId::generate().expect("id");
+        assert_eq!(SessionId::parse(id.as_str()), Some(id.clone()));
+        assert_eq!(id.as_str().len(), 33);
+        assert_eq!(format!("{id:?}"), "SessionId(<redacted>)");
+        let cases: [(&str, bool); 6] = [
+            ("s0123456789abcdef0123456789abcdef", true),
+            ("s0123456789abcdef0123456789abcde", false),
+            ("s0123456789abcdef0123456789abcdef0", false),
+            ("s0123456789ABCDEF0123456789abcdef", false),
+            ("t0123456789abcdef0123456789abcdef", false),
+            ("", false),
+        ];
+        for (text, ok) in cases {
+            assert_eq!(SessionId::parse(text).is_some(), ok, "{text:?}");
+        }
     }
 
     #[test]

@@ -7,14 +7,26 @@
 //! transaction took first fails the insert with a unique violation on a named constraint, which
 //! the write reports as a [`Conflict`]; the transaction rolls back whole, so a lost race leaves
 //! nothing behind.
+//!
+//! Migrations are the schema text itself, forward-only: every statement is `IF NOT EXISTS`, and a
+//! later release only appends (the sessions table came after the first three), so connecting
+//! brings any earlier directory up to date and changes nothing in a current one.
+//!
+//! A session is inserted against its credential read `FOR SHARE` in the same transaction: a
+//! revocation (a delete of the token) or a disable (an update of the user) that commits first
+//! makes that read find nothing or a disabled user, and one that comes after waits for the insert
+//! to commit and then deletes the session (the cascade, or the disable's own delete, a statement
+//! of its own so that its snapshot sees the new row).
 
 use deadpool_postgres::{GenericClient, Pool};
 use sha2::{Digest as _, Sha256};
 use tokio_postgres::{Row, error::SqlState};
 
 use crate::{
-    OidcIdentity, PgConfig, TokenInfo, User, UsersError,
-    backend::{Backend, Conflict, ListRows, NewToken, Write},
+    OidcIdentity, PgConfig, SessionCredential, TokenInfo, User, UsersError,
+    backend::{
+        Backend, Conflict, ListRows, NewSession, NewToken, SessionRow, SessionSource, Write,
+    },
 };
 
 /// The tables, each with its class (the Stem discipline), created if missing.
@@ -44,7 +56,36 @@ CREATE TABLE IF NOT EXISTS hub_identities (
     CONSTRAINT hub_identities_pk PRIMARY KEY (issuer, subject)
 );
 CREATE INDEX IF NOT EXISTS hub_identities_by_user ON hub_identities(user_id);
+-- class: record — browser sessions (SHA-256 of the id the cookie carries), each bound to the hub token or OpenID Connect identity it came from; deleted at logout, with that credential or their user, when the user is disabled, and pruned once expired.
+CREATE TABLE IF NOT EXISTS hub_sessions (
+    hash         BYTEA PRIMARY KEY CHECK (length(hash) = 32),
+    user_id      TEXT NOT NULL REFERENCES hub_users(id) ON DELETE CASCADE,
+    token_hash   BYTEA REFERENCES hub_tokens(hash) ON DELETE CASCADE,
+    issuer       TEXT,
+    subject      TEXT,
+    presented_at BIGINT,
+    created_at   BIGINT NOT NULL,
+    expires_at   BIGINT NOT NULL,
+    FOREIGN KEY (issuer, subject) REFERENCES hub_identities(issuer, subject) ON DELETE CASCADE,
+    CONSTRAINT hub_sessions_one_credential CHECK ((token_hash IS NULL) = (issuer IS NOT NULL)
+        AND (issuer IS NULL) = (subject IS NULL)
+        AND (issuer IS NULL) = (presented_at IS NULL))
+);
+CREATE INDEX IF NOT EXISTS hub_sessions_by_user ON hub_sessions(user_id);
+CREATE INDEX IF NOT EXISTS hub_sessions_by_token ON hub_sessions(token_hash);
+CREATE INDEX IF NOT EXISTS hub_sessions_by_identity ON hub_sessions(issuer, subject);
+CREATE INDEX IF NOT EXISTS hub_sessions_by_expiry ON hub_sessions(expires_at);
 ";
+
+/// A session with its user and credential; the credential's joins admit only one that still
+/// exists and is the session's user's (the cascades already guarantee it; the query says it).
+const SESSION_SELECT: &str = "SELECT u.id, u.name, u.created_at, u.disabled, u.quota_bytes,
+        s.created_at, s.expires_at, t.short_id, s.issuer, s.subject, s.presented_at
+    FROM hub_sessions s
+    JOIN hub_users u ON u.id = s.user_id
+    LEFT JOIN hub_tokens t ON t.hash = s.token_hash AND t.user_id = s.user_id
+    LEFT JOIN hub_identities i ON i.issuer = s.issuer AND i.subject = s.subject AND i.user_id = s.user_id
+    WHERE s.hash = $1 AND (t.hash IS NOT NULL OR i.issuer IS NOT NULL)";
 
 const USER_COLUMNS: &str = "u.id, u.name, u.created_at, u.disabled, u.quota_bytes";
 
@@ -71,6 +112,26 @@ fn user(row: &Row) -> User {
         created_at: row.get(2),
         disabled: row.get(3),
         quota_bytes: quota.and_then(|q| u64::try_from(q).ok()),
+    }
+}
+
+fn session_row(row: &Row) -> SessionRow {
+    let token_id: Option<String> = row.get(7);
+    let credential = match token_id {
+        Some(token_id) => SessionCredential::Token { token_id },
+        None => SessionCredential::Identity {
+            identity: OidcIdentity {
+                issuer: row.get(8),
+                subject: row.get(9),
+            },
+            presented_at: row.get(10),
+        },
+    };
+    SessionRow {
+        user: user(row),
+        credential,
+        created_at: row.get(5),
+        expires_at: row.get(6),
     }
 }
 
@@ -296,16 +357,26 @@ impl Backend for PgDirectory {
     }
 
     async fn set_disabled(&self, name: &str, disabled: bool) -> Result<Option<User>, UsersError> {
-        let client = self.client().await?;
-        let row = client
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // The update first: it waits for a session insert holding the user `FOR SHARE`, and the
+        // delete after it, a statement of its own, sees that session committed.
+        let found = tx
             .query_opt(
                 &format!(
                     "UPDATE hub_users u SET disabled = $2 WHERE u.name = $1 RETURNING {USER_COLUMNS}"
                 ),
                 &[&name, &disabled],
             )
-            .await?;
-        Ok(row.as_ref().map(user))
+            .await?
+            .as_ref()
+            .map(user);
+        if disabled && let Some(found) = &found {
+            tx.execute("DELETE FROM hub_sessions WHERE user_id = $1", &[&found.id])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(found)
     }
 
     async fn set_quota(&self, name: &str, bytes: Option<i64>) -> Result<Option<User>, UsersError> {
@@ -362,6 +433,81 @@ impl Backend for PgDirectory {
             .await?;
         Ok(row.as_ref().map(user))
     }
+
+    async fn insert_session(&self, session: &NewSession) -> Result<Option<SessionRow>, UsersError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let (token_hash, identity, presented_at, owner) = match &session.source {
+            SessionSource::Token { hash } => {
+                let owner = tx
+                    .query_opt(
+                        &format!(
+                            "SELECT {USER_COLUMNS} FROM hub_tokens t JOIN hub_users u ON u.id = t.user_id WHERE t.hash = $1 FOR SHARE"
+                        ),
+                        &[&&hash[..]],
+                    )
+                    .await?;
+                (Some(hash.to_vec()), None, None, owner)
+            }
+            SessionSource::Identity(identity) => {
+                let owner = tx
+                    .query_opt(
+                        &format!(
+                            "SELECT {USER_COLUMNS} FROM hub_identities i JOIN hub_users u ON u.id = i.user_id WHERE i.issuer = $1 AND i.subject = $2 FOR SHARE"
+                        ),
+                        &[&identity.issuer, &identity.subject],
+                    )
+                    .await?;
+                (None, Some(identity), Some(session.created_at), owner)
+            }
+        };
+        let Some(owner) = owner.as_ref().map(user).filter(|u| !u.disabled) else {
+            return Ok(None);
+        };
+        tx.execute(
+            "INSERT INTO hub_sessions (hash, user_id, token_hash, issuer, subject, presented_at, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &&session.hash[..],
+                &owner.id,
+                &token_hash,
+                &identity.map(|i| &i.issuer),
+                &identity.map(|i| &i.subject),
+                &presented_at,
+                &session.created_at,
+                &session.expires_at,
+            ],
+        )
+        .await?;
+        let row = tx.query_opt(SESSION_SELECT, &[&&session.hash[..]]).await?;
+        tx.commit().await?;
+        Ok(row.as_ref().map(session_row))
+    }
+
+    async fn session_by_hash(&self, hash: &[u8; 32]) -> Result<Option<SessionRow>, UsersError> {
+        let client = self.client().await?;
+        let row = client.query_opt(SESSION_SELECT, &[&&hash[..]]).await?;
+        Ok(row.as_ref().map(session_row))
+    }
+
+    async fn delete_session(&self, hash: &[u8; 32]) -> Result<bool, UsersError> {
+        let client = self.client().await?;
+        let deleted = client
+            .execute("DELETE FROM hub_sessions WHERE hash = $1", &[&&hash[..]])
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    async fn prune_sessions(&self, now: i64, limit: u32) -> Result<u64, UsersError> {
+        let client = self.client().await?;
+        // SKIP LOCKED: replicas pruning at once take different rows instead of queueing.
+        let deleted = client
+            .execute(
+                "DELETE FROM hub_sessions WHERE hash IN (SELECT hash FROM hub_sessions WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                &[&now, &i64::from(limit)],
+            )
+            .await?;
+        Ok(deleted)
+    }
 }
 
 #[cfg(test)]
@@ -379,6 +525,9 @@ mod tests {
                 tables.push(rest.split([' ', '(']).next().expect("name").to_owned());
             }
         }
-        assert_eq!(tables, ["hub_users", "hub_tokens", "hub_identities"]);
+        assert_eq!(
+            tables,
+            ["hub_users", "hub_tokens", "hub_identities", "hub_sessions"]
+        );
     }
 }

@@ -11,8 +11,9 @@
 //! waits for an fsync, which must not stall the async runtime's workers.
 //!
 //! Schema versions (`PRAGMA user_version`): 1 is the file earlier releases wrote (users, tokens);
-//! 2 adds the disabled flag, the quota override, the tokens' short ids and the identities. A v1
-//! file is migrated forward in place when opened; a file newer than this build is refused.
+//! 2 adds the disabled flag, the quota override, the tokens' short ids and the identities; 3 adds
+//! the sessions. An older file is migrated forward in place when opened (forward-only: no step is
+//! ever undone or edited); a file newer than this build is refused.
 
 use std::{
     path::Path,
@@ -23,8 +24,10 @@ use std::{
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, TransactionBehavior, params};
 
 use crate::{
-    OidcIdentity, TokenInfo, User, UsersError,
-    backend::{Backend, Conflict, ListRows, NewToken, Write},
+    OidcIdentity, SessionCredential, TokenInfo, User, UsersError,
+    backend::{
+        Backend, Conflict, ListRows, NewSession, NewToken, SessionRow, SessionSource, Write,
+    },
 };
 
 /// The file name under the gateway's directory.
@@ -67,8 +70,43 @@ CREATE TABLE identities (
 CREATE INDEX identities_by_user ON identities(user_id);
 ";
 
+/// Version 3: browser sessions, each bound to the credential it came from. The references
+/// cascade, so revoking the token or removing the user (or the identity with them) deletes the
+/// session in the same transaction; each is indexed, so that cascade is a probe, not a scan.
+pub(crate) const SCHEMA_V3: &str = "
+-- class: record — browser sessions (SHA-256 of the id the cookie carries), each bound to the hub token or OpenID Connect identity it came from; deleted at logout, with that credential or their user, when the user is disabled, and pruned once expired.
+CREATE TABLE sessions (
+    hash         BLOB PRIMARY KEY CHECK (length(hash) = 32),
+    user_id      TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    token_hash   BLOB REFERENCES tokens(hash) ON DELETE CASCADE,
+    issuer       TEXT,
+    subject      TEXT,
+    presented_at INTEGER,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    FOREIGN KEY (issuer, subject) REFERENCES identities(issuer, subject) ON DELETE CASCADE,
+    CHECK ((token_hash IS NULL) = (issuer IS NOT NULL)
+        AND (issuer IS NULL) = (subject IS NULL)
+        AND (issuer IS NULL) = (presented_at IS NULL))
+) STRICT;
+CREATE INDEX sessions_by_user ON sessions(user_id);
+CREATE INDEX sessions_by_token ON sessions(token_hash);
+CREATE INDEX sessions_by_identity ON sessions(issuer, subject);
+CREATE INDEX sessions_by_expiry ON sessions(expires_at);
+";
+
 /// The migrations, by the version they lead to.
-const MIGRATIONS: [&str; 2] = [SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: [&str; 3] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+
+/// A session with its user and credential; the credential's joins admit only one that still
+/// exists and is the session's user's (the cascades already guarantee it; the query says it).
+const SESSION_SELECT: &str = "SELECT u.id, u.name, u.created_at, u.disabled, u.quota_bytes,
+        s.created_at, s.expires_at, t.short_id, s.issuer, s.subject, s.presented_at
+    FROM sessions s
+    JOIN users u ON u.id = s.user_id
+    LEFT JOIN tokens t ON t.hash = s.token_hash AND t.user_id = s.user_id
+    LEFT JOIN identities i ON i.issuer = s.issuer AND i.subject = s.subject AND i.user_id = s.user_id
+    WHERE s.hash = ?1 AND (t.hash IS NOT NULL OR i.issuer IS NOT NULL)";
 
 const USER_COLUMNS: &str = "u.id, u.name, u.created_at, u.disabled, u.quota_bytes";
 
@@ -93,6 +131,26 @@ fn user(row: &Row<'_>) -> rusqlite::Result<User> {
         created_at: row.get(2)?,
         disabled: row.get(3)?,
         quota_bytes: quota.and_then(|q| u64::try_from(q).ok()),
+    })
+}
+
+fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    let token_id: Option<String> = row.get(7)?;
+    let credential = match token_id {
+        Some(token_id) => SessionCredential::Token { token_id },
+        None => SessionCredential::Identity {
+            identity: OidcIdentity {
+                issuer: row.get(8)?,
+                subject: row.get(9)?,
+            },
+            presented_at: row.get(10)?,
+        },
+    };
+    Ok(SessionRow {
+        user: user(row)?,
+        credential,
+        created_at: row.get(5)?,
+        expires_at: row.get(6)?,
     })
 }
 
@@ -342,6 +400,12 @@ impl Backend for SqliteDirectory {
                 "UPDATE users SET disabled = ?2 WHERE name = ?1",
                 params![name, disabled],
             )?;
+            if disabled {
+                tx.execute(
+                    "DELETE FROM sessions WHERE user_id IN (SELECT id FROM users WHERE name = ?1)",
+                    [&name],
+                )?;
+            }
             Ok(find(tx, "name", &name)?)
         })
         .await
@@ -395,6 +459,83 @@ impl Backend for SqliteDirectory {
             .query_row([&identity.issuer, &identity.subject], user)
             .optional()?;
         Ok(found)
+    }
+
+    async fn insert_session(&self, session: &NewSession) -> Result<Option<SessionRow>, UsersError> {
+        let session = session.clone();
+        // One writer at a time (BEGIN IMMEDIATE): the credential read here is the one the session
+        // is inserted against; no revocation or disable can fall between.
+        self.write(move |tx| {
+            let (token_hash, identity, presented_at, owner) = match &session.source {
+                SessionSource::Token { hash } => {
+                    let owner = tx
+                        .prepare_cached(&format!(
+                            "SELECT {USER_COLUMNS} FROM tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?1"
+                        ))?
+                        .query_row([&hash[..]], user)
+                        .optional()?;
+                    (Some(hash.to_vec()), None, None, owner)
+                }
+                SessionSource::Identity(identity) => {
+                    let owner = tx
+                        .prepare_cached(&format!(
+                            "SELECT {USER_COLUMNS} FROM identities i JOIN users u ON u.id = i.user_id WHERE i.issuer = ?1 AND i.subject = ?2"
+                        ))?
+                        .query_row([&identity.issuer, &identity.subject], user)
+                        .optional()?;
+                    (None, Some(identity.clone()), Some(session.created_at), owner)
+                }
+            };
+            let Some(owner) = owner.filter(|u| !u.disabled) else {
+                return Ok(None);
+            };
+            tx.prepare_cached(
+                "INSERT INTO sessions (hash, user_id, token_hash, issuer, subject, presented_at, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                &session.hash[..],
+                owner.id,
+                token_hash,
+                identity.as_ref().map(|i| &i.issuer),
+                identity.as_ref().map(|i| &i.subject),
+                presented_at,
+                session.created_at,
+                session.expires_at
+            ])?;
+            Ok(tx
+                .prepare_cached(SESSION_SELECT)?
+                .query_row([&session.hash[..]], session_row)
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn session_by_hash(&self, hash: &[u8; 32]) -> Result<Option<SessionRow>, UsersError> {
+        let conn = lock(&self.reader);
+        let found = conn
+            .prepare_cached(SESSION_SELECT)?
+            .query_row([&hash[..]], session_row)
+            .optional()?;
+        Ok(found)
+    }
+
+    async fn delete_session(&self, hash: &[u8; 32]) -> Result<bool, UsersError> {
+        let hash = *hash;
+        self.write(move |tx| {
+            Ok(tx.execute("DELETE FROM sessions WHERE hash = ?1", [&hash[..]])? > 0)
+        })
+        .await
+    }
+
+    async fn prune_sessions(&self, now: i64, limit: u32) -> Result<u64, UsersError> {
+        self.write(move |tx| {
+            let deleted = tx.execute(
+                "DELETE FROM sessions WHERE hash IN (SELECT hash FROM sessions WHERE expires_at <= ?1 LIMIT ?2)",
+                params![now, limit],
+            )?;
+            Ok(deleted as u64)
+        })
+        .await
     }
 }
 

@@ -4,7 +4,12 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use snug_users::{Directory, DirectoryConfig, OidcIdentity, PgConfig, TOKEN_PREFIX, UsersError};
+use std::time::Duration;
+
+use snug_users::{
+    Directory, DirectoryConfig, OidcIdentity, PRUNE_BATCH, PgConfig, SessionCredential, SessionId,
+    TOKEN_PREFIX, UsersError,
+};
 
 /// Where a directory lives; opening it twice gives two "replicas" of one directory.
 enum Place {
@@ -100,7 +105,7 @@ async fn tokens_authenticate_their_user_and_nothing_else() {
             // The tables the class check of `pg.rs` covers are all there is.
             assert_eq!(
                 pg.table_names().await.expect("tables"),
-                ["hub_identities", "hub_tokens", "hub_users"]
+                ["hub_identities", "hub_sessions", "hub_tokens", "hub_users"]
             );
         }
     }
@@ -460,4 +465,330 @@ async fn tokens_are_stored_hashed() {
         );
     }
     assert!(seen > 0);
+}
+
+/// A fixed "now" for the session cases, Unix milliseconds: the directory reads no clock for them.
+const NOW: i64 = 1_700_000_000_000;
+const HOUR: Duration = Duration::from_secs(3600);
+const HOUR_MS: i64 = 3_600_000;
+
+/// Whether `id` names a live session at `now`, read through `dir`.
+async fn live(dir: &Directory, id: &SessionId, now: i64) -> bool {
+    dir.session(id, now)
+        .await
+        .expect("session lookup")
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_session_lives_until_logout_expiry_or_revocation_of_its_token() {
+    for place in places() {
+        let at = place.name();
+        let dir = place.open().await;
+        // Every check reads through a second replica: nothing is remembered by the one that wrote.
+        let other = place.open().await;
+        let (alice, first) = dir.add_user("alice").await.expect("add");
+        let second = dir.issue_token("alice").await.expect("issue");
+        let session = dir
+            .start_token_session(&first.token, NOW, HOUR)
+            .await
+            .expect("start")
+            .expect("a live token starts a session");
+        assert_eq!(session.user, alice, "{at}");
+        assert_eq!(
+            session.credential,
+            SessionCredential::Token {
+                token_id: first.id.clone()
+            },
+            "{at}"
+        );
+        assert_eq!(
+            (session.created_at, session.expires_at),
+            (NOW, NOW + HOUR_MS),
+            "{at}"
+        );
+        assert_eq!(
+            other.session(&session.id, NOW).await.expect("lookup"),
+            Some(session.clone()),
+            "{at}"
+        );
+        // Expiry is exclusive: the last millisecond is in, the expiry instant is out.
+        assert!(live(&other, &session.id, NOW + HOUR_MS - 1).await, "{at}");
+        assert!(!live(&other, &session.id, NOW + HOUR_MS).await, "{at}");
+        // A well-formed id naming nothing is nothing.
+        let stranger = SessionId::parse("s0123456789abcdef0123456789abcdef").expect("shape");
+        assert!(!live(&other, &stranger, NOW).await, "{at}");
+
+        // Revoking the token ends the sessions it made, and only those.
+        let sibling = dir
+            .start_token_session(&second.token, NOW, HOUR)
+            .await
+            .expect("start")
+            .expect("session");
+        dir.revoke_token(&first.id).await.expect("revoke");
+        assert!(!live(&other, &session.id, NOW).await, "{at}: revoked token");
+        assert!(live(&other, &sibling.id, NOW).await, "{at}: its sibling");
+
+        // Logout ends it; a second logout finds nothing.
+        assert!(dir.end_session(&sibling.id).await.expect("end"), "{at}");
+        assert!(!live(&other, &sibling.id, NOW).await, "{at}: ended");
+        assert!(!dir.end_session(&sibling.id).await.expect("end"), "{at}");
+
+        // Nothing starts from a revoked, unknown or malformed token.
+        for token in [
+            first.token.as_str(),
+            "snug_not-a-token",
+            "",
+            &second.token[1..],
+        ] {
+            assert!(
+                dir.start_token_session(token, NOW, HOUR)
+                    .await
+                    .expect("start")
+                    .is_none(),
+                "{at}: {token:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabling_or_removing_a_user_ends_every_session_for_good() {
+    for place in places() {
+        let at = place.name();
+        let dir = place.open().await;
+        let other = place.open().await;
+        let (_, token) = dir.add_user("bea").await.expect("add");
+        let identity = OidcIdentity {
+            issuer: "https://id.example".to_owned(),
+            subject: "bea-sub".to_owned(),
+        };
+        let provisioned = dir
+            .provision(&identity.issuer, &identity.subject, "Bea P")
+            .await
+            .expect("provision")
+            .expect("user");
+        let by_token = dir
+            .start_token_session(&token.token, NOW, HOUR)
+            .await
+            .expect("start")
+            .expect("session");
+        let by_identity = dir
+            .start_identity_session(&identity, NOW, HOUR)
+            .await
+            .expect("start")
+            .expect("an identity of an enabled user starts a session");
+        assert_eq!(by_identity.user, provisioned, "{at}");
+        assert_eq!(
+            by_identity.credential,
+            SessionCredential::Identity {
+                identity: identity.clone(),
+                presented_at: NOW
+            },
+            "{at}"
+        );
+        assert!(live(&other, &by_identity.id, NOW).await, "{at}");
+
+        dir.disable("bea").await.expect("disable");
+        dir.disable("Bea P").await.expect("disable");
+        for id in [&by_token.id, &by_identity.id] {
+            assert!(!live(&other, id, NOW).await, "{at}: disabled");
+        }
+        // A disabled user starts nothing.
+        assert!(
+            dir.start_token_session(&token.token, NOW, HOUR)
+                .await
+                .expect("start")
+                .is_none(),
+            "{at}"
+        );
+        assert!(
+            dir.start_identity_session(&identity, NOW, HOUR)
+                .await
+                .expect("start")
+                .is_none(),
+            "{at}"
+        );
+        // Enabling again brings no session back: disabling ended them.
+        dir.enable("bea").await.expect("enable");
+        dir.enable("Bea P").await.expect("enable");
+        for id in [&by_token.id, &by_identity.id] {
+            assert!(!live(&other, id, NOW).await, "{at}: enabled again");
+        }
+
+        // Removal ends the sessions of the token and of the identity, which go with the user.
+        let by_token = dir
+            .start_token_session(&token.token, NOW, HOUR)
+            .await
+            .expect("start")
+            .expect("session");
+        let by_identity = dir
+            .start_identity_session(&identity, NOW, HOUR)
+            .await
+            .expect("start")
+            .expect("session");
+        dir.remove_user("bea").await.expect("remove");
+        dir.remove_user("Bea P").await.expect("remove");
+        for id in [&by_token.id, &by_identity.id] {
+            assert!(!live(&other, id, NOW).await, "{at}: removed");
+        }
+        // The identity provisioned again is a new user, with none of the old sessions.
+        let again = dir
+            .provision(&identity.issuer, &identity.subject, "Bea P")
+            .await
+            .expect("provision")
+            .expect("user");
+        assert_ne!(again.id, provisioned.id, "{at}");
+        assert!(!live(&other, &by_identity.id, NOW).await, "{at}");
+        // An identity nobody has starts nothing.
+        let unknown = OidcIdentity {
+            issuer: identity.issuer.clone(),
+            subject: "nobody".to_owned(),
+        };
+        assert!(
+            dir.start_identity_session(&unknown, NOW, HOUR)
+                .await
+                .expect("start")
+                .is_none(),
+            "{at}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_sessions_are_pruned_a_bounded_batch_at_a_time() {
+    for place in places() {
+        let at = place.name();
+        let dir = place.open().await;
+        let (_, token) = dir.add_user("pia").await.expect("add");
+        let batch = i64::from(PRUNE_BATCH);
+        let short = Duration::from_secs(1);
+        let mut expired = Vec::new();
+        for n in 0..batch + 6 {
+            // Each start prunes what expired by its own now: none of these yet.
+            let session = dir
+                .start_token_session(&token.token, NOW + n, short)
+                .await
+                .expect("start")
+                .expect("session");
+            expired.push(session.id);
+        }
+        let later = NOW + 10 * HOUR_MS;
+        let kept = dir
+            .start_token_session(&token.token, later, HOUR)
+            .await
+            .expect("start")
+            .expect("session");
+        // That start took one batch; a sweep takes the rest, then finds nothing.
+        assert_eq!(dir.prune_sessions(later).await.expect("prune"), 6, "{at}");
+        assert_eq!(dir.prune_sessions(later).await.expect("prune"), 0, "{at}");
+        assert!(live(&dir, &kept.id, later).await, "{at}: a live one stays");
+        for id in &expired {
+            assert!(!live(&dir, id, NOW).await, "{at}: pruned rows are gone");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_disable_racing_session_starts_leaves_none_of_them_alive() {
+    for place in places() {
+        let at = place.name();
+        let replicas = [place.open().await, place.open().await];
+        let (_, token) = replicas[0].add_user("rita").await.expect("add");
+        for round in 0..5 {
+            let starts = (0..8).map(|i| {
+                let (dir, token) = (replicas[i % 2].clone(), token.token.clone());
+                tokio::spawn(async move { dir.start_token_session(&token, NOW, HOUR).await })
+            });
+            let disable = {
+                let dir = replicas[1].clone();
+                tokio::spawn(async move { dir.disable("rita").await })
+            };
+            let started: Vec<SessionId> = futures::future::join_all(starts)
+                .await
+                .into_iter()
+                .filter_map(|r| r.expect("task").expect("start"))
+                .map(|s| s.id)
+                .collect();
+            disable.await.expect("task").expect("disable");
+            replicas[0].enable("rita").await.expect("enable");
+            for id in &started {
+                assert!(
+                    !live(&replicas[0], id, NOW).await,
+                    "{at}: round {round}: a session outlived the disable"
+                );
+            }
+        }
+    }
+}
+
+/// The PostgreSQL tables as the release before sessions created them.
+const PG_BEFORE_SESSIONS: &str = "
+CREATE TABLE hub_users (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL CONSTRAINT hub_users_name_unique UNIQUE,
+    created_at  BIGINT NOT NULL,
+    disabled    BOOLEAN NOT NULL DEFAULT false,
+    quota_bytes BIGINT CHECK (quota_bytes IS NULL OR quota_bytes >= 0)
+);
+CREATE TABLE hub_tokens (
+    hash       BYTEA PRIMARY KEY CHECK (length(hash) = 32),
+    short_id   TEXT NOT NULL CONSTRAINT hub_tokens_short_id_unique UNIQUE,
+    user_id    TEXT NOT NULL REFERENCES hub_users(id) ON DELETE CASCADE,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX hub_tokens_by_user ON hub_tokens(user_id);
+CREATE TABLE hub_identities (
+    issuer     TEXT NOT NULL,
+    subject    TEXT NOT NULL,
+    user_id    TEXT NOT NULL REFERENCES hub_users(id) ON DELETE CASCADE,
+    created_at BIGINT NOT NULL,
+    CONSTRAINT hub_identities_pk PRIMARY KEY (issuer, subject)
+);
+CREATE INDEX hub_identities_by_user ON hub_identities(user_id);
+INSERT INTO hub_users (id, name, created_at) VALUES ('u0123', 'old-alice', 1700000000000);
+INSERT INTO hub_tokens (hash, short_id, user_id, created_at)
+    VALUES (sha256('snug_old-token'::bytea), substr(encode(sha256('snug_old-token'::bytea), 'hex'), 1, 8), 'u0123', 1700000000001);
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_directory_from_before_sessions_gains_them_on_connect() {
+    let Some(url) = snug_test_support::postgres_url() else {
+        return;
+    };
+    let schema = format!("users_before_sessions_{}", std::process::id());
+    // Connected as the directory connects (TLS as the URL says), in the server's default schema.
+    let pool = snug_pg::pool(&PgConfig {
+        url: url.clone(),
+        schema: None,
+        pool_size: 1,
+    })
+    .expect("pool");
+    let client = pool.get().await.expect("connect");
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; SET search_path TO {schema}; {PG_BEFORE_SESSIONS}"
+        ))
+        .await
+        .expect("the earlier tables");
+    let place = Place::Postgres(PgConfig {
+        url,
+        schema: Some(schema.clone()),
+        pool_size: 2,
+    });
+    let dir = place.open().await;
+    let session = dir
+        .start_token_session("snug_old-token", NOW, HOUR)
+        .await
+        .expect("start")
+        .expect("an earlier token starts a session");
+    assert_eq!(session.user.name, "old-alice");
+    assert!(live(&dir, &session.id, NOW).await);
+    // Connecting again changes nothing.
+    let again = place.open().await;
+    assert!(live(&again, &session.id, NOW).await);
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop");
 }

@@ -1,5 +1,6 @@
 //! A `users.db` written by an earlier release (schema version 1) opens and migrates forward with
-//! its users and tokens intact; a file newer than this build is refused and left alone.
+//! its users and tokens intact (and its tokens start sessions); a file newer than this build is
+//! refused and left alone.
 
 use rusqlite::{Connection, params};
 use sha2::{Digest as _, Sha256};
@@ -95,12 +96,48 @@ async fn a_v1_file_migrates_forward_with_its_users_and_tokens() {
         directory.list().await.expect("list")[0].user.quota_bytes,
         Some(1 << 20)
     );
+    // An old token starts a session, which its revocation ends.
+    let mut old_token = None;
+    for token in tokens {
+        if directory
+            .authenticate_token(token)
+            .await
+            .expect("lookup")
+            .is_some()
+        {
+            old_token = Some(token);
+        }
+    }
+    let old_token = old_token.expect("one old token is left");
+    let session = directory
+        .start_token_session(old_token, 1, std::time::Duration::from_secs(60))
+        .await
+        .expect("start")
+        .expect("an old token starts a session");
+    assert!(
+        directory
+            .session(&session.id, 2)
+            .await
+            .expect("lookup")
+            .is_some()
+    );
+    let second = directory.list().await.expect("list")[0].tokens[0]
+        .id
+        .clone();
+    directory.revoke_token(&second).await.expect("revoke");
+    assert!(
+        directory
+            .session(&session.id, 2)
+            .await
+            .expect("lookup")
+            .is_none()
+    );
     drop(directory);
     let conn = Connection::open(dir.join(USERS_FILE)).expect("open");
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("version");
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
