@@ -70,6 +70,22 @@ async fn store_image(data: &Path, bytes: &[u8]) {
         )
         .await
         .expect("put");
+    drop(store);
+    released(&data.join("sync").join("LOCK")).await;
+}
+
+/// Waits until the store's lock is free: the store's background work (a checkpoint, the served
+/// ledger's writer) holds it a moment past the handle's drop, as it would in a hub shutting down.
+async fn released(lock: &Path) {
+    let file = std::fs::File::open(lock).expect("open the store's lock file");
+    for _ in 0..200 {
+        if file.try_lock().is_ok() {
+            file.unlock().expect("unlock");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the store's lock is still held 10s after its handle was dropped");
 }
 
 /// Flips one byte at `at` of the store's only pack (one image of distinct chunks: image order).
