@@ -1,6 +1,7 @@
 //! The CLI's errors: a message for people, a stable code for scripts, and a distinct exit code.
 
 use snug_container::{Corruption, OpenError, RewrapError, SealError};
+use snug_reasons::Reasoned as _;
 use snug_schema::{ExportError, OpenError as DbOpenError};
 
 /// Exit codes, shared by every `snug` command; each reason's is in `snug-reasons`.
@@ -198,7 +199,11 @@ impl From<DbOpenError> for Failure {
             return schema_too_new(found, supported);
         }
         let (exit, hint) = open_exit(&err);
-        Failure::new(exit, err.reason(), format!("{}{hint}", with_causes(&err)))
+        Failure::new(
+            exit,
+            err.reason().name,
+            format!("{}{hint}", with_causes(&err)),
+        )
     }
 }
 
@@ -210,7 +215,9 @@ impl From<ExportError> for Failure {
             | ExportError::OutputExists { .. }
             | ExportError::Io { .. }
             | ExportError::Sqlite(_)
-            | ExportError::Scrub(_) => Failure::new(Exit::Other, err.reason(), with_causes(&err)),
+            | ExportError::Scrub(_) => {
+                Failure::new(Exit::Other, err.reason().name, with_causes(&err))
+            }
         }
     }
 }
@@ -336,7 +343,7 @@ impl From<snug_schema::ImportError> for Failure {
             | E::AppTokenCollision { .. } => Exit::Corrupt,
             E::TooLarge { .. } | E::Entropy(_) | E::Sqlite(_) => Exit::Other,
         };
-        Failure::new(exit, err.reason(), with_causes(&err))
+        Failure::new(exit, err.reason().name, with_causes(&err))
     }
 }
 

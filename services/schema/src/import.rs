@@ -152,9 +152,9 @@ pub(crate) fn run(
         None => ImportBaseline::default(),
         Some(Local::CurrentFileLength(_)) => {
             let (db, _) = UserDb::from_bytes(current, clock.clone())
-                .map_err(|err| status::open_error(err).with("file", "current".to_owned()))?;
+                .map_err(|err| status::refused(err).with("file", "current".to_owned()))?;
             ImportBaseline::of(&db)
-                .map_err(|err| status::import_error(err).with("file", "current".to_owned()))?
+                .map_err(|err| status::refused(err).with("file", "current".to_owned()))?
         }
         Some(Local::Approvals(approvals)) => given_baseline(approvals)?,
     };
@@ -165,7 +165,7 @@ pub(crate) fn run(
         container_limits: container_limits(),
     };
     let (mut db, report) = snug_schema::import_against(incoming, &baseline, &options, clock)
-        .map_err(|err| status::import_error(err).with("file", "incoming".to_owned()))?;
+        .map_err(|err| status::refused(err).with("file", "incoming".to_owned()))?;
     drop(bytes);
     let image = if report.advanced {
         compacted_image(&mut db)?

@@ -217,8 +217,7 @@ fn open(
     clock: Arc<dyn Clock>,
     cancel: &Cancel,
 ) -> Result<(UserDb, snug_schema::OpenReport), Mapped> {
-    UserDb::from_bytes_with(bytes, clock, &Interrupt::new(cancel.flag()))
-        .map_err(status::open_error)
+    UserDb::from_bytes_with(bytes, clock, &Interrupt::new(cancel.flag())).map_err(status::refused)
 }
 
 /// Stops a job between its steps once its caller has gone away. Nobody receives the error: it
@@ -238,7 +237,7 @@ fn validate_sync_image(
     cancel: &Cancel,
 ) -> Result<pb::ValidateSyncImageResponse, Mapped> {
     let verdict = snug_schema::validate_sync_image(bytes, clock, &|| !cancel.is_cancelled())
-        .map_err(status::sync_image_error)?;
+        .map_err(status::refused)?;
     Ok(pb::ValidateSyncImageResponse {
         storage_version: verdict.storage_version,
         length: verdict.length,
@@ -273,7 +272,7 @@ impl SchemaService for SchemaServer {
             // One bounded pass over at most 64 MiB: it runs to its end.
             .try_run::<_, Mapped>(move |_| {
                 let inspection =
-                    snug_schema::inspect_bytes(&upload.bytes).map_err(status::open_error)?;
+                    snug_schema::inspect_bytes(&upload.bytes).map_err(status::refused)?;
                 Ok(convert::inspection(inspection, upload.bytes.len() as u64))
             })
             .await?;
@@ -299,7 +298,7 @@ impl SchemaService for SchemaServer {
             .pool
             .try_run::<_, Mapped>(move |cancel| {
                 let (mut db, report) = open(&upload.bytes, clock, &cancel)?;
-                db.check_app_isolation().map_err(status::open_error)?;
+                db.check_app_isolation().map_err(status::refused)?;
                 if !report.wrote {
                     // Nothing to do: the caller gets its own bytes back, not a re-serialisation.
                     return Ok((report, upload.bytes, true));
@@ -346,7 +345,7 @@ impl SchemaService for SchemaServer {
                 let (mut db, source) = open(&upload.bytes, clock, &cancel)?;
                 drop(upload.bytes);
                 let (bytes, export) =
-                    snug_schema::export_bytes(&mut db, options).map_err(status::export_error)?;
+                    snug_schema::export_bytes(&mut db, options).map_err(status::refused)?;
                 Ok((source, bytes, export))
             })
             .await?;
@@ -389,8 +388,7 @@ impl SchemaService for SchemaServer {
                     trusted_origin,
                     container_limits: container_limits(),
                 };
-                snug_schema::import_check(&upload.bytes, &options, clock)
-                    .map_err(status::import_error)
+                snug_schema::import_check(&upload.bytes, &options, clock).map_err(status::refused)
             })
             .await?;
         Ok(Response::new(convert::import_report(report)))

@@ -1783,7 +1783,7 @@ fn every_reason_is_documented_in_the_reference_and_the_proto() {
 
 #[test]
 fn mapped_statuses_carry_the_domain_and_their_reason() {
-    let status = Status::from(status::open_error(snug_schema::OpenError::SchemaTooNew {
+    let status = Status::from(status::refused(snug_schema::OpenError::SchemaTooNew {
         found: 9,
         supported: 6,
     }));

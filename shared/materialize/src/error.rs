@@ -219,7 +219,7 @@ impl PersistError {
             PersistError::NameCollision { .. } => snug_reasons::materialize::NAME_COLLISION.name,
             PersistError::CreateFailed { .. } => snug_reasons::materialize::DDL_FAILED.name,
             PersistError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            PersistError::Adopt(err) => err.reason(),
+            PersistError::Adopt(err) => snug_reasons::Reasoned::reason(err).name,
             PersistError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
         }
     }

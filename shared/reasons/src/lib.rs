@@ -38,6 +38,30 @@ mod tests;
 
 pub use code::GrpcCode;
 
+/// A domain error as every surface reports it: under one reason of this registry, with the facts
+/// a caller can act on.
+///
+/// The reason is the domain's one choice, so a service's status, the gateway's answer and the
+/// CLI's exit are derived from it rather than chosen again per surface: a service sends a reason
+/// that has a gRPC code as it is and reports any other one (the CLI's `IO`, `STORAGE`: a failure
+/// of the host, not of the request) as INTERNAL, logging the cause (`snug_rpc::status::Mapped::
+/// refused`).
+pub trait Reasoned: std::error::Error {
+    /// The reason this error is reported under.
+    fn reason(&self) -> &'static Reason;
+
+    /// `ErrorInfo.metadata`: the facts beside the message (an object's name, a limit), in
+    /// lowerCamel keys.
+    fn metadata(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// The message for a remote caller; the error's `Display` unless it is worded for one.
+    fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
 /// One error reason and what every surface says about it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Reason {

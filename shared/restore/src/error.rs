@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use snug_reasons::Reasoned;
 use snug_schema::{ExportError, ImportError, KvError, OpenError};
 
 use crate::origin::OriginError;
@@ -236,11 +237,11 @@ impl RestoreError {
             RestoreError::NotSnugFile { .. } => snug_reasons::restore::DESTINATION_NOT_SNUG.name,
             RestoreError::Protected { .. } => snug_reasons::schema::PROTECTED.name,
             RestoreError::LegacyBackup { .. } => snug_reasons::restore::LEGACY_BACKUP.name,
-            RestoreError::Unreadable { source, .. } => source.reason(),
+            RestoreError::Unreadable { source, .. } => Reasoned::reason(source).name,
             RestoreError::Diverged { .. } => snug_reasons::restore::DIVERGED.name,
             RestoreError::SizeMismatch { .. } => snug_reasons::restore::SIZE_MISMATCH.name,
             RestoreError::DigestMismatch { .. } => snug_reasons::restore::DIGEST_MISMATCH.name,
-            RestoreError::Refused { source, .. } => source.reason(),
+            RestoreError::Refused { source, .. } => Reasoned::reason(source).name,
             RestoreError::Container { source, .. }
             | RestoreError::LocalContainer { source, .. } => container_reason(source),
             RestoreError::Reseal(_) => snug_reasons::restore::RESEAL_FAILED.name,
@@ -281,8 +282,8 @@ impl GateError {
     /// Returns the stable machine reason (the library's own: `MALFORMED`, `USERDB_TOO_LARGE`, …).
     pub fn reason(&self) -> &'static str {
         match self {
-            GateError::Open(err) => err.reason(),
-            GateError::Export(err) => err.reason(),
+            GateError::Open(err) => Reasoned::reason(err).name,
+            GateError::Export(err) => Reasoned::reason(err).name,
         }
     }
 }

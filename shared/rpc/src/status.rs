@@ -219,6 +219,16 @@ impl<D: Domain> Mapped<D> {
         )
     }
 
+    /// A domain error under its own reason and metadata ([`snug_reasons::Reasoned`]); one whose
+    /// reason no service sends (a failure of the host) is INTERNAL.
+    pub fn refused(err: &impl snug_reasons::Reasoned) -> Self {
+        let reason = err.reason();
+        if reason.grpc.is_none() || *reason == snug_reasons::rpc::INTERNAL {
+            return Mapped::internal(err);
+        }
+        Mapped::new(reason, err.message(), err.metadata())
+    }
+
     /// A malformed request: reason `INVALID_ARGUMENT`, metadata `field`.
     pub fn invalid_argument(field: impl Into<String>, message: impl Into<String>) -> Self {
         Mapped::new(

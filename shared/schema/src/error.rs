@@ -1,4 +1,5 @@
-//! One error enum per operation family, each with a stable machine [`reason`](OpenError::reason).
+//! One error enum per operation family, each with a stable machine reason (`reason()`; for
+//! opening, importing and exporting, [`snug_reasons::Reasoned`] in `reasoned.rs`).
 //!
 //! Services map reasons to gRPC codes and the CLI maps them to exit codes; both match the enums
 //! exhaustively, so a new variant does not compile until someone picks its code. Reasons are
@@ -230,26 +231,6 @@ pub enum OpenError {
     Sqlite(#[source] rusqlite::Error),
 }
 
-impl OpenError {
-    /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            OpenError::NotSqlite => snug_reasons::schema::NOT_SQLITE.name,
-            OpenError::Protected => snug_reasons::schema::PROTECTED.name,
-            OpenError::Malformed { .. } | OpenError::Unreadable(_) => {
-                snug_reasons::schema::MALFORMED.name
-            }
-            OpenError::NotAUserDatabase => snug_reasons::container::NOT_A_USER_DATABASE.name,
-            OpenError::SchemaTooNew { .. } => snug_reasons::schema::SCHEMA_TOO_NEW.name,
-            OpenError::HostileSchema { .. } => snug_reasons::schema::HOSTILE_SCHEMA.name,
-            OpenError::AppTokenCollision { .. } => snug_reasons::schema::APP_TOKEN_COLLISION.name,
-            OpenError::Io { .. } => snug_reasons::cli::IO.name,
-            OpenError::Entropy(_) => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
-            OpenError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
-        }
-    }
-}
-
 impl From<Refusal> for OpenError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
@@ -334,27 +315,6 @@ pub enum ImportError {
     Sqlite(#[source] rusqlite::Error),
 }
 
-impl ImportError {
-    /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ImportError::Locked => snug_reasons::container::LOCKED.name,
-            ImportError::CorruptContainer(_) => snug_reasons::schema::CORRUPT_CONTAINER.name,
-            ImportError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            ImportError::NotSqlite => snug_reasons::schema::NOT_SQLITE.name,
-            ImportError::Malformed { .. } | ImportError::Unreadable(_) => {
-                snug_reasons::schema::MALFORMED.name
-            }
-            ImportError::NotAUserDatabase => snug_reasons::container::NOT_A_USER_DATABASE.name,
-            ImportError::SchemaTooNew { .. } => snug_reasons::schema::SCHEMA_TOO_NEW.name,
-            ImportError::HostileSchema { .. } => snug_reasons::schema::HOSTILE_SCHEMA.name,
-            ImportError::AppTokenCollision { .. } => snug_reasons::schema::APP_TOKEN_COLLISION.name,
-            ImportError::Entropy(_) => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
-            ImportError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
-        }
-    }
-}
-
 impl From<Refusal> for ImportError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
@@ -415,19 +375,6 @@ pub enum ExportError {
     /// output is withheld rather than left with free space nobody checked).
     #[error("the export's free space could not be scrubbed")]
     Scrub(#[source] crate::scrub::ScrubError),
-}
-
-impl ExportError {
-    /// Returns the stable machine reason (the source's own reason for [`ExportError::Source`]).
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ExportError::Source(err) => err.reason(),
-            ExportError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            ExportError::OutputExists { .. } => snug_reasons::cli::OUTPUT_EXISTS.name,
-            ExportError::Io { .. } => snug_reasons::cli::IO.name,
-            ExportError::Sqlite(_) | ExportError::Scrub(_) => snug_reasons::cli::STORAGE.name,
-        }
-    }
 }
 
 impl From<rusqlite::Error> for ExportError {

@@ -116,6 +116,7 @@ mod isolation;
 mod kv;
 mod naming;
 mod open;
+mod reasoned;
 mod scrub;
 mod sync_image;
 mod token;

@@ -783,7 +783,7 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Inspection> {
                 collision: collision.clone(),
             };
             RefusalSummary {
-                reason: err.reason(),
+                reason: snug_reasons::Reasoned::reason(&err).name,
                 message: err.to_string(),
             }
         })
@@ -827,7 +827,7 @@ fn preflight(
     refusal.map(|refusal| {
         let err = crate::error::OpenError::from(refusal);
         RefusalSummary {
-            reason: err.reason(),
+            reason: snug_reasons::Reasoned::reason(&err).name,
             message: err.to_string(),
         }
     })

@@ -48,13 +48,6 @@ pub enum ScrubError {
     },
 }
 
-impl ScrubError {
-    /// The stable reason: an image whose structure cannot be walked is malformed.
-    pub fn reason(&self) -> &'static str {
-        "MALFORMED"
-    }
-}
-
 /// What a scrub found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ScrubReport {

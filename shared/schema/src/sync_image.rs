@@ -76,22 +76,6 @@ pub enum SyncImageError {
     Stopped,
 }
 
-impl SyncImageError {
-    /// The stable reason every surface reports this refusal with.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            SyncImageError::ContainerNotAccepted => {
-                snug_reasons::schema::CONTAINER_NOT_ACCEPTED.name
-            }
-            SyncImageError::Open(err) => err.reason(),
-            SyncImageError::Import(err) => err.reason(),
-            SyncImageError::SecretsPresent { .. } => snug_reasons::schema::SECRETS_PRESENT.name,
-            SyncImageError::Scrub(err) => err.reason(),
-            SyncImageError::Stopped => snug_reasons::rpc::DEADLINE_EXCEEDED.name,
-        }
-    }
-}
-
 /// Decides whether a hub sync origin accepts `bytes` (see the module docs), asking
 /// `keep_going` between its steps so a caller that went away stops it early.
 pub fn validate_sync_image(

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use snug_reasons::Reasoned as _;
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -46,7 +48,7 @@ fn craft(image: &[u8], sql: &str) -> Vec<u8> {
 #[track_caller]
 fn check_import(bytes: &[u8], reason: &str) {
     let err = import(bytes, None, &ImportOptions::default(), clock()).unwrap_err();
-    assert_eq!(err.reason(), reason, "{err:?}");
+    assert_eq!(err.reason().name, reason, "{err:?}");
 }
 
 #[test]
@@ -83,7 +85,7 @@ fn crafted_schemas_get_typed_refusals() {
                 Some(reason),
                 "{sql}"
             ),
-            Err(err) => assert_eq!(err.reason(), reason, "{sql}"),
+            Err(err) => assert_eq!(err.reason().name, reason, "{sql}"),
         }
     }
 }
@@ -117,9 +119,9 @@ fn damaged_files_get_typed_errors() {
     ];
     for (label, bytes, reason) in cases {
         let err = import(&bytes, None, &ImportOptions::default(), clock()).unwrap_err();
-        assert_eq!(err.reason(), reason, "{label}: {err:?}");
+        assert_eq!(err.reason().name, reason, "{label}: {err:?}");
         let err = UserDb::from_bytes(&bytes, clock()).unwrap_err();
-        assert_eq!(err.reason(), reason, "{label}: {err:?}");
+        assert_eq!(err.reason().name, reason, "{label}: {err:?}");
     }
 }
 
@@ -182,11 +184,11 @@ proptest! {
         let bytes = mutate(base, &flips, truncate_to);
         match import(&bytes, None, &ImportOptions::default(), clock()) {
             Ok((db, _)) => prop_assert!(db.apps().is_ok() || db.apps().is_err()),
-            Err(err) => prop_assert!(!err.reason().is_empty()),
+            Err(err) => prop_assert!(!err.reason().name.is_empty()),
         }
         match UserDb::from_bytes(&bytes, clock()) {
             Ok((mut db, _)) => { let _ = db.to_bytes(); }
-            Err(err) => prop_assert!(!err.reason().is_empty()),
+            Err(err) => prop_assert!(!err.reason().name.is_empty()),
         }
         let _ = inspect_bytes(&bytes);
     }
@@ -198,7 +200,7 @@ proptest! {
         let bytes = mutate(image(), &flips, None);
         std::fs::write(&path, &bytes).unwrap();
         if let Err(err) = UserDb::open_path(&path, clock()) {
-            prop_assert!(!err.reason().is_empty());
+            prop_assert!(!err.reason().name.is_empty());
             if matches!(err, OpenError::HostileSchema { .. } | OpenError::SchemaTooNew { .. } | OpenError::NotSqlite) {
                 prop_assert_eq!(std::fs::read(&path).unwrap(), bytes);
             }

@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use snug_reasons::Reasoned as _;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -426,7 +428,7 @@ fn future_v7_is_refused_everywhere_with_its_bytes_untouched() {
     let (dir, path) = copy_to_temp(file, "user.snug");
     let err = UserDb::open_path(&path, clock()).unwrap_err();
     assert!(too_new(&err), "{err:?}");
-    assert_eq!(err.reason(), "SCHEMA_TOO_NEW");
+    assert_eq!(err.reason().name, "SCHEMA_TOO_NEW");
     let err = UserDb::open_dir(dir.path(), clock()).unwrap_err();
     assert!(too_new(&err), "{err:?}");
     assert!(too_new(&UserDb::from_bytes(&bytes, clock()).unwrap_err()));
@@ -644,12 +646,16 @@ fn protected_vectors_import_only_with_their_secret() {
                     assert!(report.was_protected, "{label}");
                     assert_eq!(db.apps().unwrap().len(), 2, "{label}");
                 }
-                ("locked", Err(err)) => assert_eq!(err.reason(), "LOCKED", "{label}: {err:?}"),
+                ("locked", Err(err)) => assert_eq!(err.reason().name, "LOCKED", "{label}: {err:?}"),
                 ("corrupt", Err(err)) if name.starts_with("n12") => {
-                    assert_eq!(err.reason(), "MALFORMED", "{label}: SQLite magic, 63 bytes")
+                    assert_eq!(
+                        err.reason().name,
+                        "MALFORMED",
+                        "{label}: SQLite magic, 63 bytes"
+                    )
                 }
                 ("corrupt", Err(err)) => {
-                    assert_eq!(err.reason(), "CORRUPT_CONTAINER", "{label}: {err:?}")
+                    assert_eq!(err.reason().name, "CORRUPT_CONTAINER", "{label}: {err:?}")
                 }
                 (expected, other) => panic!(
                     "{label}: expected {expected}, got {:?}",

@@ -75,7 +75,11 @@ async fn validate_sync_image_names_the_free_space_to_zero() {
     let response = validate(&mut client, image.clone())
         .await
         .expect("accepted: no row in snug_secrets");
-    assert_eq!(sha2::Sha256::digest(&image), before, "the input is only read");
+    assert_eq!(
+        sha2::Sha256::digest(&image),
+        before,
+        "the input is only read"
+    );
     assert!(!response.free_space.is_empty());
     let stored = stored(&image, &response);
     assert!(!contains(&stored, CREDENTIAL), "no byte of the credential");

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use snug_reasons::Reasoned as _;
+
 use std::collections::BTreeSet;
 
 use super::*;
@@ -48,7 +50,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         OpenError::Entropy(rng),
         OpenError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     for e in [
         ImportError::Locked,
@@ -66,7 +68,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         ImportError::Entropy(rng),
         ImportError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     for e in [
         ExportError::Source(OpenError::NotSqlite),
@@ -81,7 +83,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
             problem: "x".into(),
         }),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     for e in [
         SaveError::Io { path, source: io() },

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use snug_reasons::Reasoned as _;
+
 use super::*;
 use crate::test_support::{clock, new_db};
 use crate::{ImportOptions, NewApp};
@@ -88,7 +90,7 @@ fn a_colliding_file_is_listed_and_refused_by_migration() {
     let mut db = colliding_db();
     assert_eq!(db.app_token_collisions().unwrap(), [the_pair()]);
     let err = db.check_app_isolation().unwrap_err();
-    assert_eq!(err.reason(), "APP_TOKEN_COLLISION");
+    assert_eq!(err.reason().name, "APP_TOKEN_COLLISION");
     let message = err.to_string();
     assert!(
         message.contains(UPPER) && message.contains(LOWER),
@@ -106,7 +108,7 @@ fn a_colliding_file_is_listed_and_refused_by_migration() {
     let (src, dst) = (dir.path().join("in.snug"), dir.path().join("out.snug"));
     std::fs::write(&src, &bytes).unwrap();
     let err = crate::migrate_file(&src, &dst, clock()).unwrap_err();
-    assert_eq!(err.reason(), "APP_TOKEN_COLLISION");
+    assert_eq!(err.reason().name, "APP_TOKEN_COLLISION");
     assert!(!dst.exists(), "no output for a refused file");
     assert_eq!(
         std::fs::read(&src).unwrap(),
@@ -125,7 +127,7 @@ fn import_and_import_check_refuse_a_colliding_file() {
         "{err:?}"
     );
     let err = crate::import_check(&bytes, &options, clock()).unwrap_err();
-    assert_eq!(err.reason(), "APP_TOKEN_COLLISION");
+    assert_eq!(err.reason().name, "APP_TOKEN_COLLISION");
 }
 
 #[test]

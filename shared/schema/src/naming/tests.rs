@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use snug_reasons::Reasoned as _;
+
 use std::path::Path;
 
 use serde_json::json;
@@ -193,12 +195,15 @@ fn an_empty_or_protected_file_is_never_replaced_by_a_fresh_one() {
     let path = dir.path().join(USER_FILE);
     std::fs::write(&path, b"").unwrap();
     assert_eq!(
-        UserDb::open_path(&path, clock()).unwrap_err().reason(),
+        UserDb::open_path(&path, clock()).unwrap_err().reason().name,
         "NOT_SQLITE"
     );
     std::fs::write(&path, b"SNUGENC1\n\x01\x00\x01").unwrap();
     assert_eq!(
-        UserDb::open_dir(dir.path(), clock()).unwrap_err().reason(),
+        UserDb::open_dir(dir.path(), clock())
+            .unwrap_err()
+            .reason()
+            .name,
         "PROTECTED"
     );
     assert_eq!(std::fs::read(&path).unwrap(), b"SNUGENC1\n\x01\x00\x01");
