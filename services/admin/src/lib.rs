@@ -36,7 +36,7 @@ use snug_proto::{
     sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
 };
 use snug_rpc::{server::LocalChannel, trace_context::Traced};
-use snug_users::{Directory, UserInfo};
+use snug_users::{Directory, UserInfo, UserKey};
 use tonic::{Request, Response, Status};
 
 use crate::status::{directory_error, sync_error};
@@ -150,19 +150,23 @@ impl Admin {
         let by = user
             .and_then(|user| user.by)
             .ok_or_else(|| status::invalid("user", "name the user by id or name"))?;
-        let (field, wanted) = match &by {
-            pb::user_ref::By::Id(id) => ("user.id", id.as_str()),
-            pb::user_ref::By::Name(name) => ("user.name", name.as_str()),
+        let (field, key) = match &by {
+            pb::user_ref::By::Id(id) => ("user.id", UserKey::Id(id)),
+            pb::user_ref::By::Name(name) => ("user.name", UserKey::Name(name)),
         };
+        self.lookup(field, key).await
+    }
+
+    /// The user `text` names, by name or by id ([`UserKey::NameOrId`]): how every `snug-hub`
+    /// command that names a user finds them, so the operator's commands share one rule.
+    pub async fn resolve(&self, text: &str) -> Result<UserInfo, Status> {
+        self.lookup("user", UserKey::NameOrId(text)).await
+    }
+
+    async fn lookup(&self, field: &str, key: UserKey<'_>) -> Result<UserInfo, Status> {
+        let (UserKey::Id(wanted) | UserKey::Name(wanted) | UserKey::NameOrId(wanted)) = key;
         snug_rpc::status::identifier(reason::DOMAIN, field, wanted)?;
-        let users = self.directory.list().await.map_err(directory_error)?;
-        users
-            .into_iter()
-            .find(|info| match &by {
-                pb::user_ref::By::Id(id) => info.user.id == *id,
-                pb::user_ref::By::Name(name) => info.user.name == *name,
-            })
-            .ok_or_else(status::user_not_found)
+        self.directory.find(key).await.map_err(directory_error)
     }
 
     fn sync(&self) -> Result<SyncClient, Status> {
@@ -178,13 +182,7 @@ impl Admin {
         &self,
         call: impl std::future::Future<Output = Result<Response<T>, Status>>,
     ) -> Result<T, Status> {
-        match tokio::time::timeout(self.deadline, call).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(sync_error(status)),
-            Err(_) => Err(status::service_unavailable(
-                "the sync service did not answer within the deadline",
-            )),
-        }
+        call_sync(self.deadline, call).await
     }
 
     async fn usage(&self, user_id: &str) -> Result<pb::Usage, Status> {
@@ -209,6 +207,22 @@ impl Admin {
     async fn reread(&self, name: &str) -> Result<pb::User, Status> {
         let info = self.find(Some(by_name(name))).await?;
         Ok(convert::user(info, None))
+    }
+}
+
+/// Calls the sync service under `deadline` and passes its refusals on as the admin API does: a
+/// refusal with a reason as it came, a sync service that does not answer as
+/// `SERVICE_UNAVAILABLE`. `snug-hub sync usage|erase` calls the store through this too.
+pub async fn call_sync<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => Err(sync_error(status)),
+        Err(_) => Err(status::service_unavailable(
+            "the sync service did not answer within the deadline",
+        )),
     }
 }
 

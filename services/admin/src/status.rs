@@ -17,10 +17,6 @@ pub(crate) fn unauthenticated(message: &str) -> Status {
     from_reason(&reasons::UNAUTHENTICATED, DOMAIN, message, [])
 }
 
-pub(crate) fn user_not_found() -> Status {
-    from_reason(&reasons::USER_NOT_FOUND, DOMAIN, "no such user", [])
-}
-
 pub(crate) fn service_unavailable(message: &str) -> Status {
     from_reason(&reasons::SERVICE_UNAVAILABLE, DOMAIN, message, [])
 }
@@ -33,7 +29,14 @@ pub(crate) fn directory_error(err: UsersError) -> Status {
         UsersError::InvalidIdentity => invalid("identity", &err.to_string()),
         UsersError::InvalidQuota(_) => invalid("quota_bytes", &err.to_string()),
         UsersError::Exists(_) => from_reason(&reasons::USER_EXISTS, DOMAIN, err.to_string(), []),
-        UsersError::NoSuchUser(_) => user_not_found(),
+        UsersError::NoSuchUser(text) => from_reason(
+            &reasons::USER_NOT_FOUND,
+            DOMAIN,
+            format!("no such user: {text:?}"),
+            [],
+        ),
+        // A malformed reference: the request must name the user otherwise (the message says how).
+        UsersError::Ambiguous { .. } => invalid("user", &err.to_string()),
         UsersError::NoSuchToken(_) => from_reason(
             &reasons::TOKEN_NOT_FOUND,
             DOMAIN,

@@ -143,8 +143,10 @@ pub struct GatewayConfig {
     /// The schema service (`http://host:port`); `snug-hub serve` fills in its own.
     #[arg(long = "schema-addr", env = "SNUG_SCHEMA_ADDR")]
     pub schema_addr: Option<String>,
-    /// The sync service (`http://host:port`); `snug-hub serve` fills in its own.
-    #[arg(long = "sync-addr", env = "SNUG_SYNC_ADDR")]
+    /// The sync service (`http://host:port`); `snug-hub serve` fills in its own. Not a flag of
+    /// its own: `snug-hub`'s global `--sync-addr` (`SNUG_SYNC_ADDR`), which the operator commands
+    /// read too, is copied here, so the address has one name however it is used.
+    #[arg(skip)]
     pub sync_addr: Option<String>,
     /// The materialization service, for per-app export once it exists.
     #[arg(long = "materialize-addr", env = "SNUG_MATERIALIZE_ADDR")]

@@ -1,5 +1,5 @@
 //! `snug-hub sync check`: the sync store's integrity check for an operator, against a running
-//! sync service (`--addr`, its CheckStore RPC) or a store opened here (a restored backup, a
+//! sync service (`--sync-addr`, its CheckStore RPC) or a store opened here (a restored backup, a
 //! stopped hub), with the same output either way.
 //!
 //! Progress goes to stderr once a second; each problem is one line on stdout as it is found
@@ -18,16 +18,12 @@ use snug_sync_service::{SyncConfig, SyncServer};
 /// Exit status of a check that found problems.
 const PROBLEMS_FOUND: u8 = 2;
 
-/// `snug-hub sync check`.
-#[derive(Debug, clap::Args)]
+/// `snug-hub sync check`: the sync service's address, or none to open the store here, and
+/// whether the report is one JSON object (both global options).
+#[derive(Debug)]
 pub(crate) struct CheckArgs {
-    /// Ask the sync service at this gRPC address (e.g. http://127.0.0.1:50051) instead of
-    /// opening the store here; use it while a hub has the store open.
-    #[arg(long)]
-    addr: Option<String>,
-    /// Print the whole report as one JSON object on stdout at the end.
-    #[arg(long)]
-    json: bool,
+    pub(crate) addr: Option<String>,
+    pub(crate) json: bool,
 }
 
 /// The report as it grows: what the check has found so far.
@@ -131,9 +127,9 @@ pub(crate) async fn run(args: CheckArgs, sync: &SyncConfig) -> anyhow::Result<Ex
             }
         }
         None => {
-            let store = snug_sync_service::open_store(sync)
-                .await
-                .context("cannot open the sync store (while a hub has it open, use --addr)")?;
+            let store = snug_sync_service::open_store(sync).await.context(
+                "cannot open the sync store (while a hub has it open, pass --sync-addr)",
+            )?;
             // The service's own stream, without the network: the same messages either way.
             let mut stream = std::pin::pin!(SyncServer::new(store, sync).check_stream());
             while let Some(message) = stream.next().await {

@@ -65,7 +65,7 @@
 //! | `SNUG_PUBLIC_URL` | — (no browser login) | the hub's external base URL; the login's redirect URI is this + `/auth/callback` |
 //! | `SNUG_OIDC_SESSION_MAX_AGE` | `12h` | longest a browser session made from an issuer's token (the login at `/auth/login`, or `POST /auth/session` with a JWT) is admitted after that token was presented, checked on every request against this setting (at most the 7 days of every session; not `0`); then the browser logs in again and the issuer's claims, `SNUG_OIDC_REQUIRED_CLAIM` included, are checked again |
 //! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | least time between two fetches of one issuer's keys (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
-//! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501) |
+//! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501); `SNUG_SYNC_ADDR` (`--sync-addr`) is also the sync service `users` and `sync check\|usage\|erase` ask instead of opening the store |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
 //! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
@@ -77,6 +77,14 @@
 //! | `SNUG_TRUSTED_PROXIES` | — | comma-separated addresses or networks (`10.0.0.0/8`) of proxies whose `X-Forwarded-For` names the client for rate limits; ignored from anyone else |
 //! | `SNUG_ZERO_COPY_CACHE_MIB` | `128` | `serve` only: MiB of large images (over 256 KiB) the sync store may keep sealed, so the gateway sends them with `sendfile`; each costs twice its size in memory; `0` keeps none |
 //! | `SNUG_HEALTHCHECK_ADDR` | — | `snug-hub healthcheck` only: probe this gRPC address and nothing else, whatever the role |
+//!
+//! Global options: `--data-dir`, `--sync-addr` and `--json` (like `--log-format` and the OTLP
+//! settings) are accepted before or after the subcommand, one spelling each (`--addr`, the old
+//! spelling of `--sync-addr` in `sync check|usage|erase`, stays as a hidden alias). Every
+//! operator command that names a user takes the name or the id, resolved by the admin API's one
+//! rule, and refuses an unknown one with the registry's reason and exit status (`operator.rs`,
+//! `erase.rs`); `users remove --erase` asks for the user's name on a terminal and needs `--yes`
+//! off one.
 //!
 //! In `snug-hub serve` the gateway calls the process's own services in-process
 //! (`snug_rpc::server::local`: the same generated clients and servers, the same observation layer
@@ -93,6 +101,9 @@ mod check;
 mod erase;
 mod gateway;
 mod healthcheck;
+mod operator;
+#[cfg(test)]
+mod tests;
 
 use std::process::ExitCode;
 
@@ -117,6 +128,28 @@ struct Cli {
     command: Command,
     #[command(flatten)]
     telemetry: TelemetryConfig,
+    #[command(flatten)]
+    global: Global,
+}
+
+/// The options every command takes, before or after its name (`global`): one spelling each,
+/// whichever command reads it. A command that keeps no files or calls no sync service ignores
+/// the data directory and the address, which containers set for every command through the
+/// environment; `--json`, which nothing sets behind the operator's back, is refused where there
+/// is no report to give.
+#[derive(Debug, Clone, clap::Args)]
+struct Global {
+    #[command(flatten)]
+    data: DataDir,
+    /// The sync service (e.g. http://127.0.0.1:50051): the one `serve gateway` calls, and the one
+    /// `users` (usage, erasure) and `sync check|usage|erase` ask instead of opening the store
+    /// here, as they must while a hub has it open.
+    #[arg(long = "sync-addr", env = "SNUG_SYNC_ADDR", global = true)]
+    sync_addr: Option<String>,
+    /// Print the report (`users`, `sync`, `admin-token`), or the refusal, as one JSON object on
+    /// stdout.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -132,11 +165,7 @@ enum Command {
     /// PostgreSQL with SNUG_USERS_STORE=postgres).
     Users {
         #[command(flatten)]
-        data: DataDir,
-        #[command(flatten)]
         users: snug_gateway::config::UsersConfig,
-        #[command(flatten)]
-        reach: gateway::UsersSync,
         #[command(flatten)]
         sync: SyncConfig,
         #[command(subcommand)]
@@ -164,32 +193,36 @@ enum SyncCommand {
     /// not run.
     Check {
         #[command(flatten)]
-        args: check::CheckArgs,
+        addr: operator::OldSyncAddr,
         #[command(flatten)]
         sync: SyncConfig,
-        #[command(flatten)]
-        data: DataDir,
     },
     /// Prints one user's usage of the sync store as JSON: the current image's bytes, the bytes
-    /// only earlier retained revisions hold, and the history's length.
+    /// only earlier retained revisions hold, and the history's length. An unknown user is
+    /// refused (exit 3).
     Usage {
         #[command(flatten)]
         args: erase::UserArgs,
         #[command(flatten)]
-        sync: SyncConfig,
+        addr: operator::OldSyncAddr,
         #[command(flatten)]
-        data: DataDir,
+        users: snug_gateway::config::UsersConfig,
+        #[command(flatten)]
+        sync: SyncConfig,
     },
     /// Erases one user from the sync store: their images, history, unfinished uploads, the
     /// chunks no other user's image holds, and the principals of their ledger rows; prints what
-    /// it deleted as JSON. Idempotent. The users directory is `snug-hub users`'s.
+    /// it deleted as JSON. Idempotent for a user the directory names; an unknown user is refused
+    /// (exit 3) and nothing is erased. The users directory is `snug-hub users`'s.
     Erase {
         #[command(flatten)]
         args: erase::UserArgs,
         #[command(flatten)]
-        sync: SyncConfig,
+        addr: operator::OldSyncAddr,
         #[command(flatten)]
-        data: DataDir,
+        users: snug_gateway::config::UsersConfig,
+        #[command(flatten)]
+        sync: SyncConfig,
     },
 }
 
@@ -211,8 +244,6 @@ struct ServeArgs {
     sync: SyncConfig,
     #[command(flatten)]
     gateway: snug_gateway::config::GatewayConfig,
-    #[command(flatten)]
-    data: DataDir,
 }
 
 /// The hub's data directory: the embedded sync store in `sync/`, the gateway's users and session
@@ -223,7 +254,8 @@ struct DataDir {
     #[arg(
         long = "data-dir",
         env = "SNUG_DATA_DIR",
-        default_value = "./snug-data"
+        default_value = "./snug-data",
+        global = true
     )]
     data_dir: std::path::PathBuf,
 }
@@ -256,6 +288,7 @@ enum ServiceName {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.global.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -270,18 +303,30 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             tracing::error!(error = ?err, "snug-hub failed");
-            eprintln!("snug-hub: {err:#}");
-            ExitCode::FAILURE
+            operator::Refusal::failed(&err).report("snug-hub", json)
         }
     }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let Global {
+        data,
+        sync_addr,
+        json,
+    } = cli.global;
+    if json && matches!(cli.command, Command::Serve(_) | Command::Healthcheck(_)) {
+        return Ok(operator::Refusal::usage(
+            "--json: `serve` and `healthcheck` give no report (log lines are JSON with --log-format json)",
+        )
+        .report("snug-hub", json));
+    }
     match cli.command {
         Command::Serve(mut args) => {
             // The composition root owns the data directory's layout: one subdirectory per
             // component that keeps files, none reaching into another's.
-            args.sync.sqlite_dir = args.data.sync();
+            args.sync.sqlite_dir = data.sync();
+            // And the one address of the sync service, which only the gateway alone calls.
+            args.gateway.sync_addr = sync_addr;
             // It also owns the one sealer: where the gateway shares the process with the sync
             // store, the store seals the images it keeps and the gateway sends them from the
             // sealed memfds. Anywhere else sealing would only cost memory, so it stays off.
@@ -304,7 +349,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 if !matches!(args.service, None | Some(ServiceName::Gateway)) {
                     start_admin(args.server.admin_listen, None).await?;
                 }
-                serve_role(&args).await
+                serve_role(&args, &data).await
             }
             .await;
             // Spans still buffered (the last requests before SIGTERM) are exported before exit.
@@ -316,55 +361,115 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             healthcheck::run(args).await
         }
         Command::Sync {
-            command:
-                SyncCommand::Check {
-                    args,
-                    mut sync,
-                    data,
-                },
+            command: SyncCommand::Check { addr, mut sync },
         } => {
             let _logs = logs_only(&cli.telemetry);
             sync.sqlite_dir = data.sync();
+            let args = check::CheckArgs {
+                addr: addr.or(sync_addr),
+                json,
+            };
             check::run(args, &sync).await
         }
         Command::Sync {
             command:
                 SyncCommand::Usage {
                     args,
-                    mut sync,
-                    data,
+                    addr,
+                    users,
+                    sync,
                 },
         } => {
             let _logs = logs_only(&cli.telemetry);
-            sync.sqlite_dir = data.sync();
-            erase::usage(args, &sync).await?;
-            Ok(ExitCode::SUCCESS)
+            let user = UserCommand {
+                args,
+                sync_addr: addr.or(sync_addr),
+                users,
+                sync,
+                data,
+                report: UserReport::Usage,
+            };
+            user.run(json).await
         }
         Command::Sync {
             command:
                 SyncCommand::Erase {
                     args,
-                    mut sync,
-                    data,
+                    addr,
+                    users,
+                    sync,
                 },
         } => {
             let _logs = logs_only(&cli.telemetry);
-            sync.sqlite_dir = data.sync();
-            erase::erase(args, &sync).await?;
-            Ok(ExitCode::SUCCESS)
+            let user = UserCommand {
+                args,
+                sync_addr: addr.or(sync_addr),
+                users,
+                sync,
+                data,
+                report: UserReport::Erasure,
+            };
+            user.run(json).await
         }
         Command::Users {
-            data,
             users,
-            reach,
             mut sync,
             command,
         } => {
             let _logs = logs_only(&cli.telemetry);
             sync.sqlite_dir = data.sync();
-            gateway::users(command, &users, &data.gateway(), &reach, &sync).await
+            gateway::users(
+                command,
+                &users,
+                &data.gateway(),
+                sync_addr.as_deref(),
+                &sync,
+                json,
+            )
+            .await
         }
-        Command::AdminToken => gateway::admin_token(),
+        Command::AdminToken => gateway::admin_token(json),
+    }
+}
+
+/// `snug-hub sync usage` or `snug-hub sync erase`, parsed.
+struct UserCommand {
+    args: erase::UserArgs,
+    sync_addr: Option<String>,
+    users: snug_gateway::config::UsersConfig,
+    sync: SyncConfig,
+    data: DataDir,
+    report: UserReport,
+}
+
+/// What `UserCommand` reports: the usage, or what an erasure deleted.
+#[derive(Debug, Clone, Copy)]
+enum UserReport {
+    Usage,
+    Erasure,
+}
+
+impl UserCommand {
+    /// Runs the command and prints its report, or its refusal.
+    async fn run(mut self, json: bool) -> anyhow::Result<ExitCode> {
+        self.sync.sqlite_dir = self.data.sync();
+        let gateway_dir = self.data.gateway();
+        let reach = erase::Reach {
+            users: &self.users,
+            gateway_dir: &gateway_dir,
+            sync: operator::sync_client(self.sync_addr.as_deref(), &self.sync).await?,
+        };
+        let report = match self.report {
+            UserReport::Usage => erase::usage(self.args, &reach).await,
+            UserReport::Erasure => erase::erase(self.args, &reach).await,
+        };
+        Ok(match report {
+            Ok(report) => {
+                println!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(refusal) => refusal.report("snug-hub sync", json),
+        })
     }
 }
 
@@ -407,7 +512,7 @@ pub(crate) async fn start_admin(
 }
 
 /// Runs what `snug-hub serve [SERVICE]` names until SIGTERM.
-async fn serve_role(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+async fn serve_role(args: &ServeArgs, data: &DataDir) -> anyhow::Result<ExitCode> {
     let ServeArgs {
         service,
         server,
@@ -416,7 +521,6 @@ async fn serve_role(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         materialize,
         sync,
         gateway,
-        data,
     } = args;
     let service = *service;
     if service == Some(ServiceName::Gateway) {

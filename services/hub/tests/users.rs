@@ -152,16 +152,28 @@ async fn every_users_command_against_every_store() {
         // Refusals: (arguments, exit code, words stderr must hold). The exit codes are the admin
         // API's reasons': 2 a malformed request, 3 no such user or token, 4 the name is taken.
         ok(&store, &["add", "bob"]);
-        let refusals: [(&[&str], i32, &str); 9] = [
+        let refusals: [(&[&str], i32, &str); 12] = [
             (&["add", "bob"], 4, "(USER_EXISTS)"),
             (&["add", ""], 2, "user name"),
-            (&["token", "nobody"], 3, "no such user (USER_NOT_FOUND)"),
+            (
+                &["token", "nobody"],
+                3,
+                "no such user: \"nobody\" (USER_NOT_FOUND)",
+            ),
             (&["revoke-token", "00000000"], 3, "(TOKEN_NOT_FOUND)"),
             (&["disable", "nobody"], 3, "no such user"),
             (&["quota", "bob"], 2, "<BYTES>"),
             (&["quota", "bob", "5", "--clear"], 2, "cannot be used"),
             (&["remove", "nobody"], 3, "no such user"),
-            (&["remove", "nobody", "--erase"], 3, "no such user"),
+            (&["remove", "nobody", "--erase", "--yes"], 3, "no such user"),
+            // Off a terminal an erasure needs --yes, whoever it names (issue 36, point 5).
+            (
+                &["remove", "bob", "--erase"],
+                2,
+                "needs --yes when stdin is not a terminal (nothing was changed) (USAGE)",
+            ),
+            (&["remove", "bob", "--yes"], 2, "--erase"),
+            (&["usage", "nobody"], 3, "no such user"),
         ];
         for (args, code, words) in refusals {
             let output = users(&store, args);
@@ -179,12 +191,24 @@ async fn every_users_command_against_every_store() {
             assert_eq!(stdout(&output), "", "{at}: {args:?} prints no token");
         }
         // Usage and erasure reach the sync store (opened here, as no hub runs): bob has no image.
+        // A user is named by name or by id alike (issue 36, point 5).
         let usage = stdout(&ok(&store, &["usage", "bob"]));
         assert!(
             usage.starts_with("bob\tcurrent 0 bytes, history 0 bytes"),
             "{at}: {usage}"
         );
-        let erased = stdout(&ok(&store, &["remove", "bob", "--erase"]));
+        let bob_id = stdout(&ok(&store, &["list"]))
+            .split('\t')
+            .nth(1)
+            .expect("the id column")
+            .to_owned();
+        assert_eq!(stdout(&ok(&store, &["usage", &bob_id])), usage, "{at}");
+        ok(&store, &["disable", &bob_id]);
+        assert!(
+            stdout(&ok(&store, &["list"])).contains("\tdisabled\t"),
+            "{at}: disabled by id"
+        );
+        let erased = stdout(&ok(&store, &["remove", "bob", "--erase", "--yes"]));
         assert!(
             erased.starts_with("erased: 0 revision(s)"),
             "{at}: {erased}"

@@ -66,8 +66,9 @@ pub const DOMAIN: Domain = Domain {
     ],
 };
 
-/// The exit status of `snug-hub users`, the operator's client of this API, for each reason
-/// that has one of its own: 2 a malformed request, 3 no such user or token, 4 the name is taken.
+/// The exit status of `snug-hub users`, the operator's client of this API, and of the other
+/// operator commands that name a user (`snug-hub sync usage|erase`), for each reason that has one
+/// of its own: 2 a malformed request, 3 no such user or token, 4 the name is taken.
 /// Every other refusal (the directory or the store failing, no answer) exits 1.
 pub const USERS_EXIT: &[(&Reason, u8)] = &[
     (&INVALID_ARGUMENT, 2),

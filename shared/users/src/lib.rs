@@ -14,6 +14,10 @@
 //!   removed and added again under the same name does not inherit the old user's image;
 //! - an OpenID Connect identity is the pair (issuer, subject), never a name: two issuers' subjects
 //!   with the same text are two people;
+//! - an operator names a user by name or by id, whichever the text is ([`UserKey::NameOrId`], what
+//!   every `snug-hub` command that names a user takes); a text that is one user's name and another
+//!   user's id names neither ([`UsersError::Ambiguous`]), since an identity provider's display name
+//!   could otherwise be chosen to equal someone else's id and steer an erasure meant for them;
 //! - a disabled user is, to every lookup that admits a caller ([`Directory::authenticate_token`],
 //!   [`Directory::user_by_id`], [`Directory::provision`]), exactly an unknown one: `None`;
 //! - first login ([`Directory::provision`]) creates the user record and the identity and nothing
@@ -267,6 +271,18 @@ pub enum UsersError {
     /// No user has that name.
     #[error("no user named {0:?}")]
     NoSuchUser(String),
+    /// The text is one user's name and another user's id ([`UserKey::NameOrId`]).
+    #[error(
+        "{text:?} names two users: the one named so (id {named_id}) and the one with that id (named {id_of:?}); name the first by its id, the second by its name"
+    )]
+    Ambiguous {
+        /// What the operator typed.
+        text: String,
+        /// The id of the user whose name it is.
+        named_id: String,
+        /// The name of the user whose id it is.
+        id_of: String,
+    },
     /// No token has that short id.
     #[error("no token with id {0:?}")]
     NoSuchToken(String),
@@ -309,6 +325,43 @@ impl From<deadpool_postgres::PoolError> for UsersError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
         UsersError::Unavailable(Box::new(e))
     }
+}
+
+/// How a lookup names a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserKey<'a> {
+    /// By the opaque id only.
+    Id(&'a str),
+    /// By the unique name only.
+    Name(&'a str),
+    /// By name or by id, whichever the text is (the rule in the crate docs).
+    NameOrId(&'a str),
+}
+
+/// The one user of `users` that `key` names, disabled or not: [`UsersError::NoSuchUser`] when
+/// none is, [`UsersError::Ambiguous`] when the text is one user's name and another's id.
+pub fn find(mut users: Vec<UserInfo>, key: UserKey<'_>) -> Result<UserInfo, UsersError> {
+    let (text, by_name, by_id) = match key {
+        UserKey::Id(text) => (text, false, true),
+        UserKey::Name(text) => (text, true, false),
+        UserKey::NameOrId(text) => (text, true, true),
+    };
+    let named = users
+        .iter()
+        .position(|info| by_name && info.user.name == text);
+    let with_id = users.iter().position(|info| by_id && info.user.id == text);
+    let found = match (named, with_id) {
+        (Some(named), Some(with_id)) if named != with_id => {
+            return Err(UsersError::Ambiguous {
+                text: text.to_owned(),
+                named_id: users[named].user.id.clone(),
+                id_of: users[with_id].user.name.clone(),
+            });
+        }
+        (Some(found), _) | (None, Some(found)) => found,
+        (None, None) => return Err(UsersError::NoSuchUser(text.to_owned())),
+    };
+    Ok(users.swap_remove(found))
 }
 
 /// Where the directory lives.
@@ -522,6 +575,12 @@ impl Directory {
     pub async fn list(&self) -> Result<Vec<UserInfo>, UsersError> {
         let rows = each!(self, b => b.list().await)?;
         Ok(assemble(rows))
+    }
+
+    /// The user `key` names ([`find`] over [`Directory::list`]), disabled or not, with their
+    /// tokens and identities.
+    pub async fn find(&self, key: UserKey<'_>) -> Result<UserInfo, UsersError> {
+        find(self.list().await?, key)
     }
 
     /// Disables a user: every token and identity of theirs is refused from the next request on,
@@ -755,6 +814,54 @@ mod tests {
         let long = "x".repeat(200);
         for name in provisioned_names(&long, "i", "s") {
             assert!(valid_name(&name), "{name}");
+        }
+    }
+
+    /// A directory of three users: `alice` (id `u1`), `bob` (id `u2`), and `u1` (id `u3`), whose
+    /// name is alice's id.
+    fn three_users() -> Vec<UserInfo> {
+        let user = |id: &str, name: &str| UserInfo {
+            user: User {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                created_at: 0,
+                disabled: id == "u2",
+                quota_bytes: None,
+            },
+            tokens: Vec::new(),
+            identities: Vec::new(),
+        };
+        vec![user("u1", "alice"), user("u2", "bob"), user("u3", "u1")]
+    }
+
+    #[test]
+    fn a_user_is_found_by_name_or_id_and_never_by_a_guess() {
+        use UserKey::{Id, Name, NameOrId};
+        // (key, the id of the user found, or the refusal).
+        let cases: [(UserKey<'_>, &str); 12] = [
+            (Name("alice"), "u1"),
+            (Id("u1"), "u1"),
+            (NameOrId("alice"), "u1"),
+            (NameOrId("u2"), "u2"),
+            (NameOrId("bob"), "u2"),
+            (Name("u1"), "u3"),
+            (NameOrId("u3"), "u3"),
+            (Id("alice"), "no such user"),
+            (Name("u2"), "no such user"),
+            (NameOrId("carol"), "no such user"),
+            (NameOrId("Alice"), "no such user"),
+            (NameOrId("u1"), "ambiguous: named u3, id of alice"),
+        ];
+        for (key, expected) in cases {
+            let found = match find(three_users(), key) {
+                Ok(info) => info.user.id,
+                Err(UsersError::NoSuchUser(_)) => "no such user".to_owned(),
+                Err(UsersError::Ambiguous {
+                    named_id, id_of, ..
+                }) => format!("ambiguous: named {named_id}, id of {id_of}"),
+                Err(other) => format!("{other:?}"),
+            };
+            assert_eq!(found, expected, "{key:?}");
         }
     }
 

@@ -1,0 +1,167 @@
+//! What the operator's commands (`snug-hub users`, `snug-hub sync …`, `snug-hub admin-token`)
+//! share: the sync service reached (over `--sync-addr`, or in-process over a store opened here),
+//! the users directory opened, and one way to refuse.
+//!
+//! A refusal names the registry's reason (`snug-reasons`) and exits with the status the registry
+//! gives it: the admin API's reasons through [`snug_reasons::admin::USERS_EXIT`] (2 a malformed
+//! request, 3 no such user or token, 4 the name is taken), `USAGE` with the command line's 2,
+//! and 1 for everything else. With `--json` the refusal is also one JSON object on stdout, in the
+//! shape the `snug` CLI gives (`{"ok": false, "error": {"code", "message"}, "exit_code"}`);
+//! `code` is `null` when the command could not run at all (a store or directory that cannot be
+//! opened, exit 1), since no reason of the registry is that cause.
+
+use std::{path::Path, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use snug_admin_service::SyncClient;
+use snug_gateway::config::UsersConfig;
+use snug_proto::sync::v1::sync_service_client::SyncServiceClient;
+use snug_reasons::Reason;
+use snug_rpc::server::ServerConfig;
+use snug_sync_service::SyncConfig;
+use snug_users::Directory;
+
+/// How long an operator command waits for the sync service: an erasure of a large history may
+/// take minutes, and an operator would rather wait than retry one half-done.
+pub(crate) const SYNC_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A command that was refused: the registry's reason, what to tell the operator, and the exit
+/// status.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    reason: Option<&'static Reason>,
+    message: String,
+    exit: u8,
+}
+
+impl Refusal {
+    /// The command line asked for something this command will not do as asked.
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self {
+            reason: Some(&snug_reasons::cli::USAGE),
+            message: message.into(),
+            exit: snug_reasons::Exit::Usage as u8,
+        }
+    }
+
+    /// A refusal for `reason`, with the exit status the registry gives it.
+    pub(crate) fn of(reason: &'static Reason, message: impl Into<String>) -> Self {
+        Self {
+            reason: Some(reason),
+            message: message.into(),
+            exit: snug_reasons::admin::users_exit(reason.name),
+        }
+    }
+
+    /// The command could not run (exit 1, no reason).
+    pub(crate) fn failed(err: &anyhow::Error) -> Self {
+        Self {
+            reason: None,
+            message: format!("{err:#}"),
+            exit: 1,
+        }
+    }
+
+    /// Prints the refusal (on stderr, and as JSON on stdout with `--json`) and returns its exit
+    /// status. `command` prefixes the line on stderr.
+    pub(crate) fn report(self, command: &str, json: bool) -> ExitCode {
+        let code = self.reason.map(|reason| reason.name);
+        if json {
+            let body = serde_json::json!({
+                "ok": false,
+                "error": { "code": code, "message": self.message },
+                "exit_code": self.exit,
+            });
+            println!("{body}");
+        }
+        match code {
+            Some(code) => eprintln!("{command}: {} ({code})", self.message),
+            None => eprintln!("{command}: {}", self.message),
+        }
+        ExitCode::from(self.exit)
+    }
+}
+
+impl From<tonic::Status> for Refusal {
+    /// A refusal of the admin API or the sync service, by the reason its `ErrorInfo` carries.
+    fn from(status: tonic::Status) -> Self {
+        use tonic_types::StatusExt as _;
+        let reason = status
+            .get_error_details()
+            .error_info()
+            .and_then(|info| snug_reasons::find(&info.reason));
+        Self {
+            reason,
+            message: status.message().to_owned(),
+            exit: reason.map_or(1, |reason| snug_reasons::admin::users_exit(reason.name)),
+        }
+    }
+}
+
+/// A client of the sync service: over the network at `addr`, or served in-process over the store
+/// `sync` names, opened here as `snug-hub serve sync` would open it (which a running hub's lock
+/// refuses).
+pub(crate) async fn sync_client(
+    addr: Option<&str>,
+    sync: &SyncConfig,
+) -> anyhow::Result<SyncClient> {
+    let channel = match addr {
+        Some(addr) => snug_gateway::backend::channel(addr, Duration::from_secs(5))
+            .with_context(|| format!("{addr:?} is not a service address"))?,
+        None => {
+            let store = snug_sync_service::open_store(sync).await.context(
+                "cannot open the sync store (while a hub has it open, pass --sync-addr)",
+            )?;
+            let services = snug_sync_service::services(store, sync);
+            snug_gateway::backend::local(
+                snug_rpc::server::local(&ServerConfig::for_tests(), services).await,
+            )
+        }
+    };
+    Ok(SyncServiceClient::new(channel))
+}
+
+/// `--addr`, the old spelling of the global `--sync-addr` in `snug-hub sync check|usage|erase`,
+/// kept hidden so the scripts written for it keep working. Given on the command line, it wins
+/// over `SNUG_SYNC_ADDR` as `--sync-addr` would.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OldSyncAddr {
+    #[arg(long = "addr", hide = true)]
+    addr: Option<String>,
+}
+
+impl OldSyncAddr {
+    /// The sync service's address: this spelling's if given, else `sync_addr`.
+    pub(crate) fn or(self, sync_addr: Option<String>) -> Option<String> {
+        self.addr.or(sync_addr)
+    }
+}
+
+/// Opens the users directory `config` names: the SQLite file in `dir` (created if missing), or
+/// PostgreSQL.
+pub(crate) async fn directory(config: &UsersConfig, dir: &Path) -> anyhow::Result<Directory> {
+    let location = config
+        .directory(dir)
+        .context("the users directory's settings are unusable")?;
+    Directory::open(&location)
+        .await
+        .with_context(|| match config.store {
+            snug_gateway::config::UsersStore::Sqlite => {
+                format!("cannot open the users file in {}", dir.display())
+            }
+            snug_gateway::config::UsersStore::Postgres => {
+                "cannot open the users directory in PostgreSQL".to_owned()
+            }
+        })
+}
+
+/// Whether a users directory exists to be opened: PostgreSQL always (its tables are made on
+/// first use by the gateway or `snug-hub users`), the SQLite file only if it is there. A command
+/// that only looks a user up must not leave an empty users file behind in a data directory that
+/// has none (a split deployment's sync pod, a restored store).
+pub(crate) fn directory_exists(config: &UsersConfig, dir: &Path) -> bool {
+    match config.store {
+        snug_gateway::config::UsersStore::Sqlite => dir.join(snug_users::USERS_FILE).exists(),
+        snug_gateway::config::UsersStore::Postgres => true,
+    }
+}

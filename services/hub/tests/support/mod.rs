@@ -1,0 +1,126 @@
+//! What the tests that run `snug-hub` against an embedded sync store share: images made up of
+//! distinct chunks, stored the way a hub stores them, and a scan of the store's files for their
+//! bytes.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses its own part of this module"
+)]
+
+use std::{path::Path, process::Output};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+use snug_revstore::{Precondition, Principal, PutRequest, RevStore as _, UserId};
+use snug_sync_service::SyncConfig;
+
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_snug-hub");
+
+/// Chunks of the embedded store (one SQLite page).
+pub(crate) const CHUNK: usize = 4096;
+
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `len` bytes of distinct pseudo-random chunks; images of different seeds share no chunk.
+pub(crate) fn image(seed: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut n = 0u64;
+    while out.len() < len {
+        let mut digest = Sha256::new();
+        digest.update(seed.to_le_bytes());
+        digest.update(n.to_le_bytes());
+        out.extend_from_slice(&digest.finalize());
+        n += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// The embedded store under `data`, as `snug-hub --data-dir DATA` opens it, without reclamation.
+pub(crate) fn config(data: &Path) -> SyncConfig {
+    SyncConfig {
+        sqlite_dir: data.join("sync"),
+        reclaim_interval: std::time::Duration::ZERO,
+        ..SyncConfig::default()
+    }
+}
+
+/// Stores `bytes` as the first image of the store's user `user` under `data`, then closes it.
+pub(crate) async fn store_image(data: &Path, user: &str, bytes: &[u8]) {
+    let store = snug_sync_service::open_store(&config(data))
+        .await
+        .expect("open the store");
+    let user = UserId::new(user).expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let body = futures::stream::iter([Ok(Bytes::copy_from_slice(bytes))]);
+    store
+        .put(
+            PutRequest {
+                user,
+                precondition: Precondition::MustNotExist,
+                principal: Principal::new("test").expect("principal"),
+                idempotency_key: None,
+                expected_length: None,
+                quota_bytes: None,
+            },
+            body,
+        )
+        .await
+        .expect("put");
+    drop(store);
+    released(&data.join("sync").join("LOCK")).await;
+}
+
+/// Waits until the store's lock is free: the store's background work (a checkpoint, the served
+/// ledger's writer) holds it a moment past the handle's drop, as it would in a hub shutting down.
+async fn released(lock: &Path) {
+    let file = std::fs::File::open(lock).expect("open the store's lock file");
+    for _ in 0..200 {
+        if file.try_lock().is_ok() {
+            file.unlock().expect("unlock");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the store's lock is still held 10s after its handle was dropped");
+}
+
+/// The one JSON object a successful command printed.
+#[track_caller]
+pub(crate) fn json(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+/// Every file under `dir`, recursively, that holds `needle`.
+pub(crate) fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    // A file the store's background work removed since the listing holds nothing.
+    let gone = |err: &std::io::Error| err.kind() == std::io::ErrorKind::NotFound;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        let kind = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta.file_type(),
+            Err(err) if gone(&err) => continue,
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        if kind.is_dir() {
+            found.extend(files_holding(&path, needle));
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        let content = match std::fs::read(&path) {
+            Ok(content) => content,
+            Err(err) if gone(&err) => continue,
+            Err(err) => panic!("{}: {err}", path.display()),
+        };
+        if content.windows(needle.len()).any(|w| w == needle) {
+            found.push(path);
+        }
+    }
+    found
+}
