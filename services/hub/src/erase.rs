@@ -149,19 +149,12 @@ pub(crate) async fn erase(args: UserArgs, reach: &Reach<'_>) -> Result<serde_jso
     };
     let erased = call_sync(SYNC_DEADLINE, sync.erase_user(request)).await?;
     tracing::info!(user = %target.user_id, revisions = erased.revisions, bytes = erased.bytes, "erased a user from the sync store");
+    let erased = operator::Erased::from(&erased);
+    if !erased.complete() {
+        // stdout is the JSON report ("complete": false); a person reading along is told too.
+        eprintln!("{}", erased.text());
+    }
     let mut report = target.json();
-    report.extend([
-        ("revisions".to_owned(), erased.revisions.into()),
-        ("publications".to_owned(), erased.publications.into()),
-        ("images".to_owned(), erased.images.into()),
-        ("chunks".to_owned(), erased.chunks.into()),
-        ("bytes".to_owned(), erased.bytes.into()),
-        ("packs".to_owned(), erased.packs.into()),
-        ("packsWiped".to_owned(), erased.packs_wiped.into()),
-        (
-            "ledgerRowsScrubbed".to_owned(),
-            erased.ledger_rows_scrubbed.into(),
-        ),
-    ]);
+    report.extend(erased.json());
     Ok(report.into())
 }

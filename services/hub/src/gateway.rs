@@ -510,31 +510,9 @@ async fn run_users(admin: &Admin, command: UsersCommand) -> Result<Printed, Refu
                 "removed user {:?} (id {}) with their tokens and identities",
                 user.name, user.id
             );
-            let text = removed.erasure.as_ref().map(|erased| {
-                format!(
-                    "erased: {} revision(s), {} unfinished write(s), {} image(s), {} chunk(s), {} bytes, {} pack(s) deleted, {} pack(s) wiped, {} ledger row(s) scrubbed",
-                    erased.revisions,
-                    erased.publications,
-                    erased.images,
-                    erased.chunks,
-                    erased.bytes,
-                    erased.packs,
-                    erased.packs_wiped,
-                    erased.ledger_rows_scrubbed
-                )
-            });
-            let erasure = removed.erasure.map(|erased| {
-                serde_json::json!({
-                    "revisions": erased.revisions,
-                    "publications": erased.publications,
-                    "images": erased.images,
-                    "chunks": erased.chunks,
-                    "bytes": erased.bytes,
-                    "packs": erased.packs,
-                    "packsWiped": erased.packs_wiped,
-                    "ledgerRowsScrubbed": erased.ledger_rows_scrubbed,
-                })
-            });
+            let erased = removed.erasure.as_ref().map(operator::Erased::from);
+            let text = erased.map(|erased| erased.text());
+            let erasure = erased.map(|erased| erased.json());
             Printed {
                 json: serde_json::json!({ "user": user_json(&user), "erasure": erasure }),
                 text,

@@ -165,3 +165,99 @@ pub(crate) fn directory_exists(config: &UsersConfig, dir: &Path) -> bool {
         snug_gateway::config::UsersStore::Postgres => true,
     }
 }
+
+/// What an erasure did, as every operator command reports it (`sync erase` from the sync
+/// service's EraseUser, `users remove --erase` from the admin API's RemoveUser): one shape, so
+/// the two never drift apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Erased {
+    revisions: u64,
+    publications: u64,
+    images: u64,
+    chunks: u64,
+    bytes: u64,
+    packs: u64,
+    packs_wiped: u64,
+    ledger_rows_scrubbed: u64,
+    ranges_wiped: u64,
+    wipes_pending: u64,
+}
+
+macro_rules! erased_from {
+    ($($message:ty),*) => {$(
+        impl From<&$message> for Erased {
+            fn from(m: &$message) -> Self {
+                Self {
+                    revisions: m.revisions,
+                    publications: m.publications,
+                    images: m.images,
+                    chunks: m.chunks,
+                    bytes: m.bytes,
+                    packs: m.packs,
+                    packs_wiped: m.packs_wiped,
+                    ledger_rows_scrubbed: m.ledger_rows_scrubbed,
+                    ranges_wiped: m.ranges_wiped,
+                    wipes_pending: m.wipes_pending,
+                }
+            }
+        }
+    )*};
+}
+
+erased_from!(
+    snug_proto::sync::v1::EraseUserResponse,
+    snug_proto::admin::v1::Erasure
+);
+
+impl Erased {
+    /// Whether every byte of the user is gone: no wipe of a shared pack is still pending.
+    pub(crate) fn complete(&self) -> bool {
+        self.wipes_pending == 0
+    }
+
+    /// The report's JSON fields.
+    pub(crate) fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::json!({
+            "revisions": self.revisions,
+            "publications": self.publications,
+            "images": self.images,
+            "chunks": self.chunks,
+            "bytes": self.bytes,
+            "packs": self.packs,
+            "packsWiped": self.packs_wiped,
+            "ledgerRowsScrubbed": self.ledger_rows_scrubbed,
+            "rangesWiped": self.ranges_wiped,
+            "wipesPending": self.wipes_pending,
+            "complete": self.complete(),
+        })
+        .as_object()
+        .cloned()
+        .unwrap_or_default()
+    }
+
+    /// The report as one line for people, saying plainly when the erasure is not complete.
+    pub(crate) fn text(&self) -> String {
+        let mut text = format!(
+            "erased: {} revision(s), {} unfinished write(s), {} image(s), {} chunk(s), {} bytes, \
+             {} pack(s) deleted, {} pack(s) wiped ({} range(s)), {} ledger row(s) scrubbed",
+            self.revisions,
+            self.publications,
+            self.images,
+            self.chunks,
+            self.bytes,
+            self.packs,
+            self.packs_wiped,
+            self.ranges_wiped,
+            self.ledger_rows_scrubbed,
+        );
+        if !self.complete() {
+            text.push_str(&format!(
+                "\nINCOMPLETE: {} byte range(s) of shared packs still hold the user's bytes (a wipe \
+                 failed); the sync store retries them in every reclamation pass and on the next \
+                 `snug-hub sync erase`; `snug-hub sync check` lists them until they are done",
+                self.wipes_pending
+            ));
+        }
+        text
+    }
+}

@@ -150,6 +150,11 @@ async fn usage_and_erasure_take_a_name_or_an_id_and_refuse_an_unknown_user() {
     assert_eq!(erased["user"], alice.as_str());
     assert_eq!(erased["revisions"], 1, "{erased}");
     assert_eq!(erased["bytes"], alice_bytes.len(), "{erased}");
+    assert_eq!(
+        (&erased["wipesPending"], &erased["complete"]),
+        (&0.into(), &true.into()),
+        "no wipe is left: {erased}"
+    );
     assert!(
         !held(data, &alice_bytes),
         "no byte of alice's image is left"
