@@ -102,8 +102,9 @@ pub fn userdb_vector(name: &str) -> Vec<u8> {
     std::fs::read(vectors_dir().join("userdb").join(name)).expect("vector file")
 }
 
-/// A valid, secrets-free user database of at most `len` bytes (and more than `len` less 256 KiB):
-/// the reference's fresh export with settings rows of filler JSON strings. Also returns where a
+/// A valid, secrets-free user database of at most `len` bytes (and more than `len` less 16 KiB):
+/// the reference's fresh export with settings rows of filler JSON strings
+/// ([`snug_test_support::userdb::filled`]). Also returns where a
 /// filler byte sits, so a caller can change one byte and still have a valid database.
 pub fn userdb_with_filler(len: usize) -> (Vec<u8>, usize) {
     userdb_with_seeded_filler(len, 0x9e37_79b9_7f4a_7c15)
@@ -112,36 +113,8 @@ pub fn userdb_with_filler(len: usize) -> (Vec<u8>, usize) {
 /// [`userdb_with_filler`] with filler made from `seed` (nonzero): different seeds give databases
 /// that share no filler page.
 pub fn userdb_with_seeded_filler(len: usize, seed: u64) -> (Vec<u8>, usize) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("filled.snug");
-    std::fs::write(&path, userdb_vector("fresh-v6.export.snug")).expect("write");
-    let conn = rusqlite::Connection::open(&path).expect("open");
-    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
-        .expect("pragmas");
-    let mut seed = seed.max(1);
-    for row in 0.. {
-        let pages: i64 = conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .expect("pages");
-        if pages * 4096 > (len as i64) - 256 * 1024 {
-            break;
-        }
-        let mut text = String::with_capacity(60_000);
-        while text.len() < 60_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            text.push_str(&format!("{seed:016x}"));
-        }
-        conn.execute(
-            "INSERT INTO snug_settings (key, value) VALUES (?1, ?2)",
-            (format!("filler:{row}"), format!("\"{text}\"")),
-        )
-        .expect("insert");
-    }
-    drop(conn);
     // In the form the hub stores, so that a test can compare what it gets back byte for byte.
-    let bytes = stored_form(&std::fs::read(&path).expect("read"));
+    let bytes = stored_form(&snug_test_support::userdb::filled(len, seed));
     assert!(bytes.len() <= len, "{} bytes", bytes.len());
     // A filler character in the middle of the file: a hex digit inside a JSON string.
     let mid = bytes.len() / 2;
@@ -176,7 +149,8 @@ pub struct Options {
     pub rate_limits: bool,
     /// Proxies whose `X-Forwarded-For` the gateway believes.
     pub trusted_proxies: Vec<String>,
-    /// The gateway's upload budget; `None`: the default.
+    /// The services' upload budget (the sync service holds a pushed image in it while it
+    /// validates it; the gateway holds none); `None`: the default.
     pub upload_budget: Option<snug_rpc::budget::UploadBudget>,
     /// Time for a connection's request headers to arrive.
     pub header_timeout: Duration,
@@ -238,7 +212,6 @@ impl Hub {
             session_secret: Some("an e2e session secret of more than 32 chars".to_owned()),
             rate_limit_burst: (!options.rate_limits).then_some(0),
             trusted_proxies: options.trusted_proxies.clone(),
-            upload_budget: options.upload_budget.clone().unwrap_or_default(),
             http_header_timeout: options.header_timeout,
             ..GatewayConfig::for_tests()
         };
@@ -253,6 +226,7 @@ impl Hub {
             sealer: sealer.clone(),
             quota_bytes: options.quota_bytes,
             reclaim_interval: Duration::ZERO,
+            upload_budget: options.upload_budget.clone().unwrap_or_default(),
             ..SyncConfig::default()
         };
         let sync_config = match options.keep_revisions {
@@ -800,46 +774,23 @@ pub fn user_id(hub: &Hub, name: &str) -> String {
     hub.user_id(name)
 }
 
-/// Writes `bytes` as `user`'s first image straight through the sync service, past the gateway's
-/// validation (an image a hub accepted before it checked what it now refuses): the store records
-/// what it is given, and the gateway reports what the store recorded. Returns the revision.
+/// Writes `bytes` as `user`'s first image straight into the hub's sync store, past the
+/// validation every write through the sync service passes (an image a hub stored before it
+/// checked what it now refuses, or one restored from a backup): the store records what it is
+/// given, and the gateway reports what the store recorded. Returns the revision.
 pub async fn push_unvalidated(hub: &Hub, user: &str, bytes: Vec<u8>) -> String {
-    use snug_proto::sync::v1::{
-        self as pb, put_image_request::Message, sync_service_client::SyncServiceClient,
+    use snug_revstore::{Precondition, Principal, PutRequest, RevStore as _, UserId};
+    let user = UserId::new(user).expect("user id");
+    hub.store().provision_user(&user).await.expect("provision");
+    let request = PutRequest {
+        user,
+        precondition: Precondition::MustNotExist,
+        principal: Principal::new("test/direct").expect("principal"),
+        idempotency_key: None,
+        expected_length: Some(bytes.len() as u64),
+        quota_bytes: None,
     };
-    let mut client = SyncServiceClient::connect(format!("http://{}", hub.grpc))
-        .await
-        .expect("connect");
-    let caller = pb::Caller {
-        user_id: user.to_owned(),
-        principal: "test/direct".to_owned(),
-    };
-    client
-        .provision_user(pb::ProvisionUserRequest {
-            caller: Some(caller.clone()),
-        })
-        .await
-        .expect("provision");
-    let header = pb::PutImageRequest {
-        message: Some(Message::Header(pb::PutImageHeader {
-            caller: Some(caller),
-            precondition: Some(pb::Precondition {
-                condition: Some(pb::precondition::Condition::MustNotExist(
-                    pb::MustNotExist {},
-                )),
-            }),
-            idempotency_key: None,
-            expected_length: Some(bytes.len() as u64),
-            quota_bytes: None,
-        })),
-    };
-    let chunk = pb::PutImageRequest {
-        message: Some(Message::Chunk(bytes.into())),
-    };
-    let response = client
-        .put_image(futures::stream::iter([header, chunk]))
-        .await
-        .expect("put")
-        .into_inner();
-    response.revision.expect("revision").revision
+    let body = futures::stream::iter([Ok(bytes::Bytes::from(bytes))]);
+    let outcome = hub.store().put(request, body).await.expect("put");
+    outcome.info.revision.to_string()
 }

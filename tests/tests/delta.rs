@@ -393,7 +393,14 @@ async fn hostile_deltas_are_refused_with_their_own_codes_and_store_nothing() {
     let mut long = Manifest::of(&second, PAGE).expect("manifest").encode();
     long.extend_from_slice(&[0; 8]);
     assert_error(&plan(&http, &token, &r1, long).await, 400, "DELTA_INVALID");
-    let huge = vec![0; 48 + (64 << 20) / 512 * 8 + 1];
+    let huge = vec![
+        0;
+        snug_delta::Limits {
+            max_length: 64 << 20
+        }
+        .max_manifest_len() as usize
+            + 1
+    ];
     assert_error(
         &plan(&http, &token, &r1, huge).await,
         413,

@@ -1,7 +1,7 @@
 //! The gateway against nginx, measured in the same run (issue 6): GET of a 64 MiB image, the same
 //! image by revision (read from the pack files with every chunk verified, and the cost of that
 //! verification measured beside it: issue 23, point 3; its 4× target is a sanity bound, not the
-//! issue's), PUT of a 64 MiB image (validated by the schema service and durable in the sync store,
+//! issue's), PUT of a 64 MiB image (validated and made durable by the sync service,
 //! against nginx DAV's PUT, which neither validates nor fsyncs), and GET of a ~100 KiB image with
 //! 32 concurrent
 //! connections (requests per second and p99 latency, the medians of alternating rounds). Each

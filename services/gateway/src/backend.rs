@@ -19,7 +19,6 @@ use snug_proto::{
     materialize::v1::{
         self as materialize_pb, materialize_service_client::MaterializeServiceClient,
     },
-    schema::v1::{self as schema_pb, schema_service_client::SchemaServiceClient},
     sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
 };
 use snug_rpc::chunks::Chunked as _;
@@ -32,13 +31,14 @@ use tonic::Code;
 use crate::{
     config::ConfigError,
     error::{ApiError, reason},
+    upload::{BodyWatch, Upload},
 };
 
 /// How long the quota read from the sync service is trusted before it is asked again.
 const QUOTA_TTL: Duration = Duration::from_secs(60);
 
-/// The schema service's largest message (its 8 MiB header limit plus framing).
-const SCHEMA_MAX_MESSAGE: usize = 8 * 1024 * 1024 + 64 * 1024;
+/// The materialization service's largest message (its 8 MiB header limit plus framing).
+const MATERIALIZE_MAX_MESSAGE: usize = 8 * 1024 * 1024 + 64 * 1024;
 
 /// A channel to a service whose calls are traced: each gets a client span, whose context goes
 /// to the service as `traceparent` (nothing is sent while tracing is off). Underneath, either a
@@ -78,11 +78,9 @@ pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigE
 /// The gRPC clients of the services the routes use.
 #[derive(Debug)]
 pub struct Backends {
-    schema: SchemaServiceClient<Channel>,
     sync: SyncServiceClient<Channel>,
     /// Absent when the deployment runs no materialization service.
     materialize: Option<MaterializeServiceClient<Channel>>,
-    schema_channel: Channel,
     sync_channel: Channel,
     deadline: Duration,
     /// Users this process has already provisioned (ProvisionUser is idempotent; this only saves
@@ -141,25 +139,16 @@ pub type ImageBody = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::
 
 impl Backends {
     /// Clients over the given channels.
-    pub fn new(
-        schema: Channel,
-        sync: Channel,
-        materialize: Option<Channel>,
-        deadline: Duration,
-    ) -> Self {
+    pub fn new(sync: Channel, materialize: Option<Channel>, deadline: Duration) -> Self {
         Self {
-            schema: SchemaServiceClient::new(schema.clone())
-                .max_decoding_message_size(SCHEMA_MAX_MESSAGE)
-                .max_encoding_message_size(SCHEMA_MAX_MESSAGE),
             sync: SyncServiceClient::new(sync.clone())
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE),
             materialize: materialize.map(|channel| {
                 MaterializeServiceClient::new(channel)
-                    .max_decoding_message_size(SCHEMA_MAX_MESSAGE)
-                    .max_encoding_message_size(SCHEMA_MAX_MESSAGE)
+                    .max_decoding_message_size(MATERIALIZE_MAX_MESSAGE)
+                    .max_encoding_message_size(MATERIALIZE_MAX_MESSAGE)
             }),
-            schema_channel: schema,
             sync_channel: sync,
             deadline,
             provisioned: Mutex::new(HashSet::new()),
@@ -301,159 +290,140 @@ impl Backends {
         .await
     }
 
-    /// Validates `image` with the schema service, zeroes the free space the validation names, and
-    /// writes the result with the sync service.
-    ///
-    /// The one rewrite of accepted bytes: the hub never keeps or serves bytes that are not live
-    /// content (a credential deleted without VACUUM stays in SQLite's free space), so the stored
-    /// image is the pushed one with the ranges of `ValidateSyncImageResponse.free_space` zeroed,
-    /// and its hash, `Repr-Digest` and the sync service's replay check all refer to those bytes.
-    /// The write therefore starts only after the verdict: no unscrubbed byte ever reaches the
-    /// sync service, not even in an upload it would abandon. An image this project's CLI or
-    /// library exported has nothing to zero and is stored as sent.
+    /// Writes the image `upload` streams as the caller's next revision, under `precondition`:
+    /// PutImage, which validates it, zeroes its free space and stores it (the sync service owns
+    /// the write; the gateway holds none of the bytes).
     pub async fn put(
         &self,
         caller: &Caller,
         precondition: &Precondition,
-        image: Bytes,
+        upload: Upload,
     ) -> Result<sync_pb::RevisionInfo, ApiError> {
-        let length = image.len() as u64;
-        let validate_stream = chunks::upload(
-            schema_pb::ValidateSyncImageRequest::header(schema_pb::ValidateSyncImageHeader {
-                expected_length: Some(length),
-            }),
-            image.clone(),
-        );
-        let mut schema = self.schema.clone();
-        let validate_request = self.request(validate_stream);
+        let header = sync_pb::PutImageRequest::header(sync_pb::PutImageHeader {
+            caller: Some(caller.pb()),
+            precondition: Some(precondition.pb()),
+            idempotency_key: None,
+            expected_length: upload.declared,
+            quota_bytes: caller.quota_bytes,
+        });
+        let (body, watch) = upload.chunks();
         let mut sync = self.sync.clone();
-        let quota_bytes = caller.quota_bytes;
-        let caller = caller.pb();
-        let precondition = precondition.pb();
-        tokio::time::timeout(self.deadline, async move {
-            let verdict = schema
-                .validate_sync_image(validate_request)
-                .await
-                .map_err(|status| ApiError::from_status(&status))?
-                .into_inner();
-            let stored = zero_free_space(image, &verdict.free_space)?;
-            let header = sync_pb::PutImageRequest::header(sync_pb::PutImageHeader {
-                caller: Some(caller),
-                precondition: Some(precondition),
-                idempotency_key: None,
-                expected_length: Some(length),
-                quota_bytes,
-            });
-            let put_stream = chunks::upload(header, stored);
-            let response = sync
-                .put_image(self.request(put_stream))
-                .await
-                .map_err(|status| ApiError::from_status(&status))?
-                .into_inner();
-            let revision = response.revision.ok_or_else(|| {
-                ApiError::from_reason(
-                    reason::BAD_GATEWAY,
-                    "the sync service accepted an image without a revision",
-                )
-            })?;
-            if revision.sha256 != hex_lower(&verdict.sha256) {
-                // Stored, but not the bytes validated: say so rather than report success.
-                return Err(ApiError::from_reason(
-                    reason::BAD_GATEWAY,
-                    "the sync service stored bytes whose hash differs from the validated image's",
-                ));
-            }
-            Ok(revision)
-        })
-        .await
-        .map_err(|_| {
-            ApiError::unavailable(
-                "validating and storing the image took longer than the deadline; retry shortly",
-            )
-        })?
+        let request = tonic::Request::new(uploading(header, body));
+        let response = self
+            .upload(watch, async move { sync.put_image(request).await })
+            .await?;
+        written(response.into_inner())
     }
 
-    /// Delta push, step 1 (issue 21): the layout that builds the image `manifest` names from the
-    /// caller's retained revision `base`.
+    /// Delta push, step 2 (issue 21): PutImageDelta assembles the image from the caller's
+    /// retained revision `base` and the delta `upload` streams, validates and stores it under
+    /// must-match of `base`; the image never leaves the sync service.
+    pub async fn put_delta(
+        &self,
+        caller: &Caller,
+        base: &str,
+        upload: Upload,
+    ) -> Result<sync_pb::RevisionInfo, ApiError> {
+        let header = sync_pb::PutImageDeltaRequest::header(sync_pb::PutImageDeltaHeader {
+            caller: Some(caller.pb()),
+            base_revision: base.to_owned(),
+            idempotency_key: None,
+            expected_length: upload.declared,
+            quota_bytes: caller.quota_bytes,
+        });
+        let (body, watch) = upload.chunks();
+        let mut sync = self.sync.clone();
+        let request = tonic::Request::new(uploading(header, body));
+        let response = self
+            .upload(watch, async move { sync.put_image_delta(request).await })
+            .await?;
+        written(response.into_inner())
+    }
+
+    /// Delta push, step 1 (issue 21): the layout that builds the image the manifest `upload`
+    /// names from the caller's retained revision `base`, with its length, streamed on.
     pub async fn plan_delta(
         &self,
         caller: &Caller,
         base: &str,
-        manifest: Bytes,
-    ) -> Result<Bytes, ApiError> {
+        upload: Upload,
+    ) -> Result<(u64, ImageBody), ApiError> {
         let header = sync_pb::PlanImageDeltaRequest::header(sync_pb::PlanImageDeltaHeader {
             caller: Some(caller.pb()),
             base_revision: base.to_owned(),
             quota_bytes: caller.quota_bytes,
+            expected_length: upload.declared,
         });
+        let (body, watch) = upload.chunks();
         let mut sync = self.sync.clone();
-        let request = self.request(chunks::upload(header, manifest));
-        let limit = delta_download_limit(self.quota_for(caller).await?);
-        self.within(async move {
-            let mut stream = sync.plan_image_delta(request).await?.into_inner();
-            let (_, layout) = chunks::download(&mut stream, limit, |r| r.size).await?;
-            Ok(layout)
-        })
-        .await
+        let request = tonic::Request::new(uploading(header, body));
+        let deadline = self.deadline;
+        let (result, layout) = self
+            .upload(watch, async move {
+                let stream = sync.plan_image_delta(request).await?.into_inner();
+                answered(stream, deadline).await
+            })
+            .await?;
+        Ok((result.size, layout))
     }
 
-    /// Delta push, step 2: the image the sync service assembles from the caller's retained
-    /// revision `base` and `delta`, verified against the SHA-256 the delta claims. Nothing is
-    /// stored: the caller writes the image with [`Backends::put`], as a whole one.
-    pub async fn assemble_delta(
-        &self,
-        caller: &Caller,
-        base: &str,
-        delta: Bytes,
-    ) -> Result<Bytes, ApiError> {
-        let header =
-            sync_pb::AssembleImageDeltaRequest::header(sync_pb::AssembleImageDeltaHeader {
-                caller: Some(caller.pb()),
-                base_revision: base.to_owned(),
-                quota_bytes: caller.quota_bytes,
-            });
-        let mut sync = self.sync.clone();
-        let request = self.request(chunks::upload(header, delta));
-        let quota = self.quota_for(caller).await?;
-        self.within(async move {
-            let mut stream = sync.assemble_image_delta(request).await?.into_inner();
-            let (_, image) = chunks::download(&mut stream, quota, |r| r.size).await?;
-            Ok(image)
-        })
-        .await
-    }
-
-    /// Delta pull: the delta that rebuilds the caller's current image from the file `manifest`
-    /// names (or, `base`, the caller's retained revision the file is), with the revision it
-    /// rebuilds, patching pages only if the client rebuilds them (`patches`); `None` when the
-    /// user has no image.
+    /// Delta pull: the delta that rebuilds the caller's current image from the file the manifest
+    /// `upload` names (or, `base`, the caller's retained revision the file is), with the revision
+    /// it rebuilds, patching pages only if the client rebuilds them (`patches`), streamed on;
+    /// `None` when the user has no image.
     pub async fn get_delta(
         &self,
         caller: &Caller,
         base: Option<&str>,
         patches: bool,
-        manifest: Bytes,
-    ) -> Result<Option<(sync_pb::RevisionInfo, Bytes)>, ApiError> {
+        upload: Upload,
+    ) -> Result<Option<(sync_pb::GetImageDeltaResult, ImageBody)>, ApiError> {
         let header = sync_pb::GetImageDeltaRequest::header(sync_pb::GetImageDeltaHeader {
             caller: Some(caller.pb()),
             revision: None,
             base_revision: base.map(str::to_owned),
             quota_bytes: caller.quota_bytes,
             accept_patches: patches,
+            expected_length: upload.declared,
         });
+        let (body, watch) = upload.chunks();
         let mut sync = self.sync.clone();
-        let request = self.request(chunks::upload(header, manifest));
-        let limit = delta_download_limit(self.quota_for(caller).await?);
+        let request = tonic::Request::new(uploading(header, body));
+        let deadline = self.deadline;
         let answer = self
-            .within(async move {
-                let mut stream = sync.get_image_delta(request).await?.into_inner();
-                chunks::download(&mut stream, limit, |r| r.size).await
+            .upload(watch, async move {
+                let stream = sync.get_image_delta(request).await?.into_inner();
+                answered(stream, deadline).await
             })
             .await;
         match answer {
-            Ok((result, delta)) => Ok(result.revision.map(|info| (info, delta))),
+            Ok(answer) => Ok(Some(answer)),
             Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
             Err(err) => Err(err),
+        }
+    }
+
+    /// Runs a call that streams a request body to a service: answered by the call, or by the
+    /// body's failure (the call is dropped with it, so the service sees it cancelled and keeps
+    /// nothing). The deadline starts when the body has arrived: sending is bounded by the upload
+    /// idle timeout of each piece ([`crate::upload`]), not by the deadline of what follows.
+    async fn upload<T>(
+        &self,
+        watch: BodyWatch,
+        call: impl Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, ApiError> {
+        let (mut failed, mut ended) = (watch.clone(), watch);
+        let deadline = self.deadline;
+        tokio::select! {
+            biased;
+            err = failed.failed() => Err(err),
+            result = call => result.map_err(within_status),
+            () = async move {
+                ended.ended().await;
+                tokio::time::sleep(deadline).await;
+            } => Err(ApiError::unavailable(
+                "a service the hub needs did not answer in time; retry shortly",
+            )),
         }
     }
 
@@ -522,7 +492,7 @@ impl Backends {
                     ));
                 }
             };
-            Ok(Some((result, export_body(stream, deadline))))
+            Ok(Some((result, chunked_body(stream, deadline))))
         }
     }
 
@@ -608,16 +578,11 @@ impl Backends {
                 Err(err) => Err(err.code.to_owned()),
             }
         };
-        let (schema, sync_health, store) = tokio::join!(
-            check(self.schema_channel.clone(), "snug.schema.v1.SchemaService"),
+        let (sync_health, store) = tokio::join!(
             check(self.sync_channel.clone(), "snug.sync.v1.SyncService"),
             store,
         );
-        vec![
-            ("schema", schema),
-            ("sync", sync_health),
-            ("syncStore", store),
-        ]
+        vec![("sync", sync_health), ("syncStore", store)]
     }
 }
 
@@ -627,18 +592,86 @@ async fn within<T>(
     call: impl Future<Output = Result<T, tonic::Status>>,
 ) -> Result<T, ApiError> {
     match tokio::time::timeout(deadline, call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(status)) => {
-            if status.code() == Code::Unavailable && snug_rpc::status::reason_of(&status).is_none()
-            {
-                tracing::warn!(message = status.message(), "a service is unreachable");
-            }
-            Err(ApiError::from_status(&status))
-        }
+        Ok(result) => result.map_err(within_status),
         Err(_) => Err(ApiError::unavailable(
             "a service the hub needs did not answer in time; retry shortly",
         )),
     }
+}
+
+/// A service's refusal in HTTP words (the error table), noting a service that is unreachable.
+fn within_status(status: tonic::Status) -> ApiError {
+    if status.code() == Code::Unavailable && snug_rpc::status::reason_of(&status).is_none() {
+        tracing::warn!(message = status.message(), "a service is unreachable");
+    }
+    ApiError::from_status(&status)
+}
+
+/// A header-then-chunks request stream: `header`, then each piece of `body` as a chunk.
+fn uploading<M: snug_rpc::chunks::Chunked + Send + 'static>(
+    header: M,
+    body: impl Stream<Item = Bytes> + Send + 'static,
+) -> impl Stream<Item = M> + Send + 'static {
+    futures::stream::once(async move { header }).chain(body.map(M::chunk))
+}
+
+/// The revision a write produced, or the service's mistake of answering without one.
+fn written(response: sync_pb::PutImageResponse) -> Result<sync_pb::RevisionInfo, ApiError> {
+    response.revision.ok_or_else(|| {
+        ApiError::from_reason(
+            reason::BAD_GATEWAY,
+            "the sync service accepted an image without a revision",
+        )
+    })
+}
+
+/// A result-then-chunks answer: waits for the result (the first message), then passes the
+/// chunks on as a body, each within `idle`; a stream that breaks off ends the body with an
+/// error (the client sees it short of its `Content-Length`, never a silent success).
+async fn answered<M>(
+    mut stream: tonic::Streaming<M>,
+    idle: Duration,
+) -> Result<(M::Header, ImageBody), tonic::Status>
+where
+    M: snug_rpc::chunks::Chunked + Send + 'static,
+{
+    let result = match stream.message().await?.and_then(M::into_part) {
+        Some(snug_rpc::chunks::Part::Header(result)) => result,
+        _ => {
+            return Err(tonic::Status::internal(
+                "the answer did not start with its result",
+            ));
+        }
+    };
+    Ok((result, chunked_body(stream, idle)))
+}
+
+/// The chunks after a result, as a body; each must arrive within `idle`.
+fn chunked_body<M>(stream: tonic::Streaming<M>, idle: Duration) -> ImageBody
+where
+    M: snug_rpc::chunks::Chunked + Send + 'static,
+{
+    Box::pin(futures::stream::unfold(
+        Some(stream),
+        move |state| async move {
+            let mut stream = state?;
+            let failure = match tokio::time::timeout(idle, stream.message()).await {
+                Ok(Ok(Some(message))) => match message.into_part() {
+                    Some(snug_rpc::chunks::Part::Chunk(chunk)) => {
+                        return Some((Ok(chunk), Some(stream)));
+                    }
+                    _ => "the answer repeated its result",
+                },
+                Ok(Ok(None)) => return None,
+                Ok(Err(status)) => {
+                    tracing::warn!(code = ?status.code(), reason = ?snug_rpc::status::reason_of(&status), "an answer failed mid-stream");
+                    "the answer failed mid-stream"
+                }
+                Err(_) => "the answer stalled past the deadline",
+            };
+            Some((Err(std::io::Error::other(failure)), None))
+        },
+    ))
 }
 
 /// The ExportApp request stream: the header, then the download's chunks. A download that breaks
@@ -697,31 +730,6 @@ impl Stream for ExportUpload {
             Poll::Pending => Poll::Pending,
         }
     }
-}
-
-/// The export's bytes as a body; each chunk must arrive within `idle`.
-fn export_body(
-    stream: tonic::Streaming<materialize_pb::ExportAppResponse>,
-    idle: Duration,
-) -> ImageBody {
-    Box::pin(futures::stream::unfold(
-        Some(stream),
-        move |state| async move {
-            let mut stream = state?;
-            let failure = match tokio::time::timeout(idle, stream.message()).await {
-                Ok(Ok(Some(materialize_pb::ExportAppResponse {
-                    message: Some(materialize_pb::export_app_response::Message::Chunk(chunk)),
-                }))) => {
-                    return Some((Ok(chunk), Some(stream)));
-                }
-                Ok(Ok(None)) => return None,
-                Ok(Ok(Some(_))) => "the export repeated its result",
-                Ok(Err(_)) => "the export failed mid-stream",
-                Err(_) => "the export stalled past the deadline",
-            };
-            Some((Err(std::io::Error::other(failure)), None))
-        },
-    ))
 }
 
 /// A download's bytes as a body; each piece must arrive within `idle`, and a failure ends the
@@ -786,46 +794,7 @@ pub fn origin_id(store_id: &str, user_id: &str) -> String {
     hex_lower(&hasher.finalize()[..16])
 }
 
-/// Returns `image` with the given ranges zeroed (a copy only when it holds a range and the
-/// buffer is shared); a range outside the image is the schema service's mistake.
-fn zero_free_space(image: Bytes, ranges: &[schema_pb::ByteRange]) -> Result<Bytes, ApiError> {
-    if ranges.is_empty() {
-        return Ok(image);
-    }
-    let len = image.len() as u64;
-    let outside = || {
-        ApiError::from_reason(
-            reason::BAD_GATEWAY,
-            "the schema service named free space outside the image",
-        )
-    };
-    let mut bytes = image
-        .try_into_mut()
-        .unwrap_or_else(|shared| bytes::BytesMut::from(&shared[..]));
-    for range in ranges {
-        let end = range.offset.checked_add(range.length).ok_or_else(outside)?;
-        if end > len {
-            return Err(outside());
-        }
-        bytes[range.offset as usize..end as usize].fill(0);
-    }
-    Ok(bytes.freeze())
-}
-
 /// Lowercase hex, as the sync service spells a SHA-256.
 fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The most bytes a delta (or a layout) for an image within `quota` can take: every page
-/// literal at the smallest page size, each with its 8-byte id and a 13-byte run, plus the
-/// header. The sync service checks the exact format; this bounds what the gateway buffers.
-pub fn delta_download_limit(quota: u64) -> u64 {
-    64 + quota + quota.div_ceil(512) * 21
-}
-
-/// The most bytes a manifest for an image within `quota` can take: one 8-byte id per page at
-/// the smallest page size, plus the header.
-pub fn manifest_limit(quota: u64) -> u64 {
-    48 + quota.div_ceil(512) * 8
 }

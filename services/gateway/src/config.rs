@@ -3,7 +3,7 @@
 
 use std::{fmt, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
-use snug_rpc::{budget::UploadBudget, server::parse_duration};
+use snug_rpc::server::parse_duration;
 use snug_users::{DirectoryConfig, PgConfig};
 
 use crate::{
@@ -140,8 +140,9 @@ pub struct GatewayConfig {
         value_delimiter = ','
     )]
     pub cors_origins: Vec<String>,
-    /// The schema service (`http://host:port`); `snug-hub serve` fills in its own.
-    #[arg(long = "schema-addr", env = "SNUG_SCHEMA_ADDR")]
+    /// No longer used: the gateway does not call the schema service (the sync service validates
+    /// every image it stores). Accepted, with a warning, so existing deployments still start.
+    #[arg(long = "schema-addr", env = "SNUG_SCHEMA_ADDR", hide = true)]
     pub schema_addr: Option<String>,
     /// The sync service (`http://host:port`); `snug-hub serve` fills in its own. Not a flag of
     /// its own: `snug-hub`'s global `--sync-addr` (`SNUG_SYNC_ADDR`), which the operator commands
@@ -207,10 +208,6 @@ pub struct GatewayConfig {
         default_value_t = 4096
     )]
     pub http_max_connections: usize,
-    /// Bytes of `PUT /userdb` bodies the gateway buffers at once (`snug_rpc::budget`). Not a
-    /// flag: the composition root builds it from SNUG_UPLOAD_BUDGET_MIB.
-    #[arg(skip)]
-    pub upload_budget: UploadBudget,
     /// OpenID Connect: issuers, audience, claims, browser login (`oidc.rs`).
     #[command(flatten)]
     pub oidc: OidcArgs,
@@ -242,7 +239,6 @@ impl GatewayConfig {
             trusted_proxies: Vec::new(),
             http_header_timeout: Duration::from_secs(10),
             http_max_connections: 4096,
-            upload_budget: UploadBudget::default(),
             oidc: OidcArgs::default(),
             session_secret: None,
             users: UsersConfig::default(),
@@ -359,8 +355,6 @@ pub struct Settings {
     pub http_header_timeout: Duration,
     /// Open connections at most.
     pub http_max_connections: usize,
-    /// Bytes of upload bodies buffered at once.
-    pub upload_budget: UploadBudget,
     /// The users directory (auth on only).
     pub users: Option<DirectoryConfig>,
 }
@@ -402,7 +396,6 @@ impl Settings {
             rate_limits,
             http_header_timeout: config.http_header_timeout,
             http_max_connections: config.http_max_connections.max(1),
-            upload_budget: config.upload_budget.clone(),
             users,
             auth,
             cors_origins,

@@ -1,5 +1,5 @@
 //! The hub's HTTP gateway: `/userdb` (spec §9.3) and its revisions, composed from the
-//! `snug.schema.v1` and `snug.sync.v1` services over gRPC.
+//! `snug.sync.v1` (and, for per-app export, `snug.materialize.v1`) services over gRPC.
 //!
 //! - [`routes`]: the handlers and the route table the OpenAPI document (`openapi.json`) describes;
 //! - [`auth`], [`session`]: bearer tokens (checked against the users directory, `snug-users`:
@@ -22,10 +22,11 @@
 //! is answered 503 at once instead of queueing), then the routes. Deadlines are per gRPC call, not per HTTP request:
 //! a 64 MiB download to a slow client may rightly take longer than any one call.
 //!
-//! What this crate deliberately does not do: look inside a user database, store one, or link any
-//! domain crate (checked by `tests/tests/tidy.rs`). Validation is the schema service's, storage
-//! the sync service's; the gateway never rewrites the bytes it is given, except to zero the SQLite
-//! free space the schema service names (ValidateSyncImage), so no deleted record is stored.
+//! What this crate deliberately does not do: look inside a user database, hold or store one, or
+//! link any domain crate (checked by `tests/tests/tidy.rs`). A body is streamed on as it arrives
+//! ([`upload`]); validating, scrubbing and storing an image are the sync service's, which owns
+//! every write. The gateway's only judgements of a body are HTTP's: its media type, a declared
+//! length over the caller's quota (refused before the body is read), and its leading bytes.
 //!
 //! # Design notes
 //!
@@ -54,12 +55,10 @@
 //! `PUT /userdb` checks in the reference's order (401 → 403 → 415 → 413 from `Content-Length` →
 //! 400 by leading bytes → 428 → 413 while streaming → 400 from validation → 412 → 204), except that
 //! authentication comes first (the reference's body parser answers 413 before it authenticates).
-//! The body is buffered once (validation needs the whole image before the compare-and-swap), then
-//! streamed from that one buffer to ValidateSyncImage; only after its verdict is the image, with the
-//! free space the verdict names zeroed in that buffer, streamed to PutImage, so no unscrubbed byte
-//! reaches the sync service, not even in an upload it would abandon (this gives up the overlap of
-//! validation and storage an earlier version had). The gateway checks that the revision PutImage
-//! reports has the hash ValidateSyncImage gave.
+//! Everything after the leading bytes is the sync service's (PutImage): the body is streamed to
+//! it as it arrives, each piece within `SNUG_UPLOAD_IDLE_TIMEOUT`, and the call's deadline starts
+//! once the body has ended. A body that breaks off or stalls is answered 400 `BODY_INCOMPLETE`
+//! while the call is dropped, so the service keeps nothing.
 //! `If-Match` takes quoted or bare revisions; `*`, lists and weak tags are compared with the current
 //! revision (HeadImage) per RFC 9110; `If-None-Match: *` is the first write; `If-Match` wins if both.
 //! ETags are strong and quoted; `Repr-Digest` (RFC 9530) is the stored SHA-256;
@@ -69,14 +68,12 @@
 //! `GET|HEAD /userdb/revisions/{rev}` serve one retained revision (GetImage / HeadImage with
 //! `revision`) with exactly the headers of `/userdb` and the same 304 rule; an unknown, reclaimed,
 //! malformed (even undecodable) or another user's revision is one identical 404 `NOT_FOUND`.
-//! Delta sync (issue 21): `POST /userdb/revisions/{rev}/plan` passes a push manifest to
-//! PlanImageDelta and answers its layout; `PUT /userdb/delta` (`If-Match` names the base) passes
-//! the delta to AssembleImageDelta, which rebuilds and verifies the image without storing it,
-//! and then writes that image through `PUT /userdb`'s own steps (`routes::store`: leading bytes,
-//! ValidateSyncImage, free-space zeroing, PutImage under the same compare-and-swap, 204 with the
-//! ETag); `POST /userdb/delta` (a manifest, or `?base=<rev>` and no body) answers GetImageDelta's
-//! delta with the revision's ETag. Their bodies are bounded by what an image within the quota
-//! can need (413 beyond); the sync service parses them strictly.
+//! Delta sync (issue 21): `POST /userdb/revisions/{rev}/plan` streams a push manifest to
+//! PlanImageDelta and its layout back; `PUT /userdb/delta` (`If-Match` names the base) streams the
+//! delta to PutImageDelta, which assembles, validates and stores the image under must-match of the
+//! base (204 with the ETag); `POST /userdb/delta` (a manifest, or `?base=<rev>` and no body)
+//! streams GetImageDelta's delta back with the revision's ETag. Their bounds are the sync
+//! service's (`snug_delta::Limits`), which refuses a declared length over them before any chunk.
 //! The per-app export pipes the sync download chunk by chunk into ExportApp and streams its answer
 //! on: the gateway holds neither file.
 //!
@@ -150,18 +147,19 @@
 //!
 //! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
 //!
-//! The hub's HTTP surface (§9.3) composed from `snug.schema.v1`, `snug.sync.v1` and
-//! `snug.materialize.v1` over gRPC: `GET|HEAD|PUT /userdb`, `GET /userdb/revisions`,
+//! The hub's HTTP surface (§9.3) composed from `snug.sync.v1` and `snug.materialize.v1` over
+//! gRPC: `GET|HEAD|PUT /userdb`, `GET /userdb/revisions`,
 //! `GET|HEAD /userdb/revisions/{rev}`, `POST /userdb/revisions/{rev}/restore`, `GET /userdb/apps/{appId}/export`, `POST /auth/session`,
 //! `POST /auth/logout`, `GET /auth/me`, `GET /openapi.json`, `GET /healthz`, `GET /readyz`.
 //! The router is built from one table (`routes::ROUTES`); `openapi.json` (OpenAPI 3.1, hand-written,
 //! served as is) is checked against that table and against every status the end-to-end tests observe.
 //! The test suite also runs schemathesis against it (see Testing): no 5xx, and no answer it does not promise.
 //! **Architecture Invariant:** the gateway links no domain crate (tidy): it knows files only as bytes
-//! and the services' contracts; validation is the schema service's, storage the sync service's.
+//! and the services' contracts; validation and storage are the sync service's, which writes every
+//! revision (PutImage, PutImageDelta), and the gateway streams a body to it once without holding it.
 //! **Architecture Invariant:** the bytes a client PUTs are the bytes stored and served, never
-//! rewritten, with one stated exception: the free space ValidateSyncImage names is zeroed before
-//! PutImage (an export from this project's CLI or library has none, and is stored as sent), so
+//! rewritten, with one stated exception: the sync service zeroes the image's free space before it
+//! stores it (an export from this project's CLI or library has none, and is stored as sent), so
 //! `Repr-Digest`, the revision's `sha256` and the sync service's replay check refer to the stored
 //! bytes; GET declares `Content-Length`, so a download that breaks off is visibly short.
 //! **Architecture Invariant:** a user can only name their own image: the sync `Caller` is always the
@@ -184,6 +182,7 @@ pub mod provision;
 pub mod rate;
 pub mod routes;
 pub mod session;
+pub mod upload;
 pub mod zero_copy;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
@@ -242,8 +241,6 @@ pub struct Addresses {
     /// Every service in this process, reached without a socket (`snug-hub serve`); when set, the
     /// addresses are not used.
     pub local: Option<snug_rpc::server::LocalChannel>,
-    /// `snug.schema.v1`.
-    pub schema: Option<String>,
     /// `snug.sync.v1`.
     pub sync: Option<String>,
     /// `snug.materialize.v1`.
@@ -254,7 +251,6 @@ impl Addresses {
     /// Every service at one address (the services of one `snug-hub serve` process).
     pub fn all(url: &str) -> Self {
         Self {
-            schema: Some(url.to_owned()),
             sync: Some(url.to_owned()),
             materialize: Some(url.to_owned()),
             local: None,
@@ -315,21 +311,21 @@ fn backends(
         let channel = backend::local(local);
         return Ok(Backends::new(
             channel.clone(),
-            channel.clone(),
             Some(channel),
             settings.rpc_deadline,
         ));
     }
-    let schema_addr = addresses
-        .schema
-        .or_else(|| config.schema_addr.clone())
-        .ok_or(ConfigError::MissingAddress("SNUG_SCHEMA_ADDR"))?;
+    if config.schema_addr.is_some() {
+        // Kept so an existing deployment's environment still starts; nothing reads it.
+        tracing::warn!(
+            "SNUG_SCHEMA_ADDR is set but the gateway no longer calls the schema service: the sync service validates every image it stores"
+        );
+    }
     let sync_addr = addresses
         .sync
         .or_else(|| config.sync_addr.clone())
         .ok_or(ConfigError::MissingAddress("SNUG_SYNC_ADDR"))?;
     Ok(Backends::new(
-        backend::channel(&schema_addr, settings.rpc_connect_timeout)?,
         backend::channel(&sync_addr, settings.rpc_connect_timeout)?,
         match addresses
             .materialize

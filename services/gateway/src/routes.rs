@@ -11,25 +11,24 @@ use std::sync::Arc;
 use axum::{
     Json, Router,
     body::Body,
-    extract::{Path, RawQuery, State, rejection::PathRejection},
-    http::{HeaderMap, HeaderValue, Method, StatusCode, header},
+    extract::{FromRequestParts, MatchedPath, Path, RawQuery, State, rejection::PathRejection},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
     routing::MethodRouter,
 };
-use bytes::{Bytes, BytesMut};
-use http_body_util::BodyExt as _;
 use serde_json::json;
 use snug_files::format::{CONTAINER_MAGIC, SQLITE_MAGIC};
 use snug_proto::sync::v1 as sync_pb;
 
 use crate::{
     AppState,
-    auth::{Identity, Via},
+    auth::Via,
     backend::{Caller, Precondition},
     config::AuthMode,
     error::{ApiError, reason},
     etag::{self, Condition},
     session,
+    upload::Upload,
 };
 
 /// Every route, with its methods in OpenAPI spelling. The router is built from this table and
@@ -114,22 +113,31 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-impl AppState {
-    /// Admits an upload body of `bytes` against the gateway's upload budget before a byte of it
-    /// is read (`snug_rpc::budget`), or answers 503 OVERLOADED once the budget's wait is over.
-    async fn admit_upload(&self, bytes: u64) -> Result<snug_rpc::budget::Admission, ApiError> {
-        self.settings
-            .upload_budget
-            .admit(bytes)
-            .await
-            .map_err(|busy| ApiError::from_reason(reason::GATEWAY_OVERLOADED, busy.to_string()))
-    }
+/// The caller of a route about their image, authenticated and known to the sync service: the
+/// prologue every such route shares. A request that may change something (any method but GET
+/// and HEAD) made with a session cookie must carry its CSRF header too.
+struct Authed(Caller);
 
-    /// Authenticates and makes sure the sync service knows the user.
-    async fn caller(&self, identity: &Identity) -> Result<Caller, ApiError> {
+impl FromRequestParts<Arc<AppState>> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        let identity = if parts.method == Method::GET || parts.method == Method::HEAD {
+            state.auth.identify(&parts.headers).await?
+        } else {
+            let route = parts
+                .extensions
+                .get::<MatchedPath>()
+                .map_or(parts.uri.path(), MatchedPath::as_str);
+            let what = format!("{} {route}", parts.method);
+            state.auth.identify_for_write(&parts.headers, &what).await?
+        };
         let caller = identity.caller();
-        self.backends.provision(&caller).await?;
-        Ok(caller)
+        state.backends.provision(&caller).await?;
+        Ok(Self(caller))
     }
 }
 
@@ -216,11 +224,10 @@ fn with_origin(answer: Result<Response, ApiError>, origin: &str) -> Response {
 /// `GET /userdb` (and `HEAD`): the current image with its revision and digest.
 async fn get_userdb(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers).await?;
-    let caller = state.caller(&identity).await?;
     let origin = state.backends.origin_id(&caller).await?;
     let answer = serve_image(&state, &caller, None, &method, &headers)
         .await
@@ -233,12 +240,11 @@ async fn get_userdb(
 /// revision it chose from the listing even after newer ones landed.
 async fn get_revision(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     rev: Result<Path<String>, PathRejection>,
     method: Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers).await?;
-    let caller = state.caller(&identity).await?;
     let rev = revision_param(rev)?;
     serve_image(&state, &caller, Some(&rev), &method, &headers)
         .await?
@@ -291,82 +297,6 @@ async fn serve_image(
         Some(info.size),
         Body::from_stream(body),
     )))
-}
-
-/// Reads a request body into one buffer, refusing it as soon as it passes `limit`.
-struct Upload {
-    body: Body,
-    buffer: BytesMut,
-    limit: u64,
-    idle: std::time::Duration,
-    ended: bool,
-    /// The refusal of a body over `limit`.
-    too_large: fn(u64) -> ApiError,
-}
-
-impl Upload {
-    fn new(body: Body, declared: Option<u64>, limit: u64, idle: std::time::Duration) -> Self {
-        // The declared length sizes the buffer once; it is only a hint, capped by the quota.
-        let capacity = declared.unwrap_or(64 * 1024).min(limit) as usize;
-        Self {
-            body,
-            buffer: BytesMut::with_capacity(capacity),
-            limit,
-            idle,
-            ended: false,
-            too_large: over_quota,
-        }
-    }
-
-    /// Refuses a body over the limit with `too_large` instead of the quota's refusal.
-    fn refusing(mut self, too_large: fn(u64) -> ApiError) -> Self {
-        self.too_large = too_large;
-        self
-    }
-
-    /// Reads until at least `n` bytes are buffered or the body ends.
-    async fn fill(&mut self, n: usize) -> Result<(), ApiError> {
-        while self.buffer.len() < n && !self.ended {
-            let frame = tokio::time::timeout(self.idle, self.body.frame())
-                .await
-                .map_err(|_| {
-                    ApiError::from_reason(
-                        reason::BODY_INCOMPLETE,
-                        "the upload stalled; send the body without pauses",
-                    )
-                })?;
-            match frame {
-                None => self.ended = true,
-                Some(Err(_)) => {
-                    return Err(ApiError::from_reason(
-                        reason::BODY_INCOMPLETE,
-                        "the upload broke off before its end",
-                    ));
-                }
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        if (self.buffer.len() + data.len()) as u64 > self.limit {
-                            return Err((self.too_large)(self.limit));
-                        }
-                        self.buffer.extend_from_slice(&data);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn finish(mut self) -> Result<Bytes, ApiError> {
-        self.fill(usize::MAX).await?;
-        Ok(self.buffer.freeze())
-    }
-}
-
-fn over_quota(limit: u64) -> ApiError {
-    ApiError::from_reason(
-        "QUOTA_EXCEEDED",
-        format!("the user DB is larger than the per-user quota of {limit} bytes"),
-    )
 }
 
 /// What the client's conditional headers ask of the current revision, before it is known.
@@ -428,20 +358,19 @@ async fn resolve(
     }
 }
 
-/// `PUT /userdb`: a compare-and-swap write of a validated, secrets-stripped plain image.
+/// `PUT /userdb`: a compare-and-swap write of a plain image, which the sync service validates,
+/// scrubs and stores (PutImage); the body is streamed to it, never held here.
 async fn put_userdb(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     headers: HeaderMap,
-    body: Body,
+    mut upload: Upload,
 ) -> Result<Response, ApiError> {
-    let identity = state
-        .auth
-        .identify_for_write(&headers, "PUT /userdb")
-        .await?;
-    octet_stream(&headers, "user DB uploads must be application/octet-stream")?;
-    let quota = state.backends.quota_for(&identity.caller()).await?;
-    let declared = declared_length(&headers);
-    if let Some(length) = declared
+    // The one quota check made here: a declared length over it is refused before the body is
+    // read, so a client that sent `Expect: 100-continue` never sends it. The bytes themselves
+    // are held to the quota by the sync service as they arrive.
+    let quota = state.backends.quota_for(&caller).await?;
+    if let Some(length) = upload.declared
         && length > quota
     {
         return Err(ApiError::from_reason(
@@ -449,28 +378,27 @@ async fn put_userdb(
             format!("the user DB is {length} bytes; the per-user quota is {quota}"),
         ));
     }
-    // Held until the answer: the buffer lives that long.
-    let _admission = state.admit_upload(declared.unwrap_or(quota)).await?;
-    let mut upload = Upload::new(body, declared, quota, state.settings.upload_idle_timeout);
-    upload.fill(SQLITE_MAGIC.len()).await?;
-    plain_sqlite(&upload.buffer)?;
+    plain_sqlite(upload.leading(SQLITE_MAGIC.len()).await?)?;
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("PUT /userdb"))?;
-    let image = upload.finish().await?;
-    let caller = state.caller(&identity).await?;
     let origin = state.backends.origin_id(&caller).await?;
     let answer = match resolve(&state, &caller, wanted).await {
-        Ok(precondition) => store(&state, &caller, &precondition, image).await,
+        Ok(precondition) => written(
+            state.backends.put(&caller, &precondition, upload).await,
+            &precondition,
+        ),
         Err(err) => Err(err),
     };
     Ok(with_origin(answer, &origin))
 }
 
-/// Refuses an image that does not start as a plain SQLite database (judged on its first bytes).
-fn plain_sqlite(image: &[u8]) -> Result<(), ApiError> {
-    if image.starts_with(SQLITE_MAGIC) {
+/// The one early refusal by content: an upload that does not start as a plain SQLite database
+/// (judged on its first bytes) is refused before anything is sent on. Everything else about the
+/// image is the sync service's to judge, on the whole of it.
+fn plain_sqlite(leading: &[u8]) -> Result<(), ApiError> {
+    if leading.starts_with(SQLITE_MAGIC) {
         return Ok(());
     }
-    Err(if image.starts_with(CONTAINER_MAGIC) {
+    Err(if leading.starts_with(CONTAINER_MAGIC) {
         ApiError::from_reason(
             "CONTAINER_NOT_ACCEPTED",
             "a hub sync origin stores the secrets-stripped plaintext only; push the unprotected export, never a SNUGENC1 container (§11.3)",
@@ -483,20 +411,13 @@ fn plain_sqlite(image: &[u8]) -> Result<(), ApiError> {
     })
 }
 
-/// The end of every write of a whole image, `PUT /userdb` and `PUT /userdb/delta` alike:
-/// validation, free-space zeroing and the compare-and-swap put (`Backends::put`), answered 204
-/// with the new revision as the `ETag`.
-async fn store(
-    state: &AppState,
-    caller: &Caller,
+/// The answer to a write of a whole image, `PUT /userdb` and `PUT /userdb/delta` alike: 204
+/// with the new revision as the `ETag`, or the refusal in HTTP words.
+fn written(
+    stored: Result<sync_pb::RevisionInfo, ApiError>,
     precondition: &Precondition,
-    image: Bytes,
 ) -> Result<Response, ApiError> {
-    let info = state
-        .backends
-        .put(caller, precondition, image)
-        .await
-        .map_err(|err| conflict_in_http_words(err, precondition))?;
+    let info = stored.map_err(|err| conflict_in_http_words(err, precondition))?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     if let Some(value) = etag::header_value(&info.revision) {
         response.headers_mut().insert(header::ETAG, value);
@@ -521,100 +442,19 @@ fn conflict_in_http_words(err: ApiError, precondition: &Precondition) -> ApiErro
     }
 }
 
-/// Refuses a body that is not `application/octet-stream` with `refusal` as the message.
-fn octet_stream(headers: &HeaderMap, refusal: &str) -> Result<(), ApiError> {
-    let octet_stream = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/octet-stream"));
-    if octet_stream {
-        Ok(())
-    } else {
-        Err(ApiError::from_reason(
-            reason::UNSUPPORTED_MEDIA_TYPE,
-            refusal,
-        ))
-    }
-}
-
-const DELTA_MEDIA_TYPE: &str = "delta manifests and deltas must be application/octet-stream";
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-}
-
-fn manifest_too_large(limit: u64) -> ApiError {
-    ApiError::from_reason(
-        "QUOTA_EXCEEDED",
-        format!("a delta manifest for an image within the quota is at most {limit} bytes"),
-    )
-}
-
-fn delta_too_large(limit: u64) -> ApiError {
-    ApiError::from_reason(
-        "QUOTA_EXCEEDED",
-        format!("a delta for an image within the quota is at most {limit} bytes"),
-    )
-}
-
-/// Reads a delta route's body, at most `limit` bytes, refused early from `Content-Length`, after
-/// admitting `holds` bytes (or the declared length, if larger) to the gateway's upload budget as
-/// `PUT /userdb` does; the admission is returned, to be held until the answer.
-async fn delta_body(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-    limit: u64,
-    holds: u64,
-    too_large: fn(u64) -> ApiError,
-) -> Result<(Bytes, snug_rpc::budget::Admission), ApiError> {
-    let declared = declared_length(headers);
-    if declared.is_some_and(|length| length > limit) {
-        return Err(too_large(limit));
-    }
-    let admission = state
-        .admit_upload(declared.unwrap_or(limit).max(holds))
-        .await?;
-    let bytes = Upload::new(body, declared, limit, state.settings.upload_idle_timeout)
-        .refusing(too_large)
-        .finish()
-        .await?;
-    Ok((bytes, admission))
-}
-
 /// `POST /userdb/revisions/{rev}/plan` (issue 21): delta push, step 1. The body is the new
 /// image's manifest; the answer is the layout that builds it from the caller's retained revision
 /// `rev`: which pages to copy from it and which to send. Stores nothing.
 async fn plan_delta(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     rev: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    upload: Upload,
 ) -> Result<Response, ApiError> {
-    let identity = state
-        .auth
-        .identify_for_write(&headers, "POST /userdb/revisions/{rev}/plan")
-        .await?;
-    octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // A base that cannot be a revision is a base that is gone, like one that is not the user's.
     let rev = revision_param(rev).map_err(|_| base_gone())?;
-    let quota = state.backends.quota_for(&identity.caller()).await?;
-    let (manifest, _admission) = delta_body(
-        &state,
-        &headers,
-        body,
-        crate::backend::manifest_limit(quota),
-        0,
-        manifest_too_large,
-    )
-    .await?;
-    let caller = state.caller(&identity).await?;
-    let layout = state.backends.plan_delta(&caller, &rev, manifest).await?;
-    Ok(delta_response(layout))
+    let (size, layout) = state.backends.plan_delta(&caller, &rev, upload).await?;
+    Ok(delta_response(size, layout))
 }
 
 fn base_gone() -> ApiError {
@@ -624,32 +464,30 @@ fn base_gone() -> ApiError {
     )
 }
 
-fn delta_response(body: Bytes) -> Response {
-    let mut response = Response::new(Body::from(body));
+fn delta_response(size: u64, body: crate::backend::ImageBody) -> Response {
+    let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Declared up front, so an answer that breaks off is visibly short.
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     response
 }
 
 /// `PUT /userdb/delta` (issue 21): delta push, step 2. `If-Match` names the base (one strong
 /// revision, which the write must also find current); the body is the delta. The sync service
-/// assembles the image from the base and checks it against the SHA-256 the delta claims; from
-/// there the write is exactly `PUT /userdb`'s (leading bytes, validation, free-space zeroing,
-/// compare-and-swap, 204 with the `ETag`).
+/// assembles the image from the base, checks it against the SHA-256 the delta claims and writes
+/// it exactly as `PUT /userdb`'s image (PutImageDelta: validation, free-space zeroing,
+/// compare-and-swap); 204 with the `ETag`.
 async fn put_delta(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     headers: HeaderMap,
-    body: Body,
+    upload: Upload,
 ) -> Result<Response, ApiError> {
-    let identity = state
-        .auth
-        .identify_for_write(&headers, "PUT /userdb/delta")
-        .await?;
-    octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     let base = match wanted(&headers) {
         Some(Wanted::Precondition(Precondition::MustMatch(base))) => base,
         _ => {
@@ -659,21 +497,11 @@ async fn put_delta(
             ));
         }
     };
-    let quota = state.backends.quota_for(&identity.caller()).await?;
-    // The assembled image (up to the quota) is held as a whole PUT's body is.
-    let (delta, _admission) = delta_body(
-        &state,
-        &headers,
-        body,
-        crate::backend::delta_download_limit(quota),
-        quota,
-        delta_too_large,
+    let precondition = Precondition::MustMatch(base.clone());
+    written(
+        state.backends.put_delta(&caller, &base, upload).await,
+        &precondition,
     )
-    .await?;
-    let caller = state.caller(&identity).await?;
-    let image = state.backends.assemble_delta(&caller, &base, delta).await?;
-    plain_sqlite(&image)?;
-    store(&state, &caller, &Precondition::MustMatch(base), image).await
 }
 
 /// The request header by which a pull says it rebuilds patched pages.
@@ -687,15 +515,11 @@ const PATCHES_HEADER: &str = "snug-delta-patches";
 /// whose shape it names.
 async fn pull_delta(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    body: Body,
+    upload: Upload,
 ) -> Result<Response, ApiError> {
-    let identity = state
-        .auth
-        .identify_for_write(&headers, "POST /userdb/delta")
-        .await?;
-    octet_stream(&headers, DELTA_MEDIA_TYPE)?;
     // `?base=<rev>`: the client's file is that revision, so no manifest is sent.
     let mut base = None;
     for pair in query
@@ -731,23 +555,18 @@ async fn pull_delta(
             ));
         }
     };
-    let quota = state.backends.quota_for(&identity.caller()).await?;
-    let (manifest, _admission) = delta_body(
-        &state,
-        &headers,
-        body,
-        crate::backend::manifest_limit(quota),
-        0,
-        manifest_too_large,
-    )
-    .await?;
-    let caller = state.caller(&identity).await?;
-    let (info, delta) = state
+    let (result, delta) = state
         .backends
-        .get_delta(&caller, base.as_deref(), patches, manifest)
+        .get_delta(&caller, base.as_deref(), patches, upload)
         .await?
         .ok_or_else(not_pushed)?;
-    let mut response = delta_response(delta);
+    let info = result.revision.ok_or_else(|| {
+        ApiError::from_reason(
+            reason::BAD_GATEWAY,
+            "the sync service answered a delta without its revision",
+        )
+    })?;
+    let mut response = delta_response(result.size, delta);
     if let Some(value) = etag::header_value(&info.revision) {
         response.headers_mut().insert(header::ETAG, value);
     }
@@ -801,11 +620,9 @@ fn revision_json(info: &sync_pb::RevisionInfo) -> serde_json::Value {
 /// `GET /userdb/revisions`: the user's revisions, newest first.
 async fn list_revisions(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
+    Authed(caller): Authed,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers).await?;
-    let caller = state.caller(&identity).await?;
     let mut limit = 100u32;
     for pair in query
         .as_deref()
@@ -843,15 +660,11 @@ async fn list_revisions(
 /// new revision, under the same preconditions as a PUT.
 async fn restore_revision(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     rev: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state
-        .auth
-        .identify_for_write(&headers, "restoring a revision")
-        .await?;
     let wanted = wanted(&headers).ok_or_else(|| precondition_required("restoring a revision"))?;
-    let caller = state.caller(&identity).await?;
     let rev = revision_param(rev)?;
     let precondition = resolve(&state, &caller, wanted).await?;
     let info = state
@@ -880,10 +693,9 @@ async fn restore_revision(
 /// with natural names (§8.2 "per-app export"), materialized by the materialization service.
 async fn export_app(
     State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
     app_id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let identity = state.auth.identify(&headers).await?;
     // Taken as a Result so that a segment that does not decode (`%FF`) is this API's JSON 400,
     // not axum's plain-text rejection; checked after authentication, so a stranger learns nothing.
     let Ok(Path(app_id)) = app_id else {
@@ -892,7 +704,6 @@ async fn export_app(
             "the app id is not valid percent-encoded UTF-8",
         ));
     };
-    let caller = state.caller(&identity).await?;
     let (result, body) = state
         .backends
         .export_app(&caller, &app_id)
@@ -959,7 +770,7 @@ async fn start_session(
         Via::IssuerToken { identity, .. } => session::SessionSource::Identity(identity),
         Via::Session(_) | Via::Local => return Err(needs_bearer()),
     };
-    state.caller(&identity).await?;
+    state.backends.provision(&identity.caller()).await?;
     let started = state.auth.start_session(source).await?.ok_or_else(|| {
         ApiError::from_reason(reason::UNAUTHENTICATED, "the bearer token is not valid")
     })?;

@@ -18,7 +18,7 @@
 //! | `SNUG_REQUEST_TIMEOUT` | `60s` | per-request deadline (a shorter client `grpc-timeout` wins) |
 //! | `SNUG_CONCURRENCY_LIMIT` | `64` | gRPC requests in flight across connections; beyond it, shed with UNAVAILABLE/`OVERLOADED` (health checks exempt) |
 //! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
-//! | `SNUG_UPLOAD_BUDGET_MIB` | `128` | MiB of uploads buffered at once: one budget for the services of a process (container, schema, materialize; the sync service streams into its store), another for its gateway (`PUT /userdb` bodies); an upload is admitted for its declared length (its limit when undeclared) before its first byte is read |
+//! | `SNUG_UPLOAD_BUDGET_MIB` | `128` | MiB of uploads buffered at once, one budget for the services of a process (container, schema, materialize, and the sync service, which holds a pushed image while it validates it; the gateway streams bodies on and holds none); an upload is admitted for its declared length (its limit when undeclared) before its first byte is read |
 //! | `SNUG_UPLOAD_BUDGET_WAIT` | `5s` | how long an upload waits for room in its budget before it is refused: gRPC UNAVAILABLE/`OVERLOADED`, HTTP 503 `OVERLOADED` with `Retry-After` |
 //! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
 //! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format; where the gateway runs (`serve`, `serve gateway`) with auth on, also the admin API `snug.admin.v1` (gRPC, h2c) |
@@ -48,6 +48,8 @@
 //! | `SNUG_SYNC_GRACE` | `24h` | a superseded revision is kept at least this long |
 //! | `SNUG_SYNC_ORPHAN_AFTER` | `24h` | an unfinished put's objects are reclaimed after this long |
 //! | `SNUG_SYNC_RECLAIM_INTERVAL` | `10m` | time between reclamation passes; `0` turns them off |
+//! | `SNUG_SYNC_CONCURRENCY` | CPUs | image jobs at once: validating a pushed image, assembling a pushed delta, answering a pull's delta; each may hold a few copies of an image |
+//! | `SNUG_SYNC_QUEUE_TIMEOUT` | `10s` | wait for an image job slot before `OVERLOADED` |
 //! | `SNUG_HTTP_LISTEN` | `127.0.0.1:8080` | the gateway's HTTP address |
 //! | `SNUG_AUTH` | off on loopback, on elsewhere | `on` (tokens, sessions) or `off` (the local user; loopback only) |
 //! | `SNUG_CORS_ORIGINS` | — | comma-separated browser origins; required with auth on |
@@ -65,7 +67,7 @@
 //! | `SNUG_PUBLIC_URL` | — (no browser login) | the hub's external base URL; the login's redirect URI is this + `/auth/callback` |
 //! | `SNUG_OIDC_SESSION_MAX_AGE` | `12h` | longest a browser session made from an issuer's token (the login at `/auth/login`, or `POST /auth/session` with a JWT) is admitted after that token was presented, checked on every request against this setting (at most the 7 days of every session; not `0`); then the browser logs in again and the issuer's claims, `SNUG_OIDC_REQUIRED_CLAIM` included, are checked again |
 //! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | least time between two fetches of one issuer's keys (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
-//! | `SNUG_SCHEMA_ADDR`, `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501); `SNUG_SYNC_ADDR` (`--sync-addr`) is also the sync service `users` and `sync check\|usage\|erase` ask instead of opening the store |
+//! | `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501); `SNUG_SYNC_ADDR` (`--sync-addr`) is also the sync service `users` and `sync check\|usage\|erase` ask instead of opening the store |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
 //! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
@@ -282,7 +284,7 @@ enum ServiceName {
     Materialize,
     /// snug.sync.v1: the hub as a user's sync origin (revisions with compare-and-swap).
     Sync,
-    /// The HTTP gateway (/userdb) alone, against services at SNUG_SCHEMA_ADDR and SNUG_SYNC_ADDR.
+    /// The HTTP gateway (/userdb) alone, against the sync service at SNUG_SYNC_ADDR.
     Gateway,
 }
 
@@ -333,15 +335,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if args.service.is_none() {
                 args.sync.sealer = Sealer::new(args.gateway.zero_copy_cache_bytes());
             }
-            // And the upload budgets: one the process's services share (they never call each
-            // other), one for its gateway, whose uploads go on to those services and so must not
-            // draw on the budget they wait for.
+            // And the upload budget the process's services share (they never call each other);
+            // the gateway holds no upload: it streams each body to the service that stores it.
             let services_budget = args.server.upload_budget();
             args.container.upload_budget = services_budget.clone();
             args.schema.upload_budget = services_budget.clone();
             args.sync.upload_budget = services_budget.clone();
             args.materialize.upload_budget = services_budget;
-            args.gateway.upload_budget = args.server.upload_budget();
             let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(args.service))?;
             let served = async {
                 // The gateway roles serve the admin API beside the metrics (they hold the users

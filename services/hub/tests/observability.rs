@@ -1,5 +1,5 @@
 //! Observability of the real `snug-hub` binary, run as separate processes the way a split
-//! deployment runs it: one `PUT /userdb` is one trace across the gateway, schema and sync
+//! deployment runs it: one `PUT /userdb` is one trace across the gateway and sync
 //! processes (exported over OTLP/gRPC to a collector in this test), the admin ports count it by
 //! route template, method, gRPC code and reason, JSON log lines carry the trace ids, and no secret
 //! ever reaches a log line, a span or a metric.
@@ -251,15 +251,13 @@ async fn service(
     (process, grpc, admin)
 }
 
-/// The gateway process in front of `schema` and `sync`: it, its HTTP address and admin address.
+/// The gateway process in front of `sync`: it, its HTTP address and admin address.
 async fn gateway(
     env: &[(&'static str, String)],
-    schema: &str,
     sync: &str,
     extra: &[(&'static str, String)],
 ) -> (Process, SocketAddr, String) {
     let mut env = env.to_vec();
-    env.push(("SNUG_SCHEMA_ADDR", format!("http://{schema}")));
     env.push(("SNUG_SYNC_ADDR", format!("http://{sync}")));
     env.extend_from_slice(extra);
     let mut process = Process::spawn("gateway", &["serve", "gateway"], &env);
@@ -348,10 +346,8 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
         dir.path(),
         "info,snug_rpc=debug,snug_gateway=debug",
     );
-    let (mut schema, schema_addr, schema_admin) = service("schema", "schema", &env).await;
     let (mut sync, sync_addr, sync_admin) = service("sync", "sync", &env).await;
-    let (mut gateway, http_addr, gateway_admin) =
-        gateway(&env, &schema_addr, &sync_addr, &[]).await;
+    let (mut gateway, http_addr, gateway_admin) = gateway(&env, &sync_addr, &[]).await;
     let http = Http::new(http_addr);
     let image = userdb_vector("fresh-v6.export.snug");
 
@@ -513,32 +509,9 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
     .unwrap_or(0.0);
     assert!(stored >= image.len() as f64, "{sync_metrics}");
 
-    let schema_metrics = scrape(&schema_admin).await;
-    let validate = "snug.schema.v1.SchemaService/ValidateSyncImage";
-    assert_eq!(
-        value(
-            &schema_metrics,
-            &format!(
-                r#"snug_grpc_server_requests_total{{method="{validate}",code="OK",reason=""}}"#
-            )
-        ),
-        Some(2.0),
-        "{schema_metrics}"
-    );
-    assert_eq!(
-        value(
-            &schema_metrics,
-            &format!(
-                r#"snug_grpc_server_request_duration_seconds_count{{method="{validate}",code="OK",reason=""}}"#
-            )
-        ),
-        Some(2.0)
-    );
-
     // Stopping flushes the spans still buffered: nothing below waits for a periodic export.
     drop(http);
     let _ = gateway.terminate().await;
-    let _ = schema.terminate().await;
     let sync_log = sync.terminate().await;
 
     let spans = collector.spans();
@@ -552,7 +525,7 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
         .collect();
     assert_eq!(
         services.into_iter().collect::<Vec<_>>(),
-        ["snug-hub-gateway", "snug-hub-schema", "snug-hub-sync"],
+        ["snug-hub-gateway", "snug-hub-sync"],
         "spans: {:#?}",
         spans
             .iter()
@@ -573,7 +546,7 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
         client_span,
         "the gateway continues the client's trace"
     );
-    for (service, method) in [("snug-hub-schema", validate), ("snug-hub-sync", put_image)] {
+    for (service, method) in [("snug-hub-sync", put_image)] {
         let server = in_trace
             .iter()
             .find(|(s, span)| {
@@ -744,11 +717,10 @@ async fn no_secret_reaches_a_log_line_a_span_or_a_metric() {
     let session_secret = "a-session-key-of-at-least-32-characters-7c1e9b";
     let (mut container, container_addr, container_admin) =
         service("container", "container", &env).await;
-    let (mut schema, schema_addr, schema_admin) = service("schema", "schema", &env).await;
+    let (mut schema, _, schema_admin) = service("schema", "schema", &env).await;
     let (mut sync, sync_addr, sync_admin) = service("sync", "sync", &env).await;
     let (mut gateway, http_addr, gateway_admin) = gateway(
         &env,
-        &schema_addr,
         &sync_addr,
         &[
             ("SNUG_AUTH", "on".to_owned()),

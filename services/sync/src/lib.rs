@@ -1,53 +1,45 @@
-//! gRPC service `snug.sync.v1`: the hub as a user's sync origin, a thin adapter over
-//! `snug-revstore`.
+//! gRPC service `snug.sync.v1`: the hub as a user's sync origin, and the one place a revision
+//! is written.
 //!
-//! The store does the work — compare-and-swap of each user's current revision, quota, durable
-//! content-addressed storage, history, ledgers and reclamation; this crate validates requests,
-//! streams bytes between tonic and the store without buffering whole images, and maps the store's
-//! errors to statuses in `status.rs`. [`open_store`] picks the backend from [`SyncConfig`]: the
-//! embedded SQLite store under the data directory (the default, one node) or PostgreSQL (any
-//! number of stateless replicas). [`SyncServer::spawn_reclaimer`] runs retention periodically.
+//! The store (`snug-revstore`) does the keeping — compare-and-swap of each user's current
+//! revision, quota, durable content-addressed storage, history, ledgers and reclamation; this
+//! crate validates requests, owns every write (`write.rs`: PutImage and PutImageDelta receive an
+//! image or a delta, validate the image with `snug_schema::validate_sync_image` in this process,
+//! zero its free space and store it), answers deltas (`delta.rs`), and maps the store's errors
+//! to statuses in `status.rs`. [`open_store`] picks the backend from [`SyncConfig`]: the embedded
+//! SQLite store under the data directory (the default, one node) or PostgreSQL (any number of
+//! stateless replicas). [`SyncServer::spawn_reclaimer`] runs retention periodically.
 //!
 //! Identity: every request carries the user id and principal in a `Caller` message, and the
 //! service trusts it. Only the gateway, which authenticates users, may reach this service; the
 //! deployment's network policy enforces that, not this crate.
 //!
-//! What this crate deliberately does not do: authenticate, look inside images (validating that an
-//! image is a secrets-stripped user database is `snug.schema.v1`'s `ValidateSyncImage`, called by
-//! the gateway), or create an image on first contact.
+//! What this crate deliberately does not do: authenticate, or create an image on first contact.
 //!
 //! # Design notes
 //!
-//! (Moved from ARCHITECTURE.md, which stays a map; the map's paragraph opens it.)
-//!
-//! `snug.sync.v1.SyncService` over `snug-revstore`: ProvisionUser, HeadImage (the current revision or
-//! a named retained one), GetImage, PutImage, ListRevisions, RestoreRevision, ListLedger and
-//! GetStoreStatus (the backend's name and whether it
-//! answers a probe; grpc.health reports the process).
 //! `open_store()` opens the backend `SyncConfig` names: the embedded store in
 //! `$SNUG_DATA_DIR/sync` by default, or PostgreSQL with the connection string from
 //! `SNUG_SYNC_POSTGRES_URL`, which is deliberately not a flag (argv is visible to every local user)
 //! and never printed (`Debug` redacts it).
-//! PutImage hands each decoded chunk straight to the store's body stream, so the store's quota check
-//! refuses an over-quota upload while it streams; a header's `expected_length` over the quota is
-//! refused before any chunk.
+//! A write holds its image whole while it is validated (the verdict needs all of it), admitted
+//! against the process's upload budget for its declared length (or the quota) before its first
+//! chunk; a declared length over the quota is refused before any chunk, and bytes past it as
+//! they arrive. Validation, delta assembly and delta answers run on one bounded pool
+//! (`SNUG_SYNC_CONCURRENCY`), stopped for a caller that went away.
 //! GetImage re-cuts the store's pieces into ≤ 1 MiB chunks without copying and frames them
 //! without copying either (`snug_rpc::framed`); a storage failure mid-stream ends the stream with its
 //! status, never as a short success.
 //! A background task runs a reclamation pass every `SNUG_SYNC_RECLAIM_INTERVAL`.
-//! Delta sync (issue 21, `delta.rs`): PlanImageDelta matches a push manifest against the named
-//! base, AssembleImageDelta rebuilds and verifies an image from a delta without storing it (the
-//! gateway then validates and puts it as a whole one), GetImageDelta answers a pull manifest
-//! with a delta that rebuilds a revision; bases are read with `RevStore::read_revision` (the
-//! caller's own retained revisions only, not in the served ledger), and every refusal is typed
-//! (`status::delta_error`).
 //! `status.rs` holds one exhaustive match per `snug-revstore` error enum, and its reasons are the
-//! store's own `reason()` strings, so the put ledger, the status and the gateway say the same word.
+//! store's own `reason()` strings, so the put ledger, the status and the gateway say the same
+//! word; an image the validation refuses keeps the validation's own reason and metadata.
 //! **Architecture Invariant:** the service trusts the `Caller` (user id and principal) in each
 //! request: the gateway authenticates users and fills it in, and only the gateway may reach this
 //! service (the deployment's network policy enforces it).
-//! **Architecture Invariant:** the service never looks inside an image; the gateway validates a
-//! pushed image with `snug.schema.v1` ValidateSyncImage before it reaches PutImage.
+//! **Architecture Invariant:** no revision is stored without the validation's verdict, and what
+//! is stored is the image with the free space the verdict names zeroed; the revision's SHA-256
+//! is of those bytes.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -58,9 +50,9 @@ mod delta;
 pub mod observe;
 pub mod reason;
 pub mod status;
-mod upload;
+mod write;
 
-use std::{fmt, future::Future, path::PathBuf, time::Duration};
+use std::{fmt, future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
@@ -70,15 +62,15 @@ use snug_proto::sync::v1::{
     sync_service_server::{SyncService, SyncServiceServer},
 };
 use snug_revstore::{
-    AnyStore, DEFAULT_QUOTA_BYTES, IntegrityReport, OpenError, PgConfig, PgStore, PutError,
-    PutRequest, RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
+    AnyStore, DEFAULT_QUOTA_BYTES, IntegrityReport, OpenError, PgConfig, PgStore, RestoreRequest,
+    Retention, RevStore, SqliteStore, StoreConfig,
 };
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
+    blocking::{BlockingPool, concurrency_or_cpus},
     chunks::{self, ResponseStream},
     framed,
     server::{ServerConfig, Services, parse_duration},
-    status::invalid_argument,
 };
 use snug_s3::ObjectsConfig;
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -193,6 +185,13 @@ pub struct SyncConfig {
     /// Not a flag: the composition root builds one budget for every service of the process.
     #[arg(skip)]
     pub upload_budget: snug_rpc::budget::UploadBudget,
+    /// Image jobs (validating a pushed image, assembling and answering deltas) run at once
+    /// (default: the number of CPUs); each holds up to a few copies of an image in memory.
+    #[arg(long = "sync-concurrency", env = "SNUG_SYNC_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// How long an image job waits for a slot before it is refused as OVERLOADED.
+    #[arg(long = "sync-queue-timeout", env = "SNUG_SYNC_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub queue_timeout: Duration,
 }
 
 impl Default for SyncConfig {
@@ -213,6 +212,8 @@ impl Default for SyncConfig {
             orphan_after: retention.orphan_after,
             reclaim_interval: Duration::from_secs(10 * 60),
             upload_budget: snug_rpc::budget::UploadBudget::default(),
+            concurrency: None,
+            queue_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -348,13 +349,26 @@ pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError>
 }
 
 /// The service implementation over an open store; cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SyncServer {
     store: AnyStore,
     quota_bytes: u64,
     keep_revisions: u32,
     reclaim_interval: Duration,
     upload_budget: snug_rpc::budget::UploadBudget,
+    /// Image jobs: validations, delta assembly and answers (`write.rs`, `delta.rs`).
+    pool: Arc<BlockingPool>,
+    /// The clock a validation's import check stamps with.
+    clock: Arc<dyn snug_schema::Clock>,
+}
+
+impl fmt::Debug for SyncServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncServer")
+            .field("store", &self.store)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SyncServer {
@@ -367,7 +381,23 @@ impl SyncServer {
             keep_revisions: config.keep_revisions,
             reclaim_interval: config.reclaim_interval,
             upload_budget: config.upload_budget.clone(),
+            pool: Arc::new(BlockingPool::new(
+                concurrency_or_cpus(config.concurrency),
+                config.queue_timeout,
+                DOMAIN,
+                "image jobs",
+            )),
+            clock: Arc::new(snug_schema::SystemClock),
         }
+    }
+
+    /// Admits `bytes` the service is about to hold against the process's upload budget, or
+    /// refuses as OVERLOADED once the budget's wait is over.
+    async fn admit(&self, bytes: u64) -> Result<snug_rpc::budget::Admission, Status> {
+        self.upload_budget
+            .admit(bytes)
+            .await
+            .map_err(|busy| chunks::busy(DOMAIN, busy))
     }
 
     /// The quota a request is held to: the user's own when the request carries one (the hub's
@@ -557,82 +587,18 @@ impl SyncService for SyncServer {
         &self,
         request: Request<Streaming<pb::PutImageRequest>>,
     ) -> Result<Response<pb::PutImageResponse>, Status> {
-        let mut stream = request.into_inner();
-        let header = match chunks::message(&mut stream, DOMAIN).await? {
-            Some(pb::PutImageRequest {
-                message: Some(pb::put_image_request::Message::Header(header)),
-            }) => header,
-            Some(pb::PutImageRequest {
-                message: Some(pb::put_image_request::Message::Chunk(_)),
-            }) => {
-                return Err(invalid_argument(
-                    DOMAIN,
-                    "header",
-                    "the first message of the stream must be the header",
-                ));
-            }
-            Some(pb::PutImageRequest { message: None }) => {
-                return Err(invalid_argument(
-                    DOMAIN,
-                    "message",
-                    "a stream message carried no field",
-                ));
-            }
-            None => {
-                return Err(invalid_argument(
-                    DOMAIN,
-                    "header",
-                    "the stream ended before its header",
-                ));
-            }
-        };
-        let caller = convert::caller(header.caller, "header.caller")?;
-        let precondition = convert::precondition(header.precondition, "header.precondition")?;
-        let idempotency_key =
-            convert::idempotency_key(header.idempotency_key, "header.idempotency_key")?;
-        // A declared length over the quota (the user's own, when the header carries one) is
-        // refused before a single chunk is read; the store enforces the same quota again on the
-        // bytes that actually arrive.
-        let quota = self.quota(header.quota_bytes);
-        if let Some(len) = header.expected_length
-            && len > quota
-        {
-            tracing::info!(user = %caller.user, declared = len, "refused a declared over-quota image");
-            return Err(status::quota_exceeded(quota));
-        }
-        let violation = upload::Violation::default();
-        let body = upload::body(stream, header.expected_length, violation.clone());
-        let request = PutRequest {
-            user: caller.user,
-            precondition,
-            principal: caller.principal,
-            idempotency_key,
-            // Exact when declared (the body adapter refuses any other length).
-            expected_length: header.expected_length,
-            quota_bytes: header.quota_bytes,
-        };
-        let user = request.user.clone();
-        match self.store.put(request, body).await {
-            Ok(outcome) => {
-                tracing::info!(
-                    user = %user,
-                    revision = %outcome.info.revision,
-                    size = outcome.info.size,
-                    replayed = outcome.replayed,
-                    "accepted an image"
-                );
-                Ok(Response::new(pb::PutImageResponse {
-                    revision: Some(convert::revision_info(outcome.info)),
-                    replayed: outcome.replayed,
-                }))
-            }
-            // The body was cut short by the client or by a chunk rule: that status says why more
-            // precisely than the store's BODY_ABORTED.
-            Err(PutError::BodyAborted(cause)) => Err(violation
-                .take()
-                .unwrap_or_else(|| status::put_error(PutError::BodyAborted(cause)))),
-            Err(err) => Err(status::put_error(err)),
-        }
+        Ok(Response::new(
+            SyncServer::put_image(self, request.into_inner()).await?,
+        ))
+    }
+
+    async fn put_image_delta(
+        &self,
+        request: Request<Streaming<pb::PutImageDeltaRequest>>,
+    ) -> Result<Response<pb::PutImageResponse>, Status> {
+        Ok(Response::new(
+            SyncServer::put_image_delta(self, request.into_inner()).await?,
+        ))
     }
 
     async fn list_revisions(

@@ -1,7 +1,9 @@
 //! The one place `snug.sync.v1` chooses a reason, and with it the gRPC code: store errors to
 //! `tonic::Status`.
 //!
-//! There is one exhaustive match per `snug-revstore` error enum, so a new variant does not compile
+//! An image refused by the validation every write passes (`write.rs`) keeps the reason and
+//! metadata its domain error states ([`image_refused`]). For the store, there is one exhaustive
+//! match per `snug-revstore` error enum, so a new variant does not compile
 //! until someone picks its code and reason here. Reasons are the store's own (`err.reason()` and
 //! the status always agree; a test checks it), and each code is the reason's own in `snug-reasons`,
 //! which a test checks against the table in `sync.proto`.
@@ -172,6 +174,20 @@ pub fn storage_error(err: StorageError) -> Status {
             )
         }
     }
+}
+
+/// This service's ErrorInfo domain, for the mappings built as [`snug_rpc::status::Mapped`].
+#[derive(Debug)]
+pub enum SyncDomain {}
+
+impl snug_rpc::status::Domain for SyncDomain {
+    const DOMAIN: &'static str = DOMAIN;
+}
+
+/// Maps an image the service refuses to store: the validation's own reason and metadata
+/// (`snug_schema`'s `reasoned.rs`), the words the schema service uses for the same verdict.
+pub fn image_refused(err: snug_schema::SyncImageError) -> Status {
+    snug_rpc::status::Mapped::<SyncDomain>::refused(&err).into()
 }
 
 /// The uniform denial: no such user, no image, a reclaimed or another user's revision.

@@ -13,6 +13,8 @@ use snug_rpc::chunks::Chunked as _;
 use snug_rpc::chunks::{CHUNK_SIZE, MAX_MESSAGE_SIZE, Part};
 use tonic::{Code, transport::Channel};
 
+use snug_revstore::PutError;
+
 use super::*;
 
 /// A running service with its client and a handle on the store behind it.
@@ -113,8 +115,38 @@ fn must_match(revision: &str) -> Option<Condition> {
     Some(Condition::MustMatch(revision.to_owned()))
 }
 
-/// Deterministic bytes, different per seed (xorshift64*).
+/// A valid user database (every write is validated), different per seed, of at most `len`
+/// bytes or the smallest one there is ([`snug_test_support::userdb::filled`]), in the form the
+/// service stores it (free space zeroed), so what a test sends is what it gets back.
 fn image(seed: u64, len: usize) -> Bytes {
+    stored(&snug_test_support::userdb::filled(len, seed))
+}
+
+/// `bytes`, a SQLite image, in the form the service stores it: its free space zeroed.
+fn stored(bytes: &[u8]) -> Bytes {
+    Bytes::from(snug_schema::scrub_free_space(bytes).expect("a walkable SQLite image"))
+}
+
+/// A copy of `image` with `sql` applied ([`snug_test_support::userdb::edited`]), in the form
+/// the service stores it: an edit of a user's file, as a device makes one.
+fn edit(image: &[u8], sql: &str) -> Bytes {
+    stored(&snug_test_support::userdb::edited(image, sql))
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The gRPC code `snug-reasons` gives the sync reason `name`, which every status carrying it
+/// must have.
+#[track_caller]
+fn reason_code(name: &str) -> Code {
+    snug_rpc::status::code_of(reason::REASONS.find(name).expect("a sync reason"))
+}
+
+/// Bytes that are no user database: for the refusals made before any validation.
+fn noise(seed: u64, len: usize) -> Bytes {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
@@ -193,6 +225,23 @@ async fn put(
         .send(hub)
         .await?;
     Ok(response.revision.expect("revision"))
+}
+
+/// Stores `bytes` for `user` through the store itself, past the service's validation: for the
+/// suites about storage whose premise needs bytes no user database has (no page repeating).
+async fn put_unvalidated(hub: &Hub, user: &str, bytes: &Bytes) -> String {
+    use snug_revstore::{Precondition, Principal, PutRequest, RevStore as _, UserId};
+    let request = PutRequest {
+        user: UserId::new(user).expect("user id"),
+        precondition: Precondition::MustNotExist,
+        principal: Principal::new("test/direct").expect("principal"),
+        idempotency_key: None,
+        expected_length: Some(bytes.len() as u64),
+        quota_bytes: None,
+    };
+    let body = futures::stream::iter([Ok(bytes.clone())]);
+    let outcome = hub.store.put(request, body).await.expect("put");
+    outcome.info.revision.to_string()
 }
 
 async fn provision(hub: &mut Hub, user: &str) -> bool {
@@ -371,7 +420,7 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
         return;
     };
     provision(&mut hub, "alice").await;
-    let (v1, v2, v3) = (image(1, 5000), image(2, 5000), image(3, 5000));
+    let (v1, v2, v3) = (image(1, 0), image(2, 0), image(3, 0));
 
     // No image yet: must-match anything is a mismatch that reports no current revision.
     let status = assert_refused(
@@ -385,7 +434,7 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
         .await
         .expect("first write");
     assert_eq!(r1.sha256, sha256_hex(&v1));
-    assert_eq!(r1.size, 5000);
+    assert_eq!(r1.size, v1.len() as u64);
     assert_eq!(r1.base, None);
 
     // A second first write: mismatch, with the current revision to rebase on.
@@ -477,36 +526,54 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
 }
 
 async fn quota_boundary_is_exact_whether_declared_or_not(backend: Backend) {
-    // Over two chunks, so the refusal happens mid-stream rather than on the first message.
-    const QUOTA: u64 = 2 * CHUNK_SIZE as u64 + 10;
-    let Some(mut hub) = start(backend, |c| c.quota_bytes = QUOTA).await else {
+    // An image is whole pages, so the quota is the length of the one accepted at it. Over two
+    // chunks, so the refusal happens mid-stream rather than on the first message.
+    let exact = image(8, 3 * CHUNK_SIZE);
+    let quota = exact.len() as u64;
+    assert!(quota > 2 * CHUNK_SIZE as u64, "{quota}");
+    let Some(mut hub) = start(backend, |c| c.quota_bytes = quota).await else {
         return;
     };
     for (user, declare_length) in [("declared", true), ("undeclared", false)] {
         provision(&mut hub, user).await;
+        // One byte over: refused on the length alone, before any validation could look.
         let over = Put {
             declare_length,
-            ..Put::new(user, must_not_exist(), image(7, QUOTA as usize + 1))
+            ..Put::new(user, must_not_exist(), noise(7, quota as usize + 1))
         };
         let status = assert_refused(
             over.send(&mut hub).await,
             Code::ResourceExhausted,
             reason::QUOTA_EXCEEDED,
         );
-        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(QUOTA.to_string()));
+        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(quota.to_string()));
+        // A valid image one page over is refused the same way.
+        let over = Put {
+            declare_length,
+            ..Put::new(
+                user,
+                must_not_exist(),
+                Bytes::from(snug_test_support::userdb::exactly(quota as usize + 4096, 9)),
+            )
+        };
+        let status = assert_refused(
+            over.send(&mut hub).await,
+            Code::ResourceExhausted,
+            reason::QUOTA_EXCEEDED,
+        );
+        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(quota.to_string()));
         assert_refused(
             head(&mut hub, user, None).await,
             Code::NotFound,
             reason::NOT_FOUND,
         );
 
-        let exact = image(8, QUOTA as usize);
         let at = Put {
             declare_length,
             ..Put::new(user, must_not_exist(), exact.clone())
         };
         let accepted = at.send(&mut hub).await.expect("exactly at the quota");
-        assert_eq!(accepted.revision.expect("revision").size, QUOTA);
+        assert_eq!(accepted.revision.expect("revision").size, quota);
         let (_, bytes, _) = get(&mut hub, user, None).await.expect("get");
         assert_eq!(bytes, exact);
     }
@@ -519,10 +586,11 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
     };
     provision(&mut hub, "alice").await;
     // Two chunks cross the quota and then the client never finishes: only a server that refuses
-    // while streaming answers at all.
+    // while streaming answers at all. The bytes are no database: the quota is judged before the
+    // validation, which would refuse them too, but only after the whole image.
     let put = Put {
         declare_length: false,
-        ..Put::new("alice", must_not_exist(), image(1, 2 * CHUNK_SIZE))
+        ..Put::new("alice", must_not_exist(), noise(1, 2 * CHUNK_SIZE))
     };
     let request = chunks::upload(put.header(), put.bytes.clone()).chain(futures::stream::pending());
     let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
@@ -531,7 +599,7 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
     assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
 
     // A declared length over the quota is refused on the header alone: no chunk is ever sent.
-    let declared = Put::new("alice", must_not_exist(), image(2, QUOTA as usize + 1));
+    let declared = Put::new("alice", must_not_exist(), noise(2, QUOTA as usize + 1));
     let request =
         futures::stream::once(async move { declared.header() }).chain(futures::stream::pending());
     let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
@@ -552,6 +620,7 @@ async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
     provision(&mut hub, "alice").await;
     // Not a multiple of the chunk size, so the last chunk is short.
     let first = image(1, 5 * CHUNK_SIZE / 2);
+    assert_ne!(first.len() % CHUNK_SIZE, 0);
     let r1 = put(&mut hub, "alice", must_not_exist(), &first)
         .await
         .expect("put");
@@ -575,14 +644,15 @@ async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
     let (_, bytes, _) = get(&mut hub, "alice", None).await.expect("get current");
     assert_eq!(bytes, second);
 
-    // An empty image is an image: it round-trips as zero chunks.
-    let r3 = head(&mut hub, "alice", None).await.expect("head").revision;
-    put(&mut hub, "alice", must_match(&r3), &Bytes::new())
-        .await
-        .expect("empty put");
-    let (info, bytes, sizes) = get(&mut hub, "alice", None).await.expect("get empty");
-    assert_eq!((info.size, bytes.len(), sizes.len()), (0, 0, 0));
-    assert_eq!(info.sha256, sha256_hex(b""));
+    // An empty image is no database (every write is validated): refused, and the image stays.
+    let r2 = head(&mut hub, "alice", None).await.expect("head");
+    assert_refused(
+        put(&mut hub, "alice", must_match(&r2.revision), &Bytes::new()).await,
+        reason_code("NOT_SQLITE"),
+        "NOT_SQLITE",
+    );
+    let (info, bytes, _) = get(&mut hub, "alice", None).await.expect("get current");
+    assert_eq!((info, bytes), (r2, second));
 }
 
 /// Downloads through `snug_rpc::framed::client` (as the gateway does): result and payload.
@@ -614,14 +684,18 @@ async fn the_framed_client_reads_what_the_generated_client_reads(backend: Backen
     };
     provision(&mut hub, "alice").await;
     let mut base: Option<String> = None;
-    for (seed, len) in [
-        (1, 0),
-        (2, 1),
-        (3, 100_000),
-        (4, CHUNK_SIZE),
-        (5, 3 * CHUNK_SIZE + 7),
-    ] {
-        let bytes = image(seed, len);
+    // The smallest image, one under a chunk, one of exactly a chunk (no empty chunk after it)
+    // and one whose last chunk is short.
+    let images = [
+        image(1, 0),
+        image(3, 300_000),
+        stored(&snug_test_support::userdb::exactly(CHUNK_SIZE, 4)),
+        image(5, 3 * CHUNK_SIZE + 7),
+    ];
+    assert_eq!(images[2].len(), CHUNK_SIZE);
+    assert_ne!(images[3].len() % CHUNK_SIZE, 0);
+    for bytes in images {
+        let len = bytes.len();
         let condition = match &base {
             None => must_not_exist(),
             Some(rev) => must_match(rev),
@@ -669,12 +743,12 @@ async fn head_reports_the_current_revision_without_bytes(backend: Backend) {
     assert!((0..1_000_000_000).contains(&accepted.nanos), "{accepted:?}");
 }
 
-/// A SQLite database header stamped with storage version `version`, then `len - 100` more bytes.
-fn stamped(version: u32, len: usize) -> Bytes {
-    let mut bytes = image(u64::from(version), len).to_vec();
-    bytes[..16].copy_from_slice(b"SQLite format 3\0");
-    bytes[60..64].copy_from_slice(&version.to_be_bytes());
-    Bytes::from(bytes)
+/// The reference's storage-version-1 user database without its credentials: a file an older
+/// Snug wrote, which a hub accepts (an import would migrate it) and stores as it is.
+fn legacy_v1() -> Bytes {
+    let legacy = std::fs::read(snug_test_support::vector("userdb/legacy-v1.user.sqlite"))
+        .expect("the legacy-v1 vector");
+    edit(&legacy, "DELETE FROM snug_secrets; VACUUM;")
 }
 
 async fn head_names_a_retained_revision_and_every_answer_carries_its_storage_version(
@@ -684,22 +758,22 @@ async fn head_names_a_retained_revision_and_every_answer_carries_its_storage_ver
         return;
     };
     provision(&mut hub, "alice").await;
-    let v6 = stamped(6, 9000);
-    let v7 = stamped(7, 5000);
-    let opaque = image(3, 5000);
+    let v6 = image(6, 200_000);
+    let v1 = legacy_v1();
+    let other = image(3, 0);
     let r1 = put(&mut hub, "alice", must_not_exist(), &v6)
         .await
         .expect("r1");
-    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &v7)
+    let r2 = put(&mut hub, "alice", must_match(&r1.revision), &v1)
         .await
         .expect("r2");
-    let r3 = put(&mut hub, "alice", must_match(&r2.revision), &opaque)
+    let r3 = put(&mut hub, "alice", must_match(&r2.revision), &other)
         .await
         .expect("r3");
-    // Recorded as accepted, never judged: a version newer than any hub is reported as such.
+    // Each revision carries the version its own bytes are stamped with, as it was stored.
     assert_eq!(
         [r1.storage_version, r2.storage_version, r3.storage_version],
-        [Some(6), Some(7), None]
+        [Some(6), Some(1), Some(6)]
     );
 
     // Head of the current image, and of each retained revision by name.
@@ -715,7 +789,7 @@ async fn head_names_a_retained_revision_and_every_answer_carries_its_storage_ver
         .into_iter()
         .map(|r| r.storage_version)
         .collect();
-    assert_eq!(listed, [None, Some(7), Some(6)]);
+    assert_eq!(listed, [Some(6), Some(1), Some(6)]);
     let (info, bytes, _) = get(&mut hub, "alice", Some(&r1.revision))
         .await
         .expect("get r1");
@@ -727,13 +801,13 @@ async fn head_names_a_retained_revision_and_every_answer_carries_its_storage_ver
         .expect("restore")
         .revision
         .expect("revision");
-    assert_eq!(restored.storage_version, Some(7));
+    assert_eq!(restored.storage_version, Some(1));
     assert_eq!(
         head(&mut hub, "alice", None)
             .await
             .expect("head")
             .storage_version,
-        Some(7)
+        Some(1)
     );
 
     // A head names no served download: the served ledger records only the get above.
@@ -1128,7 +1202,7 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
             "a chunk over 1 MiB",
             vec![
                 header.clone(),
-                pb::PutImageRequest::chunk(image(2, CHUNK_SIZE + 1)),
+                pb::PutImageRequest::chunk(noise(2, CHUNK_SIZE + 1)),
             ],
             "chunk",
         ),
@@ -1519,10 +1593,17 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
         return;
     };
     provision(&mut hub, "alice").await;
-    let bytes = image(7, 5 * CHUNK_SIZE);
-    let stored = put(&mut hub, "alice", must_not_exist(), &bytes)
-        .await
-        .expect("put");
+    // Noise, stored past the validation: the pack then holds the image's bytes in order, so an
+    // offset in the image is the same offset in the pack (a user database repeats pages).
+    let bytes = noise(7, 5 * CHUNK_SIZE);
+    let chunk_size = hub.config.store_config().chunk_size as usize;
+    let distinct: std::collections::HashSet<&[u8]> = bytes.chunks(chunk_size).collect();
+    assert_eq!(
+        distinct.len(),
+        bytes.len().div_ceil(chunk_size),
+        "the premise: no chunk of the image repeats"
+    );
+    let stored = put_unvalidated(&hub, "alice", &bytes).await;
     let sound = check_store(&mut hub).await;
     let last = sound.last().expect("a message");
     assert_eq!(
@@ -1538,7 +1619,7 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
         .client
         .get_image(pb::GetImageRequest {
             caller: caller("alice", "device-b"),
-            revision: Some(stored.revision.clone()),
+            revision: Some(stored.clone()),
         })
         .await
         .expect("the download starts")
@@ -1605,22 +1686,13 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
     assert_eq!(report.last().expect("last").images_checked, 1);
 }
 
-/// Delta sync (issue 21): the three RPCs, one helper each.
+/// Delta sync (issue 21): the RPCs, one helper each.
 mod delta {
     use snug_delta::{Delta, Manifest, PageId};
 
     use super::*;
 
     pub(super) const PAGE: u32 = 4096;
-
-    /// An image of `pages` pages where page `i` is seeded by `seeds[i]`.
-    pub(super) fn paged(seeds: &[u64]) -> Bytes {
-        let mut out = Vec::new();
-        for seed in seeds {
-            out.extend_from_slice(&image(*seed, PAGE as usize));
-        }
-        Bytes::from(out)
-    }
 
     pub(super) async fn collect<M: snug_rpc::chunks::Chunked>(
         mut stream: Streaming<M>,
@@ -1636,6 +1708,7 @@ mod delta {
         manifest: Vec<u8>,
     ) -> Result<(pb::PlanImageDeltaResult, Vec<u8>), Status> {
         let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
+            expected_length: None,
             caller: caller(user, "device-a"),
             base_revision: base.to_owned(),
             quota_bytes: None,
@@ -1648,6 +1721,7 @@ mod delta {
         collect(stream).await
     }
 
+    /// The deprecated AssembleImageDelta: the image the delta builds, stored nowhere.
     pub(super) async fn assemble(
         hub: &mut Hub,
         user: &str,
@@ -1665,6 +1739,27 @@ mod delta {
             .await?
             .into_inner();
         collect(stream).await
+    }
+
+    /// PutImageDelta, its length declared.
+    pub(super) async fn put(
+        hub: &mut Hub,
+        user: &str,
+        base: &str,
+        delta: Vec<u8>,
+        idempotency_key: Option<&str>,
+    ) -> Result<pb::PutImageResponse, Status> {
+        let header = pb::PutImageDeltaRequest::header(pb::PutImageDeltaHeader {
+            caller: caller(user, "device-a"),
+            base_revision: base.to_owned(),
+            idempotency_key: idempotency_key.map(str::to_owned),
+            expected_length: Some(delta.len() as u64),
+            quota_bytes: None,
+        });
+        hub.client
+            .put_image_delta(chunks::upload(header, Bytes::from(delta)))
+            .await
+            .map(Response::into_inner)
     }
 
     pub(super) async fn pull(
@@ -1695,6 +1790,7 @@ mod delta {
         manifest: Vec<u8>,
     ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
         let header = pb::GetImageDeltaRequest::header(pb::GetImageDeltaHeader {
+            expected_length: None,
             caller: caller(user, "device-b"),
             revision: revision.map(str::to_owned),
             base_revision: base.map(str::to_owned),
@@ -1709,7 +1805,8 @@ mod delta {
         collect(stream).await
     }
 
-    /// Plans `new` against `base` and sends the delta the plan asks for.
+    /// Plans `new` against `base` and sends the delta the plan asks for to the deprecated
+    /// AssembleImageDelta.
     pub(super) async fn push_delta(
         hub: &mut Hub,
         user: &str,
@@ -1733,17 +1830,61 @@ mod delta {
         PageId::of(page)
     }
 
-    /// An image of overflow-like pages, page `i` naming page `i + 2` (its successor, counted
-    /// from 1) in its first four bytes, then the bytes `seeds[i]` makes: inserting a page early
-    /// changes every later page by those four bytes.
-    pub(super) fn chained(seeds: &[u64]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for (i, seed) in seeds.iter().enumerate() {
-            out.extend_from_slice(&(i as u32 + 2).to_be_bytes());
-            out.extend_from_slice(&image(*seed, PAGE as usize - 4));
-            // The first byte is 0: never read as a b-tree page.
-        }
-        out
+    /// The delta that builds `target` from `base` as a client makes it from a plan: the pages
+    /// the base has are copied, the rest sent.
+    pub(super) fn to(base: &[u8], target: &[u8]) -> Delta {
+        let manifest = Manifest::of(target, PAGE).expect("manifest");
+        let layout = snug_delta::plan(
+            &manifest,
+            &snug_delta::Source::ids(&snug_delta::page_ids(base, PAGE)),
+        );
+        Delta::build(layout, target, None)
+    }
+
+    /// The pages of `target` that `base` does not have, by id.
+    pub(super) fn changed_pages(base: &[u8], target: &[u8]) -> usize {
+        let ids: std::collections::HashSet<PageId> =
+            snug_delta::page_ids(base, PAGE).into_iter().collect();
+        snug_delta::page_ids(target, PAGE)
+            .iter()
+            .filter(|id| !ids.contains(id))
+            .count()
+    }
+
+    /// `base` with its seed setting's value replaced: an edit of one row, which changes the
+    /// page it is on and the database header's.
+    pub(super) fn edited(base: &[u8], value: &str) -> Bytes {
+        edit(
+            base,
+            &format!("UPDATE snug_settings SET value = '\"{value}\"' WHERE key = 'test:seed';"),
+        )
+    }
+
+    /// The overflow pages the long setting of [`moved`] takes.
+    pub(super) const CHAIN: usize = 24;
+
+    /// A user database whose settings hold a value spanning a chain of [`CHAIN`] overflow
+    /// pages, and the same database with a long profile row added, both VACUUMed as an export
+    /// is. The profile is copied before the settings, so its new overflow page moves every
+    /// later page by one: each overflow page of the chain, which names its successor, and the
+    /// settings page that names the chain's first, change by those four bytes only.
+    pub(super) fn moved() -> (Bytes, Bytes) {
+        let long = hex::encode(noise(91, CHAIN * PAGE as usize / 2 - 64));
+        let first = edit(
+            &image(91, 0),
+            &format!(
+                "INSERT INTO snug_settings (key, value) VALUES ('test:long', '\"{long}\"'); VACUUM;"
+            ),
+        );
+        let early = hex::encode(noise(92, 2500));
+        let second = edit(
+            &first,
+            &format!(
+                "INSERT INTO snug_profile (key, value) VALUES ('test:early', '\"{early}\"'); \
+                 VACUUM;"
+            ),
+        );
+        (first, second)
     }
 }
 
@@ -1752,33 +1893,43 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
         return;
     };
     provision(&mut hub, "alice").await;
-    let first = delta::paged(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    let first = image(71, 32 * delta::PAGE as usize);
     let r1 = put(&mut hub, "alice", must_not_exist(), &first)
         .await
         .expect("first");
-    // A page inserted early: every later page shifts by one.
-    let second = delta::paged(&[1, 2, 99, 3, 4, 5, 6, 7, 8]);
+    // An edit of one row: its page and the header's change, the rest are the base's.
+    let second = delta::edited(&first, "changed on device a");
+    let changed = delta::changed_pages(&first, &second);
+    assert!((1..=2).contains(&changed), "{changed} pages changed");
     let manifest = snug_delta::Manifest::of(&second, delta::PAGE).expect("manifest");
     let (planned, _) = delta::plan(&mut hub, "alice", &r1.revision, manifest.encode())
         .await
         .expect("plan");
-    assert_eq!(planned.literal_pages, 1, "only the new page is asked for");
+    assert_eq!(
+        planned.literal_pages, changed as u64,
+        "only the changed pages are asked for"
+    );
     assert_eq!(planned.base.expect("base").revision, r1.revision);
+    // The deprecated AssembleImageDelta answers the image and stores nothing.
     let (result, assembled) = delta::push_delta(&mut hub, "alice", &r1.revision, &second)
         .await
         .expect("assemble");
     assert_eq!(assembled, second.to_vec());
     assert_eq!(hex::encode(&result.sha256), sha256_hex(&second));
-    // Assembling stores nothing: the image is still r1 until someone puts it.
     assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
-    let r2 = put(
+    // PutImageDelta stores the image the same delta builds.
+    let r2 = delta::put(
         &mut hub,
         "alice",
-        must_match(&r1.revision),
-        &Bytes::from(assembled),
+        &r1.revision,
+        delta::to(&first, &second).encode(),
+        None,
     )
     .await
-    .expect("second");
+    .expect("second")
+    .revision
+    .expect("revision");
+    assert_eq!(r2.sha256, sha256_hex(&second));
 
     // Pull: a device holding the first image downloads the second as a delta.
     let theirs = snug_delta::Manifest::of(&first, delta::PAGE).expect("manifest");
@@ -1786,11 +1937,8 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
         .await
         .expect("pull");
     assert_eq!(result.revision.expect("revision"), r2);
-    assert!(
-        wire.len() < 2 * delta::PAGE as usize,
-        "{} bytes",
-        wire.len()
-    );
+    let bound = (changed + 1) * delta::PAGE as usize;
+    assert!(wire.len() < bound, "{} bytes", wire.len());
     let delta =
         snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
@@ -1798,11 +1946,7 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
     let (_, wire) = delta::pull_from(&mut hub, "alice", None, Some(&r1.revision), Vec::new())
         .await
         .expect("pull from a base");
-    assert!(
-        wire.len() < 2 * delta::PAGE as usize,
-        "{} bytes",
-        wire.len()
-    );
+    assert!(wire.len() < bound, "{} bytes", wire.len());
     let delta =
         snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
@@ -1837,27 +1981,17 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     };
     provision(&mut hub, "alice").await;
     provision(&mut hub, "bob").await;
-    let first = delta::paged(&[1, 2, 3, 4]);
+    let first = image(72, 0);
     let r1 = put(&mut hub, "alice", must_not_exist(), &first)
         .await
         .expect("first");
-    let bobs = put(
-        &mut hub,
-        "bob",
-        must_not_exist(),
-        &delta::paged(&[1, 2, 3, 5]),
-    )
-    .await
-    .expect("bob's");
-    let new = delta::paged(&[1, 2, 9, 4]);
+    let bobs = put(&mut hub, "bob", must_not_exist(), &image(73, 0))
+        .await
+        .expect("bob's");
+    let new = delta::edited(&first, "new");
     let manifest = snug_delta::Manifest::of(&new, delta::PAGE).expect("manifest");
-    let good = {
-        let layout = snug_delta::plan(
-            &manifest,
-            &snug_delta::Source::ids(&snug_delta::page_ids(&first, delta::PAGE)),
-        );
-        snug_delta::Delta::build(layout, &new, None)
-    };
+    let good = delta::to(&first, &new);
+    assert!(good.layout.literal_count() >= 1);
 
     // Another user's revision, an unknown one and a malformed one as a base.
     for base in [bobs.revision.as_str(), "r9-0123456789abcdef"] {
@@ -1865,12 +1999,15 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
         assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
         let refused = delta::assemble(&mut hub, "alice", base, good.encode()).await;
         assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+        let refused = delta::put(&mut hub, "alice", base, good.encode(), None).await;
+        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
     }
     let refused = delta::plan(&mut hub, "alice", "not a revision", manifest.encode()).await;
     assert_refused(refused, Code::InvalidArgument, "INVALID_ARGUMENT");
 
     // Hostile deltas: a literal page that does not hash to its id, a claimed SHA-256 the bytes
     // do not have, runs that overlap or reach past the base, a page count over the quota.
+    let source_pages = (first.len() / delta::PAGE as usize) as u32;
     let mut lying_page = good.clone();
     let at = lying_page.literals.len() - 1;
     lying_page.literals[at] ^= 1;
@@ -1879,7 +2016,7 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     let mut out_of_range = good.clone();
     out_of_range.layout.runs[0] = snug_delta::Run::Copy {
         to: 0,
-        from: 3,
+        from: source_pages - 1,
         count: 2,
     };
     let mut duplicate = good.clone();
@@ -1893,19 +2030,44 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     );
     let mut over_quota = good.clone();
     over_quota.layout.geometry.length = snug_revstore::DEFAULT_QUOTA_BYTES + 1;
-    let cases = [
-        (lying_page, Code::InvalidArgument, "DELTA_PAGE_MISMATCH"),
-        (lying_digest, Code::InvalidArgument, "DELTA_DIGEST_MISMATCH"),
-        (out_of_range, Code::InvalidArgument, "DELTA_INVALID"),
-        (duplicate, Code::InvalidArgument, "DELTA_INVALID"),
-        (over_quota, Code::ResourceExhausted, "QUOTA_EXCEEDED"),
+    let mut cases = vec![
+        (
+            lying_page.encode(),
+            Code::InvalidArgument,
+            "DELTA_PAGE_MISMATCH",
+        ),
+        (
+            lying_digest.encode(),
+            Code::InvalidArgument,
+            "DELTA_DIGEST_MISMATCH",
+        ),
+        (
+            out_of_range.encode(),
+            Code::InvalidArgument,
+            "DELTA_INVALID",
+        ),
+        (duplicate.encode(), Code::InvalidArgument, "DELTA_INVALID"),
+        (
+            over_quota.encode(),
+            Code::ResourceExhausted,
+            "QUOTA_EXCEEDED",
+        ),
+        (b"SDD1".to_vec(), Code::InvalidArgument, "DELTA_INVALID"),
     ];
-    for (delta, code, expected) in cases {
-        let refused = delta::assemble(&mut hub, "alice", &r1.revision, delta.encode()).await;
+    // A delta made against other bytes than the base (here one page shorter): as good as a
+    // base that is gone.
+    cases.push((
+        delta::to(&first[..first.len() - delta::PAGE as usize], &new).encode(),
+        Code::FailedPrecondition,
+        "DELTA_BASE_GONE",
+    ));
+    // Each refused alike by the deprecated AssembleImageDelta and by PutImageDelta.
+    for (wire, code, expected) in cases {
+        let refused = delta::assemble(&mut hub, "alice", &r1.revision, wire.clone()).await;
+        assert_refused(refused, code, expected);
+        let refused = delta::put(&mut hub, "alice", &r1.revision, wire, None).await;
         assert_refused(refused, code, expected);
     }
-    let refused = delta::assemble(&mut hub, "alice", &r1.revision, b"SDD1".to_vec()).await;
-    assert_refused(refused, Code::InvalidArgument, "DELTA_INVALID");
     // A manifest with one id too few, and one whose page count is over the quota.
     let mut short = manifest.encode();
     short.truncate(short.len() - 8);
@@ -1919,9 +2081,19 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     let too_long = vec![0; delta::limits().max_manifest_len() as usize + 1];
     let refused = delta::plan(&mut hub, "alice", &r1.revision, too_long).await;
     assert_refused(refused, Code::ResourceExhausted, "TOO_LARGE");
-    // Nothing was stored: the image is r1, and bob's is his.
+    // Nothing was stored or ledgered: the image is r1, and bob's is his.
     assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
     assert_eq!(history(&mut hub, "alice").await.len(), 1);
+    let ledger = hub
+        .client
+        .list_ledger(pb::ListLedgerRequest {
+            caller: caller("alice", "alice"),
+            limit: 0,
+        })
+        .await
+        .expect("ledger")
+        .into_inner();
+    assert_eq!(ledger.writes.len(), 1, "{:?}", ledger.writes);
     // The pull of another user's revision is the uniform denial.
     let refused = delta::pull(&mut hub, "alice", Some(&bobs.revision), manifest.encode()).await;
     assert_refused(refused, Code::NotFound, "NOT_FOUND");
@@ -1935,20 +2107,27 @@ async fn a_plan_reveals_nothing_about_other_users_pages(backend: Backend) {
     };
     provision(&mut hub, "alice").await;
     provision(&mut hub, "bob").await;
-    let r1 = put(&mut hub, "alice", must_not_exist(), &delta::paged(&[1, 2]))
+    let alices = image(75, 0);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &alices)
         .await
         .expect("alice");
-    let bobs = delta::paged(&[7, 8]);
+    let bobs = image(76, 0);
     put(&mut hub, "bob", must_not_exist(), &bobs)
         .await
         .expect("bob");
-    // Alice's new image holds one of bob's pages and one page nobody has: both are asked for.
-    let mut new = delta::paged(&[1, 2, 3]).to_vec();
-    new.extend_from_slice(&bobs[..delta::PAGE as usize]);
-    assert_eq!(
-        delta::id(&new[3 * delta::PAGE as usize..]),
-        delta::id(&bobs[..delta::PAGE as usize])
-    );
+    // A page of bob's image that alice's does not hold.
+    let page = delta::PAGE as usize;
+    let alices_ids: Vec<snug_delta::PageId> = snug_delta::page_ids(&alices, delta::PAGE);
+    let bobs_page = bobs
+        .chunks(page)
+        .find(|p| !alices_ids.contains(&delta::id(p)))
+        .expect("bob's image has a page of its own");
+    // Alice's new image holds that page of bob's and one page nobody has: both are asked for.
+    // (A plan only names pages; the image it is for is never validated.)
+    let mut new = alices.to_vec();
+    new.extend_from_slice(&noise(77, page));
+    new.extend_from_slice(bobs_page);
+    assert_eq!(delta::id(&new[new.len() - page..]), delta::id(bobs_page));
     let manifest = snug_delta::Manifest::of(&new, delta::PAGE).expect("manifest");
     let (planned, _) = delta::plan(&mut hub, "alice", &r1.revision, manifest.encode())
         .await
@@ -1966,23 +2145,17 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
         return;
     };
     provision(&mut hub, "alice").await;
-    let seeds: Vec<u64> = (1..=24).collect();
-    let first = delta::chained(&seeds);
-    let mut moved = seeds.clone();
-    moved.insert(1, 99);
-    let second = delta::chained(&moved);
-    let r1 = put(
-        &mut hub,
-        "alice",
-        must_not_exist(),
-        &Bytes::from(first.clone()),
-    )
-    .await
-    .expect("first");
+    let (first, second) = delta::moved();
+    let changed = delta::changed_pages(&first, &second);
+    assert!(changed > delta::CHAIN, "{changed} pages changed");
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("first");
     let limits = delta::limits();
 
-    // Push: a plan for a manifest with shapes sends the new page and patches the 23 after it
-    // (the first page still names page 2, now the new one).
+    // Push: a plan for a manifest with shapes asks for the three pages the new row is on (the
+    // profile's table and index pages, and its overflow page) and patches every other changed
+    // page: the chain's, and the pages that name moved ones (the settings page, the header's).
     let shaped = snug_delta::Manifest::with_shapes(&second, delta::PAGE).expect("manifest");
     let (planned, layout) = delta::plan(&mut hub, "alice", &r1.revision, shaped.encode())
         .await
@@ -1990,20 +2163,20 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
     let layout = snug_delta::Layout::parse_plan(&layout, &limits).expect("the plan parses");
     assert_eq!(
         (planned.literal_pages, layout.patched_count()),
-        (1, 23),
+        (3, changed as u64 - 3),
         "{:?}",
         layout.runs
     );
     let wire = Delta::build(layout, &second, None).encode();
     assert!(
-        wire.len() < 3 * delta::PAGE as usize,
-        "{} bytes",
+        wire.len() < 4 * delta::PAGE as usize,
+        "{} bytes for {changed} changed pages",
         wire.len()
     );
-    let (_, assembled) = delta::assemble(&mut hub, "alice", &r1.revision, wire)
+    let (_, assembled) = delta::assemble(&mut hub, "alice", &r1.revision, wire.clone())
         .await
         .expect("assemble");
-    assert_eq!(assembled, second);
+    assert_eq!(assembled, second.to_vec());
     let (planned, _) = delta::plan(
         &mut hub,
         "alice",
@@ -2014,15 +2187,17 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
     )
     .await
     .expect("plan");
-    assert_eq!(planned.literal_pages, 24, "no shapes, no patches");
-    let r2 = put(
-        &mut hub,
-        "alice",
-        must_match(&r1.revision),
-        &Bytes::from(second.clone()),
-    )
-    .await
-    .expect("second");
+    assert_eq!(
+        planned.literal_pages, changed as u64,
+        "no shapes, no patches"
+    );
+    // The patched delta is what PutImageDelta stores.
+    let r2 = delta::put(&mut hub, "alice", &r1.revision, wire, None)
+        .await
+        .expect("second")
+        .revision
+        .expect("revision");
+    assert_eq!(r2.sha256, sha256_hex(&second));
 
     // Pull against r1: patched only when asked.
     for accept_patches in [true, false] {
@@ -2038,14 +2213,13 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
         .expect("pull");
         assert_eq!(result.revision.expect("revision"), r2);
         let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
-        assert_eq!(delta.assemble(&first).expect("assemble"), second);
+        assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
         let patched = delta.layout.patched_count();
         if accept_patches {
-            // The 23 moved pages, and the first page, which against a base always carries its
-            // database header (the client's file is its own export of r1).
-            assert_eq!(patched, 24, "{:?}", delta.layout.runs);
+            // At least every changed page but the new row's three, the header's among them.
+            assert!(patched >= changed as u64 - 3, "{:?}", delta.layout.runs);
             assert!(
-                wire.len() < 2 * delta::PAGE as usize,
+                wire.len() < 4 * delta::PAGE as usize,
                 "{} bytes",
                 wire.len()
             );
@@ -2063,7 +2237,7 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
             .await
             .expect("pull");
         let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
-        assert_eq!(delta.assemble(&first).expect("assemble"), second);
+        assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
         assert_eq!(delta.layout.patched_count() > 0, shapes);
     }
 }
@@ -2102,18 +2276,39 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     };
     provision(&mut hub, "alice").await;
     provision(&mut hub, "bob").await;
-    let page = 4096;
-    let v1 = image(31, 4 * page);
-    let mut v2 = v1[..2 * page].to_vec();
-    v2.extend_from_slice(&image(32, 2 * page));
-    let v2 = Bytes::from(v2);
+    // Each image is an edit of the one before (a row on one page, and the header's page): the
+    // store's chunks are its pages, most of them shared.
+    let page = hub.config.store_config().chunk_size as usize;
+    let v1 = image(31, 0);
+    let v2 = edit(
+        &v1,
+        "UPDATE snug_settings SET value = '\"second\"' WHERE key = 'test:seed';",
+    );
+    let theirs = edit(
+        &v2,
+        "UPDATE snug_settings SET value = '\"bob\"' WHERE key = 'test:seed';",
+    );
+    let pages = |images: &[&Bytes]| -> std::collections::HashSet<Vec<u8>> {
+        images
+            .iter()
+            .flat_map(|image| image.chunks(page).map(<[u8]>::to_vec))
+            .collect()
+    };
+    let only_history = pages(&[&v1]).difference(&pages(&[&v2])).count();
+    let only_alice = pages(&[&v1, &v2]).difference(&pages(&[&theirs])).count();
+    // The premises: the history holds pages the current image does not, and bob's image shares
+    // all but a few of alice's.
+    assert!(only_history >= 1, "{only_history}");
+    assert!(
+        only_alice > only_history && only_alice < v1.len() / page / 4,
+        "{only_alice}"
+    );
     let r1 = put(&mut hub, "alice", must_not_exist(), &v1)
         .await
         .expect("r1");
     put(&mut hub, "alice", must_match(&r1.revision), &v2)
         .await
         .expect("r2");
-    let theirs = Bytes::from(v2[..2 * page].to_vec());
     put(&mut hub, "bob", must_not_exist(), &theirs)
         .await
         .expect("bob");
@@ -2122,8 +2317,8 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     assert_eq!(
         usage,
         pb::GetUsageResponse {
-            current_bytes: 4 * page as u64,
-            history_bytes: 2 * page as u64,
+            current_bytes: v2.len() as u64,
+            history_bytes: (only_history * page) as u64,
             revisions: 2,
             retained_revisions: 2,
         }
@@ -2131,10 +2326,10 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     let report = erase_user(&mut hub, "alice").await.expect("erase");
     assert_eq!(report.revisions, 2, "{report:?}");
     assert_eq!(
-        report.chunks, 4,
-        "the four pages only alice had: {report:?}"
+        report.chunks, only_alice as u64,
+        "the pages only alice had: {report:?}"
     );
-    assert_eq!(report.bytes, 4 * page as u64, "{report:?}");
+    assert_eq!(report.bytes, (only_alice * page) as u64, "{report:?}");
     assert_eq!(report.ledger_rows_scrubbed, 2, "{report:?}");
     assert_refused(
         head(&mut hub, "alice", None).await,
@@ -2201,16 +2396,22 @@ async fn admin_rpcs_refuse_a_bad_user_id(backend: Backend) {
 /// replaces the configured one in both directions, for a declared length and for the bytes as
 /// they stream, and QUOTA_EXCEEDED names it. The delta RPCs take it the same way.
 async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
-    const QUOTA: u64 = 10_000;
-    let Some(mut hub) = start(backend, |c| c.quota_bytes = QUOTA).await else {
+    // The user's own quota is the length of a valid image accepted at it (an image is whole
+    // pages); the configured one is well under it.
+    let exact = image(43, 300_000);
+    let higher = exact.len() as u64;
+    let configured = higher / 3;
+    let Some(mut hub) = start(backend, |c| c.quota_bytes = configured).await else {
         return;
     };
     for (user, declare_length) in [("declared", true), ("undeclared", false)] {
         provision(&mut hub, user).await;
+        // Under the configured quota and over the user's: refused on the length, where the
+        // configured quota would have let the bytes through to the validation.
         let lower = Put {
             declare_length,
             quota_bytes: Some(1000),
-            ..Put::new(user, must_not_exist(), image(41, 1001))
+            ..Put::new(user, must_not_exist(), noise(41, 1001))
         };
         let status = assert_refused(
             lower.send(&mut hub).await,
@@ -2218,11 +2419,10 @@ async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
             reason::QUOTA_EXCEEDED,
         );
         assert_eq!(meta(&status, reason::QUOTA_BYTES).as_deref(), Some("1000"));
-        let higher = 3 * QUOTA;
         let over = Put {
             declare_length,
             quota_bytes: Some(higher),
-            ..Put::new(user, must_not_exist(), image(42, higher as usize + 1))
+            ..Put::new(user, must_not_exist(), noise(42, higher as usize + 1))
         };
         let status = assert_refused(
             over.send(&mut hub).await,
@@ -2233,7 +2433,7 @@ async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
         let at = Put {
             declare_length,
             quota_bytes: Some(higher),
-            ..Put::new(user, must_not_exist(), image(43, higher as usize))
+            ..Put::new(user, must_not_exist(), exact.clone())
         };
         let accepted = at.send(&mut hub).await.expect("within the user's quota");
         assert_eq!(accepted.revision.expect("revision").size, higher);
@@ -2241,26 +2441,28 @@ async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
 
     // A delta plan for an image over the configured quota but within the user's.
     provision(&mut hub, "delta").await;
-    let first = delta::paged(&[1, 2, 3]);
-    assert!(first.len() as u64 > QUOTA);
+    let first = image(44, 0);
+    assert!(first.len() as u64 > configured);
     let r1 = Put {
         quota_bytes: Some(1 << 20),
-        ..Put::new("delta", must_not_exist(), first)
+        ..Put::new("delta", must_not_exist(), first.clone())
     }
     .send(&mut hub)
     .await
     .expect("first")
     .revision
     .expect("revision");
-    let second = delta::paged(&[1, 2, 3, 4]);
+    // A plan only names pages: the image it is for is one page longer.
+    let mut second = first.to_vec();
+    second.extend_from_slice(&noise(45, delta::PAGE as usize));
     let manifest = snug_delta::Manifest::of(&second, delta::PAGE).expect("manifest");
-    assert!(
-        delta::plan(&mut hub, "delta", &r1.revision, manifest.encode())
-            .await
-            .is_err(),
-        "over the configured quota"
+    assert_refused(
+        delta::plan(&mut hub, "delta", &r1.revision, manifest.encode()).await,
+        Code::ResourceExhausted,
+        reason::QUOTA_EXCEEDED,
     );
     let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
+        expected_length: None,
         caller: caller("delta", "device-a"),
         base_revision: r1.revision.clone(),
         quota_bytes: Some(1 << 20),
@@ -2286,11 +2488,14 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
     };
     provision(&mut hub, "alice").await;
     provision(&mut hub, "bob").await;
-    let page = 4096;
-    let mine = image(51, 8 * page);
-    let mut shared = mine[..4 * page].to_vec();
-    shared.extend_from_slice(&image(52, 4 * page));
-    let shared = Bytes::from(shared);
+    let page = hub.config.store_config().chunk_size as usize;
+    // Bob's image is an edit of alice's (a few rows rewritten): it shares most of her pages.
+    let mine = image(51, 1024 * page);
+    let shared = edit(
+        &mine,
+        "UPDATE snug_settings SET value = '\"bob\"' \
+         WHERE key IN ('test:seed', 'filler:3', 'filler:30', 'filler:60');",
+    );
     put(&mut hub, "alice", must_not_exist(), &mine)
         .await
         .expect("alice");
@@ -2302,7 +2507,16 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
         .expect("alice's download");
     let dir = hub.config.sqlite_dir.clone();
     // The pages only alice's image holds (its ledger principals are the conformance suite's).
-    let needles: Vec<&[u8]> = mine[4 * page..].chunks(page).collect();
+    let bobs: std::collections::HashSet<&[u8]> = shared.chunks(page).collect();
+    let needles: Vec<&[u8]> = mine
+        .chunks(page)
+        .filter(|page| !bobs.contains(page))
+        .collect();
+    assert!(
+        needles.len() >= 3 && needles.len() < mine.len() / page / 4,
+        "{} of alice's pages are hers only",
+        needles.len()
+    );
     let scan = |dir: &std::path::Path| -> Vec<String> {
         let mut found = Vec::new();
         let mut dirs = vec![dir.to_owned()];
@@ -2326,7 +2540,7 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
     // The scan can fail: before the erasure it finds alice's pages.
     let before = scan(&dir);
     assert!(
-        (0..4).all(|i| before
+        (0..needles.len()).all(|i| before
             .iter()
             .any(|f| f.starts_with(&format!("needle {i} in")))),
         "{before:?}"
@@ -2347,3 +2561,6 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
     let last = checked.last().expect("a last message");
     assert!(last.done && last.problems.is_empty(), "{checked:?}");
 }
+
+mod put_delta;
+mod validation;

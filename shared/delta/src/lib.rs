@@ -124,6 +124,17 @@ impl Limits {
     pub fn max_manifest_len(&self) -> u64 {
         MANIFEST_HEADER as u64 + self.max_pages() * 2 * ID_LEN as u64
     }
+
+    /// The largest encoded layout (a push plan) these limits accept: one run per page.
+    pub fn max_layout_len(&self) -> u64 {
+        DELTA_HEADER as u64 + self.max_pages() * RUN_LEN as u64
+    }
+
+    /// The largest encoded delta these limits accept: the layout, and every page literal with
+    /// its id (a patched page takes less than its literal: its entries are smaller than it).
+    pub fn max_delta_len(&self) -> u64 {
+        self.max_layout_len() + self.max_length + self.max_pages() * ID_LEN as u64
+    }
 }
 
 /// An image's length and the page size it is cut into.

@@ -297,6 +297,39 @@ fn the_manifest_bound_covers_the_largest_manifest() {
     assert_eq!(limits.max_manifest_len(), 48 + 131_072 * 16);
 }
 
+/// The worst case the delta bounds must cover: every page distinct, literal, and in a run of its
+/// own (pages alternate with ones copied from a one-page source, so no two literals share a run).
+#[test]
+fn the_layout_and_delta_bounds_cover_the_largest_delta_and_no_more() {
+    let values: Vec<u8> = (0..64u32)
+        .map(|i| if i % 2 == 0 { 0 } else { (i % 250) as u8 + 1 })
+        .collect();
+    // Every odd page distinct from every other: vary a byte per page.
+    let mut target = image(&values);
+    for (i, page) in target.chunks_mut(PAGE as usize).enumerate() {
+        if i % 2 == 1 {
+            page[1] = (i / 250) as u8;
+            page[2] = 0xA5;
+        }
+    }
+    let limits = Limits {
+        max_length: target.len() as u64,
+    };
+    let source = image(&[0]);
+    let delta = delta_for(&target, &source);
+    assert_eq!(delta.layout.runs.len(), 64, "one run per page");
+    let layout = delta.layout.encode();
+    assert_eq!(layout.len() as u64, limits.max_layout_len());
+    // Half the pages literal: the bound (every page literal) is the wire size of that case.
+    let wire = delta.encode();
+    assert_eq!(
+        limits.max_delta_len() - wire.len() as u64,
+        32 * (PAGE as u64 + ID_LEN as u64)
+    );
+    let all_literal = delta_for(&target, &image(&[255]));
+    assert!(all_literal.encode().len() as u64 <= limits.max_delta_len());
+}
+
 proptest! {
     #[test]
     fn any_edit_round_trips(

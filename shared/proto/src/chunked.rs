@@ -100,6 +100,7 @@ chunked! {
     sync::PutImageRequest, put_image_request, Header, PutImageHeader;
     sync::PlanImageDeltaRequest, plan_image_delta_request, Header, PlanImageDeltaHeader;
     sync::PlanImageDeltaResponse, plan_image_delta_response, Result, PlanImageDeltaResult;
+    sync::PutImageDeltaRequest, put_image_delta_request, Header, PutImageDeltaHeader;
     sync::AssembleImageDeltaRequest, assemble_image_delta_request, Header, AssembleImageDeltaHeader;
     sync::AssembleImageDeltaResponse, assemble_image_delta_response, Result, AssembleImageDeltaResult;
     sync::GetImageDeltaRequest, get_image_delta_request, Header, GetImageDeltaHeader;

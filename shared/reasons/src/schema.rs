@@ -66,22 +66,22 @@ pub const CORRUPT_CONTAINER: Reason = Reason {
     summary: "CheckImport, ImportUserDatabase: a damaged container",
 };
 
-/// ValidateSyncImage was given a SNUGENC1 container: a hub origin stores plaintext only.
+/// A hub sync origin was given a SNUGENC1 container to store or validate: it stores plaintext only.
 pub const CONTAINER_NOT_ACCEPTED: Reason = Reason {
     name: "CONTAINER_NOT_ACCEPTED",
     grpc: Some(GrpcCode::InvalidArgument),
     http: http(400, "CONTAINER_NOT_ACCEPTED", false),
     exit: CliExit::Never,
-    summary: "ValidateSyncImage: a hub origin stores plaintext only (§11.3)",
+    summary: "a pushed or validated image is a container: a hub origin stores plaintext only (§11.3)",
 };
 
-/// ValidateSyncImage was given an image with rows in `snug_secrets`; metadata `secretRows`.
+/// A hub sync origin was given an image with rows in `snug_secrets`; metadata `secretRows`.
 pub const SECRETS_PRESENT: Reason = Reason {
     name: "SECRETS_PRESENT",
     grpc: Some(GrpcCode::InvalidArgument),
     http: http(400, "SECRETS_PRESENT", false),
     exit: CliExit::Never,
-    summary: "ValidateSyncImage: `snug_secrets` has rows",
+    summary: "a pushed or validated image carries credentials: `snug_secrets` has rows",
 };
 
 /// No app with the id (no `snug_apps` row for the namespace); metadata `appId`.

@@ -9,6 +9,13 @@ use crate::{CliExit, Domain, GrpcCode, Reason, http};
 pub use crate::rpc::{
     BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
 };
+// An image the service refuses to store (issue 37: the sync service validates what it writes)
+// is refused in the words the schema service uses for the same verdict.
+pub use crate::container::NOT_A_USER_DATABASE;
+pub use crate::schema::{
+    APP_TOKEN_COLLISION, CONTAINER_NOT_ACCEPTED, HOSTILE_SCHEMA, MALFORMED, NOT_SQLITE,
+    SCHEMA_TOO_NEW, SECRETS_PRESENT,
+};
 
 const fn sync(
     name: &'static str,
@@ -190,5 +197,13 @@ pub const DOMAIN: Domain = Domain {
         &INVALID_ARGUMENT,
         &DEADLINE_EXCEEDED,
         &INTERNAL,
+        &NOT_SQLITE,
+        &MALFORMED,
+        &NOT_A_USER_DATABASE,
+        &SCHEMA_TOO_NEW,
+        &HOSTILE_SCHEMA,
+        &APP_TOKEN_COLLISION,
+        &CONTAINER_NOT_ACCEPTED,
+        &SECRETS_PRESENT,
     ],
 };

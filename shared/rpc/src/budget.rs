@@ -1,8 +1,8 @@
 //! The upload budget: how many bytes of uploads one process holds in memory at once.
 //!
-//! Every upload a component buffers (a `PUT /userdb` body in the gateway, a header-then-chunks
-//! stream in a service) is admitted against one [`UploadBudget`] before its first body byte is
-//! read, for its declared length (or its limit, when it declares none). While the budget is
+//! Every upload a service buffers (a header-then-chunks stream: a pushed image the sync service
+//! validates, a file the schema service opens) is admitted against one [`UploadBudget`] before
+//! its first body byte is read, for its declared length (or its limit, when it declares none). While the budget is
 //! spent, an upload waits up to the budget's wait and is then refused as busy (retryable), so a
 //! burst of large uploads costs bounded memory instead of an OOM kill that takes every other
 //! request with it. Admission is up front, for the whole length, never piecemeal: uploads that
@@ -12,8 +12,8 @@
 //! so a budget smaller than the quota slows large uploads but never refuses them all.
 //!
 //! The budget is a value the composition root builds (`services/hub`) and hands to whoever
-//! buffers uploads: one for the process's services, one for its gateway, whose uploads go on to
-//! those services (sharing one would let gateway uploads starve the service calls they wait on).
+//! buffers uploads: the process's services (the gateway holds none: it streams each body on to
+//! the service that stores it, so no upload waits on another's share).
 
 use std::{fmt, sync::Arc, time::Duration};
 

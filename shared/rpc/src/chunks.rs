@@ -86,6 +86,9 @@ pub fn busy(domain: &'static str, busy: Busy) -> Status {
     status::from_reason(&snug_reasons::rpc::OVERLOADED, domain, busy.to_string(), [])
 }
 
+/// The refusal of an upload over its limit, given the service's domain and the limit.
+pub type TooLarge = fn(&'static str, u64) -> Status;
+
 /// An upload whose header has arrived, handing out its chunks one at a time as they arrive, for
 /// services that work on the bytes while the rest is still in flight (see [`receive`] for the
 /// checks, which are the same).
@@ -93,6 +96,8 @@ pub struct Receiver<'a, M> {
     stream: &'a mut Streaming<M>,
     domain: &'static str,
     limit: u64,
+    too_large: TooLarge,
+    length_field: &'static str,
     declared: Option<u64>,
     received: u64,
     admission: Admission,
@@ -121,6 +126,28 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         budget: &UploadBudget,
         declared_len: impl Fn(&M::Header) -> Option<u64>,
     ) -> Result<(M::Header, Self), Status> {
+        Self::start_refusing(
+            stream,
+            domain,
+            limit,
+            budget,
+            declared_len,
+            status::too_large,
+        )
+        .await
+    }
+
+    /// [`Receiver::start_limited_by`] for an upload whose limit has a refusal of its own (an
+    /// image over a quota is the quota's QUOTA_EXCEEDED, not TOO_LARGE): `too_large` gets the
+    /// domain and the limit, for a declared length over it and for bytes that pass it alike.
+    pub async fn start_refusing(
+        stream: &'a mut Streaming<M>,
+        domain: &'static str,
+        limit: impl Fn(&M::Header) -> u64,
+        budget: &UploadBudget,
+        declared_len: impl Fn(&M::Header) -> Option<u64>,
+        too_large: TooLarge,
+    ) -> Result<(M::Header, Self), Status> {
         let header = match next(stream, domain).await? {
             Some(Part::Header(header)) => header,
             Some(Part::Chunk(_)) => {
@@ -143,7 +170,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         if let Some(len) = declared
             && len > limit
         {
-            return Err(status::too_large(domain, limit));
+            return Err(too_large(domain, limit));
         }
         let admission = budget
             .admit(declared.unwrap_or(limit))
@@ -153,6 +180,8 @@ impl<'a, M: Chunked> Receiver<'a, M> {
             stream,
             domain,
             limit,
+            too_large,
+            length_field: "expected_length",
             declared,
             received: 0,
             admission,
@@ -174,6 +203,14 @@ impl<'a, M: Chunked> Receiver<'a, M> {
             bytes.extend_from_slice(&chunk);
         }
         Ok((bytes, self.admission))
+    }
+
+    /// Names the header's declared length `field` in the refusal of a stream that did not carry
+    /// as many bytes (`expected_length` unless told), for a service whose field paths start at
+    /// the request (`header.expected_length`).
+    pub fn naming_length(mut self, field: &'static str) -> Self {
+        self.length_field = field;
+        self
     }
 
     /// Ends the receiver, keeping its share of the budget, for a service that read the chunks
@@ -200,7 +237,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
                 }
                 self.received += chunk.len() as u64;
                 if self.received > self.limit {
-                    return Err(status::too_large(domain, self.limit));
+                    return Err((self.too_large)(domain, self.limit));
                 }
                 Ok(Some(chunk))
             }
@@ -212,7 +249,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
             None => match self.declared {
                 Some(len) if len != self.received => Err(status::invalid_argument(
                     domain,
-                    "expected_length",
+                    self.length_field,
                     format!(
                         "the header declared {len} bytes but {} arrived",
                         self.received

@@ -1,6 +1,13 @@
 //! Every call's deadline: the client's `grpc-timeout` or the server's request timeout
 //! (`SNUG_REQUEST_TIMEOUT`), whichever is sooner.
 //!
+//! The server's request timeout counts from the last piece of the request body to arrive, not
+//! from the call's start: an upload that keeps arriving (a 64 MiB image from a slow client,
+//! streamed on by the gateway as it comes) is not cut off for taking longer than a call that
+//! follows it may; what bounds the time a body may take to arrive is its receiver's pace
+//! (`crate::chunks`). For a unary call the body is one message, so nothing changes there. The
+//! client's `grpc-timeout` counts from the start, as the protocol says.
+//!
 //! When it passes, the call's future is dropped — so a blocking job it waits for sees its
 //! `crate::blocking::Cancel` and stops — and the caller is answered DEADLINE_EXCEEDED with reason
 //! `DEADLINE_EXCEEDED` in domain `snug.rpc`. tonic's own server timeout answered untyped
@@ -17,6 +24,10 @@
 use std::{
     future::Future,
     pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -111,7 +122,7 @@ type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'stati
 
 impl<S, B> Service<http::Request<B>> for Deadline<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S: Service<http::Request<Watched<B>>, Response = http::Response<tonic::body::Body>>,
     S::Future: Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
@@ -123,16 +134,75 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let timeout =
-            client_timeout(request.headers()).map_or(self.server, |client| client.min(self.server));
+        let client = client_timeout(request.headers());
+        let server = self.server;
+        let start = tokio::time::Instant::now();
+        let arrived = Arc::new(AtomicU64::new(0));
+        let request = request.map(|body| Watched {
+            inner: body,
+            start,
+            arrived: Arc::clone(&arrived),
+        });
         let response = self.inner.call(request);
         Box::pin(async move {
-            match tokio::time::timeout(timeout, response).await {
-                Ok(response) => response,
-                // Dropping the call's future here is what stops its work.
-                Err(_) => Ok(exceeded(timeout).into_http()),
+            tokio::pin!(response);
+            loop {
+                // The server's timeout from the body's latest piece, the client's from the start.
+                let last_piece = start + Duration::from_millis(arrived.load(Ordering::Relaxed));
+                let server_deadline = last_piece + server;
+                let deadline = client.map_or(server_deadline, |client| {
+                    server_deadline.min(start + client)
+                });
+                match tokio::time::timeout_at(deadline, &mut response).await {
+                    Ok(response) => return response,
+                    Err(_) => {
+                        let moved = start + Duration::from_millis(arrived.load(Ordering::Relaxed));
+                        if moved == last_piece || client.is_some_and(|c| start + c <= deadline) {
+                            // Dropping the call's future here is what stops its work.
+                            let timeout = client.map_or(server, |c| c.min(server));
+                            return Ok(exceeded(timeout).into_http());
+                        }
+                    }
+                }
             }
         })
+    }
+}
+
+/// A request body that notes when each of its pieces arrived, in milliseconds since the call
+/// started, for [`Deadline`].
+#[derive(Debug)]
+pub struct Watched<B> {
+    inner: B,
+    start: tokio::time::Instant,
+    arrived: Arc<AtomicU64>,
+}
+
+impl<B> http_body::Body for Watched<B>
+where
+    B: http_body::Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &frame {
+            let millis = self.start.elapsed().as_millis() as u64;
+            self.arrived.store(millis, Ordering::Relaxed);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -175,7 +245,7 @@ mod tests {
         }
         let mut service = DeadlineLayer::new(Duration::from_secs(60)).layer(tower::service_fn({
             let dropped = dropped.clone();
-            move |_request: http::Request<()>| {
+            move |_request: http::Request<Watched<()>>| {
                 let flag = Flag(dropped.clone());
                 async move {
                     let _flag = flag;
@@ -200,6 +270,56 @@ mod tests {
         assert!(
             dropped.load(std::sync::atomic::Ordering::SeqCst),
             "the call was dropped"
+        );
+    }
+
+    type Pieces = std::pin::Pin<
+        Box<
+            dyn futures::Stream<Item = Result<http_body::Frame<bytes::Bytes>, std::io::Error>>
+                + Send,
+        >,
+    >;
+
+    /// A body of `n` pieces, one every `every`.
+    fn trickle(n: usize, every: Duration) -> http_body_util::StreamBody<Pieces> {
+        let pieces = futures::stream::unfold(0, move |i| async move {
+            if i == n {
+                return None;
+            }
+            tokio::time::sleep(every).await;
+            Some((
+                Ok(http_body::Frame::data(bytes::Bytes::from_static(b"x"))),
+                i + 1,
+            ))
+        });
+        http_body_util::StreamBody::new(Box::pin(pieces) as Pieces)
+    }
+
+    /// What a call whose handler reads the whole body, then works for `work`, is answered, under
+    /// a server timeout of 100 ms, its body arriving in five pieces 60 ms apart (300 ms).
+    async fn upload_then_work(work: Duration) -> Option<tonic::Code> {
+        let mut service = DeadlineLayer::new(Duration::from_millis(100)).layer(tower::service_fn(
+            move |request: http::Request<Watched<http_body_util::StreamBody<Pieces>>>| async move {
+                use http_body_util::BodyExt as _;
+                let mut body = request.into_body();
+                while body.frame().await.is_some() {}
+                tokio::time::sleep(work).await;
+                Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
+            },
+        ));
+        let request = http::Request::new(trickle(5, Duration::from_millis(60)));
+        let response = service.call(request).await.expect("answered");
+        tonic::Status::from_header_map(response.headers()).map(|status| status.code())
+    }
+
+    /// The server's timeout counts from the body's last piece: an upload that keeps arriving is
+    /// not cut for outlasting it, and the work after it still has only the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn the_server_timeout_counts_from_the_last_piece_of_the_body() {
+        assert_eq!(upload_then_work(Duration::from_millis(50)).await, None);
+        assert_eq!(
+            upload_then_work(Duration::from_millis(150)).await,
+            Some(tonic::Code::DeadlineExceeded)
         );
     }
 }

@@ -25,8 +25,8 @@ pub struct ServerConfig {
     /// Address of the admin port (`GET /metrics`, Prometheus text format); unset: no admin port.
     #[arg(long, env = "SNUG_ADMIN_LISTEN")]
     pub admin_listen: Option<SocketAddr>,
-    /// MiB of uploads a component buffers at once (`crate::budget`): the services of one process
-    /// share one such budget, its gateway has another. Beyond it an upload waits up to
+    /// MiB of uploads the services of one process buffer at once (`crate::budget`; the gateway
+    /// streams bodies on and buffers none). Beyond it an upload waits up to
     /// SNUG_UPLOAD_BUDGET_WAIT, then is refused as busy (gRPC UNAVAILABLE/OVERLOADED, HTTP 503
     /// with Retry-After).
     #[arg(long, env = "SNUG_UPLOAD_BUDGET_MIB", default_value_t = crate::budget::DEFAULT_MIB)]
@@ -51,7 +51,7 @@ impl ServerConfig {
     }
 
     /// A new upload budget of the configured size and wait. Each call is a budget of its own: the
-    /// composition root calls it once for the services of its process and once for its gateway.
+    /// composition root calls it once, for the services of its process.
     pub fn upload_budget(&self) -> crate::budget::UploadBudget {
         crate::budget::UploadBudget::from_mib(self.upload_budget_mib, self.upload_budget_wait)
     }

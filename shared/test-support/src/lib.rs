@@ -10,6 +10,7 @@
 //!   `theme` setting the sync suites edit on one device and look for on another.
 //! - [`files`]: every file under a directory, for "no byte of X anywhere" checks.
 //! - [`sha256_hex`]: a file's digest, for the "byte-identical afterwards" checks.
+//! - [`userdb::filled`]: a valid user database of a chosen size, distinct per seed.
 //! - [`garage::Garage`]: a real S3-compatible object store, a single-node Garage on loopback
 //!   ports in a temporary directory, which a fault test can kill and start again.
 //! - [`oidc::Issuer`]: a test OpenID Connect issuer (discovery, a JWKS with rotation, signed and
@@ -30,6 +31,7 @@ pub mod browser;
 pub mod garage;
 pub mod oidc;
 pub mod tmpfs;
+pub mod userdb;
 
 use std::{
     ffi::OsStr,

@@ -1013,7 +1013,6 @@ impl SplitHub {
             let mut env = options.hub_env();
             if service == Service::Gateway {
                 for (variable, target) in [
-                    ("SNUG_SCHEMA_ADDR", Service::Schema),
                     ("SNUG_SYNC_ADDR", Service::Sync),
                     ("SNUG_MATERIALIZE_ADDR", Service::Materialize),
                 ] {

@@ -79,10 +79,6 @@ pub struct HubOrigin {
     rate_limit_patience: Duration,
 }
 
-/// The most bytes a layout can take for an image of the largest size at the smallest page:
-/// 13 bytes per run, one run per page, plus the header.
-const MAX_LAYOUT: u64 = 64 + (snug_schema::MAX_USERDB_BYTES / 512) * 13;
-
 /// The header in which a Snug hub states the caller's origin identity (issue 35).
 pub(crate) const ORIGIN_HEADER: &str = "snug-origin";
 
@@ -264,10 +260,10 @@ impl HubOrigin {
             }
             _ => return Err(self.refused_with_body(response)),
         }
-        let layout = self.read_body(&mut response, MAX_LAYOUT)?;
         let limits = Limits {
             max_length: bytes.len() as u64,
         };
+        let layout = self.read_body(&mut response, limits.max_layout_len())?;
         let layout =
             Layout::parse_plan(&layout, &limits).map_err(|err| OriginError::BadResponse {
                 detail: format!("a delta plan that does not parse: {err}"),
@@ -378,7 +374,7 @@ impl HubOrigin {
         let limits = Limits {
             max_length: snapshot.size.max(1),
         };
-        let body = self.read_body(&mut response, MAX_LAYOUT + snapshot.size * 2 + 64)?;
+        let body = self.read_body(&mut response, limits.max_delta_len())?;
         let image = Delta::parse(&body, &limits, local.len() as u64)
             .and_then(|delta| delta.assemble(local))
             .ok()

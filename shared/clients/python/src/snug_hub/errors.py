@@ -729,6 +729,14 @@ class DeltaBaseGone(FailedPreconditionError):
     CODE = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class UserErased(FailedPreconditionError):
+    """USER_ERASED: ProvisionUser of a user id this store erased; an erased id is refused for
+    good (its writes are NOT_FOUND, like an unknown user's)."""
+
+    REASON = "USER_ERASED"
+    CODE = grpc.StatusCode.FAILED_PRECONDITION
+
+
 # --- reasons of snug.admin.v1 ----------------------------------------------------------------
 
 

@@ -344,7 +344,6 @@ class SplitHub:
             environment = {**_TEST_DEFAULTS, **(env or {})}
             if service == "gateway":
                 addresses: tuple[tuple[str, Service], ...] = (
-                    ("SNUG_SCHEMA_ADDR", "schema"),
                     ("SNUG_SYNC_ADDR", "sync"),
                     ("SNUG_MATERIALIZE_ADDR", "materialize"),
                 )

@@ -1,0 +1,209 @@
+//! A request body on its way to a service: read once, in order, and streamed on, never held
+//! whole (issue 37: the image crosses each process boundary once, and the service that stores
+//! it is the one that holds it).
+//!
+//! [`Upload`] is the extractor of every route that takes a body: it checks the media type,
+//! reads the declared length, and hands the body on as [`Upload::chunks`], a stream of pieces
+//! of at most one gRPC chunk. The body's health travels beside the stream in a [`BodyWatch`]:
+//! a body that breaks off or goes idle for the upload idle timeout does not end the stream (a
+//! service would take a short upload for a whole one, when it declared no length); the stream
+//! stays pending and the watch reports the failure, which the caller answers while it drops the
+//! call, so the service sees the call cancelled and keeps nothing. Once the body has ended the
+//! watch says so, and the call's deadline starts: the time a client takes to send is bounded by
+//! the idle timeout of each piece, not by the deadline of the call that follows.
+
+use std::time::Duration;
+
+use axum::{
+    body::Body,
+    extract::{FromRequest, Request},
+    http::{HeaderMap, header},
+};
+use bytes::{Bytes, BytesMut};
+use futures::Stream;
+use http_body_util::BodyExt as _;
+use snug_rpc::chunks::CHUNK_SIZE;
+use tokio::sync::watch;
+
+use crate::{
+    AppState,
+    error::{ApiError, reason},
+};
+
+/// Small frames are gathered into pieces of at least this much before they go on (a message per
+/// 16 KiB frame would cost the service a decode and an allocation each).
+const GATHER: usize = 256 * 1024;
+
+/// The body of a request, not yet read.
+pub struct Upload {
+    body: Body,
+    /// Bytes read ahead ([`Upload::leading`]), first in [`Upload::chunks`].
+    read: BytesMut,
+    /// `Content-Length`, when the client declared one.
+    pub declared: Option<u64>,
+    idle: Duration,
+}
+
+impl<S> FromRequest<S> for Upload
+where
+    S: AsRef<AppState> + Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        octet_stream(&parts.headers)?;
+        Ok(Self {
+            body,
+            read: BytesMut::new(),
+            declared: declared_length(&parts.headers),
+            idle: state.as_ref().settings.upload_idle_timeout,
+        })
+    }
+}
+
+/// How a body's reading went, as the stream's consumer cannot see it.
+#[derive(Debug, Clone)]
+enum State {
+    Streaming,
+    Ended,
+    Failed(ApiError),
+}
+
+/// The health of a body being streamed: ended, failed, or still arriving.
+#[derive(Debug, Clone)]
+pub struct BodyWatch(watch::Receiver<State>);
+
+impl BodyWatch {
+    /// Completes with the body's failure; pending for as long as the body is sound.
+    pub async fn failed(&mut self) -> ApiError {
+        loop {
+            if let State::Failed(err) = &*self.0.borrow_and_update() {
+                return err.clone();
+            }
+            if self.0.changed().await.is_err() {
+                // The reader is gone without failing: it ended, or was dropped with the call.
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Completes once the whole body has arrived; pending while it streams or after it failed.
+    pub async fn ended(&mut self) {
+        loop {
+            if matches!(&*self.0.borrow_and_update(), State::Ended) {
+                return;
+            }
+            if self.0.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+}
+
+impl Upload {
+    /// Reads until at least `n` bytes arrived (or the body ended) and returns them, for a check
+    /// of the leading bytes before anything is sent on; they stay first in [`Upload::chunks`].
+    pub async fn leading(&mut self, n: usize) -> Result<&[u8], ApiError> {
+        while self.read.len() < n {
+            match next_frame(&mut self.body, self.idle).await? {
+                Some(data) => self.read.extend_from_slice(&data),
+                None => break,
+            }
+        }
+        Ok(&self.read[..])
+    }
+
+    /// The body as pieces of at most [`CHUNK_SIZE`], with the watch of its health.
+    pub fn chunks(self) -> (impl Stream<Item = Bytes> + Send + 'static, BodyWatch) {
+        let (tx, rx) = watch::channel(State::Streaming);
+        let idle = self.idle;
+        let stream =
+            futures::stream::unfold(Some((self.body, self.read, tx)), move |state| async move {
+                let (mut body, mut gathered, tx) = state?;
+                loop {
+                    if gathered.len() >= GATHER {
+                        let piece = gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
+                        return Some((piece, Some((body, gathered, tx))));
+                    }
+                    match next_frame(&mut body, idle).await {
+                        Ok(Some(data)) => gathered.extend_from_slice(&data),
+                        Ok(None) if gathered.is_empty() => {
+                            let _ = tx.send(State::Ended);
+                            return None;
+                        }
+                        Ok(None) => {
+                            let piece = gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
+                            if gathered.is_empty() {
+                                let _ = tx.send(State::Ended);
+                                // The last piece goes out; the next poll ends the stream.
+                                return Some((piece, None));
+                            }
+                            return Some((piece, Some((body, gathered, tx))));
+                        }
+                        Err(err) => {
+                            let _ = tx.send(State::Failed(err));
+                            // Never a clean end: the caller answers the failure and drops the call.
+                            return std::future::pending().await;
+                        }
+                    }
+                }
+            });
+        (stream, BodyWatch(rx))
+    }
+}
+
+/// The next data frame of `body` within `idle`; `None` at its end.
+async fn next_frame(body: &mut Body, idle: Duration) -> Result<Option<Bytes>, ApiError> {
+    loop {
+        let frame = tokio::time::timeout(idle, body.frame())
+            .await
+            .map_err(|_| {
+                ApiError::from_reason(
+                    reason::BODY_INCOMPLETE,
+                    "the upload stalled; send the body without pauses",
+                )
+            })?;
+        match frame {
+            None => return Ok(None),
+            Some(Err(_)) => {
+                return Err(ApiError::from_reason(
+                    reason::BODY_INCOMPLETE,
+                    "the upload broke off before its end",
+                ));
+            }
+            Some(Ok(frame)) => {
+                // Trailers carry no bytes of the upload.
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    return Ok(Some(data));
+                }
+            }
+        }
+    }
+}
+
+/// Refuses a body that is not `application/octet-stream`: every body this API takes is bytes.
+fn octet_stream(headers: &HeaderMap) -> Result<(), ApiError> {
+    let octet_stream = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/octet-stream"));
+    if octet_stream {
+        Ok(())
+    } else {
+        Err(ApiError::from_reason(
+            reason::UNSUPPORTED_MEDIA_TYPE,
+            "request bodies (user DBs, delta manifests and deltas) must be application/octet-stream",
+        ))
+    }
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}

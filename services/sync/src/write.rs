@@ -1,0 +1,196 @@
+//! The one place a revision is written (issue 37): PutImage and PutImageDelta end in
+//! [`SyncServer::write`], which validates the image, zeroes its free space and stores it.
+//!
+//! Validation is `snug_schema::validate_sync_image`, run in this process rather than asked of
+//! the schema service: the image then crosses one process boundary (the caller's upload), is
+//! held once, and no caller can store bytes that skipped the check. The verdict runs on this
+//! service's [`BlockingPool`](snug_rpc::blocking::BlockingPool), so a burst queues for a bounded
+//! time and a caller that goes away stops its job. The verdict names the free space that still
+//! holds bytes (a credential deleted without VACUUM stays there); it is zeroed in the buffer the
+//! upload arrived in, and the revision's SHA-256 is of the bytes so stored, which the store
+//! computes again and the verdict must agree with.
+//!
+//! What is held, and admitted against the process's upload budget before it is read: a whole
+//! image (its declared length, or the quota when it declares none); for a delta, the delta as
+//! it arrives, then the base and the assembled image before they are read or built, within the
+//! whole budget together (`delta::Held`). Every
+//! refusal before the store (over the quota, a malformed upload, an image the validation
+//! refuses) stores nothing and is logged, not ledgered, as the proto says.
+
+use bytes::Bytes;
+use snug_delta::{Delta, Limits};
+use snug_proto::sync::v1 as pb;
+use snug_revstore::{Digest, IdempotencyKey, Precondition, PutRequest, RevStore as _};
+use snug_rpc::chunks;
+use tonic::{Status, Streaming};
+
+use crate::{SyncServer, convert, delta::Held, reason::DOMAIN, status};
+
+/// Who writes what, on which condition: everything of a write but its bytes.
+pub(crate) struct Intent {
+    pub(crate) caller: convert::Caller,
+    pub(crate) precondition: Precondition,
+    pub(crate) idempotency_key: Option<IdempotencyKey>,
+    /// The user's own quota, when the request carried one.
+    pub(crate) quota_bytes: Option<u64>,
+}
+
+impl SyncServer {
+    /// PutImage: receives the image whole (bounded by the quota, refused before any chunk when
+    /// its declared length is over it), then [`SyncServer::write`]s it.
+    pub(crate) async fn put_image(
+        &self,
+        mut stream: Streaming<pb::PutImageRequest>,
+    ) -> Result<pb::PutImageResponse, Status> {
+        let (header, receiver) = chunks::Receiver::start_refusing(
+            &mut stream,
+            DOMAIN,
+            |header: &pb::PutImageHeader| self.quota(header.quota_bytes),
+            &self.upload_budget,
+            |header| header.expected_length,
+            |_, quota| status::quota_exceeded(quota),
+        )
+        .await?;
+        let receiver = receiver.naming_length("header.expected_length");
+        let intent = Intent {
+            caller: convert::caller(header.caller, "header.caller")?,
+            precondition: convert::precondition(header.precondition, "header.precondition")?,
+            idempotency_key: convert::idempotency_key(
+                header.idempotency_key,
+                "header.idempotency_key",
+            )?,
+            quota_bytes: header.quota_bytes,
+        };
+        let (image, _admission) = receiver.into_bytes().await?;
+        self.write(intent, image).await
+    }
+
+    /// PutImageDelta: receives the delta, assembles the image from the caller's base (which
+    /// the write must also find current) and [`SyncServer::write`]s it; the image never leaves.
+    pub(crate) async fn put_image_delta(
+        &self,
+        mut stream: Streaming<pb::PutImageDeltaRequest>,
+    ) -> Result<pb::PutImageResponse, Status> {
+        let upload = chunks::receive_limited_by(
+            &mut stream,
+            DOMAIN,
+            |header: &pb::PutImageDeltaHeader| {
+                limits(self.quota(header.quota_bytes)).max_delta_len()
+            },
+            &self.upload_budget,
+            |header| header.expected_length,
+        )
+        .await?;
+        let quota = self.quota(upload.header.quota_bytes);
+        // Admitted as `chunks` admits an upload: its declared length, or its limit.
+        let admitted = upload
+            .header
+            .expected_length
+            .unwrap_or(limits(quota).max_delta_len());
+        let mut held = Held::upload(upload.admission, admitted, &self.upload_budget);
+        let caller = convert::caller(upload.header.caller, "header.caller")?;
+        let base_revision = convert::revision(upload.header.base_revision, "header.base_revision")?;
+        let idempotency_key =
+            convert::idempotency_key(upload.header.idempotency_key, "header.idempotency_key")?;
+        let (_, base) = self
+            .base(&caller.user, base_revision.clone(), &mut held)
+            .await?;
+        let delta = upload.bytes;
+        let base_len = base.len() as u64;
+        let delta = self
+            .pool
+            .run(move |_| Delta::parse(&delta, &limits(quota), base_len))
+            .await?;
+        let delta = delta.map_err(|err| status::delta_error(err, quota))?;
+        // The assembled image is held while it is validated and stored.
+        self.hold(&mut held, delta.layout.geometry.length).await?;
+        let image = self
+            .pool
+            .run(move |_| delta.assemble(&base))
+            .await?
+            .map_err(|err| status::delta_error(err, quota))?;
+        tracing::info!(user = %caller.user, size = image.len(), "assembled an image from a delta");
+        let intent = Intent {
+            caller,
+            precondition: Precondition::MustMatch(base_revision),
+            idempotency_key,
+            quota_bytes: upload.header.quota_bytes,
+        };
+        self.write(intent, image).await
+    }
+
+    /// Validates `image`, zeroes its free space and stores it under `intent`.
+    pub(crate) async fn write(
+        &self,
+        intent: Intent,
+        mut image: Vec<u8>,
+    ) -> Result<pb::PutImageResponse, Status> {
+        let clock = self.clock.clone();
+        let (verdict, image) = self
+            .pool
+            .run(move |cancel| {
+                let verdict =
+                    snug_schema::validate_sync_image(&image, clock, &|| !cancel.is_cancelled());
+                if let Ok(verdict) = &verdict {
+                    snug_schema::zero_free_space(&mut image, &verdict.free_space);
+                }
+                (verdict, image)
+            })
+            .await?;
+        let verdict = verdict.map_err(|err| {
+            tracing::info!(user = %intent.caller.user, reason = snug_reasons::Reasoned::reason(&err).name, "refused an image");
+            status::image_refused(err)
+        })?;
+        if !verdict.free_space.is_empty() {
+            tracing::info!(
+                user = %intent.caller.user,
+                ranges = verdict.free_space.len(),
+                "zeroed free space that still held bytes"
+            );
+        }
+        let user = intent.caller.user.clone();
+        let length = image.len() as u64;
+        let request = PutRequest {
+            user: intent.caller.user,
+            precondition: intent.precondition,
+            principal: intent.caller.principal,
+            idempotency_key: intent.idempotency_key,
+            expected_length: Some(length),
+            quota_bytes: intent.quota_bytes,
+        };
+        let body = futures::stream::iter([Ok(Bytes::from(image))]);
+        let outcome = self
+            .store
+            .put(request, body)
+            .await
+            .map_err(status::put_error)?;
+        if outcome.info.digest != Digest::from_bytes(verdict.sha256) {
+            // The store hashed other bytes than the verdict did: a bug, never a revision to trust.
+            return Err(snug_rpc::status::internal(
+                DOMAIN,
+                &std::io::Error::other(format!(
+                    "the stored revision {} hashes to {:?}, the validated image to {:?}",
+                    outcome.info.revision,
+                    outcome.info.digest,
+                    Digest::from_bytes(verdict.sha256),
+                )),
+            ));
+        }
+        tracing::info!(
+            user = %user,
+            revision = %outcome.info.revision,
+            size = outcome.info.size,
+            replayed = outcome.replayed,
+            "accepted an image"
+        );
+        Ok(pb::PutImageResponse {
+            revision: Some(convert::revision_info(outcome.info)),
+            replayed: outcome.replayed,
+        })
+    }
+}
+
+/// The delta codec's bounds for an image within `quota`.
+pub(crate) fn limits(quota: u64) -> Limits {
+    Limits { max_length: quota }
+}
