@@ -32,8 +32,8 @@
 //! let token = hub.add_user("alice").await?;
 //! // HTTP at hub.gateway_url() with `Authorization: Bearer {token}`; gRPC at
 //! // hub.grpc_endpoint(Service::Sync), e.g. "http://127.0.0.1:49153".
-//! hub.stop_service(Service::Schema).await?; // PUT /userdb now answers 503
-//! hub.start_service(Service::Schema).await?; // and succeeds again
+//! hub.stop_service(Service::Sync).await?; // PUT /userdb now answers 503
+//! hub.start_service(Service::Sync).await?; // and succeeds again, the revisions kept
 //! # let _ = token;
 //! # Ok(())
 //! # }

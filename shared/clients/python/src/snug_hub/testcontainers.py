@@ -313,8 +313,8 @@ class SplitHub:
     them. Only the gateway's HTTP port and the services' gRPC ports are published, on 127.0.0.1.
 
         with SplitHub(env={"SNUG_RPC_DEADLINE": "5s"}) as hub:
-            hub.stop_service("schema")    # PUT /userdb now answers 503 SERVICE_UNAVAILABLE
-            hub.start_service("schema")   # and succeeds again
+            hub.stop_service("sync")      # PUT /userdb now answers 503 SERVICE_UNAVAILABLE
+            hub.start_service("sync")     # and succeeds again, the revisions kept
     """
 
     def __init__(
