@@ -152,8 +152,13 @@ pub struct Options {
     /// The services' upload budget (the sync service holds a pushed image in it while it
     /// validates it; the gateway holds none); `None`: the default.
     pub upload_budget: Option<snug_rpc::budget::UploadBudget>,
-    /// Time for a connection's request headers to arrive.
+    /// Time for a connection's first request headers to arrive (from accept), or a kept-alive
+    /// one's next request's.
     pub header_timeout: Duration,
+    /// Time a connection may stay idle between requests.
+    pub idle_timeout: Duration,
+    /// Open connections at most, in all and from one address.
+    pub max_connections: (usize, usize),
     /// OpenID Connect; a `public_url` left empty is the hub's own `http://127.0.0.1:PORT`.
     pub oidc: Option<snug_gateway::oidc::OidcArgs>,
 }
@@ -172,6 +177,8 @@ impl Default for Options {
             trusted_proxies: Vec::new(),
             upload_budget: None,
             header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: (4096, 256),
             oidc: None,
         }
     }
@@ -213,6 +220,9 @@ impl Hub {
             rate_limit_burst: (!options.rate_limits).then_some(0),
             trusted_proxies: options.trusted_proxies.clone(),
             http_header_timeout: options.header_timeout,
+            http_idle_timeout: options.idle_timeout,
+            http_max_connections: options.max_connections.0,
+            http_max_connections_per_address: options.max_connections.1,
             ..GatewayConfig::for_tests()
         };
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub

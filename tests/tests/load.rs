@@ -218,6 +218,8 @@ async fn slow_header_connections_are_closed_on_time_while_others_are_served() {
     let hub = Hub::start(Options {
         auth: AuthMode::Off,
         header_timeout: timeout,
+        // All from one address: the per-address cap is `connections.rs`'s subject.
+        max_connections: (4096, 4096),
         ..Options::default()
     })
     .await;

@@ -422,7 +422,8 @@ async fn push(sync: &mut SyncClient, user: &str, bytes: Bytes) {
 async fn usage_is_reported_and_removal_with_erase_empties_the_store_of_the_user() {
     let mut port = start(true).await;
     let (alice, _) = port.directory.add_user("alice").await.expect("add");
-    let image: Vec<u8> = (0..64 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    // A valid user database: the sync service stores nothing else.
+    let image = snug_test_support::userdb::filled(0, 1);
     push(&mut port.sync, &alice.id, Bytes::from(image.clone())).await;
 
     let usage = port

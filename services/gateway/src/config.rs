@@ -196,18 +196,32 @@ pub struct GatewayConfig {
         value_delimiter = ','
     )]
     pub trusted_proxies: Vec<String>,
-    /// A connection whose request headers have not all arrived this long after it started
-    /// waiting for them (a new connection, or an idle kept-alive one) is closed.
+    /// A connection whose request headers have not all arrived this long after it was accepted
+    /// (whether or not it sent a byte, HTTP/1 or HTTP/2), or after it started waiting for the
+    /// next request's, is closed.
     #[arg(long = "http-header-timeout", env = "SNUG_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub http_header_timeout: Duration,
-    /// Open HTTP connections at most; beyond it new connections wait in the listen backlog
-    /// until one closes.
+    /// A connection that served a request and starts no other this long after its last one
+    /// ended is closed (HTTP/2: with GOAWAY; its peer is also pinged at half this interval).
+    #[arg(long = "http-idle-timeout", env = "SNUG_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub http_idle_timeout: Duration,
+    /// Open HTTP connections at most. At the cap a silent connection (no request in flight,
+    /// never-started ones first) is closed to admit a new one; only when every one has a request
+    /// in flight do new connections wait in the listen backlog.
     #[arg(
         long = "http-max-connections",
         env = "SNUG_HTTP_MAX_CONNECTIONS",
         default_value_t = 4096
     )]
     pub http_max_connections: usize,
+    /// Open HTTP connections from one client address at most (a trusted proxy's are not
+    /// counted); one more is closed at once.
+    #[arg(
+        long = "http-max-connections-per-address",
+        env = "SNUG_HTTP_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 256
+    )]
+    pub http_max_connections_per_address: usize,
     /// OpenID Connect: issuers, audience, claims, browser login (`oidc.rs`).
     #[command(flatten)]
     pub oidc: OidcArgs,
@@ -238,7 +252,9 @@ impl GatewayConfig {
             rate_limit_per_second: None,
             trusted_proxies: Vec::new(),
             http_header_timeout: Duration::from_secs(10),
+            http_idle_timeout: Duration::from_secs(60),
             http_max_connections: 4096,
+            http_max_connections_per_address: 256,
             oidc: OidcArgs::default(),
             session_secret: None,
             users: UsersConfig::default(),
@@ -351,10 +367,8 @@ pub struct Settings {
     pub upload_idle_timeout: Duration,
     /// Rate limits per client address and per principal; `None` when off.
     pub rate_limits: Option<Arc<RateLimits>>,
-    /// Time for a connection's request headers to arrive.
-    pub http_header_timeout: Duration,
-    /// Open connections at most.
-    pub http_max_connections: usize,
+    /// What every HTTP connection is held to.
+    pub connections: crate::connections::Limits,
     /// The users directory (auth on only).
     pub users: Option<DirectoryConfig>,
 }
@@ -391,11 +405,22 @@ impl Settings {
                 (Some(key), Some(users))
             }
         };
-        let rate_limits = rate_limits(config, auth)?;
+        let trusted = config
+            .trusted_proxies
+            .iter()
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| Network::parse(p).map_err(ConfigError::BadProxy))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rate_limits = rate_limits(config, auth, trusted.clone())?;
         Ok(Self {
             rate_limits,
-            http_header_timeout: config.http_header_timeout,
-            http_max_connections: config.http_max_connections.max(1),
+            connections: crate::connections::Limits {
+                max: config.http_max_connections.max(1),
+                per_address: config.http_max_connections_per_address.max(1),
+                header_timeout: config.http_header_timeout,
+                idle_timeout: config.http_idle_timeout,
+                trusted,
+            },
             users,
             auth,
             cors_origins,
@@ -414,6 +439,7 @@ impl Settings {
 fn rate_limits(
     config: &GatewayConfig,
     auth: AuthMode,
+    trusted: Vec<Network>,
 ) -> Result<Option<Arc<RateLimits>>, ConfigError> {
     // With auth off they are on only when asked for; the setting not given is then the default.
     let asked = config.rate_limit_burst.is_some() || config.rate_limit_per_second.is_some();
@@ -428,12 +454,6 @@ fn rate_limits(
     if !per_second.is_finite() || per_second < 0.0 {
         return Err(ConfigError::BadRate(per_second));
     }
-    let trusted = config
-        .trusted_proxies
-        .iter()
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| Network::parse(p).map_err(ConfigError::BadProxy))
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(RateLimits::new(burst, per_second, trusted).map(Arc::new))
 }
 

@@ -173,6 +173,7 @@
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod connections;
 pub mod cors;
 pub mod error;
 pub mod etag;
@@ -470,12 +471,11 @@ fn close_after_refused_upload(http1_upload: bool, mut response: Response) -> Res
 
 /// Serves the gateway on `listener` until `shutdown` completes; in-flight requests then finish.
 ///
-/// The accept loop is this crate's own rather than `axum::serve`, which gives hyper no timer: a
-/// client sending one header line every few seconds kept its connection (and a task) for ever.
-/// Here hyper closes a connection whose request headers have not all arrived within
-/// `SNUG_HTTP_HEADER_TIMEOUT` (a new one, or a kept-alive one gone idle), and at most
-/// `SNUG_HTTP_MAX_CONNECTIONS` are open at once: beyond that the loop stops accepting, and new
-/// connections wait in the kernel's backlog until one closes.
+/// The accept loop is this crate's own rather than `axum::serve`, which gives hyper no timer and
+/// no say over which connection may stay: every connection is admitted and watched by
+/// [`connections::Connections`] (silent ones closed at the header or idle timeout from accept,
+/// a cap per client address, the silent shed first at the global cap), and hyper's own header
+/// timeout bounds an HTTP/1 request whose headers dribble in.
 pub async fn serve(
     state: Arc<AppState>,
     listener: TcpListener,
@@ -483,58 +483,145 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     use axum::serve::Listener as _;
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use tower::ServiceExt as _;
 
     if let Ok(local) = listener.local_addr() {
         tracing::info!(addr = %local, auth = ?state.settings.auth, origins = ?state.settings.cors_origins, "HTTP gateway listening");
     }
-    let connections = Arc::new(tokio::sync::Semaphore::new(
-        state.settings.http_max_connections,
-    ));
+    let limits = state.settings.connections.clone();
+    let connections = connections::Connections::new(limits.clone());
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(state.settings.http_header_timeout);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.idle_timeout / 2))
+        .keep_alive_timeout(limits.header_timeout);
+    let builder = Arc::new(builder);
     let mut listener = zero_copy::ZeroCopyListener::new(listener, state.sealer.clone());
     let app = app(state);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (stopping, _) = tokio::sync::watch::channel(false);
+    // Each connection's task holds a sender: all of them gone is every connection ended.
+    let (running, mut ended) = tokio::sync::mpsc::channel::<std::convert::Infallible>(1);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&connections).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
+        // Admission may wait (every connection busy) and must not hold up shutdown.
+        let admitted = tokio::select! {
+            admitted = connections.admit(peer.ip()) => admitted,
+            () = &mut shutdown => break,
+        };
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                tracing::debug!(%peer, ?refused, "a connection was refused at accept");
+                continue;
+            }
+        };
         // TCP_NODELAY: a response's last small segment must not wait for the client's delayed ACK.
         let _ = stream.tcp().set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone().map_request(
-            move |mut request: Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                request.map(axum::body::Body::new)
-            },
-        ));
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let service = connection_service(app.clone(), peer, Arc::clone(admitted.watch()));
+        let builder = Arc::clone(&builder);
+        let mut stopping = stopping.subscribe();
+        let running = running.clone();
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::trace!(error = %err, "a connection ended with an error");
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            // Set once the connection was asked to end: a GOAWAY (HTTP/2) or a close after the
+            // response in flight (HTTP/1), and for a silent one a hard stop shortly after.
+            let mut winding_down = false;
+            let mut hard_stop: Option<tokio::time::Instant> = None;
+            loop {
+                let quieted = admitted.watch().quieted();
+                let deadline = admitted.deadline();
+                tokio::select! {
+                    // A request ended: the idle deadline starts now.
+                    () = quieted, if hard_stop.is_none() => {}
+                    ended = connection.as_mut() => {
+                        if let Err(err) = ended {
+                            tracing::trace!(error = %err, "a connection ended with an error");
+                        }
+                        break;
+                    }
+                    () = admitted.watch().shed_requested(), if !winding_down => {
+                        tracing::debug!(%peer, "a silent connection was shed to admit another");
+                        break;
+                    }
+                    () = sleep_until(deadline), if deadline.is_some() && hard_stop.is_none() => {
+                        // The rule may have moved the deadline (a request started and ended).
+                        if admitted.deadline().is_some_and(|d| d <= tokio::time::Instant::now()) {
+                            tracing::debug!(%peer, "a silent connection was closed");
+                            connection.as_mut().graceful_shutdown();
+                            winding_down = true;
+                            hard_stop = Some(tokio::time::Instant::now() + SILENT_GRACE);
+                        }
+                    }
+                    () = sleep_until(hard_stop), if hard_stop.is_some() => break,
+                    _ = stopping.changed(), if !winding_down => {
+                        winding_down = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
             }
-            drop(permit);
+            drop(admitted);
+            drop(running);
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    stopping.send_replace(true);
+    drop(running);
+    let _ = ended.recv().await;
     Ok(())
+}
+
+/// How long a connection closed for silence may take to say goodbye (an HTTP/2 GOAWAY) before
+/// it is dropped.
+const SILENT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The router for one connection from `peer`: each request is in flight on `watch` from its
+/// headers until its response body ends or is dropped.
+fn connection_service(
+    app: axum::Router,
+    peer: SocketAddr,
+    watch: Arc<connections::Watch>,
+) -> impl hyper::service::Service<
+    Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + Clone
++ Send
++ 'static {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+        let busy = watch.begin();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+        let request = request.map(axum::body::Body::new);
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(request).await?;
+            Ok(response.map(|body| {
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    let _in_flight = &busy;
+                    frame
+                }))
+            }))
+        }
+    })
 }

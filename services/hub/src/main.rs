@@ -73,8 +73,10 @@
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
 //! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
 //! | `SNUG_UPLOAD_IDLE_TIMEOUT` | `30s` | an upload that sends nothing this long is abandoned |
-//! | `SNUG_HTTP_HEADER_TIMEOUT` | `10s` | a connection whose request headers have not all arrived this long after it began waiting for them (new, or idle between requests) is closed |
-//! | `SNUG_HTTP_MAX_CONNECTIONS` | `4096` | open HTTP connections at most; beyond it new ones wait in the listen backlog |
+//! | `SNUG_HTTP_HEADER_TIMEOUT` | `10s` | a connection whose first request's headers have not all arrived this long after its accept (sent or not), or a kept-alive one's next request's, is closed |
+//! | `SNUG_HTTP_IDLE_TIMEOUT` | `60s` | a connection that starts no request this long after its last one ended is closed (HTTP/2: GOAWAY; pinged at half of it) |
+//! | `SNUG_HTTP_MAX_CONNECTIONS` | `4096` | open HTTP connections at most; at the cap silent ones are closed first, and only when every one is busy do new ones wait in the listen backlog |
+//! | `SNUG_HTTP_MAX_CONNECTIONS_PER_ADDRESS` | `256` | open HTTP connections from one client address at most (a trusted proxy's not counted) |
 //! | `SNUG_RATE_LIMIT_BURST` | `60` with auth on, off with auth off | requests a client address, and separately an authenticated user, may make in a burst; `0` turns rate limits off |
 //! | `SNUG_RATE_LIMIT_PER_SECOND` | `1` with auth on, off with auth off | the rate the burst refills at; beyond it `429 RATE_LIMITED` with `Retry-After`; `0` turns rate limits off |
 //! | `SNUG_TRUSTED_PROXIES` | — | comma-separated addresses or networks (`10.0.0.0/8`) of proxies whose `X-Forwarded-For` names the client for rate limits; ignored from anyone else |

@@ -7,7 +7,7 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -31,9 +31,11 @@ use snug_rpc::chunks::{self, Chunked as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::transport::Channel;
 
-const BIN: &str = env!("CARGO_BIN_EXE_snug-hub");
+mod support;
+
+use support::{BIN, Process};
+
 /// How long a process may take to start, answer or stop.
-const WAIT: Duration = Duration::from_secs(60);
 const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
 const GRPC_LISTENING: &str = "gRPC server listening";
 const ADMIN_LISTENING: &str = "admin port listening (GET /metrics)";
@@ -109,122 +111,6 @@ impl Collector {
 }
 
 /// One `snug-hub` process, its stderr (JSON log lines) collected as it runs.
-struct Process {
-    name: &'static str,
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Process {
-    /// Runs `snug-hub ARGS` with exactly the environment `env` (nothing inherited, so a variable
-    /// set on the machine running the tests cannot change what is tested).
-    fn spawn(name: &'static str, args: &[&str], env: &[(&str, String)]) -> Process {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn snug-hub");
-        let stderr = child.stderr.take().expect("stderr");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        let reader = std::thread::spawn(move || {
-            use std::io::BufRead as _;
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-            }
-        });
-        Process {
-            name,
-            child,
-            lines,
-            reader: Some(reader),
-        }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Waits for the JSON log line whose message is `message`; returns its field `field`.
-    async fn logged(&mut self, message: &str, field: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let found = self
-                .lines()
-                .iter()
-                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-                .find(|line| line["message"] == message)
-                .and_then(|line| line[field].as_str().map(str::to_owned));
-            if let Some(value) = found {
-                return value;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{} exited ({status}) before logging {message:?}:\n{}",
-                    self.name,
-                    self.lines().join("\n")
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} never logged {message:?}:\n{}",
-                self.name,
-                self.lines().join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Sends SIGTERM and waits for a clean exit (which includes flushing its spans); returns
-    /// every line the process wrote.
-    async fn terminate(&mut self) -> Vec<String> {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "could not signal {}", self.name);
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(
-                    status.success(),
-                    "{} exited with {status}:\n{}",
-                    self.name,
-                    self.lines().join("\n")
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not stop after SIGTERM",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        self.lines()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// The environment every process of a test gets.
 fn base_env(collector: &str, data_dir: &Path, rust_log: &str) -> Vec<(&'static str, String)> {
     vec![
@@ -546,46 +432,46 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
         client_span,
         "the gateway continues the client's trace"
     );
-    for (service, method) in [("snug-hub-sync", put_image)] {
-        let server = in_trace
+    // The sync service's PutImage span is a child of the gateway's client span for it.
+    let (service, method) = ("snug-hub-sync", put_image);
+    let server = in_trace
+        .iter()
+        .find(|(s, span)| {
+            s == service && span.name == method && span.kind == SpanKind::Server as i32
+        })
+        .map(|(_, span)| span)
+        .unwrap_or_else(|| panic!("no {method} server span from {service}"));
+    let client = gateway_spans
+        .iter()
+        .find(|s| s.span_id == server.parent_span_id)
+        .unwrap_or_else(|| {
+            panic!("{service}'s {method} span has no parent among the gateway's spans")
+        });
+    assert_eq!(client.name, method);
+    assert_eq!(client.kind, SpanKind::Client as i32);
+    assert!(
+        descends(client, put_span, &gateway_spans),
+        "{method}: the client span is inside PUT /userdb"
+    );
+    {
+        // The service's log lines inside the call carry the same ids as its span.
+        let line = sync_log
             .iter()
-            .find(|(s, span)| {
-                s == service && span.name == method && span.kind == SpanKind::Server as i32
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|line| {
+                line["message"] == "gRPC call finished"
+                    && line["trace_id"] == client_trace
+                    && line["span_id"] == hex_id(&server.span_id)
             })
-            .map(|(_, span)| span)
-            .unwrap_or_else(|| panic!("no {method} server span from {service}"));
-        let client = gateway_spans
-            .iter()
-            .find(|s| s.span_id == server.parent_span_id)
             .unwrap_or_else(|| {
-                panic!("{service}'s {method} span has no parent among the gateway's spans")
+                panic!(
+                    "no JSON log line of the traced PutImage in:\n{}",
+                    sync_log.join("\n")
+                )
             });
-        assert_eq!(client.name, method);
-        assert_eq!(client.kind, SpanKind::Client as i32);
-        assert!(
-            descends(client, put_span, &gateway_spans),
-            "{method}: the client span is inside PUT /userdb"
-        );
-        if service == "snug-hub-sync" {
-            // The service's log lines inside the call carry the same ids as its span.
-            let line = sync_log
-                .iter()
-                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-                .find(|line| {
-                    line["message"] == "gRPC call finished"
-                        && line["trace_id"] == client_trace
-                        && line["span_id"] == hex_id(&server.span_id)
-                })
-                .unwrap_or_else(|| {
-                    panic!(
-                        "no JSON log line of the traced PutImage in:\n{}",
-                        sync_log.join("\n")
-                    )
-                });
-            assert_eq!(line["code"], "OK");
-            assert_eq!(line["level"], "DEBUG");
-            assert!(line["timestamp"].is_string());
-        }
+        assert_eq!(line["code"], "OK");
+        assert_eq!(line["level"], "DEBUG");
+        assert!(line["timestamp"].is_string());
     }
     // The refused PUT sent no traceparent, so it is a trace of its own.
     let refused = spans

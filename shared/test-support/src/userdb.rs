@@ -45,7 +45,7 @@ pub fn filled(len: usize, seed: u64) -> Vec<u8> {
 /// shrink it again), until it has the pages asked for; its free space may hold bytes.
 pub fn exactly(len: usize, seed: u64) -> Vec<u8> {
     assert!(
-        len % 4096 == 0 && len >= MIN_LEN + 4 * 4096,
+        len.is_multiple_of(4096) && len >= MIN_LEN + 4 * 4096,
         "{len} is not a whole number of pages above the smallest database"
     );
     let pages = (len / 4096) as i64;

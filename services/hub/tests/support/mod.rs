@@ -1,13 +1,20 @@
-//! What the tests that run `snug-hub` against an embedded sync store share: images made up of
-//! distinct chunks, stored the way a hub stores them, and a scan of the store's files for their
-//! bytes.
+//! What the tests that run `snug-hub` share: the binary run as a process with its log, images
+//! made up of distinct chunks, stored the way a hub stores them, and a scan of the store's files
+//! for their bytes.
 
 #![allow(
     dead_code,
     reason = "each test binary uses its own part of this module"
 )]
 
-use std::{path::Path, process::Output};
+use std::{
+    path::Path,
+    process::{Child, Command, Output, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
 
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
@@ -123,4 +130,124 @@ pub(crate) fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf
         }
     }
     found
+}
+
+/// How long a process is given to log a line, or to stop.
+const PROCESS_WAIT: Duration = Duration::from_secs(60);
+
+/// A running `snug-hub` process and the lines it writes to stderr (its log).
+pub(crate) struct Process {
+    name: &'static str,
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Process {
+    /// Runs `snug-hub ARGS` with exactly the environment `env` (nothing inherited, so a variable
+    /// set on the machine running the tests cannot change what is tested).
+    pub(crate) fn spawn(name: &'static str, args: &[&str], env: &[(&str, String)]) -> Process {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn snug-hub");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+        Process {
+            name,
+            child,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits for the JSON log line whose message is `message`; returns its field `field`.
+    pub(crate) async fn logged(&mut self, message: &str, field: &str) -> String {
+        let deadline = Instant::now() + PROCESS_WAIT;
+        loop {
+            let found = self
+                .lines()
+                .iter()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .find(|line| line["message"] == message)
+                .and_then(|line| line[field].as_str().map(str::to_owned));
+            if let Some(value) = found {
+                return value;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited ({status}) before logging {message:?}:\n{}",
+                    self.name,
+                    self.lines().join("\n")
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never logged {message:?}:\n{}",
+                self.name,
+                self.lines().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for a clean exit (which includes flushing its spans); returns
+    /// every line the process wrote.
+    pub(crate) async fn terminate(&mut self) -> Vec<String> {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "could not signal {}", self.name);
+        let deadline = Instant::now() + PROCESS_WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "{} exited with {status}:\n{}",
+                    self.name,
+                    self.lines().join("\n")
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not stop after SIGTERM",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.lines()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
