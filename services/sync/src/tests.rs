@@ -2566,5 +2566,6 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
     assert!(last.done && last.problems.is_empty(), "{checked:?}");
 }
 
+mod erasure_race;
 mod put_delta;
 mod validation;
