@@ -10,7 +10,8 @@
 //! bytes both ways, through `snug_restore::HubOrigin`, the client `snug sync` uses), against
 //! `rsync --stats --no-whole-file` moving the new file onto the old one (Debian's rsync; total
 //! bytes sent and received) and against the whole-file PUT and GET; and the wall time of the
-//! delta push against the whole-file PUT on loopback (medians of alternating rounds).
+//! delta push against the whole-file PUT on loopback (medians of alternating rounds), with the
+//! process's CPU time during each (the client and the in-process hub together).
 //!
 //! Run: `cargo bench -p snug-cli --bench delta` (the hub runs in this process on loopback).
 
@@ -139,6 +140,21 @@ fn rsync(rsync: &Path, dir: &Path, old: &[u8], new: &[u8]) -> (u64, u64) {
     )
 }
 
+/// The CPU time (user and system) this process has used: the client and the in-process hub
+/// together, so a change on the hub's side shows as the difference between two runs, the
+/// client's share being the same. From `/proc/self/stat` (clock ticks of 10 ms).
+fn cpu_now() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
+        .split_whitespace()
+        .collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_millis(ticks * 10)
+}
+
 fn median(mut values: Vec<Duration>) -> Duration {
     values.sort();
     values[values.len() / 2]
@@ -146,24 +162,25 @@ fn median(mut values: Vec<Duration>) -> Duration {
 
 /// A push as `snug sync push` makes it: with the base's page ids it kept when it last synced
 /// (`pages`), or without (the plan round first, as after a sync that kept none).
+/// Returns the new revision, the push's wall time and the process's CPU time during it.
 fn push_with(
     origin: &HubOrigin,
     bytes: &[u8],
     base: &str,
     pages: Option<&snug_delta::Manifest>,
-) -> (String, Duration) {
-    let started = Instant::now();
+) -> (String, Duration, Duration) {
+    let (started, cpu) = (Instant::now(), cpu_now());
     let pushed = origin
         .push_from(bytes, Some(base), pages, None)
         .expect("push");
-    let took = started.elapsed();
+    let (took, cpu) = (started.elapsed(), cpu_now() - cpu);
     match pushed {
-        Pushed::Accepted { revision } => (revision, took),
+        Pushed::Accepted { revision } => (revision, took, cpu),
         Pushed::Conflict { current } => panic!("conflict with {current:?}"),
     }
 }
 
-fn push(origin: &HubOrigin, bytes: &[u8], base: &str) -> (String, Duration) {
+fn push(origin: &HubOrigin, bytes: &[u8], base: &str) -> (String, Duration, Duration) {
     push_with(origin, bytes, base, None)
 }
 
@@ -252,19 +269,22 @@ fn main() {
         // Push by difference (as the CLI does, with the base's page ids), then by whole file,
         // alternating, each from `old` as the current revision.
         let (mut delta_times, mut whole_times) = (Vec::new(), Vec::new());
+        let (mut delta_cpu, mut whole_cpu) = (Vec::new(), Vec::new());
         let mut push_bytes = 0;
         for round in 0..ROUNDS {
             for by_delta in [round % 2 == 0, round % 2 != 0] {
                 let origin = if by_delta { delta() } else { whole() };
                 let pages = by_delta.then_some(&old_pages);
-                let (revision, took) = push_with(&origin, new, &current, pages);
+                let (revision, took, cpu) = push_with(&origin, new, &current, pages);
                 let traffic = origin.traffic();
                 assert_eq!(traffic.delta, by_delta, "{traffic:?}");
                 if by_delta {
                     delta_times.push(took);
+                    delta_cpu.push(cpu);
                     push_bytes = traffic.sent + traffic.received;
                 } else {
                     whole_times.push(took);
+                    whole_cpu.push(cpu);
                 }
                 // Back to `old` as the current revision for the next measurement.
                 current = push(&whole(), old, &revision).0;
@@ -272,7 +292,7 @@ fn main() {
         }
         // Without the base's page ids: the plan round sends the new image's manifest first.
         let planned = delta();
-        let (revision, _) = push(&planned, new, &current);
+        let (revision, ..) = push(&planned, new, &current);
         let planned_bytes = planned.traffic().sent + planned.traffic().received;
         current = push(&whole(), old, &revision).0;
         let old_revision = current.clone();
@@ -312,14 +332,22 @@ fn main() {
                 bytes as f64 / rsync_bytes as f64
             );
         }
-        timings.push((name, median(delta_times), median(whole_times)));
+        timings.push((
+            name,
+            median(delta_times),
+            median(whole_times),
+            median(delta_cpu),
+            median(whole_cpu),
+        ));
     }
     println!();
-    println!("| edit | delta push | whole-file PUT | delta / whole |");
-    println!("|---|---|---|---|");
-    for (name, by_delta, by_whole) in timings {
+    println!(
+        "| edit | delta push | whole-file PUT | delta / whole | CPU, delta push | CPU, whole PUT |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (name, by_delta, by_whole, cpu_delta, cpu_whole) in timings {
         println!(
-            "| {name} | {by_delta:.2?} | {by_whole:.2?} | {:.2} |",
+            "| {name} | {by_delta:.2?} | {by_whole:.2?} | {:.2} | {cpu_delta:.2?} | {cpu_whole:.2?} |",
             by_delta.as_secs_f64() / by_whole.as_secs_f64()
         );
     }
