@@ -152,6 +152,8 @@ pub struct Options {
     /// The services' upload budget (the sync service holds a pushed image in it while it
     /// validates it; the gateway holds none); `None`: the default.
     pub upload_budget: Option<snug_rpc::budget::UploadBudget>,
+    /// The pace every upload must keep, at the gateway and in the services alike.
+    pub upload_pace: snug_rpc::pace::Pace,
     /// Time for a connection's first request headers to arrive (from accept), or a kept-alive
     /// one's next request's.
     pub header_timeout: Duration,
@@ -176,6 +178,7 @@ impl Default for Options {
             rate_limits: false,
             trusted_proxies: Vec::new(),
             upload_budget: None,
+            upload_pace: snug_rpc::pace::Pace::default(),
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: (4096, 256),
@@ -236,7 +239,11 @@ impl Hub {
             sealer: sealer.clone(),
             quota_bytes: options.quota_bytes,
             reclaim_interval: Duration::ZERO,
-            upload_budget: options.upload_budget.clone().unwrap_or_default(),
+            upload_budget: options
+                .upload_budget
+                .clone()
+                .unwrap_or_default()
+                .paced(options.upload_pace),
             ..SyncConfig::default()
         };
         let sync_config = match options.keep_revisions {
@@ -264,7 +271,11 @@ impl Hub {
         } else {
             snug_gateway::Addresses::all(&format!("http://{grpc}"))
         };
-        let state = snug_gateway::build(&config, gateway_dir.clone(), addresses, sealer)
+        let runtime = snug_gateway::Runtime {
+            sealer,
+            upload_pace: options.upload_pace,
+        };
+        let state = snug_gateway::build(&config, gateway_dir.clone(), addresses, runtime)
             .await
             .expect("gateway");
         let users = (options.auth == AuthMode::On).then_some(gateway_dir);

@@ -1289,7 +1289,7 @@ async fn gateway_pointing_at(addr: std::net::SocketAddr, deadline: Duration) -> 
         &config,
         dir,
         snug_gateway::Addresses::all(&url),
-        snug_files::sealed::Sealer::disabled(),
+        snug_gateway::Runtime::new(snug_files::sealed::Sealer::disabled()),
     )
     .await
     .expect("gateway");

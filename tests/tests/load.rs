@@ -208,6 +208,126 @@ async fn an_upload_beyond_the_budget_waits_then_is_refused_and_nothing_is_stored
     );
 }
 
+/// Starts a PUT of `image` for `token` that declares its whole length, sends its first 64 KiB at
+/// once and then one byte every 300 ms (as a client dripping a large upload holds its share of
+/// the budget); resolves to the answer's status line, or to "closed" when the hub hangs up.
+fn drip(addr: SocketAddr, token: String, image: Vec<u8>) -> tokio::task::JoinHandle<String> {
+    tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(put_head(addr, &token, image.len()).as_bytes())
+            .await
+            .expect("head");
+        stream.write_all(&image[..64 * 1024]).await.expect("start");
+        let mut sent = 64 * 1024;
+        let mut buf = [0u8; 1];
+        loop {
+            tokio::select! {
+                read = stream.peek(&mut buf) => {
+                    return match read {
+                        Ok(n) if n > 0 => status_of(&mut stream).await,
+                        _ => "closed".to_owned(),
+                    };
+                }
+                () = tokio::time::sleep(Duration::from_millis(300)) => {
+                    if sent < image.len() - 1 {
+                        if stream.write_all(&image[sent..=sent]).await.is_err() {
+                            return "closed".to_owned();
+                        }
+                        sent += 1;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Two clients that each declare half the upload budget and then drip a byte at a time are cut
+/// off at the pace (issue 36 point 2), so a third user's PUT, waiting for room, gets in instead
+/// of being refused for as long as they drip; and one user cannot hold more than half the budget
+/// with a second upload of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dripping_uploads_are_cut_off_and_do_not_starve_other_users() {
+    const MIB: usize = 1 << 20;
+    let (big, _) = snug_e2e::userdb_with_filler(4 * MIB);
+    assert!(big.len() > 3 * MIB, "{}", big.len());
+    // Exactly the two drips' declared lengths (the budget counts in units of 64 KiB).
+    let budget = 2 * (big.len() as u64).div_ceil(64 * 1024) * 64 * 1024;
+    let hub = Hub::start(Options {
+        upload_budget: Some(UploadBudget::new(budget, Duration::from_secs(8))),
+        upload_pace: snug_rpc::pace::Pace {
+            grace: Duration::from_secs(1),
+            min_rate: 256 * 1024,
+        },
+        ..Options::default()
+    })
+    .await;
+    let (mallory, eve, alice) = (
+        hub.add_user("mallory"),
+        hub.add_user("eve"),
+        hub.add_user("alice"),
+    );
+    let started = Instant::now();
+    let drips = [
+        drip(hub.http, mallory.clone(), big.clone()),
+        drip(hub.http, eve, big.clone()),
+    ];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Mallory's second upload while her first holds half the budget: refused at once.
+    // (Raw: the refusal comes before the body is read, and the hub does not read the rest.)
+    let mut second = TcpStream::connect(hub.http).await.expect("connect");
+    second
+        .write_all(put_head(hub.http, &mallory, big.len()).as_bytes())
+        .await
+        .expect("head");
+    second.write_all(&big[..64 * 1024]).await.expect("start");
+    let refused_at = Instant::now();
+    assert_eq!(
+        status_of(&mut second).await,
+        "HTTP/1.1 503 Service Unavailable"
+    );
+    assert!(
+        refused_at.elapsed() < Duration::from_secs(1),
+        "refused at once, not after the budget's wait: {:?}",
+        refused_at.elapsed()
+    );
+    let http = Http::new(hub.http);
+    // Alice's upload waits for room, and gets it when the drips fall behind the pace.
+    let alices = snug_e2e::stored_form(&snug_e2e::userdb_vector("fresh-v6.export.snug"));
+    let asked = Instant::now();
+    let answer = put_userdb(&http, &alice, ("if-none-match", "*"), alices.clone()).await;
+    let waited = asked.elapsed();
+    assert_eq!(answer.status, 204, "{:?}", answer.json());
+    for drip in drips {
+        let status = drip.await.expect("task");
+        assert!(
+            status == "closed" || status.starts_with("HTTP/1.1 400"),
+            "a dripping upload is cut off: {status}"
+        );
+    }
+    let cut = started.elapsed();
+    // Cut off within the grace and the first 64 KiB's time at the rate, plus scheduling slack.
+    assert!(
+        cut < Duration::from_secs(4),
+        "the drips held on for {cut:?}"
+    );
+    assert!(
+        waited > Duration::from_millis(300) && waited < Duration::from_secs(4),
+        "alice waited {waited:?}: for the drips to be cut off, and no longer"
+    );
+    eprintln!(
+        "two dripping 4 MiB uploads were cut off {cut:?} after they began; alice's PUT waited {waited:?} and landed"
+    );
+    for token in [&mallory, &alice] {
+        let stored = get_userdb(&http, token).await;
+        if token == &alice {
+            assert_eq!(stored.body.as_ref(), alices.as_slice());
+        } else {
+            assert_eq!(stored.status, 404, "nothing of a drip is stored");
+        }
+    }
+}
+
 /// 3,000 connections that send their request headers one line at a time, slower than the
 /// header timeout allows, are all closed on time, and requests on other connections are served
 /// the whole while.

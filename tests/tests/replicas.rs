@@ -100,7 +100,7 @@ async fn replicas_each(oidc_a: OidcArgs, oidc_b: OidcArgs) -> Option<Replicas> {
             &config,
             dirs.path().join(name),
             snug_gateway::Addresses::all(&format!("http://{grpc}")),
-            snug_files::sealed::Sealer::disabled(),
+            snug_gateway::Runtime::new(snug_files::sealed::Sealer::disabled()),
         )
         .await
         .expect("gateway");

@@ -196,6 +196,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use snug_files::sealed::Sealer;
+use snug_rpc::pace::Pace;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tracing::Instrument as _;
@@ -220,6 +221,28 @@ pub struct AppState {
     /// Where the store in this process seals the buffers it keeps, so that the connections send
     /// them with `sendfile`; disabled when the store runs elsewhere.
     pub sealer: Sealer,
+    /// The pace every request body must keep (`snug_rpc::pace`).
+    pub upload_pace: Pace,
+}
+
+/// What the composition root hands the gateway beside its configuration.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// The sealer of the sync store in this process ([`GatewayConfig::zero_copy_cache_bytes`]),
+    /// or a disabled one when the store runs elsewhere.
+    pub sealer: Sealer,
+    /// The pace every request body must keep: the process's, shared with its services.
+    pub upload_pace: Pace,
+}
+
+impl Runtime {
+    /// `sealer`, with the default pace.
+    pub fn new(sealer: Sealer) -> Self {
+        Self {
+            sealer,
+            upload_pace: Pace::default(),
+        }
+    }
 }
 
 /// Why the gateway could not be built.
@@ -268,14 +291,12 @@ impl Addresses {
 }
 
 /// Builds the gateway's state from its configuration. `dir` holds the SQLite users file and the
-/// generated session key; `addresses` override the configured service addresses; `sealer` is the
-/// one the sync store in this process seals with (built from
-/// [`GatewayConfig::zero_copy_cache_bytes`]), or a disabled one when the store runs elsewhere.
+/// generated session key; `addresses` override the configured service addresses.
 pub async fn build(
     config: &GatewayConfig,
     dir: std::path::PathBuf,
     addresses: Addresses,
-    sealer: Sealer,
+    runtime: Runtime,
 ) -> Result<Arc<AppState>, StartError> {
     let settings = Settings::resolve(config, dir)?;
     let backends = backends(config, &settings, addresses)?;
@@ -297,7 +318,8 @@ pub async fn build(
         settings,
         auth,
         backends,
-        sealer,
+        sealer: runtime.sealer,
+        upload_pace: runtime.upload_pace,
     }))
 }
 

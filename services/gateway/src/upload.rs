@@ -10,7 +10,9 @@
 //! stays pending and the watch reports the failure, which the caller answers while it drops the
 //! call, so the service sees the call cancelled and keeps nothing. Once the body has ended the
 //! watch says so, and the call's deadline starts: the time a client takes to send is bounded by
-//! the idle timeout of each piece, not by the deadline of the call that follows.
+//! the idle timeout of each piece, not by the deadline of the call that follows, and by the
+//! process's pace (`snug_rpc::pace`): a body that falls behind the minimum rate after its grace
+//! is refused the same way, so a client dripping a large declared body holds nothing for long.
 
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use axum::{
 use bytes::{Bytes, BytesMut};
 use futures::Stream;
 use http_body_util::BodyExt as _;
-use snug_rpc::chunks::CHUNK_SIZE;
+use snug_rpc::{chunks::CHUNK_SIZE, pace::Paced};
 use tokio::sync::watch;
 
 use crate::{
@@ -34,6 +36,9 @@ use crate::{
 /// 16 KiB frame would cost the service a decode and an allocation each).
 const GATHER: usize = 256 * 1024;
 
+/// How long gathered bytes wait for more before they go on anyway.
+const FLUSH_AFTER: Duration = Duration::from_millis(100);
+
 /// The body of a request, not yet read.
 pub struct Upload {
     body: Body,
@@ -42,6 +47,8 @@ pub struct Upload {
     /// `Content-Length`, when the client declared one.
     pub declared: Option<u64>,
     idle: Duration,
+    /// The body's progress against the pace, from when its headers arrived.
+    paced: Paced,
 }
 
 impl<S> FromRequest<S> for Upload
@@ -58,6 +65,7 @@ where
             read: BytesMut::new(),
             declared: declared_length(&parts.headers),
             idle: state.as_ref().settings.upload_idle_timeout,
+            paced: Paced::start(state.as_ref().upload_pace),
         })
     }
 }
@@ -106,7 +114,7 @@ impl Upload {
     /// of the leading bytes before anything is sent on; they stay first in [`Upload::chunks`].
     pub async fn leading(&mut self, n: usize) -> Result<&[u8], ApiError> {
         while self.read.len() < n {
-            match next_frame(&mut self.body, self.idle).await? {
+            match next_frame(&mut self.body, self.idle, &mut self.paced).await? {
                 Some(data) => self.read.extend_from_slice(&data),
                 None => break,
             }
@@ -118,15 +126,36 @@ impl Upload {
     pub fn chunks(self) -> (impl Stream<Item = Bytes> + Send + 'static, BodyWatch) {
         let (tx, rx) = watch::channel(State::Streaming);
         let idle = self.idle;
-        let stream =
-            futures::stream::unfold(Some((self.body, self.read, tx)), move |state| async move {
-                let (mut body, mut gathered, tx) = state?;
+        let paced = self.paced;
+        let stream = futures::stream::unfold(
+            Some((self.body, self.read, tx, paced)),
+            move |state| async move {
+                let (mut body, mut gathered, tx, mut paced) = state?;
                 loop {
                     if gathered.len() >= GATHER {
                         let piece = gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
-                        return Some((piece, Some((body, gathered, tx))));
+                        return Some((piece, Some((body, gathered, tx, paced))));
                     }
-                    match next_frame(&mut body, idle).await {
+                    // Bytes gathered go on once the client pauses: the service holds the upload
+                    // to the same pace, and must see what arrived when it arrived.
+                    let next = if gathered.is_empty() {
+                        next_frame(&mut body, idle, &mut paced).await
+                    } else {
+                        let waited = tokio::time::timeout(
+                            FLUSH_AFTER,
+                            next_frame(&mut body, idle, &mut paced),
+                        )
+                        .await;
+                        match waited {
+                            Ok(next) => next,
+                            Err(_) => {
+                                let piece =
+                                    gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
+                                return Some((piece, Some((body, gathered, tx, paced))));
+                            }
+                        }
+                    };
+                    match next {
                         Ok(Some(data)) => gathered.extend_from_slice(&data),
                         Ok(None) if gathered.is_empty() => {
                             let _ = tx.send(State::Ended);
@@ -139,7 +168,7 @@ impl Upload {
                                 // The last piece goes out; the next poll ends the stream.
                                 return Some((piece, None));
                             }
-                            return Some((piece, Some((body, gathered, tx))));
+                            return Some((piece, Some((body, gathered, tx, paced))));
                         }
                         Err(err) => {
                             let _ = tx.send(State::Failed(err));
@@ -148,16 +177,23 @@ impl Upload {
                         }
                     }
                 }
-            });
+            },
+        );
         (stream, BodyWatch(rx))
     }
 }
 
-/// The next data frame of `body` within `idle`; `None` at its end.
-async fn next_frame(body: &mut Body, idle: Duration) -> Result<Option<Bytes>, ApiError> {
+/// The next data frame of `body` within `idle` and the pace; `None` at its end.
+async fn next_frame(
+    body: &mut Body,
+    idle: Duration,
+    paced: &mut Paced,
+) -> Result<Option<Bytes>, ApiError> {
     loop {
-        let frame = tokio::time::timeout(idle, body.frame())
+        let frame = paced
+            .within(tokio::time::timeout(idle, body.frame()))
             .await
+            .map_err(|behind| ApiError::from_reason(reason::BODY_INCOMPLETE, behind.to_string()))?
             .map_err(|_| {
                 ApiError::from_reason(
                     reason::BODY_INCOMPLETE,
@@ -177,6 +213,7 @@ async fn next_frame(body: &mut Body, idle: Duration) -> Result<Option<Bytes>, Ap
                 if let Ok(data) = frame.into_data()
                     && !data.is_empty()
                 {
+                    paced.received(data.len() as u64);
                     return Ok(Some(data));
                 }
             }

@@ -61,7 +61,10 @@ pub(crate) async fn serve_with_gateway(
         gateway,
         gateway_dir.to_owned(),
         snug_gateway::Addresses::in_process(own),
-        sealer,
+        snug_gateway::Runtime {
+            sealer,
+            upload_pace: server.upload_pace(),
+        },
     )
     .await
     .context("the gateway refused its configuration")?;
@@ -98,7 +101,10 @@ pub(crate) async fn serve_gateway(
         gateway,
         gateway_dir.to_owned(),
         snug_gateway::Addresses::default(),
-        Sealer::disabled(),
+        snug_gateway::Runtime {
+            sealer: Sealer::disabled(),
+            upload_pace: server.upload_pace(),
+        },
     )
     .await
     .context("the gateway refused its configuration")?;

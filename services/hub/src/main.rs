@@ -20,6 +20,8 @@
 //! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
 //! | `SNUG_UPLOAD_BUDGET_MIB` | `128` | MiB of uploads buffered at once, one budget for the services of a process (container, schema, materialize, and the sync service, which holds a pushed image while it validates it; the gateway streams bodies on and holds none); an upload is admitted for its declared length (its limit when undeclared) before its first byte is read |
 //! | `SNUG_UPLOAD_BUDGET_WAIT` | `5s` | how long an upload waits for room in its budget before it is refused: gRPC UNAVAILABLE/`OVERLOADED`, HTTP 503 `OVERLOADED` with `Retry-After` |
+//! | `SNUG_UPLOAD_MIN_RATE_KIB` | `64` | KiB a second an upload must send on average after its grace, at the gateway and in every service, or it is cut off (HTTP 400 `BODY_INCOMPLETE`, gRPC `DEADLINE_EXCEEDED`) and its share of the upload budget freed; 0 turns the rule off |
+//! | `SNUG_UPLOAD_GRACE` | `10s` | how long an upload may take before its minimum rate counts |
 //! | `SNUG_LOG_FORMAT` | `text` | `text` or `json` log lines on stderr, for every `snug-hub` command (`--log-format`); filter with `RUST_LOG`; lines inside a traced request carry `trace_id` and `span_id` |
 //! | `SNUG_ADMIN_LISTEN` | — (off) | admin port of `snug-hub serve`: `GET /metrics` in the Prometheus text format; where the gateway runs (`serve`, `serve gateway`) with auth on, also the admin API `snug.admin.v1` (gRPC, h2c) |
 //! | `SNUG_ADMIN_TOKEN_SHA256` | — (the admin API refuses every call) | SHA-256 (hex) of the admin token the admin API accepts as `authorization: Bearer …`; from a Secret; `snug-hub admin-token` makes a token and prints both |

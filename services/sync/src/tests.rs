@@ -2567,5 +2567,6 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
 }
 
 mod erasure_race;
+mod pace;
 mod put_delta;
 mod validation;

@@ -42,13 +42,15 @@ impl SyncServer {
         &self,
         mut stream: Streaming<pb::PutImageRequest>,
     ) -> Result<pb::PutImageResponse, Status> {
-        let (header, receiver) = chunks::Receiver::start_refusing(
+        // Admitted within the user's share of the budget: one user's uploads cannot hold it all.
+        let (header, receiver) = chunks::Receiver::start_for(
             &mut stream,
             DOMAIN,
             |header: &pb::PutImageHeader| self.quota(header.quota_bytes),
             &self.upload_budget,
             |header| header.expected_length,
             |_, quota| status::quota_exceeded(quota),
+            |header| header.caller.as_ref().map(|c| c.user_id.clone()),
         )
         .await?;
         let receiver = receiver.naming_length("header.expected_length");

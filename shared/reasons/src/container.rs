@@ -4,6 +4,7 @@ use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
 pub use crate::rpc::{
     BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+    UPLOAD_TOO_SLOW,
 };
 
 /// A healthy container that no supplied secret opened.
@@ -127,6 +128,7 @@ pub const DOMAIN: Domain = Domain {
         &TOO_LARGE,
         &INVALID_ARGUMENT,
         &BODY_ABORTED,
+        &UPLOAD_TOO_SLOW,
         &OVERLOADED,
         &DEADLINE_EXCEEDED,
         &INTERNAL,

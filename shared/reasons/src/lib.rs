@@ -186,6 +186,7 @@ pub const ALL: &[&Reason] = &[
     &rpc::TOO_LARGE,
     &rpc::OVERLOADED,
     &rpc::BODY_ABORTED,
+    &rpc::UPLOAD_TOO_SLOW,
     &rpc::DEADLINE_EXCEEDED,
     &rpc::INTERNAL,
     // snug.container.

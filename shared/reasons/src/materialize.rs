@@ -9,6 +9,7 @@ use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
 pub use crate::rpc::{
     BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+    UPLOAD_TOO_SLOW,
 };
 pub use crate::schema::{
     APP_NOT_FOUND, APP_TOKEN_COLLISION, HOSTILE_SCHEMA, MALFORMED, NOT_A_USER_DATABASE, NOT_SQLITE,
@@ -185,6 +186,7 @@ pub const DOMAIN: Domain = Domain {
         &TOO_LARGE,
         &INVALID_ARGUMENT,
         &BODY_ABORTED,
+        &UPLOAD_TOO_SLOW,
         &OVERLOADED,
         &DEADLINE_EXCEEDED,
         &INTERNAL,

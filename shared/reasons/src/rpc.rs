@@ -40,6 +40,17 @@ pub const BODY_ABORTED: Reason = Reason {
     summary: "the upload stream broke off before its end (the client cancelled or went away); nothing was kept",
 };
 
+/// An upload fell behind the minimum rate after its grace (`snug_rpc::pace`); it was cut off,
+/// its share of the upload budget freed, and nothing was kept.
+pub const UPLOAD_TOO_SLOW: Reason = Reason {
+    name: "UPLOAD_TOO_SLOW",
+    grpc: Some(GrpcCode::DeadlineExceeded),
+    // What the gateway answers for its own pace too: the body did not arrive in time.
+    http: http(400, "BODY_INCOMPLETE", true),
+    exit: CliExit::Never,
+    summary: "an upload fell behind the minimum rate after its grace (SNUG_UPLOAD_MIN_RATE_KIB, SNUG_UPLOAD_GRACE); it was cut off and nothing was kept",
+};
+
 /// The call outlived its deadline, the client's `grpc-timeout` or the server's request timeout;
 /// its work was stopped and nothing was kept.
 pub const DEADLINE_EXCEEDED: Reason = Reason {

@@ -8,6 +8,7 @@ pub use crate::container::{
 };
 pub use crate::rpc::{
     BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+    UPLOAD_TOO_SLOW,
 };
 
 /// The bytes are not a SQLite database (nor, where one is accepted, a SNUGENC1 container).
@@ -223,6 +224,7 @@ pub const DOMAIN: Domain = Domain {
         &TOO_LARGE,
         &INVALID_ARGUMENT,
         &BODY_ABORTED,
+        &UPLOAD_TOO_SLOW,
         &OVERLOADED,
         &DEADLINE_EXCEEDED,
         &INTERNAL,

@@ -8,6 +8,7 @@ use crate::{CliExit, Domain, GrpcCode, Reason, http};
 
 pub use crate::rpc::{
     BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
+    UPLOAD_TOO_SLOW,
 };
 // An image the service refuses to store (issue 37: the sync service validates what it writes)
 // is refused in the words the schema service uses for the same verdict.
@@ -182,6 +183,7 @@ pub const DOMAIN: Domain = Domain {
         &NOT_FOUND,
         &IDEMPOTENCY_KEY_REUSED,
         &BODY_ABORTED,
+        &UPLOAD_TOO_SLOW,
         &IMAGE_CONFLICT,
         &STORAGE_UNAVAILABLE,
         &STORAGE_CORRUPT,

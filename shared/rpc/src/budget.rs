@@ -11,11 +11,23 @@
 //! An upload larger than the whole budget is admitted once it is the only one holding any of it,
 //! so a budget smaller than the quota slows large uploads but never refuses them all.
 //!
+//! No client can hold the budget for long, or most of it at once: waiting is first come, first
+//! served (the semaphore is fair, so a large upload is not starved by small ones); an upload
+//! must keep its [`Pace`](crate::pace::Pace), which the budget carries to whoever reads the
+//! upload, or it is cut off and its share freed; and an upload admitted for an owner (a user)
+//! is refused at once, not queued, while that owner already holds half the budget, so one user
+//! cannot take it all from the others (an owner holding nothing is always let in line).
+//!
 //! The budget is a value the composition root builds (`services/hub`) and hands to whoever
 //! buffers uploads: the process's services (the gateway holds none: it streams each body on to
 //! the service that stores it, so no upload waits on another's share).
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -37,6 +49,9 @@ pub struct UploadBudget {
     /// The whole budget, in units.
     units: u32,
     wait: Duration,
+    pace: crate::pace::Pace,
+    /// Units each owner holds now.
+    owners: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl fmt::Debug for UploadBudget {
@@ -45,6 +60,7 @@ impl fmt::Debug for UploadBudget {
             .field("bytes", &self.bytes())
             .field("available", &self.available())
             .field("wait", &self.wait)
+            .field("pace", &self.pace)
             .finish()
     }
 }
@@ -61,6 +77,27 @@ impl Default for UploadBudget {
 #[must_use = "the upload holds its share only while this lives"]
 pub struct Admission {
     _permit: OwnedSemaphorePermit,
+    _owned: Option<Owned>,
+}
+
+/// An owner's part of an admission, given back with it.
+#[derive(Debug)]
+struct Owned {
+    owners: Arc<Mutex<HashMap<String, u32>>>,
+    owner: String,
+    units: u32,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = owners.get_mut(&self.owner) {
+            *held = held.saturating_sub(self.units);
+            if *held == 0 {
+                owners.remove(&self.owner);
+            }
+        }
+    }
 }
 
 /// The budget stayed spent for the whole wait.
@@ -90,7 +127,20 @@ impl UploadBudget {
             permits: Arc::new(Semaphore::new(units as usize)),
             units,
             wait,
+            pace: crate::pace::Pace::default(),
+            owners: Arc::default(),
         }
+    }
+
+    /// This budget, its uploads held to `pace`.
+    pub fn paced(mut self, pace: crate::pace::Pace) -> Self {
+        self.pace = pace;
+        self
+    }
+
+    /// The pace every upload admitted here must keep.
+    pub fn pace(&self) -> crate::pace::Pace {
+        self.pace
     }
 
     /// A budget of `mib` MiB.
@@ -110,10 +160,34 @@ impl UploadBudget {
 
     /// Admits an upload of `bytes`, waiting for room up to the budget's wait.
     pub async fn admit(&self, bytes: u64) -> Result<Admission, Busy> {
+        self.admit_for(None, bytes).await
+    }
+
+    /// [`UploadBudget::admit`] for `owner`: refused at once while the owner already holds half
+    /// the budget (or would hold more than half with this upload, holding any).
+    pub async fn admit_for(&self, owner: Option<&str>, bytes: u64) -> Result<Admission, Busy> {
         let units = bytes.div_ceil(UNIT).clamp(1, u64::from(self.units)) as u32;
         let busy = Busy {
             wanted: bytes,
             budget: self.bytes(),
+        };
+        // Counted before the wait, so an owner's uploads queued together are one share too.
+        let owned = match owner {
+            Some(owner) => {
+                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+                let held = owners.get(owner).copied().unwrap_or(0);
+                let share = (self.units / 2).max(1);
+                if held > 0 && held.saturating_add(units) > share {
+                    return Err(busy);
+                }
+                *owners.entry(owner.to_owned()).or_default() += units;
+                Some(Owned {
+                    owners: Arc::clone(&self.owners),
+                    owner: owner.to_owned(),
+                    units,
+                })
+            }
+            None => None,
         };
         match tokio::time::timeout(
             self.wait,
@@ -121,7 +195,10 @@ impl UploadBudget {
         )
         .await
         {
-            Ok(Ok(permit)) => Ok(Admission { _permit: permit }),
+            Ok(Ok(permit)) => Ok(Admission {
+                _permit: permit,
+                _owned: owned,
+            }),
             // The semaphore is never closed; a closed one admits nobody.
             Ok(Err(_)) | Err(_) => Err(busy),
         }
@@ -176,5 +253,66 @@ mod tests {
         assert_eq!(budget.available(), MIB);
         // Rounding: a budget is whole units, and so is every admission.
         assert_eq!(UploadBudget::new(1, Duration::ZERO).bytes(), 64 * 1024);
+    }
+
+    #[tokio::test]
+    async fn one_owner_holds_at_most_half_and_others_still_get_in() {
+        let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
+        // A first upload of any size is let in line, even past half.
+        let first = budget
+            .admit_for(Some("mallory"), 64 * MIB)
+            .await
+            .expect("the first");
+        // A second of the same owner would pass half: refused at once, whatever room is left.
+        let started = tokio::time::Instant::now();
+        let refused = budget.admit_for(Some("mallory"), MIB).await;
+        assert!(refused.is_err());
+        assert!(started.elapsed() < Duration::from_millis(40), "not queued");
+        // Another owner gets the rest.
+        let other = budget
+            .admit_for(Some("alice"), 64 * MIB)
+            .await
+            .expect("another owner");
+        drop((first, other));
+        // Once given back, the owner's share is whole again.
+        let again = budget.admit_for(Some("mallory"), 32 * MIB).await;
+        let more = budget.admit_for(Some("mallory"), 32 * MIB).await;
+        assert!(again.is_ok() && more.is_ok());
+        assert!(budget.admit_for(Some("mallory"), MIB).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_is_first_come_first_served() {
+        let budget = UploadBudget::new(100 * MIB, Duration::from_secs(60));
+        let holder = budget.admit(100 * MIB).await.expect("the whole budget");
+        // A large upload queues first, then a small one: the small one does not pass it.
+        let large = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                budget
+                    .admit(80 * MIB)
+                    .await
+                    .map(|_| tokio::time::Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let small = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                budget
+                    .admit(MIB)
+                    .await
+                    .map(|a| (tokio::time::Instant::now(), a))
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            !small.is_finished(),
+            "the small one waits behind the large one"
+        );
+        drop(holder);
+        let large = large.await.expect("task").expect("admitted");
+        let (small, _) = small.await.expect("task").expect("admitted");
+        assert!(large <= small);
     }
 }

@@ -21,6 +21,7 @@ pub use snug_proto::{Chunked, Part};
 
 use crate::{
     budget::{Admission, Busy, UploadBudget},
+    pace::Paced,
     status,
 };
 
@@ -100,6 +101,7 @@ pub struct Receiver<'a, M> {
     length_field: &'static str,
     declared: Option<u64>,
     received: u64,
+    paced: Paced,
     admission: Admission,
 }
 
@@ -148,6 +150,29 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         declared_len: impl Fn(&M::Header) -> Option<u64>,
         too_large: TooLarge,
     ) -> Result<(M::Header, Self), Status> {
+        Self::start_for(
+            stream,
+            domain,
+            limit,
+            budget,
+            declared_len,
+            too_large,
+            |_| None,
+        )
+        .await
+    }
+
+    /// [`Receiver::start_refusing`] for an upload the header says whose it is (`owner`, a
+    /// user): admitted within that owner's share of the budget.
+    pub async fn start_for(
+        stream: &'a mut Streaming<M>,
+        domain: &'static str,
+        limit: impl Fn(&M::Header) -> u64,
+        budget: &UploadBudget,
+        declared_len: impl Fn(&M::Header) -> Option<u64>,
+        too_large: TooLarge,
+        owner: impl Fn(&M::Header) -> Option<String>,
+    ) -> Result<(M::Header, Self), Status> {
         let header = match next(stream, domain).await? {
             Some(Part::Header(header)) => header,
             Some(Part::Chunk(_)) => {
@@ -173,7 +198,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
             return Err(too_large(domain, limit));
         }
         let admission = budget
-            .admit(declared.unwrap_or(limit))
+            .admit_for(owner(&header).as_deref(), declared.unwrap_or(limit))
             .await
             .map_err(|refused| busy(domain, refused))?;
         let receiver = Receiver {
@@ -184,6 +209,8 @@ impl<'a, M: Chunked> Receiver<'a, M> {
             length_field: "expected_length",
             declared,
             received: 0,
+            // The pace counts from admission: time spent waiting for room is not the client's.
+            paced: Paced::start(budget.pace()),
             admission,
         };
         Ok((header, receiver))
@@ -226,7 +253,19 @@ impl<'a, M: Chunked> Receiver<'a, M> {
     /// be one branch of a `select!`.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
         let domain = self.domain;
-        match next(self.stream, domain).await? {
+        let next = self
+            .paced
+            .within(next(self.stream, domain))
+            .await
+            .map_err(|behind| {
+                status::from_reason(
+                    &snug_reasons::rpc::UPLOAD_TOO_SLOW,
+                    domain,
+                    behind.to_string(),
+                    [],
+                )
+            })?;
+        match next? {
             Some(Part::Chunk(chunk)) => {
                 if chunk.len() > CHUNK_SIZE {
                     return Err(status::invalid_argument(
@@ -236,6 +275,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
                     ));
                 }
                 self.received += chunk.len() as u64;
+                self.paced.received(chunk.len() as u64);
                 if self.received > self.limit {
                     return Err((self.too_large)(domain, self.limit));
                 }

@@ -68,6 +68,7 @@ pub mod framed;
 pub mod limit;
 pub mod metrics;
 pub mod observe;
+pub mod pace;
 pub mod refusal;
 pub mod server;
 pub mod status;

@@ -34,6 +34,13 @@ pub struct ServerConfig {
     /// How long an upload waits for room in the upload budget before it is refused.
     #[arg(long, env = "SNUG_UPLOAD_BUDGET_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub upload_budget_wait: Duration,
+    /// KiB a second an upload must send on average after its grace (`crate::pace`), or it is
+    /// cut off and its share of the budget freed; 0 turns the rule off.
+    #[arg(long, env = "SNUG_UPLOAD_MIN_RATE_KIB", default_value_t = crate::pace::DEFAULT_MIN_RATE_KIB)]
+    pub upload_min_rate_kib: u64,
+    /// How long an upload may take before its minimum rate counts.
+    #[arg(long, env = "SNUG_UPLOAD_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub upload_grace: Duration,
 }
 
 impl ServerConfig {
@@ -47,6 +54,16 @@ impl ServerConfig {
             admin_listen: None,
             upload_budget_mib: crate::budget::DEFAULT_MIB,
             upload_budget_wait: crate::budget::DEFAULT_WAIT,
+            upload_min_rate_kib: crate::pace::DEFAULT_MIN_RATE_KIB,
+            upload_grace: crate::pace::DEFAULT_GRACE,
+        }
+    }
+
+    /// The pace every upload is held to, by the services and the gateway alike.
+    pub fn upload_pace(&self) -> crate::pace::Pace {
+        crate::pace::Pace {
+            grace: self.upload_grace,
+            min_rate: self.upload_min_rate_kib.saturating_mul(1024),
         }
     }
 
@@ -54,6 +71,7 @@ impl ServerConfig {
     /// composition root calls it once, for the services of its process.
     pub fn upload_budget(&self) -> crate::budget::UploadBudget {
         crate::budget::UploadBudget::from_mib(self.upload_budget_mib, self.upload_budget_wait)
+            .paced(self.upload_pace())
     }
 }
 

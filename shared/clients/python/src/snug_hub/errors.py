@@ -840,6 +840,15 @@ class BodyAborted(BodyIncomplete):
     CODE = grpc.StatusCode.CANCELLED
 
 
+class UploadTooSlow(BodyIncomplete):
+    """UPLOAD_TOO_SLOW: an upload fell behind the minimum rate after its grace
+    (``SNUG_UPLOAD_MIN_RATE_KIB``, ``SNUG_UPLOAD_GRACE``); it was cut off and nothing was kept
+    (HTTP: ``BODY_INCOMPLETE``)."""
+
+    REASON = "UPLOAD_TOO_SLOW"
+    CODE = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 class BadGateway(UnavailableError):
     """BAD_GATEWAY (502): a service answered with something the gateway cannot use."""
 
