@@ -180,6 +180,9 @@ impl SqliteDirectory {
         writer.pragma_update(None, "journal_mode", "WAL")?;
         writer.pragma_update(None, "synchronous", "FULL")?;
         writer.pragma_update(None, "foreign_keys", "ON")?;
+        // A removed user's name, id, identities and token hashes are overwritten where they
+        // were, not left in free space (issue 36): the directory keeps no trace of an erasure.
+        writer.pragma_update(None, "secure_delete", "ON")?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
         let known = MIGRATIONS.len() as i64;
@@ -425,14 +428,26 @@ impl Backend for SqliteDirectory {
 
     async fn delete_user(&self, name: &str) -> Result<Option<User>, UsersError> {
         let name = name.to_owned();
-        self.write(move |tx| {
-            let user = find(tx, "name", &name)?;
-            if let Some(user) = &user {
-                tx.execute("DELETE FROM users WHERE id = ?1", [&user.id])?;
-            }
-            Ok(user)
-        })
-        .await
+        let removed = self
+            .write(move |tx| {
+                let user = find(tx, "name", &name)?;
+                if let Some(user) = &user {
+                    tx.execute("DELETE FROM users WHERE id = ?1", [&user.id])?;
+                }
+                Ok(user)
+            })
+            .await?;
+        if removed.is_some() {
+            // The WAL still holds the pages as they were before the removal: copy the zeroed
+            // pages into the database and empty the log, so no file keeps the user's bytes.
+            let writer = self.writer.clone();
+            tokio::task::spawn_blocking(move || {
+                lock(&writer).query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            })
+            .await
+            .map_err(|e| UsersError::Unavailable(Box::new(e)))??;
+        }
+        Ok(removed)
     }
 
     async fn by_token_hash(&self, hash: &[u8; 32]) -> Result<Option<(User, String)>, UsersError> {
@@ -563,5 +578,50 @@ mod tests {
         }
         declared.sort();
         assert_eq!(store.tables(), declared);
+    }
+
+    /// After a removal no file of the directory holds the user's name, id, identity or token
+    /// hash: not the database's free space, not the write-ahead log (issue 36 point 4).
+    #[tokio::test]
+    async fn a_removed_user_leaves_no_byte_in_the_directorys_files() {
+        let dir = tempfile::tempdir().expect("dir");
+        let directory = crate::Directory::open(&crate::DirectoryConfig::Sqlite {
+            dir: dir.path().to_path_buf(),
+        })
+        .await
+        .expect("open");
+        let name = "zebulon-quartermaine";
+        let (user, token) = directory.add_user(name).await.expect("add");
+        directory.add_user("someone-else").await.expect("another");
+        let hash = crate::token_hash(&token.token);
+        let needles: [(&str, Vec<u8>); 3] = [
+            ("name", name.as_bytes().to_vec()),
+            ("id", user.id.as_bytes().to_vec()),
+            ("token hash", hash.to_vec()),
+        ];
+        let holding = |needles: &[(&str, Vec<u8>)]| -> Vec<String> {
+            let mut found = Vec::new();
+            for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+                let path = entry.expect("entry").path();
+                let bytes = std::fs::read(&path).expect("read");
+                for (what, needle) in needles {
+                    if bytes.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                        found.push(format!("{what} in {}", path.display()));
+                    }
+                }
+            }
+            found
+        };
+        assert!(
+            !holding(&needles).is_empty(),
+            "the premise: the files hold the user"
+        );
+        directory.remove_user(name).await.expect("remove");
+        assert_eq!(holding(&needles), Vec::<String>::new());
+        // The directory still works, and the other user is whole.
+        directory
+            .find(crate::UserKey::Name("someone-else"))
+            .await
+            .expect("the other user");
     }
 }
