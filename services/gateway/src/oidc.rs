@@ -6,9 +6,15 @@
 //! - discovery is fetched lazily, on the first token or login of an issuer, and again on the next
 //!   one if it failed; its `issuer` must equal the configured URL exactly;
 //! - each issuer's JWKS is cached; it is fetched again when a token names an unknown `kid` or
-//!   the cache is older than [`KEYS_MAX_AGE`], but never more than once per
+//!   the cache is older than [`KEYS_MAX_AGE`], at most [`REFETCH_BURST`] times per
 //!   `SNUG_OIDC_JWKS_MIN_INTERVAL` (default [`DEFAULT_REFETCH_INTERVAL`]) per issuer, whatever
-//!   the outcome: a flood of forged `kid`s costs the issuer one request per interval;
+//!   the outcome: a flood of forged `kid`s costs the issuer a few requests per interval, and a
+//!   key rotated in just after a stray unknown `kid` is still fetched at once;
+//! - a fetch runs outside the cache's lock: tokens whose keys are cached are verified while it
+//!   is in flight (a slow issuer delays only the tokens that need its answer), and callers that
+//!   need the same fetch wait for it rather than making their own;
+//! - a key the hub cannot use (an RSA modulus under 2,048 bits, broken parameters) is skipped,
+//!   not fatal to its set (`snug_identity::KeySet::parse`);
 //! - issuers are https (verified against the compiled-in web PKI roots, as the image has no CA
 //!   store), or plain http on a loopback address only; the client follows no redirects;
 //! - every refusal is the uniform 401 `UNAUTHENTICATED` hub tokens get; the cause is logged only;
@@ -52,6 +58,9 @@ use crate::{
 pub const KEYS_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 /// Default least time between two fetches of one issuer's documents.
 pub const DEFAULT_REFETCH_INTERVAL: Duration = Duration::from_secs(30);
+
+/// JWKS fetches allowed per issuer within one refetch interval.
+pub const REFETCH_BURST: usize = 3;
 /// How long a browser has to come back from the issuer.
 pub const LOGIN_TTL_SECS: u64 = 600;
 /// Default longest age of an OpenID Connect session, from its issuer's token's presentation.
@@ -129,7 +138,19 @@ pub trait Provision: Send + Sync + std::fmt::Debug {
     fn provision<'a>(
         &'a self,
         claims: &'a Claims,
-    ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, String>>;
+    ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, ProvisionError>>;
+}
+
+/// Why an identity was not provisioned.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// The token's identity can never be a user's (a subject over the directory's limit, a
+    /// control character): the token is refused like any other bad token.
+    #[error("unusable identity: {0}")]
+    Unusable(String),
+    /// The directory failed; retry later.
+    #[error("the users directory failed: {0}")]
+    Unavailable(String),
 }
 
 /// The browser login's settings.
@@ -146,14 +167,48 @@ struct Login {
 #[derive(Debug)]
 struct Issuer {
     url: String,
-    state: Mutex<IssuerState>,
+    /// Held only to read or update, never across a request to the issuer.
+    state: std::sync::Mutex<IssuerState>,
+    /// Held by the caller fetching the keys; others that need the same answer wait for it.
+    fetching: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
 struct IssuerState {
     discovery: Option<Discovery>,
     keys: Option<(Arc<KeySet>, Instant)>,
-    last_fetch: Option<Instant>,
+    /// When the fetches of the last interval were made.
+    fetches: std::collections::VecDeque<Instant>,
+}
+
+impl Issuer {
+    fn state(&self) -> std::sync::MutexGuard<'_, IssuerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cached(&self) -> Option<(Arc<KeySet>, Instant)> {
+        self.state()
+            .keys
+            .as_ref()
+            .map(|(keys, at)| (Arc::clone(keys), *at))
+    }
+
+    /// Whether a fetch may be made now (at most [`REFETCH_BURST`] per `interval`); counts it.
+    fn may_fetch(&self, interval: Duration) -> bool {
+        let mut state = self.state();
+        while state
+            .fetches
+            .front()
+            .is_some_and(|at| at.elapsed() >= interval)
+        {
+            state.fetches.pop_front();
+        }
+        if state.fetches.len() >= REFETCH_BURST {
+            return false;
+        }
+        state.fetches.push_back(Instant::now());
+        true
+    }
 }
 
 /// The gateway's OpenID Connect: issuers, their cached keys, the policy, the provisioning seam.
@@ -238,7 +293,8 @@ impl Oidc {
                 .into_iter()
                 .map(|url| Issuer {
                     url,
-                    state: Mutex::new(IssuerState::default()),
+                    state: std::sync::Mutex::new(IssuerState::default()),
+                    fetching: Mutex::new(()),
                 })
                 .collect(),
             policy,
@@ -293,6 +349,10 @@ impl Oidc {
                 tracing::info!(issuer = %claims.issuer, subject = %claims.subject, "a disabled user's valid token was refused");
                 Err(unauthenticated())
             }
+            Err(ProvisionError::Unusable(why)) => {
+                tracing::info!(issuer = %claims.issuer, reason = %why, "an OpenID Connect token's identity cannot be a user's");
+                Err(unauthenticated())
+            }
             Err(err) => {
                 tracing::error!(error = %err, "the users directory failed");
                 Err(ApiError::unavailable(
@@ -323,55 +383,59 @@ impl Oidc {
     }
 
     /// The issuer's keys: the cached set, or a fresh one when there is none, it is too old, or
-    /// `unknown_kid` asks, as far as the refetch interval allows.
+    /// `unknown_kid` asks, as far as the refetch budget allows.
     async fn keys(&self, issuer: &Issuer, unknown_kid: bool) -> Result<Arc<KeySet>, Denied> {
-        let mut state = issuer.state.lock().await;
-        let stale = match &state.keys {
+        let asked = Instant::now();
+        let cached = issuer.cached();
+        let stale = match &cached {
             None => true,
             Some((_, fetched)) => unknown_kid || fetched.elapsed() >= KEYS_MAX_AGE,
         };
-        let may_fetch = state
-            .last_fetch
-            .is_none_or(|last| last.elapsed() >= self.refetch_interval);
-        if stale && may_fetch {
-            state.last_fetch = Some(Instant::now());
-            match self.fetch_keys(issuer, &mut state).await {
-                Ok(keys) => state.keys = Some((Arc::new(keys), Instant::now())),
+        let none_yet = || Denied::Issuer(format!("no keys of {} yet", issuer.url));
+        if !stale {
+            return cached.map(|(keys, _)| keys).ok_or_else(none_yet);
+        }
+        // A set that is only old serves its callers while one of them refreshes it; a caller
+        // that needs a new set (none yet, or an unknown kid) waits for the fetch in flight.
+        let _fetching = match (&cached, unknown_kid) {
+            (Some((keys, _)), false) => match issuer.fetching.try_lock() {
+                Ok(guard) => guard,
+                Err(_) => return Ok(Arc::clone(keys)),
+            },
+            _ => issuer.fetching.lock().await,
+        };
+        // Fetched by another caller while this one waited: that answer is this one's too.
+        if let Some((keys, fetched)) = issuer.cached()
+            && fetched >= asked
+        {
+            return Ok(keys);
+        }
+        if issuer.may_fetch(self.refetch_interval) {
+            match self.fetch_keys(issuer).await {
+                Ok(keys) => issuer.state().keys = Some((Arc::new(keys), Instant::now())),
                 Err(why) => {
                     tracing::warn!(issuer = %issuer.url, error = %why, "cannot refresh the issuer's keys")
                 }
             }
         }
-        state
-            .keys
-            .as_ref()
-            .map(|(keys, _)| Arc::clone(keys))
-            .ok_or_else(|| Denied::Issuer(format!("no keys of {} yet", issuer.url)))
+        issuer.cached().map(|(keys, _)| keys).ok_or_else(none_yet)
     }
 
-    async fn fetch_keys(&self, issuer: &Issuer, state: &mut IssuerState) -> Result<KeySet, String> {
-        let discovery = self.discovery_locked(issuer, state).await?;
+    async fn fetch_keys(&self, issuer: &Issuer) -> Result<KeySet, String> {
+        let discovery = self.discovery(issuer).await?;
         let body = self.get(&discovery.jwks_uri).await?;
         KeySet::parse(&body).map_err(|e| e.to_string())
     }
 
-    async fn discovery_locked(
-        &self,
-        issuer: &Issuer,
-        state: &mut IssuerState,
-    ) -> Result<Discovery, String> {
-        if let Some(discovery) = &state.discovery {
+    /// The issuer's discovery document, fetched once (again after a failure), outside the lock.
+    async fn discovery(&self, issuer: &Issuer) -> Result<Discovery, String> {
+        if let Some(discovery) = &issuer.state().discovery {
             return Ok(discovery.clone());
         }
         let body = self.get(&snug_identity::discovery_url(&issuer.url)).await?;
         let discovery = Discovery::parse(&body, &issuer.url).map_err(|e| e.to_string())?;
-        state.discovery = Some(discovery.clone());
+        issuer.state().discovery = Some(discovery.clone());
         Ok(discovery)
-    }
-
-    async fn discovery(&self, issuer: &Issuer) -> Result<Discovery, String> {
-        let mut state = issuer.state.lock().await;
-        self.discovery_locked(issuer, &mut state).await
     }
 
     async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
@@ -768,7 +832,8 @@ mod tests {
         fn provision<'a>(
             &'a self,
             _: &'a Claims,
-        ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, String>> {
+        ) -> futures::future::BoxFuture<'a, Result<Option<ProvisionedUser>, ProvisionError>>
+        {
             Box::pin(async { Ok(None) })
         }
     }

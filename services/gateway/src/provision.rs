@@ -6,13 +6,13 @@ use futures::future::BoxFuture;
 use snug_identity::Claims;
 use snug_users::Directory;
 
-use crate::oidc::{Provision, ProvisionedUser};
+use crate::oidc::{Provision, ProvisionError, ProvisionedUser};
 
 impl Provision for Directory {
     fn provision<'a>(
         &'a self,
         claims: &'a Claims,
-    ) -> BoxFuture<'a, Result<Option<ProvisionedUser>, String>> {
+    ) -> BoxFuture<'a, Result<Option<ProvisionedUser>, ProvisionError>> {
         Box::pin(async move {
             let user = Directory::provision(
                 self,
@@ -21,7 +21,10 @@ impl Provision for Directory {
                 claims.display_name.as_deref().unwrap_or(""),
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e {
+                snug_users::UsersError::InvalidIdentity => ProvisionError::Unusable(e.to_string()),
+                other => ProvisionError::Unavailable(other.to_string()),
+            })?;
             Ok(user.map(|u| ProvisionedUser {
                 id: u.id,
                 name: u.name,
@@ -39,7 +42,7 @@ impl Provision for Nobody {
     fn provision<'a>(
         &'a self,
         _: &'a Claims,
-    ) -> BoxFuture<'a, Result<Option<ProvisionedUser>, String>> {
+    ) -> BoxFuture<'a, Result<Option<ProvisionedUser>, ProvisionError>> {
         Box::pin(async { Ok(None) })
     }
 }

@@ -110,22 +110,32 @@ struct Jwk {
 }
 
 impl KeySet {
-    /// Parses a JWKS document. Keys the hub cannot use for signatures are skipped; a signing key
-    /// of a usable type whose parameters are broken refuses the whole set.
+    /// Parses a JWKS document. Keys the hub cannot use for signatures are skipped, and so is a
+    /// signing key whose parameters are broken (an RSA modulus under 2,048 bits): one such key
+    /// among an issuer's keys must not make the others unusable. A set whose signing keys are
+    /// all broken is refused, naming the first, so that the cause is logged.
     pub fn parse(bytes: &[u8]) -> Result<Self, KeySetError> {
         let document: Document =
             serde_json::from_slice(bytes).map_err(|e| KeySetError::NotJwks(e.to_string()))?;
         let mut keys = Vec::new();
+        let mut broken = None;
         for value in document.keys {
             // A key whose fields are not even strings is skipped like any unusable key.
             let Ok(jwk) = serde_json::from_value::<Jwk>(value) else {
                 continue;
             };
-            if let Some(key) = Self::key(jwk)? {
-                keys.push(key);
+            match Self::key(jwk) {
+                Ok(Some(key)) => keys.push(key),
+                Ok(None) => {}
+                Err(why) => {
+                    broken.get_or_insert(why);
+                }
             }
         }
-        Ok(Self { keys })
+        match broken {
+            Some(why) if keys.is_empty() => Err(why),
+            _ => Ok(Self { keys }),
+        }
     }
 
     fn key(jwk: Jwk) -> Result<Option<Key>, KeySetError> {

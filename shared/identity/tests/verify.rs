@@ -379,7 +379,7 @@ fn without_a_kid_an_ambiguous_key_choice_is_refused() {
 }
 
 #[test]
-fn key_sets_refuse_broken_signing_keys_and_skip_foreign_ones() {
+fn key_sets_skip_broken_and_foreign_keys_and_refuse_a_set_of_broken_ones() {
     let k = keys();
     let mut rsa = k.rsa.jwk();
     rsa["alg"] = json!("RS512");
@@ -399,6 +399,17 @@ fn key_sets_refuse_broken_signing_keys_and_skip_foreign_ones() {
         assert!(KeySet::parse(bad.to_string().as_bytes()).is_err(), "{bad}");
     }
     assert!(KeySet::parse(b"not json").is_err());
+    // One short RSA key among good ones costs only itself (issue 36 point 10).
+    let good = SigningKey::p256("good");
+    let mixed = json!({"keys": [
+        {"kty": "RSA", "kid": "short", "n": "AQAB", "e": "AQAB"},
+        good.jwk(),
+    ]});
+    let set = KeySet::parse(mixed.to_string().as_bytes()).expect("the good key is kept");
+    assert_eq!(set.keys().len(), 1);
+    assert!(set.has_kid("good") && !set.has_kid("short"));
+    let token = good.sign(&claims(json!({})));
+    assert!(verify(&token, ISS, &set, &policy(None), NOW).is_ok());
 }
 
 #[test]
