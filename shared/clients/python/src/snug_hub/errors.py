@@ -840,13 +840,14 @@ class BodyAborted(BodyIncomplete):
     CODE = grpc.StatusCode.CANCELLED
 
 
-class UploadTooSlow(BodyIncomplete):
+class UploadTooSlow(DeadlineExceededError):
     """UPLOAD_TOO_SLOW: an upload fell behind the minimum rate after its grace
-    (``SNUG_UPLOAD_MIN_RATE_KIB``, ``SNUG_UPLOAD_GRACE``); it was cut off and nothing was kept
-    (HTTP: ``BODY_INCOMPLETE``)."""
+    (``SNUG_UPLOAD_MIN_RATE_KIB``, ``SNUG_UPLOAD_GRACE``); it was cut off and nothing was kept.
+    Over HTTP the gateway answers ``BODY_INCOMPLETE`` (400)."""
 
     REASON = "UPLOAD_TOO_SLOW"
     CODE = grpc.StatusCode.DEADLINE_EXCEEDED
+    RETRYABLE = True
 
 
 class BadGateway(UnavailableError):
