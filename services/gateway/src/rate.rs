@@ -10,9 +10,13 @@
 //! many machines) is held to one rate too.
 //!
 //! Memory is bounded without tuning: each table holds at most [`MAX_BUCKETS`] buckets; when it is
-//! full, the buckets that have refilled (which say nothing a fresh bucket would not) are dropped,
-//! and if that is not enough the least recently used half goes, which at worst hands those
-//! clients a fresh burst.
+//! full, the buckets that have refilled (which say nothing a fresh bucket would not) are dropped.
+//! A bucket that has not refilled is never dropped, since dropping it would hand its client a
+//! fresh burst: a client with many addresses could otherwise reset every bucket, its own
+//! included, by filling the table. While the table is full of such buckets, a new address counts
+//! against the bucket of its wider prefix (IPv4 /24, IPv6 /48) in a second table, and when that
+//! is full too, against one bucket shared by everyone new, so a flood under pressure is limited
+//! as a group and nobody's spent bucket comes back early.
 
 use std::{
     collections::HashMap,
@@ -157,10 +161,15 @@ impl<K: Hash + Eq> Buckets<K> {
         }
     }
 
-    fn take(&self, key: K, rate: &Rate, now: Instant) -> Result<(), Limited> {
+    /// Counts a request against `key`'s bucket; `None` when `key` has none and the table is full
+    /// of buckets that have not refilled (the caller counts it elsewhere).
+    fn take(&self, key: K, rate: &Rate, now: Instant) -> Option<Result<(), Limited>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if !map.contains_key(&key) && map.len() >= self.max {
-            make_room(&mut map, rate, now, self.max);
+            make_room(&mut map, rate, now);
+            if map.len() >= self.max {
+                return None;
+            }
         }
         let bucket = map.entry(key).or_insert(Bucket {
             tokens: rate.burst,
@@ -169,7 +178,7 @@ impl<K: Hash + Eq> Buckets<K> {
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * rate.per_second).min(rate.burst);
         bucket.at = now;
-        if bucket.tokens >= 1.0 {
+        Some(if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
@@ -177,7 +186,7 @@ impl<K: Hash + Eq> Buckets<K> {
             Err(Limited {
                 retry_after_seconds: wait.ceil().clamp(1.0, f64::from(u32::MAX)) as u32,
             })
-        }
+        })
     }
 
     fn len(&self) -> usize {
@@ -185,16 +194,58 @@ impl<K: Hash + Eq> Buckets<K> {
     }
 }
 
-/// Drops the buckets that have refilled, then, if the table is still full, the least recently
-/// used half.
-fn make_room<K>(map: &mut HashMap<K, Bucket>, rate: &Rate, now: Instant, max: usize) {
+/// Drops the buckets that have refilled: only those say nothing a fresh bucket would not.
+fn make_room<K>(map: &mut HashMap<K, Bucket>, rate: &Rate, now: Instant) {
     let full_after = Duration::from_secs_f64(rate.burst / rate.per_second);
     map.retain(|_, b| now.saturating_duration_since(b.at) < full_after);
-    if map.len() >= max {
-        let mut ages: Vec<Instant> = map.values().map(|b| b.at).collect();
-        let middle = ages.len() / 2;
-        let cutoff = *ages.select_nth_unstable(middle).1;
-        map.retain(|_, b| b.at > cutoff);
+}
+
+/// A table of buckets, and where a key goes while the table is full of spent buckets.
+#[derive(Debug)]
+struct Table<K> {
+    buckets: Buckets<K>,
+    /// Keys that found no room, by their wider prefix.
+    wider: Buckets<K>,
+    /// Keys that found no room there either.
+    overflow: Buckets<()>,
+}
+
+impl<K: Hash + Eq> Table<K> {
+    fn new(max: usize) -> Self {
+        Self {
+            buckets: Buckets::new(max),
+            wider: Buckets::new(max),
+            overflow: Buckets::new(2),
+        }
+    }
+
+    fn take(&self, key: K, wider: impl FnOnce(&K) -> K, rate: &Rate) -> Result<(), Limited> {
+        let now = Instant::now();
+        let prefix = wider(&key);
+        self.buckets
+            .take(key, rate, now)
+            .or_else(|| self.wider.take(prefix, rate, now))
+            .or_else(|| self.overflow.take((), rate, now))
+            // The overflow table has one key and room for it.
+            .unwrap_or(Ok(()))
+    }
+
+    fn len(&self) -> usize {
+        self.buckets.len() + self.wider.len()
+    }
+}
+
+/// The wider prefix an address counts against under pressure: IPv4 /24, IPv6 /48.
+fn wider_key(ip: &IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            IpAddr::V4(std::net::Ipv4Addr::new(o[0], o[1], o[2], 0))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], 0, 0, 0, 0, 0))
+        }
     }
 }
 
@@ -209,8 +260,8 @@ struct Rate {
 pub struct RateLimits {
     rate: Rate,
     trusted: Vec<Network>,
-    addresses: Buckets<IpAddr>,
-    principals: Buckets<String>,
+    addresses: Table<IpAddr>,
+    principals: Table<String>,
 }
 
 impl RateLimits {
@@ -232,8 +283,8 @@ impl RateLimits {
                 per_second,
             },
             trusted,
-            addresses: Buckets::new(max),
-            principals: Buckets::new(max),
+            addresses: Table::new(max),
+            principals: Table::new(max),
         })
     }
 
@@ -241,13 +292,14 @@ impl RateLimits {
     pub fn check_address(&self, peer: SocketAddr, headers: &HeaderMap) -> Result<(), Limited> {
         let client = client_address(peer, headers, &self.trusted);
         self.addresses
-            .take(address_key(client), &self.rate, Instant::now())
+            .take(address_key(client), wider_key, &self.rate)
     }
 
     /// Counts a request by `principal` (a user id) against that principal's bucket.
     pub fn check_principal(&self, principal: &str) -> Result<(), Limited> {
+        // A principal has no wider prefix: under pressure, new ones share the overflow bucket.
         self.principals
-            .take(principal.to_owned(), &self.rate, Instant::now())
+            .take(principal.to_owned(), |_| String::new(), &self.rate)
     }
 
     /// Buckets held now, per address and per principal.
@@ -367,16 +419,13 @@ mod tests {
         };
         let buckets = Buckets::new(10);
         let t0 = Instant::now();
-        buckets.take(1, &rate, t0).expect("1");
-        buckets.take(1, &rate, t0).expect("2");
-        let refused = buckets.take(1, &rate, t0).expect_err("empty");
+        let take = |at: Instant| buckets.take(1, &rate, at).expect("room in the table");
+        take(t0).expect("1");
+        take(t0).expect("2");
+        let refused = take(t0).expect_err("empty");
         assert_eq!(refused.retry_after_seconds, 2, "half a token a second");
-        buckets
-            .take(1, &rate, t0 + Duration::from_secs(2))
-            .expect("one token back after 2 s");
-        buckets
-            .take(1, &rate, t0 + Duration::from_secs(2))
-            .expect_err("only one");
+        take(t0 + Duration::from_secs(2)).expect("one token back after 2 s");
+        take(t0 + Duration::from_secs(2)).expect_err("only one");
     }
 
     #[test]
@@ -385,16 +434,39 @@ mod tests {
         assert!(RateLimits::new(60, 0.0, Vec::new()).is_none());
     }
 
-    /// A flood of distinct addresses never grows a table past its bound.
+    /// A flood of distinct addresses never grows a table past its bound, and never resets a
+    /// bucket that is spent (issue 36 point 10): the flood is limited as a group instead.
     #[test]
-    fn the_tables_stay_bounded() {
-        let limits = RateLimits::with_capacity(60, 1.0, Vec::new(), 1_000).expect("on");
+    fn a_flood_of_addresses_stays_bounded_and_resets_no_spent_bucket() {
+        let limits = RateLimits::with_capacity(5, 0.01, Vec::new(), 1_000).expect("on");
         let none = HeaderMap::new();
+        let spent = SocketAddr::from(([203, 0, 113, 9], 1));
+        for _ in 0..5 {
+            limits.check_address(spent, &none).expect("its burst");
+        }
+        assert!(limits.check_address(spent, &none).is_err(), "spent");
+        let mut admitted = 0;
         for i in 0..20_000u32 {
             let peer = SocketAddr::from((i.to_be_bytes(), 1));
-            limits.check_address(peer, &none).expect("fresh bucket");
+            if limits.check_address(peer, &none).is_ok() {
+                admitted += 1;
+            }
         }
         let (addresses, _) = limits.buckets();
-        assert!(addresses <= 1_000, "{addresses} buckets");
+        assert!(addresses <= 2 * 1_000, "{addresses} buckets");
+        assert!(
+            limits.check_address(spent, &none).is_err(),
+            "the flood did not hand the spent client a fresh burst"
+        );
+        // The first thousand (minus the spent one's) got buckets of their own; the rest shared
+        // their /24s' buckets (five each) and then one overflow bucket.
+        assert!(admitted < 20_000 / 2, "{admitted} of the flood admitted");
+        // A refilled bucket makes room again: the table is not full for ever.
+        let fast = RateLimits::with_capacity(5, 1_000_000.0, Vec::new(), 10).expect("on");
+        for i in 0..100u32 {
+            let peer = SocketAddr::from((i.to_be_bytes(), 1));
+            fast.check_address(peer, &none)
+                .expect("refilled buckets are dropped for room");
+        }
     }
 }
