@@ -131,7 +131,7 @@ async fn a_listed_origin_logs_in_reads_me_and_pushes_and_an_unlisted_one_cannot(
 
     assert_eq!(me["status"], 200, "{me}");
     assert_eq!(me["body"]["via"], "session", "{me}");
-    assert_eq!(me["body"]["name"], "alice", "{me}");
+    assert_eq!(me["body"]["name"], "alice@127.0.0.1", "{me}");
     assert!(me["body"]["csrfToken"].is_string(), "{me}");
     assert_eq!(refused["status"], 403, "{refused}");
     assert_eq!(pushed["status"], 204, "{pushed}");
@@ -145,7 +145,7 @@ async fn a_listed_origin_logs_in_reads_me_and_pushes_and_an_unlisted_one_cannot(
     // current image is exactly the pushed bytes, and the login provisioned one user.
     let users = hub.list_users();
     assert_eq!(users.len(), 1, "{users:?}");
-    assert_eq!(users[0].user.name, "alice");
+    assert_eq!(users[0].user.name, "alice@127.0.0.1");
     assert_eq!(users[0].identities.len(), 1);
     let user: snug_revstore::UserId = users[0].user.id.parse().expect("user id");
     let head = snug_revstore::RevStore::head(hub.store(), &user)

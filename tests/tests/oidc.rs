@@ -68,7 +68,8 @@ async fn issuer_tokens_are_accepted_and_every_refusal_is_the_same_401() {
         "{:?}",
         String::from_utf8_lossy(&first.body)
     );
-    assert_eq!(first.json()["name"], "alice");
+    // Qualified by the issuer's host: no operator's name can be the same (issue 36 point 10).
+    assert_eq!(first.json()["name"], "alice@127.0.0.1");
     assert_eq!(first.json()["via"], "bearer");
     let user_id = first.json()["userId"].as_str().expect("id").to_owned();
     let again = me(&http, &issuer.token_with("alice", member())).await;
@@ -154,7 +155,7 @@ async fn issuer_tokens_are_accepted_and_every_refusal_is_the_same_401() {
     assert!(!names.iter().any(|n| n.starts_with("carol")), "{names:?}");
 
     // A disabled user's valid token is the same 401.
-    hub.disable_user("alice");
+    hub.disable_user("alice@127.0.0.1");
     let disabled = me(&http, &issuer.token_with("alice", member())).await;
     assert_error(&disabled, 401, "UNAUTHENTICATED");
     assert_eq!(disabled.body, unknown_hub_token.body);
@@ -404,7 +405,7 @@ async fn the_browser_login_ends_in_the_hubs_own_session() {
         .await;
     assert_eq!(me.status, 200);
     assert_eq!(me.json()["via"], "session");
-    assert_eq!(me.json()["name"], "alice");
+    assert_eq!(me.json()["name"], "alice@127.0.0.1");
     assert_eq!(me.json()["csrfToken"], csrf);
     assert_eq!(
         me.header("access-control-allow-origin"),
@@ -443,7 +444,7 @@ async fn the_browser_login_ends_in_the_hubs_own_session() {
     );
 
     // A disabled user cannot log in through the browser either.
-    hub.disable_user("alice");
+    hub.disable_user("alice@127.0.0.1");
     let (callback, flow) = start_login(&http, &hub, "/", &issuer).await;
     let refused = http
         .send(
@@ -532,7 +533,7 @@ async fn a_browser_session_ends_at_its_bound_and_the_next_login_checks_the_claim
         .send("GET", "/auth/me", &[("cookie", &renewed)], Payload::Empty)
         .await;
     assert_eq!(me.status, 200);
-    assert_eq!(me.json()["name"], "alice");
+    assert_eq!(me.json()["name"], "alice@127.0.0.1");
 }
 
 /// Issue 36 point 6: a session `POST /auth/session` makes from an issuer's token is bound the
@@ -590,7 +591,7 @@ async fn a_session_from_an_issuer_token_is_bounded_and_ends_with_its_user() {
             .status,
         200
     );
-    hub.disable_user("alice");
+    hub.disable_user("alice@127.0.0.1");
     let refused = http
         .send("GET", "/auth/me", &[("cookie", &jar)], Payload::Empty)
         .await;

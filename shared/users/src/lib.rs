@@ -24,10 +24,13 @@
 //!   else (§9 item 3: no image), atomically; two replicas provisioning the same subject at once end
 //!   with one user, because the identity's primary key admits one row and the loser re-reads it.
 //!   A provisioned user's name is the display name made valid (control characters dropped,
-//!   trimmed, cut to 55 characters, `user` if nothing is left); when a user of that name exists,
-//!   the first free of `NAME-2` … `NAME-9`, then `NAME-` + the first 8 hex of SHA-256(issuer,
-//!   NUL, subject): deterministic for a given directory, and unique unless that exact name was
-//!   taken too (then [`UsersError::NamesExhausted`]).
+//!   trimmed, cut to fit, `user` if nothing is left) qualified by the issuer's host:
+//!   `NAME@HOST`; when a user of that name exists, the first free of `NAME-2@HOST` …
+//!   `NAME-9@HOST`, then `NAME-` + the first 8 hex of SHA-256(issuer, NUL, subject) + `@HOST`:
+//!   deterministic for a given directory, and unique unless that exact name was taken too (then
+//!   [`UsersError::NamesExhausted`]). An operator's names ([`Directory::add_user`]) may not hold
+//!   an `@`, so the two never collide: whatever name a user picks at their identity provider,
+//!   `snug-hub users token carol` can only mean the operator's `carol`.
 //!
 //! Revocation is not cached anywhere: every authentication reads the directory, so a revoked
 //! token, a removed or a disabled user is refused by every replica on its next request after the
@@ -82,9 +85,6 @@ const MAX_TOKEN_LEN: usize = 128;
 
 /// The longest user name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
-
-/// A provisioned name's base is cut to this, leaving room for `-` and 8 hex.
-const PROVISIONED_BASE_CHARS: usize = MAX_NAME_CHARS - 9;
 
 /// The longest issuer and subject, in bytes (OIDC limits `sub` to 255 ASCII characters).
 const MAX_ISSUER_BYTES: usize = 2048;
@@ -254,8 +254,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Why the directory refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UsersError {
-    /// A name that is empty, too long, or holds control characters.
-    #[error("a user name must be 1-64 characters, none of them a control character")]
+    /// A name that is empty, too long, or holds control characters, or an operator's name that
+    /// holds an `@` (those are identity-provider users' names).
+    #[error(
+        "a user name must be 1-64 characters, none of them a control character; an operator's names hold no '@' (reserved for identity-provider users: NAME@ISSUER-HOST)"
+    )]
     InvalidName,
     /// An issuer or subject that is empty, too long, or holds control characters.
     #[error(
@@ -468,12 +471,17 @@ const TOKEN_DRAWS: usize = 4;
 
 /// The names first login tries for `display_name`, in order (the rule in the crate docs).
 pub fn provisioned_names(display_name: &str, issuer: &str, subject: &str) -> Vec<String> {
-    let cleaned: String = display_name.chars().filter(|c| !c.is_control()).collect();
-    let mut base: String = cleaned
-        .trim()
+    let qualifier: String = format!("@{}", issuer_host(issuer))
         .chars()
-        .take(PROVISIONED_BASE_CHARS)
+        .take(QUALIFIER_CHARS)
         .collect();
+    // Room for the longest suffix (`-` and 8 hex) and the qualifier.
+    let room = MAX_NAME_CHARS - 9 - qualifier.chars().count();
+    let cleaned: String = display_name
+        .chars()
+        .filter(|c| !c.is_control() && *c != '@')
+        .collect();
+    let mut base: String = cleaned.trim().chars().take(room).collect();
     base = base.trim_end().to_owned();
     if base.is_empty() {
         base = "user".to_owned();
@@ -483,10 +491,30 @@ pub fn provisioned_names(display_name: &str, issuer: &str, subject: &str) -> Vec
     digest.update([0]);
     digest.update(subject.as_bytes());
     let tag = hex::encode(&digest.finalize()[..4]);
-    let mut names = vec![base.clone()];
-    names.extend((2..=9).map(|n| format!("{base}-{n}")));
-    names.push(format!("{base}-{tag}"));
+    let mut names = vec![format!("{base}{qualifier}")];
+    names.extend((2..=9).map(|n| format!("{base}-{n}{qualifier}")));
+    names.push(format!("{base}-{tag}{qualifier}"));
     names
+}
+
+/// The longest issuer qualifier a provisioned name carries (`@` and the host, cut).
+const QUALIFIER_CHARS: usize = 24;
+
+/// The host of an issuer URL (`https://id.example:8443/realms/x` → `id.example`); the URL itself
+/// when it has none.
+fn issuer_host(issuer: &str) -> &str {
+    let rest = issuer.split_once("://").map_or(issuer, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if let Some(bracketed) = host.strip_prefix('[') {
+        return bracketed.split(']').next().unwrap_or(bracketed);
+    }
+    host.split(':')
+        .next()
+        .filter(|h| !h.is_empty())
+        .unwrap_or(issuer)
 }
 
 impl Directory {
@@ -521,7 +549,7 @@ impl Directory {
 
     /// Adds a user and issues their first token.
     pub async fn add_user(&self, name: &str) -> Result<(User, IssuedToken), UsersError> {
-        if !valid_name(name) {
+        if !valid_name(name) || name.contains('@') {
             return Err(UsersError::InvalidName);
         }
         let user = new_user(name)?;
@@ -795,25 +823,40 @@ mod tests {
 
     #[test]
     fn provisioned_names_follow_the_stated_rule() {
-        let names = provisioned_names("  Ada\nLovelace ", "https://id.example", "42");
-        assert_eq!(names[0], "AdaLovelace");
-        assert_eq!(names[1], "AdaLovelace-2");
-        assert_eq!(names[8], "AdaLovelace-9");
+        let names = provisioned_names("  Ada\nLovelace ", "https://id.example/realms/x", "42");
+        assert_eq!(names[0], "AdaLovelace@id.example");
+        assert_eq!(names[1], "AdaLovelace-2@id.example");
+        assert_eq!(names[8], "AdaLovelace-9@id.example");
         assert_eq!(names.len(), 10);
-        assert!(names[9].starts_with("AdaLovelace-") && names[9].len() == "AdaLovelace-".len() + 8);
+        assert!(
+            names[9].starts_with("AdaLovelace-")
+                && names[9].ends_with("@id.example")
+                && names[9].len() == "AdaLovelace-".len() + 8 + "@id.example".len()
+        );
         // Deterministic, and a different identity gets a different last resort.
         assert_eq!(
             names,
-            provisioned_names("  Ada\nLovelace ", "https://id.example", "42")
+            provisioned_names("  Ada\nLovelace ", "https://id.example/realms/x", "42")
         );
         assert_ne!(
             names[9],
-            provisioned_names("AdaLovelace", "https://id.example", "43")[9]
+            provisioned_names("AdaLovelace", "https://id.example/realms/x", "43")[9]
         );
-        assert_eq!(provisioned_names("\n\t ", "i", "s")[0], "user");
+        assert_eq!(provisioned_names("\n\t ", "i", "s")[0], "user@i");
+        // A chosen name cannot pose as another issuer's, nor as an operator's.
+        assert_eq!(
+            provisioned_names("carol@corp.example", "https://id.example:8443", "s")[0],
+            "carolcorp.example@id.example"
+        );
+        assert_eq!(
+            provisioned_names("x", "http://[::1]:9000/issuer", "s")[0],
+            "x@::1"
+        );
         let long = "x".repeat(200);
-        for name in provisioned_names(&long, "i", "s") {
-            assert!(valid_name(&name), "{name}");
+        for issuer in ["i", &format!("https://{}.example", "h".repeat(300))] {
+            for name in provisioned_names(&long, issuer, "s") {
+                assert!(valid_name(&name), "{name}");
+            }
         }
     }
 

@@ -224,7 +224,7 @@ async fn a_disabled_user_is_an_unknown_one_until_enabled() {
             .expect("provision")
             .expect("enabled");
         assert!(dir.disable("erin").await.expect("disable").disabled, "{at}");
-        dir.disable("Erin P").await.expect("disable");
+        dir.disable(&provisioned.name).await.expect("disable");
         assert!(
             other
                 .authenticate_token(&token.token)
@@ -336,14 +336,14 @@ async fn removal_ends_tokens_and_a_new_user_of_the_same_name_is_someone_else() {
             .await
             .expect("provision")
             .expect("user");
-        dir.remove_user("hal").await.expect("remove");
+        dir.remove_user("hal@id.example").await.expect("remove");
         let again = dir
             .provision("https://id.example", "hal", "hal")
             .await
             .expect("provision")
             .expect("user");
         assert_ne!(first.id, again.id, "{at}");
-        assert_eq!(again.name, "hal", "{at}");
+        assert_eq!(again.name, "hal@id.example", "{at}");
     }
 }
 
@@ -359,8 +359,8 @@ async fn first_login_creates_the_record_and_identity_only() {
             .await
             .expect("provision")
             .expect("user");
-        // The name was taken by the operator's ivy: the first free suffix.
-        assert_eq!(ivy.name, "ivy-2", "{at}");
+        // Qualified by the issuer: the operator's ivy and the identity provider's never collide.
+        assert_eq!(ivy.name, "ivy@id.example", "{at}");
         assert_eq!(
             dir.provision(issuer, "sub-1", "another display name")
                 .await
@@ -376,7 +376,19 @@ async fn first_login_creates_the_record_and_identity_only() {
             .expect("provision")
             .expect("user");
         assert_ne!(elsewhere.id, ivy.id, "{at}");
-        assert_eq!(elsewhere.name, "ivy-3", "{at}");
+        assert_eq!(elsewhere.name, "ivy@other.example", "{at}");
+        // Another subject of the same issuer picking the same name gets the first free suffix.
+        let second = dir
+            .provision(issuer, "sub-2", "ivy")
+            .await
+            .expect("provision")
+            .expect("user");
+        assert_eq!(second.name, "ivy-2@id.example", "{at}");
+        // An operator cannot take a provisioned name's form.
+        assert!(matches!(
+            dir.add_user("mallory@id.example").await,
+            Err(snug_users::UsersError::InvalidName)
+        ));
         let listed = dir.list().await.expect("list");
         let entry = listed.iter().find(|u| u.user.id == ivy.id).expect("listed");
         assert!(entry.tokens.is_empty(), "{at}: first login issues no token");
@@ -388,22 +400,35 @@ async fn first_login_creates_the_record_and_identity_only() {
             }],
             "{at}"
         );
-        // Every suffix taken: the hash-tagged name, then exhaustion.
-        for n in 4..=9 {
-            dir.add_user(&format!("ivy-{n}")).await.expect("add");
+        // Every suffix taken (by other subjects who chose the same name): the hash-tagged name,
+        // then exhaustion.
+        for n in 3..=9 {
+            let taker = dir
+                .provision(issuer, &format!("taker-{n}"), "ivy")
+                .await
+                .expect("provision")
+                .expect("user");
+            assert_eq!(taker.name, format!("ivy-{n}@id.example"), "{at}");
         }
         let tagged = dir
-            .provision(issuer, "sub-2", "ivy")
+            .provision(issuer, "sub-4", "ivy")
             .await
             .expect("provision")
             .expect("user");
-        let names = snug_users::provisioned_names("ivy", issuer, "sub-2");
+        let names = snug_users::provisioned_names("ivy", issuer, "sub-4");
         assert_eq!(tagged.name, names[9], "{at}");
-        let blocker = snug_users::provisioned_names("ivy", issuer, "sub-3");
-        dir.add_user(&blocker[9]).await.expect("add");
+        let blocker = snug_users::provisioned_names("ivy", issuer, "sub-5");
+        // Someone who chose the tagged name's base holds it first.
+        let chosen = blocker[9].trim_end_matches("@id.example");
+        let holder = dir
+            .provision(issuer, "holder", chosen)
+            .await
+            .expect("provision")
+            .expect("user");
+        assert_eq!(holder.name, blocker[9], "{at}");
         assert!(
             matches!(
-                dir.provision(issuer, "sub-3", "ivy").await,
+                dir.provision(issuer, "sub-5", "ivy").await,
                 Err(UsersError::NamesExhausted(_))
             ),
             "{at}"
@@ -438,7 +463,13 @@ async fn replicas_provisioning_one_subject_at_once_end_with_one_user() {
         names.sort();
         assert_eq!(
             names,
-            ["racer", "racer-2", "racer-3", "racer-4", "racer-5"],
+            [
+                "racer-2@id.example",
+                "racer-3@id.example",
+                "racer-4@id.example",
+                "racer-5@id.example",
+                "racer@id.example"
+            ],
             "{at}"
         );
     }
@@ -590,7 +621,7 @@ async fn disabling_or_removing_a_user_ends_every_session_for_good() {
         assert!(live(&other, &by_identity.id, NOW).await, "{at}");
 
         dir.disable("bea").await.expect("disable");
-        dir.disable("Bea P").await.expect("disable");
+        dir.disable("Bea P@id.example").await.expect("disable");
         for id in [&by_token.id, &by_identity.id] {
             assert!(!live(&other, id, NOW).await, "{at}: disabled");
         }
@@ -611,7 +642,7 @@ async fn disabling_or_removing_a_user_ends_every_session_for_good() {
         );
         // Enabling again brings no session back: disabling ended them.
         dir.enable("bea").await.expect("enable");
-        dir.enable("Bea P").await.expect("enable");
+        dir.enable("Bea P@id.example").await.expect("enable");
         for id in [&by_token.id, &by_identity.id] {
             assert!(!live(&other, id, NOW).await, "{at}: enabled again");
         }
@@ -628,7 +659,7 @@ async fn disabling_or_removing_a_user_ends_every_session_for_good() {
             .expect("start")
             .expect("session");
         dir.remove_user("bea").await.expect("remove");
-        dir.remove_user("Bea P").await.expect("remove");
+        dir.remove_user("Bea P@id.example").await.expect("remove");
         for id in [&by_token.id, &by_identity.id] {
             assert!(!live(&other, id, NOW).await, "{at}: removed");
         }
