@@ -17,6 +17,9 @@
 //!   answered DEADLINE_EXCEEDED with a reason; [`refusal`]: the refusals tonic makes itself
 //!   (a message over the decode limit, an empty unary body, a stream cut inside a message or
 //!   broken off by the client) typed with documented codes and reasons;
+//! - [`budget`] and [`pace`]: the bytes of uploads a process holds at once (admitted whole, up
+//!   front, half at most per user, first come first served) and the minimum rate every upload
+//!   keeps after a grace, so no client holds a share for long;
 //! - [`blocking`]: the bounded pool every service runs its heavy sync work on, whose jobs stop
 //!   when their caller goes away (a [`blocking::Cancel`] per job, tripped when the call is
 //!   dropped: cancelled by the client, or past its deadline);
