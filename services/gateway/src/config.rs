@@ -642,8 +642,8 @@ pub struct OidcArgs {
     /// this plus `/auth/callback`. Without it there is no browser login.
     #[arg(long = "public-url", env = "SNUG_PUBLIC_URL")]
     pub public_url: Option<String>,
-    /// Least time between two fetches of one issuer's keys (a flood of unknown `kid`s costs
-    /// the issuer at most one request per interval).
+    /// The window of one issuer's key fetches: at most three per window (`oidc::REFETCH_BURST`),
+    /// so a flood of unknown `kid`s costs the issuer at most three requests per interval.
     #[arg(long = "oidc-jwks-min-interval", env = "SNUG_OIDC_JWKS_MIN_INTERVAL", value_parser = snug_rpc::server::parse_duration)]
     pub jwks_min_interval: Option<Duration>,
     /// Longest a session made from an issuer's token (the browser login, or `POST /auth/session`

@@ -68,7 +68,7 @@
 //! | `SNUG_OIDC_CLIENT_SECRET` | — (a public client with PKCE) | the client's secret; environment only |
 //! | `SNUG_PUBLIC_URL` | — (no browser login) | the hub's external base URL; the login's redirect URI is this + `/auth/callback` |
 //! | `SNUG_OIDC_SESSION_MAX_AGE` | `12h` | longest a browser session made from an issuer's token (the login at `/auth/login`, or `POST /auth/session` with a JWT) is admitted after that token was presented, checked on every request against this setting (at most the 7 days of every session; not `0`); then the browser logs in again and the issuer's claims, `SNUG_OIDC_REQUIRED_CLAIM` included, are checked again |
-//! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | least time between two fetches of one issuer's keys (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
+//! | `SNUG_OIDC_JWKS_MIN_INTERVAL` | `30s` | the window of one issuer's key fetches, at most three per window (an unknown `kid` asks for one; keys are also refreshed when 15 minutes old) |
 //! | `SNUG_SYNC_ADDR`, `SNUG_MATERIALIZE_ADDR` | — (`serve`: unused, the services are in-process) | services for `snug-hub serve gateway` (no materialize address: export answers 501); `SNUG_SYNC_ADDR` (`--sync-addr`) is also the sync service `users` and `sync check\|usage\|erase` ask instead of opening the store |
 //! | `SNUG_SCHEMA_ADDR` | — | ignored, with a warning: `serve gateway` no longer calls the schema service (the sync service validates every image it stores); kept so that an older deployment's setting is named, not silently dropped |
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
