@@ -15,18 +15,7 @@ use support::{BIN, CHUNK, config, files_holding, image, json, store_image, text}
 
 /// Runs `snug-hub ARGS` with none of the hub's variables inherited but `env`, stdin closed.
 fn hub_with(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(BIN);
-    command.args(args);
-    for name in [
-        "SNUG_DATA_DIR",
-        "SNUG_SYNC_ADDR",
-        "SNUG_SYNC_STORE",
-        "SNUG_USERS_STORE",
-    ] {
-        command.env_remove(name);
-    }
-    command.envs(env.iter().copied());
-    command.output().expect("run snug-hub")
+    support::run(args, env)
 }
 
 fn hub(args: &[&str]) -> Output {

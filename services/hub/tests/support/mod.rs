@@ -26,6 +26,23 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_snug-hub");
 /// Chunks of the embedded store (one SQLite page).
 pub(crate) const CHUNK: usize = 4096;
 
+/// Runs `snug-hub ARGS` to its end with `env`, and no hub variable inherited from the machine
+/// running the tests (an operator's command, as typed).
+pub(crate) fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    for name in [
+        "SNUG_DATA_DIR",
+        "SNUG_SYNC_ADDR",
+        "SNUG_SYNC_STORE",
+        "SNUG_USERS_STORE",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("run snug-hub")
+}
+
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
