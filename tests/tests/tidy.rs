@@ -463,6 +463,11 @@ fn architecture_md_stays_a_map() {
         "ARCHITECTURE.md is {} bytes, over 30 KiB: move mechanisms to module docs",
         architecture.len()
     );
+    // A paragraph cut short to fit is not a map: each says what it says in whole sentences.
+    assert!(
+        !architecture.contains("(Continued"),
+        "ARCHITECTURE.md has a paragraph cut off with \"(Continued\": say less, in whole sentences"
+    );
 }
 
 /// The modules of `crate_dir/src` (its top-level files but `lib.rs`) and which of them each one

@@ -1,9 +1,9 @@
 //! The HTTP side of `snug-hub`: the gateway alone, the gateway beside the gRPC services in one
 //! process, and `snug-hub users` (the users directory: users and their hub tokens).
 //!
-//! In one process the gateway still reaches the services over gRPC, on the loopback address of
-//! the process's own gRPC listener: the same code path as a split deployment, so what the tests
-//! exercise in one process is what runs in many.
+//! In one process the gateway calls the services in-process (`snug_rpc::server::local`): the
+//! same generated clients and servers as a split deployment, without a loopback socket between
+//! them, so what the tests exercise in one process is what runs in many.
 
 use std::{io::IsTerminal as _, net::SocketAddr, path::Path, process::ExitCode};
 
