@@ -734,6 +734,27 @@ pub fn assert_error(answer: &Answer, status: u16, code: &str) {
 /// `Content-Type: application/octet-stream`, the one type `PUT /userdb` takes.
 pub const OCTET: (&str, &str) = ("content-type", "application/octet-stream");
 
+/// Reads (and discards what the server sends: an HTTP/2 server's SETTINGS, a GOAWAY) until the
+/// server closes `stream`; resolves to when, or `None` if it is still open at `give_up`.
+pub fn closed_at(
+    mut stream: tokio::net::TcpStream,
+    give_up: Duration,
+) -> tokio::task::JoinHandle<Option<std::time::Instant>> {
+    use tokio::io::AsyncReadExt as _;
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1024];
+        let read_all = async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return std::time::Instant::now(),
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(give_up, read_all).await.ok()
+    })
+}
+
 /// The `Authorization` value for a bearer token.
 pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")

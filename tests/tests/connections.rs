@@ -9,12 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use snug_e2e::{Http, Hub, Options, Payload, bearer};
+use snug_e2e::{Http, Hub, Options, Payload, bearer, closed_at};
 use snug_gateway::config::AuthMode;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpSocket, TcpStream},
-    task::JoinHandle,
 };
 
 /// The HTTP/2 connection preface and an empty SETTINGS frame: all a client must send first.
@@ -25,23 +24,6 @@ async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStre
     let socket = TcpSocket::new_v4()?;
     socket.bind(SocketAddr::new(IpAddr::V4(from), 0))?;
     socket.connect(to).await
-}
-
-/// Reads (and discards what the server sends: an HTTP/2 server's SETTINGS, a GOAWAY) until the
-/// server closes `stream`; returns when, or `None` if it is still open at `give_up`.
-fn closed_at(mut stream: TcpStream, give_up: Duration) -> JoinHandle<Option<Instant>> {
-    tokio::spawn(async move {
-        let mut buf = [0u8; 1024];
-        let read_all = async {
-            loop {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return Instant::now(),
-                    Ok(_) => {}
-                }
-            }
-        };
-        tokio::time::timeout(give_up, read_all).await.ok()
-    })
 }
 
 async fn healthz(http: &Http) -> u16 {

@@ -12,12 +12,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use snug_e2e::{Http, Payload};
+use snug_e2e::{Http, Payload, closed_at};
 use support::Process;
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::TcpStream,
-};
+use tokio::{io::AsyncWriteExt as _, net::TcpStream};
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 
@@ -39,22 +36,6 @@ async fn serve(data: &std::path::Path, extra: &[(&str, &str)]) -> (Process, Sock
         .parse()
         .expect("the HTTP address");
     (process, addr)
-}
-
-/// Resolves to when the server closed `stream`, or `None` if it had not after `give_up`.
-fn closed_at(mut stream: TcpStream, give_up: Duration) -> tokio::task::JoinHandle<Option<Instant>> {
-    tokio::spawn(async move {
-        let mut buf = [0u8; 1024];
-        let read_all = async {
-            loop {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return Instant::now(),
-                    Ok(_) => {}
-                }
-            }
-        };
-        tokio::time::timeout(give_up, read_all).await.ok()
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

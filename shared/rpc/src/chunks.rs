@@ -128,42 +128,23 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         budget: &UploadBudget,
         declared_len: impl Fn(&M::Header) -> Option<u64>,
     ) -> Result<(M::Header, Self), Status> {
-        Self::start_refusing(
-            stream,
-            domain,
-            limit,
-            budget,
-            declared_len,
-            status::too_large,
-        )
-        .await
-    }
-
-    /// [`Receiver::start_limited_by`] for an upload whose limit has a refusal of its own (an
-    /// image over a quota is the quota's QUOTA_EXCEEDED, not TOO_LARGE): `too_large` gets the
-    /// domain and the limit, for a declared length over it and for bytes that pass it alike.
-    pub async fn start_refusing(
-        stream: &'a mut Streaming<M>,
-        domain: &'static str,
-        limit: impl Fn(&M::Header) -> u64,
-        budget: &UploadBudget,
-        declared_len: impl Fn(&M::Header) -> Option<u64>,
-        too_large: TooLarge,
-    ) -> Result<(M::Header, Self), Status> {
         Self::start_for(
             stream,
             domain,
             limit,
             budget,
             declared_len,
-            too_large,
+            status::too_large,
             |_| None,
         )
         .await
     }
 
-    /// [`Receiver::start_refusing`] for an upload the header says whose it is (`owner`, a
-    /// user): admitted within that owner's share of the budget.
+    /// [`Receiver::start_limited_by`] for an upload whose limit has a refusal of its own (an
+    /// image over a quota is the quota's QUOTA_EXCEEDED, not TOO_LARGE: `too_large` gets the
+    /// domain and the limit, for a declared length over it and for bytes that pass it alike) and
+    /// whose header says whose it is (`owner`, a user: admitted within that owner's share of the
+    /// budget).
     pub async fn start_for(
         stream: &'a mut Streaming<M>,
         domain: &'static str,
