@@ -6,43 +6,13 @@
 //!
 //! Needs root to mount the tmpfs and skips visibly without it (`snug_test_support::tmpfs`).
 
-use snug_e2e::{
-    Hub, Options, Payload, etag_revision, get_userdb, put_userdb, stored_form, userdb_vector,
-};
+use snug_e2e::{Hub, Options, Payload, etag_revision, get_userdb, put_userdb};
 use snug_test_support::tmpfs::Tmpfs;
 
-/// A valid user database of about `len` bytes whose filler differs for every `seed`, so no two
+/// A valid user database of at most `len` bytes whose filler differs for every `seed`, so no two
 /// share chunks and each PUT takes its own room, in the form the hub stores.
 fn distinct_image(seed: u64, len: usize) -> Vec<u8> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("filled.snug");
-    std::fs::write(&path, userdb_vector("fresh-v6.export.snug")).expect("write");
-    let conn = rusqlite::Connection::open(&path).expect("open");
-    conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
-        .expect("pragmas");
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for row in 0.. {
-        let pages: i64 = conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .expect("pages");
-        if pages * 4096 > len as i64 {
-            break;
-        }
-        let mut text = String::with_capacity(60_000);
-        while text.len() < 60_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            text.push_str(&format!("{x:016x}"));
-        }
-        conn.execute(
-            "INSERT INTO snug_settings (key, value) VALUES (?1, ?2)",
-            (format!("filler:{row}"), format!("\"{text}\"")),
-        )
-        .expect("insert");
-    }
-    drop(conn);
-    stored_form(&std::fs::read(&path).expect("read"))
+    snug_e2e::userdb_with_seeded_filler(len, seed).0
 }
 
 /// A PutImage straight to the sync service: `user`'s image must be `current`.
