@@ -11,28 +11,33 @@
 //! Every request is bounded by the quota: the manifest or delta upload by what an image within
 //! the quota can need, the page count by the quota, and the work by one pass over the base and
 //! one over the image, which run as jobs of the service's pool (bounded, and stopped for a
-//! caller that went away). What a request holds (the manifest or delta it sent, the base, the
-//! revision read whole, the delta built) is admitted against the process's upload budget before
-//! it is read or built, and held until the answer is sent (issue 36 point 7); together, a
-//! request's admissions never ask for more than the whole budget ([`Held`]).
-
-use std::time::Duration;
+//! caller that went away).
+//!
+//! What a request holds is admitted against the process's upload budget, within the caller's
+//! share of it, once and before its upload is read (issue 36 point 7): the upload, the base, the
+//! revision it reads and what it builds (a delta: at most `Limits::max_delta_len` of the
+//! revision; an image: the length a delta's first bytes declare). Admitted piecemeal, requests
+//! that each held part and waited for the rest would wait on each other until every one was
+//! refused. The sizes are known before any byte is read: a base and a revision from the store,
+//! an image from [`Delta::geometry`]. Once built, the request keeps only what it still holds
+//! (`Admission::shrink_to`) until the answer is sent or the write is done.
 
 use bytes::Bytes;
 use snug_delta::{Delta, Manifest, Source as Pages, page_size_of, plan};
 use snug_proto::sync::v1 as pb;
-use snug_revstore::{ReadError, RevStore as _, Revision, UserId};
+use snug_revstore::{ImageDownload, ReadError, RevStore as _, Revision};
 use snug_rpc::{
-    budget::{Admission, UploadBudget},
-    chunks::{self, Chunked as _, ResponseStream},
+    budget::Admission,
+    chunks::{self, Chunked, Opened, ResponseStream},
 };
 use tonic::{Status, Streaming};
 
 use crate::{SyncServer, convert, reason::DOMAIN, status, write::limits};
 
-/// What the service reads from a delta header: the user's own quota (issue 20: set by the hub's
-/// users directory) and the payload's declared length.
-trait DeltaHeader {
+/// What the service reads from a delta header: whose request it is, the user's own quota (issue
+/// 20: set by the hub's users directory) and the payload's declared length.
+pub(crate) trait DeltaHeader {
+    fn caller(&self) -> Option<pb::Caller>;
     fn quota_bytes(&self) -> Option<u64>;
     fn expected_length(&self) -> Option<u64>;
 }
@@ -40,6 +45,10 @@ trait DeltaHeader {
 macro_rules! delta_header {
     ($($header:ty),*) => {$(
         impl DeltaHeader for $header {
+            fn caller(&self) -> Option<pb::Caller> {
+                self.caller.clone()
+            }
+
             fn quota_bytes(&self) -> Option<u64> {
                 self.quota_bytes
             }
@@ -51,9 +60,17 @@ macro_rules! delta_header {
     )*};
 }
 
-delta_header!(pb::PlanImageDeltaHeader, pb::GetImageDeltaHeader);
+delta_header!(
+    pb::PlanImageDeltaHeader,
+    pb::GetImageDeltaHeader,
+    pb::PutImageDeltaHeader
+);
 
 impl DeltaHeader for pb::AssembleImageDeltaHeader {
+    fn caller(&self) -> Option<pb::Caller> {
+        self.caller.clone()
+    }
+
     fn quota_bytes(&self) -> Option<u64> {
         self.quota_bytes
     }
@@ -62,6 +79,23 @@ impl DeltaHeader for pb::AssembleImageDeltaHeader {
         None
     }
 }
+
+/// A delta push's header: the base it names.
+pub(crate) trait PushHeader: DeltaHeader {
+    fn base_revision(&self) -> String;
+}
+
+macro_rules! push_header {
+    ($($header:ty),*) => {$(
+        impl PushHeader for $header {
+            fn base_revision(&self) -> String {
+                self.base_revision.clone()
+            }
+        }
+    )*};
+}
+
+push_header!(pb::PutImageDeltaHeader, pb::AssembleImageDeltaHeader);
 
 /// The most bytes a manifest of an image within `quota` can take.
 fn max_manifest_len(quota: u64) -> u64 {
@@ -73,120 +107,136 @@ fn max_delta_len(quota: u64) -> u64 {
     limits(quota).max_delta_len()
 }
 
-/// What one request holds against the process's upload budget: its admissions, and the
-/// budget's units they hold.
-///
-/// The budget admits one upload larger than itself once that upload holds all of it, so none
-/// is refused for ever (`snug_rpc::budget`). A delta request holds several things, each admitted
-/// before it is read or built (the upload it sent, a base, the image or delta it builds); were
-/// each admitted in full, a request whose things together exceed the budget would wait for room
-/// it holds itself and be refused OVERLOADED on an idle server (a delta push of an image near
-/// the quota, at the default budget of twice the quota). So each admission after the upload's
-/// asks at most for what the whole budget has beside what the request holds, and for nothing
-/// once it holds it all: alone, a request always proceeds; beside others, it waits for its share.
-pub(crate) struct Held {
-    admissions: Vec<Admission>,
-    units: u64,
-}
-
-impl Held {
-    /// What a request holds once its upload is in: `admission`, made for `bytes` (the upload's
-    /// declared length, or its limit when it declared none, as `snug_rpc::chunks` admits it).
-    pub(crate) fn upload(admission: Admission, bytes: u64, budget: &UploadBudget) -> Self {
-        Self {
-            admissions: vec![admission],
-            units: units(bytes, budget),
-        }
-    }
-}
-
-/// The budget's unit: every admission is a whole number of them, and the smallest budget one.
-fn unit() -> u64 {
-    UploadBudget::new(1, Duration::ZERO).bytes()
-}
-
-/// The units an admission of `bytes` takes from `budget` (at least one, at most all of them),
-/// as the budget counts them.
-fn units(bytes: u64, budget: &UploadBudget) -> u64 {
-    bytes.div_ceil(unit()).clamp(1, budget.bytes() / unit())
+/// A delta push received and assembled against its base: the image PutImageDelta writes and
+/// AssembleImageDelta answers.
+pub(crate) struct Pushed<H> {
+    pub(crate) header: H,
+    pub(crate) caller: convert::Caller,
+    pub(crate) base_revision: Revision,
+    /// The image the delta builds.
+    pub(crate) image: Vec<u8>,
+    /// The SHA-256 the delta declares for it, which assembly checked.
+    pub(crate) digest: [u8; 32],
+    /// The image's share of the budget (the delta's and the base's are given back).
+    pub(crate) admission: Admission,
 }
 
 impl SyncServer {
-    /// Receives a delta RPC's header and payload (a manifest or a delta) of at most
-    /// `limit(quota)` bytes, the quota being the header's own or the configured one, admitted
-    /// against the process's upload budget (its declared length, or the limit). Returns the
-    /// quota with the upload, and what the request holds.
-    async fn receive<M>(
+    /// Waits for a delta RPC's header; its payload (a manifest or a delta) may hold at most
+    /// `limit(quota)` bytes, the quota being the header's own or the configured one. Returns
+    /// the quota and the caller with the upload, not admitted yet.
+    async fn open<'a, M>(
         &self,
-        stream: &mut Streaming<M>,
+        stream: &'a mut Streaming<M>,
         limit: fn(u64) -> u64,
-    ) -> Result<(M::Header, Vec<u8>, u64, Held), Status>
+    ) -> Result<(M::Header, Opened<'a, M>, u64, convert::Caller), Status>
     where
-        M: chunks::Chunked,
+        M: Chunked,
         M::Header: DeltaHeader,
     {
-        let upload = chunks::receive_limited_by(
+        let (header, opened) = Opened::open(
             stream,
             DOMAIN,
-            |header| limit(self.quota(header.quota_bytes())),
+            |header: &M::Header| limit(self.quota(header.quota_bytes())),
             &self.upload_budget,
             |header| header.expected_length(),
+            snug_rpc::status::too_large,
         )
         .await?;
-        let quota = self.quota(upload.header.quota_bytes());
-        let admitted = upload.header.expected_length().unwrap_or(limit(quota));
-        let held = Held::upload(upload.admission, admitted, &self.upload_budget);
-        Ok((upload.header, upload.bytes, quota, held))
+        let quota = self.quota(header.quota_bytes());
+        let caller = convert::caller(header.caller(), "header.caller")?;
+        Ok((header, opened, quota, caller))
     }
 
-    /// Admits `bytes` more for a request that holds `held`, within the whole budget ([`Held`]);
-    /// OVERLOADED when no room comes within the budget's wait.
-    pub(crate) async fn hold(&self, held: &mut Held, bytes: u64) -> Result<(), Status> {
-        let left = (self.upload_budget.bytes() / unit()).saturating_sub(held.units);
-        if left == 0 {
-            return Ok(());
-        }
-        let units = units(bytes, &self.upload_budget).min(left);
-        held.admissions.push(self.admit(units * unit()).await?);
-        held.units += units;
-        Ok(())
-    }
-
-    /// The base's bytes: a retained revision of the caller's own image, or DELTA_BASE_GONE;
-    /// admitted against the upload budget into `held` before they are read.
-    pub(crate) async fn base(
+    /// A retained revision of the caller's own image, opened to be read as a base, or
+    /// DELTA_BASE_GONE.
+    async fn open_base(
         &self,
-        user: &UserId,
-        base: Revision,
-        held: &mut Held,
-    ) -> Result<(pb::RevisionInfo, Bytes), Status> {
-        let download = match self.store.read_revision(user, &base).await {
-            Ok(download) => download,
-            Err(ReadError::NotFound) => return Err(status::base_gone()),
-            Err(ReadError::Storage(err)) => return Err(status::storage_error(err)),
-        };
-        self.hold(held, download.info.size).await?;
-        let info = convert::revision_info(download.info);
-        let bytes = download
+        caller: &convert::Caller,
+        base: &Revision,
+    ) -> Result<ImageDownload, Status> {
+        match self.store.read_revision(&caller.user, base).await {
+            Ok(download) => Ok(download),
+            Err(ReadError::NotFound) => Err(status::base_gone()),
+            Err(ReadError::Storage(err)) => Err(status::storage_error(err)),
+        }
+    }
+
+    /// Receives a delta push and assembles its image: opens its base, learns the image's length
+    /// from the delta's first bytes, admits the delta, the base and the image at once, then
+    /// reads the delta and the base and builds the image on the service's pool.
+    pub(crate) async fn receive_push<M>(
+        &self,
+        mut stream: Streaming<M>,
+    ) -> Result<Pushed<M::Header>, Status>
+    where
+        M: Chunked,
+        M::Header: PushHeader,
+    {
+        let (header, mut opened, quota, caller) = self.open(&mut stream, max_delta_len).await?;
+        let limits = limits(quota);
+        let base_revision = convert::revision(header.base_revision(), "header.base_revision")?;
+        let base = self.open_base(&caller, &base_revision).await?;
+        let prefix = opened.peek(Delta::GEOMETRY_PREFIX).await?;
+        let geometry =
+            Delta::geometry(prefix, &limits).map_err(|err| status::delta_error(err, quota))?;
+        let receiver = opened
+            .admit(
+                Some(caller.user.as_str()),
+                base.info.size.saturating_add(geometry.length),
+            )
+            .await?;
+        let (delta, mut admission) = receiver.into_bytes().await?;
+        let base = base
             .body
             .read_to_vec()
             .await
             .map_err(status::storage_error)?;
-        Ok((info, Bytes::from(bytes)))
+        let built = self
+            .pool
+            .run(move |_| {
+                let delta = Delta::parse(&delta, &limits, base.len() as u64)?;
+                let image = delta.assemble(&base)?;
+                Ok((delta.layout.digest, image))
+            })
+            .await?;
+        let (digest, image) = built.map_err(|err| status::delta_error(err, quota))?;
+        admission.shrink_to(image.len() as u64);
+        tracing::info!(user = %caller.user, size = image.len(), "assembled an image from a delta");
+        Ok(Pushed {
+            header,
+            caller,
+            base_revision,
+            image,
+            digest,
+            admission,
+        })
     }
 
     pub(crate) async fn plan_image_delta(
         &self,
         mut stream: Streaming<pb::PlanImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::PlanImageDeltaResponse>, Status> {
-        let (header, manifest, quota, mut held) =
-            self.receive(&mut stream, max_manifest_len).await?;
+        let (header, opened, quota, caller) = self.open(&mut stream, max_manifest_len).await?;
         let limits = limits(quota);
-        let caller = convert::caller(header.caller, "header.caller")?;
         let base = convert::revision(header.base_revision, "header.base_revision")?;
+        let base = self.open_base(&caller, &base).await?;
+        // The manifest, the base and the plan: at most a run (13 bytes) for each page the
+        // manifest names (an id of 8 bytes or more each), so under twice the manifest.
+        let beside = base
+            .info
+            .size
+            .saturating_add(opened.bound().saturating_mul(2));
+        let receiver = opened.admit(Some(caller.user.as_str()), beside).await?;
+        let (manifest, mut admission) = receiver.into_bytes().await?;
         let manifest =
             Manifest::parse(&manifest, &limits).map_err(|err| status::delta_error(err, quota))?;
-        let (info, base) = self.base(&caller.user, base, &mut held).await?;
+        let info = convert::revision_info(base.info);
+        let base = base
+            .body
+            .read_to_vec()
+            .await
+            .map_err(status::storage_error)?;
         let layout = self
             .pool
             .run(move |_| {
@@ -200,52 +250,33 @@ impl SyncServer {
             .await?
             .map_err(|err| status::delta_error(err, quota))?;
         let encoded = Bytes::from(layout.encode());
+        admission.shrink_to(encoded.len() as u64);
         let result = pb::PlanImageDeltaResult {
             base: Some(info),
             literal_pages: layout.literal_count(),
             size: encoded.len() as u64,
         };
-        Ok(chunks::respond(
-            pb::PlanImageDeltaResponse::header(result),
-            encoded,
+        Ok(holding(
+            chunks::respond(pb::PlanImageDeltaResponse::header(result), encoded),
+            admission,
         ))
     }
 
     pub(crate) async fn assemble_image_delta(
         &self,
-        mut stream: Streaming<pb::AssembleImageDeltaRequest>,
+        stream: Streaming<pb::AssembleImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::AssembleImageDeltaResponse>, Status> {
-        let (header, delta, quota, mut held) = self.receive(&mut stream, max_delta_len).await?;
-        let limits = limits(quota);
-        let caller = convert::caller(header.caller, "header.caller")?;
-        let base = convert::revision(header.base_revision, "header.base_revision")?;
-        let (_, base) = self.base(&caller.user, base, &mut held).await?;
-        // The assembled image is held until it is sent: admitted at the base's size plus the
-        // delta's, which bound it (a literal page arrives in the delta, a copy comes from the base).
-        self.hold(&mut held, base.len() as u64 + delta.len() as u64)
-            .await?;
-        let image = self
-            .pool
-            .run(move |_| {
-                Delta::parse(&delta, &limits, base.len() as u64).and_then(|delta| {
-                    delta
-                        .assemble(&base)
-                        .map(|image| (delta.layout.digest, image))
-                })
-            })
-            .await?;
-        let (digest, image) = image.map_err(|err| status::delta_error(err, quota))?;
-        tracing::info!(user = %caller.user, size = image.len(), "assembled an image from a delta");
+        let pushed = self.receive_push(stream).await?;
         let result = pb::AssembleImageDeltaResult {
-            size: image.len() as u64,
-            sha256: Bytes::copy_from_slice(&digest),
+            size: pushed.image.len() as u64,
+            sha256: Bytes::copy_from_slice(&pushed.digest),
         };
         Ok(holding(
             chunks::respond(
                 pb::AssembleImageDeltaResponse::header(result),
-                Bytes::from(image),
+                Bytes::from(pushed.image),
             ),
-            held,
+            pushed.admission,
         ))
     }
 
@@ -253,12 +284,8 @@ impl SyncServer {
         &self,
         mut stream: Streaming<pb::GetImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::GetImageDeltaResponse>, Status> {
-        // The manifest, and then the base, the revision and the delta, each admitted before it is
-        // read or built.
-        let (header, manifest, quota, mut held) =
-            self.receive(&mut stream, max_manifest_len).await?;
+        let (header, opened, quota, caller) = self.open(&mut stream, max_manifest_len).await?;
         let limits = limits(quota);
-        let caller = convert::caller(header.caller, "header.caller")?;
         let revision = header
             .revision
             .map(|token| convert::revision(token, "header.revision"))
@@ -268,6 +295,24 @@ impl SyncServer {
             .map(|token| convert::revision(token, "header.base_revision"))
             .transpose()?;
         let patches = header.accept_patches;
+        // What the request will hold, known before its manifest is read: the base, the revision
+        // (its size from the store, which records nothing until it is served) and the delta.
+        let base = match &base {
+            Some(base) => Some(self.open_base(&caller, base).await?),
+            None => None,
+        };
+        let target = match &revision {
+            None => self.store.head(&caller.user).await,
+            Some(revision) => self.store.head_revision(&caller.user, revision).await,
+        }
+        .map_err(status::read_error)?;
+        let beside = base
+            .as_ref()
+            .map_or(0, |base| base.info.size)
+            .saturating_add(target.size)
+            .saturating_add(crate::write::limits(target.size).max_delta_len());
+        let receiver = opened.admit(Some(caller.user.as_str()), beside).await?;
+        let (manifest, mut admission) = receiver.into_bytes().await?;
         // The client's pages: named in its manifest, or its file is a revision the origin keeps.
         let source = match base {
             None => Source::Manifest(
@@ -281,21 +326,19 @@ impl SyncServer {
                     "a pull names its base revision or sends its manifest, not both",
                 ));
             }
-            Some(base) => {
-                let (_, bytes) = self.base(&caller.user, base, &mut held).await?;
-                Source::Base(bytes)
-            }
-        };
-        let download = match &revision {
-            None => self.store.get(&caller.user, &caller.principal).await,
-            Some(revision) => {
-                self.store
-                    .get_revision(&caller.user, revision, &caller.principal)
+            Some(base) => Source::Base(Bytes::from(
+                base.body
+                    .read_to_vec()
                     .await
-            }
-        }
-        .map_err(status::read_error)?;
-        self.hold(&mut held, download.info.size).await?;
+                    .map_err(status::storage_error)?,
+            )),
+        };
+        // The revision the head named, so what is served is what was admitted.
+        let download = self
+            .store
+            .get_revision(&caller.user, &target.revision, &caller.principal)
+            .await
+            .map_err(status::read_error)?;
         let info = convert::revision_info(download.info);
         let target = download
             .body
@@ -334,8 +377,8 @@ impl SyncServer {
             })
             .await?
             .map_err(|err| status::delta_error(err, quota))?;
-        // The delta is held until it is sent; the base and the revision are let go as it is.
-        self.hold(&mut held, delta.len() as u64).await?;
+        // The delta is held until it is sent; the base and the revision are gone.
+        admission.shrink_to(delta.len() as u64);
         let result = pb::GetImageDeltaResult {
             revision: Some(info),
             size: delta.len() as u64,
@@ -345,7 +388,7 @@ impl SyncServer {
                 pb::GetImageDeltaResponse::header(result),
                 Bytes::from(delta),
             ),
-            held,
+            admission,
         ))
     }
 }
@@ -358,12 +401,15 @@ enum Source {
     Base(Bytes),
 }
 
-/// `stream` holding what the request `held` until it ends or is dropped (the client took the
+/// `stream` holding the request's `admission` until it ends or is dropped (the client took the
 /// answer or went away).
-fn holding<M: Send + 'static>(stream: ResponseStream<M>, held: Held) -> ResponseStream<M> {
+fn holding<M: Send + 'static>(
+    stream: ResponseStream<M>,
+    admission: Admission,
+) -> ResponseStream<M> {
     use futures::StreamExt as _;
     Box::pin(stream.map(move |message| {
-        let _held = &held.admissions;
+        let _held = &admission;
         message
     }))
 }

@@ -391,15 +391,6 @@ impl SyncServer {
         }
     }
 
-    /// Admits `bytes` the service is about to hold against the process's upload budget, or
-    /// refuses as OVERLOADED once the budget's wait is over.
-    async fn admit(&self, bytes: u64) -> Result<snug_rpc::budget::Admission, Status> {
-        self.upload_budget
-            .admit(bytes)
-            .await
-            .map_err(|busy| chunks::busy(DOMAIN, busy))
-    }
-
     /// The quota a request is held to: the user's own when the request carries one (the hub's
     /// users directory sets it), the configured one otherwise.
     fn quota(&self, requested: Option<u64>) -> u64 {

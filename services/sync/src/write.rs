@@ -10,21 +10,20 @@
 //! upload arrived in, and the revision's SHA-256 is of the bytes so stored, which the store
 //! computes again and the verdict must agree with.
 //!
-//! What is held, and admitted against the process's upload budget before it is read: a whole
-//! image (its declared length, or the quota when it declares none); for a delta, the delta as
-//! it arrives, then the base and the assembled image before they are read or built, within the
-//! whole budget together (`delta::Held`). Every
+//! What is held, and admitted against the process's upload budget before it is read, within
+//! the caller's share of it: a whole image (its declared length, or the quota when it declares
+//! none); for a delta, the delta, the base and the assembled image, at once (`delta.rs`). Every
 //! refusal before the store (over the quota, a malformed upload, an image the validation
 //! refuses) stores nothing and is logged, not ledgered, as the proto says.
 
 use bytes::Bytes;
-use snug_delta::{Delta, Limits};
+use snug_delta::Limits;
 use snug_proto::sync::v1 as pb;
 use snug_revstore::{Digest, IdempotencyKey, Precondition, PutRequest, RevStore as _};
 use snug_rpc::chunks;
 use tonic::{Status, Streaming};
 
-use crate::{SyncServer, convert, delta::Held, reason::DOMAIN, status};
+use crate::{SyncServer, convert, reason::DOMAIN, status};
 
 /// Who writes what, on which condition: everything of a write but its bytes.
 pub(crate) struct Intent {
@@ -71,54 +70,20 @@ impl SyncServer {
     /// the write must also find current) and [`SyncServer::write`]s it; the image never leaves.
     pub(crate) async fn put_image_delta(
         &self,
-        mut stream: Streaming<pb::PutImageDeltaRequest>,
+        stream: Streaming<pb::PutImageDeltaRequest>,
     ) -> Result<pb::PutImageResponse, Status> {
-        let upload = chunks::receive_limited_by(
-            &mut stream,
-            DOMAIN,
-            |header: &pb::PutImageDeltaHeader| {
-                limits(self.quota(header.quota_bytes)).max_delta_len()
-            },
-            &self.upload_budget,
-            |header| header.expected_length,
-        )
-        .await?;
-        let quota = self.quota(upload.header.quota_bytes);
-        // Admitted as `chunks` admits an upload: its declared length, or its limit.
-        let admitted = upload
-            .header
-            .expected_length
-            .unwrap_or(limits(quota).max_delta_len());
-        let mut held = Held::upload(upload.admission, admitted, &self.upload_budget);
-        let caller = convert::caller(upload.header.caller, "header.caller")?;
-        let base_revision = convert::revision(upload.header.base_revision, "header.base_revision")?;
-        let idempotency_key =
-            convert::idempotency_key(upload.header.idempotency_key, "header.idempotency_key")?;
-        let (_, base) = self
-            .base(&caller.user, base_revision.clone(), &mut held)
-            .await?;
-        let delta = upload.bytes;
-        let base_len = base.len() as u64;
-        let delta = self
-            .pool
-            .run(move |_| Delta::parse(&delta, &limits(quota), base_len))
-            .await?;
-        let delta = delta.map_err(|err| status::delta_error(err, quota))?;
-        // The assembled image is held while it is validated and stored.
-        self.hold(&mut held, delta.layout.geometry.length).await?;
-        let image = self
-            .pool
-            .run(move |_| delta.assemble(&base))
-            .await?
-            .map_err(|err| status::delta_error(err, quota))?;
-        tracing::info!(user = %caller.user, size = image.len(), "assembled an image from a delta");
+        let pushed = self.receive_push(stream).await?;
         let intent = Intent {
-            caller,
-            precondition: Precondition::MustMatch(base_revision),
-            idempotency_key,
-            quota_bytes: upload.header.quota_bytes,
+            caller: pushed.caller,
+            precondition: Precondition::MustMatch(pushed.base_revision),
+            idempotency_key: convert::idempotency_key(
+                pushed.header.idempotency_key,
+                "header.idempotency_key",
+            )?,
+            quota_bytes: pushed.header.quota_bytes,
         };
-        self.write(intent, image).await
+        let _admission = pushed.admission;
+        self.write(intent, pushed.image).await
     }
 
     /// Validates `image`, zeroes its free space and stores it under `intent`.

@@ -742,6 +742,24 @@ enum Piece<'a> {
 }
 
 impl Delta {
+    /// How many leading bytes of an encoded delta [`Delta::geometry`] reads.
+    pub const GEOMETRY_PREFIX: usize = 4 + 4 + 8;
+
+    /// The geometry of the image an encoded delta builds, read from its first
+    /// [`Delta::GEOMETRY_PREFIX`] bytes and checked against `limits`: what a receiver needs to
+    /// know what the image will hold before it takes the rest. [`Delta::parse`] checks it again.
+    pub fn geometry(prefix: &[u8], limits: &Limits) -> Result<Geometry, DeltaError> {
+        let mut r = Reader::new(prefix);
+        if r.take(4)? != DELTA_MAGIC {
+            return Err(DeltaError::Malformed {
+                what: "not a delta (magic)",
+            });
+        }
+        let page_size = r.u32()?;
+        let length = r.u64()?;
+        Geometry::new(length, page_size, limits)
+    }
+
     /// Fills `layout`'s pages from `image` (the target itself) and, where known, the source.
     ///
     /// A patched page carries the bytes that differ from its source page when the source is

@@ -341,7 +341,19 @@ proptest! {
         let mut target = image(&target);
         target.extend_from_slice(&tail);
         let delta = delta_for(&target, &source);
-        let parsed = Delta::parse(&delta.encode(), &LIMITS, source.len() as u64).expect("parse");
+        let wire = delta.encode();
+        // A receiver learns the image's geometry from the prefix alone, before the rest.
+        prop_assert_eq!(
+            Delta::geometry(&wire[..Delta::GEOMETRY_PREFIX], &LIMITS),
+            Ok(delta.layout.geometry)
+        );
+        prop_assert!(Delta::geometry(&wire[..Delta::GEOMETRY_PREFIX - 1], &LIMITS).is_err());
+        let small = Limits { max_length: target.len() as u64 - 1 };
+        prop_assert!(
+            matches!(Delta::geometry(&wire, &small), Err(DeltaError::TooLarge { .. })),
+            "a geometry over the limits is refused from the prefix"
+        );
+        let parsed = Delta::parse(&wire, &LIMITS, source.len() as u64).expect("parse");
         prop_assert_eq!(parsed.assemble(&source).expect("assemble"), target);
         // Literal pages are exactly those the source lacks.
         let ids = page_ids(&source, PAGE);

@@ -76,8 +76,30 @@ impl Default for UploadBudget {
 #[derive(Debug)]
 #[must_use = "the upload holds its share only while this lives"]
 pub struct Admission {
-    _permit: OwnedSemaphorePermit,
-    _owned: Option<Owned>,
+    permit: OwnedSemaphorePermit,
+    owned: Option<Owned>,
+}
+
+impl Admission {
+    /// Gives back all of this share but what `bytes` take (at least one unit), for a request
+    /// past its peak that keeps only part of what it was admitted for (a delta, once built,
+    /// without the images it was built from).
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let held = self.permit.num_permits();
+        let keep = usize::try_from(bytes.div_ceil(UNIT).max(1)).unwrap_or(usize::MAX);
+        let Some(excess) = held.checked_sub(keep).filter(|n| *n > 0) else {
+            return;
+        };
+        drop(self.permit.split(excess));
+        if let Some(owned) = &mut self.owned {
+            let excess = excess as u32;
+            owned.units -= excess;
+            let mut owners = owned.owners.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(units) = owners.get_mut(&owned.owner) {
+                *units = units.saturating_sub(excess);
+            }
+        }
+    }
 }
 
 /// An owner's part of an admission, given back with it.
@@ -107,15 +129,28 @@ pub struct Busy {
     pub wanted: u64,
     /// The whole budget.
     pub budget: u64,
+    /// Refused because its owner already holds its share, not because the budget is spent.
+    pub share: bool,
 }
 
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "uploads in flight hold the whole upload budget ({} MiB); retry shortly",
-            self.budget >> 20
-        )
+        let budget = match self.budget {
+            b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+            b => format!("{} KiB", b >> 10),
+        };
+        if self.share {
+            write!(
+                f,
+                "this user's requests in flight already hold their share of the upload budget \
+                 (half of {budget}); retry when they are done"
+            )
+        } else {
+            write!(
+                f,
+                "uploads in flight hold the whole upload budget ({budget}); retry shortly"
+            )
+        }
     }
 }
 
@@ -170,6 +205,7 @@ impl UploadBudget {
         let busy = Busy {
             wanted: bytes,
             budget: self.bytes(),
+            share: false,
         };
         // Counted before the wait, so an owner's uploads queued together are one share too.
         let owned = match owner {
@@ -178,7 +214,10 @@ impl UploadBudget {
                 let held = owners.get(owner).copied().unwrap_or(0);
                 let share = (self.units / 2).max(1);
                 if held > 0 && held.saturating_add(units) > share {
-                    return Err(busy);
+                    return Err(Busy {
+                        share: true,
+                        ..busy
+                    });
                 }
                 *owners.entry(owner.to_owned()).or_default() += units;
                 Some(Owned {
@@ -195,10 +234,7 @@ impl UploadBudget {
         )
         .await
         {
-            Ok(Ok(permit)) => Ok(Admission {
-                _permit: permit,
-                _owned: owned,
-            }),
+            Ok(Ok(permit)) => Ok(Admission { permit, owned }),
             // The semaphore is never closed; a closed one admits nobody.
             Ok(Err(_)) | Err(_) => Err(busy),
         }
@@ -266,7 +302,7 @@ mod tests {
         // A second of the same owner would pass half: refused at once, whatever room is left.
         let started = tokio::time::Instant::now();
         let refused = budget.admit_for(Some("mallory"), MIB).await;
-        assert!(refused.is_err());
+        assert!(refused.is_err_and(|busy| busy.share));
         assert!(started.elapsed() < Duration::from_millis(40), "not queued");
         // Another owner gets the rest.
         let other = budget
@@ -279,6 +315,35 @@ mod tests {
         let more = budget.admit_for(Some("mallory"), 32 * MIB).await;
         assert!(again.is_ok() && more.is_ok());
         assert!(budget.admit_for(Some("mallory"), MIB).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_shrunk_admission_gives_back_the_rest_and_its_owners_share() {
+        let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
+        let mut built = budget
+            .admit_for(Some("alice"), 96 * MIB)
+            .await
+            .expect("room");
+        assert!(budget.admit_for(Some("alice"), MIB).await.is_err());
+        built.shrink_to(MIB + 1);
+        assert_eq!(budget.available(), 128 * MIB - MIB - 64 * 1024);
+        // Growing is no shrinking: the share stays as it is.
+        built.shrink_to(100 * MIB);
+        assert_eq!(budget.available(), 128 * MIB - MIB - 64 * 1024);
+        // The owner holds what is left, so it may hold more again.
+        let more = budget
+            .admit_for(Some("alice"), 32 * MIB)
+            .await
+            .expect("within half");
+        built.shrink_to(0);
+        assert_eq!(
+            budget.available(),
+            96 * MIB - 64 * 1024,
+            "at least a unit is kept"
+        );
+        drop((built, more));
+        assert_eq!(budget.available(), 128 * MIB);
+        assert!(budget.admit_for(Some("alice"), 64 * MIB).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]

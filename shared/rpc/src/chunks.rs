@@ -92,8 +92,23 @@ pub type TooLarge = fn(&'static str, u64) -> Status;
 
 /// An upload whose header has arrived, handing out its chunks one at a time as they arrive, for
 /// services that work on the bytes while the rest is still in flight (see [`receive`] for the
-/// checks, which are the same).
+/// checks, which are the same). It holds its share of the budget until it is dropped.
 pub struct Receiver<'a, M> {
+    inbound: Inbound<'a, M>,
+    admission: Admission,
+}
+
+/// An upload whose header has arrived and that is not admitted yet, for a service that must
+/// learn what the request will hold beside the upload (a base it reads, an image it builds)
+/// before admitting it all at once: admissions taken one after another by requests that hold
+/// part and wait for the rest can wait on each other until every one is refused.
+pub struct Opened<'a, M> {
+    inbound: Inbound<'a, M>,
+    budget: UploadBudget,
+}
+
+/// The checks and counts of an upload's chunks, admitted or not.
+struct Inbound<'a, M> {
     stream: &'a mut Streaming<M>,
     domain: &'static str,
     limit: u64,
@@ -102,7 +117,96 @@ pub struct Receiver<'a, M> {
     declared: Option<u64>,
     received: u64,
     paced: Paced,
-    admission: Admission,
+    /// Bytes read before admission ([`Opened::peek`]), handed out first.
+    peeked: Vec<u8>,
+}
+
+impl<'a, M: Chunked> Opened<'a, M> {
+    /// Waits for the header, which must be the first message, and refuses a declared length over
+    /// `limit` (with `too_large`, given the domain and the limit, as for bytes that pass it)
+    /// before any chunk is read. Nothing is admitted yet: see [`Opened::admit`].
+    pub async fn open(
+        stream: &'a mut Streaming<M>,
+        domain: &'static str,
+        limit: impl Fn(&M::Header) -> u64,
+        budget: &UploadBudget,
+        declared_len: impl Fn(&M::Header) -> Option<u64>,
+        too_large: TooLarge,
+    ) -> Result<(M::Header, Self), Status> {
+        let header = match next(stream, domain).await? {
+            Some(Part::Header(header)) => header,
+            Some(Part::Chunk(_)) => {
+                return Err(status::invalid_argument(
+                    domain,
+                    "header",
+                    "the first message of the stream must be the header",
+                ));
+            }
+            None => {
+                return Err(status::invalid_argument(
+                    domain,
+                    "header",
+                    "the stream ended before its header",
+                ));
+            }
+        };
+        let limit = limit(&header);
+        let declared = declared_len(&header);
+        if let Some(len) = declared
+            && len > limit
+        {
+            return Err(too_large(domain, limit));
+        }
+        let opened = Opened {
+            inbound: Inbound {
+                stream,
+                domain,
+                limit,
+                too_large,
+                length_field: "expected_length",
+                declared,
+                received: 0,
+                paced: Paced::start(budget.pace()),
+                peeked: Vec::new(),
+            },
+            budget: budget.clone(),
+        };
+        Ok((header, opened))
+    }
+
+    /// What the upload is admitted for: its declared length, or its limit when it declares none.
+    pub fn bound(&self) -> u64 {
+        self.inbound.declared.unwrap_or(self.inbound.limit)
+    }
+
+    /// The first `n` bytes of the payload (fewer when it is shorter), read before admission
+    /// for a request whose admission depends on them (a delta's geometry); at most one chunk
+    /// more than `n` is held unadmitted.
+    pub async fn peek(&mut self, n: usize) -> Result<&[u8], Status> {
+        while self.inbound.peeked.len() < n {
+            match self.inbound.next_chunk().await? {
+                Some(chunk) => self.inbound.peeked.extend_from_slice(&chunk),
+                None => break,
+            }
+        }
+        let len = n.min(self.inbound.peeked.len());
+        Ok(&self.inbound.peeked[..len])
+    }
+
+    /// Admits the upload ([`Opened::bound`]) together with `beside` bytes the request will hold
+    /// with it, as one admission for `owner` (a user; within that owner's share of the budget),
+    /// waiting for room or refusing it as OVERLOADED.
+    pub async fn admit(self, owner: Option<&str>, beside: u64) -> Result<Receiver<'a, M>, Status> {
+        let admission = self
+            .budget
+            .admit_for(owner, self.bound().saturating_add(beside))
+            .await
+            .map_err(|refused| busy(self.inbound.domain, refused))?;
+        let mut inbound = self.inbound;
+        // The pace counts from admission: time spent waiting for room is not the client's.
+        inbound.paced = Paced::start(self.budget.pace());
+        Ok(Receiver { inbound, admission })
+    }
 }
 
 impl<'a, M: Chunked> Receiver<'a, M> {
@@ -154,52 +258,15 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         too_large: TooLarge,
         owner: impl Fn(&M::Header) -> Option<String>,
     ) -> Result<(M::Header, Self), Status> {
-        let header = match next(stream, domain).await? {
-            Some(Part::Header(header)) => header,
-            Some(Part::Chunk(_)) => {
-                return Err(status::invalid_argument(
-                    domain,
-                    "header",
-                    "the first message of the stream must be the header",
-                ));
-            }
-            None => {
-                return Err(status::invalid_argument(
-                    domain,
-                    "header",
-                    "the stream ended before its header",
-                ));
-            }
-        };
-        let limit = limit(&header);
-        let declared = declared_len(&header);
-        if let Some(len) = declared
-            && len > limit
-        {
-            return Err(too_large(domain, limit));
-        }
-        let admission = budget
-            .admit_for(owner(&header).as_deref(), declared.unwrap_or(limit))
-            .await
-            .map_err(|refused| busy(domain, refused))?;
-        let receiver = Receiver {
-            stream,
-            domain,
-            limit,
-            too_large,
-            length_field: "expected_length",
-            declared,
-            received: 0,
-            // The pace counts from admission: time spent waiting for room is not the client's.
-            paced: Paced::start(budget.pace()),
-            admission,
-        };
+        let (header, opened) =
+            Opened::open(stream, domain, limit, budget, declared_len, too_large).await?;
+        let receiver = opened.admit(owner(&header).as_deref(), 0).await?;
         Ok((header, receiver))
     }
 
     /// Returns the payload length the header declared (at most the limit), if it declared one.
     pub fn declared_len(&self) -> Option<u64> {
-        self.declared
+        self.inbound.declared
     }
 
     /// Reads the rest of the upload, whole, for a service that judges the header before it takes
@@ -217,7 +284,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
     /// as many bytes (`expected_length` unless told), for a service whose field paths start at
     /// the request (`header.expected_length`).
     pub fn naming_length(mut self, field: &'static str) -> Self {
-        self.length_field = field;
+        self.inbound.length_field = field;
         self
     }
 
@@ -227,12 +294,21 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         self.admission
     }
 
-    /// Returns the next chunk, or `None` once the stream has ended with as many bytes as were
-    /// declared.
+    /// Returns the next chunk (bytes [`Opened::peek`] read first), or `None` once the stream
+    /// has ended with as many bytes as were declared.
     ///
     /// Cancel-safe (tonic's `Streaming::message` is, and nothing here awaits after it), so it can
     /// be one branch of a `select!`.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
+        if !self.inbound.peeked.is_empty() {
+            return Ok(Some(Bytes::from(std::mem::take(&mut self.inbound.peeked))));
+        }
+        self.inbound.next_chunk().await
+    }
+}
+
+impl<M: Chunked> Inbound<'_, M> {
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
         let domain = self.domain;
         let next = self
             .paced
@@ -285,8 +361,8 @@ impl<'a, M: Chunked> Receiver<'a, M> {
 impl<M> std::fmt::Debug for Receiver<'_, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Receiver")
-            .field("declared", &self.declared)
-            .field("received", &self.received)
+            .field("declared", &self.inbound.declared)
+            .field("received", &self.inbound.received)
             .finish_non_exhaustive()
     }
 }

@@ -15,6 +15,7 @@ on_every_backend!(
     a_delta_push_is_refused_as_its_image_or_its_base_is_and_stores_nothing,
     a_delta_declared_over_the_quotas_bound_is_refused_before_any_chunk,
     delta_requests_hold_their_base_and_image_within_the_upload_budget,
+    concurrent_delta_requests_are_each_answered_in_turn,
 );
 
 async fn a_delta_push_stores_the_image_it_assembles(backend: Backend) {
@@ -283,13 +284,31 @@ async fn assert_budget_returned(budget: &UploadBudget, case: &str) {
     );
 }
 
-/// In units: a delta push holds 5 (the delta 1, the base 2, the image 2: `MIN_LEN` is 1.75
-/// units), a pull against a base 6 (the empty manifest 1, the base 2, the revision 2, the delta
-/// 1). Beside another upload that leaves it exactly that much of an 8-unit budget, each is
-/// answered; with one unit less, each waits and is refused OVERLOADED, storing nothing. A service
-/// that held the base, the image or the revision outside the budget would be answered with one
-/// unit less too. Alone, a request bigger than the whole budget still proceeds: it never waits
-/// for room it holds itself.
+/// The units one admission of `bytes` takes.
+fn units(bytes: u64) -> u64 {
+    bytes.div_ceil(UNIT)
+}
+
+/// What a delta push and a pull against a base of `base` (to `target`, the push sending `wire`)
+/// are admitted for, at once, in units: the push its delta, the base and the image it builds;
+/// the pull its (empty) manifest, the base, the revision and the largest delta of it.
+fn delta_units(base: &[u8], target: &[u8], wire: &[u8]) -> (u64, u64) {
+    let push = wire.len() + base.len() + target.len();
+    let largest_delta = snug_delta::Limits {
+        max_length: target.len() as u64,
+    }
+    .max_delta_len();
+    let pull = (base.len() + target.len()) as u64 + largest_delta;
+    (units(push as u64), units(pull))
+}
+
+/// A delta push holds 4 units at once (its delta, the base and the image: `MIN_LEN` is 1.75
+/// units), a pull against a base 6 (the base, the revision, and the largest delta of it). Beside
+/// another upload that leaves it exactly that much of an 8-unit budget, each is answered; with
+/// one unit less, each waits and is refused OVERLOADED, storing nothing. A service that held
+/// the base, the image or the revision outside the budget would be answered with one unit less
+/// too. Alone, a request bigger than the whole budget still proceeds: it never waits for room
+/// it holds itself.
 async fn delta_requests_hold_their_base_and_image_within_the_upload_budget(backend: Backend) {
     assert_eq!(UploadBudget::new(1, Duration::ZERO).bytes(), UNIT);
     let base = image(86, 0);
@@ -302,11 +321,13 @@ async fn delta_requests_hold_their_base_and_image_within_the_upload_budget(backe
     assert_eq!(target.len(), base.len());
     let wire = delta::to(&base, &target).encode();
     assert!(wire.len() as u64 <= UNIT, "the delta is one unit");
+    let (push, pull) = delta_units(&base, &target, &wire);
+    assert_eq!((push, pull), (4, 6));
     // (budget units, units another upload holds, push answered, pull answered)
     let cases = [
-        (8, 2, true, true),
-        (8, 3, true, false),
-        (8, 4, false, false),
+        (8, 8 - pull, true, true),
+        (8, 8 - push, true, false),
+        (8, 8 - push + 1, false, false),
         (2, 0, true, true),
     ];
     for (budget_units, others, push_ok, pull_ok) in cases {
@@ -361,4 +382,88 @@ async fn delta_requests_hold_their_base_and_image_within_the_upload_budget(backe
         drop(other);
         assert_budget_returned(&budget, &case).await;
     }
+}
+
+/// Eight delta requests at once, of eight users, on a budget with room for one of them: each
+/// waits its turn and is answered, none is refused (issue 36 point 7: requests that each held
+/// part of what they needed and waited for the rest were all refused OVERLOADED but one).
+async fn concurrent_delta_requests_are_each_answered_in_turn(backend: Backend) {
+    let base = image(87, 0);
+    let target = delta::edited(&base, "concurrent");
+    let wire = delta::to(&base, &target).encode();
+    let (push, pull) = delta_units(&base, &target, &wire);
+    let Some(mut hub) = start(backend, |c| {
+        c.upload_budget = UploadBudget::new(push.max(pull) * UNIT, Duration::from_secs(20));
+    })
+    .await
+    else {
+        return;
+    };
+    let mut revisions = Vec::new();
+    for i in 0..8 {
+        let user = format!("user-{i}");
+        provision(&mut hub, &user).await;
+        let r1 = put(&mut hub, &user, must_not_exist(), &base)
+            .await
+            .expect("r1");
+        let r2 = put(&mut hub, &user, must_match(&r1.revision), &target)
+            .await
+            .expect("r2");
+        revisions.push((user, r1.revision, r2.revision));
+    }
+    let budget = hub.config.upload_budget.clone();
+    // Pulls against r1 and plans on it, interleaved, each on the service's one channel.
+    let manifest = Bytes::from(
+        Manifest::of(&target, delta::PAGE)
+            .expect("manifest")
+            .encode(),
+    );
+    let requests = revisions.iter().enumerate().map(|(i, (user, r1, _))| {
+        let (mut client, r1) = (hub.client.clone(), r1.clone());
+        let manifest = manifest.clone();
+        async move {
+            if i % 2 == 0 {
+                let header = pb::GetImageDeltaRequest::header(pb::GetImageDeltaHeader {
+                    caller: caller(user, "device-b"),
+                    revision: None,
+                    base_revision: Some(r1),
+                    quota_bytes: None,
+                    accept_patches: false,
+                    expected_length: Some(0),
+                });
+                let stream = client
+                    .get_image_delta(chunks::upload(header, Bytes::new()))
+                    .await?
+                    .into_inner();
+                let (result, wire) = delta::collect(stream).await?;
+                Ok((result.revision.map(|r| r.revision), wire))
+            } else {
+                let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
+                    expected_length: Some(manifest.len() as u64),
+                    caller: caller(user, "device-a"),
+                    base_revision: r1,
+                    quota_bytes: None,
+                });
+                let stream = client
+                    .plan_image_delta(chunks::upload(header, manifest))
+                    .await?
+                    .into_inner();
+                let (result, layout) = delta::collect(stream).await?;
+                Ok::<_, Status>((result.base.map(|r| r.revision), layout))
+            }
+        }
+    });
+    let answers = futures::future::join_all(requests).await;
+    for (i, (answer, (_, r1, r2))) in answers.into_iter().zip(&revisions).enumerate() {
+        let (revision, wire) = answer.unwrap_or_else(|status| panic!("request {i}: {status:?}"));
+        if i % 2 == 0 {
+            assert_eq!(revision.as_ref(), Some(r2), "pull {i}");
+            let delta = Delta::parse(&wire, &delta::limits(), base.len() as u64).expect("parse");
+            assert_eq!(delta.assemble(&base).expect("assemble"), target.to_vec());
+        } else {
+            assert_eq!(revision.as_ref(), Some(r1), "plan {i}");
+            snug_delta::Layout::parse_plan(&wire, &delta::limits()).expect("a plan");
+        }
+    }
+    assert_budget_returned(&budget, "after the burst").await;
 }
