@@ -289,6 +289,44 @@ def sync_checks(checks, channel, first, second):
     checks.run("sync: an unknown user is NOT_FOUND", an_unknown_user_is_not_found)
 
 
+class Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+             grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call: the hub's service token, which its
+    services require of every call but health checks."""
+
+    def __init__(self, token):
+        self.metadata = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        metadata = list(details.metadata or ()) + [self.metadata]
+        return details._replace(metadata=metadata)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._with_token(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._with_token(details), requests)
+
+
+def token_checks(checks, channel):
+    """Without the service token, a call is refused before it is decoded."""
+    from snug.sync.v1 import sync_pb2 as pb, sync_pb2_grpc
+
+    stub = sync_pb2_grpc.SyncServiceStub(channel)
+
+    def refused():
+        expect_error(lambda: stub.GetUsage(pb.GetUsageRequest(user_id="nobody")),
+                     grpc.StatusCode.UNAUTHENTICATED, "snug.rpc", "SERVICE_TOKEN_REFUSED")
+
+    checks.run("sync: a call without the service token is refused SERVICE_TOKEN_REFUSED", refused)
+
+
 def main():
     # A hung call must not hang the suite: dump every thread's stack and exit after 300 s.
     faulthandler.dump_traceback_later(300, exit=True)
@@ -298,6 +336,7 @@ def main():
     parser.add_argument("--container", required=True, help="HOST:PORT of snug.container.v1")
     parser.add_argument("--schema", required=True, help="HOST:PORT of snug.schema.v1")
     parser.add_argument("--sync", required=True, help="HOST:PORT of snug.sync.v1")
+    parser.add_argument("--token", required=True, help="the hub's service token")
     args = parser.parse_args()
 
     def vector(*path):
@@ -316,12 +355,16 @@ def main():
     with tempfile.TemporaryDirectory(prefix="snug-python-client-") as out:
         protos = generate(args.proto_dir, out)
         print(f"generated a client for {', '.join(protos)}", flush=True)
-        with grpc.insecure_channel(args.container, options) as channel:
-            container_checks(checks, channel, export)
-        with grpc.insecure_channel(args.schema, options) as channel:
-            schema_checks(checks, channel, export, with_secrets, container_vector)
+        bearer = Bearer(args.token)
         with grpc.insecure_channel(args.sync, options) as channel:
-            sync_checks(checks, channel, export, other)
+            token_checks(checks, channel)
+        with grpc.insecure_channel(args.container, options) as channel:
+            container_checks(checks, grpc.intercept_channel(channel, bearer), export)
+        with grpc.insecure_channel(args.schema, options) as channel:
+            schema_checks(checks, grpc.intercept_channel(channel, bearer), export, with_secrets,
+                          container_vector)
+        with grpc.insecure_channel(args.sync, options) as channel:
+            sync_checks(checks, grpc.intercept_channel(channel, bearer), export, other)
     print(f"{checks.passed} passed, {checks.failed} failed", flush=True)
     return 1 if checks.failed or not checks.passed else 0
 

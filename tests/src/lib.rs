@@ -163,6 +163,8 @@ pub struct Options {
     pub max_connections: (usize, usize),
     /// OpenID Connect; a `public_url` left empty is the hub's own `http://127.0.0.1:PORT`.
     pub oidc: Option<snug_gateway::oidc::OidcArgs>,
+    /// The service token the gRPC services require and the gateway presents.
+    pub service_token: Option<snug_rpc::service_token::ServiceToken>,
 }
 
 impl Default for Options {
@@ -183,6 +185,7 @@ impl Default for Options {
             idle_timeout: Duration::from_secs(60),
             max_connections: (4096, 256),
             oidc: None,
+            service_token: None,
         }
     }
 }
@@ -196,6 +199,7 @@ pub struct Hub {
     /// The gateway's users directory (auth on): its SQLite file's directory.
     users: Option<PathBuf>,
     sync: SyncServer,
+    service_token: Option<snug_rpc::service_token::ServiceToken>,
     grpc_task: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
     _http_task: JoinHandle<()>,
     _dir: tempfile::TempDir,
@@ -260,7 +264,11 @@ impl Hub {
         let sync = SyncServer::new(store, &sync_config);
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let grpc = grpc_listener.local_addr().expect("addr");
-        let grpc_task = Some(spawn_services(grpc_listener, sync.clone()));
+        let grpc_task = Some(spawn_services(
+            grpc_listener,
+            sync.clone(),
+            options.service_token.clone(),
+        ));
 
         let gateway_dir = dir.path().join("gateway");
         let addresses = if options.in_process {
@@ -274,6 +282,7 @@ impl Hub {
         let runtime = snug_gateway::Runtime {
             sealer,
             upload_pace: options.upload_pace,
+            service_token: options.service_token.clone(),
         };
         let state = snug_gateway::build(&config, gateway_dir.clone(), addresses, runtime)
             .await
@@ -287,6 +296,7 @@ impl Hub {
             grpc,
             users,
             sync,
+            service_token: options.service_token,
             grpc_task,
             _http_task: http_task,
             _dir: dir,
@@ -417,7 +427,11 @@ impl Hub {
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         };
-        self.grpc_task = Some(spawn_services(listener, self.sync.clone()));
+        self.grpc_task = Some(spawn_services(
+            listener,
+            self.sync.clone(),
+            self.service_token.clone(),
+        ));
     }
 }
 
@@ -436,17 +450,19 @@ fn services(sync: SyncServer) -> Services {
         )
 }
 
-/// Serves the schema, sync (over `sync`) and materialize services on `listener` until the
-/// returned sender is used or dropped: the gRPC side of a split hub, for tests that put gateways
-/// of their own in front of it.
+/// Serves the schema, sync (over `sync`) and materialize services on `listener`, requiring
+/// `token` when given, until the returned sender is used or dropped: the gRPC side of a split
+/// hub, for tests that put gateways of their own in front of it.
 pub fn spawn_services(
     listener: TcpListener,
     sync: SyncServer,
+    token: Option<snug_rpc::service_token::ServiceToken>,
 ) -> (oneshot::Sender<()>, JoinHandle<()>) {
     let (stop, stopped) = oneshot::channel::<()>();
     let services = services(sync);
     let config = ServerConfig {
         shutdown_grace: Duration::from_millis(200),
+        service_token: token,
         ..ServerConfig::for_tests()
     };
     let task = tokio::spawn(async move {

@@ -150,6 +150,8 @@ async fn a_generated_python_client_calls_the_container_schema_and_sync_container
         endpoint(Service::Schema),
         "--sync".to_owned(),
         endpoint(Service::Sync),
+        "--token".to_owned(),
+        hub.service_token().to_owned(),
     ];
     let report = run_script(&python, "snug_client_test.py", &args).await;
     println!("{report}");

@@ -34,6 +34,7 @@ const REQUIRED: &[&str] = &[
     "test_userdb.py::test_put_and_get_with_a_revision_conflict",
     "test_userdb.py::test_revisions_restore_and_one_apps_export",
     "test_split.py::test_a_stopped_sync_service_gives_503_and_the_hub_recovers",
+    "test_split.py::test_every_service_refuses_a_call_without_the_service_token",
     "test_errors.py::test_every_reason_the_protos_document_has_its_class_with_the_tables_code",
     "test_proto_lock.py::test_the_protos_keep_every_locked_entry",
     "test_proto_lock.py::test_the_installed_stubs_keep_every_locked_entry",

@@ -72,7 +72,7 @@ async fn replicas_each(oidc_a: OidcArgs, oidc_b: OidcArgs) -> Option<Replicas> {
     let sync = SyncServer::new(store, &sync_config);
     let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let grpc = grpc_listener.local_addr().expect("addr");
-    let (services, _task) = spawn_services(grpc_listener, sync);
+    let (services, _task) = spawn_services(grpc_listener, sync, None);
 
     let users = UsersConfig {
         store: UsersStore::Postgres,

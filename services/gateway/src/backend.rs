@@ -24,6 +24,7 @@ use snug_proto::{
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
     chunks::{self, MAX_MESSAGE_SIZE},
+    service_token::ServiceToken,
     trace_context::Traced,
 };
 use tonic::Code;
@@ -52,8 +53,12 @@ pub fn local(services: snug_rpc::server::LocalChannel) -> Channel {
     Traced::new(services)
 }
 
-/// Opens a lazily connecting channel to `addr`.
-pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigError> {
+/// Opens a lazily connecting channel to `addr`, every call on it carrying `token` when given.
+pub fn channel(
+    addr: &str,
+    connect_timeout: Duration,
+    token: Option<&ServiceToken>,
+) -> Result<Channel, ConfigError> {
     let endpoint = tonic::transport::Channel::from_shared(addr.to_owned())
         .map_err(|_| ConfigError::BadAddress(addr.to_owned()))?
         .connect_timeout(connect_timeout)
@@ -69,9 +74,17 @@ pub fn channel(addr: &str, connect_timeout: Duration) -> Result<Channel, ConfigE
         // A connection whose peer vanished without a FIN is noticed and replaced.
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
-    let channel = tower::ServiceExt::map_err(endpoint.connect_lazy(), |e| {
-        snug_rpc::server::ChannelError(e.into())
-    });
+    let token = token.cloned();
+    let channel = tower::ServiceExt::map_request(
+        endpoint.connect_lazy(),
+        move |mut request: http::Request<tonic::body::Body>| {
+            if let Some(token) = &token {
+                token.insert(&mut request);
+            }
+            request
+        },
+    );
+    let channel = tower::ServiceExt::map_err(channel, |e| snug_rpc::server::ChannelError(e.into()));
     Ok(Traced::new(tower::util::BoxCloneSyncService::new(channel)))
 }
 

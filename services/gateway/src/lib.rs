@@ -233,6 +233,9 @@ pub struct Runtime {
     pub sealer: Sealer,
     /// The pace every request body must keep: the process's, shared with its services.
     pub upload_pace: Pace,
+    /// The token the services at the configured addresses require
+    /// (`snug_rpc::service_token`), sent with every call to them.
+    pub service_token: Option<snug_rpc::service_token::ServiceToken>,
 }
 
 impl Runtime {
@@ -241,6 +244,7 @@ impl Runtime {
         Self {
             sealer,
             upload_pace: Pace::default(),
+            service_token: None,
         }
     }
 }
@@ -299,7 +303,7 @@ pub async fn build(
     runtime: Runtime,
 ) -> Result<Arc<AppState>, StartError> {
     let settings = Settings::resolve(config, dir)?;
-    let backends = backends(config, &settings, addresses)?;
+    let backends = backends(config, &settings, addresses, runtime.service_token.as_ref())?;
     let auth = match (settings.auth, &settings.session_key, &settings.users) {
         (AuthMode::On, Some(key), Some(users)) => {
             let users = Arc::new(Directory::open(users).await?);
@@ -329,6 +333,7 @@ fn backends(
     config: &GatewayConfig,
     settings: &Settings,
     addresses: Addresses,
+    token: Option<&snug_rpc::service_token::ServiceToken>,
 ) -> Result<Backends, ConfigError> {
     if let Some(local) = addresses.local {
         let channel = backend::local(local);
@@ -349,12 +354,16 @@ fn backends(
         .or_else(|| config.sync_addr.clone())
         .ok_or(ConfigError::MissingAddress("SNUG_SYNC_ADDR"))?;
     Ok(Backends::new(
-        backend::channel(&sync_addr, settings.rpc_connect_timeout)?,
+        backend::channel(&sync_addr, settings.rpc_connect_timeout, token)?,
         match addresses
             .materialize
             .or_else(|| config.materialize_addr.clone())
         {
-            Some(addr) => Some(backend::channel(&addr, settings.rpc_connect_timeout)?),
+            Some(addr) => Some(backend::channel(
+                &addr,
+                settings.rpc_connect_timeout,
+                token,
+            )?),
             None => None,
         },
         settings.rpc_deadline,

@@ -23,6 +23,8 @@ const PROBLEMS_FOUND: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct CheckArgs {
     pub(crate) addr: Option<String>,
+    /// What the sync service at `addr` requires of its callers.
+    pub(crate) token: Option<snug_rpc::service_token::ServiceToken>,
     pub(crate) json: bool,
 }
 
@@ -114,9 +116,13 @@ pub(crate) async fn run(args: CheckArgs, sync: &SyncConfig) -> anyhow::Result<Ex
     let mut seen = Seen::default();
     match &args.addr {
         Some(addr) => {
-            let mut client = SyncServiceClient::connect(addr.clone())
-                .await
-                .with_context(|| format!("cannot reach the sync service at {addr}"))?;
+            let channel = snug_gateway::backend::channel(
+                addr,
+                std::time::Duration::from_secs(5),
+                args.token.as_ref(),
+            )
+            .with_context(|| format!("{addr:?} is not a service address"))?;
+            let mut client = SyncServiceClient::new(channel);
             let mut stream = client
                 .check_store(pb::CheckStoreRequest {})
                 .await

@@ -14,7 +14,10 @@ use snug_files::sealed::Sealer;
 use snug_gateway::config::{GatewayConfig, UsersConfig};
 use snug_proto::admin::v1 as admin_pb;
 use snug_proto::sync::v1::sync_service_client::SyncServiceClient;
-use snug_rpc::server::{ServerConfig, Services, shutdown_signal};
+use snug_rpc::{
+    server::{ServerConfig, Services, shutdown_signal},
+    service_token::ServiceToken,
+};
 use snug_sync_service::SyncConfig;
 
 use crate::operator::{self, Refusal};
@@ -64,6 +67,8 @@ pub(crate) async fn serve_with_gateway(
         snug_gateway::Runtime {
             sealer,
             upload_pace: server.upload_pace(),
+            // In-process calls cross no network: nothing to present.
+            service_token: None,
         },
     )
     .await
@@ -104,14 +109,19 @@ pub(crate) async fn serve_gateway(
         snug_gateway::Runtime {
             sealer: Sealer::disabled(),
             upload_pace: server.upload_pace(),
+            service_token: server.service_token.clone(),
         },
     )
     .await
     .context("the gateway refused its configuration")?;
     let sync = match &gateway.sync_addr {
         Some(addr) => Some(SyncServiceClient::new(
-            snug_gateway::backend::channel(addr, gateway.rpc_connect_timeout)
-                .context("SNUG_SYNC_ADDR")?,
+            snug_gateway::backend::channel(
+                addr,
+                gateway.rpc_connect_timeout,
+                server.service_token.as_ref(),
+            )
+            .context("SNUG_SYNC_ADDR")?,
         )),
         None => None,
     };
@@ -287,13 +297,14 @@ struct Printed {
 }
 
 /// Runs a `users` command against the directory `config` names (the SQLite file in `dir`, or
-/// PostgreSQL), and, for usage and erasure, the sync service at `sync_addr` (or the store `sync`
-/// names, opened here).
+/// PostgreSQL), and, for usage and erasure, the sync service at `sync_addr` (presenting `token`)
+/// or the store `sync` names, opened here.
 pub(crate) async fn users(
     command: UsersCommand,
     config: &UsersConfig,
     dir: &Path,
     sync_addr: Option<&str>,
+    token: Option<&ServiceToken>,
     sync: &SyncConfig,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -319,7 +330,7 @@ pub(crate) async fn users(
             | UsersCommand::Remove { erase: true, .. }
     );
     let sync = if needs_sync {
-        Some(operator::sync_client(sync_addr, sync).await?)
+        Some(operator::sync_client(sync_addr, token, sync).await?)
     } else {
         None
     };

@@ -15,6 +15,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `SNUG_LISTEN` | `127.0.0.1:50051` | gRPC listen address |
+//! | `SNUG_SERVICE_TOKEN` | — (no token: a warning when `SNUG_LISTEN` is beyond loopback) | the hub's service token, at least 32 characters, the same in every component; environment (or `--service-token`), never printed: every gRPC service requires it as `authorization: Bearer <token>` of every call but health checks (`SERVICE_TOKEN_REFUSED`), and the gateway, the admin API and `users`/`sync --sync-addr` present it |
 //! | `SNUG_REQUEST_TIMEOUT` | `60s` | per-request deadline (a shorter client `grpc-timeout` wins) |
 //! | `SNUG_CONCURRENCY_LIMIT` | `64` | gRPC requests in flight across connections; beyond it, shed with UNAVAILABLE/`OVERLOADED` (health checks exempt) |
 //! | `SNUG_SHUTDOWN_GRACE` | `20s` | drain time after SIGTERM |
@@ -119,8 +120,11 @@ use clap::{Parser, Subcommand};
 use snug_container_service::ContainerConfig;
 use snug_files::sealed::Sealer;
 use snug_materialize_service::{MaterializeConfig, MaterializeServer};
-use snug_rpc::server::{ServerConfig, Services, serve, shutdown_signal};
 use snug_rpc::telemetry::{Telemetry, TelemetryConfig};
+use snug_rpc::{
+    server::{ServerConfig, Services, serve, shutdown_signal},
+    service_token::ServiceToken,
+};
 use snug_schema_service::{SchemaConfig, SchemaServer};
 use snug_sync_service::{SyncConfig, SyncServer};
 
@@ -153,6 +157,18 @@ struct Global {
     /// here, as they must while a hub has it open.
     #[arg(long = "sync-addr", env = "SNUG_SYNC_ADDR", global = true)]
     sync_addr: Option<String>,
+    /// The hub's service token (from a Secret, the same in every component): `serve` requires it
+    /// of every gRPC call but health checks when set, and the gateway, the admin API and these
+    /// commands present it to the services they call. At least 32 characters
+    /// (`openssl rand -hex 32`).
+    // Parsed after clap, whose refusal would echo the value.
+    #[arg(
+        long = "service-token",
+        env = "SNUG_SERVICE_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    service_token: Option<String>,
     /// Print the report (`users`, `sync`, `admin-token`), or the refusal, as one JSON object on
     /// stdout.
     #[arg(long, global = true)]
@@ -319,6 +335,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let Global {
         data,
         sync_addr,
+        service_token,
         json,
     } = cli.global;
     if json && matches!(cli.command, Command::Serve(_) | Command::Healthcheck(_)) {
@@ -327,6 +344,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         )
         .report("snug-hub", json));
     }
+    let service_token = match service_token.as_deref().map(str::parse::<ServiceToken>) {
+        None => None,
+        Some(Ok(token)) => Some(token),
+        Some(Err(refused)) => {
+            return Ok(operator::Refusal::usage(refused.to_string()).report("snug-hub", json));
+        }
+    };
     match cli.command {
         Command::Serve(mut args) => {
             // The composition root owns the data directory's layout: one subdirectory per
@@ -334,6 +358,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             args.sync.sqlite_dir = data.sync();
             // And the one address of the sync service, which only the gateway alone calls.
             args.gateway.sync_addr = sync_addr;
+            // And the one service token: required by its servers, presented by its clients.
+            args.server.service_token = service_token;
             // It also owns the one sealer: where the gateway shares the process with the sync
             // store, the store seals the images it keeps and the gateway sends them from the
             // sealed memfds. Anywhere else sealing would only cost memory, so it stays off.
@@ -372,6 +398,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             sync.sqlite_dir = data.sync();
             let args = check::CheckArgs {
                 addr: addr.or(sync_addr),
+                token: service_token,
                 json,
             };
             check::run(args, &sync).await
@@ -389,6 +416,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let user = UserCommand {
                 args,
                 sync_addr: addr.or(sync_addr),
+                service_token: service_token.clone(),
                 users,
                 sync,
                 data,
@@ -409,6 +437,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let user = UserCommand {
                 args,
                 sync_addr: addr.or(sync_addr),
+                service_token: service_token.clone(),
                 users,
                 sync,
                 data,
@@ -428,6 +457,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &users,
                 &data.gateway(),
                 sync_addr.as_deref(),
+                service_token.as_ref(),
                 &sync,
                 json,
             )
@@ -441,6 +471,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 struct UserCommand {
     args: erase::UserArgs,
     sync_addr: Option<String>,
+    service_token: Option<ServiceToken>,
     users: snug_gateway::config::UsersConfig,
     sync: SyncConfig,
     data: DataDir,
@@ -462,7 +493,12 @@ impl UserCommand {
         let reach = erase::Reach {
             users: &self.users,
             gateway_dir: &gateway_dir,
-            sync: operator::sync_client(self.sync_addr.as_deref(), &self.sync).await?,
+            sync: operator::sync_client(
+                self.sync_addr.as_deref(),
+                self.service_token.as_ref(),
+                &self.sync,
+            )
+            .await?,
         };
         let report = match self.report {
             UserReport::Usage => erase::usage(self.args, &reach).await,

@@ -17,7 +17,7 @@ use snug_admin_service::SyncClient;
 use snug_gateway::config::UsersConfig;
 use snug_proto::sync::v1::sync_service_client::SyncServiceClient;
 use snug_reasons::Reason;
-use snug_rpc::server::ServerConfig;
+use snug_rpc::{server::ServerConfig, service_token::ServiceToken};
 use snug_sync_service::SyncConfig;
 use snug_users::Directory;
 
@@ -98,15 +98,16 @@ impl From<tonic::Status> for Refusal {
     }
 }
 
-/// A client of the sync service: over the network at `addr`, or served in-process over the store
+/// A client of the sync service: over the network at `addr` (presenting `token`), or served in-process over the store
 /// `sync` names, opened here as `snug-hub serve sync` would open it (which a running hub's lock
 /// refuses).
 pub(crate) async fn sync_client(
     addr: Option<&str>,
+    token: Option<&ServiceToken>,
     sync: &SyncConfig,
 ) -> anyhow::Result<SyncClient> {
     let channel = match addr {
-        Some(addr) => snug_gateway::backend::channel(addr, Duration::from_secs(5))
+        Some(addr) => snug_gateway::backend::channel(addr, Duration::from_secs(5), token)
             .with_context(|| format!("{addr:?} is not a service address"))?,
         None => {
             let store = snug_sync_service::open_store(sync).await.context(

@@ -3,8 +3,8 @@
 use crate::{CliExit, Domain, Exit, GrpcCode, Reason, http};
 
 pub use crate::rpc::{
-    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
-    UPLOAD_TOO_SLOW,
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, SERVICE_TOKEN_REFUSED,
+    TOO_LARGE, UPLOAD_TOO_SLOW,
 };
 
 /// A healthy container that no supplied secret opened.
@@ -129,6 +129,7 @@ pub const DOMAIN: Domain = Domain {
         &INVALID_ARGUMENT,
         &BODY_ABORTED,
         &UPLOAD_TOO_SLOW,
+        &SERVICE_TOKEN_REFUSED,
         &OVERLOADED,
         &DEADLINE_EXCEEDED,
         &INTERNAL,

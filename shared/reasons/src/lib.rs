@@ -187,6 +187,7 @@ pub const ALL: &[&Reason] = &[
     &rpc::OVERLOADED,
     &rpc::BODY_ABORTED,
     &rpc::UPLOAD_TOO_SLOW,
+    &rpc::SERVICE_TOKEN_REFUSED,
     &rpc::DEADLINE_EXCEEDED,
     &rpc::INTERNAL,
     // snug.container.

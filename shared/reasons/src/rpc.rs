@@ -51,6 +51,18 @@ pub const UPLOAD_TOO_SLOW: Reason = Reason {
     summary: "an upload fell behind the minimum rate after its grace (SNUG_UPLOAD_MIN_RATE_KIB, SNUG_UPLOAD_GRACE); it was cut off and nothing was kept",
 };
 
+/// A call to a service that requires the hub's service token (`SNUG_SERVICE_TOKEN`) came
+/// without it, or with another; nothing was done.
+pub const SERVICE_TOKEN_REFUSED: Reason = Reason {
+    name: "SERVICE_TOKEN_REFUSED",
+    grpc: Some(GrpcCode::Unauthenticated),
+    // Only the hub's own components call with the token: a gateway refused so is misconfigured,
+    // which its client can neither fix nor wait out.
+    http: http(500, "INTERNAL", false),
+    exit: CliExit::Never,
+    summary: "the call lacks the hub's service token (SNUG_SERVICE_TOKEN), or has another; nothing was done",
+};
+
 /// The call outlived its deadline, the client's `grpc-timeout` or the server's request timeout;
 /// its work was stopped and nothing was kept.
 pub const DEADLINE_EXCEEDED: Reason = Reason {

@@ -7,8 +7,8 @@
 use crate::{CliExit, Domain, GrpcCode, Reason, http};
 
 pub use crate::rpc::{
-    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, TOO_LARGE,
-    UPLOAD_TOO_SLOW,
+    BODY_ABORTED, DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OVERLOADED, SERVICE_TOKEN_REFUSED,
+    TOO_LARGE, UPLOAD_TOO_SLOW,
 };
 // An image the service refuses to store (issue 37: the sync service validates what it writes)
 // is refused in the words the schema service uses for the same verdict.
@@ -184,6 +184,7 @@ pub const DOMAIN: Domain = Domain {
         &IDEMPOTENCY_KEY_REUSED,
         &BODY_ABORTED,
         &UPLOAD_TOO_SLOW,
+        &SERVICE_TOKEN_REFUSED,
         &IMAGE_CONFLICT,
         &STORAGE_UNAVAILABLE,
         &STORAGE_CORRUPT,

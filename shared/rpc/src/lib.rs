@@ -74,6 +74,7 @@ pub mod observe;
 pub mod pace;
 pub mod refusal;
 pub mod server;
+pub mod service_token;
 pub mod status;
 pub mod telemetry;
 pub mod trace_context;

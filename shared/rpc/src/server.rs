@@ -41,6 +41,10 @@ pub struct ServerConfig {
     /// How long an upload may take before its minimum rate counts.
     #[arg(long, env = "SNUG_UPLOAD_GRACE", default_value = "10s", value_parser = parse_duration)]
     pub upload_grace: Duration,
+    /// The service token every call but health's must present (`crate::service_token`); the
+    /// composition root sets it from its one option, which its clients send too.
+    #[arg(skip)]
+    pub service_token: Option<crate::service_token::ServiceToken>,
 }
 
 impl ServerConfig {
@@ -56,6 +60,7 @@ impl ServerConfig {
             upload_budget_wait: crate::budget::DEFAULT_WAIT,
             upload_min_rate_kib: crate::pace::DEFAULT_MIN_RATE_KIB,
             upload_grace: crate::pace::DEFAULT_GRACE,
+            service_token: None,
         }
     }
 
@@ -236,7 +241,8 @@ pub async fn local(config: &ServerConfig, services: Services) -> LocalChannel {
 /// Layer order, outermost first: observation (the request span, parented on the caller's
 /// `traceparent`, and the metrics — outside everything else, so typed refusals, deadlines and
 /// shed calls are all counted), then the typing of tonic's own refusals
-/// (`crate::refusal`), then each call's deadline (`crate::deadline`: the client's `grpc-timeout`
+/// (`crate::refusal`), then the service token, when one is configured
+/// (`crate::service_token`), then each call's deadline (`crate::deadline`: the client's `grpc-timeout`
 /// or the request timeout; when it passes the call is dropped, which stops its blocking job, and
 /// answered DEADLINE_EXCEEDED; it replaces tonic's timeout, which answered outside observation
 /// with an untyped CANCELLED), then one global concurrency limit that sheds a burst beyond it at
@@ -273,10 +279,19 @@ pub async fn serve(
 
     if let Ok(local) = listener.local_addr() {
         tracing::info!(addr = %local, services = ?services.names, "gRPC server listening");
+        if config.service_token.is_none() && !local.ip().is_loopback() {
+            tracing::warn!(
+                addr = %local,
+                "the gRPC services answer anyone who reaches this address: set SNUG_SERVICE_TOKEN (the same in every component) to require the hub's service token"
+            );
+        }
     }
     let server = tonic::transport::Server::builder()
         .layer(crate::observe::ObserveLayer::new(&services.classify))
         .layer(crate::refusal::TypedRefusalsLayer)
+        .layer(crate::service_token::RequireLayer::new(
+            config.service_token.clone(),
+        ))
         .layer(crate::deadline::DeadlineLayer::new(config.request_timeout))
         .layer(crate::limit::ShedLayer::new(config.concurrency_limit))
         // Large windows and frames let a 64 MiB payload stream without stalling on flow control.

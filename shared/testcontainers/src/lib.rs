@@ -31,7 +31,8 @@
 //! let hub = SplitHub::start(&image, HubOptions::default()).await?;
 //! let token = hub.add_user("alice").await?;
 //! // HTTP at hub.gateway_url() with `Authorization: Bearer {token}`; gRPC at
-//! // hub.grpc_endpoint(Service::Sync), e.g. "http://127.0.0.1:49153".
+//! // hub.grpc_endpoint(Service::Sync), e.g. "http://127.0.0.1:49153", with
+//! // `authorization: Bearer {hub.service_token()}` (the services require it).
 //! hub.stop_service(Service::Sync).await?; // PUT /userdb now answers 503
 //! hub.start_service(Service::Sync).await?; // and succeeds again, the revisions kept
 //! # let _ = token;
@@ -358,9 +359,13 @@ impl HubOptions {
         self
     }
 
-    /// The environment every hub container gets: `env`, with rate limits off unless asked for.
-    fn hub_env(&self) -> BTreeMap<String, String> {
+    /// The environment every hub container gets: `env`, with rate limits off unless asked for,
+    /// and the gRPC services on the container's network requiring the deployment's
+    /// `service_token` (which the gateway presents).
+    fn hub_env(&self, service_token: &str) -> BTreeMap<String, String> {
         let mut env = self.env.clone();
+        env.insert("SNUG_LISTEN".to_owned(), format!("0.0.0.0:{GRPC_PORT}"));
+        env.insert("SNUG_SERVICE_TOKEN".to_owned(), service_token.to_owned());
         if !self.rate_limits {
             env.entry("SNUG_RATE_LIMIT_BURST".to_owned())
                 .or_insert_with(|| "0".to_owned());
@@ -752,13 +757,15 @@ pub struct AllInOne {
     container: ContainerAsync<GenericImage>,
     http_port: u16,
     grpc_port: u16,
+    service_token: String,
 }
 
 impl AllInOne {
     /// Starts the whole hub and waits until its health check passes.
     pub async fn start(image: &HubImage, options: HubOptions) -> Result<Self, Error> {
         let name = format!("snug-hub-{}", deployment_id());
-        let mut env = options.hub_env();
+        let service_token = random_hex(32)?;
+        let mut env = options.hub_env(&service_token);
         env.insert(
             "SNUG_CORS_ORIGINS".to_owned(),
             options.cors_origins.join(","),
@@ -781,7 +788,14 @@ impl AllInOne {
             container,
             http_port,
             grpc_port,
+            service_token,
         })
+    }
+
+    /// The service token every gRPC call must present (`authorization: Bearer <token>`), but
+    /// health checks.
+    pub fn service_token(&self) -> &str {
+        &self.service_token
     }
 
     /// The gateway's base URL, e.g. `http://127.0.0.1:49154`.
@@ -843,6 +857,7 @@ pub struct SplitHub {
     /// Empty with the embedded store.
     stores: Stores,
     startup_timeout: Duration,
+    service_token: String,
 }
 
 /// The PostgreSQL and Garage containers of a [`SyncBackend::PostgresObjects`] deployment.
@@ -1005,12 +1020,13 @@ impl SplitHub {
                 Stores::start(&id, &network, options.startup_timeout).await?
             }
         };
+        let service_token = random_hex(32)?;
         let names: BTreeMap<Service, String> = Service::ALL
             .iter()
             .map(|service| (*service, format!("snug-hub-{id}-{}", service.name())))
             .collect();
         let requests = Service::ALL.map(|service| {
-            let mut env = options.hub_env();
+            let mut env = options.hub_env(&service_token);
             if service == Service::Gateway {
                 for (variable, target) in [
                     ("SNUG_SYNC_ADDR", Service::Sync),
@@ -1074,6 +1090,7 @@ impl SplitHub {
             ports: Mutex::new(BTreeMap::new()),
             stores,
             startup_timeout: options.startup_timeout,
+            service_token,
         };
         for service in Service::ALL {
             hub.refresh_port(service).await?;
@@ -1124,6 +1141,12 @@ impl SplitHub {
     /// A service's gRPC address on the host; `None` for the gateway.
     pub fn grpc_addr(&self, service: Service) -> Option<SocketAddr> {
         (service != Service::Gateway).then(|| loopback(self.port(service)))
+    }
+
+    /// The service token every gRPC call to a service must present (`authorization: Bearer
+    /// <token>`), but health checks.
+    pub fn service_token(&self) -> &str {
+        &self.service_token
     }
 
     /// The deployment's Docker network.

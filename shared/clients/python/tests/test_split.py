@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import docker
+import grpc
 import pytest
 
 from snug_hub import ContainerClient, SchemaClient, errors
@@ -33,14 +34,28 @@ def test_each_service_runs_in_its_own_container_on_the_deployments_network(split
 
 
 def test_each_service_answers_on_its_own_port(split: SplitHub) -> None:
-    with ContainerClient(split.grpc_target("container"), timeout=30) as container:
+    token = split.service_token
+    with ContainerClient(split.grpc_target("container"), timeout=30, service_token=token) as container:
         assert container.detect_format(b"SNUGENC1\n\x01") == container_pb2.FORMAT_SNUGENC1
-    with SchemaClient(split.grpc_target("schema"), timeout=30) as schema:
+    with SchemaClient(split.grpc_target("schema"), timeout=30, service_token=token) as schema:
         assert schema.inspect(vector("userdb", "fresh-v6.user.snug")).storage_version == 6
     # The container service is not the schema service: an RPC it does not serve is typed too.
-    with SchemaClient(split.grpc_target("container"), timeout=30) as wrong:
+    with SchemaClient(split.grpc_target("container"), timeout=30, service_token=token) as wrong:
         with pytest.raises(errors.UnimplementedError):
             wrong.inspect(vector("userdb", "fresh-v6.user.snug"))
+
+
+def test_every_service_refuses_a_call_without_the_service_token(split: SplitHub) -> None:
+    for service, client in [("container", ContainerClient), ("schema", SchemaClient)]:
+        for token in [None, "not-the-token-" + "0" * 32]:
+            with client(split.grpc_target(service), timeout=30, service_token=token) as refused:
+                with pytest.raises(errors.ServiceTokenRefused) as error:
+                    if isinstance(refused, ContainerClient):
+                        refused.detect_format(b"SNUGENC1\n\x01")
+                    else:
+                        refused.inspect(vector("userdb", "fresh-v6.user.snug"))
+                assert error.value.code == grpc.StatusCode.UNAUTHENTICATED
+                assert not error.value.retryable
 
 
 def test_a_stopped_sync_service_gives_503_and_the_hub_recovers(split: SplitHub) -> None:

@@ -61,14 +61,21 @@ class HubClient:
         *,
         timeout: float | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        service_token: str | None = None,
     ) -> None:
         """Args:
         target: ``host:port``, or a channel the caller opened and keeps ownership of.
         timeout: Seconds each call may take, or None for no deadline.
         credentials: TLS credentials for a ``host:port`` target; None for plaintext.
+        service_token: The hub's service token (``SNUG_SERVICE_TOKEN``), presented on every
+            call to a ``host:port`` target whose services require one.
         """
         self._owns_channel = isinstance(target, str)
-        self.channel = connect(target, credentials) if isinstance(target, str) else target
+        self.channel = (
+            connect(target, credentials, service_token=service_token)
+            if isinstance(target, str)
+            else target
+        )
         self.container = ContainerClient(self.channel, timeout=timeout)
         self.schema = SchemaClient(self.channel, timeout=timeout)
         self.materialize = MaterializeClient(self.channel, timeout=timeout)

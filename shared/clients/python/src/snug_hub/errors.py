@@ -850,6 +850,15 @@ class UploadTooSlow(DeadlineExceededError):
     RETRYABLE = True
 
 
+class ServiceTokenRefused(UnauthenticatedError):
+    """SERVICE_TOKEN_REFUSED: the service requires the hub's service token
+    (``SNUG_SERVICE_TOKEN``) and the call came without it, or with another; nothing was done.
+    Pass ``service_token=`` to the client."""
+
+    REASON = "SERVICE_TOKEN_REFUSED"
+    CODE = grpc.StatusCode.UNAUTHENTICATED
+
+
 class BadGateway(UnavailableError):
     """BAD_GATEWAY (502): a service answered with something the gateway cannot use."""
 

@@ -109,6 +109,12 @@ def _no_reaper_unless_asked() -> None:
         testcontainers_config.ryuk_disabled = True
 
 
+def _grpc_on_network(service_token: str) -> dict[str, str]:
+    """The gRPC services on the container's network (the image keeps them on loopback), each
+    requiring the deployment's service token, which the gateway presents too."""
+    return {"SNUG_LISTEN": f"0.0.0.0:{GRPC_PORT}", "SNUG_SERVICE_TOKEN": service_token}
+
+
 def _deployment_id() -> str:
     return f"{os.getpid():x}-{secrets.token_hex(4)}"
 
@@ -276,8 +282,12 @@ class SnugHub(HubContainer):
             unless `env` sets them.
         startup_timeout: Seconds the container may take to become healthy.
         """
+        #: The token the hub's gRPC services require (``SNUG_SERVICE_TOKEN``); `client()`
+        #: presents it.
+        self.service_token = secrets.token_hex(32)
         environment = {
             **_TEST_DEFAULTS,
+            **_grpc_on_network(self.service_token),
             **(env or {}),
             "SNUG_CORS_ORIGINS": ",".join(cors_origins),
         }
@@ -303,8 +313,9 @@ class SnugHub(HubContainer):
         return UserDbClient(self.http_url(), token, timeout=timeout)
 
     def client(self, *, timeout: float | None = 60.0) -> HubClient:
-        """A `HubClient` on the hub's gRPC port (close it, or use it as a context manager)."""
-        return HubClient(self.grpc_target(), timeout=timeout)
+        """A `HubClient` on the hub's gRPC port, presenting its service token (close it, or use
+        it as a context manager)."""
+        return HubClient(self.grpc_target(), timeout=timeout, service_token=self.service_token)
 
 
 class SplitHub:
@@ -336,12 +347,15 @@ class SplitHub:
         """
         deployment = _deployment_id()
         self.image = image or hub_image()
+        #: The token every service requires (``SNUG_SERVICE_TOKEN``); the gateway presents it,
+        #: and a client of `grpc_target` must too (``service_token=``).
+        self.service_token = secrets.token_hex(32)
         self.network = Network(docker_network_kw={"labels": {LABEL: "1"}})
         self.network.name = f"snug-hub-{deployment}"
         names = {service: f"snug-hub-{deployment}-{service}" for service in SERVICES}
         self.containers: dict[Service, HubContainer] = {}
         for service in SERVICES:
-            environment = {**_TEST_DEFAULTS, **(env or {})}
+            environment = {**_TEST_DEFAULTS, **_grpc_on_network(self.service_token), **(env or {})}
             if service == "gateway":
                 addresses: tuple[tuple[str, Service], ...] = (
                     ("SNUG_SYNC_ADDR", "sync"),
