@@ -29,13 +29,11 @@ mod tests;
 
 use std::{str::FromStr, time::Duration};
 
-use ctutils::CtEq as _;
-use sha2::{Digest as _, Sha256};
 use snug_proto::{
     admin::v1::{self as pb, admin_service_server::AdminServiceServer},
     sync::v1::{self as sync_pb, sync_service_client::SyncServiceClient},
 };
-use snug_rpc::{server::LocalChannel, trace_context::Traced};
+use snug_rpc::{bearer::TokenDigest, server::LocalChannel, trace_context::Traced};
 use snug_users::{Directory, UserInfo, UserKey};
 use tonic::{Request, Response, Status};
 
@@ -59,7 +57,7 @@ pub type SyncClient = SyncServiceClient<Traced<LocalChannel>>;
 
 /// The admin token's SHA-256: all the hub keeps of it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct AdminToken([u8; 32]);
+pub struct AdminToken(TokenDigest);
 
 impl std::fmt::Debug for AdminToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,7 +76,7 @@ impl FromStr for AdminToken {
     fn from_str(text: &str) -> Result<Self, BadTokenHash> {
         let mut hash = [0u8; 32];
         hex::decode_to_slice(text.trim(), &mut hash).map_err(|_| BadTokenHash)?;
-        Ok(Self(hash))
+        Ok(Self(TokenDigest::from_bytes(hash)))
     }
 }
 
@@ -106,18 +104,17 @@ impl AdminToken {
 
     /// The record of `token`.
     pub fn of(token: &str) -> Self {
-        Self(Sha256::digest(token.as_bytes()).into())
+        Self(TokenDigest::of(token))
     }
 
     /// The record in hex, as [`TOKEN_HASH_ENV`] holds it.
     pub fn hex(&self) -> String {
-        hex::encode(self.0)
+        hex::encode(self.0.as_bytes())
     }
 
     /// Whether `presented` is the admin token (constant time in the hash comparison).
     pub fn admits(&self, presented: &str) -> bool {
-        let candidate: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        candidate.ct_eq(&self.0).to_bool()
+        self.0.admits(presented)
     }
 }
 

@@ -133,7 +133,7 @@ impl Upload {
                 let (mut body, mut gathered, tx, mut paced) = state?;
                 loop {
                     if gathered.len() >= GATHER {
-                        let piece = gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
+                        let piece = piece(&mut gathered);
                         return Some((piece, Some((body, gathered, tx, paced))));
                     }
                     // Bytes gathered go on once the client pauses: the service holds the upload
@@ -149,8 +149,7 @@ impl Upload {
                         match waited {
                             Ok(next) => next,
                             Err(_) => {
-                                let piece =
-                                    gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
+                                let piece = piece(&mut gathered);
                                 return Some((piece, Some((body, gathered, tx, paced))));
                             }
                         }
@@ -162,7 +161,7 @@ impl Upload {
                             return None;
                         }
                         Ok(None) => {
-                            let piece = gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze();
+                            let piece = piece(&mut gathered);
                             if gathered.is_empty() {
                                 let _ = tx.send(State::Ended);
                                 // The last piece goes out; the next poll ends the stream.
@@ -181,6 +180,11 @@ impl Upload {
         );
         (stream, BodyWatch(rx))
     }
+}
+
+/// The next piece to send on: at most a chunk of what is gathered.
+fn piece(gathered: &mut BytesMut) -> Bytes {
+    gathered.split_to(gathered.len().min(CHUNK_SIZE)).freeze()
 }
 
 /// The next data frame of `body` within `idle` and the pace; `None` at its end.

@@ -187,11 +187,7 @@ impl SyncServer {
             )
             .await?;
         let (delta, mut admission) = receiver.into_bytes().await?;
-        let base = base
-            .body
-            .read_to_vec()
-            .await
-            .map_err(status::storage_error)?;
+        let base = read_whole(base.body).await?;
         let built = self
             .pool
             .run(move |_| {
@@ -232,11 +228,7 @@ impl SyncServer {
         let manifest =
             Manifest::parse(&manifest, &limits).map_err(|err| status::delta_error(err, quota))?;
         let info = convert::revision_info(base.info);
-        let base = base
-            .body
-            .read_to_vec()
-            .await
-            .map_err(status::storage_error)?;
+        let base = read_whole(base.body).await?;
         let layout = self
             .pool
             .run(move |_| {
@@ -326,12 +318,7 @@ impl SyncServer {
                     "a pull names its base revision or sends its manifest, not both",
                 ));
             }
-            Some(base) => Source::Base(Bytes::from(
-                base.body
-                    .read_to_vec()
-                    .await
-                    .map_err(status::storage_error)?,
-            )),
+            Some(base) => Source::Base(Bytes::from(read_whole(base.body).await?)),
         };
         // The revision the head named, so what is served is what was admitted.
         let download = self
@@ -340,11 +327,7 @@ impl SyncServer {
             .await
             .map_err(status::read_error)?;
         let info = convert::revision_info(download.info);
-        let target = download
-            .body
-            .read_to_vec()
-            .await
-            .map_err(status::storage_error)?;
+        let target = read_whole(download.body).await?;
         let delta = self
             .pool
             .run(move |_| {
@@ -391,6 +374,11 @@ impl SyncServer {
             admission,
         ))
     }
+}
+
+/// A download's bytes, whole: what a delta is matched against or built from.
+async fn read_whole(body: snug_revstore::ImageBody) -> Result<Vec<u8>, Status> {
+    body.read_to_vec().await.map_err(status::storage_error)
 }
 
 /// What a pull's delta is made against.

@@ -305,6 +305,15 @@ async fn head(
     Ok(response.into_inner().revision.expect("revision"))
 }
 
+/// Asserts that `user` has no image: HeadImage answers NOT_FOUND.
+async fn assert_no_image(hub: &mut Hub, user: &str) {
+    assert_refused(
+        head(hub, user, None).await,
+        Code::NotFound,
+        reason::NOT_FOUND,
+    );
+}
+
 async fn history(hub: &mut Hub, user: &str) -> Vec<pb::RevisionInfo> {
     hub.client
         .list_revisions(pb::ListRevisionsRequest {
@@ -518,11 +527,7 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
         Code::FailedPrecondition,
         reason::PRECONDITION_REQUIRED,
     );
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
 }
 
 async fn quota_boundary_is_exact_whether_declared_or_not(backend: Backend) {
@@ -606,11 +611,7 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
         .await
         .expect("refused on the header");
     assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
 }
 
 async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
@@ -724,11 +725,7 @@ async fn head_reports_the_current_revision_without_bytes(backend: Backend) {
         return;
     };
     provision(&mut hub, "alice").await;
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
     let bytes = image(1, 4096);
     let r1 = put(&mut hub, "alice", must_not_exist(), &bytes)
         .await
@@ -1254,11 +1251,7 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
         Some("header.precondition.must_match")
     );
     // Nothing above was written.
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
     put(&mut hub, "alice", must_not_exist(), &bytes)
         .await
         .expect("a well-formed first write");
@@ -2335,11 +2328,7 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     );
     assert_eq!(report.bytes, (only_alice * page) as u64, "{report:?}");
     assert_eq!(report.ledger_rows_scrubbed, 2, "{report:?}");
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
     assert_eq!(
         get_usage(&mut hub, "alice").await.expect("usage"),
         pb::GetUsageResponse::default()

@@ -551,13 +551,7 @@ impl Layout {
         source_len: u64,
     ) -> Result<(Self, &'a [u8]), DeltaError> {
         let mut r = Reader::new(bytes);
-        if r.take(4)? != DELTA_MAGIC {
-            return Err(DeltaError::Malformed {
-                what: "not a delta (magic)",
-            });
-        }
-        let page_size = r.u32()?;
-        let length = r.u64()?;
+        let (page_size, length) = delta_prefix(&mut r)?;
         let digest = r.array::<32>()?;
         let claimed_source = r.u32()?;
         let n_runs = r.u32()?;
@@ -749,14 +743,7 @@ impl Delta {
     /// [`Delta::GEOMETRY_PREFIX`] bytes and checked against `limits`: what a receiver needs to
     /// know what the image will hold before it takes the rest. [`Delta::parse`] checks it again.
     pub fn geometry(prefix: &[u8], limits: &Limits) -> Result<Geometry, DeltaError> {
-        let mut r = Reader::new(prefix);
-        if r.take(4)? != DELTA_MAGIC {
-            return Err(DeltaError::Malformed {
-                what: "not a delta (magic)",
-            });
-        }
-        let page_size = r.u32()?;
-        let length = r.u64()?;
+        let (page_size, length) = delta_prefix(&mut Reader::new(prefix))?;
         Geometry::new(length, page_size, limits)
     }
 
@@ -973,6 +960,17 @@ impl Delta {
         }
         Ok(image)
     }
+}
+
+/// An encoded delta's magic, page size and image length, in that order: the
+/// [`Delta::GEOMETRY_PREFIX`] every delta starts with, unchecked but for the magic.
+fn delta_prefix(r: &mut Reader<'_>) -> Result<(u32, u64), DeltaError> {
+    if r.take(4)? != DELTA_MAGIC {
+        return Err(DeltaError::Malformed {
+            what: "not a delta (magic)",
+        });
+    }
+    Ok((r.u32()?, r.u64()?))
 }
 
 /// The byte ranges where `new` differs from `old` (of equal length), ranges closer than an

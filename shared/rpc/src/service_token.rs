@@ -24,11 +24,9 @@ use std::{
     task::{Context, Poll},
 };
 
-use ctutils::CtEq as _;
-use sha2::{Digest as _, Sha256};
 use tower::{Layer, Service};
 
-use crate::{limit::DOMAIN, status};
+use crate::{bearer::TokenDigest, limit::DOMAIN, status};
 
 /// The environment variable that holds the service token.
 pub const ENV: &str = "SNUG_SERVICE_TOKEN";
@@ -42,7 +40,7 @@ const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 #[derive(Clone)]
 pub struct ServiceToken {
     authorization: http::HeaderValue,
-    digest: [u8; 32],
+    digest: TokenDigest,
 }
 
 impl fmt::Debug for ServiceToken {
@@ -71,7 +69,7 @@ impl FromStr for ServiceToken {
         authorization.set_sensitive(true);
         Ok(Self {
             authorization,
-            digest: Sha256::digest(text.as_bytes()).into(),
+            digest: TokenDigest::of(text),
         })
     }
 }
@@ -84,8 +82,7 @@ impl ServiceToken {
 
     /// Whether `presented` is this token (constant time in the digest comparison).
     pub fn admits(&self, presented: &str) -> bool {
-        let candidate: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        candidate.ct_eq(&self.digest).to_bool()
+        self.digest.admits(presented)
     }
 
     /// Adds the token to a request a client is about to send.

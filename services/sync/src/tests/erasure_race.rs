@@ -57,11 +57,7 @@ async fn an_upload_held_open_across_the_erasure_brings_nothing_back(backend: Bac
     }
     drop(sender);
     assert_refused(call.await.expect("task"), Code::NotFound, reason::NOT_FOUND);
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
     assert_eq!(
         get_usage(&mut hub, "alice").await.expect("usage"),
         pb::GetUsageResponse::default()

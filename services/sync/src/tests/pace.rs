@@ -57,11 +57,7 @@ async fn a_dripping_put_is_cut_off_and_gives_its_share_back(backend: Backend) {
         budget.bytes(),
         "its share was given back"
     );
-    assert_refused(
-        head(&mut hub, "alice", None).await,
-        Code::NotFound,
-        reason::NOT_FOUND,
-    );
+    assert_no_image(&mut hub, "alice").await;
     // The same image sent at once lands.
     put(&mut hub, "alice", must_not_exist(), &bytes)
         .await
