@@ -164,9 +164,15 @@ impl Bucket {
                 .await
                 .map_err(unavailable)?,
         }
-        let stored = self.storage.get(&key).await.map_err(unavailable)?;
-        let same = stored.is_some_and(|s| s.len() == bytes.len() && check_pack(&s, chunks).is_ok());
-        if !same {
+        let Some(stored) = self.storage.get(&key).await.map_err(unavailable)? else {
+            // Written a moment ago and not found: the store lags its own writes. Nothing is
+            // wrong with the bytes; the put may be retried.
+            return Err(StorageError::unavailable(format!(
+                "pack {name} was written but cannot be read back yet; retry"
+            ))
+            .into());
+        };
+        if stored.len() != bytes.len() || check_pack(&stored, chunks).is_err() {
             // Content-addressed: an occupant with other bytes is damage or a collision, never
             // something to overwrite.
             return Err(PutError::ImageConflict {
@@ -277,4 +283,132 @@ fn check_pack(bytes: &[u8], chunks: &[(Digest, u64, u32)]) -> Result<(), Storage
         chunk::check(digest, piece)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! What a pack's read-back makes of what the object store answers: cases a real store gives
+    //! only now and then (a lagging read after a write, an occupant with other bytes), so an
+    //! in-memory storage answers them on demand. The conformance suite runs the rest on Garage.
+
+    use std::{collections::HashMap, sync::Mutex};
+
+    use super::*;
+
+    /// Keeps objects in memory; `lagging` keys read as missing.
+    #[derive(Debug, Default)]
+    struct Memory {
+        objects: Mutex<HashMap<String, Bytes>>,
+        lagging: Mutex<Vec<String>>,
+    }
+
+    impl Memory {
+        fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bytes>> {
+            self.objects.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    }
+
+    impl ObjectStorage for Memory {
+        fn put_if_absent(
+            &self,
+            key: &str,
+            bytes: Bytes,
+        ) -> BoxFuture<'_, Result<Created, ObjectError>> {
+            let mut objects = self.objects();
+            let created = if objects.contains_key(key) {
+                Created::Occupied
+            } else {
+                objects.insert(key.to_owned(), bytes);
+                Created::Written
+            };
+            Box::pin(async move { Ok(created) })
+        }
+
+        fn put(&self, key: &str, bytes: Bytes) -> BoxFuture<'_, Result<(), ObjectError>> {
+            self.objects().insert(key.to_owned(), bytes);
+            Box::pin(async { Ok(()) })
+        }
+
+        fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Bytes>, ObjectError>> {
+            let lagging = self
+                .lagging
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|k| k == key);
+            let found = (!lagging)
+                .then(|| self.objects().get(key).cloned())
+                .flatten();
+            Box::pin(async move { Ok(found) })
+        }
+
+        fn get_range(
+            &self,
+            key: &str,
+            range: Range<u64>,
+        ) -> BoxFuture<'_, Result<Option<Bytes>, ObjectError>> {
+            let found = self
+                .objects()
+                .get(key)
+                .map(|b| b.slice(range.start as usize..range.end as usize));
+            Box::pin(async move { Ok(found) })
+        }
+
+        fn size(&self, key: &str) -> BoxFuture<'_, Result<Option<u64>, ObjectError>> {
+            let size = self.objects().get(key).map(|b| b.len() as u64);
+            Box::pin(async move { Ok(size) })
+        }
+
+        fn list(&self, _prefix: &str) -> BoxFuture<'_, Result<Vec<Listed>, ObjectError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+
+        fn delete(&self, key: &str) -> BoxFuture<'_, Result<(), ObjectError>> {
+            self.objects().remove(key);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// A pack of two chunks: its name, bytes and chunk list.
+    fn pack() -> (String, Bytes, Vec<(Digest, u64, u32)>) {
+        let (a, b) = (vec![1u8; 100], vec![2u8; 50]);
+        let chunks = vec![(Digest::of(&a), 0, 100), (Digest::of(&b), 100, 50)];
+        let bytes = Bytes::from([a, b].concat());
+        (pack::pack_name(&chunks), bytes, chunks)
+    }
+
+    #[tokio::test]
+    async fn a_pack_read_back_is_retryable_when_the_store_lags_and_conflicts_when_it_differs() {
+        let storage = Arc::new(Memory::default());
+        let bucket = Bucket::new(storage.clone(), "s3://test".to_owned(), "p");
+        let (name, bytes, chunks) = pack();
+        bucket
+            .create_pack(&name, bytes.clone(), &chunks)
+            .await
+            .expect("written and read back");
+
+        // Written, and not readable yet: retryable, not a conflict.
+        let (_, other_bytes, _) = pack();
+        let lagging = format!("p/packs/lagging-{name}");
+        storage.lagging.lock().expect("lock").push(lagging.clone());
+        match bucket
+            .create_pack(&format!("lagging-{name}"), other_bytes, &chunks)
+            .await
+        {
+            Err(PutError::Storage(StorageError::Unavailable(_))) => {}
+            other => panic!("a lagging read-back was {other:?}"),
+        }
+
+        // An occupant with other bytes of the same length: damage, never overwritten.
+        let mut damaged = bytes.to_vec();
+        damaged[7] ^= 1;
+        storage
+            .objects()
+            .insert(format!("p/packs/{name}"), Bytes::from(damaged.clone()));
+        match bucket.create_pack(&name, bytes, &chunks).await {
+            Err(PutError::ImageConflict { .. }) => {}
+            other => panic!("an occupant with other bytes was {other:?}"),
+        }
+        assert_eq!(storage.objects()[&format!("p/packs/{name}")], damaged);
+    }
 }

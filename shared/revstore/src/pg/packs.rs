@@ -288,27 +288,44 @@ impl PgStore {
             .ok_or_else(|| StorageError::unavailable("this store keeps no object store"))
     }
 
-    /// The indexed packs a staged put reuses are there, at their recorded size: the objects it
-    /// wrote were read back whole as they were written.
+    /// The chunks a staged put reuses from indexed packs are there and are what their addresses
+    /// say: each pack at its recorded size, and every reused chunk read and checked (issue 36
+    /// point 8: a pack overwritten out of band at the same size passed the size alone, and the
+    /// put was acknowledged with an unreadable revision). The packs it wrote were read back
+    /// whole as they were written.
     pub(crate) async fn check_reused_packs(&self, staged: &Staged) -> Result<(), PutError> {
-        let ids: Vec<i64> = staged
-            .locs
+        let mut reused: Vec<(&ChunkLoc, &Digest)> = staged
+            .reused()
+            .into_iter()
+            .map(|(digest, loc)| (loc, digest))
+            .collect();
+        reused.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
+        let ids: Vec<i64> = reused
             .iter()
-            .map(|l| l.pack)
-            .filter(|p| *p > 0)
+            .map(|(loc, _)| loc.pack)
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        self.check_packs_present(&ids).await
+        let names = self.check_packs_present(&ids).await?;
+        let objects = self.objects()?;
+        for piece in pieces_of(reused, &names)? {
+            piece.read(objects).await?;
+        }
+        Ok(())
     }
 
-    async fn check_packs_present(&self, ids: &[i64]) -> Result<(), PutError> {
+    /// The names of the packs `ids`, each checked to be in the bucket at its recorded size.
+    async fn check_packs_present(&self, ids: &[i64]) -> Result<HashMap<i64, Arc<str>>, PutError> {
+        let mut names = HashMap::with_capacity(ids.len());
         if ids.is_empty() {
-            return Ok(());
+            return Ok(names);
         }
         let client = self.client().await?;
         let rows = client
-            .query("SELECT name, size FROM packs WHERE id = ANY($1)", &[&ids])
+            .query(
+                "SELECT name, size, id FROM packs WHERE id = ANY($1)",
+                &[&ids],
+            )
             .await?;
         drop(client);
         if rows.len() != ids.len() {
@@ -326,8 +343,9 @@ impl PgStore {
                 }
                 .into());
             }
+            names.insert(r.get::<_, i64>(2), Arc::from(name));
         }
-        Ok(())
+        Ok(names)
     }
 
     /// The commit's part for a streamed image not stored before (the protocol checked that):
@@ -557,8 +575,17 @@ fn plan_pieces(
     if locs.len() != manifest.len() {
         return Err(corrupt("image extents".to_owned()));
     }
+    pieces_of(locs.iter().zip(manifest), names)
+}
+
+/// Range reads of at most [`READ_RANGE`] of `chunks` (where each is, and its digest), in their
+/// order: consecutive chunks of one pack share a read.
+fn pieces_of<'a>(
+    chunks: impl IntoIterator<Item = (&'a ChunkLoc, &'a Digest)>,
+    names: &HashMap<i64, Arc<str>>,
+) -> Result<Vec<Piece>, StorageError> {
     let mut pieces: Vec<Piece> = Vec::new();
-    for (loc, digest) in locs.iter().zip(manifest) {
+    for (loc, digest) in chunks {
         let name = names
             .get(&loc.pack)
             .ok_or_else(|| corrupt(format!("pack {} (missing from the index)", loc.pack)))?;
