@@ -237,6 +237,12 @@ async fn removal_with_erasure_needs_yes_off_a_terminal() {
     );
     assert_eq!(user_id(data, "carol"), None);
     assert!(!held(data, &bytes), "no byte of carol's image is left");
+    // Nor her id, in any file the hub keeps: the users directory forgot it, and the sync
+    // store's tombstone and ledger rows keep a pseudonym of it.
+    for needle in [carol.as_bytes(), b"carol"] {
+        let holding = files_holding(data, needle);
+        assert!(holding.is_empty(), "{holding:?} hold {}", text(needle));
+    }
     let gone = hub(&[
         "sync",
         "usage",

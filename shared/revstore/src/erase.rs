@@ -15,11 +15,7 @@
 //!    erasure either landed before the pass began (and is erased with the rest) or is refused.
 //! 2. Every history row of the user, retained or not, is journaled (its revision token, with
 //!    the opaque user id, as reclamation journals released revisions) and deleted, and the
-//!    user's pointer cleared. The user record itself stays as the id's tombstone
-//!    ([`Pass::mark_erased`], issue 36): the id is refused for good (first contact:
-//!    `USER_ERASED`; every write: not found, not ledgered), so a write authenticated before the
-//!    erasure and finishing after it cannot bring the bytes back under an id no users directory
-//!    names; forgetting who the id belonged to is the directory's part.
+//!    user's pointer cleared. The user record itself stays as the id's tombstone (step 6).
 //! 3. The images only that user's revisions named (no other user's revision names them, and no
 //!    other user's put in flight publishes them) are journaled and deleted, leased or not: a
 //!    download of the erased image already under way may finish from what it holds open, or end
@@ -41,10 +37,18 @@
 //!    served-ledger row becomes [`ERASED`]. The rows stay, with their opaque user id, time,
 //!    verdict, reason and revision token: the count and outcome of writes is the audit the
 //!    ledgers exist for, and none of it says who the user is.
+//! 6. The user record becomes the id's tombstone, and every row that stays (the tombstone, the
+//!    ledger rows, the journal entries) is renamed from the id to its [`pseudonym`]
+//!    ([`Pass::mark_erased`], issue 36), so no file the store keeps holds the id. The id is
+//!    refused for good (a backend's user lookup finds the tombstone under the pseudonym; first
+//!    contact: `USER_ERASED`; every write: not found, not ledgered), so a write authenticated
+//!    before the erasure and finishing after it cannot bring the bytes back under an id no
+//!    users directory names; the ledger reads of the id still find its rows. Forgetting who the
+//!    id belonged to is the directory's part. A tombstone an earlier release kept under the id
+//!    in clear is renamed by the next reclamation pass ([`Pass::tombstones_in_clear`]).
 //!
 //! The journal entries an erasure writes hold nothing personal: revision tokens (random) and
-//! publication ids with the opaque user id, chunk digests, image digests and pack names without
-//! one. Erasing a user with nothing left reports zeros.
+//! publication ids with the pseudonym, chunk digests, image digests and pack names. Erasing a user with nothing left reports zeros.
 //!
 //! What "gone" means per backend: the memory store forgets; the embedded store deletes rows with
 //! SQLite's `secure_delete` on (freed cells and pages are zeroed, so deleted rows do not linger
@@ -66,6 +70,22 @@ use crate::{
 
 /// The principal an erasure leaves in the user's ledger rows.
 pub(crate) const ERASED: &str = "erased";
+
+/// What a tombstone kept under the id in clear is not: its [`pseudonym`], matched by
+/// SQL `LIKE` and length.
+pub(crate) const PSEUDONYM_LIKE: (&str, usize) = ("erased-%", 7 + 64);
+
+/// The name an erased user's rows keep (module docs, step 6): `erased-` and the hex SHA-256 of
+/// the id, domain-separated. Whoever knows the id can find its tombstone and its ledger rows;
+/// the store's files hold no byte of the id itself.
+pub(crate) fn pseudonym(user: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"snug erased user\n")
+        .chain_update(user.as_bytes())
+        .finalize();
+    format!("erased-{}", hex::encode(digest))
+}
 
 /// Erases `user` in one pass at `now`, in the order of the module docs.
 pub(crate) async fn erase<R: Reclaimer>(
@@ -91,7 +111,6 @@ pub(crate) async fn erase<R: Reclaimer>(
     pass.journal(now, Kind::Revision, &tokens, Some(user))
         .await?;
     pass.delete_history(user).await?;
-    pass.mark_erased(user, now).await?;
     report.revisions = history.len() as u64;
 
     let theirs: HashSet<Digest> = history.iter().map(|(_, digest)| *digest).collect();
@@ -155,6 +174,7 @@ pub(crate) async fn erase<R: Reclaimer>(
     pass.record_wipes(&wipe, now).await?;
 
     report.ledger_rows_scrubbed = pass.scrub_ledgers(user).await?;
+    pass.mark_erased(user, &pseudonym(user), now).await?;
     let pending = pass.pending_wipes().await?;
 
     pass.commit(report.chunks > 0).await?;

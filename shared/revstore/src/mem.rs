@@ -219,8 +219,12 @@ impl<'a> MemTx<'a> {
         }
     }
 
+    /// The id's record, or its tombstone under the pseudonym (an erasure renames it).
     fn rec(&self, user: &UserId) -> Option<&UserRec> {
-        self.state.users.get(user)
+        self.state.users.get(user).or_else(|| {
+            let pseudonym = UserId::new(crate::erase::pseudonym(user.as_str())).ok()?;
+            self.state.users.get(&pseudonym)
+        })
     }
 }
 
@@ -792,11 +796,12 @@ impl RevStore for MemStore {
         limit: usize,
     ) -> Result<Vec<ServedEntry>, StorageError> {
         let state = self.lock();
+        let pseudonym = crate::erase::pseudonym(user.as_str());
         Ok(state
             .served
             .iter()
             .rev()
-            .filter(|(u, _)| u == user)
+            .filter(|(u, _)| u == user || u.as_str() == pseudonym)
             .take(limit)
             .map(|(_, e)| e.clone())
             .collect())
@@ -808,11 +813,12 @@ impl RevStore for MemStore {
         limit: usize,
     ) -> Result<Vec<PutLedgerEntry>, StorageError> {
         let state = self.lock();
+        let pseudonym = crate::erase::pseudonym(user.as_str());
         Ok(state
             .puts
             .iter()
             .rev()
-            .filter(|(u, _)| u == user)
+            .filter(|(u, _)| u == user || u.as_str() == pseudonym)
             .take(limit)
             .map(|(_, e)| e.clone())
             .collect())
@@ -1237,16 +1243,38 @@ impl reclaim::Pass for MemPass<'_> {
         Ok(std::collections::BTreeMap::new())
     }
 
-    async fn mark_erased(&mut self, user: &str, _at: Timestamp) -> Result<(), StorageError> {
-        if let Some((_, rec)) = self
-            .state
-            .users
-            .iter_mut()
-            .find(|(u, _)| u.as_str() == user)
-        {
+    async fn mark_erased(
+        &mut self,
+        user: &str,
+        pseudonym: &str,
+        _at: Timestamp,
+    ) -> Result<(), StorageError> {
+        let (user, pseudonym) = (
+            UserId::new(user).map_err(StorageError::unavailable)?,
+            UserId::new(pseudonym).map_err(StorageError::unavailable)?,
+        );
+        if let Some(mut rec) = self.state.users.remove(&user) {
             rec.erased = true;
+            self.state.users.insert(pseudonym.clone(), rec);
+        }
+        let state = &mut *self.state;
+        let ledgers = state.served.iter_mut().map(|(u, _)| u);
+        for u in ledgers.chain(state.puts.iter_mut().map(|(u, _)| u)) {
+            if *u == user {
+                *u = pseudonym.clone();
+            }
+        }
+        for entry in &mut state.journal {
+            if entry.user.as_ref() == Some(&user) {
+                entry.user = Some(pseudonym.clone());
+            }
         }
         Ok(())
+    }
+
+    async fn tombstones_in_clear(&mut self) -> Result<Vec<String>, StorageError> {
+        // Every erasure here renames its tombstone; none was written by an earlier release.
+        Ok(Vec::new())
     }
 
     async fn wipe(&mut self, _object: &str, _ranges: &[(u64, u32)]) -> Result<(), StorageError> {

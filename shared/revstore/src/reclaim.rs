@@ -244,12 +244,19 @@ pub(crate) trait Pass {
     fn pending_wipes(
         &mut self,
     ) -> impl Future<Output = Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError>>;
-    /// Marks the user erased (its tombstone: the id is refused for good) (erasure).
+    /// Marks the user erased at `at` and renames every row of the user that stays (the record,
+    /// now its tombstone; ledger rows; journal entries) to `pseudonym` (erasure, step 6); a user
+    /// lookup of the id then finds the tombstone. Idempotent, and renames an earlier release's
+    /// tombstone kept under the id.
     fn mark_erased(
         &mut self,
         user: &str,
+        pseudonym: &str,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StorageError>>;
+    /// The ids of tombstones still kept under the id in clear (written by an earlier release),
+    /// which every pass renames to their pseudonym.
+    fn tombstones_in_clear(&mut self) -> impl Future<Output = Result<Vec<String>, StorageError>>;
     /// Overwrites `ranges` of `object` with zeros, after [`Pass::commit`] and before
     /// [`Pass::delete_objects`]; an object that no longer exists has nothing left to wipe.
     /// Backends with no objects have nothing to wipe.
@@ -409,6 +416,11 @@ pub(crate) async fn run<R: Reclaimer>(
     doomed.extend(unnamed);
     pass.journal(now, Kind::Pack, &doomed, None).await?;
     report.packs = doomed.len() as u64;
+    // An earlier release's tombstones, kept under the id in clear, take their pseudonym.
+    for user in pass.tombstones_in_clear().await? {
+        pass.mark_erased(&user, &crate::erase::pseudonym(&user), now)
+            .await?;
+    }
     let pending = pass.pending_wipes().await?;
 
     pass.commit(report.chunks > 0).await?;

@@ -899,7 +899,7 @@ impl RevStore for PgStore {
     ) -> Result<Vec<ServedEntry>, StorageError> {
         let client = self.client().await?;
         client
-            .query("SELECT revision, at, principal FROM served WHERE user_id = $1 ORDER BY id DESC LIMIT $2", &[&user.as_str(), &(limit as i64)])
+            .query("SELECT revision, at, principal FROM served WHERE user_id IN ($1, $3) ORDER BY id DESC LIMIT $2", &[&user.as_str(), &(limit as i64), &crate::erase::pseudonym(user.as_str())])
             .await?
             .iter()
             .map(|r| {
@@ -916,8 +916,8 @@ impl RevStore for PgStore {
         let client = self.client().await?;
         client
             .query(
-                "SELECT verdict, reason, revision, at, principal FROM put_ledger WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
-                &[&user.as_str(), &(limit as i64)],
+                "SELECT verdict, reason, revision, at, principal FROM put_ledger WHERE user_id IN ($1, $3) ORDER BY id DESC LIMIT $2",
+                &[&user.as_str(), &(limit as i64), &crate::erase::pseudonym(user.as_str())],
             )
             .await?
             .iter()

@@ -127,12 +127,17 @@ impl WriteTx for PgTx<'_> {
     }
 
     async fn user(&mut self, user: &UserId) -> Result<UserRow, StorageError> {
+        // The id's own record, or its tombstone under the pseudonym (an erasure renames it).
         let sql = if self.lock_pointer {
-            "SELECT current_seq, erased_at FROM users WHERE user_id = $1 FOR UPDATE"
+            "SELECT current_seq, erased_at FROM users WHERE user_id IN ($1, $2) ORDER BY erased_at IS NULL LIMIT 1 FOR UPDATE"
         } else {
-            "SELECT current_seq, erased_at FROM users WHERE user_id = $1"
+            "SELECT current_seq, erased_at FROM users WHERE user_id IN ($1, $2) ORDER BY erased_at IS NULL LIMIT 1"
         };
-        let row = self.tx.query_opt(sql, &[&user.as_str()]).await?;
+        let pseudonym = crate::erase::pseudonym(user.as_str());
+        let row = self
+            .tx
+            .query_opt(sql, &[&user.as_str(), &pseudonym])
+            .await?;
         Ok(match row {
             None => UserRow::Unknown,
             Some(row) => match (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)) {

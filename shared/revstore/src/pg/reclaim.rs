@@ -529,14 +529,41 @@ impl Pass for PgPass<'_> {
         Ok(pending)
     }
 
-    async fn mark_erased(&mut self, user: &str, at: Timestamp) -> Result<(), StorageError> {
-        self.client()
+    async fn mark_erased(
+        &mut self,
+        user: &str,
+        pseudonym: &str,
+        at: Timestamp,
+    ) -> Result<(), StorageError> {
+        let client = self.client();
+        client
             .execute(
-                "UPDATE users SET erased_at = COALESCE(erased_at, $2) WHERE user_id = $1",
-                &[&user, &at.unix_millis()],
+                "UPDATE users SET user_id = $2, erased_at = COALESCE(erased_at, $3) WHERE user_id = $1",
+                &[&user, &pseudonym, &at.unix_millis()],
             )
             .await?;
+        for table in ["put_ledger", "served", "reclamations"] {
+            client
+                .execute(
+                    &format!("UPDATE {table} SET user_id = $2 WHERE user_id = $1"),
+                    &[&user, &pseudonym],
+                )
+                .await?;
+        }
         Ok(())
+    }
+
+    async fn tombstones_in_clear(&mut self) -> Result<Vec<String>, StorageError> {
+        let (like, len) = crate::erase::PSEUDONYM_LIKE;
+        let rows = self
+            .client()
+            .query(
+                "SELECT user_id FROM users WHERE erased_at IS NOT NULL
+                 AND NOT (user_id LIKE $1 AND length(user_id) = $2)",
+                &[&like, &(len as i32)],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     async fn wipe(&mut self, object: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {

@@ -633,8 +633,8 @@ impl RevStore for SqliteStore {
         self.blocking(move |inner| {
             inner.fold_served()?;
             inner.with_reader(|conn| {
-                conn.prepare_cached("SELECT revision, at, principal FROM served WHERE user_id = ?1 ORDER BY id DESC LIMIT ?2")?
-                    .query_map(params![user.as_str(), limit as i64], |r| {
+                conn.prepare_cached("SELECT revision, at, principal FROM served WHERE user_id IN (?1, ?3) ORDER BY id DESC LIMIT ?2")?
+                    .query_map(params![user.as_str(), limit as i64, crate::erase::pseudonym(user.as_str())], |r| {
                         Ok(ServedEntry { revision: token(r.get(0)?)?, at: Timestamp::from_unix_millis(r.get(1)?), principal: token(r.get(2)?)? })
                     })?
                     .collect::<Result<Vec<_>, _>>()
@@ -652,8 +652,8 @@ impl RevStore for SqliteStore {
         let user = user.clone();
         self.blocking(move |inner| {
             inner.with_reader(|conn| {
-                conn.prepare_cached("SELECT verdict, reason, revision, at, principal FROM put_ledger WHERE user_id = ?1 ORDER BY id DESC LIMIT ?2")?
-                    .query_map(params![user.as_str(), limit as i64], |r| {
+                conn.prepare_cached("SELECT verdict, reason, revision, at, principal FROM put_ledger WHERE user_id IN (?1, ?3) ORDER BY id DESC LIMIT ?2")?
+                    .query_map(params![user.as_str(), limit as i64, crate::erase::pseudonym(user.as_str())], |r| {
                         let verdict: String = r.get(0)?;
                         let reason: Option<String> = r.get(1)?;
                         Ok(PutLedgerEntry {

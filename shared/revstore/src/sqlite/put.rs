@@ -529,10 +529,17 @@ impl WriteTx for SqliteTx<'_> {
     }
 
     async fn user(&mut self, user: &UserId) -> Result<UserRow, StorageError> {
+        // The id's own record, or its tombstone under the pseudonym (an erasure renames it).
         let row: Option<(Option<i64>, Option<i64>)> = self
             .tx
-            .prepare_cached("SELECT current_seq, erased_at FROM users WHERE user_id = ?1")?
-            .query_row([user.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .prepare_cached(
+                "SELECT current_seq, erased_at FROM users WHERE user_id IN (?1, ?2)
+                 ORDER BY erased_at IS NULL LIMIT 1",
+            )?
+            .query_row(
+                params![user.as_str(), crate::erase::pseudonym(user.as_str())],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()?;
         Ok(match row {
             None => UserRow::Unknown,

@@ -451,12 +451,35 @@ impl Pass for SqlitePass<'_> {
         Ok(pending)
     }
 
-    async fn mark_erased(&mut self, user: &str, at: Timestamp) -> Result<(), StorageError> {
+    async fn mark_erased(
+        &mut self,
+        user: &str,
+        pseudonym: &str,
+        at: Timestamp,
+    ) -> Result<(), StorageError> {
         self.conn.execute(
-            "UPDATE users SET erased_at = COALESCE(erased_at, ?2) WHERE user_id = ?1",
-            params![user, at.unix_millis()],
+            "UPDATE users SET user_id = ?2, erased_at = COALESCE(erased_at, ?3) WHERE user_id = ?1",
+            params![user, pseudonym, at.unix_millis()],
         )?;
+        for table in ["put_ledger", "served", "reclamations"] {
+            self.conn.execute(
+                &format!("UPDATE {table} SET user_id = ?2 WHERE user_id = ?1"),
+                params![user, pseudonym],
+            )?;
+        }
         Ok(())
+    }
+
+    async fn tombstones_in_clear(&mut self) -> Result<Vec<String>, StorageError> {
+        let (like, len) = crate::erase::PSEUDONYM_LIKE;
+        let mut statement = self.conn.prepare_cached(
+            "SELECT user_id FROM users WHERE erased_at IS NOT NULL
+             AND NOT (user_id LIKE ?1 AND length(user_id) = ?2)",
+        )?;
+        let ids = statement
+            .query_map(params![like, len as i64], |r| r.get(0))?
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(ids)
     }
 
     async fn wipe(&mut self, object: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {

@@ -808,3 +808,63 @@ async fn a_checkpoint_beside_a_background_one_still_empties_the_wal() {
     stop.store(true, Ordering::Relaxed);
     assert!(hammer.join().expect("hammer") > 0);
 }
+
+/// Rows of `table` still under `user_id`.
+fn rows_under(store: &SqliteStore, table: &str, user_id: &str) -> i64 {
+    store
+        .inner
+        .writer()
+        .query_row(
+            &format!("SELECT count(*) FROM {table} WHERE user_id = ?1"),
+            [user_id],
+            |r| r.get(0),
+        )
+        .expect("count")
+}
+
+/// A tombstone an earlier release kept under the id in clear (issue 36) is still a tombstone,
+/// and the next reclamation pass renames it and the user's ledger and journal rows to the
+/// pseudonym, so that no row keeps the id.
+#[tokio::test]
+async fn a_tombstone_kept_in_clear_takes_its_pseudonym_at_the_next_pass() {
+    const TABLES: [&str; 4] = ["users", "put_ledger", "served", "reclamations"];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, user, _) = store_with_image(dir.path(), 3 * 4096, 7).await;
+    let _ = get_bytes(&store, &user).await;
+    store.erase(&user).await.expect("erase");
+    let pseudonym = crate::erase::pseudonym(user.as_str());
+    assert!(
+        TABLES
+            .iter()
+            .all(|t| rows_under(&store, t, user.as_str()) == 0)
+    );
+    assert_eq!(rows_under(&store, "users", &pseudonym), 1);
+
+    // As an earlier release left it: everything under the id.
+    for table in TABLES {
+        store
+            .inner
+            .writer()
+            .execute(
+                &format!("UPDATE {table} SET user_id = ?1 WHERE user_id = ?2"),
+                [user.as_str(), &pseudonym],
+            )
+            .expect("rename back");
+    }
+    assert!(matches!(
+        store.provision_user(&user).await,
+        Err(ProvisionError::Erased)
+    ));
+
+    store.reclaim().await.expect("a pass");
+    for table in TABLES {
+        assert_eq!(rows_under(&store, table, user.as_str()), 0, "{table}");
+    }
+    assert_eq!(rows_under(&store, "users", &pseudonym), 1);
+    assert!(matches!(
+        store.provision_user(&user).await,
+        Err(ProvisionError::Erased)
+    ));
+    assert_eq!(store.put_ledger(&user, 10).await.expect("ledger").len(), 1);
+    assert_eq!(ledger_len(&store, &user).await, 1);
+}

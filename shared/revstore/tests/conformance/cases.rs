@@ -1824,12 +1824,16 @@ pub(crate) async fn erasure_leaves_no_byte_of_the_user_and_spares_a_sharer<
         snug_revstore::UsageReport::default()
     );
 
-    // Every chunk only alice's images hold, and her principal.
+    // Every chunk only alice's images hold, her principal and her id (the tombstone and the
+    // ledger rows keep a pseudonym of it).
     let theirs: Vec<Vec<u8>> = a1[6 * chunk..]
         .chunks(chunk)
         .chain(a2[6 * chunk..].chunks(chunk))
         .map(<[u8]>::to_vec)
-        .chain([principal.as_bytes().to_vec()])
+        .chain([
+            principal.as_bytes().to_vec(),
+            alice.as_str().as_bytes().to_vec(),
+        ])
         .collect();
     let before = (fx.scan)(theirs.clone()).await;
     assert!(
