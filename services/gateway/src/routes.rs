@@ -135,7 +135,19 @@ impl FromRequestParts<Arc<AppState>> for Authed {
             let what = format!("{} {route}", parts.method);
             state.auth.identify_for_write(&parts.headers, &what).await?
         };
-        let caller = identity.caller();
+        let caller = Caller {
+            client_address: parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|peer| {
+                    crate::rate::client_address(
+                        peer.0,
+                        &parts.headers,
+                        &state.settings.connections.trusted,
+                    )
+                }),
+            ..identity.caller()
+        };
         state.backends.provision(&caller).await?;
         Ok(Self(caller))
     }
