@@ -135,19 +135,7 @@ impl FromRequestParts<Arc<AppState>> for Authed {
             let what = format!("{} {route}", parts.method);
             state.auth.identify_for_write(&parts.headers, &what).await?
         };
-        let caller = Caller {
-            client_address: parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|peer| {
-                    crate::rate::client_address(
-                        peer.0,
-                        &parts.headers,
-                        &state.settings.connections.trusted,
-                    )
-                }),
-            ..identity.caller()
-        };
+        let caller = identity.caller();
         state.backends.provision(&caller).await?;
         Ok(Self(caller))
     }

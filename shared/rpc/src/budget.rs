@@ -14,10 +14,9 @@
 //! No client can hold the budget for long, or most of it at once: waiting is first come, first
 //! served (the semaphore is fair, so a large upload is not starved by small ones); an upload
 //! must keep its [`Pace`](crate::pace::Pace), which the budget carries to whoever reads the
-//! upload, or it is cut off and its share freed; and an upload admitted for its owners (its
-//! user, and the client address it came from) is refused at once, not queued, while any of them
-//! already holds half the budget, so neither one user nor one address can take it all from the
-//! others (an owner holding nothing is always let in line).
+//! upload, or it is cut off and its share freed; and an upload admitted for an owner (a user)
+//! is refused at once, not queued, while that owner already holds half the budget, so one user
+//! cannot take it all from the others (an owner holding nothing is always let in line).
 //!
 //! The budget is a value the composition root builds (`services/hub`) and hands to whoever
 //! buffers uploads: the process's services (the gateway holds none: it streams each body on to
@@ -78,7 +77,7 @@ impl Default for UploadBudget {
 #[must_use = "the upload holds its share only while this lives"]
 pub struct Admission {
     permit: OwnedSemaphorePermit,
-    owned: Owned,
+    owned: Option<Owned>,
 }
 
 impl Admission {
@@ -92,38 +91,34 @@ impl Admission {
             return;
         };
         drop(self.permit.split(excess));
-        self.owned.give_back(excess as u32);
-    }
-}
-
-/// The owners' part of an admission (each owner holds all of its units), given back with it.
-#[derive(Debug)]
-struct Owned {
-    owners: Arc<Mutex<HashMap<String, u32>>>,
-    names: Vec<String>,
-    units: u32,
-}
-
-impl Owned {
-    /// Gives `units` of the admission back for every owner.
-    fn give_back(&mut self, units: u32) {
-        let units = units.min(self.units);
-        self.units -= units;
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        for name in &self.names {
-            if let Some(held) = owners.get_mut(name) {
-                *held = held.saturating_sub(units);
-                if *held == 0 {
-                    owners.remove(name);
-                }
+        if let Some(owned) = &mut self.owned {
+            let excess = excess as u32;
+            owned.units -= excess;
+            let mut owners = owned.owners.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(units) = owners.get_mut(&owned.owner) {
+                *units = units.saturating_sub(excess);
             }
         }
     }
 }
 
+/// An owner's part of an admission, given back with it.
+#[derive(Debug)]
+struct Owned {
+    owners: Arc<Mutex<HashMap<String, u32>>>,
+    owner: String,
+    units: u32,
+}
+
 impl Drop for Owned {
     fn drop(&mut self) {
-        self.give_back(self.units);
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = owners.get_mut(&self.owner) {
+            *held = held.saturating_sub(self.units);
+            if *held == 0 {
+                owners.remove(&self.owner);
+            }
+        }
     }
 }
 
@@ -147,8 +142,8 @@ impl fmt::Display for Busy {
         if self.share {
             write!(
                 f,
-                "the requests in flight of this user, or from this client address, already hold \
-                 their share of the upload budget (half of {budget}); retry when they are done"
+                "this user's requests in flight already hold their share of the upload budget \
+                 (half of {budget}); retry when they are done"
             )
         } else {
             write!(
@@ -200,13 +195,12 @@ impl UploadBudget {
 
     /// Admits an upload of `bytes`, waiting for room up to the budget's wait.
     pub async fn admit(&self, bytes: u64) -> Result<Admission, Busy> {
-        self.admit_for(&[], bytes).await
+        self.admit_for(None, bytes).await
     }
 
-    /// [`UploadBudget::admit`] for `owners` (a user, the client's address): refused at once
-    /// while any of them already holds half the budget (or would hold more than half with this
-    /// upload, holding any).
-    pub async fn admit_for(&self, owners: &[String], bytes: u64) -> Result<Admission, Busy> {
+    /// [`UploadBudget::admit`] for `owner`: refused at once while the owner already holds half
+    /// the budget (or would hold more than half with this upload, holding any).
+    pub async fn admit_for(&self, owner: Option<&str>, bytes: u64) -> Result<Admission, Busy> {
         let units = bytes.div_ceil(UNIT).clamp(1, u64::from(self.units)) as u32;
         let busy = Busy {
             wanted: bytes,
@@ -214,27 +208,25 @@ impl UploadBudget {
             share: false,
         };
         // Counted before the wait, so an owner's uploads queued together are one share too.
-        let owned = {
-            let mut held = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-            let share = (self.units / 2).max(1);
-            let over = owners.iter().any(|owner| {
-                let holds = held.get(owner).copied().unwrap_or(0);
-                holds > 0 && holds.saturating_add(units) > share
-            });
-            if over {
-                return Err(Busy {
-                    share: true,
-                    ..busy
-                });
+        let owned = match owner {
+            Some(owner) => {
+                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+                let held = owners.get(owner).copied().unwrap_or(0);
+                let share = (self.units / 2).max(1);
+                if held > 0 && held.saturating_add(units) > share {
+                    return Err(Busy {
+                        share: true,
+                        ..busy
+                    });
+                }
+                *owners.entry(owner.to_owned()).or_default() += units;
+                Some(Owned {
+                    owners: Arc::clone(&self.owners),
+                    owner: owner.to_owned(),
+                    units,
+                })
             }
-            for owner in owners {
-                *held.entry(owner.clone()).or_default() += units;
-            }
-            Owned {
-                owners: Arc::clone(&self.owners),
-                names: owners.to_vec(),
-                units,
-            }
+            None => None,
         };
         match tokio::time::timeout(
             self.wait,
@@ -304,66 +296,35 @@ mod tests {
         let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
         // A first upload of any size is let in line, even past half.
         let first = budget
-            .admit_for(&["mallory".into()], 64 * MIB)
+            .admit_for(Some("mallory"), 64 * MIB)
             .await
             .expect("the first");
         // A second of the same owner would pass half: refused at once, whatever room is left.
         let started = tokio::time::Instant::now();
-        let refused = budget.admit_for(&["mallory".into()], MIB).await;
+        let refused = budget.admit_for(Some("mallory"), MIB).await;
         assert!(refused.is_err_and(|busy| busy.share));
         assert!(started.elapsed() < Duration::from_millis(40), "not queued");
         // Another owner gets the rest.
         let other = budget
-            .admit_for(&["alice".into()], 64 * MIB)
+            .admit_for(Some("alice"), 64 * MIB)
             .await
             .expect("another owner");
         drop((first, other));
         // Once given back, the owner's share is whole again.
-        let again = budget.admit_for(&["mallory".into()], 32 * MIB).await;
-        let more = budget.admit_for(&["mallory".into()], 32 * MIB).await;
+        let again = budget.admit_for(Some("mallory"), 32 * MIB).await;
+        let more = budget.admit_for(Some("mallory"), 32 * MIB).await;
         assert!(again.is_ok() && more.is_ok());
-        assert!(budget.admit_for(&["mallory".into()], MIB).await.is_err());
-    }
-
-    /// One address's uploads hold at most half too, whoever's they are (issue 36 point 2).
-    #[tokio::test]
-    async fn one_address_holds_at_most_half_whatever_the_users() {
-        let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
-        let owners = |user: &str, address: &str| [user.to_owned(), address.to_owned()];
-        let first = budget
-            .admit_for(&owners("user:a", "address:192.0.2.7"), 64 * MIB)
-            .await
-            .expect("the first");
-        let refused = budget
-            .admit_for(&owners("user:b", "address:192.0.2.7"), MIB)
-            .await;
-        assert!(
-            refused.is_err_and(|busy| busy.share),
-            "another user, the same address"
-        );
-        let other = budget
-            .admit_for(&owners("user:b", "address:198.51.100.1"), 32 * MIB)
-            .await
-            .expect("the same user's share is hers, from another address");
-        drop(first);
-        assert!(
-            budget
-                .admit_for(&owners("user:c", "address:192.0.2.7"), 32 * MIB)
-                .await
-                .is_ok(),
-            "the address's share came back with its upload"
-        );
-        drop(other);
+        assert!(budget.admit_for(Some("mallory"), MIB).await.is_err());
     }
 
     #[tokio::test]
     async fn a_shrunk_admission_gives_back_the_rest_and_its_owners_share() {
         let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
         let mut built = budget
-            .admit_for(&["alice".into()], 96 * MIB)
+            .admit_for(Some("alice"), 96 * MIB)
             .await
             .expect("room");
-        assert!(budget.admit_for(&["alice".into()], MIB).await.is_err());
+        assert!(budget.admit_for(Some("alice"), MIB).await.is_err());
         built.shrink_to(MIB + 1);
         assert_eq!(budget.available(), 128 * MIB - MIB - 64 * 1024);
         // Growing is no shrinking: the share stays as it is.
@@ -371,7 +332,7 @@ mod tests {
         assert_eq!(budget.available(), 128 * MIB - MIB - 64 * 1024);
         // The owner holds what is left, so it may hold more again.
         let more = budget
-            .admit_for(&["alice".into()], 32 * MIB)
+            .admit_for(Some("alice"), 32 * MIB)
             .await
             .expect("within half");
         built.shrink_to(0);
@@ -382,7 +343,7 @@ mod tests {
         );
         drop((built, more));
         assert_eq!(budget.available(), 128 * MIB);
-        assert!(budget.admit_for(&["alice".into()], 64 * MIB).await.is_ok());
+        assert!(budget.admit_for(Some("alice"), 64 * MIB).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
