@@ -71,6 +71,10 @@ use crate::{
 /// The principal an erasure leaves in the user's ledger rows.
 pub(crate) const ERASED: &str = "erased";
 
+/// The tables whose rows of an erased user stay, renamed to the [`pseudonym`] (beside the
+/// tombstone in `users`): the ledgers and the reclamation journal.
+pub(crate) const KEPT_UNDER_PSEUDONYM: [&str; 3] = ["put_ledger", "served", "reclamations"];
+
 /// What a tombstone kept under the id in clear is not: its [`pseudonym`], matched by
 /// SQL `LIKE` and length.
 pub(crate) const PSEUDONYM_LIKE: (&str, usize) = ("erased-%", 7 + 64);

@@ -94,7 +94,20 @@ impl Target {
     async fn open(&self, config: StoreConfig) -> AnyStore {
         match self {
             Target::Sqlite(dir) => {
-                AnyStore::Sqlite(SqliteStore::open(dir, config).expect("open the embedded store"))
+                // The parent's store, dropped just before, lets go of the directory's lock once
+                // its background work (a reclamation pass, a journal fold) has ended: moments.
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                loop {
+                    match SqliteStore::open(dir, config.clone()) {
+                        Ok(store) => break AnyStore::Sqlite(store),
+                        Err(snug_revstore::OpenError::Locked)
+                            if std::time::Instant::now() < deadline =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(err) => panic!("open the embedded store: {err:?}"),
+                    }
+                }
             }
             #[cfg(feature = "postgres")]
             Target::Postgres {

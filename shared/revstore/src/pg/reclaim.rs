@@ -542,7 +542,7 @@ impl Pass for PgPass<'_> {
                 &[&user, &pseudonym, &at.unix_millis()],
             )
             .await?;
-        for table in ["put_ledger", "served", "reclamations"] {
+        for table in crate::erase::KEPT_UNDER_PSEUDONYM {
             client
                 .execute(
                     &format!("UPDATE {table} SET user_id = $2 WHERE user_id = $1"),

@@ -461,7 +461,7 @@ impl Pass for SqlitePass<'_> {
             "UPDATE users SET user_id = ?2, erased_at = COALESCE(erased_at, ?3) WHERE user_id = ?1",
             params![user, pseudonym, at.unix_millis()],
         )?;
-        for table in ["put_ledger", "served", "reclamations"] {
+        for table in crate::erase::KEPT_UNDER_PSEUDONYM {
             self.conn.execute(
                 &format!("UPDATE {table} SET user_id = ?2 WHERE user_id = ?1"),
                 params![user, pseudonym],
