@@ -234,3 +234,45 @@ async fn at_the_cap_silent_connections_are_shed_for_probes_and_users() {
         "{CAP} silent connections held the cap; a probe and a request were answered in {waited:?}"
     );
 }
+
+/// A client that writes its whole request before it reads (as curl, Python's `requests` and
+/// hyper's client do) reads the answer to a request refused before its body was read, instead
+/// of a broken pipe or a reset: the gateway drains what is left of the body before it closes
+/// (`linger.rs`). A credential refused, and a declared length over the quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_its_body_is_answered_readably() {
+    const MIB: usize = 1 << 20;
+    let hub = Hub::start(Options {
+        quota_bytes: 8 * MIB as u64,
+        ..Options::default()
+    })
+    .await;
+    let alice = hub.add_user("alice");
+    let body = vec![0x5a_u8; 24 * MIB];
+    for (token, expected) in [
+        ("not-a-token", "HTTP/1.1 401 Unauthorized"),
+        (alice.as_str(), "HTTP/1.1 413 Payload Too Large"),
+    ] {
+        let mut stream = TcpStream::connect(hub.http).await.expect("connect");
+        let head = format!(
+            "PUT /userdb HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/octet-stream\r\nif-none-match: *\r\n\
+             content-length: {}\r\n\r\n",
+            hub.http,
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await.expect("head");
+        stream
+            .write_all(&body)
+            .await
+            .unwrap_or_else(|err| panic!("{expected}: writing the body failed: {err}"));
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .unwrap_or_else(|err| panic!("{expected}: reading the answer failed: {err}"));
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(expected), "{answer}");
+        assert!(answer.contains("\"retryable\""), "a typed answer: {answer}");
+    }
+}

@@ -33,6 +33,7 @@ async fn grpc_put(
             caller: Some(pb::Caller {
                 user_id: user.to_owned(),
                 principal: "test/direct".to_owned(),
+                ..Default::default()
             }),
             precondition: Some(pb::Precondition {
                 condition: Some(pb::precondition::Condition::MustMatch(current.to_owned())),

@@ -127,10 +127,13 @@ async fn a_hub_with_auth_off_has_no_rate_limit() {
 }
 
 /// Writes an HTTP/1.1 `PUT /userdb` head for `len` body bytes.
-fn put_head(addr: SocketAddr, token: &str, len: usize) -> String {
+/// The head of a first PUT of `len` bytes for `token`, forwarded for the client address `from`
+/// (which a hub that trusts loopback as its proxy takes as the client's).
+fn put_head(addr: SocketAddr, token: &str, len: usize, from: &str) -> String {
     format!(
         "PUT /userdb HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\n\
-         content-type: application/octet-stream\r\nif-none-match: *\r\ncontent-length: {len}\r\n\r\n"
+         x-forwarded-for: {from}\r\ncontent-type: application/octet-stream\r\n\
+         if-none-match: *\r\ncontent-length: {len}\r\n\r\n"
     )
 }
 
@@ -158,6 +161,9 @@ async fn an_upload_beyond_the_budget_waits_then_is_refused_and_nothing_is_stored
             3 * MIB as u64,
             Duration::from_millis(300),
         )),
+        // Alice's stalled upload comes from an address of its own: one address holds at most
+        // half the budget, which her upload passes.
+        trusted_proxies: vec!["127.0.0.1".to_owned()],
         ..Options::default()
     })
     .await;
@@ -169,7 +175,7 @@ async fn an_upload_beyond_the_budget_waits_then_is_refused_and_nothing_is_stored
     // Alice's upload declares 2 MiB and stalls after its first bytes, holding its share.
     let mut stalled = TcpStream::connect(hub.http).await.expect("connect");
     stalled
-        .write_all(put_head(hub.http, &alice, big.len()).as_bytes())
+        .write_all(put_head(hub.http, &alice, big.len(), "198.51.100.7").as_bytes())
         .await
         .expect("head");
     stalled.write_all(&big[..64 * 1024]).await.expect("start");
@@ -208,14 +214,19 @@ async fn an_upload_beyond_the_budget_waits_then_is_refused_and_nothing_is_stored
     );
 }
 
-/// Starts a PUT of `image` for `token` that declares its whole length, sends its first 64 KiB at
+/// Starts a PUT of `image` for `token` from `from` that declares its whole length, sends its first 64 KiB at
 /// once and then one byte every 300 ms (as a client dripping a large upload holds its share of
 /// the budget); resolves to the answer's status line, or to "closed" when the hub hangs up.
-fn drip(addr: SocketAddr, token: String, image: Vec<u8>) -> tokio::task::JoinHandle<String> {
+fn drip(
+    addr: SocketAddr,
+    token: String,
+    image: Vec<u8>,
+    from: &'static str,
+) -> tokio::task::JoinHandle<String> {
     tokio::spawn(async move {
         let mut stream = TcpStream::connect(addr).await.expect("connect");
         stream
-            .write_all(put_head(addr, &token, image.len()).as_bytes())
+            .write_all(put_head(addr, &token, image.len(), from).as_bytes())
             .await
             .expect("head");
         stream.write_all(&image[..64 * 1024]).await.expect("start");
@@ -244,8 +255,8 @@ fn drip(addr: SocketAddr, token: String, image: Vec<u8>) -> tokio::task::JoinHan
 
 /// Two clients that each declare half the upload budget and then drip a byte at a time are cut
 /// off at the pace (issue 36 point 2), so a third user's PUT, waiting for room, gets in instead
-/// of being refused for as long as they drip; and one user cannot hold more than half the budget
-/// with a second upload of their own.
+/// of being refused for as long as they drip; and neither one user nor one client address can
+/// hold more than half the budget with a second upload: it waits aside until the first ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dripping_uploads_are_cut_off_and_do_not_starve_other_users() {
     const MIB: usize = 1 << 20;
@@ -259,38 +270,39 @@ async fn dripping_uploads_are_cut_off_and_do_not_starve_other_users() {
             grace: Duration::from_secs(1),
             min_rate: 256 * 1024,
         },
+        // Each client comes from an address of its own, forwarded by the (loopback) proxy.
+        trusted_proxies: vec!["127.0.0.1".to_owned()],
         ..Options::default()
     })
     .await;
-    let (mallory, eve, alice) = (
+    let (mallory, eve, alice, trudy) = (
         hub.add_user("mallory"),
         hub.add_user("eve"),
         hub.add_user("alice"),
+        hub.add_user("trudy"),
     );
     let started = Instant::now();
     let drips = [
-        drip(hub.http, mallory.clone(), big.clone()),
-        drip(hub.http, eve, big.clone()),
+        drip(hub.http, mallory.clone(), big.clone(), "198.51.100.1"),
+        drip(hub.http, eve, big.clone(), "198.51.100.2"),
     ];
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Mallory's second upload while her first holds half the budget: refused at once.
-    // (Raw: the refusal comes before the body is read, and the hub does not read the rest.)
-    let mut second = TcpStream::connect(hub.http).await.expect("connect");
-    second
-        .write_all(put_head(hub.http, &mallory, big.len()).as_bytes())
-        .await
-        .expect("head");
-    second.write_all(&big[..64 * 1024]).await.expect("start");
-    let refused_at = Instant::now();
-    assert_eq!(
-        status_of(&mut second).await,
-        "HTTP/1.1 503 Service Unavailable"
-    );
-    assert!(
-        refused_at.elapsed() < Duration::from_secs(1),
-        "refused at once, not after the budget's wait: {:?}",
-        refused_at.elapsed()
-    );
+    // A second upload of mallory's (from another address), and one of another user's from
+    // mallory's address, while her first holds half the budget: each waits aside for the drip
+    // to end, holding up nobody, and then lands.
+    let seconds: Vec<_> = [(&mallory, "198.51.100.3"), (&trudy, "198.51.100.1")]
+        .into_iter()
+        .map(|(token, from)| {
+            let (addr, token, image) = (hub.http, token.clone(), big.clone());
+            tokio::spawn(async move {
+                let mut second = TcpStream::connect(addr).await.expect("connect");
+                let head = put_head(addr, &token, image.len(), from);
+                second.write_all(head.as_bytes()).await.expect("head");
+                second.write_all(&image).await.expect("body");
+                (status_of(&mut second).await, Instant::now())
+            })
+        })
+        .collect();
     let http = Http::new(hub.http);
     // Alice's upload waits for room, and gets it when the drips fall behind the pace.
     let alices = snug_e2e::stored_form(&snug_e2e::userdb_vector("fresh-v6.export.snug"));
@@ -318,13 +330,18 @@ async fn dripping_uploads_are_cut_off_and_do_not_starve_other_users() {
     eprintln!(
         "two dripping 4 MiB uploads were cut off {cut:?} after they began; alice's PUT waited {waited:?} and landed"
     );
-    for token in [&mallory, &alice] {
-        let stored = get_userdb(&http, token).await;
-        if token == &alice {
-            assert_eq!(stored.body.as_ref(), alices.as_slice());
-        } else {
-            assert_eq!(stored.status, 404, "nothing of a drip is stored");
-        }
+    assert_eq!(
+        get_userdb(&http, &alice).await.body.as_ref(),
+        alices.as_slice()
+    );
+    for (second, token) in seconds.into_iter().zip([&mallory, &trudy]) {
+        let (status, answered) = second.await.expect("task");
+        assert_eq!(status, "HTTP/1.1 204 No Content");
+        assert!(
+            answered.duration_since(started) > Duration::from_secs(1),
+            "over its share, it waited for the drip (grace 1 s) to be cut off"
+        );
+        assert_eq!(get_userdb(&http, token).await.body.as_ref(), big.as_slice());
     }
 }
 

@@ -396,6 +396,7 @@ async fn push(sync: &mut SyncClient, user: &str, bytes: Bytes) {
     let caller = Some(sync_pb::Caller {
         user_id: user.to_owned(),
         principal: format!("{user}/test"),
+        ..Default::default()
     });
     sync.provision_user(sync_pb::ProvisionUserRequest {
         caller: caller.clone(),

@@ -80,6 +80,7 @@ impl Identity {
             user_id: self.user_id.clone(),
             principal: format!("{}/{principal}", self.name),
             quota_bytes: self.quota_bytes,
+            client_address: None,
         }
     }
 

@@ -115,6 +115,9 @@ pub struct Caller {
     /// write and delta so the sync service holds the user to it, and the bound of the gateway's
     /// own upload limits ([`Backends::quota_for`]). `None`: the sync service's configured quota.
     pub quota_bytes: Option<u64>,
+    /// The client's address (trusted proxies applied), when the request came over a socket: the
+    /// sync service holds one address's uploads to a share of its budget.
+    pub client_address: Option<std::net::IpAddr>,
 }
 
 impl Caller {
@@ -122,6 +125,10 @@ impl Caller {
         sync_pb::Caller {
             user_id: self.user_id.clone(),
             principal: self.principal.clone(),
+            client_address: self
+                .client_address
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
         }
     }
 }

@@ -188,6 +188,8 @@ pub struct Watch {
     shed_flag: std::sync::atomic::AtomicBool,
     /// Signalled when the last request in flight ends, which moves the deadline.
     quieted: Notify,
+    /// A request's body was dropped before its end: the connection lingers when it closes.
+    unread: std::sync::atomic::AtomicBool,
 }
 
 impl Watch {
@@ -198,7 +200,18 @@ impl Watch {
             shed: Notify::new(),
             shed_flag: std::sync::atomic::AtomicBool::new(false),
             quieted: Notify::new(),
+            unread: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// A request's body was answered without being read to its end.
+    pub fn leave_unread(&self) {
+        self.unread.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a request's body was left unread, so the client may still be sending it.
+    pub fn left_unread(&self) -> bool {
+        self.unread.load(Ordering::SeqCst)
     }
 
     /// A request has started (its headers arrived); it is in flight until the guard drops,

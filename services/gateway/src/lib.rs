@@ -177,6 +177,7 @@ pub mod connections;
 pub mod cors;
 pub mod error;
 pub mod etag;
+pub mod linger;
 pub mod observe;
 pub mod oidc;
 pub mod provision;
@@ -560,6 +561,10 @@ pub async fn serve(
         let builder = Arc::clone(&builder);
         let mut stopping = stopping.subscribe();
         let running = running.clone();
+        // The stream holds the connection's place among the open ones while it lingers.
+        let admitted = Arc::new(admitted);
+        let stream =
+            linger::Lingering::new(stream, Arc::clone(admitted.watch()), Arc::clone(&admitted));
         tokio::spawn(async move {
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
@@ -643,7 +648,13 @@ fn connection_service(
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(peer));
-        let request = request.map(axum::body::Body::new);
+        let request = request.map(|body| {
+            axum::body::Body::new(Unread {
+                body,
+                watch: Arc::clone(&watch),
+                ended: false,
+            })
+        });
         let app = app.clone();
         async move {
             let response = app.oneshot(request).await?;
@@ -655,4 +666,43 @@ fn connection_service(
             }))
         }
     })
+}
+
+/// A request's body that tells its connection's [`connections::Watch`] when it is dropped before
+/// its end (the request was answered without it), so the connection lingers ([`linger`]).
+struct Unread {
+    body: hyper::body::Incoming,
+    watch: Arc<connections::Watch>,
+    /// Read to its end (a chunked body's end is known only by reading it).
+    ended: bool,
+}
+
+impl hyper::body::Body for Unread {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::task::ready!(std::pin::Pin::new(&mut self.body).poll_frame(cx));
+        self.ended |= frame.is_none();
+        std::task::Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        if !self.ended && !hyper::body::Body::is_end_stream(&self.body) {
+            self.watch.leave_unread();
+        }
+    }
 }

@@ -135,7 +135,17 @@ impl FromRequestParts<Arc<AppState>> for Authed {
             let what = format!("{} {route}", parts.method);
             state.auth.identify_for_write(&parts.headers, &what).await?
         };
-        let caller = identity.caller();
+        // A trusted proxy's own address (a request it did not forward for anyone) names no
+        // client: counting it would put every client behind the proxy in one share.
+        let trusted = &state.settings.connections.trusted;
+        let caller = Caller {
+            client_address: parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|peer| crate::rate::client_address(peer.0, &parts.headers, trusted))
+                .filter(|client| !trusted.iter().any(|n| n.contains(*client))),
+            ..identity.caller()
+        };
         state.backends.provision(&caller).await?;
         Ok(Self(caller))
     }

@@ -23,13 +23,34 @@ const MAX_LIMIT: usize = 1000;
 pub(crate) struct Caller {
     pub(crate) user: UserId,
     pub(crate) principal: Principal,
+    /// Whose share of the upload budget the caller's requests take: the user's, and its client
+    /// address's when known ([`owners`]).
+    pub(crate) owners: Vec<String>,
+}
+
+/// The owners of a caller's uploads in the upload budget, each held to half of it: the user,
+/// and the client address (an IPv6 address by its /64, which one host usually holds whole) when
+/// the gateway named one. An address that does not parse names no owner.
+pub(crate) fn owners(caller: &pb::Caller) -> Vec<String> {
+    let mut owners = vec![format!("user:{}", caller.user_id)];
+    match caller.client_address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => owners.push(format!("address:{v4}")),
+        Ok(std::net::IpAddr::V6(v6)) => {
+            let net = u128::from(v6) & !((1u128 << 64) - 1);
+            owners.push(format!("address:{}/64", std::net::Ipv6Addr::from(net)));
+        }
+        Err(_) => {}
+    }
+    owners
 }
 
 /// Validates the caller; `field` is its path in the request (`caller`, `header.caller`).
 pub(crate) fn caller(caller: Option<pb::Caller>, field: &str) -> Result<Caller, Status> {
     let caller =
         caller.ok_or_else(|| invalid_argument(DOMAIN, field, "the request names no caller"))?;
+    let owners = owners(&caller);
     Ok(Caller {
+        owners,
         user: UserId::new(caller.user_id)
             .map_err(|e| status::invalid(&format!("{field}.user_id"), e))?,
         principal: Principal::new(caller.principal)

@@ -182,7 +182,7 @@ impl SyncServer {
             Delta::geometry(prefix, &limits).map_err(|err| status::delta_error(err, quota))?;
         let receiver = opened
             .admit(
-                Some(caller.user.as_str()),
+                &caller.owners,
                 base.info.size.saturating_add(geometry.length),
             )
             .await?;
@@ -223,7 +223,7 @@ impl SyncServer {
             .info
             .size
             .saturating_add(opened.bound().saturating_mul(2));
-        let receiver = opened.admit(Some(caller.user.as_str()), beside).await?;
+        let receiver = opened.admit(&caller.owners, beside).await?;
         let (manifest, mut admission) = receiver.into_bytes().await?;
         let manifest =
             Manifest::parse(&manifest, &limits).map_err(|err| status::delta_error(err, quota))?;
@@ -303,7 +303,7 @@ impl SyncServer {
             .map_or(0, |base| base.info.size)
             .saturating_add(target.size)
             .saturating_add(crate::write::limits(target.size).max_delta_len());
-        let receiver = opened.admit(Some(caller.user.as_str()), beside).await?;
+        let receiver = opened.admit(&caller.owners, beside).await?;
         let (manifest, mut admission) = receiver.into_bytes().await?;
         // The client's pages: named in its manifest, or its file is a revision the origin keeps.
         let source = match base {

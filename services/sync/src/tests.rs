@@ -104,6 +104,7 @@ fn caller(user: &str, principal: &str) -> Option<pb::Caller> {
     Some(pb::Caller {
         user_id: user.to_owned(),
         principal: principal.to_owned(),
+        ..Default::default()
     })
 }
 
@@ -2558,4 +2559,5 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
 mod erasure_race;
 mod pace;
 mod put_delta;
+mod shares;
 mod validation;

@@ -41,7 +41,8 @@ impl SyncServer {
         &self,
         mut stream: Streaming<pb::PutImageRequest>,
     ) -> Result<pb::PutImageResponse, Status> {
-        // Admitted within the user's share of the budget: one user's uploads cannot hold it all.
+        // Admitted within the user's and the address's shares of the budget: neither one user's
+        // uploads nor one address's can hold it all.
         let (header, receiver) = chunks::Receiver::start_for(
             &mut stream,
             DOMAIN,
@@ -49,7 +50,13 @@ impl SyncServer {
             &self.upload_budget,
             |header| header.expected_length,
             |_, quota| status::quota_exceeded(quota),
-            |header| header.caller.as_ref().map(|c| c.user_id.clone()),
+            |header| {
+                header
+                    .caller
+                    .as_ref()
+                    .map(convert::owners)
+                    .unwrap_or_default()
+            },
         )
         .await?;
         let receiver = receiver.naming_length("header.expected_length");

@@ -2,8 +2,8 @@
 //!
 //! Every upload a service buffers (a header-then-chunks stream: a pushed image the sync service
 //! validates, a file the schema service opens) is admitted against one [`UploadBudget`] before
-//! its first body byte is read, for its declared length (or its limit, when it declares none). While the budget is
-//! spent, an upload waits up to the budget's wait and is then refused as busy (retryable), so a
+//! its first body byte is read, for its declared length (or its limit, when it declares none).
+//! While the budget is spent, an upload waits up to the budget's wait and is then refused as busy (retryable), so a
 //! burst of large uploads costs bounded memory instead of an OOM kill that takes every other
 //! request with it. Admission is up front, for the whole length, never piecemeal: uploads that
 //! each held part of the budget and waited for the rest could wait on each other for ever.
@@ -14,9 +14,12 @@
 //! No client can hold the budget for long, or most of it at once: waiting is first come, first
 //! served (the semaphore is fair, so a large upload is not starved by small ones); an upload
 //! must keep its [`Pace`](crate::pace::Pace), which the budget carries to whoever reads the
-//! upload, or it is cut off and its share freed; and an upload admitted for an owner (a user)
-//! is refused at once, not queued, while that owner already holds half the budget, so one user
-//! cannot take it all from the others (an owner holding nothing is always let in line).
+//! upload, or it is cut off and its share freed; and an upload admitted for its owners (its
+//! user, and the client address it came from) waits aside, out of the line for the budget, while
+//! any of them already holds half of it, so neither one user nor one address can take it all
+//! from the others, nor hold up their uploads by queueing more (an owner holding nothing is
+//! always let in line). It gets in when its owners' earlier uploads end, or is refused after the
+//! same wait as any other.
 //!
 //! The budget is a value the composition root builds (`services/hub`) and hands to whoever
 //! buffers uploads: the process's services (the gateway holds none: it streams each body on to
@@ -29,7 +32,7 @@ use std::{
     time::Duration,
 };
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// The budget's unit: uploads are rounded up to whole units, which keeps permit counts small.
 const UNIT: u64 = 64 * 1024;
@@ -51,7 +54,7 @@ pub struct UploadBudget {
     wait: Duration,
     pace: crate::pace::Pace,
     /// Units each owner holds now.
-    owners: Arc<Mutex<HashMap<String, u32>>>,
+    shares: Arc<Shares>,
 }
 
 impl fmt::Debug for UploadBudget {
@@ -77,7 +80,7 @@ impl Default for UploadBudget {
 #[must_use = "the upload holds its share only while this lives"]
 pub struct Admission {
     permit: OwnedSemaphorePermit,
-    owned: Option<Owned>,
+    owned: Owned,
 }
 
 impl Admission {
@@ -91,34 +94,42 @@ impl Admission {
             return;
         };
         drop(self.permit.split(excess));
-        if let Some(owned) = &mut self.owned {
-            let excess = excess as u32;
-            owned.units -= excess;
-            let mut owners = owned.owners.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(units) = owners.get_mut(&owned.owner) {
-                *units = units.saturating_sub(excess);
+        self.owned.give_back(excess as u32);
+    }
+}
+
+/// The owners' part of an admission (each owner holds all of its units), given back with it.
+#[derive(Debug)]
+struct Owned {
+    shares: Arc<Shares>,
+    names: Vec<String>,
+    units: u32,
+}
+
+impl Owned {
+    /// Gives `units` of the admission back for every owner.
+    fn give_back(&mut self, units: u32) {
+        let units = units.min(self.units);
+        self.units -= units;
+        let mut owners = self.shares.lock();
+        for name in &self.names {
+            if let Some(held) = owners.get_mut(name) {
+                *held = held.saturating_sub(units);
+                if *held == 0 {
+                    owners.remove(name);
+                }
             }
+        }
+        drop(owners);
+        if units > 0 {
+            self.shares.given_back.notify_waiters();
         }
     }
 }
 
-/// An owner's part of an admission, given back with it.
-#[derive(Debug)]
-struct Owned {
-    owners: Arc<Mutex<HashMap<String, u32>>>,
-    owner: String,
-    units: u32,
-}
-
 impl Drop for Owned {
     fn drop(&mut self) {
-        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(held) = owners.get_mut(&self.owner) {
-            *held = held.saturating_sub(self.units);
-            if *held == 0 {
-                owners.remove(&self.owner);
-            }
-        }
+        self.give_back(self.units);
     }
 }
 
@@ -142,8 +153,8 @@ impl fmt::Display for Busy {
         if self.share {
             write!(
                 f,
-                "this user's requests in flight already hold their share of the upload budget \
-                 (half of {budget}); retry when they are done"
+                "the requests in flight of this user, or from this client address, already hold \
+                 their share of the upload budget (half of {budget}); retry when they are done"
             )
         } else {
             write!(
@@ -163,7 +174,7 @@ impl UploadBudget {
             units,
             wait,
             pace: crate::pace::Pace::default(),
-            owners: Arc::default(),
+            shares: Arc::default(),
         }
     }
 
@@ -195,41 +206,38 @@ impl UploadBudget {
 
     /// Admits an upload of `bytes`, waiting for room up to the budget's wait.
     pub async fn admit(&self, bytes: u64) -> Result<Admission, Busy> {
-        self.admit_for(None, bytes).await
+        self.admit_for(&[], bytes).await
     }
 
-    /// [`UploadBudget::admit`] for `owner`: refused at once while the owner already holds half
-    /// the budget (or would hold more than half with this upload, holding any).
-    pub async fn admit_for(&self, owner: Option<&str>, bytes: u64) -> Result<Admission, Busy> {
+    /// [`UploadBudget::admit`] for `owners` (a user, the client's address), each held to half
+    /// the budget: while one of them holds its share (or would pass it with this upload,
+    /// holding any), the upload waits aside for its owners' own uploads to end, within the same
+    /// wait, and is then refused as over its share. Waiting aside keeps it out of the line for
+    /// the budget, so an owner over its share never holds up anyone else's upload.
+    pub async fn admit_for(&self, owners: &[String], bytes: u64) -> Result<Admission, Busy> {
         let units = bytes.div_ceil(UNIT).clamp(1, u64::from(self.units)) as u32;
         let busy = Busy {
             wanted: bytes,
             budget: self.bytes(),
             share: false,
         };
-        // Counted before the wait, so an owner's uploads queued together are one share too.
-        let owned = match owner {
-            Some(owner) => {
-                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-                let held = owners.get(owner).copied().unwrap_or(0);
-                let share = (self.units / 2).max(1);
-                if held > 0 && held.saturating_add(units) > share {
-                    return Err(Busy {
-                        share: true,
-                        ..busy
-                    });
-                }
-                *owners.entry(owner.to_owned()).or_default() += units;
-                Some(Owned {
-                    owners: Arc::clone(&self.owners),
-                    owner: owner.to_owned(),
-                    units,
-                })
+        let deadline = tokio::time::Instant::now() + self.wait;
+        // Counted before the wait for the budget, so an owner's uploads queued together are one
+        // share too.
+        let owned = loop {
+            let given_back = self.shares.given_back.notified();
+            if let Some(owned) = self.shares.take(owners, units, (self.units / 2).max(1)) {
+                break owned;
             }
-            None => None,
+            if tokio::time::timeout_at(deadline, given_back).await.is_err() {
+                return Err(Busy {
+                    share: true,
+                    ..busy
+                });
+            }
         };
-        match tokio::time::timeout(
-            self.wait,
+        match tokio::time::timeout_at(
+            deadline,
             Arc::clone(&self.permits).acquire_many_owned(units),
         )
         .await
@@ -238,6 +246,40 @@ impl UploadBudget {
             // The semaphore is never closed; a closed one admits nobody.
             Ok(Err(_)) | Err(_) => Err(busy),
         }
+    }
+}
+
+/// What each owner holds of the budget, and a signal whenever some of it is given back.
+#[derive(Debug, Default)]
+struct Shares {
+    held: Mutex<HashMap<String, u32>>,
+    given_back: Notify,
+}
+
+impl Shares {
+    /// Takes `units` for every one of `owners`, unless one of them holds some and would pass
+    /// `share` with them (an owner holding nothing is always let in line, whatever the size).
+    fn take(self: &Arc<Self>, owners: &[String], units: u32, share: u32) -> Option<Owned> {
+        let mut held = self.lock();
+        let over = owners.iter().any(|owner| {
+            let holds = held.get(owner).copied().unwrap_or(0);
+            holds > 0 && holds.saturating_add(units) > share
+        });
+        if over {
+            return None;
+        }
+        for owner in owners {
+            *held.entry(owner.clone()).or_default() += units;
+        }
+        Some(Owned {
+            shares: Arc::clone(self),
+            names: owners.to_vec(),
+            units,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -291,40 +333,85 @@ mod tests {
         assert_eq!(UploadBudget::new(1, Duration::ZERO).bytes(), 64 * 1024);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn one_owner_holds_at_most_half_and_others_still_get_in() {
-        let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
+        let budget = UploadBudget::new(128 * MIB, Duration::from_secs(5));
+        let mallory = || ["mallory".to_owned()];
         // A first upload of any size is let in line, even past half.
         let first = budget
-            .admit_for(Some("mallory"), 64 * MIB)
+            .admit_for(&mallory(), 64 * MIB)
             .await
             .expect("the first");
-        // A second of the same owner would pass half: refused at once, whatever room is left.
-        let started = tokio::time::Instant::now();
-        let refused = budget.admit_for(Some("mallory"), MIB).await;
-        assert!(refused.is_err_and(|busy| busy.share));
-        assert!(started.elapsed() < Duration::from_millis(40), "not queued");
-        // Another owner gets the rest.
+        // A second of the same owner would pass half: it waits aside, whatever room is left...
+        let second = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.admit_for(&mallory(), MIB).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!second.is_finished(), "over its share, it waits");
+        // ...and another owner is not held up behind it.
         let other = budget
-            .admit_for(Some("alice"), 64 * MIB)
+            .admit_for(&["alice".into()], 64 * MIB)
             .await
             .expect("another owner");
-        drop((first, other));
-        // Once given back, the owner's share is whole again.
-        let again = budget.admit_for(Some("mallory"), 32 * MIB).await;
-        let more = budget.admit_for(Some("mallory"), 32 * MIB).await;
+        // Once the owner's first upload ends, the second gets in.
+        drop(first);
+        let second = second.await.expect("task").expect("admitted in turn");
+        drop((second, other));
+        // Still over its share when the wait ends: refused as over its share.
+        let again = budget.admit_for(&mallory(), 32 * MIB).await;
+        let more = budget.admit_for(&mallory(), 32 * MIB).await;
         assert!(again.is_ok() && more.is_ok());
-        assert!(budget.admit_for(Some("mallory"), MIB).await.is_err());
+        let started = tokio::time::Instant::now();
+        let refused = budget.admit_for(&mallory(), MIB).await;
+        assert!(refused.is_err_and(|busy| busy.share));
+        assert_eq!(started.elapsed(), Duration::from_secs(5), "after the wait");
+        assert_eq!(
+            budget.available(),
+            64 * MIB,
+            "the refused one holds nothing"
+        );
+    }
+
+    /// One address's uploads hold at most half too, whoever's they are (issue 36 point 2).
+    #[tokio::test]
+    async fn one_address_holds_at_most_half_whatever_the_users() {
+        let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
+        let owners = |user: &str, address: &str| [user.to_owned(), address.to_owned()];
+        let first = budget
+            .admit_for(&owners("user:a", "address:192.0.2.7"), 64 * MIB)
+            .await
+            .expect("the first");
+        let refused = budget
+            .admit_for(&owners("user:b", "address:192.0.2.7"), MIB)
+            .await;
+        assert!(
+            refused.is_err_and(|busy| busy.share),
+            "another user, the same address"
+        );
+        let other = budget
+            .admit_for(&owners("user:b", "address:198.51.100.1"), 32 * MIB)
+            .await
+            .expect("the same user's share is hers, from another address");
+        drop(first);
+        assert!(
+            budget
+                .admit_for(&owners("user:c", "address:192.0.2.7"), 32 * MIB)
+                .await
+                .is_ok(),
+            "the address's share came back with its upload"
+        );
+        drop(other);
     }
 
     #[tokio::test]
     async fn a_shrunk_admission_gives_back_the_rest_and_its_owners_share() {
         let budget = UploadBudget::new(128 * MIB, Duration::from_millis(50));
         let mut built = budget
-            .admit_for(Some("alice"), 96 * MIB)
+            .admit_for(&["alice".into()], 96 * MIB)
             .await
             .expect("room");
-        assert!(budget.admit_for(Some("alice"), MIB).await.is_err());
+        assert!(budget.admit_for(&["alice".into()], MIB).await.is_err());
         built.shrink_to(MIB + 1);
         assert_eq!(budget.available(), 128 * MIB - MIB - 64 * 1024);
         // Growing is no shrinking: the share stays as it is.
@@ -332,7 +419,7 @@ mod tests {
         assert_eq!(budget.available(), 128 * MIB - MIB - 64 * 1024);
         // The owner holds what is left, so it may hold more again.
         let more = budget
-            .admit_for(Some("alice"), 32 * MIB)
+            .admit_for(&["alice".into()], 32 * MIB)
             .await
             .expect("within half");
         built.shrink_to(0);
@@ -343,7 +430,7 @@ mod tests {
         );
         drop((built, more));
         assert_eq!(budget.available(), 128 * MIB);
-        assert!(budget.admit_for(Some("alice"), 64 * MIB).await.is_ok());
+        assert!(budget.admit_for(&["alice".into()], 64 * MIB).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -194,12 +194,12 @@ impl<'a, M: Chunked> Opened<'a, M> {
     }
 
     /// Admits the upload ([`Opened::bound`]) together with `beside` bytes the request will hold
-    /// with it, as one admission for `owner` (a user; within that owner's share of the budget),
-    /// waiting for room or refusing it as OVERLOADED.
-    pub async fn admit(self, owner: Option<&str>, beside: u64) -> Result<Receiver<'a, M>, Status> {
+    /// with it, as one admission for `owners` (its user and client address, each held to its
+    /// share of the budget), waiting for room or refusing it as OVERLOADED.
+    pub async fn admit(self, owners: &[String], beside: u64) -> Result<Receiver<'a, M>, Status> {
         let admission = self
             .budget
-            .admit_for(owner, self.bound().saturating_add(beside))
+            .admit_for(owners, self.bound().saturating_add(beside))
             .await
             .map_err(|refused| busy(self.inbound.domain, refused))?;
         let mut inbound = self.inbound;
@@ -239,7 +239,7 @@ impl<'a, M: Chunked> Receiver<'a, M> {
             budget,
             declared_len,
             status::too_large,
-            |_| None,
+            |_| Vec::new(),
         )
         .await
     }
@@ -247,8 +247,8 @@ impl<'a, M: Chunked> Receiver<'a, M> {
     /// [`Receiver::start_limited_by`] for an upload whose limit has a refusal of its own (an
     /// image over a quota is the quota's QUOTA_EXCEEDED, not TOO_LARGE: `too_large` gets the
     /// domain and the limit, for a declared length over it and for bytes that pass it alike) and
-    /// whose header says whose it is (`owner`, a user: admitted within that owner's share of the
-    /// budget).
+    /// whose header says whose it is (`owners`, its user and client address: admitted within
+    /// each one's share of the budget).
     pub async fn start_for(
         stream: &'a mut Streaming<M>,
         domain: &'static str,
@@ -256,11 +256,11 @@ impl<'a, M: Chunked> Receiver<'a, M> {
         budget: &UploadBudget,
         declared_len: impl Fn(&M::Header) -> Option<u64>,
         too_large: TooLarge,
-        owner: impl Fn(&M::Header) -> Option<String>,
+        owners: impl Fn(&M::Header) -> Vec<String>,
     ) -> Result<(M::Header, Self), Status> {
         let (header, opened) =
             Opened::open(stream, domain, limit, budget, declared_len, too_large).await?;
-        let receiver = opened.admit(owner(&header).as_deref(), 0).await?;
+        let receiver = opened.admit(&owners(&header), 0).await?;
         Ok((header, receiver))
     }
 
