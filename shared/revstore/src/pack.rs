@@ -110,6 +110,30 @@ pub(crate) fn expand(extents: &[Extent], chunk_size: u64) -> Vec<ChunkLoc> {
     out
 }
 
+/// An image's extents with every chunk in `fresh` pointed at its fresh copy, when a put wrote a
+/// damaged chunk afresh and the index moved to the copy (so every image holding the chunk is
+/// healed, and the damaged copy's pack can go once nothing else is in it); `None` when the image
+/// holds none of them where it is not already, or its extents do not cover its manifest.
+pub(crate) fn repoint(
+    extents: &[Extent],
+    manifest: &[Digest],
+    chunk_size: u64,
+    fresh: &std::collections::HashMap<Digest, ChunkLoc>,
+) -> Option<Vec<Extent>> {
+    let mut locs = expand(extents, chunk_size);
+    if locs.len() != manifest.len() {
+        return None;
+    }
+    let mut moved = false;
+    for (loc, digest) in locs.iter_mut().zip(manifest) {
+        if let Some(copy) = fresh.get(digest).filter(|copy| *copy != loc) {
+            *loc = *copy;
+            moved = true;
+        }
+    }
+    moved.then(|| coalesce(&locs))
+}
+
 /// The leading chunks of an image that together hold at least its first `len` bytes (all of
 /// them when the image is shorter).
 pub(crate) fn prefix(locs: &[ChunkLoc], len: u64) -> &[ChunkLoc] {
@@ -120,4 +144,40 @@ pub(crate) fn prefix(locs: &[ChunkLoc], len: u64) -> &[ChunkLoc] {
         n += 1;
     }
     &locs[..n]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn loc(pack: i64, offset: u64) -> ChunkLoc {
+        ChunkLoc {
+            pack,
+            offset,
+            len: 4,
+        }
+    }
+
+    #[test]
+    fn repointing_moves_only_the_fresh_chunks_and_keeps_the_rest_coalesced() {
+        let digests: Vec<Digest> = (0u8..4).map(|i| Digest::of(&[i])).collect();
+        // Four chunks back to back in pack 1; the third is written afresh in pack 9.
+        let extents = coalesce(&[loc(1, 0), loc(1, 4), loc(1, 8), loc(1, 12)]);
+        assert_eq!(extents.len(), 1);
+        let fresh = HashMap::from([(digests[2], loc(9, 40))]);
+        let moved = repoint(&extents, &digests, 4, &fresh).expect("moved");
+        assert_eq!(
+            expand(&moved, 4),
+            [loc(1, 0), loc(1, 4), loc(9, 40), loc(1, 12)]
+        );
+        assert_eq!(moved.len(), 3);
+        // Already there, or not held at all: nothing to do.
+        assert_eq!(repoint(&moved, &digests, 4, &fresh), None);
+        let elsewhere = HashMap::from([(Digest::of(b"other"), loc(9, 0))]);
+        assert_eq!(repoint(&extents, &digests, 4, &elsewhere), None);
+        // Extents that do not cover the manifest are not rewritten.
+        assert_eq!(repoint(&extents, &digests[..3], 4, &fresh), None);
+    }
 }

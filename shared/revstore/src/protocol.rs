@@ -280,6 +280,15 @@ pub(crate) trait WriteTx {
         at: Timestamp,
     ) -> impl Future<Output = Result<(), PutError>>;
 
+    /// For a streamed put whose image is already stored: registers the chunks it wrote afresh
+    /// in place of damaged stored ones, moving the index and every image that holds them to the
+    /// fresh copies (issue 36 point 8). Nothing to do for a put that found no damage.
+    fn heal_stored(
+        &mut self,
+        staged: &Self::Staged,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), PutError>>;
+
     /// The sequence number of the user's last revision (0 before the first).
     fn last_seq(&mut self, user: &UserId) -> impl Future<Output = Result<u64, StorageError>>;
 
@@ -428,6 +437,7 @@ pub(crate) async fn commit_in<T: WriteTx>(
                 if size != proposal.image.size || manifest != T::manifest(staged) {
                     return Err(crate::error::image_conflict(&digest));
                 }
+                tx.heal_stored(staged, now).await?;
             }
             None => tx.insert_image(&proposal.image, staged, now).await?,
         },

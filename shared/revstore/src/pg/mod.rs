@@ -386,7 +386,7 @@ async fn fetch_chunks<C: GenericClient + Sync>(
 /// Where a put's chunks go: `bytea` rows, or packs in the object store.
 pub(crate) enum Sink {
     Rows(PgSink),
-    Packs(packs::PackSink),
+    Packs(Box<packs::PackSink>),
 }
 
 impl ChunkSink for Sink {
@@ -436,12 +436,19 @@ impl ChunkSink for PgSink {
         // this batch or all of it recorded against the put, so it never takes a row the put
         // relies on, and a failed put's own rows are known to be its own.
         lock_shared(&*tx, self.lock_key).await?;
+        // A row already at a chunk's address is reused, unless its bytes no longer hash to it:
+        // then this put's bytes (hashed above) heal it for every image that shares it (issue
+        // 36 point 8). Only a row the put inserted is its own (`xmax = 0`): a healed row stays
+        // when the put fails.
         tx.execute(
             "WITH batch AS (SELECT h, d FROM unnest($1::bytea[], $2::bytea[]) AS t(h, d)),
                   made AS (INSERT INTO chunks (hash, data, created_at) SELECT h, d, $3 FROM batch
-                           ON CONFLICT (hash) DO NOTHING RETURNING hash)
+                           ON CONFLICT (hash) DO UPDATE SET data = excluded.data
+                           WHERE chunks.pack_id IS NULL AND sha256(chunks.data) <> chunks.hash
+                           RETURNING hash, (xmax = 0) AS inserted)
              INSERT INTO streamed_chunks (publication_id, hash, created)
-             SELECT $4, b.h, EXISTS (SELECT 1 FROM made m WHERE m.hash = b.h) FROM batch b
+             SELECT $4, b.h, EXISTS (SELECT 1 FROM made m WHERE m.hash = b.h AND m.inserted)
+             FROM batch b
              ON CONFLICT (publication_id, hash) DO NOTHING",
             &[&hashes, &datas, &self.now, &self.publication],
         )
@@ -667,12 +674,12 @@ impl Primitives for PgStore {
 
     fn sink(&self, publication: &i64) -> Sink {
         match &self.inner.objects {
-            Some(objects) => Sink::Packs(packs::PackSink::new(
+            Some(objects) => Sink::Packs(Box::new(packs::PackSink::new(
                 self.inner.pool.clone(),
                 objects.clone(),
                 *publication,
                 self.inner.lock_key,
-            )),
+            ))),
             None => Sink::Rows(PgSink {
                 pool: self.inner.pool.clone(),
                 publication: *publication,

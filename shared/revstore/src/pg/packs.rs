@@ -77,6 +77,8 @@ pub(crate) struct PackSink {
     manifest: Vec<Digest>,
     locs: Vec<ChunkLoc>,
     known: HashMap<Digest, ChunkLoc>,
+    /// Stored chunks found damaged, with where the index has them: this put writes them afresh.
+    rewritten: HashMap<Digest, ChunkLoc>,
     filling: BytesMut,
     filling_chunks: Vec<(Digest, u64, u32)>,
     packs: Vec<NewPack>,
@@ -93,6 +95,7 @@ impl PackSink {
             manifest: Vec::new(),
             locs: Vec::new(),
             known: HashMap::new(),
+            rewritten: HashMap::new(),
             filling: BytesMut::new(),
             filling_chunks: Vec::new(),
             packs: Vec::new(),
@@ -159,6 +162,7 @@ impl PackSink {
             manifest: std::mem::take(&mut self.manifest),
             locs: std::mem::take(&mut self.locs),
             packs: std::mem::take(&mut self.packs),
+            rewritten: std::mem::take(&mut self.rewritten),
         })
     }
 }
@@ -187,18 +191,35 @@ impl ChunkSink for PackSink {
             let client = self.pool.get().await.map_err(StorageError::from)?;
             let rows = client
                 .query(
-                    "SELECT hash, pack_id, pack_offset, len FROM chunks WHERE hash = ANY($1) AND pack_id IS NOT NULL",
+                    "SELECT c.hash, c.pack_id, c.pack_offset, c.len, p.name
+                     FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = ANY($1)",
                     &[&unknown],
                 )
                 .await
                 .map_err(StorageError::from)?;
+            drop(client);
+            let mut found: Vec<(ChunkLoc, Digest)> = Vec::with_capacity(rows.len());
+            let mut names: HashMap<i64, Arc<str>> = HashMap::new();
             for r in &rows {
                 let loc = ChunkLoc {
                     pack: r.get(1),
                     offset: r.get::<_, i64>(2) as u64,
                     len: r.get::<_, i32>(3) as u32,
                 };
-                self.known.insert(digest_of(r.get(0))?, loc);
+                names
+                    .entry(loc.pack)
+                    .or_insert_with(|| Arc::from(r.get::<_, &str>(4)));
+                found.push((loc, digest_of(r.get(0))?));
+            }
+            // A stored chunk is reused only once read and checked against its address: a
+            // damaged one is written afresh from this put's bytes below (issue 36 point 8).
+            let damaged = damaged_among(&self.objects, &mut found, &names).await?;
+            for (loc, digest) in found {
+                if damaged.contains(&digest) {
+                    self.rewritten.insert(digest, loc);
+                } else {
+                    self.known.insert(digest, loc);
+                }
             }
         }
         for (bytes, digest) in chunks.iter().zip(digests) {
@@ -235,6 +256,8 @@ pub(crate) struct Staged {
     /// Per chunk: in an indexed pack (`pack > 0`) or in the `n`th new pack ([`new_pack_id`]).
     pub(crate) locs: Vec<ChunkLoc>,
     pub(crate) packs: Vec<NewPack>,
+    /// Stored chunks found damaged and written afresh in `packs`, with where the index had them.
+    pub(crate) rewritten: HashMap<Digest, ChunkLoc>,
 }
 
 impl Staged {
@@ -288,30 +311,19 @@ impl PgStore {
             .ok_or_else(|| StorageError::unavailable("this store keeps no object store"))
     }
 
-    /// The chunks a staged put reuses from indexed packs are there and are what their addresses
-    /// say: each pack at its recorded size, and every reused chunk read and checked (issue 36
-    /// point 8: a pack overwritten out of band at the same size passed the size alone, and the
-    /// put was acknowledged with an unreadable revision). The packs it wrote were read back
-    /// whole as they were written.
+    /// The packs holding the chunks a staged put reuses are still there at their recorded sizes.
+    /// Every reused chunk was read and checked against its address as the put streamed in
+    /// ([`PackSink`]; a damaged one was written afresh instead), and the packs the put wrote
+    /// were read back whole as they were written.
     pub(crate) async fn check_reused_packs(&self, staged: &Staged) -> Result<(), PutError> {
-        let mut reused: Vec<(&ChunkLoc, &Digest)> = staged
+        let ids: Vec<i64> = staged
             .reused()
-            .into_iter()
-            .map(|(digest, loc)| (loc, digest))
-            .collect();
-        reused.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
-        let ids: Vec<i64> = reused
-            .iter()
-            .map(|(loc, _)| loc.pack)
+            .into_values()
+            .map(|loc| loc.pack)
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let names = self.check_packs_present(&ids).await?;
-        let objects = self.objects()?;
-        for piece in pieces_of(reused, &names)? {
-            piece.read(objects).await?;
-        }
-        Ok(())
+        self.check_packs_present(&ids).await.map(drop)
     }
 
     /// The names of the packs `ids`, each checked to be in the bucket at its recorded size.
@@ -363,10 +375,46 @@ impl PgStore {
         let manifest = chunk::encode_manifest(&staged.manifest);
         // Reused chunks must still be where the stream found them.
         check_reused_chunks(tx, staged).await?;
-        // The new packs and their chunks. A chunk another put indexed first stays where the index
-        // points, and this image points there too, or reclaiming our copy would strand it.
+        let (pack_ids, moved) = self.register_packs(tx, staged, now).await?;
+        let locs: Vec<ChunkLoc> = staged
+            .locs
+            .iter()
+            .zip(&staged.manifest)
+            .map(
+                |(loc, digest)| match (new_pack_index(loc.pack), moved.get(digest)) {
+                    (Some(_), Some(m)) => Ok(*m),
+                    (Some(n), None) => Ok(ChunkLoc {
+                        pack: *pack_ids
+                            .get(n)
+                            .ok_or_else(|| StorageError::unavailable("pack index out of range"))?,
+                        ..*loc
+                    }),
+                    (None, _) => Ok(*loc),
+                },
+            )
+            .collect::<Result<_, StorageError>>()?;
+        let extents = pack::encode_extents(&pack::coalesce(&locs));
+        tx.execute(
+            "INSERT INTO images (digest, size, manifest, extents, created_at) VALUES ($1, $2, $3, $4, $5)",
+            &[&digest_bytes, &(size as i64), &manifest, &extents, &now.unix_millis()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Registers a put's new packs and their chunks: the packs' ids, in order, and the chunks
+    /// another put indexed first, where the index has them (this image points there too, or
+    /// reclaiming our copy would strand it). A damaged chunk the put wrote afresh moves the
+    /// index, and every image holding it, to the fresh copy.
+    pub(crate) async fn register_packs<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        staged: &Staged,
+        now: Timestamp,
+    ) -> Result<(Vec<i64>, HashMap<Digest, ChunkLoc>), PutError> {
         let mut pack_ids: Vec<i64> = Vec::with_capacity(staged.packs.len());
         let mut moved: HashMap<Digest, ChunkLoc> = HashMap::new();
+        let mut healed: HashMap<Digest, ChunkLoc> = HashMap::new();
         for p in &staged.packs {
             tx.execute(
                 "INSERT INTO packs (name, size, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
@@ -392,6 +440,37 @@ impl PgStore {
                 &[&hashes, &id, &offsets, &lens, &now.unix_millis()],
             )
             .await?;
+            // A damaged chunk this put wrote afresh: the index moves to the fresh copy, unless
+            // another put healed it first (it then points there, as for any chunk indexed first).
+            for (digest, offset, len) in &p.chunks {
+                let Some(was) = staged.rewritten.get(digest) else {
+                    continue;
+                };
+                let moved = tx
+                    .execute(
+                        "UPDATE chunks SET pack_id = $2, pack_offset = $3, len = $4
+                         WHERE hash = $1 AND pack_id = $5 AND pack_offset = $6",
+                        &[
+                            &digest.as_bytes().as_slice(),
+                            &id,
+                            &(*offset as i64),
+                            &(*len as i32),
+                            &was.pack,
+                            &(was.offset as i64),
+                        ],
+                    )
+                    .await?;
+                if moved == 1 {
+                    healed.insert(
+                        *digest,
+                        ChunkLoc {
+                            pack: id,
+                            offset: *offset,
+                            len: *len,
+                        },
+                    );
+                }
+            }
             for r in tx
                 .query(
                     "SELECT hash, pack_id, pack_offset, len FROM chunks WHERE hash = ANY($1) AND pack_id IS DISTINCT FROM $2",
@@ -409,29 +488,46 @@ impl PgStore {
                 moved.insert(digest_of(r.get(0))?, loc);
             }
         }
-        let locs: Vec<ChunkLoc> = staged
-            .locs
-            .iter()
-            .zip(&staged.manifest)
-            .map(
-                |(loc, digest)| match (new_pack_index(loc.pack), moved.get(digest)) {
-                    (Some(_), Some(m)) => Ok(*m),
-                    (Some(n), None) => Ok(ChunkLoc {
-                        pack: *pack_ids
-                            .get(n)
-                            .ok_or_else(|| StorageError::unavailable("pack index out of range"))?,
-                        ..*loc
-                    }),
-                    (None, _) => Ok(*loc),
-                },
-            )
-            .collect::<Result<_, StorageError>>()?;
-        let extents = pack::encode_extents(&pack::coalesce(&locs));
-        tx.execute(
-            "INSERT INTO images (digest, size, manifest, extents, created_at) VALUES ($1, $2, $3, $4, $5)",
-            &[&digest_bytes, &(size as i64), &manifest, &extents, &now.unix_millis()],
-        )
-        .await?;
+        self.heal_images(tx, &healed).await?;
+        Ok((pack_ids, moved))
+    }
+
+    /// Points every stored image that holds a chunk in `healed` at its fresh copy (in `tx`, with
+    /// the move of the index): the revisions that read the damaged bytes read whole again.
+    async fn heal_images<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        healed: &HashMap<Digest, ChunkLoc>,
+    ) -> Result<(), PutError> {
+        let mut seen = HashSet::new();
+        for digest in healed.keys() {
+            let rows = tx
+                .query(
+                    "SELECT digest, manifest, extents FROM images WHERE position($1::bytea IN manifest) > 0",
+                    &[&digest.as_bytes().as_slice()],
+                )
+                .await?;
+            for r in &rows {
+                let image: &[u8] = r.get(0);
+                if !seen.insert(image.to_vec()) {
+                    continue;
+                }
+                let manifest = chunk::decode_manifest(r.get::<_, &[u8]>(1));
+                let extents = r.get::<_, Option<&[u8]>>(2).and_then(pack::decode_extents);
+                let (Some(manifest), Some(extents)) = (manifest, extents) else {
+                    continue;
+                };
+                if let Some(extents) =
+                    pack::repoint(&extents, &manifest, self.inner.chunk_size as u64, healed)
+                {
+                    tx.execute(
+                        "UPDATE images SET extents = $1 WHERE digest = $2",
+                        &[&pack::encode_extents(&extents), &image],
+                    )
+                    .await?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -561,6 +657,50 @@ impl Piece {
         }
         Ok(bytes)
     }
+
+    /// The chunks of this piece whose stored bytes are damaged or gone.
+    async fn damaged(self, objects: &Objects) -> Result<Vec<Digest>, StorageError> {
+        let bytes = match objects.read(&self.pack, self.start..self.end).await {
+            Ok(bytes) => bytes,
+            Err(StorageError::Corrupt { .. }) => {
+                return Ok(self.chunks.into_iter().map(|(digest, _)| digest).collect());
+            }
+            Err(err) => return Err(err),
+        };
+        let mut at = 0usize;
+        let mut damaged = Vec::new();
+        for (digest, len) in self.chunks {
+            let end = at + len as usize;
+            if bytes
+                .get(at..end)
+                .is_none_or(|stored| chunk::check(&digest, stored).is_err())
+            {
+                damaged.push(digest);
+            }
+            at = end;
+        }
+        Ok(damaged)
+    }
+}
+
+/// The chunks among `found` (where the index has them, and their digests) whose stored bytes
+/// do not hash to their address, or are gone: each read (a few ranges per pack, in order) and
+/// checked. An unreachable store is an error, not damage.
+async fn damaged_among(
+    objects: &Objects,
+    found: &mut [(ChunkLoc, Digest)],
+    names: &HashMap<i64, Arc<str>>,
+) -> Result<HashSet<Digest>, StorageError> {
+    found.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
+    let pieces = pieces_of(found.iter().map(|(loc, digest)| (loc, digest)), names)?;
+    let mut damaged = HashSet::new();
+    let mut reads = stream::iter(pieces)
+        .map(|piece| piece.damaged(objects))
+        .buffered(READS_IN_FLIGHT);
+    while let Some(bad) = reads.next().await {
+        damaged.extend(bad?);
+    }
+    Ok(damaged)
 }
 
 /// Splits an image's extents into range reads of at most [`READ_RANGE`], on chunk boundaries,

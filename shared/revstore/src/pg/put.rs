@@ -344,6 +344,18 @@ impl WriteTx for PgTx<'_> {
         }
     }
 
+    async fn heal_stored(&mut self, staged: &Staged, at: Timestamp) -> Result<(), PutError> {
+        match staged {
+            Staged::Packs(staged) if !staged.rewritten.is_empty() => self
+                .store
+                .register_packs(self.tx, staged, at)
+                .await
+                .map(drop),
+            // Rows heal as they stream in (`PgSink`); no damage found, nothing to register.
+            Staged::Packs(_) | Staged::Rows(_) => Ok(()),
+        }
+    }
+
     async fn last_seq(&mut self, user: &UserId) -> Result<u64, StorageError> {
         let seq: i64 = self
             .tx

@@ -9,6 +9,7 @@ use std::{
     collections::HashMap,
     fs::{self, File, OpenOptions},
     io::{self, BufWriter, Write},
+    ops::ControlFlow,
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
@@ -18,7 +19,7 @@ use bytes::Bytes;
 
 pub(crate) use crate::pack::{
     ChunkLoc, Extent, coalesce, decode_extents, encode_extents, expand, is_pack_name, pack_name,
-    prefix,
+    prefix, repoint,
 };
 use crate::types::Digest;
 
@@ -300,6 +301,35 @@ pub(crate) fn verify_chunks(
 }
 
 fn verify_range(files: &PackFiles, locs: &[ChunkLoc], manifest: &[Digest]) -> Result<(), Digest> {
+    match scan_range(files, locs, manifest, ControlFlow::Break) {
+        ControlFlow::Break(digest) => Err(digest),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// The chunks among `locs` (named by `manifest`) whose stored bytes are missing or do not hash
+/// to their address: what a put writes afresh rather than reuse.
+pub(crate) fn damaged_chunks(
+    files: &PackFiles,
+    locs: &[ChunkLoc],
+    manifest: &[Digest],
+) -> Vec<Digest> {
+    let mut damaged = Vec::new();
+    let _ = scan_range(files, locs, manifest, |digest| {
+        damaged.push(digest);
+        ControlFlow::<()>::Continue(())
+    });
+    damaged
+}
+
+/// Reads `locs` in runs of consecutive chunks of one pack and hands every chunk that is missing
+/// or does not match its digest to `bad`, until `bad` breaks.
+fn scan_range<B>(
+    files: &PackFiles,
+    locs: &[ChunkLoc],
+    manifest: &[Digest],
+    mut bad: impl FnMut(Digest) -> ControlFlow<B>,
+) -> ControlFlow<B> {
     let mut buf = vec![0u8; READ_PIECE];
     let mut i = 0;
     while i < locs.len() {
@@ -315,19 +345,19 @@ fn verify_range(files: &PackFiles, locs: &[ChunkLoc], manifest: &[Digest]) -> Re
             run += u64::from(locs[j].len);
             j += 1;
         }
-        let file = files.get(&first.pack).ok_or(manifest[i])?;
         let bytes = &mut buf[..run as usize];
-        file.read_exact_at(bytes, first.offset)
-            .map_err(|_| manifest[i])?;
+        let read = files
+            .get(&first.pack)
+            .is_some_and(|file| file.read_exact_at(bytes, first.offset).is_ok());
         let mut at = 0usize;
         for k in i..j {
             let len = locs[k].len as usize;
-            if Digest::of(&bytes[at..at + len]) != manifest[k] {
-                return Err(manifest[k]);
+            if !read || Digest::of(&bytes[at..at + len]) != manifest[k] {
+                bad(manifest[k])?;
             }
             at += len;
         }
         i = j;
     }
-    Ok(())
+    ControlFlow::Continue(())
 }

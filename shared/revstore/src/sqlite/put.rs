@@ -11,7 +11,6 @@ use std::{
     collections::HashMap,
     fs::{self, File},
     io,
-    path::PathBuf,
     sync::{Arc, atomic::Ordering},
 };
 
@@ -41,6 +40,8 @@ pub(crate) struct Absorbed {
     /// Per chunk: where it already is (`pack >= 0`) or its offset in the new pack (`pack == NEW`).
     locs: Vec<ChunkLoc>,
     pack: Option<NewPack>,
+    /// Stored chunks found damaged, with where the index had them: written afresh in `pack`.
+    rewritten: HashMap<Digest, ChunkLoc>,
 }
 
 pub(crate) struct NewPack {
@@ -86,12 +87,20 @@ impl Inner {
                 let mut locs = Vec::new();
                 let mut pack: Option<NewPack> = None;
                 let mut in_pack: HashMap<Digest, (u64, u32)> = HashMap::new();
+                let mut rewritten: HashMap<Digest, ChunkLoc> = HashMap::new();
                 for (batch, hashes) in hashed_rx {
                     let unknown: Vec<&Digest> = hashes
                         .iter()
                         .filter(|h| !in_pack.contains_key(*h))
                         .collect();
-                    let found = lookup_chunks(conn, &unknown)?;
+                    let mut found = lookup_chunks(conn, &unknown)?;
+                    // A stored chunk is reused only once read and checked against its address:
+                    // a damaged one is written afresh below (issue 36 point 8).
+                    for digest in self.damaged_among(conn, &found)? {
+                        if let Some(was) = found.remove(&digest) {
+                            rewritten.insert(digest, was);
+                        }
+                    }
                     for (bytes, hash) in batch.iter().zip(&hashes) {
                         let len = bytes.len() as u32;
                         let loc = if let Some(loc) = found.get(hash) {
@@ -159,9 +168,34 @@ impl Inner {
                     manifest,
                     locs,
                     pack,
+                    rewritten,
                 })
             })
         })
+    }
+}
+
+impl Inner {
+    /// The chunks among `found` (where the index has them) whose stored bytes are damaged or
+    /// gone.
+    fn damaged_among(
+        &self,
+        conn: &Connection,
+        found: &HashMap<Digest, ChunkLoc>,
+    ) -> Result<Vec<Digest>, PutError> {
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut chunks: Vec<(ChunkLoc, Digest)> = found.iter().map(|(d, l)| (*l, *d)).collect();
+        chunks.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
+        let (locs, digests): (Vec<ChunkLoc>, Vec<Digest>) = chunks.into_iter().unzip();
+        let paths = Inner::pack_paths(conn, locs.iter().map(|l| l.pack), &self.packs_dir)?;
+        // A pack file that cannot be opened holds damaged chunks as much as one that misreads.
+        let files: packs::PackFiles = paths
+            .iter()
+            .filter_map(|(id, path)| Some((*id, Arc::new(File::open(path).ok()?))))
+            .collect();
+        Ok(packs::damaged_chunks(&files, &locs, &digests))
     }
 }
 
@@ -354,34 +388,28 @@ impl Inner {
         Ok(pack_name)
     }
 
-    /// Reads back the deduplicated chunks of a put and checks them against their addresses.
+    /// The packs holding the chunks a put reuses are still there. Every reused chunk was read
+    /// and checked against its address as the put streamed in (`absorb`; a damaged one was
+    /// written afresh instead); the chunks this put wrote were read back from its pack while the
+    /// pack was synced (the file published under its name is that file), and a pack that was
+    /// already in place was compared chunk by chunk by `publish`.
     fn read_back_staged(&self, staged: &Staged) -> Result<(), PutError> {
         let absorbed = &staged.absorbed;
-        let mut paths: HashMap<i64, PathBuf> = HashMap::new();
-        // The chunks this put wrote were read back from its pack while the pack was synced (the
-        // file published under its name is that file), and a pack that was already in place was
-        // compared chunk by chunk by `publish`.
-        let (old_locs, old_digests): (Vec<ChunkLoc>, Vec<Digest>) = absorbed
+        let existing: std::collections::HashSet<i64> = absorbed
             .locs
             .iter()
-            .zip(&absorbed.manifest)
-            .filter(|(l, _)| l.pack != NEW)
-            .map(|(l, d)| (*l, *d))
-            .unzip();
-        if !old_locs.is_empty() {
-            let existing: Vec<i64> = old_locs.iter().map(|l| l.pack).collect();
-            paths.extend(
-                self.with_reader(|conn| Inner::pack_paths(conn, existing, &self.packs_dir))?,
+            .filter(|l| l.pack != NEW)
+            .map(|l| l.pack)
+            .collect();
+        if existing.is_empty() {
+            return Ok(());
+        }
+        let wanted = existing.len();
+        let paths = self.with_reader(|conn| Inner::pack_paths(conn, existing, &self.packs_dir))?;
+        if paths.len() != wanted || packs::open_packs(&paths).is_err() {
+            return Err(
+                StorageError::unavailable("a pack was reclaimed during the put; retry").into(),
             );
-            let files = packs::open_packs(&paths).map_err(|_| {
-                StorageError::unavailable("a pack was reclaimed during the put; retry")
-            })?;
-            if let Err(chunk) = packs::verify_chunks(&files, &old_locs, &old_digests) {
-                return Err(StorageError::Corrupt {
-                    object: format!("chunk {chunk}"),
-                }
-                .into());
-            }
         }
         Ok(())
     }
@@ -427,21 +455,79 @@ impl Inner {
     ) -> Result<(), PutError> {
         let (digest, size) = (image.digest, image.size);
         let absorbed = &staged.absorbed;
-        let pack_name = staged.pack_name.as_deref();
         let manifest = chunk::encode_manifest(&absorbed.manifest);
         if epoch_moved {
             // A reclamation ran since the put began: make sure every deduplicated chunk is still
             // where the read-back found it (from `publish` on, the pass kept them).
             check_reused(tx, absorbed)?;
         }
+        let (pack_id, moved) = self.register_pack(tx, staged, now)?;
+        let locs: Vec<ChunkLoc> = absorbed
+            .locs
+            .iter()
+            .zip(&absorbed.manifest)
+            .map(|(loc, hash)| match (loc.pack, moved.get(hash)) {
+                (NEW, Some(m)) => *m,
+                (NEW, None) => ChunkLoc {
+                    pack: pack_id,
+                    ..*loc
+                },
+                _ => *loc,
+            })
+            .collect();
+        let extents = packs::encode_extents(&packs::coalesce(&locs));
+        tx.prepare_cached("INSERT INTO images (digest, size, manifest, extents, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
+            .execute(params![digest.as_bytes().as_slice(), size as i64, manifest, extents, now.unix_millis()])?;
+        Ok(())
+    }
+
+    /// Registers the put's new pack and its chunks: the pack's id (`NEW` without one) and the
+    /// chunks another put indexed first, where the index has them. A damaged chunk the put wrote
+    /// afresh moves the index, and every image holding it, to the fresh copy.
+    fn register_pack(
+        &self,
+        tx: &Transaction<'_>,
+        staged: &Staged,
+        now: Timestamp,
+    ) -> Result<(i64, HashMap<Digest, ChunkLoc>), PutError> {
+        let absorbed = &staged.absorbed;
         let mut moved: HashMap<Digest, ChunkLoc> = HashMap::new();
+        let mut healed: HashMap<Digest, ChunkLoc> = HashMap::new();
         let mut pack_id = NEW;
-        if let (Some(pack), Some(name)) = (&absorbed.pack, pack_name) {
+        if let (Some(pack), Some(name)) = (&absorbed.pack, staged.pack_name.as_deref()) {
             tx.prepare_cached(
                 "INSERT OR IGNORE INTO packs (name, size, created_at) VALUES (?1, ?2, ?3)",
             )?
             .execute(params![name, pack.temp.len as i64, now.unix_millis()])?;
             pack_id = tx.query_row("SELECT id FROM packs WHERE name = ?1", [name], |r| r.get(0))?;
+            // A damaged chunk this put wrote afresh: the index moves to the fresh copy first
+            // (so the copy is not taken for a chunk another put indexed first).
+            let mut repoint = tx.prepare_cached(
+                "UPDATE chunks SET pack_id = ?2, offset = ?3, len = ?4
+                 WHERE hash = ?1 AND pack_id = ?5 AND offset = ?6",
+            )?;
+            for (hash, offset, len) in &pack.chunks {
+                if let Some(was) = absorbed.rewritten.get(hash) {
+                    let moved = repoint.execute(params![
+                        hash.as_bytes().as_slice(),
+                        pack_id,
+                        *offset as i64,
+                        i64::from(*len),
+                        was.pack,
+                        was.offset as i64
+                    ])?;
+                    if moved == 1 {
+                        healed.insert(
+                            *hash,
+                            ChunkLoc {
+                                pack: pack_id,
+                                offset: *offset,
+                                len: *len,
+                            },
+                        );
+                    }
+                }
+            }
             let mut locate =
                 tx.prepare_cached("SELECT pack_id, offset, len FROM chunks WHERE hash = ?1")?;
             // Inserting in key order keeps the B-tree writes local, and many rows per statement
@@ -481,22 +567,50 @@ impl Inner {
                 }
             }
         }
-        let locs: Vec<ChunkLoc> = absorbed
-            .locs
-            .iter()
-            .zip(&absorbed.manifest)
-            .map(|(loc, hash)| match (loc.pack, moved.get(hash)) {
-                (NEW, Some(m)) => *m,
-                (NEW, None) => ChunkLoc {
-                    pack: pack_id,
-                    ..*loc
-                },
-                _ => *loc,
-            })
-            .collect();
-        let extents = packs::encode_extents(&packs::coalesce(&locs));
-        tx.prepare_cached("INSERT INTO images (digest, size, manifest, extents, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
-            .execute(params![digest.as_bytes().as_slice(), size as i64, manifest, extents, now.unix_millis()])?;
+        self.heal_images(tx, &healed)?;
+        Ok((pack_id, moved))
+    }
+}
+
+/// An image row a healed chunk is in: its digest, manifest and extents.
+type Holder = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+
+impl Inner {
+    /// Points every stored image that holds a chunk in `healed` at its fresh copy (in `tx`, with
+    /// the move of the index): the revisions that read the damaged bytes read whole again.
+    fn heal_images(
+        &self,
+        tx: &Transaction<'_>,
+        healed: &HashMap<Digest, ChunkLoc>,
+    ) -> Result<(), PutError> {
+        let mut holders = tx.prepare_cached(
+            "SELECT digest, manifest, extents FROM images WHERE instr(manifest, ?1) > 0",
+        )?;
+        let mut update = tx.prepare_cached("UPDATE images SET extents = ?1 WHERE digest = ?2")?;
+        let mut seen = std::collections::HashSet::new();
+        for digest in healed.keys() {
+            let rows: Vec<Holder> = holders
+                .query_map([digest.as_bytes().as_slice()], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect::<Result<_, _>>()?;
+            for (image, manifest, extents) in rows {
+                if !seen.insert(image.clone()) {
+                    continue;
+                }
+                let manifest = chunk::decode_manifest(&manifest);
+                let extents = extents.as_deref().and_then(packs::decode_extents);
+                let (Some(manifest), Some(extents)) = (manifest, extents) else {
+                    continue;
+                };
+                if let Some(extents) =
+                    packs::repoint(&extents, &manifest, self.chunk_size as u64, healed)
+                {
+                    update.execute(params![packs::encode_extents(&extents), image])?;
+                    self.heads.forget_all();
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -691,6 +805,13 @@ impl WriteTx for SqliteTx<'_> {
     ) -> Result<(), PutError> {
         self.inner
             .insert_image(self.tx, image, staged, self.epoch_moved, at)
+    }
+
+    async fn heal_stored(&mut self, staged: &Arc<Staged>, at: Timestamp) -> Result<(), PutError> {
+        if !staged.absorbed.rewritten.is_empty() {
+            self.inner.register_pack(self.tx, staged, at)?;
+        }
+        Ok(())
     }
 
     async fn last_seq(&mut self, user: &UserId) -> Result<u64, StorageError> {

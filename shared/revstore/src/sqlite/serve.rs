@@ -222,6 +222,13 @@ impl Heads {
         self.lock().remove(user);
     }
 
+    /// Forgets every plan, for a commit that moved chunks of images other than its own (a
+    /// healed chunk). Call with the writer lock held, so no plan read before the move is cached
+    /// after it.
+    pub(super) fn forget_all(&self) {
+        self.lock().clear();
+    }
+
     /// Forgets the plan of the large image kept sealed that was downloaded least recently, if
     /// that was at least [`LARGE_IDLE_MILLIS`] before `now` and it is not `for_plan`'s own, so
     /// that `for_plan` may keep its image instead; whether one was forgotten. Its bytes, and its

@@ -13,8 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use snug_revstore::{
     Digest, FaultPoint, IdempotencyKey, IntegrityProblem, Precondition, PutError, PutRequest,
-    ReadError, ReclaimError, ReclaimedKind, RestoreRequest, Retention, RevStore, Revision,
-    StorageError, Verdict,
+    ReadError, ReclaimError, ReclaimedKind, RestoreRequest, Retention, RevStore, Revision, Verdict,
 };
 
 use crate::support::*;
@@ -1490,12 +1489,13 @@ pub(crate) async fn a_damaged_chunk_is_never_served<
     );
 }
 
-/// A put that reuses a damaged chunk is never acknowledged (issue 36 point 8): the chunks it
-/// shares with what the store holds are checked against their addresses before the pointer
-/// moves, not only the ones it writes, so the put is refused as damage, stores nothing,
-/// and the integrity check names the damage. (A pack object overwritten out of band at the same
-/// size passed a check of its size alone, and the new revision was unreadable.)
-pub(crate) async fn a_put_reusing_a_damaged_chunk_is_refused<
+/// A put that brings the bytes of a damaged chunk writes them afresh and heals every image that
+/// holds the chunk (issue 36 point 8): the chunks a put shares with what the store holds are
+/// checked against their addresses before the pointer moves, not only the ones it writes, and a
+/// damaged one is stored again from the put's own bytes instead of being reused. (A pack object
+/// overwritten out of band at the same size passed a check of its size alone, and the new
+/// revision was unreadable.)
+pub(crate) async fn a_put_reusing_a_damaged_chunk_writes_it_afresh<
     S: RevStore,
     Fut: Future<Output = Option<Fixture<S>>>,
 >(
@@ -1507,36 +1507,51 @@ pub(crate) async fn a_put_reusing_a_damaged_chunk_is_refused<
     let bob = user("bob");
     fx.store.provision_user(&bob).await.expect("provision bob");
     let chunk = CHUNK as usize;
-    let alices = image(42, 16 * chunk);
-    put_ok(&fx.store, &alice, Precondition::MustNotExist, &alices).await;
+    // Two revisions of alice's, both holding the chunk that will be damaged.
+    let first = image(42, 16 * chunk);
+    let r1 = put_ok(&fx.store, &alice, Precondition::MustNotExist, &first)
+        .await
+        .info
+        .revision;
+    let mut second = first.clone();
+    second[12 * chunk + 7] ^= 0xff;
+    put_ok(
+        &fx.store,
+        &alice,
+        Precondition::MustMatch(r1.clone()),
+        &second,
+    )
+    .await;
     let at = 5 * chunk;
-    let damaged = Digest::of(&alices[at..at + chunk]);
+    let damaged = Digest::of(&first[at..at + chunk]);
     (fx.damage)(damaged).await;
-    // Bob's image shares alice's first eight chunks, the damaged one among them.
-    let mut bobs = alices[..8 * chunk].to_vec();
+    let (_, served) = drain(&fx.store, &alice, None).await;
+    assert!(served.is_err(), "the damage is real: {served:?}");
+    // Bob's image shares alice's first eight chunks, the damaged one among them: it lands, and
+    // reads back whole.
+    let mut bobs = first[..8 * chunk].to_vec();
     bobs.extend_from_slice(&image(43, 8 * chunk));
-    match put(&fx.store, &bob, Precondition::MustNotExist, &bobs).await {
-        // Refused as damage: found on the read-back, or (the memory store, which compares
-        // every chunk it is given with what its address holds) as other bytes at the address.
-        Err(PutError::Storage(StorageError::Corrupt { .. }) | PutError::ImageConflict { .. }) => {}
-        other => panic!("a put reusing a damaged chunk was {other:?}"),
+    put_ok(&fx.store, &bob, Precondition::MustNotExist, &bobs).await;
+    assert_eq!(fetch(&fx.store, &bob).await, bobs);
+    // Alice's revisions read whole again, and the store holds no damage.
+    assert_eq!(fetch(&fx.store, &alice).await, second);
+    let (old, served) = drain(&fx.store, &alice, Some(&r1)).await;
+    assert!(served.is_ok(), "{served:?}");
+    assert_eq!(old, first);
+    assert_clean(&fx.store).await;
+    // The same when the put's whole image is one the store already holds: carol pushes alice's
+    // current image after another of its chunks is damaged.
+    let carol = user("carol");
+    fx.store
+        .provision_user(&carol)
+        .await
+        .expect("provision carol");
+    (fx.damage)(Digest::of(&second[2 * chunk..3 * chunk])).await;
+    put_ok(&fx.store, &carol, Precondition::MustNotExist, &second).await;
+    for holder in [&carol, &alice] {
+        assert_eq!(fetch(&fx.store, holder).await, second);
     }
-    assert!(
-        matches!(fx.store.head(&bob).await, Err(ReadError::NotFound)),
-        "nothing of bob's put was stored"
-    );
-    // An image that shares only sound chunks still lands, and reads back whole.
-    let mut sound = alices[8 * chunk..].to_vec();
-    sound.extend_from_slice(&image(44, 4 * chunk));
-    put_ok(&fx.store, &bob, Precondition::MustNotExist, &sound).await;
-    let report = fx.store.check_integrity().await.expect("integrity check");
-    assert!(
-        report
-            .problems
-            .contains(&snug_revstore::IntegrityProblem::ChunkMismatch { chunk: damaged }),
-        "{:?}",
-        report.problems
-    );
+    assert_clean(&fx.store).await;
 }
 
 /// A put that does not land leaves nothing behind (issue 23, point 2): a compare-and-swap loser

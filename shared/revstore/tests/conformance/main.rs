@@ -41,7 +41,7 @@ macro_rules! conformance_suite {
                 chunks_are_deduplicated_across_revisions,
                 ledgers_record_served_and_verdicts,
                 a_damaged_chunk_is_never_served,
-                a_put_reusing_a_damaged_chunk_is_refused,
+                a_put_reusing_a_damaged_chunk_writes_it_afresh,
                 a_put_that_does_not_land_leaves_nothing_behind,
                 a_users_unfinished_puts_are_limited,
                 health_reports_the_backend,
