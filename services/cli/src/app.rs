@@ -87,7 +87,7 @@ pub(crate) enum AppCommand {
         #[command(flatten)]
         secrets: SecretArgs,
     },
-    /// The app rows and their versions (hubns.rs): install, save, versions, show, revert,
+    /// The app rows and their versions (`hubns/apps.rs`): install, save, versions, show, revert,
     /// reset, delete-version, meta, delete, model.
     #[command(flatten)]
     Namespace(crate::hubns::AppOps),

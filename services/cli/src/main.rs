@@ -6,7 +6,7 @@
 //! client (push, pull, bootstrap, origin) in `sync.rs`, with its download progress bar in
 //! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`; `snug import` in
 //! `import.rs`; the hub-namespace operations (app rows and versions, docs, chat, settings,
-//! profile, sync config, secrets) in `hubns.rs`.
+//! profile, sync config, secrets) in `hubns/`, one file per command family.
 //!
 //! Every command works on local files through the domain crates directly (never through gRPC),
 //! writes its outputs atomically (temp file, fsync, rename), never modifies an input except the
@@ -43,7 +43,7 @@
 //!
 //! `snug import IN --into FILE` (`import.rs`) is `snug_schema::import_against` with FILE's baseline
 //! (none when FILE is absent): FILE is replaced atomically only once the import succeeded.
-//! The hub-namespace commands (`hubns.rs`) are what ApplyOperations and Query offer other hubs:
+//! The hub-namespace commands (`hubns/`) are what ApplyOperations and Query offer other hubs:
 //! `snug app install|save|versions|show|revert|reset|delete-version|meta|delete|model`,
 //! `snug docs seed|set|get|list|delete`, `snug chat append|prune|pin|delete|threads|messages`,
 //! `snug settings|profile|sync-config get|set|delete|list`, `snug settings sidecar-identities` and

@@ -112,6 +112,7 @@ mod healthcheck;
 mod operator;
 #[cfg(test)]
 mod tests;
+mod users;
 
 use std::process::ExitCode;
 
@@ -192,7 +193,7 @@ enum Command {
         #[command(flatten)]
         sync: SyncConfig,
         #[command(subcommand)]
-        command: gateway::UsersCommand,
+        command: users::UsersCommand,
     },
     /// Makes an admin token for the admin API (snug.admin.v1 on SNUG_ADMIN_LISTEN): the token on
     /// stdout, and on stderr the SHA-256 the hub keeps (SNUG_ADMIN_TOKEN_SHA256).
@@ -452,7 +453,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let _logs = logs_only(&cli.telemetry);
             sync.sqlite_dir = data.sync();
-            gateway::users(
+            users::users(
                 command,
                 &users,
                 &data.gateway(),
@@ -463,7 +464,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
             .await
         }
-        Command::AdminToken => gateway::admin_token(json),
+        Command::AdminToken => users::admin_token(json),
     }
 }
 
