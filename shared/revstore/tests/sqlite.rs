@@ -96,7 +96,7 @@ async fn a_foreign_file_among_the_packs_refuses_reclamation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corruption_is_found_by_read_back_and_by_the_integrity_check() {
+async fn corruption_is_found_by_the_integrity_check_and_healed_by_a_put_that_shares_it() {
     let fx = sqlite(Tune::default()).await.expect("store");
     let dir = fx
         .guard
@@ -126,21 +126,15 @@ async fn corruption_is_found_by_read_back_and_by_the_integrity_check() {
         "{:?}",
         report.problems
     );
-    // A second user uploading the same bytes deduplicates against the damaged chunk; the
-    // read-back catches it before any pointer moves.
+    // A second user uploading the same bytes would deduplicate against the damaged chunk: the
+    // put checks it first and writes it afresh, which heals alice's image too (issue 36 point 8).
     let bob = user("bob");
     fx.store.provision_user(&bob).await.expect("provision");
-    let err = put(&fx.store, &bob, Precondition::MustNotExist, &bytes)
-        .await
-        .expect_err("refused");
-    assert_eq!(err.reason(), "STORAGE_CORRUPT");
-    assert!(
-        fx.store
-            .list_revisions(&bob, 10)
-            .await
-            .expect("list")
-            .is_empty()
-    );
+    put_ok(&fx.store, &bob, Precondition::MustNotExist, &bytes).await;
+    for holder in [&bob, &u] {
+        assert_eq!(fetch(&fx.store, holder).await, bytes);
+    }
+    assert_clean(&fx.store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

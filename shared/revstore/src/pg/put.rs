@@ -10,7 +10,8 @@ use std::collections::HashSet;
 
 use tokio_postgres::Transaction;
 
-use super::{INFO_COLUMNS, PgStore, Staged, accepted_row, info_row, lock_shared};
+use super::*;
+use super::{INFO_COLUMNS, PgStore, accepted_row, info_row, lock_shared};
 use crate::{
     cas::Accepted,
     chunk,
@@ -425,5 +426,240 @@ impl WriteTx for PgTx<'_> {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// Where a put's chunks go: `bytea` rows, or packs in the object store.
+pub(crate) enum Sink {
+    Rows(PgSink),
+    Packs(Box<packs::PackSink>),
+}
+
+impl ChunkSink for Sink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        match self {
+            Sink::Rows(s) => s.accept(chunks).await,
+            Sink::Packs(s) => s.accept(chunks).await,
+        }
+    }
+}
+
+/// A put's chunks once stored: the manifest (rows), or the manifest and the packs' layout.
+pub(crate) enum Staged {
+    Rows(Vec<Digest>),
+    Packs(packs::Staged),
+}
+
+/// Inserts chunks create-once as they stream in, recording in `streamed_chunks` every chunk the
+/// put relies on and whether it created the row.
+pub(crate) struct PgSink {
+    pool: Pool,
+    publication: i64,
+    lock_key: i64,
+    manifest: Vec<Digest>,
+    seen: HashSet<Digest>,
+    now: i64,
+}
+
+impl ChunkSink for PgSink {
+    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+        let mut hashes: Vec<&[u8]> = Vec::new();
+        let mut datas: Vec<&[u8]> = Vec::new();
+        let digests: Vec<Digest> = chunks.iter().map(|c| Digest::of(c)).collect();
+        for (digest, data) in digests.iter().zip(&chunks) {
+            self.manifest.push(*digest);
+            if self.seen.insert(*digest) {
+                hashes.push(digest.as_bytes().as_slice());
+                datas.push(data.as_ref());
+            }
+        }
+        if hashes.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.pool.get().await.map_err(StorageError::from)?;
+        let tx = client.transaction().await.map_err(StorageError::from)?;
+        // Under the advisory lock, shared: a reclamation pass (exclusive) sees either none of
+        // this batch or all of it recorded against the put, so it never takes a row the put
+        // relies on, and a failed put's own rows are known to be its own.
+        lock_shared(&*tx, self.lock_key).await?;
+        // A row already at a chunk's address is reused, unless its bytes no longer hash to it:
+        // then this put's bytes (hashed above) heal it for every image that shares it (issue
+        // 36 point 8). Only a row the put inserted is its own (`xmax = 0`): a healed row stays
+        // when the put fails.
+        tx.execute(
+            "WITH batch AS (SELECT h, d FROM unnest($1::bytea[], $2::bytea[]) AS t(h, d)),
+                  made AS (INSERT INTO chunks (hash, data, created_at) SELECT h, d, $3 FROM batch
+                           ON CONFLICT (hash) DO UPDATE SET data = excluded.data
+                           WHERE chunks.pack_id IS NULL AND sha256(chunks.data) <> chunks.hash
+                           RETURNING hash, (xmax = 0) AS inserted)
+             INSERT INTO streamed_chunks (publication_id, hash, created)
+             SELECT $4, b.h, EXISTS (SELECT 1 FROM made m WHERE m.hash = b.h AND m.inserted)
+             FROM batch b
+             ON CONFLICT (publication_id, hash) DO NOTHING",
+            &[&hashes, &datas, &self.now, &self.publication],
+        )
+        .await
+        .map_err(StorageError::from)?;
+        tx.commit().await.map_err(StorageError::from)?;
+        Ok(())
+    }
+}
+
+impl Primitives for PgStore {
+    type Publication = i64;
+    type Sink = Sink;
+    type Staged = Staged;
+
+    fn chunk_size(&self) -> usize {
+        self.inner.chunk_size
+    }
+
+    fn quota(&self) -> u64 {
+        self.inner.config.quota_bytes
+    }
+
+    fn staged_limit(&self) -> u64 {
+        self.inner.config.staged_limit()
+    }
+
+    fn faults(&self) -> &crate::config::Faults {
+        &self.inner.config.faults
+    }
+
+    fn write_health(&self) -> &crate::write_health::WriteHealth {
+        &self.inner.write_health
+    }
+
+    async fn begin(&self, intent: &Intent) -> Result<i64, PutError> {
+        self.begin_write(intent).await
+    }
+
+    async fn discard(&self, publication: &i64) {
+        let id = publication.to_string();
+        if let Err(err) = crate::reclaim::discard(self, &id, self.now()).await {
+            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
+        }
+    }
+
+    fn sink(&self, publication: &i64) -> Sink {
+        match &self.inner.objects {
+            Some(objects) => Sink::Packs(Box::new(packs::PackSink::new(
+                self.inner.pool.clone(),
+                objects.clone(),
+                *publication,
+                self.inner.lock_key,
+            ))),
+            None => Sink::Rows(PgSink {
+                pool: self.inner.pool.clone(),
+                publication: *publication,
+                lock_key: self.inner.lock_key,
+                manifest: Vec::new(),
+                seen: HashSet::new(),
+                now: self.now().unix_millis(),
+            }),
+        }
+    }
+
+    async fn publish(
+        &self,
+        publication: &i64,
+        sink: Sink,
+        ingested: Result<Ingested, PutError>,
+    ) -> Result<(Ingested, Staged), PutError> {
+        let ingested = ingested?;
+        let staged = match sink {
+            Sink::Rows(s) => Staged::Rows(s.manifest),
+            Sink::Packs(s) => Staged::Packs(s.finish().await?),
+        };
+        // Record the digest and the stored chunks the image reuses: from here the image is what
+        // the put publishes, and a reclamation pass keeps those chunks. Under the advisory lock
+        // (shared), with the reused chunks checked in the same transaction, so no pass can take
+        // one between the check and the record.
+        let reused: Vec<Digest> = match &staged {
+            Staged::Rows(manifest) => {
+                let distinct: HashSet<&Digest> = manifest.iter().collect();
+                distinct.into_iter().copied().collect()
+            }
+            Staged::Packs(p) => p.reused().into_keys().copied().collect(),
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        lock_shared(&*tx, self.inner.lock_key).await?;
+        if let Staged::Packs(p) = &staged {
+            packs::check_reused_chunks(&*tx, p).await?;
+        }
+        let recorded = tx
+            .execute(
+                "UPDATE publications SET digest = $1, chunks = $2 WHERE id = $3",
+                &[
+                    &ingested.digest.as_bytes().as_slice(),
+                    &chunk::encode_manifest(&reused),
+                    publication,
+                ],
+            )
+            .await?;
+        if recorded == 0 {
+            // Taken while the bytes streamed in (an erasure of the user, or the orphan period).
+            return Err(StorageError::unavailable(protocol::RECORD_GONE).into());
+        }
+        tx.commit().await?;
+        Ok((ingested, staged))
+    }
+
+    async fn read_back(&self, what: ReadBack<'_, Staged>) -> Result<(), PutError> {
+        match what {
+            ReadBack::Staged(Staged::Rows(manifest)) => self.verify(manifest).await,
+            ReadBack::Staged(Staged::Packs(staged)) => self.check_reused_packs(staged).await,
+            ReadBack::Image(digest) if self.inner.objects.is_some() => {
+                self.verify_packed_image(digest)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| match e {
+                        // A restore of a reclaimed image is a missing source, not damage.
+                        StorageError::Corrupt { object } if object == format!("image {digest}") => {
+                            PutError::NotFound
+                        }
+                        e => e.into(),
+                    })
+            }
+            ReadBack::Image(digest) => {
+                let (_, manifest) = self.manifest_of(digest).await?.ok_or(PutError::NotFound)?;
+                self.verify(&manifest).await
+            }
+        }
+    }
+
+    async fn commit(
+        &self,
+        publication: &i64,
+        proposal: Proposal<Staged>,
+    ) -> Result<PutOutcome, PutError> {
+        self.commit_write(*publication, &proposal).await
+    }
+
+    async fn abandon(&self, publication: &i64, intent: &Intent, err: &PutError) {
+        self.abandon_write(*publication, intent, err).await;
+    }
+
+    async fn revision(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> Result<Option<RevisionInfo>, StorageError> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!(
+                    "SELECT {INFO_COLUMNS} FROM revisions WHERE user_id = $1 AND revision = $2"
+                ),
+                &[&user.as_str(), &revision.as_str()],
+            )
+            .await?
+            .map(|r| info_row(&r))
+            .transpose()
+    }
+
+    async fn ledger_refusal(&self, intent: &Intent, err: &PutError) -> Result<(), StorageError> {
+        self.ledger_refusal_now(intent, err).await
     }
 }

@@ -17,6 +17,7 @@
 //!
 //! All blocking work (SQLite, file I/O, hashing) runs on Tokio's blocking pool.
 
+mod absorb;
 mod download;
 mod inspect;
 mod journal;

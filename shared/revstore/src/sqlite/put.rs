@@ -1,6 +1,5 @@
-//! The embedded store's side of a put: the chunk writer (hash, deduplicate against the chunk
-//! index, append the new chunks to one temporary pack), the pack published create-once and read
-//! back, and the transactions of the protocol ([`crate::protocol`]: begin, commit, abandon) run
+//! The embedded store's side of a put: the chunk writer's pack (`absorb.rs`) published
+//! create-once and read back, and the transactions of the protocol ([`crate::protocol`]: begin, commit, abandon) run
 //! over this store's typed statements ([`SqliteTx`]) under the writer lock.
 //!
 //! Every statement of a transaction is a plain SQLite call on the blocking thread that holds the
@@ -15,12 +14,14 @@ use std::{
 };
 
 use bytes::Bytes;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::sync::mpsc;
 
 use super::{
-    INFO_COLUMNS, INSERT_ROWS, Inner, SqliteStore, accepted_row, digest_col, durable, info_row,
-    packs::{self, ChunkLoc, TempPack},
+    INFO_COLUMNS, INSERT_ROWS, Inner, SqliteStore,
+    absorb::{Absorbed, ChannelSink, NEW, check_reused},
+    accepted_row, durable, info_row,
+    packs::{self, ChunkLoc},
 };
 use crate::{
     cas::Accepted,
@@ -33,223 +34,6 @@ use crate::{
         Digest, IdempotencyKey, Principal, PutOutcome, Revision, RevisionInfo, Timestamp, UserId,
     },
 };
-
-/// What the chunk writer produced for one put.
-pub(crate) struct Absorbed {
-    manifest: Vec<Digest>,
-    /// Per chunk: where it already is (`pack >= 0`) or its offset in the new pack (`pack == NEW`).
-    locs: Vec<ChunkLoc>,
-    pack: Option<NewPack>,
-    /// Stored chunks found damaged, with where the index had them: written afresh in `pack`.
-    rewritten: HashMap<Digest, ChunkLoc>,
-}
-
-pub(crate) struct NewPack {
-    temp: TempPack,
-    chunks: Vec<(Digest, u64, u32)>,
-}
-
-/// Pseudo pack id for chunks in the pack this put is writing.
-const NEW: i64 = -1;
-
-/// Hands chunk batches to the blocking chunk writer.
-pub(crate) struct ChannelSink(mpsc::Sender<Vec<Bytes>>);
-
-impl ChunkSink for ChannelSink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
-        // A closed channel means the writer failed; its own error is reported by the caller.
-        self.0
-            .send(chunks)
-            .await
-            .map_err(|_| PutError::Storage(StorageError::unavailable("chunk writer stopped")))
-    }
-}
-
-impl Inner {
-    /// Hashes chunks, deduplicates them against the chunk index and this put, and appends the new
-    /// ones to a temporary pack. Runs on a blocking thread while the async side keeps reading.
-    fn absorb(&self, mut rx: mpsc::Receiver<Vec<Bytes>>) -> Result<Absorbed, PutError> {
-        // Two stages on two threads: one hashes chunks, the other deduplicates and writes them.
-        // With the whole-image digest computed on the async side, the three passes over the bytes
-        // run side by side instead of one after another.
-        let (hashed_tx, hashed_rx) = std::sync::mpsc::sync_channel::<(Vec<Bytes>, Vec<Digest>)>(2);
-        std::thread::scope(|scope| {
-            scope.spawn(move || {
-                while let Some(batch) = rx.blocking_recv() {
-                    let hashes: Vec<Digest> = batch.iter().map(|c| Digest::of(c)).collect();
-                    if hashed_tx.send((batch, hashes)).is_err() {
-                        break;
-                    }
-                }
-            });
-            self.with_reader(|conn| {
-                let mut manifest = Vec::new();
-                let mut locs = Vec::new();
-                let mut pack: Option<NewPack> = None;
-                let mut in_pack: HashMap<Digest, (u64, u32)> = HashMap::new();
-                let mut rewritten: HashMap<Digest, ChunkLoc> = HashMap::new();
-                for (batch, hashes) in hashed_rx {
-                    let unknown: Vec<&Digest> = hashes
-                        .iter()
-                        .filter(|h| !in_pack.contains_key(*h))
-                        .collect();
-                    let mut found = lookup_chunks(conn, &unknown)?;
-                    // A stored chunk is reused only once read and checked against its address:
-                    // a damaged one is written afresh below (issue 36 point 8).
-                    for digest in self.damaged_among(conn, &found)? {
-                        if let Some(was) = found.remove(&digest) {
-                            rewritten.insert(digest, was);
-                        }
-                    }
-                    for (bytes, hash) in batch.iter().zip(&hashes) {
-                        let len = bytes.len() as u32;
-                        let loc = if let Some(loc) = found.get(hash) {
-                            *loc
-                        } else if let Some((offset, len)) = in_pack.get(hash) {
-                            ChunkLoc {
-                                pack: NEW,
-                                offset: *offset,
-                                len: *len,
-                            }
-                        } else {
-                            if pack.is_none() {
-                                pack = Some(NewPack {
-                                    temp: TempPack::create(&self.tmp_dir)?,
-                                    chunks: Vec::new(),
-                                });
-                            }
-                            let p = pack.as_mut().ok_or_else(|| io::Error::other("no pack"))?;
-                            let offset = p.temp.append(bytes)?;
-                            p.chunks.push((*hash, offset, len));
-                            in_pack.insert(*hash, (offset, len));
-                            ChunkLoc {
-                                pack: NEW,
-                                offset,
-                                len,
-                            }
-                        };
-                        manifest.push(*hash);
-                        locs.push(loc);
-                    }
-                }
-                if let Some(p) = pack.as_mut() {
-                    let file = p.temp.finish_writes()?;
-                    // Read the new chunks back while the fsync runs: both must succeed before the
-                    // pack is published, and neither needs the other.
-                    let files = HashMap::from([(NEW, Arc::new(file.try_clone()?))]);
-                    let new_locs: Vec<ChunkLoc> = p
-                        .chunks
-                        .iter()
-                        .map(|(_, offset, len)| ChunkLoc {
-                            pack: NEW,
-                            offset: *offset,
-                            len: *len,
-                        })
-                        .collect();
-                    let new_digests: Vec<Digest> = p.chunks.iter().map(|(d, _, _)| *d).collect();
-                    let (synced, verified) = std::thread::scope(|s| {
-                        let sync = s.spawn(|| file.sync_all());
-                        let verified = packs::verify_chunks(&files, &new_locs, &new_digests);
-                        (
-                            sync.join()
-                                .unwrap_or_else(|_| Err(io::Error::other("fsync thread panicked"))),
-                            verified,
-                        )
-                    });
-                    synced?;
-                    if let Err(chunk) = verified {
-                        return Err(StorageError::Corrupt {
-                            object: format!("chunk {chunk}"),
-                        }
-                        .into());
-                    }
-                }
-                Ok(Absorbed {
-                    manifest,
-                    locs,
-                    pack,
-                    rewritten,
-                })
-            })
-        })
-    }
-}
-
-impl Inner {
-    /// The chunks among `found` (where the index has them) whose stored bytes are damaged or
-    /// gone.
-    fn damaged_among(
-        &self,
-        conn: &Connection,
-        found: &HashMap<Digest, ChunkLoc>,
-    ) -> Result<Vec<Digest>, PutError> {
-        if found.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut chunks: Vec<(ChunkLoc, Digest)> = found.iter().map(|(d, l)| (*l, *d)).collect();
-        chunks.sort_by_key(|(loc, _)| (loc.pack, loc.offset));
-        let (locs, digests): (Vec<ChunkLoc>, Vec<Digest>) = chunks.into_iter().unzip();
-        let paths = Inner::pack_paths(conn, locs.iter().map(|l| l.pack), &self.packs_dir)?;
-        // A pack file that cannot be opened holds damaged chunks as much as one that misreads.
-        let files: packs::PackFiles = paths
-            .iter()
-            .filter_map(|(id, path)| Some((*id, Arc::new(File::open(path).ok()?))))
-            .collect();
-        Ok(packs::damaged_chunks(&files, &locs, &digests))
-    }
-}
-
-/// Checks that every chunk a put deduplicated against the index is still where it found it.
-fn check_reused(conn: &Connection, absorbed: &Absorbed) -> Result<(), PutError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM chunks WHERE hash = ?1 AND pack_id = ?2 AND offset = ?3)",
-    )?;
-    for (loc, hash) in absorbed.locs.iter().zip(&absorbed.manifest) {
-        if loc.pack != NEW
-            && !stmt.query_row(
-                params![hash.as_bytes().as_slice(), loc.pack, loc.offset as i64],
-                |r| r.get::<_, bool>(0),
-            )?
-        {
-            return Err(
-                StorageError::unavailable("a chunk was reclaimed during the put; retry").into(),
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Looks up where the given chunks are stored, in batches of bound parameters.
-fn lookup_chunks(
-    conn: &Connection,
-    hashes: &[&Digest],
-) -> Result<HashMap<Digest, ChunkLoc>, rusqlite::Error> {
-    let mut out = HashMap::new();
-    for group in hashes.chunks(256) {
-        let placeholders = vec!["?"; group.len()].join(",");
-        let sql =
-            format!("SELECT hash, pack_id, offset, len FROM chunks WHERE hash IN ({placeholders})");
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(
-            rusqlite::params_from_iter(group.iter().map(|h| h.as_bytes().as_slice())),
-            |r| {
-                Ok((
-                    digest_col(r.get(0)?)?,
-                    ChunkLoc {
-                        pack: r.get(1)?,
-                        offset: r.get::<_, i64>(2)? as u64,
-                        len: r.get::<_, i64>(3)? as u32,
-                    },
-                ))
-            },
-        )?;
-        for row in rows {
-            let (h, loc) = row?;
-            out.insert(h, loc);
-        }
-    }
-    Ok(out)
-}
 
 /// The identity of a put in flight between its steps.
 #[derive(Clone, Copy, Debug)]
