@@ -3,7 +3,7 @@
 //!
 //! Container commands (inspect, protect, unlock, passwd, rotate-recovery-key, unprotect) live in
 //! `container.rs`; user-database commands (check, migrate, export, init) in `schema.rs`; the sync
-//! client (push, pull, bootstrap, origin) in `sync.rs`, with its download progress bar in
+//! client (push, pull, bootstrap, origin) in `sync/`, with its download progress bar in
 //! `progress.rs`; per-app tables (list, export, sql, persist) in `app.rs`; `snug import` in
 //! `import.rs`; the hub-namespace operations (app rows and versions, docs, chat, settings,
 //! profile, sync config, secrets) in `hubns/`, one file per command family.
@@ -52,7 +52,7 @@
 //! (`PROTECTED`, 3); a name the file lacks or a state that forbids the operation is 2, a row no
 //! conforming hub writes 4.
 //!
-//! `snug sync` (`sync.rs`: push, pull, bootstrap, origin) is the client side of §9.4 over
+//! `snug sync` (`sync/`: push, pull, bootstrap, origin) is the client side of §9.4 over
 //! `snug-restore`'s one origin contract (describe / download / push(bytes, base)) and its two
 //! origins, a hub over HTTP (`HubOrigin`; the CLI still links no tonic) and a plain directory
 //! (`DirOrigin`); how each works is in their module docs (`shared/restore/src/origin/`).
