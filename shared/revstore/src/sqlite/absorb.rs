@@ -35,6 +35,24 @@ pub(crate) struct NewPack {
     pub(super) chunks: Vec<(Digest, u64, u32)>,
 }
 
+impl NewPack {
+    /// Where each of the pack's chunks is in it (pack [`NEW`]), and their digests, to read them
+    /// back.
+    pub(super) fn in_pack(&self) -> (Vec<ChunkLoc>, Vec<Digest>) {
+        self.chunks
+            .iter()
+            .map(|(digest, offset, len)| {
+                let loc = ChunkLoc {
+                    pack: NEW,
+                    offset: *offset,
+                    len: *len,
+                };
+                (loc, *digest)
+            })
+            .unzip()
+    }
+}
+
 /// Pseudo pack id for chunks in the pack this put is writing.
 pub(super) const NEW: i64 = -1;
 
@@ -123,16 +141,7 @@ impl Inner {
                     // Read the new chunks back while the fsync runs: both must succeed before the
                     // pack is published, and neither needs the other.
                     let files = HashMap::from([(NEW, Arc::new(file.try_clone()?))]);
-                    let new_locs: Vec<ChunkLoc> = p
-                        .chunks
-                        .iter()
-                        .map(|(_, offset, len)| ChunkLoc {
-                            pack: NEW,
-                            offset: *offset,
-                            len: *len,
-                        })
-                        .collect();
-                    let new_digests: Vec<Digest> = p.chunks.iter().map(|(d, _, _)| *d).collect();
+                    let (new_locs, new_digests) = p.in_pack();
                     let (synced, verified) = std::thread::scope(|s| {
                         let sync = s.spawn(|| file.sync_all());
                         let verified = packs::verify_chunks(&files, &new_locs, &new_digests);

@@ -145,16 +145,7 @@ impl Inner {
                     let occupant = File::open(&dest)?;
                     let same_len = occupant.metadata()?.len() == pack.temp.len;
                     let files = HashMap::from([(NEW, Arc::new(occupant))]);
-                    let locs: Vec<ChunkLoc> = pack
-                        .chunks
-                        .iter()
-                        .map(|(_, offset, len)| ChunkLoc {
-                            pack: NEW,
-                            offset: *offset,
-                            len: *len,
-                        })
-                        .collect();
-                    let digests: Vec<Digest> = pack.chunks.iter().map(|(d, _, _)| *d).collect();
+                    let (locs, digests) = pack.in_pack();
                     if !same_len || packs::verify_chunks(&files, &locs, &digests).is_err() {
                         return Err(PutError::ImageConflict {
                             identity: format!("pack {name}"),
