@@ -342,6 +342,10 @@ async fn dripping_uploads_are_cut_off_and_do_not_starve_other_users() {
             "over its share, it waited for the drip (grace 1 s) to be cut off"
         );
         assert_eq!(get_userdb(&http, token).await.body.as_ref(), big.as_slice());
+        eprintln!(
+            "an upload over its share waited aside and landed {:?} after the drips began",
+            answered.duration_since(started)
+        );
     }
 }
 
