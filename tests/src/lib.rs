@@ -90,7 +90,10 @@ use hyper::body::Frame;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use snug_files::sealed::Sealer;
 use snug_gateway::config::{AuthMode, GatewayConfig};
-use snug_rpc::server::{ServerConfig, Services};
+use snug_rpc::{
+    runtime::Runtime,
+    server::{ServerConfig, Services},
+};
 use snug_sync_service::{SyncConfig, SyncServer};
 use snug_users::{Directory, DirectoryConfig};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -235,19 +238,21 @@ impl Hub {
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub
         // has its own, so hubs running side by side share no sealed buffers or budget.
         let sealer = Sealer::new(config.zero_copy_cache_bytes());
-        let sync_config = SyncConfig {
-            sqlite_dir: options
-                .sync_dir
-                .clone()
-                .unwrap_or_else(|| dir.path().join("sync")),
-            sealer: sealer.clone(),
-            quota_bytes: options.quota_bytes,
-            reclaim_interval: Duration::ZERO,
+        let sync_runtime = Runtime {
             upload_budget: options
                 .upload_budget
                 .clone()
                 .unwrap_or_default()
                 .paced(options.upload_pace),
+            sealer: sealer.clone(),
+            dir: options
+                .sync_dir
+                .clone()
+                .unwrap_or_else(|| dir.path().join("sync")),
+        };
+        let sync_config = SyncConfig {
+            quota_bytes: options.quota_bytes,
+            reclaim_interval: Duration::ZERO,
             ..SyncConfig::default()
         };
         let sync_config = match options.keep_revisions {
@@ -258,10 +263,10 @@ impl Hub {
             },
             None => sync_config,
         };
-        let store = snug_sync_service::open_store(&sync_config)
+        let store = snug_sync_service::open_store(&sync_config, &sync_runtime)
             .await
             .expect("sync store");
-        let sync = SyncServer::new(store, &sync_config);
+        let sync = SyncServer::new(store, &sync_config, &sync_runtime);
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let grpc = grpc_listener.local_addr().expect("addr");
         let grpc_task = Some(spawn_services(
@@ -437,7 +442,8 @@ impl Hub {
 
 /// The services a test hub runs (all but the container service, which the gateway never calls).
 fn services(sync: SyncServer) -> Services {
-    snug_schema_service::services(&Default::default())
+    let runtime = Runtime::default();
+    snug_schema_service::services(&Default::default(), &runtime)
         .with(
             snug_sync_service::service(sync),
             &[snug_sync_service::observe::classify],
@@ -445,6 +451,7 @@ fn services(sync: SyncServer) -> Services {
         .with(
             snug_materialize_service::service(snug_materialize_service::MaterializeServer::new(
                 &Default::default(),
+                &runtime,
             )),
             &[],
         )

@@ -1,16 +1,20 @@
 //! The composed hub in-process: health, reflection, the container and the schema services on one
 //! port, composed the way `snug-hub serve` composes them.
 
-use snug_rpc::server::{ServerConfig, serve};
+use snug_rpc::{
+    runtime::Runtime,
+    server::{ServerConfig, serve},
+};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
 async fn start() -> Channel {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let mut services = snug_container_service::services(&Default::default());
+    let runtime = Runtime::default();
+    let mut services = snug_container_service::services(&Default::default(), &runtime);
     services.routes = services.routes.add_service(snug_schema_service::service(
-        snug_schema_service::SchemaServer::new(&Default::default()),
+        snug_schema_service::SchemaServer::new(&Default::default(), &runtime),
     ));
     services.names.push(snug_schema_service::SERVICE_NAME);
     tokio::spawn(async move {
@@ -139,7 +143,7 @@ async fn start_with(
 ) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let services = snug_container_service::services(&Default::default());
+    let services = snug_container_service::services(&Default::default(), &Runtime::default());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         serve(&config, listener, services, async move {
@@ -287,24 +291,25 @@ async fn health_checks_are_answered_while_the_limit_is_saturated() {
 /// Every service the hub runs, on one loopback port, as `snug-hub serve` composes them.
 async fn start_every_service() -> (std::net::SocketAddr, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sync_config = snug_sync_service::SyncConfig {
-        sqlite_dir: dir.path().join("sync"),
-        ..Default::default()
-    };
-    let store = snug_sync_service::open_store(&sync_config)
+    let sync_config = snug_sync_service::SyncConfig::default();
+    let runtime = Runtime::default();
+    let sync_runtime = runtime.in_dir(dir.path().join("sync"));
+    let store = snug_sync_service::open_store(&sync_config, &sync_runtime)
         .await
         .expect("sync store");
-    let sync = snug_sync_service::SyncServer::new(store, &sync_config);
-    let services = snug_container_service::services(&Default::default())
+    let sync = snug_sync_service::SyncServer::new(store, &sync_config, &sync_runtime);
+    let services = snug_container_service::services(&Default::default(), &runtime)
         .with(
             snug_schema_service::service(snug_schema_service::SchemaServer::new(
                 &Default::default(),
+                &runtime,
             )),
             &[],
         )
         .with(
             snug_materialize_service::service(snug_materialize_service::MaterializeServer::new(
                 &Default::default(),
+                &runtime,
             )),
             &[],
         )

@@ -66,10 +66,11 @@ async fn replicas_each(oidc_a: OidcArgs, oidc_b: OidcArgs) -> Option<Replicas> {
         reclaim_interval: Duration::ZERO,
         ..SyncConfig::default()
     };
-    let store = snug_sync_service::open_store(&sync_config)
+    let runtime = snug_rpc::runtime::Runtime::default();
+    let store = snug_sync_service::open_store(&sync_config, &runtime)
         .await
         .expect("sync store on PostgreSQL");
-    let sync = SyncServer::new(store, &sync_config);
+    let sync = SyncServer::new(store, &sync_config, &runtime);
     let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let grpc = grpc_listener.local_addr().expect("addr");
     let (services, _task) = spawn_services(grpc_listener, sync, None);

@@ -35,12 +35,17 @@ async fn start(configured: bool) -> Port {
     .await
     .expect("directory");
     let config = SyncConfig {
-        sqlite_dir: dir.path().join("sync"),
         reclaim_interval: Duration::ZERO,
         ..SyncConfig::default()
     };
-    let store = snug_sync_service::open_store(&config).await.expect("store");
-    let services = snug_sync_service::services(store, &config);
+    let runtime = snug_rpc::runtime::Runtime {
+        dir: dir.path().join("sync"),
+        ..Default::default()
+    };
+    let store = snug_sync_service::open_store(&config, &runtime)
+        .await
+        .expect("store");
+    let services = snug_sync_service::services(store, &config, &runtime);
     let local = snug_rpc::server::local(&ServerConfig::for_tests(), services).await;
     let sync = SyncServiceClient::new(Traced::new(local));
     let admin = Admin::new(

@@ -216,9 +216,17 @@ async fn start_server() -> Channel {
     let addr = listener.local_addr().unwrap();
     let config = ContainerConfig::default();
     let server_config = ServerConfig::for_tests();
-    tokio::spawn(
-        async move { serve(&server_config, &config, listener, std::future::pending()).await },
-    );
+    tokio::spawn(async move {
+        let runtime = snug_rpc::runtime::Runtime::default();
+        serve(
+            &server_config,
+            &config,
+            &runtime,
+            listener,
+            std::future::pending(),
+        )
+        .await
+    });
     // The client gets the same windows and frame size as the server (snug_rpc::server), so
     // neither direction waits on flow control; tonic sets TCP_NODELAY on client sockets.
     Channel::from_shared(format!("http://{addr}"))

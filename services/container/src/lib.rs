@@ -40,6 +40,7 @@ use snug_rpc::{
     budget::UploadBudget,
     chunks::{self, Receiver, ResponseStream},
     framed,
+    runtime::Runtime,
     server::{ServerConfig, Services, parse_duration},
     status::from_reason,
 };
@@ -92,11 +93,6 @@ pub struct ContainerConfig {
     /// reused buffer's pages are already mapped, which saves faulting in 64 MiB per unlock.
     #[arg(long, env = "SNUG_CONTAINER_BUFFER_POOL", default_value_t = 2)]
     pub buffer_pool: usize,
-    /// Bytes of uploads this service holds in memory at once (`snug_rpc::budget`). Not a flag:
-    /// the composition root builds one budget from SNUG_UPLOAD_BUDGET_MIB for every service of
-    /// the process.
-    #[arg(skip)]
-    pub upload_budget: UploadBudget,
 }
 
 impl Default for ContainerConfig {
@@ -108,7 +104,6 @@ impl Default for ContainerConfig {
             kdf_concurrency: None,
             kdf_queue_timeout: Duration::from_secs(10),
             buffer_pool: 2,
-            upload_budget: UploadBudget::default(),
         }
     }
 }
@@ -216,15 +211,16 @@ pub struct ContainerServer {
 }
 
 impl ContainerServer {
-    /// Builds the service from its configuration.
-    pub fn new(config: &ContainerConfig) -> Self {
+    /// Builds the service from its configuration, its uploads admitted against the runtime's
+    /// budget.
+    pub fn new(config: &ContainerConfig, runtime: &Runtime) -> Self {
         let concurrency = config.kdf_concurrency.unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2)
         });
         Self {
-            budget: config.upload_budget.clone(),
+            budget: runtime.upload_budget.clone(),
             limits: config.limits(),
             iterations_ceiling: config.iterations_ceiling,
             pool: Arc::new(KdfPool::new(concurrency, config.kdf_queue_timeout)),
@@ -484,18 +480,22 @@ pub fn service(
 }
 
 /// The routes and health names of this service, for composing into a server.
-pub fn services(config: &ContainerConfig) -> Services {
-    Services::default().with(service(ContainerServer::new(config)), &[observe::classify])
+pub fn services(config: &ContainerConfig, runtime: &Runtime) -> Services {
+    Services::default().with(
+        service(ContainerServer::new(config, runtime)),
+        &[observe::classify],
+    )
 }
 
 /// Serves the container service alone on `listener` until `shutdown` completes.
 pub async fn serve(
     server_config: &ServerConfig,
     config: &ContainerConfig,
+    runtime: &Runtime,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
+    snug_rpc::server::serve(server_config, listener, services(config, runtime), shutdown).await
 }
 
 fn secrets(secrets: Option<pb::Secrets>) -> Secrets {

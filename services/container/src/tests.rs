@@ -27,18 +27,33 @@ fn test_config() -> ContainerConfig {
 }
 
 async fn start(config: ContainerConfig) -> ContainerServiceClient<Channel> {
-    ContainerServiceClient::new(start_channel(config).await)
+    start_with(config, snug_rpc::runtime::Runtime::default()).await
+}
+
+/// [`start`], its uploads admitted against `runtime`'s budget.
+async fn start_with(
+    config: ContainerConfig,
+    runtime: snug_rpc::runtime::Runtime,
+) -> ContainerServiceClient<Channel> {
+    ContainerServiceClient::new(start_channel(config, runtime).await)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE)
 }
 
-async fn start_channel(config: ContainerConfig) -> Channel {
+async fn start_channel(config: ContainerConfig, runtime: snug_rpc::runtime::Runtime) -> Channel {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_config = ServerConfig::for_tests();
-    tokio::spawn(
-        async move { serve(&server_config, &config, listener, std::future::pending()).await },
-    );
+    tokio::spawn(async move {
+        serve(
+            &server_config,
+            &config,
+            &runtime,
+            listener,
+            std::future::pending(),
+        )
+        .await
+    });
     Channel::from_shared(format!("http://{addr}"))
         .expect("url")
         .connect()
@@ -718,16 +733,18 @@ async fn a_burst_beyond_the_kdf_pool_is_refused_as_overloaded() {
         min_iterations: 1_000,
         kdf_concurrency: Some(1),
         kdf_queue_timeout: Duration::from_millis(1),
-        // These unlocks declare no length, so each is admitted for the whole container limit: a
-        // budget for all eight keeps the burst at the KDF pool, which this test is about.
-        upload_budget: snug_rpc::budget::UploadBudget::new(1 << 30, Duration::from_secs(5)),
         ..ContainerConfig::default()
     };
+    // These unlocks declare no length, so each is admitted for the whole container limit: a
+    // budget for all eight keeps the burst at the KDF pool, which this test is about.
+    let runtime = snug_rpc::runtime::Runtime::default().with_budget(
+        snug_rpc::budget::UploadBudget::new(1 << 30, Duration::from_secs(5)),
+    );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/vectors/reference/containers");
     let container =
         Bytes::from(std::fs::read(dir.join("c01-reference-random-600k.snug")).expect("vector"));
-    let client = start(config).await;
+    let client = start_with(config, runtime).await;
     // Eight 600k-iteration unlocks against one slot with a 1 ms queue: most must be shed with a
     // typed, retryable reason, and none may hang or fail any other way.
     let results = futures::future::join_all((0..8).map(|_| {
@@ -803,7 +820,7 @@ impl tonic::codec::Decoder for RawDecoder {
 
 #[tokio::test]
 async fn undecodable_messages_are_invalid_arguments_with_a_reason() {
-    let channel = start_channel(test_config()).await;
+    let channel = start_channel(test_config(), snug_rpc::runtime::Runtime::default()).await;
     // Field 1 announces 5 bytes and carries 1; a header whose passphrase (a `string`) is not UTF-8.
     let cases: [(&str, &str, Bytes); 2] = [
         (
@@ -847,7 +864,7 @@ async fn undecodable_messages_are_invalid_arguments_with_a_reason() {
 
 #[tokio::test]
 async fn a_stream_message_over_the_decode_limit_is_too_large() {
-    let channel = start_channel(test_config()).await;
+    let channel = start_channel(test_config(), snug_rpc::runtime::Runtime::default()).await;
     // A client that encodes what no well-behaved sender would: one message past the server's
     // decode limit.
     let mut client = ContainerServiceClient::new(channel).max_encoding_message_size(usize::MAX);
@@ -871,7 +888,7 @@ async fn a_stream_message_over_the_decode_limit_is_too_large() {
 /// the shared runtime (domain `snug.rpc`), where tonic said INTERNAL and OUT_OF_RANGE.
 #[tokio::test]
 async fn a_unary_request_without_its_message_or_over_the_limit_is_refused_typed() {
-    let channel = start_channel(test_config()).await;
+    let channel = start_channel(test_config(), snug_rpc::runtime::Runtime::default()).await;
     let path = "/snug.container.v1.ContainerService/DetectFormat";
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.expect("ready");

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use snug_proto::sync::v1::{self as pb, sync_service_client::SyncServiceClient};
+use snug_rpc::runtime::Runtime;
 use snug_sync_service::{SyncConfig, SyncServer};
 
 /// Exit status of a check that found problems.
@@ -112,7 +113,11 @@ fn kind_name(kind: pb::IntegrityProblemKind) -> &'static str {
 }
 
 /// Runs the check and reports it.
-pub(crate) async fn run(args: CheckArgs, sync: &SyncConfig) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(
+    args: CheckArgs,
+    sync: &SyncConfig,
+    runtime: &Runtime,
+) -> anyhow::Result<ExitCode> {
     let mut seen = Seen::default();
     match &args.addr {
         Some(addr) => {
@@ -133,11 +138,11 @@ pub(crate) async fn run(args: CheckArgs, sync: &SyncConfig) -> anyhow::Result<Ex
             }
         }
         None => {
-            let store = snug_sync_service::open_store(sync).await.context(
+            let store = snug_sync_service::open_store(sync, runtime).await.context(
                 "cannot open the sync store (while a hub has it open, pass --sync-addr)",
             )?;
             // The service's own stream, without the network: the same messages either way.
-            let mut stream = std::pin::pin!(SyncServer::new(store, sync).check_stream());
+            let mut stream = std::pin::pin!(SyncServer::new(store, sync, runtime).check_stream());
             while let Some(message) = stream.next().await {
                 seen.take(message.context("the check failed")?, args.json);
             }

@@ -123,6 +123,7 @@ use snug_files::sealed::Sealer;
 use snug_materialize_service::{MaterializeConfig, MaterializeServer};
 use snug_rpc::telemetry::{Telemetry, TelemetryConfig};
 use snug_rpc::{
+    runtime::Runtime,
     server::{ServerConfig, Services, serve, shutdown_signal},
     service_token::ServiceToken,
 };
@@ -285,6 +286,11 @@ struct DataDir {
 }
 
 impl DataDir {
+    /// The data directory itself.
+    fn root(&self) -> std::path::PathBuf {
+        self.data_dir.clone()
+    }
+
     /// Where the embedded sync store keeps its files.
     fn sync(&self) -> std::path::PathBuf {
         self.data_dir.join("sync")
@@ -354,26 +360,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Serve(mut args) => {
-            // The composition root owns the data directory's layout: one subdirectory per
-            // component that keeps files, none reaching into another's.
-            args.sync.sqlite_dir = data.sync();
             // And the one address of the sync service, which only the gateway alone calls.
             args.gateway.sync_addr = sync_addr;
             // And the one service token: required by its servers, presented by its clients.
             args.server.service_token = service_token;
-            // It also owns the one sealer: where the gateway shares the process with the sync
+            // The process's runtime: the one upload budget its services share (they never call
+            // each other; the gateway holds no upload: it streams each body to the service that
+            // stores it), and the one sealer: where the gateway shares the process with the sync
             // store, the store seals the images it keeps and the gateway sends them from the
             // sealed memfds. Anywhere else sealing would only cost memory, so it stays off.
+            let mut runtime = Runtime::for_server(&args.server, data.root());
             if args.service.is_none() {
-                args.sync.sealer = Sealer::new(args.gateway.zero_copy_cache_bytes());
+                runtime.sealer = Sealer::new(args.gateway.zero_copy_cache_bytes());
             }
-            // And the upload budget the process's services share (they never call each other);
-            // the gateway holds no upload: it streams each body to the service that stores it.
-            let services_budget = args.server.upload_budget();
-            args.container.upload_budget = services_budget.clone();
-            args.schema.upload_budget = services_budget.clone();
-            args.sync.upload_budget = services_budget.clone();
-            args.materialize.upload_budget = services_budget;
             let telemetry = snug_rpc::telemetry::init(&cli.telemetry, role_name(args.service))?;
             let served = async {
                 // The gateway roles serve the admin API beside the metrics (they hold the users
@@ -381,7 +380,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 if !matches!(args.service, None | Some(ServiceName::Gateway)) {
                     start_admin(args.server.admin_listen, None).await?;
                 }
-                serve_role(&args, &data).await
+                serve_role(&args, &data, &runtime).await
             }
             .await;
             // Spans still buffered (the last requests before SIGTERM) are exported before exit.
@@ -393,16 +392,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             healthcheck::run(args).await
         }
         Command::Sync {
-            command: SyncCommand::Check { addr, mut sync },
+            command: SyncCommand::Check { addr, sync },
         } => {
             let _logs = logs_only(&cli.telemetry);
-            sync.sqlite_dir = data.sync();
             let args = check::CheckArgs {
                 addr: addr.or(sync_addr),
                 token: service_token,
                 json,
             };
-            check::run(args, &sync).await
+            check::run(args, &sync, &operator::sync_runtime(&data)).await
         }
         Command::Sync {
             command:
@@ -448,18 +446,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Users {
             users,
-            mut sync,
+            sync,
             command,
         } => {
             let _logs = logs_only(&cli.telemetry);
-            sync.sqlite_dir = data.sync();
             users::users(
                 command,
                 &users,
                 &data.gateway(),
                 sync_addr.as_deref(),
                 service_token.as_ref(),
-                &sync,
+                (&sync, &operator::sync_runtime(&data)),
                 json,
             )
             .await
@@ -488,8 +485,7 @@ enum UserReport {
 
 impl UserCommand {
     /// Runs the command and prints its report, or its refusal.
-    async fn run(mut self, json: bool) -> anyhow::Result<ExitCode> {
-        self.sync.sqlite_dir = self.data.sync();
+    async fn run(self, json: bool) -> anyhow::Result<ExitCode> {
         let gateway_dir = self.data.gateway();
         let reach = erase::Reach {
             users: &self.users,
@@ -497,7 +493,7 @@ impl UserCommand {
             sync: operator::sync_client(
                 self.sync_addr.as_deref(),
                 self.service_token.as_ref(),
-                &self.sync,
+                (&self.sync, &operator::sync_runtime(&self.data)),
             )
             .await?,
         };
@@ -554,7 +550,11 @@ pub(crate) async fn start_admin(
 }
 
 /// Runs what `snug-hub serve [SERVICE]` names until SIGTERM.
-async fn serve_role(args: &ServeArgs, data: &DataDir) -> anyhow::Result<ExitCode> {
+async fn serve_role(
+    args: &ServeArgs,
+    data: &DataDir,
+    runtime: &Runtime,
+) -> anyhow::Result<ExitCode> {
     let ServeArgs {
         service,
         server,
@@ -569,14 +569,23 @@ async fn serve_role(args: &ServeArgs, data: &DataDir) -> anyhow::Result<ExitCode
         gateway::serve_gateway(server, gateway, &data.gateway()).await?;
         return Ok(ExitCode::SUCCESS);
     }
-    let services = compose(service, container, schema, materialize, sync).await?;
+    // Each component that keeps files keeps them in its own subdirectory: the composition root
+    // owns the data directory's layout.
+    let sync_runtime = runtime.in_dir(data.sync());
+    let services = compose(
+        service,
+        (container, schema, materialize, sync),
+        runtime,
+        &sync_runtime,
+    )
+    .await?;
     if service.is_none() {
         gateway::serve_with_gateway(
             server,
             services,
             gateway,
             &data.gateway(),
-            sync.sealer.clone(),
+            runtime.sealer.clone(),
         )
         .await?;
         return Ok(ExitCode::SUCCESS);
@@ -593,32 +602,42 @@ async fn serve_role(args: &ServeArgs, data: &DataDir) -> anyhow::Result<ExitCode
 /// Chooses the services one process hosts; opens the sync store when sync is among them.
 async fn compose(
     only: Option<ServiceName>,
-    container: &ContainerConfig,
-    schema: &SchemaConfig,
-    materialize: &MaterializeConfig,
-    sync: &SyncConfig,
+    (container, schema, materialize, sync): (
+        &ContainerConfig,
+        &SchemaConfig,
+        &MaterializeConfig,
+        &SyncConfig,
+    ),
+    runtime: &Runtime,
+    sync_runtime: &Runtime,
 ) -> anyhow::Result<Services> {
     Ok(match only {
         Some(ServiceName::Gateway) => {
             anyhow::bail!("the gateway is served over HTTP, not composed into gRPC")
         }
-        Some(ServiceName::Container) => snug_container_service::services(container),
-        Some(ServiceName::Schema) => snug_schema_service::services(schema),
-        Some(ServiceName::Materialize) => snug_materialize_service::services(materialize),
-        Some(ServiceName::Sync) => {
-            snug_sync_service::services(snug_sync_service::open_store(sync).await?, sync)
-        }
+        Some(ServiceName::Container) => snug_container_service::services(container, runtime),
+        Some(ServiceName::Schema) => snug_schema_service::services(schema, runtime),
+        Some(ServiceName::Materialize) => snug_materialize_service::services(materialize, runtime),
+        Some(ServiceName::Sync) => snug_sync_service::services(
+            snug_sync_service::open_store(sync, sync_runtime).await?,
+            sync,
+            sync_runtime,
+        ),
         None => {
             // One router for every service: tonic routes by the service name in the path, so the
             // services are added to the same `Routes` rather than merging two routers (each has
             // its own fallback, and axum refuses to merge two fallbacks).
             // With no configuration this is the embedded store under ./snug-data/sync.
-            let sync_server = SyncServer::new(snug_sync_service::open_store(sync).await?, sync);
+            let store = snug_sync_service::open_store(sync, sync_runtime).await?;
+            let sync_server = SyncServer::new(store, sync, sync_runtime);
             sync_server.spawn_reclaimer();
-            snug_container_service::services(container)
-                .with(snug_schema_service::service(SchemaServer::new(schema)), &[])
+            snug_container_service::services(container, runtime)
                 .with(
-                    snug_materialize_service::service(MaterializeServer::new(materialize)),
+                    snug_schema_service::service(SchemaServer::new(schema, runtime)),
+                    &[],
+                )
+                .with(
+                    snug_materialize_service::service(MaterializeServer::new(materialize, runtime)),
                     &[],
                 )
                 .with(

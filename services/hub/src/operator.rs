@@ -17,7 +17,7 @@ use snug_admin_service::SyncClient;
 use snug_gateway::config::UsersConfig;
 use snug_proto::sync::v1::sync_service_client::SyncServiceClient;
 use snug_reasons::Reason;
-use snug_rpc::{server::ServerConfig, service_token::ServiceToken};
+use snug_rpc::{runtime::Runtime, server::ServerConfig, service_token::ServiceToken};
 use snug_sync_service::SyncConfig;
 use snug_users::Directory;
 
@@ -104,16 +104,16 @@ impl From<tonic::Status> for Refusal {
 pub(crate) async fn sync_client(
     addr: Option<&str>,
     token: Option<&ServiceToken>,
-    sync: &SyncConfig,
+    (sync, runtime): (&SyncConfig, &Runtime),
 ) -> anyhow::Result<SyncClient> {
     let channel = match addr {
         Some(addr) => snug_gateway::backend::channel(addr, Duration::from_secs(5), token)
             .with_context(|| format!("{addr:?} is not a service address"))?,
         None => {
-            let store = snug_sync_service::open_store(sync).await.context(
+            let store = snug_sync_service::open_store(sync, runtime).await.context(
                 "cannot open the sync store (while a hub has it open, pass --sync-addr)",
             )?;
-            let services = snug_sync_service::services(store, sync);
+            let services = snug_sync_service::services(store, sync, runtime);
             snug_gateway::backend::local(
                 snug_rpc::server::local(&ServerConfig::for_tests(), services).await,
             )
@@ -260,5 +260,14 @@ impl Erased {
             ));
         }
         text
+    }
+}
+
+/// The runtime an operator command opens the sync store with, as `snug-hub serve sync` would:
+/// its files in the data directory's `sync/`, the default budget, no sealing.
+pub(crate) fn sync_runtime(data: &crate::DataDir) -> Runtime {
+    Runtime {
+        dir: data.sync(),
+        ..Runtime::default()
     }
 }

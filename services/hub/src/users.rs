@@ -7,7 +7,7 @@ use clap::Subcommand;
 use snug_admin_service::{Admin, AdminToken};
 use snug_gateway::config::UsersConfig;
 use snug_proto::admin::v1 as admin_pb;
-use snug_rpc::service_token::ServiceToken;
+use snug_rpc::{runtime::Runtime, service_token::ServiceToken};
 use snug_sync_service::SyncConfig;
 
 use crate::operator::{self, Refusal};
@@ -157,7 +157,7 @@ pub(crate) async fn users(
     dir: &Path,
     sync_addr: Option<&str>,
     token: Option<&ServiceToken>,
-    sync: &SyncConfig,
+    sync: (&SyncConfig, &Runtime),
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     // Refused before anything is opened: off a terminal, an erasure without --yes changes

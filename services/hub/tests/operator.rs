@@ -370,18 +370,19 @@ async fn global_options_are_taken_before_or_after_the_subcommand() {
     );
 
     // A running sync service holds the store now: only through it are the answers the same.
-    let store = snug_sync_service::open_store(&config(data))
+    let (served, runtime) = config(data);
+    let store = snug_sync_service::open_store(&served, &runtime)
         .await
         .expect("open the store");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let served = config(data);
     tokio::spawn(async move {
         snug_sync_service::serve(
             &snug_rpc::server::ServerConfig::for_tests(),
             &served,
+            &runtime,
             store,
             listener,
             std::future::pending(),

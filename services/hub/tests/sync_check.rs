@@ -70,18 +70,19 @@ async fn a_damaged_pack_is_reported_by_the_check_on_either_path() {
 
     // A running sync service holds the store: opening it here is refused (exit 1, saying what to
     // do), and the same report comes through its CheckStore.
-    let store = snug_sync_service::open_store(&config(data))
+    let (served, runtime) = config(data);
+    let store = snug_sync_service::open_store(&served, &runtime)
         .await
         .expect("open the store");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let served = config(data);
     tokio::spawn(async move {
         snug_sync_service::serve(
             &snug_rpc::server::ServerConfig::for_tests(),
             &served,
+            &runtime,
             store,
             listener,
             std::future::pending(),

@@ -60,6 +60,7 @@ use snug_rpc::{
     blocking::{BlockingPool, Cancel, concurrency_or_cpus},
     budget::UploadBudget,
     chunks::{self, Receiver, ResponseStream},
+    runtime::Runtime,
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{Clock, Interrupt, MAX_USERDB_BYTES, OpenReport, SystemClock, UserDb};
@@ -89,11 +90,6 @@ pub struct MaterializeConfig {
     /// How long a request waits for a job slot before it is refused as OVERLOADED.
     #[arg(long, env = "SNUG_MATERIALIZE_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub materialize_queue_timeout: Duration,
-    /// Bytes of uploads this service holds in memory at once (`snug_rpc::budget`). Not a flag:
-    /// the composition root builds one budget from SNUG_UPLOAD_BUDGET_MIB for every service of
-    /// the process.
-    #[arg(skip)]
-    pub upload_budget: UploadBudget,
 }
 
 impl Default for MaterializeConfig {
@@ -101,7 +97,6 @@ impl Default for MaterializeConfig {
         Self {
             materialize_concurrency: None,
             materialize_queue_timeout: Duration::from_secs(10),
-            upload_budget: UploadBudget::default(),
         }
     }
 }
@@ -124,15 +119,19 @@ impl std::fmt::Debug for MaterializeServer {
 
 impl MaterializeServer {
     /// Builds the service from its configuration, stamping times with the system clock.
-    pub fn new(config: &MaterializeConfig) -> Self {
-        Self::with_clock(config, Arc::new(SystemClock))
+    pub fn new(config: &MaterializeConfig, runtime: &Runtime) -> Self {
+        Self::with_clock(config, runtime, Arc::new(SystemClock))
     }
 
     /// Builds the service with the clock that stamps audit rows and registry updates.
-    pub fn with_clock(config: &MaterializeConfig, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_clock(
+        config: &MaterializeConfig,
+        runtime: &Runtime,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let concurrency = concurrency_or_cpus(config.materialize_concurrency);
         Self {
-            budget: config.upload_budget.clone(),
+            budget: runtime.upload_budget.clone(),
             pool: Arc::new(BlockingPool::new(
                 concurrency,
                 config.materialize_queue_timeout,
@@ -150,18 +149,19 @@ pub fn service(server: MaterializeServer) -> MaterializeServiceServer<Materializ
 }
 
 /// The routes and health names of this service, for composing into a server.
-pub fn services(config: &MaterializeConfig) -> Services {
-    Services::default().with(service(MaterializeServer::new(config)), &[])
+pub fn services(config: &MaterializeConfig, runtime: &Runtime) -> Services {
+    Services::default().with(service(MaterializeServer::new(config, runtime)), &[])
 }
 
 /// Serves the materialize service alone on `listener` until `shutdown` completes.
 pub async fn serve(
     server_config: &ServerConfig,
     config: &MaterializeConfig,
+    runtime: &Runtime,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
+    snug_rpc::server::serve(server_config, listener, services(config, runtime), shutdown).await
 }
 
 /// Refuses a request without an app id before its payload is read.

@@ -43,9 +43,17 @@ async fn start(config: MaterializeConfig) -> Client {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_config = ServerConfig::for_tests();
-    tokio::spawn(
-        async move { serve(&server_config, &config, listener, std::future::pending()).await },
-    );
+    tokio::spawn(async move {
+        let runtime = snug_rpc::runtime::Runtime::default();
+        serve(
+            &server_config,
+            &config,
+            &runtime,
+            listener,
+            std::future::pending(),
+        )
+        .await
+    });
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("url")
         .connect()
@@ -785,7 +793,6 @@ async fn a_full_pool_refuses_as_overloaded() {
     let config = MaterializeConfig {
         materialize_concurrency: Some(1),
         materialize_queue_timeout: Duration::ZERO,
-        ..MaterializeConfig::default()
     };
     let pool = BlockingPool::new(
         1,
@@ -823,10 +830,13 @@ const LONG_STATEMENT: &str = "SELECT count(*) FROM (WITH RECURSIVE c(x) AS \
 
 /// A server with one job slot whose pool the test watches, on loopback, with `request_timeout`.
 async fn start_watched(request_timeout: Duration) -> (Client, MaterializeServer) {
-    let server = MaterializeServer::new(&MaterializeConfig {
-        materialize_concurrency: Some(1),
-        ..MaterializeConfig::default()
-    });
+    let server = MaterializeServer::new(
+        &MaterializeConfig {
+            materialize_concurrency: Some(1),
+            ..MaterializeConfig::default()
+        },
+        &snug_rpc::runtime::Runtime::default(),
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_config = ServerConfig {

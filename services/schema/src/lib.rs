@@ -78,6 +78,7 @@ use snug_rpc::{
     blocking::{BlockingPool, Cancel, concurrency_or_cpus},
     budget::UploadBudget,
     chunks::{self, ResponseStream},
+    runtime::Runtime,
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_schema::{
@@ -109,11 +110,6 @@ pub struct SchemaConfig {
     /// How long a request waits for a job slot before it is refused as OVERLOADED.
     #[arg(long, env = "SNUG_SCHEMA_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub schema_queue_timeout: Duration,
-    /// Bytes of uploads this service holds in memory at once (`snug_rpc::budget`). Not a flag:
-    /// the composition root builds one budget from SNUG_UPLOAD_BUDGET_MIB for every service of
-    /// the process.
-    #[arg(skip)]
-    pub upload_budget: UploadBudget,
 }
 
 impl Default for SchemaConfig {
@@ -121,7 +117,6 @@ impl Default for SchemaConfig {
         Self {
             schema_concurrency: None,
             schema_queue_timeout: Duration::from_secs(10),
-            upload_budget: UploadBudget::default(),
         }
     }
 }
@@ -144,15 +139,15 @@ impl std::fmt::Debug for SchemaServer {
 
 impl SchemaServer {
     /// Builds the service from its configuration, stamping times with the system clock.
-    pub fn new(config: &SchemaConfig) -> Self {
-        Self::with_clock(config, Arc::new(SystemClock))
+    pub fn new(config: &SchemaConfig, runtime: &Runtime) -> Self {
+        Self::with_clock(config, runtime, Arc::new(SystemClock))
     }
 
     /// Builds the service with the clock that stamps new rows (`created_at`, `updated_at`).
-    pub fn with_clock(config: &SchemaConfig, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_clock(config: &SchemaConfig, runtime: &Runtime, clock: Arc<dyn Clock>) -> Self {
         let concurrency = concurrency_or_cpus(config.schema_concurrency);
         Self {
-            budget: config.upload_budget.clone(),
+            budget: runtime.upload_budget.clone(),
             pool: Arc::new(BlockingPool::new(
                 concurrency,
                 config.schema_queue_timeout,
@@ -170,18 +165,19 @@ pub fn service(server: SchemaServer) -> SchemaServiceServer<SchemaServer> {
 }
 
 /// The routes and health names of this service, for composing into a server.
-pub fn services(config: &SchemaConfig) -> Services {
-    Services::default().with(service(SchemaServer::new(config)), &[])
+pub fn services(config: &SchemaConfig, runtime: &Runtime) -> Services {
+    Services::default().with(service(SchemaServer::new(config, runtime)), &[])
 }
 
 /// Serves the schema service alone on `listener` until `shutdown` completes.
 pub async fn serve(
     server_config: &ServerConfig,
     config: &SchemaConfig,
+    runtime: &Runtime,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    snug_rpc::server::serve(server_config, listener, services(config), shutdown).await
+    snug_rpc::server::serve(server_config, listener, services(config, runtime), shutdown).await
 }
 
 /// Limits for a container met by CheckImport: the default PBKDF2 range, the plaintext cap.

@@ -42,12 +42,24 @@ fn userdb(name: &str) -> Bytes {
 }
 
 async fn start(config: SchemaConfig) -> Client {
+    start_with(config, snug_rpc::runtime::Runtime::default()).await
+}
+
+/// [`start`], its uploads admitted against `runtime`'s budget.
+async fn start_with(config: SchemaConfig, runtime: snug_rpc::runtime::Runtime) -> Client {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_config = ServerConfig::for_tests();
-    tokio::spawn(
-        async move { serve(&server_config, &config, listener, std::future::pending()).await },
-    );
+    tokio::spawn(async move {
+        serve(
+            &server_config,
+            &config,
+            &runtime,
+            listener,
+            std::future::pending(),
+        )
+        .await
+    });
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("url")
         .connect()
@@ -1671,12 +1683,13 @@ async fn a_burst_beyond_the_job_pool_is_refused_as_overloaded() {
     let config = SchemaConfig {
         schema_concurrency: Some(1),
         schema_queue_timeout: Duration::from_millis(1),
-        // Each check is admitted for its whole limit (an import declares its two lengths in
-        // fields of its own): a budget for all six keeps the burst at the job pool, which this
-        // test is about.
-        upload_budget: snug_rpc::budget::UploadBudget::new(2 << 30, Duration::from_secs(5)),
     };
-    let client = start(config).await;
+    // Each check is admitted for its whole limit (an import declares its two lengths in fields of
+    // its own): a budget for all six keeps the burst at the job pool, which this test is about.
+    let runtime = snug_rpc::runtime::Runtime::default().with_budget(
+        snug_rpc::budget::UploadBudget::new(2 << 30, Duration::from_secs(5)),
+    );
+    let client = start_with(config, runtime).await;
     // Each check derives a 600,000-iteration key, so one job holds the only slot far longer than
     // the 1 ms queue timeout: most of the burst must be shed with a typed, retryable reason.
     let container = vector("containers/c01-reference-random-600k.snug");
@@ -1706,11 +1719,10 @@ async fn a_burst_beyond_the_job_pool_is_refused_as_overloaded() {
 /// upload ends, the same upload is served.
 #[tokio::test]
 async fn an_upload_beyond_the_budget_is_refused_as_overloaded_until_room_comes_back() {
-    let config = SchemaConfig {
-        upload_budget: snug_rpc::budget::UploadBudget::new(1 << 20, Duration::from_millis(200)),
-        ..SchemaConfig::default()
-    };
-    let mut client = start(config).await;
+    let runtime = snug_rpc::runtime::Runtime::default().with_budget(
+        snug_rpc::budget::UploadBudget::new(1 << 20, Duration::from_millis(200)),
+    );
+    let mut client = start_with(SchemaConfig::default(), runtime).await;
     let image = userdb("sample-v6.export.snug");
     // A ValidateSyncImage that declares 1 MiB and then sends nothing holds the whole budget.
     let (held_tx, held_rx) = futures::channel::mpsc::unbounded();

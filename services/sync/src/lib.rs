@@ -56,7 +56,6 @@ use std::{fmt, future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures::StreamExt as _;
-use snug_files::sealed::Sealer;
 use snug_proto::sync::v1::{
     self as pb,
     sync_service_server::{SyncService, SyncServiceServer},
@@ -70,6 +69,7 @@ use snug_rpc::{
     blocking::{BlockingPool, concurrency_or_cpus},
     chunks::{self, ResponseStream},
     framed,
+    runtime::Runtime,
     server::{ServerConfig, Services, parse_duration},
 };
 use snug_s3::ObjectsConfig;
@@ -126,15 +126,6 @@ pub struct SyncConfig {
     /// (the connection string comes from SNUG_SYNC_POSTGRES_URL).
     #[arg(long = "store", env = "SNUG_SYNC_STORE", value_enum, default_value_t = Backend::Sqlite)]
     pub store: Backend,
-    /// Where the embedded store keeps its files. Not a flag of its own: the composition root
-    /// (`snug-hub`) owns the data directory's layout and sets this to its `sync/` subdirectory.
-    #[arg(skip = PathBuf::from("./snug-data/sync"))]
-    pub sqlite_dir: PathBuf,
-    /// Where the embedded store seals the images it keeps in memory (`StoreConfig::sealer`). Not
-    /// a flag either: the composition root builds one enabled sealer when it runs the gateway in
-    /// the same process and hands it to both; otherwise it stays disabled.
-    #[arg(skip)]
-    pub sealer: Sealer,
     /// The PostgreSQL connection string, from SNUG_SYNC_POSTGRES_URL only. It is deliberately not
     /// a flag: flags are visible to every local user in the process list and end up in logs.
     #[arg(skip = PostgresUrl::from_process_env())]
@@ -180,11 +171,6 @@ pub struct SyncConfig {
     /// How often a reclamation pass runs; 0 turns periodic reclamation off.
     #[arg(long = "sync-reclaim-interval", env = "SNUG_SYNC_RECLAIM_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub reclaim_interval: Duration,
-    /// Bytes of delta uploads (manifests and deltas, which are buffered whole; PutImage streams
-    /// into the store and holds none) this service holds in memory at once (`snug_rpc::budget`).
-    /// Not a flag: the composition root builds one budget for every service of the process.
-    #[arg(skip)]
-    pub upload_budget: snug_rpc::budget::UploadBudget,
     /// Image jobs (validating a pushed image, assembling and answering deltas) run at once
     /// (default: the number of CPUs); each holds up to a few copies of an image in memory.
     #[arg(long = "sync-concurrency", env = "SNUG_SYNC_CONCURRENCY")]
@@ -199,8 +185,6 @@ impl Default for SyncConfig {
         let retention = Retention::default();
         Self {
             store: Backend::Sqlite,
-            sqlite_dir: PathBuf::from("./snug-data/sync"),
-            sealer: Sealer::disabled(),
             postgres_url: None,
             postgres_schema: None,
             postgres_pool_size: 16,
@@ -211,7 +195,6 @@ impl Default for SyncConfig {
             grace: retention.grace,
             orphan_after: retention.orphan_after,
             reclaim_interval: Duration::from_secs(10 * 60),
-            upload_budget: snug_rpc::budget::UploadBudget::default(),
             concurrency: None,
             queue_timeout: Duration::from_secs(10),
         }
@@ -219,8 +202,9 @@ impl Default for SyncConfig {
 }
 
 impl SyncConfig {
-    /// The store settings this configuration asks for, on the system clock.
-    pub fn store_config(&self) -> StoreConfig {
+    /// The store settings this configuration asks for, on the system clock, sealing with the
+    /// runtime's sealer.
+    pub fn store_config(&self, runtime: &Runtime) -> StoreConfig {
         StoreConfig {
             quota_bytes: self.quota_bytes,
             staged_limit_bytes: self.staged_limit_bytes,
@@ -229,7 +213,7 @@ impl SyncConfig {
                 grace: self.grace,
                 orphan_after: self.orphan_after,
             },
-            sealer: self.sealer.clone(),
+            sealer: runtime.sealer.clone(),
             ..StoreConfig::default()
         }
     }
@@ -298,13 +282,17 @@ fn objects_from_env(url: &str) -> Result<ObjectsConfig, String> {
     Ok(ObjectsConfig::new(url).with_env(set))
 }
 
-/// Opens (creating and migrating as needed) the store the configuration names.
-pub async fn open_store(config: &SyncConfig) -> Result<AnyStore, OpenStoreError> {
-    let store_config = config.store_config();
+/// Opens (creating and migrating as needed) the store the configuration names; an embedded one
+/// keeps its files in the runtime's directory.
+pub async fn open_store(
+    config: &SyncConfig,
+    runtime: &Runtime,
+) -> Result<AnyStore, OpenStoreError> {
+    let store_config = config.store_config(runtime);
     match config.store {
         Backend::Sqlite if config.objects.is_some() => Err(OpenStoreError::ObjectsNeedPostgres),
         Backend::Sqlite => {
-            let dir = config.sqlite_dir.clone();
+            let dir = runtime.dir.clone();
             let open_dir = dir.clone();
             // Opening creates directories, takes the directory lock and migrates: blocking work.
             let opened =
@@ -374,13 +362,14 @@ impl fmt::Debug for SyncServer {
 impl SyncServer {
     /// Serves `store`, which should have been opened from the same `config` (see [`open_store`]),
     /// so that the quota this service reports and checks up front is the one the store enforces.
-    pub fn new(store: AnyStore, config: &SyncConfig) -> Self {
+    /// Its uploads are admitted against the runtime's budget.
+    pub fn new(store: AnyStore, config: &SyncConfig, runtime: &Runtime) -> Self {
         Self {
             store,
             quota_bytes: config.quota_bytes,
             keep_revisions: config.keep_revisions,
             reclaim_interval: config.reclaim_interval,
-            upload_budget: config.upload_budget.clone(),
+            upload_budget: runtime.upload_budget.clone(),
             pool: Arc::new(BlockingPool::new(
                 concurrency_or_cpus(config.concurrency),
                 config.queue_timeout,
@@ -505,8 +494,8 @@ pub fn service(server: SyncServer) -> framed::Override<SyncServiceServer<SyncSer
 
 /// The routes and health names of this service over `store`, with its reclaimer started (so it
 /// must be called on a tokio runtime).
-pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
-    let server = SyncServer::new(store, config);
+pub fn services(store: AnyStore, config: &SyncConfig, runtime: &Runtime) -> Services {
+    let server = SyncServer::new(store, config, runtime);
     server.spawn_reclaimer();
     Services::default().with(service(server), &[observe::classify])
 }
@@ -515,11 +504,18 @@ pub fn services(store: AnyStore, config: &SyncConfig) -> Services {
 pub async fn serve(
     server_config: &ServerConfig,
     config: &SyncConfig,
+    runtime: &Runtime,
     store: AnyStore,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    snug_rpc::server::serve(server_config, listener, services(store, config), shutdown).await
+    snug_rpc::server::serve(
+        server_config,
+        listener,
+        services(store, config, runtime),
+        shutdown,
+    )
+    .await
 }
 
 #[tonic::async_trait]

@@ -24,16 +24,37 @@ struct Hub {
     channel: Channel,
     store: AnyStore,
     config: SyncConfig,
+    runtime: Runtime,
     // Keeps the embedded store's directory alive for the test's duration.
     _dir: tempfile::TempDir,
 }
 
+/// What a test tunes before the service starts: its configuration (whose fields `Deref` reaches,
+/// so `|c| c.quota_bytes = …` reads as it always did) and its runtime.
+struct Setup {
+    config: SyncConfig,
+    runtime: Runtime,
+}
+
+impl std::ops::Deref for Setup {
+    type Target = SyncConfig;
+
+    fn deref(&self) -> &SyncConfig {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for Setup {
+    fn deref_mut(&mut self) -> &mut SyncConfig {
+        &mut self.config
+    }
+}
+
 /// Starts the service over a fresh store of `backend`; `None` (the test is skipped, loudly) for
 /// PostgreSQL without `SNUG_TEST_POSTGRES_URL`.
-async fn start(backend: Backend, tune: impl FnOnce(&mut SyncConfig)) -> Option<Hub> {
+async fn start(backend: Backend, tune: impl FnOnce(&mut Setup)) -> Option<Hub> {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = SyncConfig {
-        sqlite_dir: dir.path().join("sync"),
         // Tests that reclaim do it explicitly, at a moment they choose.
         reclaim_interval: Duration::ZERO,
         ..SyncConfig::default()
@@ -53,15 +74,25 @@ async fn start(backend: Backend, tune: impl FnOnce(&mut SyncConfig)) -> Option<H
         config.postgres_schema = Some(unique_schema());
         config.postgres_pool_size = 4;
     }
-    tune(&mut config);
-    let store = open_store(&config).await.expect("open the store");
+    let mut setup = Setup {
+        config,
+        runtime: Runtime {
+            dir: dir.path().join("sync"),
+            ..Runtime::default()
+        },
+    };
+    tune(&mut setup);
+    let Setup { config, runtime } = setup;
+    let store = open_store(&config, &runtime).await.expect("open the store");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let (served_store, served_config) = (store.clone(), config.clone());
+    let (served_store, served_config, served_runtime) =
+        (store.clone(), config.clone(), runtime.clone());
     tokio::spawn(async move {
         serve(
             &ServerConfig::for_tests(),
             &served_config,
+            &served_runtime,
             served_store,
             listener,
             std::future::pending(),
@@ -81,6 +112,7 @@ async fn start(backend: Backend, tune: impl FnOnce(&mut SyncConfig)) -> Option<H
         channel,
         store,
         config,
+        runtime,
         _dir: dir,
     })
 }
@@ -1299,7 +1331,7 @@ async fn vanished_pack_files_are_storage_unavailable_not_a_short_image() {
     .await
     .expect("put");
     // An operator (or a failing disk) removes the pack files under the running store.
-    let packs = hub.config.sqlite_dir.join("packs");
+    let packs = hub.runtime.dir.join("packs");
     std::fs::remove_dir_all(&packs).expect("remove packs");
     std::fs::create_dir_all(&packs).expect("recreate packs dir");
     let status = assert_refused(
@@ -1488,7 +1520,7 @@ fn the_defaults_need_no_configuration() {
     assert_eq!(config.keep_revisions, 5);
     assert_eq!(config.grace, Duration::from_secs(24 * 60 * 60));
     assert_eq!(config.reclaim_interval, Duration::from_secs(600));
-    let store = config.store_config();
+    let store = config.store_config(&Runtime::default());
     assert_eq!(store.quota_bytes, 67_108_864);
     assert_eq!(store.retention.keep_newest, 5);
 
@@ -1533,7 +1565,9 @@ async fn postgres_without_a_url_is_a_startup_error_naming_the_variable() {
         postgres_url: None,
         ..SyncConfig::default()
     };
-    let err = open_store(&config).await.expect_err("no url");
+    let err = open_store(&config, &Runtime::default())
+        .await
+        .expect_err("no url");
     assert!(matches!(err, OpenStoreError::MissingPostgresUrl), "{err:?}");
     assert!(err.to_string().contains(POSTGRES_URL_ENV), "{err}");
 }
@@ -1542,7 +1576,7 @@ async fn postgres_without_a_url_is_a_startup_error_naming_the_variable() {
 /// distinct chunks, the pack holds the image's bytes in order.
 fn damage_only_pack(hub: &Hub, at: u64) {
     use std::os::unix::fs::FileExt as _;
-    let packs: Vec<_> = std::fs::read_dir(hub.config.sqlite_dir.join("packs"))
+    let packs: Vec<_> = std::fs::read_dir(hub.runtime.dir.join("packs"))
         .expect("packs")
         .map(|e| e.expect("entry").path())
         .collect();
@@ -1590,7 +1624,7 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
     // Noise, stored past the validation: the pack then holds the image's bytes in order, so an
     // offset in the image is the same offset in the pack (a user database repeats pages).
     let bytes = noise(7, 5 * CHUNK_SIZE);
-    let chunk_size = hub.config.store_config().chunk_size as usize;
+    let chunk_size = hub.config.store_config(&hub.runtime).chunk_size as usize;
     let distinct: std::collections::HashSet<&[u8]> = bytes.chunks(chunk_size).collect();
     assert_eq!(
         distinct.len(),
@@ -1657,9 +1691,10 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
     let report = check_store(&mut hub).await;
     let problems: Vec<&pb::IntegrityProblem> = report.iter().flat_map(|m| &m.problems).collect();
     let chunk_of = |at: usize| {
-        let start = at / hub.config.store_config().chunk_size as usize
-            * hub.config.store_config().chunk_size as usize;
-        let end = (start + hub.config.store_config().chunk_size as usize).min(bytes.len());
+        let start = at / hub.config.store_config(&hub.runtime).chunk_size as usize
+            * hub.config.store_config(&hub.runtime).chunk_size as usize;
+        let end =
+            (start + hub.config.store_config(&hub.runtime).chunk_size as usize).min(bytes.len());
         hex::encode(Sha256::digest(&bytes[start..end]))
     };
     let mut named: Vec<(i32, String)> =
@@ -2276,7 +2311,7 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     provision(&mut hub, "bob").await;
     // Each image is an edit of the one before (a row on one page, and the header's page): the
     // store's chunks are its pages, most of them shared.
-    let page = hub.config.store_config().chunk_size as usize;
+    let page = hub.config.store_config(&hub.runtime).chunk_size as usize;
     let v1 = image(31, 0);
     let v2 = edit(
         &v1,
@@ -2482,7 +2517,7 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
     };
     provision(&mut hub, "alice").await;
     provision(&mut hub, "bob").await;
-    let page = hub.config.store_config().chunk_size as usize;
+    let page = hub.config.store_config(&hub.runtime).chunk_size as usize;
     // Bob's image is an edit of alice's (a few rows rewritten): it shares most of her pages.
     let mine = image(51, 1024 * page);
     let shared = edit(
@@ -2499,7 +2534,7 @@ async fn erasure_leaves_no_byte_in_the_embedded_stores_files() {
     let _ = get(&mut hub, "alice", None)
         .await
         .expect("alice's download");
-    let dir = hub.config.sqlite_dir.clone();
+    let dir = hub.runtime.dir.clone();
     // The pages only alice's image holds (its ledger principals are the conformance suite's).
     let bobs: std::collections::HashSet<&[u8]> = shared.chunks(page).collect();
     let needles: Vec<&[u8]> = mine

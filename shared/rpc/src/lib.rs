@@ -73,6 +73,7 @@ pub mod metrics;
 pub mod observe;
 pub mod pace;
 pub mod refusal;
+pub mod runtime;
 pub mod server;
 pub mod service_token;
 pub mod status;

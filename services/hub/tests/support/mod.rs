@@ -62,18 +62,24 @@ pub(crate) fn image(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// The embedded store under `data`, as `snug-hub --data-dir DATA` opens it, without reclamation.
-pub(crate) fn config(data: &Path) -> SyncConfig {
-    SyncConfig {
-        sqlite_dir: data.join("sync"),
+/// The embedded store under `data`, as `snug-hub --data-dir DATA` opens it, without reclamation:
+/// its configuration and its runtime.
+pub(crate) fn config(data: &Path) -> (SyncConfig, snug_rpc::runtime::Runtime) {
+    let config = SyncConfig {
         reclaim_interval: std::time::Duration::ZERO,
         ..SyncConfig::default()
-    }
+    };
+    let runtime = snug_rpc::runtime::Runtime {
+        dir: data.join("sync"),
+        ..Default::default()
+    };
+    (config, runtime)
 }
 
 /// Stores `bytes` as the first image of the store's user `user` under `data`, then closes it.
 pub(crate) async fn store_image(data: &Path, user: &str, bytes: &[u8]) {
-    let store = snug_sync_service::open_store(&config(data))
+    let (config, runtime) = config(data);
+    let store = snug_sync_service::open_store(&config, &runtime)
         .await
         .expect("open the store");
     let user = UserId::new(user).expect("user");

@@ -13,7 +13,7 @@ async fn a_dripping_put_is_cut_off_and_gives_its_share_back(backend: Backend) {
         grace: Duration::from_millis(500),
         min_rate: 256 * 1024,
     });
-    let Some(mut hub) = start(backend, |c| c.upload_budget = budget.clone()).await else {
+    let Some(mut hub) = start(backend, |c| c.runtime.upload_budget = budget.clone()).await else {
         return;
     };
     provision(&mut hub, "alice").await;

@@ -333,13 +333,14 @@ async fn delta_requests_hold_their_base_and_image_within_the_upload_budget(backe
     for (budget_units, others, push_ok, pull_ok) in cases {
         let case = format!("{others} of {budget_units} units held by another upload");
         let Some(mut hub) = start(backend, |c| {
-            c.upload_budget = UploadBudget::new(budget_units * UNIT, Duration::from_millis(200));
+            c.runtime.upload_budget =
+                UploadBudget::new(budget_units * UNIT, Duration::from_millis(200));
         })
         .await
         else {
             return;
         };
-        let budget = hub.config.upload_budget.clone();
+        let budget = hub.runtime.upload_budget.clone();
         provision(&mut hub, "alice").await;
         let r1 = put(&mut hub, "alice", must_not_exist(), &base)
             .await
@@ -393,7 +394,7 @@ async fn concurrent_delta_requests_are_each_answered_in_turn(backend: Backend) {
     let wire = delta::to(&base, &target).encode();
     let (push, pull) = delta_units(&base, &target, &wire);
     let Some(mut hub) = start(backend, |c| {
-        c.upload_budget = UploadBudget::new(push.max(pull) * UNIT, Duration::from_secs(20));
+        c.runtime.upload_budget = UploadBudget::new(push.max(pull) * UNIT, Duration::from_secs(20));
     })
     .await
     else {
@@ -411,7 +412,7 @@ async fn concurrent_delta_requests_are_each_answered_in_turn(backend: Backend) {
             .expect("r2");
         revisions.push((user, r1.revision, r2.revision));
     }
-    let budget = hub.config.upload_budget.clone();
+    let budget = hub.runtime.upload_budget.clone();
     // Pulls against r1 and plans on it, interleaved, each on the service's one channel.
     let manifest = Bytes::from(
         Manifest::of(&target, delta::PAGE)

@@ -32,7 +32,7 @@ async fn put_from(hub: &mut Hub, user: &str, address: &str, bytes: &Bytes) -> Re
 
 async fn one_address_holds_at_most_half_of_the_upload_budget(backend: Backend) {
     let budget = UploadBudget::new(1 << 20, Duration::from_secs(2));
-    let Some(mut hub) = start(backend, |c| c.upload_budget = budget.clone()).await else {
+    let Some(mut hub) = start(backend, |c| c.runtime.upload_budget = budget.clone()).await else {
         return;
     };
     for user in ["alice", "bob", "carol"] {

@@ -225,7 +225,7 @@ async fn free_space_that_holds_a_deleted_value_is_stored_zeroed(backend: Backend
     assert_eq!(stored, snug_schema::scrub_free_space(&sent).expect("scrub"));
     // The store never held the value: no file of the embedded store has it.
     if backend == Backend::Sqlite {
-        let found: Vec<String> = snug_test_support::files(&hub.config.sqlite_dir)
+        let found: Vec<String> = snug_test_support::files(&hub.runtime.dir)
             .into_iter()
             .filter(|(_, bytes)| contains(bytes, CANARY))
             .map(|(path, _)| path)
