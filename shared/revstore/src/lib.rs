@@ -138,12 +138,12 @@
 //! moves the pointer forgets the plan under the writer lock before it is visible, and reclamation
 //! clears the cache before it checks leases while a cache hit takes its lease under the cache's lock,
 //! so a hit is always the current revision as of its lookup and its bytes survive any pass. Each
-//! download's served-ledger entry is written before its first byte to the ledger's journal
-//! (`sqlite/journal.rs`: `served/<generation>.journal`, checksummed records, durable as a
+//! download's served-ledger entry is written before its first byte to the ledger's spool
+//! (`sqlite/spool.rs`: `served/<generation>.spool`, checksummed records, durable as a
 //! `synchronous=NORMAL` commit is), by one writer on the blocking pool that writes everything queued
 //! meanwhile in one `write(2)` while the downloads wait (a file write can wait on the file system's
 //! own journal; an async worker must not); an entry that cannot be written fails its download, so
-//! nothing is served unrecorded. Folds move the journal into the `served` table in bulk (every 4,096
+//! nothing is served unrecorded. Folds move the spool into the `served` table in bulk (every 4,096
 //! downloads in the background, and on every read of the ledger, reclamation pass, explicit
 //! checkpoint and open): each file's entries and its generation number go in one durable transaction
 //! before the file is deleted, so a crash at any point neither loses an entry nor folds one twice,

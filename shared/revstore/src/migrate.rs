@@ -38,6 +38,10 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: 5,
         sql: include_str!("../migrations/sqlite/0005_erasures.sql"),
     },
+    Migration {
+        version: 6,
+        sql: include_str!("../migrations/sqlite/0006_served_spool.sql"),
+    },
 ];
 
 /// The PostgreSQL store's migrations.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use rusqlite::{OptionalExtension, params};
 use tokio::sync::mpsc;
 
-use super::{INFO_COLUMNS, Inner, SqliteStore, info_row, journal::ServedRow, packs, serve::Plan};
+use super::{INFO_COLUMNS, Inner, SqliteStore, info_row, packs, serve::Plan, spool::ServedRow};
 use crate::{
     chunk,
     error::{ReadError, StorageError},

@@ -9,8 +9,8 @@
 //! - `packs/<sha256>.pack`: the new chunks of one put, written once and never modified, except
 //!   that an erasure overwrites its erased chunks' ranges with zeros when the pack also holds chunks
 //!   still named (`crate::erase`).
-//! - `served/<generation>.journal`: served-ledger entries not yet folded into `meta.sqlite`
-//!   (see [`journal`]); folded on open, on reads of the ledger, by reclamation passes and every
+//! - `served/<generation>.spool`: served-ledger entries not yet folded into `meta.sqlite`
+//!   (see [`spool`]); folded on open, on reads of the ledger, by reclamation passes and every
 //!   few thousand downloads.
 //! - `tmp/`: packs being written; emptied on open (the directory lock proves no one else writes).
 //! - `LOCK`: held with an exclusive file lock for as long as the store is open.
@@ -20,11 +20,11 @@
 mod absorb;
 mod download;
 mod inspect;
-mod journal;
 mod packs;
 mod put;
 mod reclaim;
 mod serve;
+mod spool;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -41,8 +41,8 @@ use rusqlite::{
 };
 
 use self::{
-    journal::ServedJournal,
     serve::{Checkpoints, Heads},
+    spool::ServedSpool,
 };
 use crate::{
     cas::Accepted,
@@ -91,7 +91,7 @@ struct Inner {
     /// futex waits were a fifth of the CPU). Downloads served from [`Heads`] take no permit.
     opens: tokio::sync::Semaphore,
     /// Where downloads record their served-ledger entries before their first byte.
-    served: ServedJournal,
+    served: ServedSpool,
     checkpoints: Arc<Checkpoints>,
     /// Bumped by every reclamation that deletes chunks, so a put that deduplicated against the
     /// chunk index re-checks its chunks at commit only when one might have gone.
@@ -181,7 +181,7 @@ impl SqliteStore {
             StoreId::new(v).map_err(StorageError::unavailable)?
         };
         let writer = Arc::new(Mutex::new(conn));
-        let served = ServedJournal::open(dir.join("served"), &writer)?;
+        let served = ServedSpool::open(dir.join("served"), &writer)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 write_health: crate::write_health::WriteHealth::new(config.clock.clone()),
@@ -335,7 +335,7 @@ impl Inner {
         self.config.clock.now()
     }
 
-    /// Folds the served-ledger journal into `served` (see [`ServedJournal`]), then lets a
+    /// Folds the served-ledger spool into `served` (see [`ServedSpool`]), then lets a
     /// checkpoint copy what the fold wrote.
     fn fold_served(&self) -> Result<usize, StorageError> {
         let folded = self.served.fold(&self.writer)?;
@@ -345,7 +345,7 @@ impl Inner {
         Ok(folded)
     }
 
-    /// Runs the served-ledger journal's writer on the blocking pool until its queue is empty,
+    /// Runs the served-ledger spool's writer on the blocking pool until its queue is empty,
     /// starting a fold beside it whenever one is due.
     fn start_served_writer(self: &Arc<Self>) {
         let inner = self.clone();
@@ -354,7 +354,7 @@ impl Inner {
                 let inner = inner.clone();
                 tokio::task::spawn_blocking(move || {
                     if let Err(err) = inner.fold_served() {
-                        tracing::warn!(error = %err, "folding the served-ledger journal failed; it is retried by the next fold");
+                        tracing::warn!(error = %err, "folding the served-ledger spool failed; it is retried by the next fold");
                     }
                 });
             });
@@ -692,7 +692,7 @@ impl RevStore for SqliteStore {
     async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
         let user = user.clone();
         self.blocking(move |inner| {
-            // The served ledger's journal files hold principals too: folded into `served` first,
+            // The served ledger's spool files hold principals too: folded into `served` first,
             // so the pass scrubs them there.
             inner.fold_served()?;
             let mut report = futures::executor::block_on(crate::erase::erase(
@@ -701,7 +701,7 @@ impl RevStore for SqliteStore {
                 &inner.config.retention,
                 inner.now(),
             ))?;
-            // A download that began before the pass wrote its entry to the journal meanwhile.
+            // A download that began before the pass wrote its entry to the spool meanwhile.
             if inner.fold_served()? > 0 {
                 let conn = inner.writer();
                 report.ledger_rows_scrubbed += conn.execute(

@@ -34,7 +34,7 @@ impl Inner {
         // A pass runs periodically: it keeps the `served` table at most one pass behind the
         // journal even when no one reads the ledger.
         if let Err(err) = self.fold_served() {
-            tracing::warn!(error = %err, "folding the served-ledger journal failed; the next pass retries");
+            tracing::warn!(error = %err, "folding the served-ledger spool failed; the next pass retries");
         }
         // The pass waits on nothing but the disk, so it runs to completion on this blocking
         // thread.

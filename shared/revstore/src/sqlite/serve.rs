@@ -7,7 +7,7 @@
 //! of a 112 KiB image on two cores, the writer's SQL and locking a third of the CPU). Here the
 //! rows are read once per revision, the open pack files are kept with them, a small image's bytes
 //! are kept whole (an image is content-addressed, so they never change), and ledger entries go to
-//! a journal (`journal.rs`).
+//! a spool (`spool.rs`).
 
 use std::{
     collections::HashMap,

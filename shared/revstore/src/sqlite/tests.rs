@@ -380,7 +380,7 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_packs() {
     SqliteStore::open(dir.path(), StoreConfig::default()).expect("reopen");
 }
 
-/// Concurrent downloads append to one journal, yet each one's entry is on disk by the time its
+/// Concurrent downloads append to one spool, yet each one's entry is on disk by the time its
 /// download is handed out: none is lost, none is counted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_downloads_are_each_in_the_served_ledger_when_they_start() {
@@ -571,18 +571,14 @@ async fn a_cached_download_survives_reclamation_of_its_revision() {
 }
 
 /// When its served-ledger entry cannot be written, a download fails: nothing is served
-/// unrecorded, its lease is released, and later downloads are recorded again (in a new journal
+/// unrecorded, its lease is released, and later downloads are recorded again (in a new spool
 /// file: the one that failed may end in a torn record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_whose_ledger_entry_fails_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, user, a) = store_with_image(dir.path(), 1_000, 4).await;
     assert_eq!(get_bytes(&store, &user).await.0, a.revision);
-    store
-        .inner
-        .served
-        .break_appends()
-        .expect("break the journal");
+    store.inner.served.break_appends().expect("break the spool");
     let principal = Principal::new("reader").expect("principal");
     let refused = store.get(&user, &principal).await;
     assert!(
@@ -602,7 +598,7 @@ async fn a_download_whose_ledger_entry_fails_is_refused() {
     assert_eq!(ledger.len(), 2, "the refused download was recorded");
 }
 
-/// How many entries of `principal` are on disk: folded into `served` or still in the journal.
+/// How many entries of `principal` are on disk: folded into `served` or still in the spool.
 fn recorded_on_disk(store: &SqliteStore, principal: &str) -> usize {
     let folded: i64 = store
         .inner
@@ -613,30 +609,37 @@ fn recorded_on_disk(store: &SqliteStore, principal: &str) -> usize {
             |r| r.get(0),
         )
         .expect("count");
-    let journaled = store
+    let spooled = store
         .inner
         .served
         .unfolded_on_disk()
-        .expect("journal")
+        .expect("spool")
         .iter()
         .filter(|row| row.principal == principal)
         .count();
-    folded as usize + journaled
+    folded as usize + spooled
 }
 
-fn journal_files(dir: &Path) -> Vec<PathBuf> {
+fn spool_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir.join("served"))
-        .expect("journal directory")
+        .expect("spool directory")
         .map(|e| e.expect("entry").path())
         .collect();
     files.sort();
     files
 }
 
-/// Entries still in the journal when the process ends are folded by the next open, in order,
-/// and the journal is emptied.
+/// Entries still in the spool when the process ends are folded by the next open, in order,
+/// and the spool is emptied; also from a file an earlier version left under its old name
+/// (`<generation>.journal`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unfolded_entries_survive_a_restart() {
+    for legacy in [false, true] {
+        unfolded_entries_survive_a_restart_named(legacy).await;
+    }
+}
+
+async fn unfolded_entries_survive_a_restart_named(legacy: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let user = UserId::new("u").expect("user");
     {
@@ -645,12 +648,16 @@ async fn unfolded_entries_survive_a_restart() {
             let principal = Principal::new(format!("reader-{i}")).expect("principal");
             drop(store.get(&user, &principal).await.expect("get"));
         }
-        assert_eq!(journal_files(dir.path()).len(), 1);
+        let files = spool_files(dir.path());
+        assert_eq!(files.len(), 1);
+        if legacy {
+            fs::rename(&files[0], files[0].with_extension("journal")).expect("rename");
+        }
     }
     let store = reopen(dir.path());
     assert!(
-        journal_files(dir.path()).is_empty(),
-        "the journal was folded on open"
+        spool_files(dir.path()).is_empty(),
+        "the spool was folded on open"
     );
     let principals: Vec<String> = store
         .served_ledger(&user, 100)
@@ -663,34 +670,34 @@ async fn unfolded_entries_survive_a_restart() {
     assert_eq!(principals, expected, "newest first, as appended");
 }
 
-/// A journal file whose deletion was lost after its fold committed is deleted unread on the next
+/// A spool file whose deletion was lost after its fold committed is deleted unread on the next
 /// open, not folded twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_journal_file_already_folded_is_not_folded_again() {
+async fn a_spool_file_already_folded_is_not_folded_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let user = UserId::new("u").expect("user");
-    let copy = dir.path().join("journal.copy");
+    let copy = dir.path().join("spool.copy");
     let name = {
         let (store, _, _) = store_with_image(dir.path(), 1_000, 7).await;
         for _ in 0..5 {
             get_bytes(&store, &user).await;
         }
-        let file = journal_files(dir.path()).pop().expect("journal file");
+        let file = spool_files(dir.path()).pop().expect("spool file");
         fs::copy(&file, &copy).expect("copy");
         assert_eq!(ledger_len(&store, &user).await, 5);
-        assert!(journal_files(dir.path()).is_empty());
+        assert!(spool_files(dir.path()).is_empty());
         file
     };
     fs::rename(&copy, &name).expect("the deletion is undone");
     let store = reopen(dir.path());
     assert_eq!(ledger_len(&store, &user).await, 5);
-    assert!(journal_files(dir.path()).is_empty());
+    assert!(spool_files(dir.path()).is_empty());
 }
 
-/// A journal ending in half a record (a crash mid-append, or power loss) keeps the entries before
+/// A spool ending in half a record (a crash mid-append, or power loss) keeps the entries before
 /// it; downloads after the restart are recorded as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_torn_journal_keeps_its_whole_entries() {
+async fn a_torn_spool_keeps_its_whole_entries() {
     let dir = tempfile::tempdir().expect("tempdir");
     let user = UserId::new("u").expect("user");
     {
@@ -699,7 +706,7 @@ async fn a_torn_journal_keeps_its_whole_entries() {
             get_bytes(&store, &user).await;
         }
     }
-    let file = journal_files(dir.path()).pop().expect("journal file");
+    let file = spool_files(dir.path()).pop().expect("spool file");
     let whole = fs::read(&file).expect("read");
     let mut torn = whole.clone();
     // Three records of equal length; the tear is all of a fourth but its last byte.
@@ -711,13 +718,13 @@ async fn a_torn_journal_keeps_its_whole_entries() {
     assert_eq!(ledger_len(&store, &user).await, 4);
 }
 
-/// Without any read of the ledger, the journal is folded into `served` in the background every
+/// Without any read of the ledger, the spool is folded into `served` in the background every
 /// few thousand downloads, so it does not grow without end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_journal_is_folded_in_the_background() {
+async fn the_spool_is_folded_in_the_background() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (store, user, _) = store_with_image(dir.path(), 1_000, 9).await;
-    for _ in 0..journal::FOLD_ENTRIES {
+    for _ in 0..spool::FOLD_ENTRIES {
         get_bytes(&store, &user).await;
     }
     let folded = || -> i64 {
@@ -727,19 +734,19 @@ async fn the_journal_is_folded_in_the_background() {
             .query_row("SELECT count(*) FROM served", [], |r| r.get(0))
             .expect("count")
     };
-    let unfolded = || store.inner.served.unfolded_on_disk().expect("journal");
+    let unfolded = || store.inner.served.unfolded_on_disk().expect("spool");
     // The fold commits its rows, then deletes the file: wait for both.
     for _ in 0..200 {
-        if folded() == journal::FOLD_ENTRIES as i64 && unfolded().is_empty() {
+        if folded() == spool::FOLD_ENTRIES as i64 && unfolded().is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    assert_eq!(folded(), journal::FOLD_ENTRIES as i64);
+    assert_eq!(folded(), spool::FOLD_ENTRIES as i64);
     assert!(unfolded().is_empty(), "the folded file is gone");
 }
 
-/// Downloads write nothing to SQLite (their entries go to the journal), and the fold that moves
+/// Downloads write nothing to SQLite (their entries go to the spool), and the fold that moves
 /// thousands of entries into `served` is checkpointed off the writer (whose automatic checkpoint
 /// is off): the WAL stays a few MiB at most.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

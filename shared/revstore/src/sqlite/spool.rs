@@ -1,4 +1,4 @@
-//! The served ledger's journal: each download's entry is appended to a file before the download's
+//! The served ledger's spool: each download's entry is appended to a file before the download's
 //! first byte is handed out, and the entries are folded into the `served` table in bulk.
 //!
 //! Committing entries to SQLite as downloads opened them, even a few per transaction by group
@@ -12,7 +12,8 @@
 //! the kernel's page cache when the call returns, so a crash of the process loses nothing, and
 //! power loss may lose the last entries, as it may lose such a commit.
 //!
-//! Files: `served/<generation>.journal`, records in the order their downloads opened. A fold seals
+//! Files: `served/<generation>.spool` (`.journal` as earlier versions named them, still folded),
+//! records in the order their downloads opened. A fold seals
 //! the current file (appends move on to the next generation), inserts the file's entries into
 //! `served` and records its generation as folded in one durable transaction, then deletes the
 //! file. A file at or below the folded generation (its deletion lost to a crash) is deleted
@@ -44,7 +45,10 @@ use crate::error::StorageError;
 /// every read of the ledger, every reclamation pass and every explicit checkpoint.
 pub(super) const FOLD_ENTRIES: usize = 4096;
 
-const EXTENSION: &str = "journal";
+const EXTENSION: &str = "spool";
+
+/// What earlier versions named these files: one such a process left is folded like any other.
+const LEGACY_EXTENSION: &str = "journal";
 /// Length and digest prefix.
 const HEADER: usize = 4 + 8;
 /// `at` and three length-prefixed fields of at most `u16::MAX` bytes.
@@ -59,9 +63,9 @@ pub(super) struct ServedRow {
     pub(super) principal: String,
 }
 
-/// The journal of the served ledger (see the module docs).
+/// The spool of the served ledger (see the module docs).
 #[derive(Debug)]
-pub(super) struct ServedJournal {
+pub(super) struct ServedSpool {
     dir: PathBuf,
     /// Records waiting for the writer.
     queue: Mutex<Queue>,
@@ -90,7 +94,7 @@ struct Appender {
     file: Option<File>,
     /// Bytes of whole records in `file`.
     len: u64,
-    /// Entries appended since the last fold sealed the journal.
+    /// Entries appended since the last fold sealed the spool.
     unfolded: usize,
 }
 
@@ -104,13 +108,14 @@ impl Appender {
     }
 }
 
-impl ServedJournal {
-    /// Opens the journal in `dir` and folds what an earlier process left in it.
+impl ServedSpool {
+    /// Opens the spool in `dir` and folds what an earlier process left in it.
     pub(super) fn open(dir: PathBuf, writer: &Mutex<Connection>) -> Result<Self, StorageError> {
         fs::create_dir_all(&dir)?;
+        adopt_legacy(&dir)?;
         let folded = folded_through(&lock(writer))?;
         let last = generations(&dir)?.last().copied().unwrap_or(0);
-        let journal = Self {
+        let spool = Self {
             dir,
             queue: Mutex::default(),
             appender: Mutex::new(Appender {
@@ -122,8 +127,8 @@ impl ServedJournal {
             folding: Mutex::new(()),
             fold_asked: AtomicBool::new(false),
         };
-        journal.fold(writer)?;
-        Ok(journal)
+        spool.fold(writer)?;
+        Ok(spool)
     }
 
     fn appender(&self) -> MutexGuard<'_, Appender> {
@@ -136,7 +141,7 @@ impl ServedJournal {
     }
 
     /// Queues `row`; the receiver answers once it is written (or could not be). When no writer
-    /// is running, the caller must start one with [`ServedJournal::write_queued`] on a thread that
+    /// is running, the caller must start one with [`ServedSpool::write_queued`] on a thread that
     /// may block (the second value says so).
     pub(super) fn push(
         &self,
@@ -206,7 +211,7 @@ impl ServedJournal {
                 .map_err(|err| (err, file.set_len(whole).is_ok())),
             None => {
                 return Err(StorageError::unavailable(
-                    "the served-ledger journal is not open",
+                    "the served-ledger spool is not open",
                 ));
             }
         };
@@ -255,7 +260,7 @@ impl ServedJournal {
                 file = %path.display(),
                 entries = rows.len(),
                 ignored_bytes = bytes.len() - whole,
-                "the served-ledger journal ends in a torn or damaged record; the entries before it are kept"
+                "the served-ledger spool ends in a torn or damaged record; the entries before it are kept"
             );
         }
         let folded = {
@@ -271,7 +276,7 @@ impl ServedJournal {
                         insert.execute(params![row.user, row.revision, row.at, row.principal])?;
                     }
                     tx.execute(
-                        "UPDATE served_journal SET folded_through = ?1 WHERE id = 1",
+                        "UPDATE served_spool SET folded_through = ?1 WHERE id = 1",
                         [generation as i64],
                     )?;
                     Ok::<_, rusqlite::Error>(rows.len())
@@ -317,24 +322,47 @@ fn unwritable(err: &io::Error) -> StorageError {
 
 fn folded_through(conn: &Connection) -> Result<u64, StorageError> {
     let folded: i64 = conn.query_row(
-        "SELECT folded_through FROM served_journal WHERE id = 1",
+        "SELECT folded_through FROM served_spool WHERE id = 1",
         [],
         |r| r.get(0),
     )?;
     Ok(u64::try_from(folded).unwrap_or(0))
 }
 
-/// The generations of the journal files in `dir`, ascending. Other files are not the journal's.
+/// The generation a file named `name` holds, if it is a spool file named with `extension`.
+fn generation_of(name: &str, extension: &str) -> Option<u64> {
+    name.strip_suffix(extension)?
+        .strip_suffix('.')?
+        .parse::<u64>()
+        .ok()
+}
+
+/// Renames the files an earlier version left under their old name (`<generation>.journal`) to
+/// this one's, so they are folded like any other; a rename is atomic, so a crash midway leaves
+/// each file under one name or the other.
+fn adopt_legacy(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if let Some(generation) = name
+            .to_str()
+            .and_then(|n| generation_of(n, LEGACY_EXTENSION))
+        {
+            fs::rename(
+                entry.path(),
+                dir.join(format!("{generation:020}.{EXTENSION}")),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The generations of the spool files in `dir`, ascending. Other files are not the spool's.
 fn generations(dir: &Path) -> io::Result<Vec<u64>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let name = entry?.file_name();
-        let generation = name.to_str().and_then(|n| {
-            n.strip_suffix(EXTENSION)?
-                .strip_suffix('.')?
-                .parse::<u64>()
-                .ok()
-        });
+        let generation = name.to_str().and_then(|n| generation_of(n, EXTENSION));
         found.extend(generation);
     }
     found.sort_unstable();
@@ -414,7 +442,7 @@ mod tests {
         )
     }
 
-    fn journal_of(rows: &[ServedRow]) -> Vec<u8> {
+    fn spool_of(rows: &[ServedRow]) -> Vec<u8> {
         rows.iter()
             .flat_map(|r| encode(r).expect("encode"))
             .collect()
@@ -429,7 +457,7 @@ mod tests {
             cut in any::<prop::sample::Index>(),
             flip in any::<Option<(prop::sample::Index, u8)>>(),
         ) {
-            let mut bytes = journal_of(&rows);
+            let mut bytes = spool_of(&rows);
             let (whole, end) = decode(&bytes);
             prop_assert_eq!(&whole, &rows);
             prop_assert_eq!(end, bytes.len());
