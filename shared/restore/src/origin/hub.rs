@@ -251,14 +251,13 @@ impl HubOrigin {
                 .header("expect", "100-continue")
                 .send(&manifest[..])
         })?;
-        match response.status().as_u16() {
-            200 => {}
-            401 | 403 => return Err(self.refused_with_body(response)),
-            status if status < 500 => {
-                let _ = self.error_code(&mut response);
-                return Ok(None);
-            }
-            _ => return Err(self.refused_with_body(response)),
+        let status = response.status().as_u16();
+        if status != 200 {
+            let (code, body) = self.error_code(&mut response);
+            return match delta_answer(status, &code) {
+                DeltaAnswer::WholeFile => Ok(None),
+                _ => Err(self.refused(status, &body)),
+            };
         }
         let limits = Limits {
             max_length: bytes.len() as u64,
@@ -288,29 +287,23 @@ impl HubOrigin {
                 .header("if-match", format!("\"{base}\""))
                 .send(&delta[..])
         })?;
-        match response.status().as_u16() {
-            204 | 200 | 201 => {
-                let _ = self.read_body(&mut response, 64 * 1024);
-                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
-                    detail: "an accepted write without an ETag".to_owned(),
-                })?;
-                self.went_delta.store(true, Ordering::Relaxed);
-                Ok(Some(Pushed::Accepted { revision }))
-            }
-            412 => Ok(Some(Pushed::Conflict {
-                current: self.conflict_revision(&mut response),
+        let status = response.status().as_u16();
+        if matches!(status, 200 | 201 | 204) {
+            let _ = self.read_body(&mut response, 64 * 1024);
+            let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
+                detail: "an accepted write without an ETag".to_owned(),
+            })?;
+            self.went_delta.store(true, Ordering::Relaxed);
+            return Ok(Some(Pushed::Accepted { revision }));
+        }
+        let etag = Self::etag(&response);
+        let (code, body) = self.error_code(&mut response);
+        match delta_answer(status, &code) {
+            DeltaAnswer::Conflict => Ok(Some(Pushed::Conflict {
+                current: current_revision(etag, &body),
             })),
-            401 | 403 => Err(self.refused_with_body(response)),
-            status => {
-                let (code, body) = self.error_code(&mut response);
-                // A hub without the route (404, 405) or refusing the delta as such: send the
-                // whole file instead.
-                if status == 404 || status == 405 || code.starts_with("DELTA_") {
-                    Ok(None)
-                } else {
-                    Err(self.refused(status, &body))
-                }
-            }
+            DeltaAnswer::WholeFile => Ok(None),
+            DeltaAnswer::Taken | DeltaAnswer::Refused => Err(self.refused(status, &body)),
         }
     }
 
@@ -358,14 +351,13 @@ impl HubOrigin {
                 .header(PATCHES_HEADER, "1")
                 .send(&manifest[..])
         })?;
-        match response.status().as_u16() {
-            200 => {}
-            401 | 403 => return Err(self.refused_with_body(response)),
-            status if status < 500 => {
-                let _ = self.error_code(&mut response);
-                return Ok(None);
-            }
-            _ => return Err(self.refused_with_body(response)),
+        let status = response.status().as_u16();
+        if status != 200 {
+            let (code, body) = self.error_code(&mut response);
+            return match delta_answer(status, &code) {
+                DeltaAnswer::WholeFile => Ok(None),
+                _ => Err(self.refused(status, &body)),
+            };
         }
         if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
             let _ = self.error_code(&mut response);
@@ -392,10 +384,7 @@ impl HubOrigin {
     fn conflict_revision(&self, response: &mut Response) -> Option<String> {
         let etag = Self::etag(response);
         let (_, body) = self.error_code(response);
-        let revision = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["revision"].as_str().map(str::to_owned));
-        etag.or(revision)
+        current_revision(etag, &body)
     }
 
     fn noted_identity(&self) -> Option<OriginId> {
@@ -759,6 +748,45 @@ impl Origin for HubOrigin {
             }),
             _ => Err(self.refused_with_body(response)),
         }
+    }
+}
+
+/// The hub's current revision as a refused write names it (the one conflict parser): its `ETag`,
+/// else the JSON body's `revision`.
+fn current_revision(etag: Option<String>, body: &str) -> Option<String> {
+    etag.or_else(|| {
+        serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["revision"].as_str().map(str::to_owned))
+    })
+}
+
+/// What a client makes of a delta route's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeltaAnswer {
+    /// The route answered what was asked.
+    Taken,
+    /// The write's precondition failed: the hub holds another revision (the caller's to report).
+    Conflict,
+    /// Send or fetch the whole file instead.
+    WholeFile,
+    /// The answer stands: a whole file would meet the same refusal.
+    Refused,
+}
+
+/// The one rule for a plan, a delta push and a delta pull: a route the hub lacks (404, 405, 501,
+/// as a hub without delta sync answers, or a base it no longer keeps) or a refusal of the delta as
+/// such (a `DELTA_*` code, `DELTA_BASE_GONE` a 409 among them) falls back to the whole file; a
+/// failed precondition (409, 412) is a conflict; credentials, load, quota and every other refusal are the answer, since the whole
+/// file would only meet them again, later and dearer.
+fn delta_answer(status: u16, code: &str) -> DeltaAnswer {
+    match status {
+        200..=299 => DeltaAnswer::Taken,
+        // Before the status: a base the hub no longer keeps is a 409 `DELTA_BASE_GONE`.
+        _ if code.starts_with("DELTA_") => DeltaAnswer::WholeFile,
+        409 | 412 => DeltaAnswer::Conflict,
+        404 | 405 | 501 => DeltaAnswer::WholeFile,
+        _ => DeltaAnswer::Refused,
     }
 }
 

@@ -131,3 +131,33 @@ fn a_hub_states_its_identity_as_32_hex_digits() {
     assert_eq!(OriginId::parse("hub:nothex"), None);
     assert_eq!(OriginId::parse("other:x"), None);
 }
+
+/// The one fallback rule of the delta routes, as a table: what falls back to the whole file,
+/// what is a conflict, and what stands.
+#[test]
+fn a_delta_route_falls_back_only_where_a_whole_file_could_do_better() {
+    use super::{DeltaAnswer::*, delta_answer};
+    let cases: &[(u16, &str, super::DeltaAnswer)] = &[
+        (200, "", Taken),
+        (204, "", Taken),
+        (404, "NOT_FOUND", WholeFile),
+        (404, "REVISION_NOT_FOUND", WholeFile),
+        (405, "", WholeFile),
+        (501, "", WholeFile),
+        (400, "DELTA_MALFORMED", WholeFile),
+        (413, "DELTA_TOO_LARGE", WholeFile),
+        (409, "DELTA_BASE_GONE", WholeFile),
+        (409, "", Conflict),
+        (412, "PRECONDITION_FAILED", Conflict),
+        (401, "UNAUTHENTICATED", Refused),
+        (403, "FORBIDDEN", Refused),
+        (413, "QUOTA_EXCEEDED", Refused),
+        (429, "RATE_LIMITED", Refused),
+        (503, "OVERLOADED", Refused),
+        (500, "STORAGE_CORRUPT", Refused),
+        (400, "BAD_REQUEST", Refused),
+    ];
+    for (status, code, expected) in cases {
+        assert_eq!(delta_answer(*status, code), *expected, "{status} {code:?}");
+    }
+}
