@@ -98,7 +98,7 @@ impl Connections {
             let closed = self.closed.notified();
             {
                 let mut state = self.lock();
-                let trusted = self.limits.trusted.iter().any(|n| n.contains(address));
+                let trusted = crate::rate::is_trusted(&self.limits.trusted, address);
                 if !trusted
                     && state.by_address.get(&address).copied().unwrap_or(0)
                         >= self.limits.per_address

@@ -27,6 +27,7 @@ use std::{
 };
 
 use axum::http::HeaderMap;
+use snug_rpc::client::{canonical, network};
 
 /// Buckets one table keeps at most.
 pub const MAX_BUCKETS: usize = 100_000;
@@ -88,17 +89,15 @@ fn prefix_eq(a: &[u8], b: &[u8], prefix: u8) -> bool {
     }
 }
 
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
+/// Whether `ip` is one of the `trusted` proxies'.
+pub fn is_trusted(trusted: &[Network], ip: IpAddr) -> bool {
+    trusted.iter().any(|n| n.contains(ip))
 }
 
 /// The client a request comes from: the peer, or what trusted proxies say it forwarded for.
 pub fn client_address(peer: SocketAddr, headers: &HeaderMap, trusted: &[Network]) -> IpAddr {
     let mut client = canonical(peer.ip());
-    if !trusted.iter().any(|n| n.contains(client)) {
+    if !is_trusted(trusted, client) {
         return client;
     }
     // Right to left: each trusted hop vouches for the address before it; the first address no
@@ -115,22 +114,11 @@ pub fn client_address(peer: SocketAddr, headers: &HeaderMap, trusted: &[Network]
             break;
         };
         client = canonical(ip);
-        if !trusted.iter().any(|n| n.contains(client)) {
+        if !is_trusted(trusted, client) {
             break;
         }
     }
     client
-}
-
-/// The bucket an address counts against: IPv4 as is, IPv6 by its /64.
-fn address_key(ip: IpAddr) -> IpAddr {
-    match canonical(ip) {
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-        v4 => v4,
-    }
 }
 
 /// How long until a refused client may try again.
@@ -291,8 +279,7 @@ impl RateLimits {
     /// Counts a request from `peer` (with its forwarding headers) against its address's bucket.
     pub fn check_address(&self, peer: SocketAddr, headers: &HeaderMap) -> Result<(), Limited> {
         let client = client_address(peer, headers, &self.trusted);
-        self.addresses
-            .take(address_key(client), wider_key, &self.rate)
+        self.addresses.take(network(client), wider_key, &self.rate)
     }
 
     /// Counts a request by `principal` (a user id) against that principal's bucket.

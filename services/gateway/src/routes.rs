@@ -143,7 +143,7 @@ impl FromRequestParts<Arc<AppState>> for Authed {
                 .extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
                 .map(|peer| crate::rate::client_address(peer.0, &parts.headers, trusted))
-                .filter(|client| !trusted.iter().any(|n| n.contains(*client))),
+                .filter(|client| !crate::rate::is_trusted(trusted, *client)),
             ..identity.caller()
         };
         state.backends.provision(&caller).await?;

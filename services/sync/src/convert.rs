@@ -33,13 +33,9 @@ pub(crate) struct Caller {
 /// the gateway named one. An address that does not parse names no owner.
 pub(crate) fn owners(caller: &pb::Caller) -> Vec<String> {
     let mut owners = vec![format!("user:{}", caller.user_id)];
-    match caller.client_address.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(v4)) => owners.push(format!("address:{v4}")),
-        Ok(std::net::IpAddr::V6(v6)) => {
-            let net = u128::from(v6) & !((1u128 << 64) - 1);
-            owners.push(format!("address:{}/64", std::net::Ipv6Addr::from(net)));
-        }
-        Err(_) => {}
+    if let Ok(ip) = caller.client_address.parse::<std::net::IpAddr>() {
+        // The client as the gateway's rate limits count it (an IPv6 address by its /64).
+        owners.push(format!("address:{}", snug_rpc::client::network(ip)));
     }
     owners
 }

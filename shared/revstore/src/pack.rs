@@ -134,6 +134,19 @@ pub(crate) fn repoint(
     moved.then(|| coalesce(&locs))
 }
 
+/// [`repoint`] over an image row as stored (its encoded manifest and extents): the new encoded
+/// extents, or `None` when there is nothing to move or the row does not decode.
+pub(crate) fn repoint_row(
+    manifest: &[u8],
+    extents: Option<&[u8]>,
+    chunk_size: u64,
+    fresh: &std::collections::HashMap<Digest, ChunkLoc>,
+) -> Option<Vec<u8>> {
+    let manifest = crate::chunk::decode_manifest(manifest)?;
+    let extents = decode_extents(extents?)?;
+    repoint(&extents, &manifest, chunk_size, fresh).map(|moved| encode_extents(&moved))
+}
+
 /// The leading chunks of an image that together hold at least its first `len` bytes (all of
 /// them when the image is shorter).
 pub(crate) fn prefix(locs: &[ChunkLoc], len: u64) -> &[ChunkLoc] {

@@ -66,6 +66,7 @@ pub mod bearer;
 pub mod blocking;
 pub mod budget;
 pub mod chunks;
+pub mod client;
 pub mod deadline;
 pub mod framed;
 pub mod limit;

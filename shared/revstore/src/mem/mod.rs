@@ -351,16 +351,7 @@ impl RevStore for MemStore {
         user: &UserId,
         limit: usize,
     ) -> Result<Vec<ServedEntry>, StorageError> {
-        let state = self.lock();
-        let pseudonym = crate::erase::pseudonym(user.as_str());
-        Ok(state
-            .served
-            .iter()
-            .rev()
-            .filter(|(u, _)| u == user || u.as_str() == pseudonym)
-            .take(limit)
-            .map(|(_, e)| e.clone())
-            .collect())
+        Ok(newest_of(&self.lock().served, user, limit))
     }
 
     async fn put_ledger(
@@ -368,16 +359,7 @@ impl RevStore for MemStore {
         user: &UserId,
         limit: usize,
     ) -> Result<Vec<PutLedgerEntry>, StorageError> {
-        let state = self.lock();
-        let pseudonym = crate::erase::pseudonym(user.as_str());
-        Ok(state
-            .puts
-            .iter()
-            .rev()
-            .filter(|(u, _)| u == user || u.as_str() == pseudonym)
-            .take(limit)
-            .map(|(_, e)| e.clone())
-            .collect())
+        Ok(newest_of(&self.lock().puts, user, limit))
     }
 
     async fn reclaim(&self) -> Result<ReclaimReport, ReclaimError> {
@@ -497,4 +479,17 @@ impl integrity::Inspect for MemStore {
             })
             .collect())
     }
+}
+
+/// A ledger's newest `limit` entries of `user`, also those kept under the user's pseudonym
+/// after an erasure (`erase::pseudonym`).
+fn newest_of<E: Clone>(ledger: &[(UserId, E)], user: &UserId, limit: usize) -> Vec<E> {
+    let pseudonym = crate::erase::pseudonym(user.as_str());
+    ledger
+        .iter()
+        .rev()
+        .filter(|(u, _)| u == user || u.as_str() == pseudonym)
+        .take(limit)
+        .map(|(_, e)| e.clone())
+        .collect()
 }

@@ -512,17 +512,12 @@ impl PgStore {
                 if !seen.insert(image.to_vec()) {
                     continue;
                 }
-                let manifest = chunk::decode_manifest(r.get::<_, &[u8]>(1));
-                let extents = r.get::<_, Option<&[u8]>>(2).and_then(pack::decode_extents);
-                let (Some(manifest), Some(extents)) = (manifest, extents) else {
-                    continue;
-                };
                 if let Some(extents) =
-                    pack::repoint(&extents, &manifest, self.inner.chunk_size as u64, healed)
+                    pack::repoint_row(r.get(1), r.get(2), self.inner.chunk_size as u64, healed)
                 {
                     tx.execute(
                         "UPDATE images SET extents = $1 WHERE digest = $2",
-                        &[&pack::encode_extents(&extents), &image],
+                        &[&extents, &image],
                     )
                     .await?;
                 }

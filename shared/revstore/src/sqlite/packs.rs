@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 pub(crate) use crate::pack::{
     ChunkLoc, Extent, coalesce, decode_extents, encode_extents, expand, is_pack_name, pack_name,
-    prefix, repoint,
+    prefix, repoint_row,
 };
 use crate::types::Digest;
 

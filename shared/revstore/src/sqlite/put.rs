@@ -373,15 +373,13 @@ impl Inner {
                 if !seen.insert(image.clone()) {
                     continue;
                 }
-                let manifest = chunk::decode_manifest(&manifest);
-                let extents = extents.as_deref().and_then(packs::decode_extents);
-                let (Some(manifest), Some(extents)) = (manifest, extents) else {
-                    continue;
-                };
-                if let Some(extents) =
-                    packs::repoint(&extents, &manifest, self.chunk_size as u64, healed)
-                {
-                    update.execute(params![packs::encode_extents(&extents), image])?;
+                if let Some(extents) = packs::repoint_row(
+                    &manifest,
+                    extents.as_deref(),
+                    self.chunk_size as u64,
+                    healed,
+                ) {
+                    update.execute(params![extents, image])?;
                     self.heads.forget_all();
                 }
             }
