@@ -66,11 +66,11 @@ async fn run_script(python: &Path, script: &str, args: &[String]) -> String {
 
 #[test]
 fn every_error_reason_a_service_returns_is_in_its_proto() {
-    let services: [(&str, &[&str]); 4] = [
-        ("container", snug_container_service::reason::ALL),
-        ("schema", snug_schema_service::reason::ALL),
-        ("materialize", snug_materialize_service::reason::ALL),
-        ("sync", snug_sync_service::reason::ALL),
+    let services = [
+        ("container", snug_container_service::error_info::REASONS),
+        ("schema", snug_schema_service::error_info::REASONS),
+        ("materialize", snug_materialize_service::error_info::REASONS),
+        ("sync", snug_sync_service::error_info::REASONS),
     ];
     for (name, reasons) in services {
         let proto =
@@ -80,12 +80,12 @@ fn every_error_reason_a_service_returns_is_in_its_proto() {
             proto.contains(&format!("domain \"snug.{name}\"")),
             "{name}.proto names its ErrorInfo domain"
         );
-        for reason in reasons {
+        for reason in reasons.reasons.iter().map(|r| r.name) {
             // A row of the proto's reason table: `// | REASON   | CODE | meaning |`.
             let row = proto.lines().any(|line| {
                 line.strip_prefix("// |")
                     .and_then(|rest| rest.split('|').next())
-                    .is_some_and(|cell| cell.trim() == *reason)
+                    .is_some_and(|cell| cell.trim() == reason)
             });
             assert!(row, "{name}.proto has no reason-table row for {reason}");
         }
@@ -97,7 +97,7 @@ fn every_error_reason_a_service_returns_is_in_its_proto() {
             .collect();
         let shed = format!(
             "reason {} in domain \"{}\"",
-            snug_rpc::status::reason::OVERLOADED,
+            snug_reasons::rpc::OVERLOADED.name,
             snug_rpc::limit::DOMAIN
         );
         assert!(

@@ -36,6 +36,7 @@ const REQUIRED: &[&str] = &[
     "test_split.py::test_a_stopped_sync_service_gives_503_and_the_hub_recovers",
     "test_split.py::test_every_service_refuses_a_call_without_the_service_token",
     "test_errors.py::test_every_reason_the_protos_document_has_its_class_with_the_tables_code",
+    "test_errors.py::test_every_class_is_of_a_registered_reason",
     "test_proto_lock.py::test_the_protos_keep_every_locked_entry",
     "test_proto_lock.py::test_the_installed_stubs_keep_every_locked_entry",
     "test_typing.py::test_the_installed_package_passes_mypy_strict",

@@ -22,7 +22,7 @@
 #![warn(missing_docs)]
 
 mod convert;
-pub mod reason;
+pub mod error_info;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -162,7 +162,7 @@ impl Admin {
 
     async fn lookup(&self, field: &str, key: UserKey<'_>) -> Result<UserInfo, Status> {
         let (UserKey::Id(wanted) | UserKey::Name(wanted) | UserKey::NameOrId(wanted)) = key;
-        snug_rpc::status::identifier(reason::DOMAIN, field, wanted)?;
+        snug_rpc::status::identifier(error_info::DOMAIN, field, wanted)?;
         self.directory.find(key).await.map_err(directory_error)
     }
 
@@ -328,7 +328,7 @@ impl AdminService for Admin {
         request: Request<pb::RevokeTokenRequest>,
     ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
         let token_id = request.into_inner().token_id;
-        snug_rpc::status::identifier(reason::DOMAIN, "token_id", &token_id)?;
+        snug_rpc::status::identifier(error_info::DOMAIN, "token_id", &token_id)?;
         let user_name = self
             .directory
             .revoke_token(&token_id)

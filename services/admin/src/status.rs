@@ -6,7 +6,7 @@ use snug_rpc::status::from_reason;
 use snug_users::UsersError;
 use tonic::{Code, Status};
 
-use crate::reason::DOMAIN;
+use crate::error_info::DOMAIN;
 
 /// INVALID_ARGUMENT naming `field`.
 pub(crate) fn invalid(field: &str, message: &str) -> Status {

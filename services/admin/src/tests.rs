@@ -115,12 +115,16 @@ fn reason(status: &Status) -> (String, String) {
 }
 
 #[track_caller]
-fn assert_reason<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, expected: &str) {
+fn assert_reason<T: std::fmt::Debug>(
+    result: Result<T, Status>,
+    code: Code,
+    expected: &snug_reasons::Reason,
+) {
     let status = result.expect_err("refused");
     assert_eq!(status.code(), code, "{status:?}");
     assert_eq!(
         reason(&status),
-        ("snug.admin".to_owned(), expected.to_owned())
+        ("snug.admin".to_owned(), expected.name.to_owned())
     );
 }
 
@@ -250,7 +254,7 @@ async fn without_a_configured_admin_token_nothing_is_admitted() {
     assert_reason(
         port.client.list_users(request).await,
         Code::Unauthenticated,
-        "UNAUTHENTICATED",
+        &snug_reasons::admin::UNAUTHENTICATED,
     );
 }
 
@@ -284,7 +288,7 @@ async fn users_tokens_and_quotas_through_the_admin_port() {
             }))
             .await,
         Code::AlreadyExists,
-        "USER_EXISTS",
+        &snug_reasons::admin::USER_EXISTS,
     );
     for bad in ["", "a\u{7}b", &"x".repeat(65)] {
         assert_reason(
@@ -294,7 +298,7 @@ async fn users_tokens_and_quotas_through_the_admin_port() {
                 }))
                 .await,
             Code::InvalidArgument,
-            "INVALID_ARGUMENT",
+            &snug_reasons::admin::INVALID_ARGUMENT,
         );
     }
     assert_reason(
@@ -305,14 +309,14 @@ async fn users_tokens_and_quotas_through_the_admin_port() {
             }))
             .await,
         Code::NotFound,
-        "USER_NOT_FOUND",
+        &snug_reasons::admin::USER_NOT_FOUND,
     );
     assert_reason(
         port.client
             .get_user(port.request(pb::GetUserRequest::default()))
             .await,
         Code::InvalidArgument,
-        "INVALID_ARGUMENT",
+        &snug_reasons::admin::INVALID_ARGUMENT,
     );
 
     // A second token, then the first revoked: only the second admits alice.
@@ -350,7 +354,7 @@ async fn users_tokens_and_quotas_through_the_admin_port() {
             .revoke_token(port.request(pb::RevokeTokenRequest { token_id: first_id }))
             .await,
         Code::NotFound,
-        "TOKEN_NOT_FOUND",
+        &snug_reasons::admin::TOKEN_NOT_FOUND,
     );
 
     // Quota set and cleared.
@@ -474,7 +478,7 @@ async fn usage_is_reported_and_removal_with_erase_empties_the_store_of_the_user(
             }))
             .await,
         Code::NotFound,
-        "USER_NOT_FOUND",
+        &snug_reasons::admin::USER_NOT_FOUND,
     );
     let left = port
         .sync
@@ -527,7 +531,7 @@ fn the_token_record_is_the_sha256_and_parses_from_hex() {
 
 #[test]
 fn every_reason_of_the_domain_has_a_grpc_code() {
-    for name in reason::ALL {
+    for name in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(
             snug_reasons::find(name).and_then(|r| r.grpc).is_some(),
             "{name}"

@@ -349,7 +349,7 @@ fn rotate_to_generated(
     if let Err(failure) = files::write(file, &rotated) {
         return Err(Failure::new(
             failure.exit,
-            failure.code,
+            failure.reason,
             format!(
                 "{}; the file is unchanged and the key printed above is NOT in effect — the old \
                  recovery key still opens it",

@@ -12,16 +12,16 @@ use snug_reasons::{Reason, cli, container, rpc};
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) exit: Exit,
-    /// Stable UPPER_SNAKE code, the same vocabulary as the services' ErrorInfo reasons.
-    pub(crate) code: &'static str,
+    /// Its reason: the JSON `code` is its name, the services' `ErrorInfo` vocabulary.
+    pub(crate) reason: &'static Reason,
     pub(crate) message: String,
 }
 
 impl Failure {
-    pub(crate) fn new(exit: Exit, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(exit: Exit, reason: &'static Reason, message: impl Into<String>) -> Self {
         Self {
             exit,
-            code,
+            reason,
             message: message.into(),
         }
     }
@@ -34,7 +34,7 @@ impl Failure {
             // with `new`; reaching this is a bug in the caller (a test covers every `of`).
             snug_reasons::CliExit::ByCause(_) | snug_reasons::CliExit::Never => Exit::Other,
         };
-        Self::new(exit, reason.name, message)
+        Self::new(exit, reason, message)
     }
 
     pub(crate) fn usage(message: impl Into<String>) -> Self {
@@ -199,11 +199,7 @@ impl From<DbOpenError> for Failure {
             return schema_too_new(found, supported);
         }
         let (exit, hint) = open_exit(&err);
-        Failure::new(
-            exit,
-            err.reason().name,
-            format!("{}{hint}", with_causes(&err)),
-        )
+        Failure::new(exit, err.reason(), format!("{}{hint}", with_causes(&err)))
     }
 }
 
@@ -215,9 +211,7 @@ impl From<ExportError> for Failure {
             | ExportError::OutputExists { .. }
             | ExportError::Io { .. }
             | ExportError::Sqlite(_)
-            | ExportError::Scrub(_) => {
-                Failure::new(Exit::Other, err.reason().name, with_causes(&err))
-            }
+            | ExportError::Scrub(_) => Failure::new(Exit::Other, err.reason(), with_causes(&err)),
         }
     }
 }
@@ -343,7 +337,7 @@ impl From<snug_schema::ImportError> for Failure {
             | E::AppTokenCollision { .. } => Exit::Corrupt,
             E::TooLarge { .. } | E::Entropy(_) | E::Sqlite(_) => Exit::Other,
         };
-        Failure::new(exit, err.reason().name, with_causes(&err))
+        Failure::new(exit, err.reason(), with_causes(&err))
     }
 }
 

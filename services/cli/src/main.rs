@@ -353,7 +353,7 @@ fn main() -> ExitCode {
             if json {
                 let body = serde_json::json!({
                     "ok": false,
-                    "error": { "code": failure.code, "message": failure.message },
+                    "error": { "code": failure.reason.name, "message": failure.message },
                     "exit_code": failure.exit as u8,
                 });
                 let _ = writeln!(std::io::stdout().lock(), "{body}");

@@ -57,7 +57,7 @@ fn prompt(label: &str) -> Result<Zeroizing<String>, Failure> {
         .map_err(|e| {
             Failure::new(
                 Exit::Other,
-                "IO",
+                &snug_reasons::cli::IO,
                 format!("cannot read from the terminal: {e}"),
             )
         })

@@ -12,8 +12,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod error_info;
 pub mod observe;
-pub mod reason;
 pub mod status;
 
 use std::{
@@ -47,7 +47,7 @@ use snug_rpc::{
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::reason::DOMAIN;
+use crate::error_info::DOMAIN;
 
 /// The most leading bytes any container check reads: header, wrapped keys and payload IV of eight
 /// slots (the largest overhead without the tag).

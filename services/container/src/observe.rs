@@ -5,7 +5,7 @@ use tonic::Code;
 
 use crate::{
     SERVICE_NAME,
-    reason::{self, DOMAIN},
+    error_info::{self, DOMAIN},
 };
 
 /// The methods that try a secret against a container: each call is an unlock attempt.
@@ -30,13 +30,13 @@ pub fn classify(method: &str, status: &GrpcStatus) -> Option<Derived> {
     if status.domain.as_deref() != Some(DOMAIN) {
         return None;
     }
-    let reason = status.reason.as_deref()?;
-    if reason == reason::LOCKED {
+    let reason = error_info::REASONS.find(status.reason.as_deref()?)?;
+    if reason == &snug_reasons::container::LOCKED {
         Some(Derived::UnlockAttempt("locked"))
     } else if [
-        reason::CORRUPT,
-        reason::NOT_A_CONTAINER,
-        reason::UNSUPPORTED_FORMAT_VERSION,
+        &snug_reasons::container::CORRUPT,
+        &snug_reasons::container::NOT_A_CONTAINER,
+        &snug_reasons::container::UNSUPPORTED_FORMAT_VERSION,
     ]
     .contains(&reason)
     {

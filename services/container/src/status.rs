@@ -9,7 +9,7 @@ use snug_reasons::container as reasons;
 use snug_rpc::status::{from_reason, too_large};
 use tonic::Status;
 
-use crate::reason::DOMAIN;
+use crate::error_info::DOMAIN;
 
 /// Maps a failed open (unlock, remove protection, and the open step of every rewrap).
 pub fn open_error(err: OpenError) -> Status {

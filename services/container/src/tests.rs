@@ -184,7 +184,7 @@ async fn wrong_or_missing_secret_is_locked_not_corrupt() {
             .await
             .expect_err("locked");
         assert_eq!(status.code(), Code::FailedPrecondition);
-        assert_eq!(reason(&status), reason::LOCKED);
+        assert_eq!(reason(&status), &snug_reasons::container::LOCKED);
     }
 }
 
@@ -206,7 +206,7 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     .await
     .expect_err("corrupt");
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
     assert_eq!(
         snug_rpc::status::metadata_of(&status, "detail").as_deref(),
         Some("header_checksum_mismatch")
@@ -223,7 +223,7 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     )
     .await
     .expect_err("corrupt payload");
-    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
 
     // A plain database is not a container.
     let status = unlock(
@@ -233,7 +233,7 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     )
     .await
     .expect_err("not a container");
-    assert_eq!(reason(&status), reason::NOT_A_CONTAINER);
+    assert_eq!(reason(&status), &snug_reasons::container::NOT_A_CONTAINER);
 
     // A newer container version is unsupported rather than damaged, but only under a valid
     // header checksum; under a failing one the version byte is damage (§11.2 rule 6).
@@ -247,7 +247,10 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     )
     .await
     .expect_err("unsupported");
-    assert_eq!(reason(&status), reason::UNSUPPORTED_FORMAT_VERSION);
+    assert_eq!(
+        reason(&status),
+        &snug_reasons::container::UNSUPPORTED_FORMAT_VERSION
+    );
     let status = unlock(
         &mut client,
         Bytes::from(damaged),
@@ -255,7 +258,7 @@ async fn damaged_and_foreign_inputs_get_typed_reasons() {
     )
     .await
     .expect_err("damaged");
-    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
     assert_eq!(
         snug_rpc::status::metadata_of(&status, "detail").as_deref(),
         Some("header_checksum_mismatch")
@@ -321,7 +324,7 @@ async fn uploads_opened_as_they_arrive_give_the_whole_upload_verdict() {
         let status = unlock_in_pieces(&mut client, &Bytes::from(damaged), &[500], Some(len as u64))
             .await
             .expect_err("corrupt");
-        assert_eq!(reason(&status), reason::CORRUPT);
+        assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
         assert_eq!(
             snug_rpc::status::metadata_of(&status, "detail").as_deref(),
             Some("payload_authentication_failed")
@@ -344,7 +347,7 @@ async fn uploads_opened_as_they_arrive_give_the_whole_upload_verdict() {
             .expect_err("length mismatch");
         assert_eq!(
             reason(&status),
-            reason::INVALID_ARGUMENT,
+            &snug_reasons::container::INVALID_ARGUMENT,
             "declared {declared}"
         );
     }
@@ -442,7 +445,7 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
     let status = protect(&mut client, container, PASSPHRASE)
         .await
         .expect_err("already protected");
-    assert_eq!(reason(&status), reason::ALREADY_PROTECTED);
+    assert_eq!(reason(&status), &snug_reasons::container::ALREADY_PROTECTED);
 
     // Not SQLite, half a database, a database with a page too many, and an invalid page size:
     // each refused as what it is, never sealed.
@@ -463,13 +466,17 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
             .await
             .expect_err(what);
         assert_eq!(status.code(), Code::InvalidArgument, "{what}");
-        assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE, "{what}");
+        assert_eq!(
+            reason(&status),
+            &snug_reasons::container::NOT_A_USER_DATABASE,
+            "{what}"
+        );
     }
 
     let status = protect(&mut client, sqlite_bytes(10), "")
         .await
         .expect_err("empty passphrase");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
 
     let header = pb::ProtectRequest::header(pb::ProtectHeader {
         passphrase: PASSPHRASE.to_owned(),
@@ -479,7 +486,10 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
     });
     let request = chunks::upload(header, sqlite_bytes(10));
     let status = client.protect(request).await.expect_err("custody");
-    assert_eq!(reason(&status), reason::CUSTODY_NOT_ACKNOWLEDGED);
+    assert_eq!(
+        reason(&status),
+        &snug_reasons::container::CUSTODY_NOT_ACKNOWLEDGED
+    );
 
     // Below the configured minimum iteration count is refused, not silently raised.
     let header = pb::ProtectRequest::header(pb::ProtectHeader {
@@ -490,7 +500,7 @@ async fn protect_refuses_containers_non_databases_and_unacknowledged_custody() {
     });
     let request = chunks::upload(header, sqlite_bytes(10));
     let status = client.protect(request).await.expect_err("weak kdf");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
 }
 
 #[tokio::test]
@@ -507,7 +517,7 @@ async fn oversize_uploads_are_refused_early_with_resource_exhausted() {
         .await
         .expect_err("declared too large");
     assert_eq!(status.code(), Code::ResourceExhausted);
-    assert_eq!(reason(&status), reason::TOO_LARGE);
+    assert_eq!(reason(&status), &snug_reasons::container::TOO_LARGE);
 
     // Undeclared: the stream is cut off as soon as it crosses the cap.
     let over = snug_container::MAX_USERDB_BYTES as usize + 2 * CHUNK_SIZE;
@@ -515,7 +525,7 @@ async fn oversize_uploads_are_refused_early_with_resource_exhausted() {
         .await
         .expect_err("streamed too large");
     assert_eq!(status.code(), Code::ResourceExhausted);
-    assert_eq!(reason(&status), reason::TOO_LARGE);
+    assert_eq!(reason(&status), &snug_reasons::container::TOO_LARGE);
 }
 
 #[tokio::test]
@@ -527,19 +537,19 @@ async fn malformed_streams_are_invalid_arguments() {
         .unlock(futures::stream::iter([chunk]))
         .await
         .expect_err("headerless");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
     // An empty stream.
     let status = client
         .unlock(futures::stream::iter(Vec::<pb::UnlockRequest>::new()))
         .await
         .expect_err("empty");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
     // A message with no field set.
     let status = client
         .unlock(futures::stream::iter([pb::UnlockRequest { message: None }]))
         .await
         .expect_err("empty message");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
 }
 
 #[tokio::test]
@@ -620,7 +630,7 @@ async fn passphrase_change_and_recovery_rotation_keep_the_other_secret() {
     )
     .await
     .expect_err("old recovery key");
-    assert_eq!(reason(&status), reason::LOCKED);
+    assert_eq!(reason(&status), &snug_reasons::container::LOCKED);
     let (_, bytes) = unlock(
         &mut client,
         rotated.clone(),
@@ -699,7 +709,7 @@ async fn detect_and_inspect_need_no_secret() {
         }]))
         .await
         .expect_err("truncated");
-    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
     assert_eq!(
         snug_rpc::status::metadata_of(&status, "detail").as_deref(),
         Some("truncated_body")
@@ -755,7 +765,7 @@ async fn a_burst_beyond_the_kdf_pool_is_refused_as_overloaded() {
     .await;
     let overloaded = results
         .iter()
-        .filter(|r| matches!(r, Err(s) if s.code() == Code::Unavailable && reason(s) == reason::OVERLOADED))
+        .filter(|r| matches!(r, Err(s) if s.code() == Code::Unavailable && reason(s) == &snug_reasons::container::OVERLOADED))
         .count();
     let ok = results.iter().filter(|r| r.is_ok()).count();
     assert!(ok >= 1, "at least one unlock runs");
@@ -766,7 +776,7 @@ async fn a_burst_beyond_the_kdf_pool_is_refused_as_overloaded() {
 #[test]
 fn reasons_are_upper_snake_unique_and_short() {
     let mut seen = std::collections::HashSet::new();
-    for reason in reason::ALL {
+    for reason in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(reason.len() <= 63, "{reason}");
         assert!(
             reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
@@ -853,7 +863,11 @@ async fn undecodable_messages_are_invalid_arguments_with_a_reason() {
         }
         .expect_err(what);
         assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
-        assert_eq!(reason(&status), reason::INVALID_ARGUMENT, "{what}");
+        assert_eq!(
+            reason(&status),
+            &snug_reasons::container::INVALID_ARGUMENT,
+            "{what}"
+        );
         assert_eq!(
             snug_rpc::status::metadata_of(&status, "field").as_deref(),
             Some("(message)"),
@@ -880,7 +894,7 @@ async fn a_stream_message_over_the_decode_limit_is_too_large() {
         .await
         .expect_err("a message over the limit");
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    assert_eq!(reason(&status), reason::TOO_LARGE);
+    assert_eq!(reason(&status), &snug_reasons::container::TOO_LARGE);
 }
 
 /// Issue 23, point 6: the refusals tonic makes of a unary request before any code of ours runs

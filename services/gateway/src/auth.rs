@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, header};
 use crate::{
     backend::Caller,
     config::AuthMode,
-    error::{ApiError, reason},
+    error::ApiError,
     oidc::Oidc,
     rate::RateLimits,
     session::{self, SESSION_COOKIE, SessionKey, SessionSource, StartedSession},
@@ -110,7 +110,7 @@ fn directory_time(ms: u64) -> i64 {
 }
 
 fn unauthenticated(message: &str) -> ApiError {
-    ApiError::from_reason(reason::UNAUTHENTICATED, message)
+    ApiError::from_reason(&snug_reasons::gateway::UNAUTHENTICATED, message)
 }
 
 impl Auth {
@@ -327,7 +327,7 @@ impl Auth {
         let identity = self.identify(headers).await?;
         if identity.needs_csrf() && !session::csrf_ok(headers) {
             return Err(ApiError::from_reason(
-                reason::CSRF_REJECTED,
+                &snug_reasons::gateway::CSRF_REJECTED,
                 format!("{what} requires the x-snug-csrf header matching the snug_csrf cookie"),
             ));
         }

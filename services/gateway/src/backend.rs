@@ -31,7 +31,7 @@ use tonic::Code;
 
 use crate::{
     config::ConfigError,
-    error::{ApiError, reason},
+    error::ApiError,
     upload::{BodyWatch, Upload},
 };
 
@@ -248,7 +248,7 @@ impl Backends {
                 let status = self.store_status().await?;
                 if status.store_id.is_empty() {
                     return Err(ApiError::from_reason(
-                        crate::error::reason::BAD_GATEWAY,
+                        &snug_reasons::gateway::BAD_GATEWAY,
                         "the sync service did not state its store's identity",
                     ));
                 }
@@ -472,7 +472,7 @@ impl Backends {
         async move {
             let Some(mut materialize) = materialize else {
                 return Err(ApiError::from_reason(
-                    reason::NOT_DEPLOYED,
+                    &snug_reasons::gateway::NOT_DEPLOYED,
                     "this hub runs no materialization service (SNUG_MATERIALIZE_ADDR), so it cannot export apps",
                 ));
             };
@@ -507,7 +507,7 @@ impl Backends {
                 }) => result,
                 _ => {
                     return Err(ApiError::from_reason(
-                        reason::BAD_GATEWAY,
+                        &snug_reasons::gateway::BAD_GATEWAY,
                         "the materialization service answered an export without its result",
                     ));
                 }
@@ -554,7 +554,7 @@ impl Backends {
             .revision
             .ok_or_else(|| {
                 ApiError::from_reason(
-                    reason::BAD_GATEWAY,
+                    &snug_reasons::gateway::BAD_GATEWAY,
                     "the sync service restored without a revision",
                 )
             })
@@ -639,7 +639,7 @@ fn uploading<M: snug_rpc::chunks::Chunked + Send + 'static>(
 fn written(response: sync_pb::PutImageResponse) -> Result<sync_pb::RevisionInfo, ApiError> {
     response.revision.ok_or_else(|| {
         ApiError::from_reason(
-            reason::BAD_GATEWAY,
+            &snug_reasons::gateway::BAD_GATEWAY,
             "the sync service accepted an image without a revision",
         )
     })

@@ -2,7 +2,7 @@
 //!
 //! Every error the gateway sends is `{code, message, retryable}` (plus `revision` on 412), and
 //! every one is chosen here from a machine-readable reason: a service's `google.rpc.ErrorInfo`
-//! reason, or one of the gateway's own reasons below. Message text is never inspected (STYLE.md
+//! reason, or one of the gateway's own (`snug_reasons::gateway`). Message text is never inspected (STYLE.md
 //! §7.3 point 6). A status without a reason (a transport failure, a deadline) falls back to the
 //! gRPC code, mapped per google.rpc.Code's HTTP notes, except that every "the service did not
 //! answer" outcome is 503 with `Retry-After`: to an HTTP client a slow service and a down one
@@ -18,44 +18,11 @@ use tonic::Code;
 
 use crate::etag;
 
-/// Reasons the gateway itself gives (the services' reasons come from their protos); their HTTP
-/// answers are defined in `snug_reasons::gateway`.
-pub mod reason {
-    use snug_reasons::gateway as g;
-
-    /// No valid bearer token or session.
-    pub const UNAUTHENTICATED: &str = g::UNAUTHENTICATED.name;
-    /// A cookie-authenticated write without the matching `x-snug-csrf` header.
-    pub const CSRF_REJECTED: &str = g::CSRF_REJECTED.name;
-    /// A `PUT /userdb` body that is not `application/octet-stream`.
-    pub const UNSUPPORTED_MEDIA_TYPE: &str = g::UNSUPPORTED_MEDIA_TYPE.name;
-    /// No such route.
-    pub const NO_ROUTE: &str = g::NO_ROUTE.name;
-    /// The route exists but not for this method.
-    pub const METHOD_NOT_ALLOWED: &str = g::METHOD_NOT_ALLOWED.name;
-    /// A service did not answer within its deadline, or could not be reached.
-    pub const SERVICE_UNAVAILABLE: &str = g::SERVICE_UNAVAILABLE.name;
-    /// The gateway sheds load: too many requests in flight.
-    pub const GATEWAY_OVERLOADED: &str = g::GATEWAY_OVERLOADED.name;
-    /// With authentication off, a request whose Host is not a loopback name (DNS rebinding guard).
-    pub const MISDIRECTED_REQUEST: &str = g::MISDIRECTED_REQUEST.name;
-    /// A malformed request the gateway refuses before any service sees it.
-    pub const BAD_REQUEST: &str = g::BAD_REQUEST.name;
-    /// A request body that stopped arriving (idle timeout) or broke off.
-    pub const BODY_INCOMPLETE: &str = g::BODY_INCOMPLETE.name;
-    /// A service answered with something the gateway cannot use (a bug on one side).
-    pub const BAD_GATEWAY: &str = g::BAD_GATEWAY.name;
-    /// The route needs a service this deployment does not run (no address configured).
-    pub const NOT_DEPLOYED: &str = g::NOT_DEPLOYED.name;
-    /// A client address or principal that spent its rate limit's burst.
-    pub const RATE_LIMITED: &str = g::RATE_LIMITED.name;
-}
-
 /// One row of the table: what a reason becomes over HTTP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mapping {
-    /// The `ErrorInfo` reason (a service's) or a gateway reason from [`reason`].
-    pub reason: &'static str,
+    /// The `ErrorInfo` reason (a service's) or one of `snug_reasons::gateway`.
+    pub reason: &'static snug_reasons::Reason,
     /// The HTTP status.
     pub status: StatusCode,
     /// The JSON `code`. Mostly the reason itself; the reference server's vocabulary where the
@@ -70,7 +37,7 @@ impl Mapping {
     fn of(reason: &'static snug_reasons::Reason) -> Option<Mapping> {
         let http = reason.http?;
         Some(Mapping {
-            reason: reason.name,
+            reason,
             // The registry's statuses are checked to be 4xx or 5xx by its tests and here.
             status: StatusCode::from_u16(http.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             code: http.code,
@@ -139,11 +106,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// The error for a reason from the table. An unknown reason is a bug in the table, reported
-    /// as 500 so that it is noticed rather than guessed at.
-    pub fn from_reason(reason: &str, message: impl Into<String>) -> Self {
+    /// The error for a reason. One without an HTTP answer in the registry is a bug, reported as
+    /// 500 so that it is noticed rather than guessed at.
+    pub fn from_reason(reason: &'static snug_reasons::Reason, message: impl Into<String>) -> Self {
         let message = message.into();
-        match lookup(reason) {
+        match Mapping::of(reason) {
             Some(m) => Self {
                 status: m.status,
                 code: m.code,
@@ -153,7 +120,10 @@ impl ApiError {
                 retry_after: None,
             },
             None => {
-                tracing::error!(reason, "an error reason missing from the gateway's table");
+                tracing::error!(
+                    reason = reason.name,
+                    "an error reason without an HTTP answer"
+                );
                 Self {
                     status: StatusCode::INTERNAL_SERVER_ERROR,
                     code: "INTERNAL",
@@ -168,9 +138,10 @@ impl ApiError {
 
     /// The error for a service's status: by its `ErrorInfo` reason, else by its code.
     pub fn from_status(status: &tonic::Status) -> Self {
-        match snug_rpc::status::reason_of(status) {
-            Some(reason) if lookup(&reason).is_some() => {
-                let mut error = Self::from_reason(&reason, status.message());
+        let name = snug_rpc::status::reason_of(status);
+        match name.as_deref().and_then(snug_reasons::find) {
+            Some(reason) if reason.http.is_some() => {
+                let mut error = Self::from_reason(reason, status.message());
                 // The sync service reports the user's current revision on a CAS refusal; the
                 // client needs it (ETag and `revision`) to pull and retry.
                 if error.status == StatusCode::PRECONDITION_FAILED {
@@ -178,7 +149,8 @@ impl ApiError {
                 }
                 error
             }
-            reason => {
+            _ => {
+                let reason = name;
                 let (http, code, retryable) = by_code(status.code());
                 if http == StatusCode::SERVICE_UNAVAILABLE {
                     tracing::warn!(code = ?status.code(), reason = ?reason, "a service did not answer");
@@ -201,7 +173,7 @@ impl ApiError {
 
     /// A service that did not answer in time or could not be reached.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::from_reason(reason::SERVICE_UNAVAILABLE, message)
+        Self::from_reason(&snug_reasons::gateway::SERVICE_UNAVAILABLE, message)
     }
 
     /// Replaces the message, keeping the status and code.
@@ -214,7 +186,7 @@ impl ApiError {
 impl From<crate::rate::Limited> for ApiError {
     fn from(limited: crate::rate::Limited) -> Self {
         let mut error = Self::from_reason(
-            reason::RATE_LIMITED,
+            &snug_reasons::gateway::RATE_LIMITED,
             "too many requests — slow down and retry",
         );
         error.retry_after = Some(limited.retry_after_seconds);
@@ -343,10 +315,13 @@ mod tests {
     fn reasons_are_unique_and_well_formed() {
         let mut seen = std::collections::BTreeSet::new();
         for m in table() {
-            assert!(seen.insert(m.reason), "duplicate row {}", m.reason);
+            assert!(seen.insert(m.reason.name), "duplicate row {}", m.reason);
             assert!(
-                m.reason.len() <= 63
-                    && m.reason.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                m.reason.name.len() <= 63
+                    && m.reason
+                        .name
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c == '_')
             );
             assert!(m.status.is_client_error() || m.status.is_server_error());
             // Every 503 is retryable: it is the "try again shortly" answer.

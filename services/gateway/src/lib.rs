@@ -206,7 +206,7 @@ use crate::{
     auth::Auth,
     backend::Backends,
     config::{AuthMode, ConfigError, GatewayConfig, Settings},
-    error::{ApiError, reason},
+    error::ApiError,
 };
 use snug_users::{Directory, UsersError};
 
@@ -424,7 +424,7 @@ impl Edge {
         let upload = http1_upload(&request);
         let response = if self.guard_host && !addressed_to_loopback(&request) {
             ApiError::from_reason(
-                reason::MISDIRECTED_REQUEST,
+                &snug_reasons::gateway::MISDIRECTED_REQUEST,
                 "with authentication off this hub only answers requests addressed to localhost",
             )
             .into_response()
@@ -460,7 +460,10 @@ impl Edge {
 
 /// The answer to a request shed by the concurrency limit.
 async fn shed(_: tower::BoxError) -> ApiError {
-    ApiError::from_reason(reason::GATEWAY_OVERLOADED, "the hub is busy; retry shortly")
+    ApiError::from_reason(
+        &snug_reasons::gateway::GATEWAY_OVERLOADED,
+        "the hub is busy; retry shortly",
+    )
 }
 
 /// With auth off, only requests addressed to a loopback name are served. A browser page from any

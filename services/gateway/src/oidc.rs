@@ -50,7 +50,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     AppState,
-    error::{ApiError, reason},
+    error::ApiError,
     session::{self, SessionSource},
 };
 
@@ -544,20 +544,23 @@ fn short_id(token: &str) -> String {
 }
 
 fn unauthenticated() -> ApiError {
-    ApiError::from_reason(reason::UNAUTHENTICATED, "the bearer token is not valid")
+    ApiError::from_reason(
+        &snug_reasons::gateway::UNAUTHENTICATED,
+        "the bearer token is not valid",
+    )
 }
 
 fn login_refused(message: &str) -> ApiError {
-    ApiError::from_reason(reason::UNAUTHENTICATED, message)
+    ApiError::from_reason(&snug_reasons::gateway::UNAUTHENTICATED, message)
 }
 
 fn bad_request(message: &str) -> ApiError {
-    ApiError::from_reason(reason::BAD_REQUEST, message)
+    ApiError::from_reason(&snug_reasons::gateway::BAD_REQUEST, message)
 }
 
 fn no_login() -> ApiError {
     ApiError::from_reason(
-        reason::NO_ROUTE,
+        &snug_reasons::gateway::NO_ROUTE,
         "browser login is not configured on this hub (SNUG_OIDC_ISSUER and SNUG_PUBLIC_URL)",
     )
 }

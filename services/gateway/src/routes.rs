@@ -25,7 +25,7 @@ use crate::{
     auth::Via,
     backend::{Caller, Precondition},
     config::AuthMode,
-    error::{ApiError, reason},
+    error::ApiError,
     etag::{self, Condition},
     session,
     upload::Upload,
@@ -103,12 +103,12 @@ fn add(
 }
 
 async fn no_route() -> ApiError {
-    ApiError::from_reason(reason::NO_ROUTE, "no such route")
+    ApiError::from_reason(&snug_reasons::gateway::NO_ROUTE, "no such route")
 }
 
 async fn method_not_allowed() -> ApiError {
     ApiError::from_reason(
-        reason::METHOD_NOT_ALLOWED,
+        &snug_reasons::gateway::METHOD_NOT_ALLOWED,
         "this route does not take that method",
     )
 }
@@ -152,13 +152,13 @@ impl FromRequestParts<Arc<AppState>> for Authed {
 }
 
 fn not_pushed() -> ApiError {
-    ApiError::from_reason("NOT_FOUND", "no user DB pushed yet")
+    ApiError::from_reason(&snug_reasons::sync::NOT_FOUND, "no user DB pushed yet")
 }
 
 /// The one answer for a revision the caller cannot have: unknown, reclaimed, malformed, or
 /// another user's all read the same, so a probe learns nothing about other users' histories.
 fn no_such_revision() -> ApiError {
-    ApiError::from_reason("NOT_FOUND", "no such revision")
+    ApiError::from_reason(&snug_reasons::sync::NOT_FOUND, "no such revision")
 }
 
 /// The response header carrying the image's storage version (its SQLite `user_version`), so a
@@ -335,7 +335,7 @@ fn wanted(headers: &HeaderMap) -> Option<Wanted> {
 
 fn precondition_required(what: &str) -> ApiError {
     ApiError::from_reason(
-        "PRECONDITION_REQUIRED",
+        &snug_reasons::sync::PRECONDITION_REQUIRED,
         format!("{what} requires If-Match: <revision> (or If-None-Match: * for the first write)"),
     )
 }
@@ -354,14 +354,14 @@ async fn resolve(
             }
             Some(info) => {
                 let mut error = ApiError::from_reason(
-                    "REVISION_MISMATCH",
+                    &snug_reasons::sync::REVISION_MISMATCH,
                     "stale revision: pull the current DB and retry",
                 );
                 error.revision = Some(info.revision);
                 Err(error)
             }
             None => Err(ApiError::from_reason(
-                "REVISION_MISMATCH",
+                &snug_reasons::sync::REVISION_MISMATCH,
                 "no user DB exists yet: the first write must use If-None-Match: *",
             )),
         },
@@ -384,7 +384,7 @@ async fn put_userdb(
         && length > quota
     {
         return Err(ApiError::from_reason(
-            "QUOTA_EXCEEDED",
+            &snug_reasons::sync::QUOTA_EXCEEDED,
             format!("the user DB is {length} bytes; the per-user quota is {quota}"),
         ));
     }
@@ -410,12 +410,12 @@ fn plain_sqlite(leading: &[u8]) -> Result<(), ApiError> {
     }
     Err(if leading.starts_with(CONTAINER_MAGIC) {
         ApiError::from_reason(
-            "CONTAINER_NOT_ACCEPTED",
+            &snug_reasons::schema::CONTAINER_NOT_ACCEPTED,
             "a hub sync origin stores the secrets-stripped plaintext only; push the unprotected export, never a SNUGENC1 container (§11.3)",
         )
     } else {
         ApiError::from_reason(
-            "NOT_SQLITE",
+            &snug_reasons::schema::NOT_SQLITE,
             "body is not a SQLite database (magic bytes missing)",
         )
     })
@@ -469,7 +469,7 @@ async fn plan_delta(
 
 fn base_gone() -> ApiError {
     ApiError::from_reason(
-        "DELTA_BASE_GONE",
+        &snug_reasons::sync::DELTA_BASE_GONE,
         "the delta's base is not a retained revision of this image; send the whole file",
     )
 }
@@ -502,7 +502,7 @@ async fn put_delta(
         Some(Wanted::Precondition(Precondition::MustMatch(base))) => base,
         _ => {
             return Err(ApiError::from_reason(
-                "PRECONDITION_REQUIRED",
+                &snug_reasons::sync::PRECONDITION_REQUIRED,
                 "PUT /userdb/delta requires If-Match: <revision>, the base the delta was made from (the first write sends the whole file)",
             ));
         }
@@ -549,7 +549,7 @@ async fn pull_delta(
             }
             _ => {
                 return Err(ApiError::from_reason(
-                    reason::BAD_REQUEST,
+                    &snug_reasons::gateway::BAD_REQUEST,
                     "the only query parameter is base, once",
                 ));
             }
@@ -560,7 +560,7 @@ async fn pull_delta(
         Some(b"1") => true,
         Some(_) => {
             return Err(ApiError::from_reason(
-                reason::BAD_REQUEST,
+                &snug_reasons::gateway::BAD_REQUEST,
                 "Snug-Delta-Patches is 1 (this client rebuilds patched pages) or 0",
             ));
         }
@@ -572,7 +572,7 @@ async fn pull_delta(
         .ok_or_else(not_pushed)?;
     let info = result.revision.ok_or_else(|| {
         ApiError::from_reason(
-            reason::BAD_GATEWAY,
+            &snug_reasons::gateway::BAD_GATEWAY,
             "the sync service answered a delta without its revision",
         )
     })?;
@@ -648,14 +648,14 @@ async fn list_revisions(
                     .filter(|n| (1..=1000).contains(n))
                     .ok_or_else(|| {
                         ApiError::from_reason(
-                            reason::BAD_REQUEST,
+                            &snug_reasons::gateway::BAD_REQUEST,
                             "limit must be a number from 1 to 1000",
                         )
                     })?;
             }
             _ => {
                 return Err(ApiError::from_reason(
-                    reason::BAD_REQUEST,
+                    &snug_reasons::gateway::BAD_REQUEST,
                     "the only query parameter is limit",
                 ));
             }
@@ -710,7 +710,7 @@ async fn export_app(
     // not axum's plain-text rejection; checked after authentication, so a stranger learns nothing.
     let Ok(Path(app_id)) = app_id else {
         return Err(ApiError::from_reason(
-            "INVALID_ARGUMENT",
+            &snug_reasons::rpc::INVALID_ARGUMENT,
             "the app id is not valid percent-encoded UTF-8",
         ));
     };
@@ -749,7 +749,7 @@ async fn export_app(
 
 fn auth_off() -> ApiError {
     ApiError::from_reason(
-        reason::NO_ROUTE,
+        &snug_reasons::gateway::NO_ROUTE,
         "authentication is off on this hub: every request is the local user",
     )
 }
@@ -765,7 +765,7 @@ async fn start_session(
     let identity = state.auth.identify(&headers).await?;
     let needs_bearer = || {
         ApiError::from_reason(
-            reason::UNAUTHENTICATED,
+            &snug_reasons::gateway::UNAUTHENTICATED,
             "POST /auth/session needs Authorization: Bearer <token>",
         )
     };
@@ -782,7 +782,10 @@ async fn start_session(
     };
     state.backends.provision(&identity.caller()).await?;
     let started = state.auth.start_session(source).await?.ok_or_else(|| {
-        ApiError::from_reason(reason::UNAUTHENTICATED, "the bearer token is not valid")
+        ApiError::from_reason(
+            &snug_reasons::gateway::UNAUTHENTICATED,
+            "the bearer token is not valid",
+        )
     })?;
     let csrf = session::new_csrf()
         .ok_or_else(|| ApiError::unavailable("the system random number generator failed"))?;

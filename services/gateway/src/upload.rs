@@ -27,10 +27,7 @@ use http_body_util::BodyExt as _;
 use snug_rpc::{chunks::CHUNK_SIZE, pace::Paced};
 use tokio::sync::watch;
 
-use crate::{
-    AppState,
-    error::{ApiError, reason},
-};
+use crate::{AppState, error::ApiError};
 
 /// Small frames are gathered into pieces of at least this much before they go on (a message per
 /// 16 KiB frame would cost the service a decode and an allocation each).
@@ -197,10 +194,12 @@ async fn next_frame(
         let frame = paced
             .within(tokio::time::timeout(idle, body.frame()))
             .await
-            .map_err(|behind| ApiError::from_reason(reason::BODY_INCOMPLETE, behind.to_string()))?
+            .map_err(|behind| {
+                ApiError::from_reason(&snug_reasons::gateway::BODY_INCOMPLETE, behind.to_string())
+            })?
             .map_err(|_| {
                 ApiError::from_reason(
-                    reason::BODY_INCOMPLETE,
+                    &snug_reasons::gateway::BODY_INCOMPLETE,
                     "the upload stalled; send the body without pauses",
                 )
             })?;
@@ -208,7 +207,7 @@ async fn next_frame(
             None => return Ok(None),
             Some(Err(_)) => {
                 return Err(ApiError::from_reason(
-                    reason::BODY_INCOMPLETE,
+                    &snug_reasons::gateway::BODY_INCOMPLETE,
                     "the upload broke off before its end",
                 ));
             }
@@ -236,7 +235,7 @@ fn octet_stream(headers: &HeaderMap) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::from_reason(
-            reason::UNSUPPORTED_MEDIA_TYPE,
+            &snug_reasons::gateway::UNSUPPORTED_MEDIA_TYPE,
             "request bodies (user DBs, delta manifests and deltas) must be application/octet-stream",
         ))
     }

@@ -74,7 +74,7 @@ pub(crate) struct Reach<'a> {
 /// Resolves `args` to one user, or refuses; see the module docs for the rule.
 async fn target(args: UserArgs, reach: &Reach<'_>) -> Result<Target, Refusal> {
     if let Some(user_id) = args.store_id {
-        snug_rpc::status::identifier(snug_admin_service::reason::DOMAIN, "store_id", &user_id)?;
+        snug_rpc::status::identifier(snug_admin_service::error_info::DOMAIN, "store_id", &user_id)?;
         let usage = usage_of(reach, &user_id).await?;
         if usage.revisions == 0 {
             return Err(Refusal::of(
@@ -94,7 +94,7 @@ async fn target(args: UserArgs, reach: &Reach<'_>) -> Result<Target, Refusal> {
     };
     // A malformed name is a usage error wherever the directory is (`Admin::resolve` checks it
     // again, as every lookup of the admin API does).
-    snug_rpc::status::identifier(snug_admin_service::reason::DOMAIN, "user", &text)?;
+    snug_rpc::status::identifier(snug_admin_service::error_info::DOMAIN, "user", &text)?;
     if !operator::directory_exists(reach.users, reach.gateway_dir) {
         return Err(Refusal::of(
             &USER_NOT_FOUND,

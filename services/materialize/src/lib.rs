@@ -42,7 +42,7 @@
 #![warn(missing_docs)]
 
 mod convert;
-pub mod reason;
+pub mod error_info;
 pub mod status;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -135,7 +135,7 @@ impl MaterializeServer {
             pool: Arc::new(BlockingPool::new(
                 concurrency,
                 config.materialize_queue_timeout,
-                reason::DOMAIN,
+                error_info::DOMAIN,
                 "app-database jobs",
             )),
             clock,
@@ -311,7 +311,7 @@ impl MaterializeService for MaterializeServer {
     ) -> Result<Response<Self::MaterializeAppStream>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -360,7 +360,7 @@ impl MaterializeService for MaterializeServer {
         // together as bytes arrive, and each part is checked against its own cap first.
         let (header, mut receiver) = Receiver::start(
             &mut stream,
-            reason::DOMAIN,
+            error_info::DOMAIN,
             2 * MAX_USERDB_BYTES,
             &self.budget,
             |h: &pb::PersistAppHeader| Some(h.user_db_length.saturating_add(h.runtime_length)),
@@ -437,7 +437,7 @@ impl MaterializeService for MaterializeServer {
         let mut stream = request.into_inner();
         let (header, receiver) = Receiver::start(
             &mut stream,
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -488,7 +488,7 @@ impl MaterializeService for MaterializeServer {
     ) -> Result<Response<Self::ExportAppStream>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -527,7 +527,7 @@ impl MaterializeService for MaterializeServer {
     ) -> Result<Response<Self::ExecuteSqlStream>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -609,7 +609,7 @@ impl MaterializeService for MaterializeServer {
     ) -> Result<Response<pb::ListAppTablesResponse>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,

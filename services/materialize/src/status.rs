@@ -16,7 +16,7 @@ use snug_materialize::{
 use snug_reasons::{Reason, materialize as reasons};
 use snug_schema::{Hostility, Malformation, OpenError};
 
-use crate::reason::DOMAIN;
+use crate::error_info::DOMAIN;
 
 /// This service's ErrorInfo domain.
 #[derive(Debug)]

@@ -77,10 +77,10 @@ fn metadata(status: &Status, key: &str) -> Option<String> {
 }
 
 #[track_caller]
-fn assert_refused(status: &Status, code: Code, expected: &str) {
+fn assert_refused(status: &Status, code: Code, expected: &snug_reasons::Reason) {
     assert_eq!(
         (status.code(), reason(status).as_str()),
-        (code, expected),
+        (code, expected.name),
         "{}",
         status.message()
     );
@@ -385,7 +385,11 @@ async fn hostile_runtime_names_fail_closed() {
         let status = persist(&mut client, user.clone(), CHESS_APP, hostile)
             .await
             .expect_err(name);
-        assert_refused(&status, Code::InvalidArgument, reason::INVALID_NAME);
+        assert_refused(
+            &status,
+            Code::InvalidArgument,
+            &snug_reasons::materialize::INVALID_NAME,
+        );
         assert!(metadata(&status, "object").is_some(), "{name}");
     }
     // After every refusal the caller still holds its untouched file, and it still materializes.
@@ -402,22 +406,37 @@ async fn execute_sql_sandbox_refuses_escapes_and_cannot_see_outside_the_app() {
     for (sql, expected) in [
         (
             "ATTACH DATABASE ':memory:' AS other",
-            reason::FORBIDDEN_STATEMENT,
+            &snug_reasons::materialize::FORBIDDEN_STATEMENT,
         ),
-        ("PRAGMA writable_schema = 1", reason::FORBIDDEN_STATEMENT),
+        (
+            "PRAGMA writable_schema = 1",
+            &snug_reasons::materialize::FORBIDDEN_STATEMENT,
+        ),
         (
             "SELECT load_extension('libevil')",
-            reason::FORBIDDEN_STATEMENT,
+            &snug_reasons::materialize::FORBIDDEN_STATEMENT,
         ),
-        ("BEGIN", reason::FORBIDDEN_STATEMENT),
-        ("SELECT 1; SELECT 2", reason::NOT_ONE_STATEMENT),
-        ("SELECT * FROM snug_apps", reason::STATEMENT_FAILED),
+        ("BEGIN", &snug_reasons::materialize::FORBIDDEN_STATEMENT),
+        (
+            "SELECT 1; SELECT 2",
+            &snug_reasons::materialize::NOT_ONE_STATEMENT,
+        ),
+        (
+            "SELECT * FROM snug_apps",
+            &snug_reasons::materialize::STATEMENT_FAILED,
+        ),
         (
             "SELECT * FROM app_x737461727465722d2d6368657373__moves",
-            reason::STATEMENT_FAILED,
+            &snug_reasons::materialize::STATEMENT_FAILED,
         ),
-        ("SELECT * FROM moves", reason::STATEMENT_FAILED),
-        ("CREATE TABLE snug_evil (x)", reason::INVALID_NAME),
+        (
+            "SELECT * FROM moves",
+            &snug_reasons::materialize::STATEMENT_FAILED,
+        ),
+        (
+            "CREATE TABLE snug_evil (x)",
+            &snug_reasons::materialize::INVALID_NAME,
+        ),
     ] {
         let status = execute(&mut client, user.clone(), UUID_APP, &["SELECT 1", sql])
             .await
@@ -495,7 +514,11 @@ async fn execute_sql_returns_typed_bounded_results_and_persists_writes() {
     )
     .await
     .expect_err("fail");
-    assert_refused(&status, Code::ResourceExhausted, reason::RESULT_TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::materialize::RESULT_TOO_LARGE,
+    );
     let too_many_steps = pb::ExecuteLimits {
         max_steps: Some(u64::MAX),
         ..Default::default()
@@ -510,7 +533,11 @@ async fn execute_sql_returns_typed_bounded_results_and_persists_writes() {
     )
     .await
     .expect_err("steps");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::INVALID_ARGUMENT,
+    );
     let tiny_budget = pb::ExecuteLimits {
         max_steps: Some(10_000),
         ..Default::default()
@@ -527,13 +554,21 @@ async fn execute_sql_returns_typed_bounded_results_and_persists_writes() {
     )
     .await
     .expect_err("budget");
-    assert_refused(&status, Code::ResourceExhausted, reason::BUDGET_EXCEEDED);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::materialize::BUDGET_EXCEEDED,
+    );
 
     let insert = "INSERT INTO trades (symbol, qty) VALUES ('NEW', 1)";
     let status = execute_with(&mut client, user.clone(), UUID_APP, &[insert], None, true)
         .await
         .expect_err("read-only");
-    assert_refused(&status, Code::InvalidArgument, reason::READ_ONLY);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::READ_ONLY,
+    );
 
     let (result, new_user) = execute(&mut client, user.clone(), UUID_APP, &[insert])
         .await
@@ -603,12 +638,20 @@ async fn apply_ddl_is_audited_with_consecutive_sequence_numbers() {
     )
     .await
     .expect_err("broken");
-    assert_refused(&status, Code::InvalidArgument, reason::DDL_FAILED);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::DDL_FAILED,
+    );
     assert_eq!(metadata(&status, "statement").as_deref(), Some("1"));
     let status = apply_ddl(&mut client, user, CHESS_APP, &[])
         .await
         .expect_err("empty");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::INVALID_ARGUMENT,
+    );
 }
 
 /// Issue 23, point 4: a list over the bounds of one call is refused, typed, as soon as the header
@@ -641,7 +684,11 @@ async fn apply_ddl_over_its_bounds_is_refused_before_the_payload_is_read() {
         .await
         .expect("answered without the payload")
         .expect_err("over the bounds");
-        assert_refused(&status, Code::ResourceExhausted, reason::DDL_TOO_LARGE);
+        assert_refused(
+            &status,
+            Code::ResourceExhausted,
+            &snug_reasons::materialize::DDL_TOO_LARGE,
+        );
         assert_eq!(metadata(&status, "limit"), Some(limit.to_string()));
         assert_eq!(
             metadata(&status, "field").as_deref(),
@@ -698,7 +745,11 @@ async fn bad_inputs_are_refused_with_their_reasons() {
         .materialize_app(request)
         .await
         .expect_err("headerless");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::INVALID_ARGUMENT,
+    );
     assert_eq!(metadata(&status, "field").as_deref(), Some("header"));
 
     // Oversize, declared: refused before any chunk.
@@ -709,7 +760,11 @@ async fn bad_inputs_are_refused_with_their_reasons() {
         },
     )]);
     let status = client.materialize_app(request).await.expect_err("oversize");
-    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::materialize::TOO_LARGE,
+    );
 
     // A persist whose runtime part alone is over the cap.
     use pb::persist_app_request::Message as PersistMessage;
@@ -724,12 +779,20 @@ async fn bad_inputs_are_refused_with_their_reasons() {
         .persist_app(request)
         .await
         .expect_err("oversize runtime");
-    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::materialize::TOO_LARGE,
+    );
 
     let status = materialize(&mut client, sample(), "no-such-app")
         .await
         .expect_err("unknown");
-    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::materialize::APP_NOT_FOUND,
+    );
     assert_eq!(metadata(&status, "appId").as_deref(), Some("no-such-app"));
     // An app id of 10 KB is refused at the edge (issue 23, point 5): INVALID_ARGUMENT naming the
     // field, repeating none of it (not the client's RESOURCE_EXHAUSTED for trailers over 16 KiB).
@@ -737,7 +800,11 @@ async fn bad_inputs_are_refused_with_their_reasons() {
     let status = materialize(&mut client, sample(), &huge)
         .await
         .expect_err("refused");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::INVALID_ARGUMENT,
+    );
     assert_eq!(metadata(&status, "field").as_deref(), Some("header.app_id"));
     assert!(!status.message().contains("aaaa"), "{}", status.message());
     // At the bound it is an ordinary unknown id, echoed as the status bounds every echo.
@@ -745,12 +812,20 @@ async fn bad_inputs_are_refused_with_their_reasons() {
     let status = materialize(&mut client, sample(), &at_bound)
         .await
         .expect_err("unknown");
-    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::materialize::APP_NOT_FOUND,
+    );
     assert!(status.message().len() <= snug_rpc::status::MAX_MESSAGE_CHARS + 32);
     let status = export(&mut client, sample(), "no-such-app")
         .await
         .expect_err("unknown");
-    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::materialize::APP_NOT_FOUND,
+    );
     let status = persist(
         &mut client,
         sample(),
@@ -759,33 +834,57 @@ async fn bad_inputs_are_refused_with_their_reasons() {
     )
     .await
     .expect_err("unknown");
-    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::materialize::APP_NOT_FOUND,
+    );
 
     let status = materialize(&mut client, sample(), "")
         .await
         .expect_err("no app id");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::INVALID_ARGUMENT,
+    );
 
     let garbage = Bytes::from_static(b"PK\x03\x04 not a database at all, not even close");
     let status = materialize(&mut client, garbage.clone(), UUID_APP)
         .await
         .expect_err("garbage");
-    assert_refused(&status, Code::InvalidArgument, reason::NOT_SQLITE);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::NOT_SQLITE,
+    );
     assert_eq!(metadata(&status, "part").as_deref(), Some("user_db"));
     let status = persist(&mut client, sample(), UUID_APP, garbage)
         .await
         .expect_err("garbage runtime");
-    assert_refused(&status, Code::InvalidArgument, reason::NOT_SQLITE);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::NOT_SQLITE,
+    );
     assert_eq!(metadata(&status, "part").as_deref(), Some("runtime"));
 
     let future = userdb("future-v7.user.sqlite");
     let status = list(&mut client, future).await.expect_err("newer");
-    assert_refused(&status, Code::FailedPrecondition, reason::SCHEMA_TOO_NEW);
+    assert_refused(
+        &status,
+        Code::FailedPrecondition,
+        &snug_reasons::materialize::SCHEMA_TOO_NEW,
+    );
 
     let status = execute(&mut client, sample(), UUID_APP, &[])
         .await
         .expect_err("no statements");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::INVALID_ARGUMENT,
+    );
 }
 
 #[tokio::test]
@@ -797,7 +896,7 @@ async fn a_full_pool_refuses_as_overloaded() {
     let pool = BlockingPool::new(
         1,
         config.materialize_queue_timeout,
-        reason::DOMAIN,
+        error_info::DOMAIN,
         "app-database jobs",
     );
     let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -818,7 +917,11 @@ async fn a_full_pool_refuses_as_overloaded() {
         .expect("join")
         .expect("started");
     let status = pool.run(|_| ()).await.expect_err("overloaded");
-    assert_refused(&status, Code::Unavailable, reason::OVERLOADED);
+    assert_refused(
+        &status,
+        Code::Unavailable,
+        &snug_reasons::materialize::OVERLOADED,
+    );
     let _ = release_tx.send(());
     busy.await.expect("join").expect("busy job");
 }
@@ -929,7 +1032,11 @@ async fn a_call_past_its_deadline_stops_its_job_and_frees_the_slot() {
             .await
             .expect_err("past its deadline");
         if client_timeout.is_none() {
-            assert_refused(&status, Code::DeadlineExceeded, "DEADLINE_EXCEEDED");
+            assert_refused(
+                &status,
+                Code::DeadlineExceeded,
+                &snug_reasons::materialize::DEADLINE_EXCEEDED,
+            );
         } else {
             // tonic's client keeps the deadline it sends too, and reports its own expiry as
             // CANCELLED "Timeout expired"; what the server did is checked below.
@@ -997,7 +1104,7 @@ fn every_reason_is_documented_in_the_reference_and_the_proto() {
         .collect::<Vec<_>>()
         .join("\n");
     let mut seen = std::collections::BTreeSet::new();
-    for reason in reason::ALL {
+    for reason in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(seen.insert(reason), "{reason} is listed twice");
         assert!(
             reason.len() <= 63 && reason.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'),

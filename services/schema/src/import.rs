@@ -15,7 +15,7 @@ use snug_schema::{
 use tonic::{Status, Streaming};
 
 use crate::{
-    compacted_image, container_limits, reason, secrets,
+    compacted_image, container_limits, error_info, secrets,
     status::{self, Mapped},
 };
 
@@ -33,7 +33,7 @@ pub(crate) async fn receive(
     let limit = incoming_limit() + MAX_USERDB_BYTES;
     let (header, mut receiver) = Receiver::start(
         stream,
-        reason::DOMAIN,
+        error_info::DOMAIN,
         limit, // The two lengths are checked below under their own names; the upload cap still holds.
         budget,
         |_| None,
@@ -41,14 +41,14 @@ pub(crate) async fn receive(
     .await?;
     if header.incoming_length > incoming_limit() {
         return Err(snug_rpc::status::too_large(
-            reason::DOMAIN,
+            error_info::DOMAIN,
             incoming_limit(),
         ));
     }
     let current_length = current_length(&header);
     if current_length > MAX_USERDB_BYTES {
         return Err(snug_rpc::status::too_large(
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
         ));
     }

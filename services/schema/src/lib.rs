@@ -59,9 +59,9 @@
 #![warn(missing_docs)]
 
 mod convert;
+pub mod error_info;
 mod import;
 mod operations;
-pub mod reason;
 pub mod status;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -151,7 +151,7 @@ impl SchemaServer {
             pool: Arc::new(BlockingPool::new(
                 concurrency,
                 config.schema_queue_timeout,
-                reason::DOMAIN,
+                error_info::DOMAIN,
                 "user-database jobs",
             )),
             clock,
@@ -257,7 +257,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<pb::InspectUserDatabaseResponse>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -283,7 +283,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<Self::MigrateUserDatabaseStream>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -325,7 +325,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<Self::ExportUserDatabaseStream>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -365,7 +365,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<pb::CheckImportResponse>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             container_limits().max_container_len(),
             &self.budget,
             |h| h.expected_length,
@@ -425,7 +425,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<pb::ValidateSyncImageResponse>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -447,7 +447,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<Self::ApplyOperationsStream>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,
@@ -502,7 +502,7 @@ impl SchemaService for SchemaServer {
     ) -> Result<Response<pb::QueryResponse>, Status> {
         let upload = chunks::receive(
             &mut request.into_inner(),
-            reason::DOMAIN,
+            error_info::DOMAIN,
             MAX_USERDB_BYTES,
             &self.budget,
             |h| h.expected_length,

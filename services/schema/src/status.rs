@@ -15,7 +15,7 @@
 use snug_reasons::{Reasoned, schema as reasons};
 use snug_schema::{AppError, ChatError, DocError, KvError, SaveError};
 
-use crate::reason::DOMAIN;
+use crate::error_info::DOMAIN;
 
 /// This service's ErrorInfo domain.
 #[derive(Debug)]

@@ -83,10 +83,10 @@ fn metadata(status: &Status, key: &str) -> Option<String> {
 }
 
 #[track_caller]
-fn assert_refused(status: &Status, code: Code, expected: &str) {
+fn assert_refused(status: &Status, code: Code, expected: &snug_reasons::Reason) {
     assert_eq!(
         (status.code(), reason(status).as_str()),
-        (code, expected),
+        (code, expected.name),
         "{}",
         status.message()
     );
@@ -362,11 +362,11 @@ async fn inspect_reports_version_tables_classes_and_health_without_writing() {
     assert_eq!(future.storage_version, 7);
     assert_eq!(
         future.open_refusal.expect("refused").reason,
-        reason::SCHEMA_TOO_NEW
+        &snug_reasons::schema::SCHEMA_TOO_NEW
     );
     assert_eq!(
         future.import_refusal.expect("refused").reason,
-        reason::SCHEMA_TOO_NEW
+        &snug_reasons::schema::SCHEMA_TOO_NEW
     );
 }
 
@@ -478,7 +478,11 @@ async fn a_newer_file_is_refused_with_its_versions_by_every_rpc_that_opens_it() 
         .expect_err("apply"),
     );
     for status in statuses {
-        assert_refused(&status, Code::FailedPrecondition, reason::SCHEMA_TOO_NEW);
+        assert_refused(
+            &status,
+            Code::FailedPrecondition,
+            &snug_reasons::schema::SCHEMA_TOO_NEW,
+        );
         assert_eq!(metadata(&status, "foundVersion").as_deref(), Some("7"));
         assert_eq!(metadata(&status, "supportedVersion").as_deref(), Some("6"));
     }
@@ -491,7 +495,11 @@ async fn foreign_and_damaged_files_get_typed_reasons() {
     let status = migrate(&mut client, container)
         .await
         .expect_err("container");
-    assert_refused(&status, Code::FailedPrecondition, reason::PROTECTED);
+    assert_refused(
+        &status,
+        Code::FailedPrecondition,
+        &snug_reasons::schema::PROTECTED,
+    );
 
     let status = migrate(
         &mut client,
@@ -499,14 +507,22 @@ async fn foreign_and_damaged_files_get_typed_reasons() {
     )
     .await
     .expect_err("garbage");
-    assert_refused(&status, Code::InvalidArgument, reason::NOT_SQLITE);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::NOT_SQLITE,
+    );
 
     // A SQLite header cut short of a whole page.
     let sample = userdb("sample-v6.user.snug");
     let status = migrate(&mut client, sample.slice(..sample.len() - 100))
         .await
         .expect_err("partial page");
-    assert_refused(&status, Code::InvalidArgument, reason::MALFORMED);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::MALFORMED,
+    );
     assert_eq!(metadata(&status, "detail").as_deref(), Some("partial_page"));
 
     // A SQLite database without any hub table.
@@ -515,7 +531,11 @@ async fn foreign_and_damaged_files_get_typed_reasons() {
         "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes (body) VALUES ('x');",
     );
     let status = migrate(&mut client, foreign).await.expect_err("not snug");
-    assert_refused(&status, Code::InvalidArgument, reason::NOT_A_USER_DATABASE);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::NOT_A_USER_DATABASE,
+    );
 
     // A trigger on a hub table would run on the host's own writes.
     let hostile = edited(
@@ -523,7 +543,11 @@ async fn foreign_and_damaged_files_get_typed_reasons() {
         "CREATE TRIGGER leak AFTER INSERT ON snug_settings BEGIN SELECT 1; END;",
     );
     let status = migrate(&mut client, hostile).await.expect_err("hostile");
-    assert_refused(&status, Code::InvalidArgument, reason::HOSTILE_SCHEMA);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::HOSTILE_SCHEMA,
+    );
     assert_eq!(metadata(&status, "detail").as_deref(), Some("trigger"));
     assert_eq!(metadata(&status, "object").as_deref(), Some("leak"));
 }
@@ -631,14 +655,22 @@ async fn check_import_opens_containers_with_their_secret_and_keeps_locked_files_
         let status = check_import(&mut client, container.clone(), secrets, false)
             .await
             .expect_err("locked");
-        assert_refused(&status, Code::FailedPrecondition, reason::LOCKED);
+        assert_refused(
+            &status,
+            Code::FailedPrecondition,
+            &snug_reasons::schema::LOCKED,
+        );
     }
 
     let damaged = vector("containers/n01-flipped-iterations.snug");
     let status = check_import(&mut client, damaged, secrets(Some(PASSPHRASE)), false)
         .await
         .expect_err("damaged");
-    assert_refused(&status, Code::InvalidArgument, reason::CORRUPT_CONTAINER);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::CORRUPT_CONTAINER,
+    );
     assert_eq!(
         metadata(&status, "detail").as_deref(),
         Some("header_checksum_mismatch")
@@ -660,7 +692,7 @@ async fn check_import_opens_containers_with_their_secret_and_keeps_locked_files_
     assert_refused(
         &status,
         Code::InvalidArgument,
-        reason::UNSUPPORTED_FORMAT_VERSION,
+        &snug_reasons::schema::UNSUPPORTED_FORMAT_VERSION,
     );
     let status = check_import(
         &mut client,
@@ -678,7 +710,11 @@ async fn check_import_opens_containers_with_their_secret_and_keeps_locked_files_
     let status = check_import(&mut client, Bytes::from_static(b"garbage"), None, false)
         .await
         .expect_err("garbage");
-    assert_refused(&status, Code::InvalidArgument, reason::NOT_SQLITE);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::NOT_SQLITE,
+    );
 
     let status = check_import(
         &mut client,
@@ -688,7 +724,11 @@ async fn check_import_opens_containers_with_their_secret_and_keeps_locked_files_
     )
     .await
     .expect_err("not snug");
-    assert_refused(&status, Code::InvalidArgument, reason::NOT_A_USER_DATABASE);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::NOT_A_USER_DATABASE,
+    );
 }
 
 // --- ValidateSyncImage ------------------------------------------------------------------------
@@ -726,27 +766,27 @@ async fn validate_sync_image_accepts_a_default_export_as_sent() {
 async fn validate_sync_image_refuses_what_a_hub_origin_must_not_store() {
     let mut client = client().await;
     #[rustfmt::skip]
-    let cases: Vec<(&str, Bytes, Code, &str)> = vec![
-        ("container", vector("containers/c01-reference-random-600k.snug"), Code::InvalidArgument, reason::CONTAINER_NOT_ACCEPTED),
-        ("secrets", userdb("sample-v6.user.snug"), Code::InvalidArgument, reason::SECRETS_PRESENT),
-        ("export with secrets", userdb("sample-v6.export-with-secrets.snug"), Code::InvalidArgument, reason::SECRETS_PRESENT),
-        ("newer", userdb("future-v7.user.sqlite"), Code::FailedPrecondition, reason::SCHEMA_TOO_NEW),
-        ("not snug", edited(&[], "CREATE TABLE notes (id INTEGER PRIMARY KEY);"), Code::InvalidArgument, reason::NOT_A_USER_DATABASE),
-        ("garbage", Bytes::from_static(b"{\"not\": \"sqlite\"}"), Code::InvalidArgument, reason::NOT_SQLITE),
-        ("empty", Bytes::new(), Code::InvalidArgument, reason::NOT_SQLITE),
-        ("truncated", userdb("sample-v6.export.snug").slice(..4096 + 10), Code::InvalidArgument, reason::MALFORMED),
+    let cases: Vec<(&str, Bytes, Code, &snug_reasons::Reason)> = vec![
+        ("container", vector("containers/c01-reference-random-600k.snug"), Code::InvalidArgument, &snug_reasons::schema::CONTAINER_NOT_ACCEPTED),
+        ("secrets", userdb("sample-v6.user.snug"), Code::InvalidArgument, &snug_reasons::schema::SECRETS_PRESENT),
+        ("export with secrets", userdb("sample-v6.export-with-secrets.snug"), Code::InvalidArgument, &snug_reasons::schema::SECRETS_PRESENT),
+        ("newer", userdb("future-v7.user.sqlite"), Code::FailedPrecondition, &snug_reasons::schema::SCHEMA_TOO_NEW),
+        ("not snug", edited(&[], "CREATE TABLE notes (id INTEGER PRIMARY KEY);"), Code::InvalidArgument, &snug_reasons::schema::NOT_A_USER_DATABASE),
+        ("garbage", Bytes::from_static(b"{\"not\": \"sqlite\"}"), Code::InvalidArgument, &snug_reasons::schema::NOT_SQLITE),
+        ("empty", Bytes::new(), Code::InvalidArgument, &snug_reasons::schema::NOT_SQLITE),
+        ("truncated", userdb("sample-v6.export.snug").slice(..4096 + 10), Code::InvalidArgument, &snug_reasons::schema::MALFORMED),
         (
             "foreign table",
             edited(&userdb("sample-v6.export.snug"), "CREATE TABLE tracking (id INTEGER);"),
             Code::InvalidArgument,
-            reason::HOSTILE_SCHEMA,
+            &snug_reasons::schema::HOSTILE_SCHEMA,
         ),
     ];
     for (name, bytes, code, expected) in cases {
         let status = validate(&mut client, bytes).await.expect_err(name);
         assert_eq!(
             (status.code(), reason(&status).as_str()),
-            (code, expected),
+            (code, expected.name),
             "{name}: {}",
             status.message()
         );
@@ -932,7 +972,11 @@ async fn apps_and_versions_install_save_prune_revert_reset_and_delete() {
     )
     .await
     .expect_err("pinned");
-    assert_refused(&status, Code::FailedPrecondition, reason::VERSION_PINNED);
+    assert_refused(
+        &status,
+        Code::FailedPrecondition,
+        &snug_reasons::schema::VERSION_PINNED,
+    );
     let status = apply_one(
         &mut client,
         file.clone(),
@@ -943,7 +987,11 @@ async fn apps_and_versions_install_save_prune_revert_reset_and_delete() {
     )
     .await
     .expect_err("current");
-    assert_refused(&status, Code::FailedPrecondition, reason::VERSION_CURRENT);
+    assert_refused(
+        &status,
+        Code::FailedPrecondition,
+        &snug_reasons::schema::VERSION_CURRENT,
+    );
     let status = apply_one(
         &mut client,
         file.clone(),
@@ -954,7 +1002,11 @@ async fn apps_and_versions_install_save_prune_revert_reset_and_delete() {
     )
     .await
     .expect_err("pruned");
-    assert_refused(&status, Code::NotFound, reason::VERSION_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::VERSION_NOT_FOUND,
+    );
     assert_eq!(metadata(&status, "version").as_deref(), Some("2"));
     let (_, file) = apply_one(
         &mut client,
@@ -999,7 +1051,11 @@ async fn apps_and_versions_install_save_prune_revert_reset_and_delete() {
     let status = apply_one(&mut client, file.clone(), taken)
         .await
         .expect_err("taken id");
-    assert_refused(&status, Code::AlreadyExists, reason::APP_EXISTS);
+    assert_refused(
+        &status,
+        Code::AlreadyExists,
+        &snug_reasons::schema::APP_EXISTS,
+    );
 
     let (deleted, file) = apply_one(
         &mut client,
@@ -1024,7 +1080,11 @@ async fn apps_and_versions_install_save_prune_revert_reset_and_delete() {
     )
     .await
     .expect_err("gone");
-    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::APP_NOT_FOUND,
+    );
     assert_eq!(metadata(&status, "query").as_deref(), Some("0"));
 }
 
@@ -1087,7 +1147,11 @@ async fn contracts_copy_forward_set_clear_and_refuse_non_objects() {
         )
         .await
         .expect_err("not an object");
-        assert_refused(&status, Code::InvalidArgument, reason::INVALID_CONTRACT);
+        assert_refused(
+            &status,
+            Code::InvalidArgument,
+            &snug_reasons::schema::INVALID_CONTRACT,
+        );
     }
 }
 
@@ -1347,7 +1411,11 @@ async fn docs_chat_and_key_values_round_trip_through_operations_and_queries() {
     )
     .await
     .expect_err("unknown message");
-    assert_refused(&status, Code::NotFound, reason::MESSAGE_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::MESSAGE_NOT_FOUND,
+    );
     assert_eq!(metadata(&status, "messageId").as_deref(), Some("999999"));
     let (deleted, file) = apply_one(
         &mut client,
@@ -1370,7 +1438,11 @@ async fn docs_chat_and_key_values_round_trip_through_operations_and_queries() {
     )
     .await
     .expect_err("deleted thread");
-    assert_refused(&status, Code::NotFound, reason::THREAD_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::THREAD_NOT_FOUND,
+    );
 }
 
 #[tokio::test]
@@ -1393,7 +1465,11 @@ async fn operations_are_all_or_nothing_and_name_the_failing_one() {
     )
     .await
     .expect_err("third fails");
-    assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::APP_NOT_FOUND,
+    );
     assert_eq!(metadata(&status, "operation").as_deref(), Some("2"));
     assert_eq!(metadata(&status, "appId").as_deref(), Some("missing"));
 
@@ -1421,7 +1497,11 @@ async fn operations_are_all_or_nothing_and_name_the_failing_one() {
         let status = apply_one(&mut client, fresh.clone(), op)
             .await
             .expect_err("unknown app");
-        assert_refused(&status, Code::NotFound, reason::APP_NOT_FOUND);
+        assert_refused(
+            &status,
+            Code::NotFound,
+            &snug_reasons::schema::APP_NOT_FOUND,
+        );
     }
     let status = query_one(
         &mut client,
@@ -1433,7 +1513,11 @@ async fn operations_are_all_or_nothing_and_name_the_failing_one() {
     )
     .await
     .expect_err("doc");
-    assert_refused(&status, Code::NotFound, reason::DOC_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::DOC_NOT_FOUND,
+    );
     let status = apply_one(
         &mut client,
         fresh.clone(),
@@ -1444,7 +1528,11 @@ async fn operations_are_all_or_nothing_and_name_the_failing_one() {
     )
     .await
     .expect_err("thread");
-    assert_refused(&status, Code::NotFound, reason::THREAD_NOT_FOUND);
+    assert_refused(
+        &status,
+        Code::NotFound,
+        &snug_reasons::schema::THREAD_NOT_FOUND,
+    );
 
     // A factory version is a pinned one; an app whose pins were cleared has none.
     let unpinned = edited(
@@ -1463,7 +1551,7 @@ async fn operations_are_all_or_nothing_and_name_the_failing_one() {
     assert_refused(
         &status,
         Code::FailedPrecondition,
-        reason::NO_FACTORY_VERSION,
+        &snug_reasons::schema::NO_FACTORY_VERSION,
     );
 }
 
@@ -1515,7 +1603,11 @@ async fn malformed_operations_and_queries_are_invalid_arguments_with_their_field
         let status = apply_one(&mut client, fresh.clone(), op)
             .await
             .expect_err(field);
-        assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+        assert_refused(
+            &status,
+            Code::InvalidArgument,
+            &snug_reasons::schema::INVALID_ARGUMENT,
+        );
         assert_eq!(metadata(&status, "field").as_deref(), Some(field));
         assert_eq!(metadata(&status, "operation").as_deref(), Some("0"));
     }
@@ -1523,7 +1615,11 @@ async fn malformed_operations_and_queries_are_invalid_arguments_with_their_field
     let status = apply(&mut client, fresh.clone(), vec![])
         .await
         .expect_err("no operations");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::INVALID_ARGUMENT,
+    );
     assert_eq!(
         metadata(&status, "field").as_deref(),
         Some("header.operations")
@@ -1563,7 +1659,11 @@ async fn malformed_operations_and_queries_are_invalid_arguments_with_their_field
     )
     .await
     .expect_err("corrupt row");
-    assert_refused(&status, Code::InvalidArgument, reason::CORRUPT_ROW);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::CORRUPT_ROW,
+    );
     assert_eq!(metadata(&status, "key").as_deref(), Some("mode"));
 }
 
@@ -1592,7 +1692,11 @@ async fn answers_over_the_response_limit_are_too_large_not_a_transport_error() {
     let status = query(&mut client, file, vec![get(), get()])
         .await
         .expect_err("two do not");
-    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::schema::TOO_LARGE,
+    );
 }
 
 // --- streams ----------------------------------------------------------------------------------
@@ -1608,7 +1712,11 @@ async fn oversize_uploads_are_refused_with_resource_exhausted() {
         .migrate_user_database(futures::stream::iter([header]))
         .await
         .expect_err("declared");
-    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::schema::TOO_LARGE,
+    );
     assert_eq!(
         metadata(&status, "limit"),
         Some(MAX_USERDB_BYTES.to_string())
@@ -1620,7 +1728,11 @@ async fn oversize_uploads_are_refused_with_resource_exhausted() {
     let status = validate(&mut client, Bytes::from(big))
         .await
         .expect_err("streamed");
-    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::schema::TOO_LARGE,
+    );
 }
 
 #[tokio::test]
@@ -1631,7 +1743,11 @@ async fn malformed_streams_are_invalid_arguments() {
         .inspect_user_database(futures::stream::iter([chunk]))
         .await
         .expect_err("headerless");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::INVALID_ARGUMENT,
+    );
     assert_eq!(metadata(&status, "field").as_deref(), Some("header"));
 
     let status = client
@@ -1640,7 +1756,11 @@ async fn malformed_streams_are_invalid_arguments() {
         ))
         .await
         .expect_err("empty");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::INVALID_ARGUMENT,
+    );
 
     let status = client
         .inspect_user_database(futures::stream::iter([pb::InspectUserDatabaseRequest {
@@ -1648,7 +1768,11 @@ async fn malformed_streams_are_invalid_arguments() {
         }]))
         .await
         .expect_err("empty message");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::INVALID_ARGUMENT,
+    );
 
     // A second header.
     let header = || {
@@ -1660,7 +1784,11 @@ async fn malformed_streams_are_invalid_arguments() {
         .inspect_user_database(futures::stream::iter([header(), header()]))
         .await
         .expect_err("two headers");
-    assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::INVALID_ARGUMENT,
+    );
 
     // A declared length the chunks do not match.
     let fresh = userdb("fresh-v6.user.snug");
@@ -1706,7 +1834,7 @@ async fn a_burst_beyond_the_job_pool_is_refused_as_overloaded() {
         .await;
     let overloaded = results
         .iter()
-        .filter(|r| matches!(r, Err(s) if s.code() == Code::Unavailable && reason(s) == reason::OVERLOADED))
+        .filter(|r| matches!(r, Err(s) if s.code() == Code::Unavailable && reason(s) == &snug_reasons::schema::OVERLOADED))
         .count();
     let ok = results.iter().filter(|r| r.is_ok()).count();
     assert!(ok >= 1, "at least one check runs");
@@ -1757,7 +1885,7 @@ async fn an_upload_beyond_the_budget_is_refused_as_overloaded_until_room_comes_b
 #[test]
 fn reasons_are_upper_snake_unique_and_short() {
     let mut seen = std::collections::HashSet::new();
-    for reason in reason::ALL {
+    for reason in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(reason.len() <= 63, "{reason}");
         assert!(
             reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
@@ -1781,7 +1909,7 @@ fn every_reason_is_documented_in_the_reference_and_the_proto() {
         .map(|(_, rest)| rest)
         .expect("REASONS.md has a schema reason table");
     let section = section.split("\n#").next().unwrap_or(section);
-    for reason in reason::ALL {
+    for reason in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(
             section.contains(&format!("| `{reason}` |")),
             "REASONS.md's schema table lacks `{reason}`"
@@ -1800,12 +1928,12 @@ fn mapped_statuses_carry_the_domain_and_their_reason() {
         supported: 6,
     }));
     assert_eq!(status.code(), Code::FailedPrecondition);
-    assert_eq!(reason(&status), reason::SCHEMA_TOO_NEW);
+    assert_eq!(reason(&status), &snug_reasons::schema::SCHEMA_TOO_NEW);
     assert_eq!(metadata(&status, "foundVersion").as_deref(), Some("9"));
     use tonic_types::StatusExt as _;
     assert_eq!(
         status.get_details_error_info().expect("info").domain,
-        reason::DOMAIN
+        error_info::DOMAIN
     );
 }
 
@@ -1865,7 +1993,11 @@ async fn identifiers_over_the_bound_are_refused_without_echo() {
         "header.operations[0].thread_id",
     ];
     for (status, field) in refused.iter().zip(fields) {
-        assert_refused(status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+        assert_refused(
+            status,
+            Code::InvalidArgument,
+            &snug_reasons::schema::INVALID_ARGUMENT,
+        );
         assert_eq!(metadata(status, "field").as_deref(), Some(field));
         assert!(!status.message().contains("aaaa"), "{}", status.message());
         assert!(status.metadata().as_ref().len() < 4096);
@@ -1879,5 +2011,9 @@ async fn identifiers_over_the_bound_are_refused_without_echo() {
     )
     .await
     .expect_err("unknown");
-    assert_refused(&at_the_bound, Code::NotFound, reason::APP_NOT_FOUND);
+    assert_refused(
+        &at_the_bound,
+        Code::NotFound,
+        &snug_reasons::schema::APP_NOT_FOUND,
+    );
 }

@@ -11,7 +11,7 @@ use snug_revstore::{
 use snug_rpc::status::invalid_argument;
 use tonic::Status;
 
-use crate::{reason::DOMAIN, status};
+use crate::{error_info::DOMAIN, status};
 
 /// Entries a list returns when the request says 0.
 const DEFAULT_LIMIT: usize = 100;

@@ -32,7 +32,7 @@ use snug_rpc::{
 };
 use tonic::{Status, Streaming};
 
-use crate::{SyncServer, convert, reason::DOMAIN, status, write::limits};
+use crate::{SyncServer, convert, error_info::DOMAIN, status, write::limits};
 
 /// What the service reads from a delta header: whose request it is, the user's own quota (issue
 /// 20: set by the hub's users directory) and the payload's declared length.

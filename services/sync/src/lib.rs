@@ -47,8 +47,8 @@
 mod convert;
 pub use convert::{erasure_response, usage_response};
 mod delta;
+pub mod error_info;
 pub mod observe;
-pub mod reason;
 pub mod status;
 mod write;
 
@@ -76,7 +76,7 @@ use snug_s3::ObjectsConfig;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::reason::DOMAIN;
+use crate::error_info::DOMAIN;
 
 /// The fully qualified gRPC service name, as health checks report it.
 pub const SERVICE_NAME: &str = "snug.sync.v1.SyncService";
@@ -417,7 +417,7 @@ impl SyncServer {
                     ),
                     // Every refusal deletes nothing; the next pass tries again.
                     Err(err) => tracing::warn!(
-                        reason = err.reason(),
+                        reason = err.reason().name,
                         error = %err,
                         "reclamation pass refused"
                     ),
@@ -743,8 +743,8 @@ impl SyncService for SyncServer {
             Ok(()) => (pb::StoreHealth::Serving, String::new()),
             Err(err) => {
                 // The cause may name hosts or paths: it goes to the log, the caller gets the reason.
-                tracing::warn!(reason = err.reason(), error = %err, "the sync store failed its probe");
-                (pb::StoreHealth::Unavailable, err.reason().to_owned())
+                tracing::warn!(reason = err.reason().name, error = %err, "the sync store failed its probe");
+                (pb::StoreHealth::Unavailable, err.reason().name.to_owned())
             }
         };
         Ok(Response::new(pb::GetStoreStatusResponse {

@@ -2,20 +2,21 @@
 
 use snug_rpc::observe::{Derived, GrpcStatus};
 
-use crate::reason::{self, DOMAIN};
+use crate::error_info::{self, DOMAIN};
 
 /// The compare-and-swap refusal a status is, if it is one (sync.proto's two ABORTED reasons).
 pub fn classify(_method: &str, status: &GrpcStatus) -> Option<Derived> {
     if status.domain.as_deref() != Some(DOMAIN) {
         return None;
     }
-    match status.reason.as_deref()? {
-        r if r == reason::REVISION_MISMATCH => {
-            Some(Derived::CasConflict(reason::REVISION_MISMATCH))
-        }
-        r if r == reason::STALE_REVISION => Some(Derived::CasConflict(reason::STALE_REVISION)),
-        _ => None,
-    }
+    let reason = error_info::REASONS.find(status.reason.as_deref()?)?;
+    let conflicts = [
+        &snug_reasons::sync::REVISION_MISMATCH,
+        &snug_reasons::sync::STALE_REVISION,
+    ];
+    conflicts
+        .contains(&reason)
+        .then_some(Derived::CasConflict(reason))
 }
 
 #[cfg(test)]
@@ -55,7 +56,9 @@ mod tests {
         for (status, expected) in cases {
             assert_eq!(
                 classify(put, &status),
-                expected.map(Derived::CasConflict),
+                expected
+                    .and_then(snug_reasons::find)
+                    .map(Derived::CasConflict),
                 "{status:?}"
             );
         }

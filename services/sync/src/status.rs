@@ -16,7 +16,7 @@ use snug_revstore::{
 use snug_rpc::status::from_reason;
 use tonic::Status;
 
-use crate::reason::{self, DOMAIN};
+use crate::error_info::{self, DOMAIN};
 
 /// The message of every denial. One fixed text, so that no wording tells a missing user from a
 /// reclaimed image or from another user's image.
@@ -44,7 +44,7 @@ pub fn put_error(err: PutError) -> Status {
                 &reasons::REVISION_MISMATCH,
                 DOMAIN,
                 message,
-                current.map(|current| (reason::CURRENT_REVISION, current.to_string())),
+                current.map(|current| (error_info::CURRENT_REVISION, current.to_string())),
             )
         }
         PutError::Stale { base, current } => from_reason(
@@ -52,8 +52,8 @@ pub fn put_error(err: PutError) -> Status {
             DOMAIN,
             format!("stale revision: the image changed since {base}"),
             [
-                (reason::CURRENT_REVISION, current.to_string()),
-                (reason::BASE_REVISION, base.to_string()),
+                (error_info::CURRENT_REVISION, current.to_string()),
+                (error_info::BASE_REVISION, base.to_string()),
             ],
         ),
         PutError::QuotaExceeded { quota } => quota_exceeded(quota),
@@ -76,7 +76,7 @@ pub fn put_error(err: PutError) -> Status {
             &reasons::IDEMPOTENCY_KEY_REUSED,
             DOMAIN,
             "the idempotency key was already used for a different write",
-            [(reason::REVISION, revision.to_string())],
+            [(error_info::REVISION, revision.to_string())],
         ),
         PutError::BodyAborted(cause) => {
             tracing::info!(error = %cause, "an upload stream failed before its end");
@@ -99,8 +99,8 @@ pub fn put_error(err: PutError) -> Status {
                 DOMAIN,
                 "this user's unfinished uploads already hold the most bytes one user may stage; retry when they finish",
                 [
-                    (reason::STAGED_BYTES, staged.to_string()),
-                    (reason::LIMIT_BYTES, limit.to_string()),
+                    (error_info::STAGED_BYTES, staged.to_string()),
+                    (error_info::LIMIT_BYTES, limit.to_string()),
                 ],
             )
         }
@@ -201,7 +201,7 @@ pub fn quota_exceeded(quota: u64) -> Status {
         &reasons::QUOTA_EXCEEDED,
         DOMAIN,
         format!("the image exceeds the per-user quota of {quota} bytes"),
-        [(reason::QUOTA_BYTES, quota.to_string())],
+        [(error_info::QUOTA_BYTES, quota.to_string())],
     )
 }
 
@@ -226,7 +226,7 @@ pub fn delta_error(err: DeltaError, quota: u64) -> Status {
             &reasons::DELTA_PAGE_MISMATCH,
             DOMAIN,
             err.to_string(),
-            [(reason::PAGE, page.to_string())],
+            [(error_info::PAGE, page.to_string())],
         ),
         DeltaError::DigestMismatch => from_reason(
             &reasons::DELTA_DIGEST_MISMATCH,

@@ -174,8 +174,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// The gRPC code `snug-reasons` gives the sync reason `name`, which every status carrying it
 /// must have.
 #[track_caller]
-fn reason_code(name: &str) -> Code {
-    snug_rpc::status::code_of(reason::REASONS.find(name).expect("a sync reason"))
+fn reason_code(reason: &snug_reasons::Reason) -> Code {
+    assert!(
+        error_info::REASONS.find(reason.name).is_some(),
+        "{reason} is no sync reason"
+    );
+    snug_rpc::status::code_of(reason)
 }
 
 /// Bytes that are no user database: for the refusals made before any validation.
@@ -343,7 +347,7 @@ async fn assert_no_image(hub: &mut Hub, user: &str) {
     assert_refused(
         head(hub, user, None).await,
         Code::NotFound,
-        reason::NOT_FOUND,
+        &snug_reasons::sync::NOT_FOUND,
     );
 }
 
@@ -379,14 +383,18 @@ async fn restore(
 }
 
 #[track_caller]
-fn assert_refused(result: Result<impl fmt::Debug, Status>, code: Code, expected: &str) -> Status {
+fn assert_refused(
+    result: Result<impl fmt::Debug, Status>,
+    code: Code,
+    expected: &snug_reasons::Reason,
+) -> Status {
     let status = match result {
         Ok(value) => panic!("expected {expected}, got {value:?}"),
         Err(status) => status,
     };
     assert_eq!(
         (status.code(), reason(&status).as_str()),
-        (code, expected),
+        (code, expected.name),
         "{status:?}"
     );
     status
@@ -468,9 +476,9 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
     let status = assert_refused(
         put(&mut hub, "alice", must_match("r1-0000000000000000"), &v1).await,
         Code::Aborted,
-        reason::REVISION_MISMATCH,
+        &snug_reasons::sync::REVISION_MISMATCH,
     );
-    assert_eq!(meta(&status, reason::CURRENT_REVISION), None);
+    assert_eq!(meta(&status, error_info::CURRENT_REVISION), None);
 
     let r1 = put(&mut hub, "alice", must_not_exist(), &v1)
         .await
@@ -483,10 +491,10 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
     let status = assert_refused(
         put(&mut hub, "alice", must_not_exist(), &v2).await,
         Code::Aborted,
-        reason::REVISION_MISMATCH,
+        &snug_reasons::sync::REVISION_MISMATCH,
     );
     assert_eq!(
-        meta(&status, reason::CURRENT_REVISION),
+        meta(&status, error_info::CURRENT_REVISION),
         Some(r1.revision.clone())
     );
 
@@ -500,14 +508,14 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
     let status = assert_refused(
         put(&mut hub, "alice", must_match(&r1.revision), &v3).await,
         Code::Aborted,
-        reason::STALE_REVISION,
+        &snug_reasons::sync::STALE_REVISION,
     );
     assert_eq!(
-        meta(&status, reason::CURRENT_REVISION),
+        meta(&status, error_info::CURRENT_REVISION),
         Some(r2.revision.clone())
     );
     assert_eq!(
-        meta(&status, reason::BASE_REVISION),
+        meta(&status, error_info::BASE_REVISION),
         Some(r1.revision.clone())
     );
 
@@ -515,10 +523,10 @@ async fn compare_and_swap_over_grpc(backend: Backend) {
     let status = assert_refused(
         put(&mut hub, "alice", must_match("r9-0123456789abcdef"), &v3).await,
         Code::Aborted,
-        reason::REVISION_MISMATCH,
+        &snug_reasons::sync::REVISION_MISMATCH,
     );
     assert_eq!(
-        meta(&status, reason::CURRENT_REVISION),
+        meta(&status, error_info::CURRENT_REVISION),
         Some(r2.revision.clone())
     );
 
@@ -538,7 +546,7 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
     assert_refused(
         put(&mut hub, "alice", None, &image(1, 100)).await,
         Code::FailedPrecondition,
-        reason::PRECONDITION_REQUIRED,
+        &snug_reasons::sync::PRECONDITION_REQUIRED,
     );
     // No Precondition message at all.
     let header = pb::PutImageRequest::header(pb::PutImageHeader {
@@ -552,13 +560,13 @@ async fn a_write_without_a_precondition_is_refused(backend: Backend) {
     assert_refused(
         hub.client.put_image(request).await,
         Code::FailedPrecondition,
-        reason::PRECONDITION_REQUIRED,
+        &snug_reasons::sync::PRECONDITION_REQUIRED,
     );
     // Restore has the same rule.
     assert_refused(
         restore(&mut hub, "alice", "r1-0000000000000000", None).await,
         Code::FailedPrecondition,
-        reason::PRECONDITION_REQUIRED,
+        &snug_reasons::sync::PRECONDITION_REQUIRED,
     );
     assert_no_image(&mut hub, "alice").await;
 }
@@ -582,9 +590,12 @@ async fn quota_boundary_is_exact_whether_declared_or_not(backend: Backend) {
         let status = assert_refused(
             over.send(&mut hub).await,
             Code::ResourceExhausted,
-            reason::QUOTA_EXCEEDED,
+            &snug_reasons::sync::QUOTA_EXCEEDED,
         );
-        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(quota.to_string()));
+        assert_eq!(
+            meta(&status, error_info::QUOTA_BYTES),
+            Some(quota.to_string())
+        );
         // A valid image one page over is refused the same way.
         let over = Put {
             declare_length,
@@ -597,13 +608,16 @@ async fn quota_boundary_is_exact_whether_declared_or_not(backend: Backend) {
         let status = assert_refused(
             over.send(&mut hub).await,
             Code::ResourceExhausted,
-            reason::QUOTA_EXCEEDED,
+            &snug_reasons::sync::QUOTA_EXCEEDED,
         );
-        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(quota.to_string()));
+        assert_eq!(
+            meta(&status, error_info::QUOTA_BYTES),
+            Some(quota.to_string())
+        );
         assert_refused(
             head(&mut hub, user, None).await,
             Code::NotFound,
-            reason::NOT_FOUND,
+            &snug_reasons::sync::NOT_FOUND,
         );
 
         let at = Put {
@@ -634,7 +648,11 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
     let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
         .await
         .expect("refused before the stream ended");
-    assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
+    assert_refused(
+        answer,
+        Code::ResourceExhausted,
+        &snug_reasons::sync::QUOTA_EXCEEDED,
+    );
 
     // A declared length over the quota is refused on the header alone: no chunk is ever sent.
     let declared = Put::new("alice", must_not_exist(), noise(2, QUOTA as usize + 1));
@@ -643,7 +661,11 @@ async fn an_over_quota_stream_is_refused_while_it_streams(backend: Backend) {
     let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image(request))
         .await
         .expect("refused on the header");
-    assert_refused(answer, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
+    assert_refused(
+        answer,
+        Code::ResourceExhausted,
+        &snug_reasons::sync::QUOTA_EXCEEDED,
+    );
     assert_no_image(&mut hub, "alice").await;
 }
 
@@ -682,8 +704,8 @@ async fn get_returns_the_exact_bytes_and_digest(backend: Backend) {
     let r2 = head(&mut hub, "alice", None).await.expect("head");
     assert_refused(
         put(&mut hub, "alice", must_match(&r2.revision), &Bytes::new()).await,
-        reason_code("NOT_SQLITE"),
-        "NOT_SQLITE",
+        reason_code(&snug_reasons::schema::NOT_SQLITE),
+        &snug_reasons::schema::NOT_SQLITE,
     );
     let (info, bytes, _) = get(&mut hub, "alice", None).await.expect("get current");
     assert_eq!((info, bytes), (r2, second));
@@ -865,7 +887,7 @@ async fn head_names_a_retained_revision_and_every_answer_carries_its_storage_ver
         let status = assert_refused(
             head(&mut hub, "alice", Some(malformed)).await,
             Code::InvalidArgument,
-            reason::INVALID_ARGUMENT,
+            &snug_reasons::sync::INVALID_ARGUMENT,
         );
         assert_eq!(meta(&status, "field").as_deref(), Some("revision"));
     }
@@ -905,7 +927,7 @@ async fn history_lists_newest_first_and_restore_copies_forward(backend: Backend)
     assert_refused(
         restore(&mut hub, "alice", &r1.revision, must_match(&r2.revision)).await,
         Code::Aborted,
-        reason::STALE_REVISION,
+        &snug_reasons::sync::STALE_REVISION,
     );
     let restored = restore(&mut hub, "alice", &r1.revision, must_match(&r3.revision))
         .await
@@ -942,7 +964,7 @@ async fn ledger_lists_served_and_refused_entries(backend: Backend) {
     assert_refused(
         put(&mut hub, "alice", must_not_exist(), &image(2, 2000)).await,
         Code::Aborted,
-        reason::REVISION_MISMATCH,
+        &snug_reasons::sync::REVISION_MISMATCH,
     );
     get(&mut hub, "alice", None).await.expect("get");
 
@@ -981,7 +1003,7 @@ async fn ledger_lists_served_and_refused_entries(backend: Backend) {
         [
             (
                 pb::Verdict::Refused,
-                reason::REVISION_MISMATCH.to_owned(),
+                snug_reasons::sync::REVISION_MISMATCH.name.to_owned(),
                 None,
                 "device-a".to_owned()
             ),
@@ -1101,10 +1123,14 @@ async fn denial_is_uniform(backend: Backend) {
         let status = result.expect_err(case);
         assert_eq!(
             (status.code(), reason(&status), status.message()),
-            (Code::NotFound, reason::NOT_FOUND.to_owned(), status::DENIED),
+            (
+                Code::NotFound,
+                snug_reasons::sync::NOT_FOUND.name.to_owned(),
+                status::DENIED
+            ),
             "{case}"
         );
-        assert_eq!(meta(&status, reason::CURRENT_REVISION), None, "{case}");
+        assert_eq!(meta(&status, error_info::CURRENT_REVISION), None, "{case}");
     }
 
     // The reclaimed revision stays in the history, so a write based on it is stale.
@@ -1115,7 +1141,7 @@ async fn denial_is_uniform(backend: Backend) {
     assert_refused(
         put(&mut hub, "alice", must_match(&r1.revision), &image(5, 10)).await,
         Code::Aborted,
-        reason::STALE_REVISION,
+        &snug_reasons::sync::STALE_REVISION,
     );
     // An unknown user's history is as empty as a user's without images.
     assert!(history(&mut hub, "mallory").await.is_empty());
@@ -1167,9 +1193,12 @@ async fn a_retry_with_the_same_idempotency_key_is_replayed(backend: Backend) {
             .send(&mut hub)
             .await,
         Code::FailedPrecondition,
-        reason::IDEMPOTENCY_KEY_REUSED,
+        &snug_reasons::sync::IDEMPOTENCY_KEY_REUSED,
     );
-    assert_eq!(meta(&status, reason::REVISION), Some(r1.revision.clone()));
+    assert_eq!(
+        meta(&status, error_info::REVISION),
+        Some(r1.revision.clone())
+    );
     assert_eq!(history(&mut hub, "alice").await.len(), 2);
 }
 
@@ -1181,7 +1210,7 @@ async fn first_contact_provisions_the_user_record_only(backend: Backend) {
     assert_refused(
         put(&mut hub, "alice", must_not_exist(), &image(1, 10)).await,
         Code::NotFound,
-        reason::NOT_FOUND,
+        &snug_reasons::sync::NOT_FOUND,
     );
     assert!(
         provision(&mut hub, "alice").await,
@@ -1195,7 +1224,7 @@ async fn first_contact_provisions_the_user_record_only(backend: Backend) {
     assert_refused(
         get(&mut hub, "alice", None).await,
         Code::NotFound,
-        reason::NOT_FOUND,
+        &snug_reasons::sync::NOT_FOUND,
     );
     assert!(history(&mut hub, "alice").await.is_empty());
     put(&mut hub, "alice", must_not_exist(), &image(1, 10))
@@ -1251,7 +1280,7 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
         let status = assert_refused(
             hub.client.put_image(futures::stream::iter(messages)).await,
             Code::InvalidArgument,
-            reason::INVALID_ARGUMENT,
+            &snug_reasons::sync::INVALID_ARGUMENT,
         );
         assert_eq!(meta(&status, "field").as_deref(), Some(field), "{case}");
     }
@@ -1270,14 +1299,14 @@ async fn malformed_uploads_are_refused_and_write_nothing(backend: Backend) {
                 .put_image(futures::stream::iter([header, chunk()]))
                 .await,
             Code::InvalidArgument,
-            reason::INVALID_ARGUMENT,
+            &snug_reasons::sync::INVALID_ARGUMENT,
         );
         assert_eq!(meta(&status, "field").as_deref(), Some(field));
     }
     let status = assert_refused(
         put(&mut hub, "alice", must_match("not a \"token\""), &bytes).await,
         Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+        &snug_reasons::sync::INVALID_ARGUMENT,
     );
     assert_eq!(
         meta(&status, "field").as_deref(),
@@ -1337,7 +1366,7 @@ async fn vanished_pack_files_are_storage_unavailable_not_a_short_image() {
     let status = assert_refused(
         get(&mut hub, "alice", None).await,
         Code::Unavailable,
-        reason::STORAGE_UNAVAILABLE,
+        &snug_reasons::sync::STORAGE_UNAVAILABLE,
     );
     // The cause (a path) is logged, not sent.
     assert!(!status.message().contains("packs"), "{status:?}");
@@ -1410,13 +1439,13 @@ fn every_store_refusal_keeps_the_store_reason_and_gets_its_code() {
         let status = status::put_error(err);
         assert_eq!(
             (status.code(), reason(&status).as_str()),
-            (code, expected_reason)
+            (code, expected_reason.name)
         );
         assert!(
-            reason::ALL.contains(&expected_reason),
+            error_info::REASONS.find(expected_reason.name).is_some(),
             "{expected_reason} is not in ALL"
         );
-        assert_eq!(meta(&status, reason::CURRENT_REVISION), current);
+        assert_eq!(meta(&status, error_info::CURRENT_REVISION), current);
     }
     let read_cases = [
         (ReadError::NotFound, Code::NotFound),
@@ -1432,7 +1461,7 @@ fn every_store_refusal_keeps_the_store_reason_and_gets_its_code() {
         let status = status::read_error(err);
         assert_eq!(
             (status.code(), reason(&status).as_str()),
-            (code, expected_reason)
+            (code, expected_reason.name)
         );
     }
     // The same denial text for reads and writes.
@@ -1462,7 +1491,10 @@ fn a_full_store_is_resource_exhausted_storage_full_and_keeps_its_cause_out() {
     ] {
         assert_eq!(
             (status.code(), reason(&status).as_str()),
-            (Code::ResourceExhausted, snug_revstore::reason::STORAGE_FULL)
+            (
+                Code::ResourceExhausted,
+                snug_reasons::sync::STORAGE_FULL.name
+            )
         );
         // The cause (a path, an errno) is logged under alert="STORAGE_FULL", not sent.
         assert!(!status.message().contains("/var/lib"), "{status:?}");
@@ -1473,7 +1505,7 @@ fn a_full_store_is_resource_exhausted_storage_full_and_keeps_its_cause_out() {
 #[test]
 fn reasons_are_upper_snake_unique_and_short() {
     let mut seen = std::collections::HashSet::new();
-    for reason in reason::ALL {
+    for reason in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(!reason.is_empty() && reason.len() <= 63, "{reason}");
         assert!(
             reason.chars().all(|c| c.is_ascii_uppercase() || c == '_'),
@@ -1494,7 +1526,7 @@ fn every_reason_is_in_the_reference_table_and_the_proto() {
         .split("Sync reasons (domain `snug.sync`)")
         .nth(1)
         .expect("REASONS.md has the sync reason table");
-    for reason in reason::ALL {
+    for reason in error_info::REASONS.reasons.iter().map(|r| r.name) {
         assert!(
             table.contains(&format!("| `{reason}` |")),
             "REASONS.md lacks `{reason}`"
@@ -1667,7 +1699,7 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
     assert_refused(
         Err::<(), _>(status),
         Code::DataLoss,
-        reason::STORAGE_CORRUPT,
+        &snug_reasons::sync::STORAGE_CORRUPT,
     );
     assert!(
         received.len() as u64 <= late,
@@ -1686,7 +1718,11 @@ async fn damaged_bytes_are_never_served_and_check_store_reports_them() {
         })
         .await
         .map(|_| "a download that started");
-    assert_refused(refused, Code::DataLoss, reason::STORAGE_CORRUPT);
+    assert_refused(
+        refused,
+        Code::DataLoss,
+        &snug_reasons::sync::STORAGE_CORRUPT,
+    );
 
     let report = check_store(&mut hub).await;
     let problems: Vec<&pb::IntegrityProblem> = report.iter().flat_map(|m| &m.problems).collect();
@@ -1984,7 +2020,11 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
         snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
     let both = delta::pull_from(&mut hub, "alice", None, Some(&r1.revision), theirs.encode()).await;
-    assert_refused(both, Code::InvalidArgument, "INVALID_ARGUMENT");
+    assert_refused(
+        both,
+        Code::InvalidArgument,
+        &snug_reasons::rpc::INVALID_ARGUMENT,
+    );
     let gone = delta::pull_from(
         &mut hub,
         "alice",
@@ -1993,7 +2033,11 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
         Vec::new(),
     )
     .await;
-    assert_refused(gone, Code::FailedPrecondition, "DELTA_BASE_GONE");
+    assert_refused(
+        gone,
+        Code::FailedPrecondition,
+        &snug_reasons::sync::DELTA_BASE_GONE,
+    );
     // The pull is a download: it is in the served ledger, the base reads are not.
     let ledger = hub
         .client
@@ -2029,14 +2073,30 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     // Another user's revision, an unknown one and a malformed one as a base.
     for base in [bobs.revision.as_str(), "r9-0123456789abcdef"] {
         let refused = delta::plan(&mut hub, "alice", base, manifest.encode()).await;
-        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+        assert_refused(
+            refused,
+            Code::FailedPrecondition,
+            &snug_reasons::sync::DELTA_BASE_GONE,
+        );
         let refused = delta::assemble(&mut hub, "alice", base, good.encode()).await;
-        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+        assert_refused(
+            refused,
+            Code::FailedPrecondition,
+            &snug_reasons::sync::DELTA_BASE_GONE,
+        );
         let refused = delta::put(&mut hub, "alice", base, good.encode(), None).await;
-        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+        assert_refused(
+            refused,
+            Code::FailedPrecondition,
+            &snug_reasons::sync::DELTA_BASE_GONE,
+        );
     }
     let refused = delta::plan(&mut hub, "alice", "not a revision", manifest.encode()).await;
-    assert_refused(refused, Code::InvalidArgument, "INVALID_ARGUMENT");
+    assert_refused(
+        refused,
+        Code::InvalidArgument,
+        &snug_reasons::rpc::INVALID_ARGUMENT,
+    );
 
     // Hostile deltas: a literal page that does not hash to its id, a claimed SHA-256 the bytes
     // do not have, runs that overlap or reach past the base, a page count over the quota.
@@ -2067,32 +2127,40 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
         (
             lying_page.encode(),
             Code::InvalidArgument,
-            "DELTA_PAGE_MISMATCH",
+            &snug_reasons::sync::DELTA_PAGE_MISMATCH,
         ),
         (
             lying_digest.encode(),
             Code::InvalidArgument,
-            "DELTA_DIGEST_MISMATCH",
+            &snug_reasons::sync::DELTA_DIGEST_MISMATCH,
         ),
         (
             out_of_range.encode(),
             Code::InvalidArgument,
-            "DELTA_INVALID",
+            &snug_reasons::sync::DELTA_INVALID,
         ),
-        (duplicate.encode(), Code::InvalidArgument, "DELTA_INVALID"),
+        (
+            duplicate.encode(),
+            Code::InvalidArgument,
+            &snug_reasons::sync::DELTA_INVALID,
+        ),
         (
             over_quota.encode(),
             Code::ResourceExhausted,
-            "QUOTA_EXCEEDED",
+            &snug_reasons::sync::QUOTA_EXCEEDED,
         ),
-        (b"SDD1".to_vec(), Code::InvalidArgument, "DELTA_INVALID"),
+        (
+            b"SDD1".to_vec(),
+            Code::InvalidArgument,
+            &snug_reasons::sync::DELTA_INVALID,
+        ),
     ];
     // A delta made against other bytes than the base (here one page shorter): as good as a
     // base that is gone.
     cases.push((
         delta::to(&first[..first.len() - delta::PAGE as usize], &new).encode(),
         Code::FailedPrecondition,
-        "DELTA_BASE_GONE",
+        &snug_reasons::sync::DELTA_BASE_GONE,
     ));
     // Each refused alike by the deprecated AssembleImageDelta and by PutImageDelta.
     for (wire, code, expected) in cases {
@@ -2105,15 +2173,27 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     let mut short = manifest.encode();
     short.truncate(short.len() - 8);
     let refused = delta::plan(&mut hub, "alice", &r1.revision, short).await;
-    assert_refused(refused, Code::InvalidArgument, "DELTA_INVALID");
+    assert_refused(
+        refused,
+        Code::InvalidArgument,
+        &snug_reasons::sync::DELTA_INVALID,
+    );
     let mut huge = manifest.clone();
     huge.geometry.length = snug_revstore::DEFAULT_QUOTA_BYTES + 1;
     let refused = delta::pull(&mut hub, "alice", None, huge.encode()).await;
-    assert_refused(refused, Code::ResourceExhausted, "QUOTA_EXCEEDED");
+    assert_refused(
+        refused,
+        Code::ResourceExhausted,
+        &snug_reasons::sync::QUOTA_EXCEEDED,
+    );
     // A manifest upload longer than any manifest within the quota is refused as it streams.
     let too_long = vec![0; delta::limits().max_manifest_len() as usize + 1];
     let refused = delta::plan(&mut hub, "alice", &r1.revision, too_long).await;
-    assert_refused(refused, Code::ResourceExhausted, "TOO_LARGE");
+    assert_refused(
+        refused,
+        Code::ResourceExhausted,
+        &snug_reasons::rpc::TOO_LARGE,
+    );
     // Nothing was stored or ledgered: the image is r1, and bob's is his.
     assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
     assert_eq!(history(&mut hub, "alice").await.len(), 1);
@@ -2129,7 +2209,7 @@ async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     assert_eq!(ledger.writes.len(), 1, "{:?}", ledger.writes);
     // The pull of another user's revision is the uniform denial.
     let refused = delta::pull(&mut hub, "alice", Some(&bobs.revision), manifest.encode()).await;
-    assert_refused(refused, Code::NotFound, "NOT_FOUND");
+    assert_refused(refused, Code::NotFound, &snug_reasons::sync::NOT_FOUND);
 }
 
 /// Pages are matched only against the caller's own revisions: a page that only another user's
@@ -2384,7 +2464,7 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
     assert_refused(
         put(&mut hub, "alice", must_not_exist(), &v1).await,
         Code::NotFound,
-        reason::NOT_FOUND,
+        &snug_reasons::sync::NOT_FOUND,
     );
     let provisioned = hub
         .client
@@ -2392,7 +2472,11 @@ async fn usage_and_erasure_of_one_user(backend: Backend) {
             caller: caller("alice", "alice"),
         })
         .await;
-    assert_refused(provisioned, Code::FailedPrecondition, "USER_ERASED");
+    assert_refused(
+        provisioned,
+        Code::FailedPrecondition,
+        &snug_reasons::sync::USER_ERASED,
+    );
 }
 
 /// The admin-side RPCs name a bare user id: an empty, over-long or control-character one is
@@ -2406,7 +2490,11 @@ async fn admin_rpcs_refuse_a_bad_user_id(backend: Backend) {
             get_usage(&mut hub, &bad).await.map(|_| ()),
             erase_user(&mut hub, &bad).await.map(|_| ()),
         ] {
-            let status = assert_refused(status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+            let status = assert_refused(
+                status,
+                Code::InvalidArgument,
+                &snug_reasons::sync::INVALID_ARGUMENT,
+            );
             assert_eq!(
                 meta(&status, "field").as_deref(),
                 Some("user_id"),
@@ -2445,9 +2533,12 @@ async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
         let status = assert_refused(
             lower.send(&mut hub).await,
             Code::ResourceExhausted,
-            reason::QUOTA_EXCEEDED,
+            &snug_reasons::sync::QUOTA_EXCEEDED,
         );
-        assert_eq!(meta(&status, reason::QUOTA_BYTES).as_deref(), Some("1000"));
+        assert_eq!(
+            meta(&status, error_info::QUOTA_BYTES).as_deref(),
+            Some("1000")
+        );
         let over = Put {
             declare_length,
             quota_bytes: Some(higher),
@@ -2456,9 +2547,12 @@ async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
         let status = assert_refused(
             over.send(&mut hub).await,
             Code::ResourceExhausted,
-            reason::QUOTA_EXCEEDED,
+            &snug_reasons::sync::QUOTA_EXCEEDED,
         );
-        assert_eq!(meta(&status, reason::QUOTA_BYTES), Some(higher.to_string()));
+        assert_eq!(
+            meta(&status, error_info::QUOTA_BYTES),
+            Some(higher.to_string())
+        );
         let at = Put {
             declare_length,
             quota_bytes: Some(higher),
@@ -2488,7 +2582,7 @@ async fn a_users_own_quota_replaces_the_configured_one(backend: Backend) {
     assert_refused(
         delta::plan(&mut hub, "delta", &r1.revision, manifest.encode()).await,
         Code::ResourceExhausted,
-        reason::QUOTA_EXCEEDED,
+        &snug_reasons::sync::QUOTA_EXCEEDED,
     );
     let header = pb::PlanImageDeltaRequest::header(pb::PlanImageDeltaHeader {
         expected_length: None,

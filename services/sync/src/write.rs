@@ -23,7 +23,7 @@ use snug_revstore::{Digest, IdempotencyKey, Precondition, PutRequest, RevStore a
 use snug_rpc::chunks;
 use tonic::{Status, Streaming};
 
-use crate::{SyncServer, convert, reason::DOMAIN, status};
+use crate::{SyncServer, convert, error_info::DOMAIN, status};
 
 /// Who writes what, on which condition: everything of a write but its bytes.
 pub(crate) struct Intent {

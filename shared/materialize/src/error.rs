@@ -99,28 +99,24 @@ pub enum MaterializeError {
 
 impl MaterializeError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            MaterializeError::AppNotFound { .. } => snug_reasons::schema::APP_NOT_FOUND.name,
+            MaterializeError::AppNotFound { .. } => &snug_reasons::schema::APP_NOT_FOUND,
             MaterializeError::AppTokenCollision { .. } => {
-                snug_reasons::schema::APP_TOKEN_COLLISION.name
+                &snug_reasons::schema::APP_TOKEN_COLLISION
             }
-            MaterializeError::CorruptSchema { .. } => {
-                snug_reasons::materialize::CORRUPT_SCHEMA.name
-            }
+            MaterializeError::CorruptSchema { .. } => &snug_reasons::materialize::CORRUPT_SCHEMA,
             MaterializeError::StoredObjectRefused { refusal, .. } => refusal.reason(),
             MaterializeError::Replay { problem, .. } => match problem {
-                ReplayProblem::NotOneStatement => snug_reasons::materialize::NOT_ONE_STATEMENT.name,
+                ReplayProblem::NotOneStatement => &snug_reasons::materialize::NOT_ONE_STATEMENT,
                 ReplayProblem::Forbidden(forbidden) => forbidden.reason(),
-                ReplayProblem::Failed(_) => snug_reasons::materialize::DDL_FAILED.name,
+                ReplayProblem::Failed(_) => &snug_reasons::materialize::DDL_FAILED,
             },
-            MaterializeError::SchemaMismatch { .. } => {
-                snug_reasons::materialize::SCHEMA_MISMATCH.name
-            }
+            MaterializeError::SchemaMismatch { .. } => &snug_reasons::materialize::SCHEMA_MISMATCH,
             MaterializeError::RestTableMismatch { .. } => {
-                snug_reasons::materialize::SHAPE_MISMATCH.name
+                &snug_reasons::materialize::SHAPE_MISMATCH
             }
-            MaterializeError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            MaterializeError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -133,17 +129,17 @@ impl From<rusqlite::Error> for MaterializeError {
 
 impl Forbidden {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            Forbidden::InvalidName { .. } => snug_reasons::materialize::INVALID_NAME.name,
-            Forbidden::VirtualTable { .. } => snug_reasons::materialize::VIRTUAL_TABLE.name,
+            Forbidden::InvalidName { .. } => &snug_reasons::materialize::INVALID_NAME,
+            Forbidden::VirtualTable { .. } => &snug_reasons::materialize::VIRTUAL_TABLE,
             Forbidden::Attach
             | Forbidden::Detach
             | Forbidden::Pragma { .. }
             | Forbidden::Function { .. }
             | Forbidden::Transaction
             | Forbidden::OtherDatabase { .. }
-            | Forbidden::Statement { .. } => snug_reasons::materialize::FORBIDDEN_STATEMENT.name,
+            | Forbidden::Statement { .. } => &snug_reasons::materialize::FORBIDDEN_STATEMENT,
         }
     }
 }
@@ -209,18 +205,16 @@ pub enum PersistError {
 
 impl PersistError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            PersistError::AppNotFound { .. } => snug_reasons::schema::APP_NOT_FOUND.name,
-            PersistError::AppTokenCollision { .. } => {
-                snug_reasons::schema::APP_TOKEN_COLLISION.name
-            }
+            PersistError::AppNotFound { .. } => &snug_reasons::schema::APP_NOT_FOUND,
+            PersistError::AppTokenCollision { .. } => &snug_reasons::schema::APP_TOKEN_COLLISION,
             PersistError::Refused(refusal) => refusal.reason(),
-            PersistError::NameCollision { .. } => snug_reasons::materialize::NAME_COLLISION.name,
-            PersistError::CreateFailed { .. } => snug_reasons::materialize::DDL_FAILED.name,
-            PersistError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            PersistError::Adopt(err) => snug_reasons::Reasoned::reason(err).name,
-            PersistError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            PersistError::NameCollision { .. } => &snug_reasons::materialize::NAME_COLLISION,
+            PersistError::CreateFailed { .. } => &snug_reasons::materialize::DDL_FAILED,
+            PersistError::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            PersistError::Adopt(err) => snug_reasons::Reasoned::reason(err),
+            PersistError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -268,18 +262,14 @@ pub enum StatementProblem {
 
 impl StatementProblem {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            StatementProblem::NotOneStatement => snug_reasons::materialize::NOT_ONE_STATEMENT.name,
+            StatementProblem::NotOneStatement => &snug_reasons::materialize::NOT_ONE_STATEMENT,
             StatementProblem::Forbidden(forbidden) => forbidden.reason(),
-            StatementProblem::Failed(_) => snug_reasons::materialize::STATEMENT_FAILED.name,
-            StatementProblem::BudgetExceeded { .. } => {
-                snug_reasons::materialize::BUDGET_EXCEEDED.name
-            }
-            StatementProblem::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            StatementProblem::ResultTooLarge { .. } => {
-                snug_reasons::materialize::RESULT_TOO_LARGE.name
-            }
+            StatementProblem::Failed(_) => &snug_reasons::materialize::STATEMENT_FAILED,
+            StatementProblem::BudgetExceeded { .. } => &snug_reasons::materialize::BUDGET_EXCEEDED,
+            StatementProblem::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            StatementProblem::ResultTooLarge { .. } => &snug_reasons::materialize::RESULT_TOO_LARGE,
         }
     }
 }
@@ -332,20 +322,20 @@ pub enum DdlError {
 
 impl DdlError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
             DdlError::TooManyStatements { .. } | DdlError::TooMuchText { .. } => {
-                snug_reasons::materialize::DDL_TOO_LARGE.name
+                &snug_reasons::materialize::DDL_TOO_LARGE
             }
             DdlError::Materialize(err) => err.reason(),
             DdlError::Statement { problem, .. } => match problem {
                 // SQLite's own rejection of a DDL statement has the DDL-specific reason.
-                StatementProblem::Failed(_) => snug_reasons::materialize::DDL_FAILED.name,
+                StatementProblem::Failed(_) => &snug_reasons::materialize::DDL_FAILED,
                 other => other.reason(),
             },
             DdlError::Refused(refusal) => refusal.reason(),
             DdlError::Persist(err) => err.reason(),
-            DdlError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            DdlError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -381,12 +371,12 @@ pub enum ExecuteError {
 
 impl ExecuteError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
             ExecuteError::Materialize(err) => err.reason(),
             ExecuteError::Statement { problem, .. } => problem.reason(),
             ExecuteError::Persist(err) => err.reason(),
-            ExecuteError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            ExecuteError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -424,12 +414,12 @@ pub enum LoadError {
 
 impl LoadError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            LoadError::NotSqlite => snug_reasons::schema::NOT_SQLITE.name,
-            LoadError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            LoadError::Malformed { .. } => snug_reasons::schema::MALFORMED.name,
-            LoadError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            LoadError::NotSqlite => &snug_reasons::schema::NOT_SQLITE,
+            LoadError::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            LoadError::Malformed { .. } => &snug_reasons::schema::MALFORMED,
+            LoadError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 
@@ -462,9 +452,9 @@ pub enum ListError {
 
 impl ListError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            ListError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            ListError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }

@@ -50,13 +50,13 @@ pub enum Refusal {
 
 impl Refusal {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
             Refusal::InvalidName { .. } | Refusal::UnknownObject { .. } => {
-                snug_reasons::materialize::INVALID_NAME.name
+                &snug_reasons::materialize::INVALID_NAME
             }
-            Refusal::VirtualTable { .. } => snug_reasons::materialize::VIRTUAL_TABLE.name,
-            Refusal::KvTable => snug_reasons::materialize::INVALID_KV_TABLE.name,
+            Refusal::VirtualTable { .. } => &snug_reasons::materialize::VIRTUAL_TABLE,
+            Refusal::KvTable => &snug_reasons::materialize::INVALID_KV_TABLE,
         }
     }
 }

@@ -16,8 +16,9 @@
 //!
 //! What this crate deliberately does not do: build statuses or responses (that is `snug-rpc`'s
 //! and the gateway's work; this crate has no dependencies, so domain crates may read it), or hold
-//! metadata keys and messages, which stay with the code that fills them in. `snug-revstore`'s internal
-//! reasons (migrations, reclamation) are not here yet.
+//! metadata keys and messages, which stay with the code that fills them in. The hub's own refusals
+//! that reach an operator rather than a caller (its store's migrations, reclamation and lock, its
+//! telemetry settings) are [`hub`]'s.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod cli;
 mod code;
 pub mod container;
 pub mod gateway;
+pub mod hub;
 pub mod materialize;
 pub mod restore;
 pub mod rpc;
@@ -78,6 +80,33 @@ pub struct Reason {
     pub exit: CliExit,
     /// One line: what the reason means, for people.
     pub summary: &'static str,
+}
+
+/// A reason reads as its name, in messages, logs and the tables tests print.
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A reason equals its name: a status, a ledger row or a JSON body carries the name alone, and
+/// what a caller reads there is checked against the reason it should be.
+impl PartialEq<str> for Reason {
+    fn eq(&self, name: &str) -> bool {
+        self.name == name
+    }
+}
+
+impl PartialEq<&Reason> for String {
+    fn eq(&self, reason: &&Reason) -> bool {
+        self == reason.name
+    }
+}
+
+impl PartialEq<Reason> for str {
+    fn eq(&self, reason: &Reason) -> bool {
+        self == reason.name
+    }
 }
 
 /// The gateway's HTTP answer to a reason.
@@ -177,6 +206,7 @@ pub const DOMAINS: &[&Domain] = &[
     &gateway::DOMAIN,
     &cli::DOMAIN,
     &restore::DOMAIN,
+    &hub::DOMAIN,
 ];
 
 /// Every reason, each once.
@@ -308,6 +338,17 @@ pub const ALL: &[&Reason] = &[
     &restore::ORIGIN_INCONSISTENT,
     &restore::DOWNLOAD_INTERRUPTED,
     &restore::NO_ORIGIN,
+    // snug.hub.
+    &hub::INVALID_FIELD,
+    &hub::LISTING_INCOMPLETE,
+    &hub::UNREADABLE_CANDIDATE,
+    &hub::STORE_SCHEMA_TOO_NEW,
+    &hub::MIGRATION_CHANGED,
+    &hub::BYTES_ELSEWHERE,
+    &hub::STORE_LOCKED,
+    &hub::INVALID_OTLP_ENDPOINT,
+    &hub::INVALID_OTLP_CERTIFICATE,
+    &hub::OTLP_EXPORTER_FAILED,
 ];
 
 /// Returns the reason named `name` (names are unique across every domain).

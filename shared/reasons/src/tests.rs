@@ -111,8 +111,12 @@ fn every_domain_lists_defined_reasons_once_and_every_reason_has_a_domain() {
 
 #[test]
 fn service_reasons_have_a_grpc_code_and_the_others_none() {
-    let is_service =
-        |domain: &Domain| !matches!(domain.name, "snug.gateway" | "snug.cli" | "snug.restore");
+    let is_service = |domain: &Domain| {
+        !matches!(
+            domain.name,
+            "snug.gateway" | "snug.cli" | "snug.restore" | "snug.hub"
+        )
+    };
     // The restore domain also lists service reasons it passes on (LOCKED, SCHEMA_TOO_NEW).
     let sent_by_a_service: BTreeSet<&str> = DOMAINS
         .iter()
@@ -185,6 +189,7 @@ fn heading(domain: &Domain) -> String {
     match domain.name {
         "snug.gateway" => "The gateway's own reasons (`snug.gateway`)".to_owned(),
         "snug.cli" => "The CLI's own codes (`snug.cli`)".to_owned(),
+        "snug.hub" => "The hub's own, for its operator (`snug.hub`)".to_owned(),
         name => {
             let short = name.trim_start_matches("snug.");
             let mut title = short.to_owned();

@@ -219,51 +219,43 @@ pub enum RestoreError {
 
 impl RestoreError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
             RestoreError::Origin(err) => err.reason(),
-            RestoreError::InvalidRevision { .. } => snug_reasons::restore::INVALID_REVISION.name,
-            RestoreError::SchemaTooNew { .. } => snug_reasons::schema::SCHEMA_TOO_NEW.name,
-            RestoreError::TooLarge { .. } => snug_reasons::restore::USERDB_TOO_LARGE.name,
-            RestoreError::NoDirectory { .. } => {
-                snug_reasons::restore::DESTINATION_NO_DIRECTORY.name
-            }
-            RestoreError::IsDirectory { .. } => {
-                snug_reasons::restore::DESTINATION_IS_DIRECTORY.name
-            }
-            RestoreError::DestinationExists { .. } => {
-                snug_reasons::restore::DESTINATION_EXISTS.name
-            }
-            RestoreError::NotSnugFile { .. } => snug_reasons::restore::DESTINATION_NOT_SNUG.name,
-            RestoreError::Protected { .. } => snug_reasons::schema::PROTECTED.name,
-            RestoreError::LegacyBackup { .. } => snug_reasons::restore::LEGACY_BACKUP.name,
-            RestoreError::Unreadable { source, .. } => Reasoned::reason(source).name,
-            RestoreError::Diverged { .. } => snug_reasons::restore::DIVERGED.name,
-            RestoreError::SizeMismatch { .. } => snug_reasons::restore::SIZE_MISMATCH.name,
-            RestoreError::DigestMismatch { .. } => snug_reasons::restore::DIGEST_MISMATCH.name,
-            RestoreError::Refused { source, .. } => Reasoned::reason(source).name,
+            RestoreError::InvalidRevision { .. } => &snug_reasons::restore::INVALID_REVISION,
+            RestoreError::SchemaTooNew { .. } => &snug_reasons::schema::SCHEMA_TOO_NEW,
+            RestoreError::TooLarge { .. } => &snug_reasons::restore::USERDB_TOO_LARGE,
+            RestoreError::NoDirectory { .. } => &snug_reasons::restore::DESTINATION_NO_DIRECTORY,
+            RestoreError::IsDirectory { .. } => &snug_reasons::restore::DESTINATION_IS_DIRECTORY,
+            RestoreError::DestinationExists { .. } => &snug_reasons::restore::DESTINATION_EXISTS,
+            RestoreError::NotSnugFile { .. } => &snug_reasons::restore::DESTINATION_NOT_SNUG,
+            RestoreError::Protected { .. } => &snug_reasons::schema::PROTECTED,
+            RestoreError::LegacyBackup { .. } => &snug_reasons::restore::LEGACY_BACKUP,
+            RestoreError::Unreadable { source, .. } => Reasoned::reason(source),
+            RestoreError::Diverged { .. } => &snug_reasons::restore::DIVERGED,
+            RestoreError::SizeMismatch { .. } => &snug_reasons::restore::SIZE_MISMATCH,
+            RestoreError::DigestMismatch { .. } => &snug_reasons::restore::DIGEST_MISMATCH,
+            RestoreError::Refused { source, .. } => Reasoned::reason(source),
             RestoreError::Container { source, .. }
             | RestoreError::LocalContainer { source, .. } => container_reason(source),
-            RestoreError::Reseal(_) => snug_reasons::restore::RESEAL_FAILED.name,
-            RestoreError::DestinationChanged { .. } => {
-                snug_reasons::restore::DESTINATION_CHANGED.name
-            }
-            RestoreError::Io { .. } => snug_reasons::cli::IO.name,
+            RestoreError::Reseal(_) => &snug_reasons::restore::RESEAL_FAILED,
+            RestoreError::DestinationChanged { .. } => &snug_reasons::restore::DESTINATION_CHANGED,
+            RestoreError::Io { .. } => &snug_reasons::cli::IO,
             RestoreError::Secrets(err) => err.reason(),
-            RestoreError::Storage(_) => snug_reasons::cli::STORAGE.name,
+            RestoreError::Storage(_) => &snug_reasons::cli::STORAGE,
             RestoreError::Gate(err) => err.reason(),
-            RestoreError::Unbound { .. } => snug_reasons::restore::PUSH_STATE_NOT_WRITTEN.name,
+            RestoreError::Unbound { .. } => &snug_reasons::restore::PUSH_STATE_NOT_WRITTEN,
         }
     }
 }
 
 /// The reason of a container that did not open, as the container service reports it.
-fn container_reason(source: &snug_container::OpenError) -> &'static str {
+fn container_reason(source: &snug_container::OpenError) -> &'static snug_reasons::Reason {
     match source {
-        snug_container::OpenError::Locked => snug_reasons::container::LOCKED.name,
-        snug_container::OpenError::Corrupt(corruption) => corruption.reason().name,
+        snug_container::OpenError::Locked => &snug_reasons::container::LOCKED,
+        snug_container::OpenError::Corrupt(corruption) => corruption.reason(),
         // The pipeline's word for a revision too large to install, however it was found.
-        snug_container::OpenError::TooLarge { .. } => snug_reasons::restore::USERDB_TOO_LARGE.name,
+        snug_container::OpenError::TooLarge { .. } => &snug_reasons::restore::USERDB_TOO_LARGE,
     }
 }
 
@@ -280,10 +272,10 @@ pub enum GateError {
 
 impl GateError {
     /// Returns the stable machine reason (the library's own: `MALFORMED`, `USERDB_TOO_LARGE`, …).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            GateError::Open(err) => Reasoned::reason(err).name,
-            GateError::Export(err) => Reasoned::reason(err).name,
+            GateError::Open(err) => Reasoned::reason(err),
+            GateError::Export(err) => Reasoned::reason(err),
         }
     }
 }

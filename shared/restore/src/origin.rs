@@ -363,8 +363,8 @@ pub enum OriginError {
     /// the registry knows it, such as `OVERLOADED` or `HOSTILE_SCHEMA`, else `SYNC_HTTP`).
     #[error("{detail}")]
     Other {
-        /// The stable code.
-        code: &'static str,
+        /// The hub's word for it, as the registry knows it (`SYNC_HTTP` where it does not).
+        reason: &'static snug_reasons::Reason,
         /// The HTTP status (0 where there was none).
         status: u16,
         /// What happened.
@@ -426,22 +426,22 @@ impl OriginError {
 
     /// Returns the stable machine reason (the `snug sync` vocabulary, shared with the hub's
     /// reference client: `SYNC_NETWORK`, `SYNC_AUTH`, `SYNC_BAD_RESPONSE`, …).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            OriginError::Empty => snug_reasons::restore::SYNC_ORIGIN_EMPTY.name,
-            OriginError::UnknownRevision { .. } => snug_reasons::restore::REVISION_NOT_FOUND.name,
-            OriginError::Unauthorized { .. } => snug_reasons::restore::SYNC_AUTH.name,
-            OriginError::RateLimited { .. } => snug_reasons::gateway::RATE_LIMITED.name,
-            OriginError::Unreachable { .. } => snug_reasons::restore::SYNC_NETWORK.name,
-            OriginError::Moved { .. } => snug_reasons::restore::ORIGIN_MOVED.name,
-            OriginError::NoOrigin { .. } => snug_reasons::restore::NO_ORIGIN.name,
-            OriginError::Io { .. } => snug_reasons::cli::IO.name,
-            OriginError::EntropyUnavailable => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
-            OriginError::Other { code, .. } => code,
-            OriginError::BadResponse { .. } => snug_reasons::restore::SYNC_BAD_RESPONSE.name,
-            OriginError::Inconsistent { .. } => snug_reasons::restore::ORIGIN_INCONSISTENT.name,
-            OriginError::Interrupted { .. } => snug_reasons::restore::DOWNLOAD_INTERRUPTED.name,
-            OriginError::Sink(_) => snug_reasons::cli::IO.name,
+            OriginError::Empty => &snug_reasons::restore::SYNC_ORIGIN_EMPTY,
+            OriginError::UnknownRevision { .. } => &snug_reasons::restore::REVISION_NOT_FOUND,
+            OriginError::Unauthorized { .. } => &snug_reasons::restore::SYNC_AUTH,
+            OriginError::RateLimited { .. } => &snug_reasons::gateway::RATE_LIMITED,
+            OriginError::Unreachable { .. } => &snug_reasons::restore::SYNC_NETWORK,
+            OriginError::Moved { .. } => &snug_reasons::restore::ORIGIN_MOVED,
+            OriginError::NoOrigin { .. } => &snug_reasons::restore::NO_ORIGIN,
+            OriginError::Io { .. } => &snug_reasons::cli::IO,
+            OriginError::EntropyUnavailable => &snug_reasons::cli::ENTROPY_UNAVAILABLE,
+            OriginError::Other { reason, .. } => reason,
+            OriginError::BadResponse { .. } => &snug_reasons::restore::SYNC_BAD_RESPONSE,
+            OriginError::Inconsistent { .. } => &snug_reasons::restore::ORIGIN_INCONSISTENT,
+            OriginError::Interrupted { .. } => &snug_reasons::restore::DOWNLOAD_INTERRUPTED,
+            OriginError::Sink(_) => &snug_reasons::cli::IO,
         }
     }
 }

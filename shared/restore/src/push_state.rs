@@ -234,10 +234,10 @@ pub enum PushStateError {
 
 impl PushStateError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            PushStateError::Io { .. } => snug_reasons::cli::IO.name,
-            PushStateError::LegacyBackup { .. } => snug_reasons::restore::LEGACY_BACKUP.name,
+            PushStateError::Io { .. } => &snug_reasons::cli::IO,
+            PushStateError::LegacyBackup { .. } => &snug_reasons::restore::LEGACY_BACKUP,
         }
     }
 }
@@ -369,10 +369,10 @@ pub enum SyncLockError {
 
 impl SyncLockError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            SyncLockError::Busy { .. } => snug_reasons::restore::SYNC_IN_PROGRESS.name,
-            SyncLockError::Io { .. } => snug_reasons::cli::IO.name,
+            SyncLockError::Busy { .. } => &snug_reasons::restore::SYNC_IN_PROGRESS,
+            SyncLockError::Io { .. } => &snug_reasons::cli::IO,
         }
     }
 }

@@ -52,7 +52,7 @@ impl Origin for OneRevision {
     // The pipeline only pulls.
     fn push(&self, _: &[u8], _: Option<&str>) -> Result<Pushed, OriginError> {
         Err(OriginError::Other {
-            code: "READ_ONLY",
+            reason: &snug_reasons::materialize::READ_ONLY,
             status: 0,
             detail: "a test origin takes no pushes".to_owned(),
         })

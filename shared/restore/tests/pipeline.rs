@@ -149,7 +149,7 @@ impl Origin for FakeOrigin {
     // The pipeline only pulls.
     fn push(&self, _: &[u8], _: Option<&str>) -> Result<Pushed, OriginError> {
         Err(OriginError::Other {
-            code: "READ_ONLY",
+            reason: &snug_reasons::materialize::READ_ONLY,
             status: 0,
             detail: "a test origin takes no pushes".to_owned(),
         })

@@ -1,56 +1,16 @@
-//! One error enum per operation family, each with a machine-readable `reason()`.
+//! One error enum per operation family, each with its reason in `snug-reasons` (`reason()`).
 //!
-//! Reasons are UPPER_SNAKE constants that service adapters copy into gRPC `ErrorInfo` and the
-//! gateway into JSON; nobody switches on message text. The messages of the denial variants are
+//! The reasons `snug.sync.v1` sends are the registry's `sync` ones, so the put ledger, the gRPC
+//! status and the gateway's JSON say the same word for the same cause; the refusals only an
+//! operator meets (validation, reclamation, migrations, the store lock) are its `hub` ones.
+//! Nobody switches on message text. The messages of the denial variants are
 //! fixed strings so that a missing user, a reclaimed image and another user's image read the same.
 
 use std::{error::Error as StdError, io};
 
-use crate::types::{Digest, Revision};
+use snug_reasons::{Reason, hub, sync};
 
-/// Reason constants, one per cause, shared by every backend. The ones `snug.sync.v1` sends are
-/// the registry's (`snug-reasons`); the others (validation, reclamation, migrations, the store
-/// lock) stay inside the hub.
-pub mod reason {
-    /// A value failed validation.
-    pub const INVALID_FIELD: &str = "INVALID_FIELD";
-    /// A put arrived without a precondition.
-    pub const PRECONDITION_REQUIRED: &str = snug_reasons::sync::PRECONDITION_REQUIRED.name;
-    /// The precondition named a revision that is not current and never was this user's.
-    pub const REVISION_MISMATCH: &str = snug_reasons::sync::REVISION_MISMATCH.name;
-    /// The precondition named an earlier revision of this user.
-    pub const STALE_REVISION: &str = snug_reasons::sync::STALE_REVISION.name;
-    /// The image exceeds the per-user quota.
-    pub const QUOTA_EXCEEDED: &str = snug_reasons::sync::QUOTA_EXCEEDED.name;
-    /// Nothing the caller may see exists under that name.
-    pub const NOT_FOUND: &str = snug_reasons::sync::NOT_FOUND.name;
-    /// Different bytes already occupy a content-addressed identity.
-    pub const IMAGE_CONFLICT: &str = snug_reasons::sync::IMAGE_CONFLICT.name;
-    /// An idempotency key was reused for a different write.
-    pub const IDEMPOTENCY_KEY_REUSED: &str = snug_reasons::sync::IDEMPOTENCY_KEY_REUSED.name;
-    /// The client's byte stream failed before it ended.
-    pub const BODY_ABORTED: &str = snug_reasons::sync::BODY_ABORTED.name;
-    /// The storage backend could not be reached or failed an I/O operation.
-    pub const STORAGE_UNAVAILABLE: &str = snug_reasons::sync::STORAGE_UNAVAILABLE.name;
-    /// Stored bytes failed verification.
-    pub const STORAGE_CORRUPT: &str = snug_reasons::sync::STORAGE_CORRUPT.name;
-    /// The storage is out of space; only an operator can clear it.
-    pub const STORAGE_FULL: &str = snug_reasons::sync::STORAGE_FULL.name;
-    /// The user's unfinished puts already hold the most bytes one user may stage.
-    pub const PUTS_IN_FLIGHT: &str = snug_reasons::sync::PUTS_IN_FLIGHT.name;
-    /// Reclamation refused: the object listing was incomplete.
-    pub const LISTING_INCOMPLETE: &str = "LISTING_INCOMPLETE";
-    /// Reclamation refused: an object in the listing could not be identified.
-    pub const UNREADABLE_CANDIDATE: &str = "UNREADABLE_CANDIDATE";
-    /// The store's schema is newer than this binary.
-    pub const SCHEMA_TOO_NEW: &str = "SCHEMA_TOO_NEW";
-    /// An applied migration differs from the one this binary carries.
-    pub const MIGRATION_CHANGED: &str = "MIGRATION_CHANGED";
-    /// The store keeps its image bytes somewhere other than where it is configured to.
-    pub const BYTES_ELSEWHERE: &str = "BYTES_ELSEWHERE";
-    /// Another process holds the embedded store's directory.
-    pub const STORE_LOCKED: &str = "STORE_LOCKED";
-}
+use crate::types::{Digest, Revision};
 
 /// The fixed message of every denial, so that no variant of "not yours" leaks through wording.
 pub(crate) const NOT_FOUND_MESSAGE: &str = "no such image";
@@ -68,9 +28,9 @@ pub struct InvalidToken {
 }
 
 impl InvalidToken {
-    /// Always [`reason::INVALID_FIELD`].
-    pub fn reason(&self) -> &'static str {
-        reason::INVALID_FIELD
+    /// Always `INVALID_FIELD`.
+    pub fn reason(&self) -> &'static Reason {
+        &hub::INVALID_FIELD
     }
 }
 
@@ -93,12 +53,12 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// [`reason::STORAGE_UNAVAILABLE`] or [`reason::STORAGE_CORRUPT`].
-    pub fn reason(&self) -> &'static str {
+    /// `STORAGE_UNAVAILABLE` or `STORAGE_CORRUPT`.
+    pub fn reason(&self) -> &'static Reason {
         match self {
-            StorageError::Unavailable(_) => reason::STORAGE_UNAVAILABLE,
-            StorageError::Corrupt { .. } => reason::STORAGE_CORRUPT,
-            StorageError::Full(_) => reason::STORAGE_FULL,
+            StorageError::Unavailable(_) => &sync::STORAGE_UNAVAILABLE,
+            StorageError::Corrupt { .. } => &sync::STORAGE_CORRUPT,
+            StorageError::Full(_) => &sync::STORAGE_FULL,
         }
     }
 
@@ -235,17 +195,17 @@ pub enum PutError {
 
 impl PutError {
     /// The UPPER_SNAKE reason for this cause.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static Reason {
         match self {
-            PutError::PreconditionRequired => reason::PRECONDITION_REQUIRED,
-            PutError::NotFound => reason::NOT_FOUND,
-            PutError::Conflict { .. } => reason::REVISION_MISMATCH,
-            PutError::Stale { .. } => reason::STALE_REVISION,
-            PutError::QuotaExceeded { .. } => reason::QUOTA_EXCEEDED,
-            PutError::ImageConflict { .. } => reason::IMAGE_CONFLICT,
-            PutError::IdempotencyKeyReused { .. } => reason::IDEMPOTENCY_KEY_REUSED,
-            PutError::BodyAborted(_) => reason::BODY_ABORTED,
-            PutError::PutsInFlight { .. } => reason::PUTS_IN_FLIGHT,
+            PutError::PreconditionRequired => &sync::PRECONDITION_REQUIRED,
+            PutError::NotFound => &sync::NOT_FOUND,
+            PutError::Conflict { .. } => &sync::REVISION_MISMATCH,
+            PutError::Stale { .. } => &sync::STALE_REVISION,
+            PutError::QuotaExceeded { .. } => &sync::QUOTA_EXCEEDED,
+            PutError::ImageConflict { .. } => &sync::IMAGE_CONFLICT,
+            PutError::IdempotencyKeyReused { .. } => &sync::IDEMPOTENCY_KEY_REUSED,
+            PutError::BodyAborted(_) => &sync::BODY_ABORTED,
+            PutError::PutsInFlight { .. } => &sync::PUTS_IN_FLIGHT,
             PutError::Storage(e) => e.reason(),
         }
     }
@@ -291,10 +251,10 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    /// [`reason::NOT_FOUND`] or the storage reason.
-    pub fn reason(&self) -> &'static str {
+    /// `NOT_FOUND` or the storage reason.
+    pub fn reason(&self) -> &'static Reason {
         match self {
-            ReadError::NotFound => reason::NOT_FOUND,
+            ReadError::NotFound => &sync::NOT_FOUND,
             ReadError::Storage(e) => e.reason(),
         }
     }
@@ -319,9 +279,9 @@ pub enum ProvisionError {
 
 impl ProvisionError {
     /// `USER_ERASED` or the storage reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static Reason {
         match self {
-            ProvisionError::Erased => snug_reasons::sync::USER_ERASED.name,
+            ProvisionError::Erased => &sync::USER_ERASED,
             ProvisionError::Storage(e) => e.reason(),
         }
     }
@@ -352,10 +312,10 @@ pub enum ReclaimError {
 
 impl ReclaimError {
     /// The UPPER_SNAKE reason for this cause.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static Reason {
         match self {
-            ReclaimError::IncompleteListing => reason::LISTING_INCOMPLETE,
-            ReclaimError::UnreadableCandidate { .. } => reason::UNREADABLE_CANDIDATE,
+            ReclaimError::IncompleteListing => &hub::LISTING_INCOMPLETE,
+            ReclaimError::UnreadableCandidate { .. } => &hub::UNREADABLE_CANDIDATE,
             ReclaimError::Storage(e) => e.reason(),
         }
     }
@@ -409,12 +369,12 @@ pub enum OpenError {
 
 impl OpenError {
     /// The UPPER_SNAKE reason for this cause.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static Reason {
         match self {
-            OpenError::SchemaTooNew { .. } => reason::SCHEMA_TOO_NEW,
-            OpenError::MigrationChanged { .. } => reason::MIGRATION_CHANGED,
-            OpenError::Locked => reason::STORE_LOCKED,
-            OpenError::BytesElsewhere { .. } => reason::BYTES_ELSEWHERE,
+            OpenError::SchemaTooNew { .. } => &hub::STORE_SCHEMA_TOO_NEW,
+            OpenError::MigrationChanged { .. } => &hub::MIGRATION_CHANGED,
+            OpenError::Locked => &hub::STORE_LOCKED,
+            OpenError::BytesElsewhere { .. } => &hub::BYTES_ELSEWHERE,
             OpenError::Storage(e) => e.reason(),
         }
     }

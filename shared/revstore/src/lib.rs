@@ -17,7 +17,7 @@
 //!   time.
 //! - [`PutRequest`], [`RestoreRequest`], [`PutOutcome`], [`RevisionInfo`], [`ImageDownload`].
 //! - [`UsageReport`], [`ErasureReport`].
-//! - Errors, one enum per operation family, each with `reason()`: [`PutError`], [`ReadError`],
+//! - Errors, one enum per operation family, each with its `snug-reasons` reason (`reason()`): [`PutError`], [`ReadError`],
 //!   [`ReclaimError`], [`OpenError`], [`StorageError`].
 //! - [`StoreConfig`] with [`Retention`] and an injectable [`Clock`].
 //!
@@ -217,7 +217,6 @@ pub use config::{
 };
 pub use error::{
     InvalidToken, OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError,
-    reason,
 };
 pub use mem::MemStore;
 #[cfg(feature = "postgres")]

@@ -313,7 +313,7 @@ pub(crate) async fn finish_wipes<P: Pass>(
         match wiped {
             Ok(()) => wipes.wiped += ranges.len() as u64,
             Err(err) => {
-                tracing::warn!(object, reason = err.reason(), error = %err, "could not wipe an erased chunk's bytes; the next reclamation pass retries");
+                tracing::warn!(object, reason = err.reason().name, error = %err, "could not wipe an erased chunk's bytes; the next reclamation pass retries");
                 wipes.pending += ranges.len() as u64;
             }
         }

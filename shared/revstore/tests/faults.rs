@@ -33,7 +33,7 @@ use futures::StreamExt as _;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 use snug_revstore::{
     PACK_BYTES, PgConfig, PgStore, Precondition, PutError, PutRequest, RevStore, StorageError,
-    StoreConfig, reason,
+    StoreConfig,
 };
 use snug_s3::ObjectsConfig;
 use snug_test_support::garage::Garage;
@@ -151,7 +151,7 @@ async fn the_object_store_killed_mid_put_fails_it_cleanly_and_a_retry_succeeds()
         matches!(err, PutError::Storage(StorageError::Unavailable(_))),
         "{err:?}"
     );
-    assert_eq!(err.reason(), reason::STORAGE_UNAVAILABLE);
+    assert_eq!(err.reason(), &snug_reasons::sync::STORAGE_UNAVAILABLE);
     assert!(
         took < Duration::from_secs(30),
         "the put took {took:?} to fail after the object store died"

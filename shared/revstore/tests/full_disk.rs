@@ -69,7 +69,7 @@ async fn a_full_disk_is_storage_full_and_the_current_revision_stays_served() {
     };
     eprintln!("the disk filled after {accepted} puts: {err:?}");
     assert!(is_full(&err), "the put that met ENOSPC failed with {err:?}");
-    assert_eq!(err.reason(), snug_revstore::reason::STORAGE_FULL);
+    assert_eq!(err.reason(), &snug_reasons::sync::STORAGE_FULL);
     let (revision, bytes) = current.expect("at least one put fits");
 
     // The failed put left nothing behind to keep the disk full.
@@ -108,7 +108,7 @@ async fn a_full_disk_is_storage_full_and_the_current_revision_stays_served() {
     assert!(third.as_ref().is_err_and(is_full), "{third:?}");
     match store.health().await {
         Err(err @ StorageError::Full(_)) => {
-            assert_eq!(err.reason(), snug_revstore::reason::STORAGE_FULL)
+            assert_eq!(err.reason(), &snug_reasons::sync::STORAGE_FULL)
         }
         other => panic!("health after three full-disk failures: {other:?}"),
     }

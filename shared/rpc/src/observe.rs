@@ -306,7 +306,7 @@ pub enum Derived {
     /// with its outcome (`ok`, `locked`, `corrupt`).
     UnlockAttempt(&'static str),
     /// `snug_sync_cas_conflicts_total`: a write refused by the compare-and-swap, with its reason.
-    CasConflict(&'static str),
+    CasConflict(&'static snug_reasons::Reason),
 }
 
 /// How a service tells which of its calls feed a [`Derived`] counter, from the method
@@ -334,7 +334,9 @@ fn record(method: &'static str, status: &GrpcStatus, started: Instant, classify:
                 .inc(),
             Derived::CasConflict(reason) => metrics
                 .cas_conflicts
-                .get_or_create(&metrics::ConflictLabels { reason })
+                .get_or_create(&metrics::ConflictLabels {
+                    reason: reason.name,
+                })
                 .inc(),
         };
     }
@@ -593,7 +595,7 @@ mod tests {
         // The sync service's rule for this one reason (services/sync classifies its own calls).
         fn stale(_method: &str, status: &GrpcStatus) -> Option<Derived> {
             (status.reason.as_deref() == Some("STALE_REVISION"))
-                .then_some(Derived::CasConflict("STALE_REVISION"))
+                .then_some(Derived::CasConflict(&snug_reasons::sync::STALE_REVISION))
         }
         let mut service = ObserveLayer::new(&[stale]).layer(tower::service_fn(
             |request: http::Request<tonic::body::Body>| async move {

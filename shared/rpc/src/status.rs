@@ -1,7 +1,7 @@
 //! Building `tonic::Status` values that carry a google.rpc `ErrorInfo` reason.
 //!
 //! Clients (the gateway, other hubs) switch on `ErrorInfo.reason`, never on the message text, so
-//! every status a service returns is made here with a reason from that service's `reason.rs`.
+//! every status a service returns is made here with a reason of `snug-reasons`.
 //! A service names a [`Reason`] of `snug-reasons` and [`from_reason`] (or [`Mapped::new`]) takes the
 //! gRPC code from it, so no service picks a code by hand.
 
@@ -10,18 +10,6 @@ use std::collections::HashMap;
 use snug_reasons::Reason;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt as _};
-
-/// Reasons shared by every service (each service adds its own in its `reason.rs`).
-pub mod reason {
-    /// A malformed request; metadata `field` names the offending field.
-    pub const INVALID_ARGUMENT: &str = snug_reasons::rpc::INVALID_ARGUMENT.name;
-    /// The request's payload exceeds the cap.
-    pub const TOO_LARGE: &str = snug_reasons::rpc::TOO_LARGE.name;
-    /// Too much work in flight; retry later.
-    pub const OVERLOADED: &str = snug_reasons::rpc::OVERLOADED.name;
-    /// A bug. The message is generic; the cause is in the server's log.
-    pub const INTERNAL: &str = snug_reasons::rpc::INTERNAL.name;
-}
 
 /// Returns the gRPC code of `reason`. A reason without one (the gateway's, the CLI's) is no
 /// service's to send; a test of `snug-reasons` keeps those out of every service domain.
@@ -169,7 +157,7 @@ pub struct Mapped<D>(MappedInner, std::marker::PhantomData<fn() -> D>);
 enum MappedInner {
     Error {
         code: Code,
-        reason: &'static str,
+        reason: &'static Reason,
         message: String,
         metadata: Vec<(&'static str, String)>,
     },
@@ -211,7 +199,7 @@ impl<D: Domain> Mapped<D> {
         Mapped(
             MappedInner::Error {
                 code: code_of(reason),
-                reason: reason.name,
+                reason,
                 message: message.into(),
                 metadata: metadata.into_iter().collect(),
             },
@@ -274,10 +262,10 @@ impl<D: Domain> Mapped<D> {
     }
 
     /// Returns the reason, for tests and logs.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static Reason {
         match &self.0 {
             MappedInner::Error { reason, .. } => reason,
-            MappedInner::Internal { .. } => reason::INTERNAL,
+            MappedInner::Internal { .. } => &snug_reasons::rpc::INTERNAL,
         }
     }
 }
@@ -290,7 +278,7 @@ impl<D: Domain> From<Mapped<D>> for Status {
                 reason,
                 message,
                 metadata,
-            } => error(code, reason, D::DOMAIN, message, metadata),
+            } => error(code, reason.name, D::DOMAIN, message, metadata),
             MappedInner::Internal { cause } => internal(D::DOMAIN, &Cause(cause)),
         }
     }

@@ -116,12 +116,14 @@ pub enum TelemetryError {
 }
 
 impl TelemetryError {
-    /// A stable, machine-readable name for the failure.
-    pub fn reason(&self) -> &'static str {
+    /// The failure's reason, for the operator who set the variables.
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            TelemetryError::InvalidEndpoint { .. } => "INVALID_OTLP_ENDPOINT",
-            TelemetryError::InvalidCertificate { .. } => "INVALID_OTLP_CERTIFICATE",
-            TelemetryError::Exporter { .. } => "OTLP_EXPORTER_FAILED",
+            TelemetryError::InvalidEndpoint { .. } => &snug_reasons::hub::INVALID_OTLP_ENDPOINT,
+            TelemetryError::InvalidCertificate { .. } => {
+                &snug_reasons::hub::INVALID_OTLP_CERTIFICATE
+            }
+            TelemetryError::Exporter { .. } => &snug_reasons::hub::OTLP_EXPORTER_FAILED,
         }
     }
 }

@@ -402,10 +402,10 @@ pub enum SaveError {
 
 impl SaveError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            SaveError::Io { .. } => snug_reasons::cli::IO.name,
-            SaveError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            SaveError::Io { .. } => &snug_reasons::cli::IO,
+            SaveError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -493,19 +493,19 @@ pub enum AppError {
 
 impl AppError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            AppError::AppNotFound { .. } => snug_reasons::schema::APP_NOT_FOUND.name,
-            AppError::VersionNotFound { .. } => snug_reasons::schema::VERSION_NOT_FOUND.name,
-            AppError::VersionPinned { .. } => snug_reasons::schema::VERSION_PINNED.name,
-            AppError::VersionCurrent { .. } => snug_reasons::schema::VERSION_CURRENT.name,
-            AppError::NoFactoryVersion { .. } => snug_reasons::schema::NO_FACTORY_VERSION.name,
-            AppError::AppExists { .. } => snug_reasons::schema::APP_EXISTS.name,
-            AppError::AppTokenCollision { .. } => snug_reasons::schema::APP_TOKEN_COLLISION.name,
-            AppError::InvalidContract => snug_reasons::schema::INVALID_CONTRACT.name,
-            AppError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            AppError::Entropy(_) => snug_reasons::cli::ENTROPY_UNAVAILABLE.name,
-            AppError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            AppError::AppNotFound { .. } => &snug_reasons::schema::APP_NOT_FOUND,
+            AppError::VersionNotFound { .. } => &snug_reasons::schema::VERSION_NOT_FOUND,
+            AppError::VersionPinned { .. } => &snug_reasons::schema::VERSION_PINNED,
+            AppError::VersionCurrent { .. } => &snug_reasons::schema::VERSION_CURRENT,
+            AppError::NoFactoryVersion { .. } => &snug_reasons::schema::NO_FACTORY_VERSION,
+            AppError::AppExists { .. } => &snug_reasons::schema::APP_EXISTS,
+            AppError::AppTokenCollision { .. } => &snug_reasons::schema::APP_TOKEN_COLLISION,
+            AppError::InvalidContract => &snug_reasons::schema::INVALID_CONTRACT,
+            AppError::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            AppError::Entropy(_) => &snug_reasons::cli::ENTROPY_UNAVAILABLE,
+            AppError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -554,13 +554,13 @@ pub enum ChatError {
 
 impl ChatError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            ChatError::ThreadNotFound { .. } => snug_reasons::schema::THREAD_NOT_FOUND.name,
-            ChatError::MessageNotFound { .. } => snug_reasons::schema::MESSAGE_NOT_FOUND.name,
-            ChatError::UnknownRole { .. } => snug_reasons::schema::CORRUPT_ROW.name,
-            ChatError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            ChatError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            ChatError::ThreadNotFound { .. } => &snug_reasons::schema::THREAD_NOT_FOUND,
+            ChatError::MessageNotFound { .. } => &snug_reasons::schema::MESSAGE_NOT_FOUND,
+            ChatError::UnknownRole { .. } => &snug_reasons::schema::CORRUPT_ROW,
+            ChatError::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            ChatError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -597,11 +597,11 @@ pub enum DocError {
 
 impl DocError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
-            DocError::DocNotFound { .. } => snug_reasons::schema::DOC_NOT_FOUND.name,
-            DocError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            DocError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            DocError::DocNotFound { .. } => &snug_reasons::schema::DOC_NOT_FOUND,
+            DocError::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            DocError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }
@@ -646,13 +646,13 @@ pub enum KvError {
 
 impl KvError {
     /// Returns the stable machine reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static snug_reasons::Reason {
         match self {
             KvError::NotJson { .. } | KvError::UnexpectedType { .. } => {
-                snug_reasons::schema::CORRUPT_ROW.name
+                &snug_reasons::schema::CORRUPT_ROW
             }
-            KvError::TooLarge { .. } => snug_reasons::rpc::TOO_LARGE.name,
-            KvError::Sqlite(_) => snug_reasons::cli::STORAGE.name,
+            KvError::TooLarge { .. } => &snug_reasons::rpc::TOO_LARGE,
+            KvError::Sqlite(_) => &snug_reasons::cli::STORAGE,
         }
     }
 }

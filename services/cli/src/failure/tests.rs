@@ -8,15 +8,15 @@ use super::{Exit, Failure};
 
 #[track_caller]
 fn check(failure: Failure, code: &str, exit: Exit) {
-    assert_eq!((failure.code, failure.exit), (code, exit));
+    assert_eq!((failure.reason.name, failure.exit), (code, exit));
     assert_registered(&failure);
 }
 
 /// Asserts `failure`'s code is a registered reason whose exit the registry allows.
 #[track_caller]
 pub(crate) fn assert_registered(failure: &Failure) {
-    let reason = snug_reasons::find(failure.code)
-        .unwrap_or_else(|| panic!("{} is not in snug-reasons", failure.code));
+    let reason = snug_reasons::find(failure.reason.name)
+        .unwrap_or_else(|| panic!("{} is not in snug-reasons", failure.reason));
     assert!(
         reason.exit.allows(failure.exit),
         "{} exits {:?}, the registry says {:?}",

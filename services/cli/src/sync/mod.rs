@@ -324,9 +324,9 @@ fn import_exit(err: &ImportError) -> Exit {
 
 /// The exit code the registry gives `reason` wherever the CLI finds it, and 1 where it has none
 /// of its own (`Never`) or several (`ByCause`: the caller decides those).
-fn registry_exit(reason: &str) -> Exit {
-    match snug_reasons::find(reason).map(|reason| reason.exit) {
-        Some(snug_reasons::CliExit::Always(exit)) => exit,
+fn registry_exit(reason: &snug_reasons::Reason) -> Exit {
+    match reason.exit {
+        snug_reasons::CliExit::Always(exit) => exit,
         _ => Exit::Other,
     }
 }

@@ -89,7 +89,7 @@ fn a_hubs_refusal_exits_as_its_word() {
         let failure = restore_failure(
             "origin",
             RestoreError::Origin(OriginError::Other {
-                code: reason.name,
+                reason,
                 status: http.status,
                 detail: "refused".to_owned(),
             }),
@@ -103,7 +103,7 @@ fn a_hubs_refusal_exits_as_its_word() {
             }
         };
         assert_eq!(
-            (failure.code, failure.exit),
+            (failure.reason.name, failure.exit),
             (reason.name, expected),
             "{}",
             reason.name
@@ -112,7 +112,7 @@ fn a_hubs_refusal_exits_as_its_word() {
     let hostile = restore_failure(
         "origin",
         RestoreError::Origin(OriginError::Other {
-            code: "HOSTILE_SCHEMA",
+            reason: &snug_reasons::schema::HOSTILE_SCHEMA,
             status: 400,
             detail: "refused".to_owned(),
         }),
@@ -157,7 +157,7 @@ fn a_hubs_refusal_exits_as_its_word() {
     ];
     for (err, exit, code) in cases {
         let failure = restore_failure("origin", RestoreError::Origin(err));
-        assert_eq!((failure.exit, failure.code), (exit, code));
+        assert_eq!((failure.exit, failure.reason.name), (exit, code));
         assert_registered(&failure);
     }
 }
@@ -188,7 +188,7 @@ fn an_origin_is_read_as_what_it_is_or_refused_with_what_to_type() {
         assert!(looks_like_host(host), "{host}");
         let failure = address(host).err().expect("refused");
         assert_eq!(
-            (failure.exit, failure.code),
+            (failure.exit, failure.reason.name),
             (Exit::Usage, "USAGE"),
             "{host}"
         );

@@ -57,7 +57,10 @@ async fn inspect_with(
 #[track_caller]
 fn assert_out_of_policy(status: &Status, iterations: u32, min: u32, max: u32) {
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert_eq!(reason(status), reason::ITERATIONS_OUT_OF_POLICY);
+    assert_eq!(
+        reason(status),
+        &snug_reasons::container::ITERATIONS_OUT_OF_POLICY
+    );
     let metadata = |key| snug_rpc::status::metadata_of(status, key);
     assert_eq!(metadata("iterations"), Some(iterations.to_string()));
     assert_eq!(metadata("minIterations"), Some(min.to_string()));
@@ -189,7 +192,7 @@ async fn a_raised_file_opens_up_to_the_ceiling_and_zero_stays_corrupt() {
     let status = inspect_with(&mut client, raised.clone(), policy(0, u32::MAX))
         .await
         .expect_err("over the ceiling");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
     assert_eq!(
         snug_rpc::status::metadata_of(&status, "field").as_deref(),
         Some("iteration_policy.max_iterations")
@@ -202,12 +205,12 @@ async fn a_raised_file_opens_up_to_the_ceiling_and_zero_stays_corrupt() {
     )
     .await
     .expect_err("over the ceiling");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
     // An empty range is a bad request too.
     let status = inspect_with(&mut client, container.clone(), policy(5_000, 2_000))
         .await
         .expect_err("empty range");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
 
     // Zero iterations is damage whatever the policy.
     let zero = with_count(0);
@@ -220,7 +223,7 @@ async fn a_raised_file_opens_up_to_the_ceiling_and_zero_stays_corrupt() {
         )
         .await
         .expect_err("corrupt");
-        assert_eq!(reason(&status), reason::CORRUPT);
+        assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
         assert_eq!(
             snug_rpc::status::metadata_of(&status, "detail").as_deref(),
             Some("zero_iterations")

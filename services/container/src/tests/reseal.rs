@@ -92,7 +92,7 @@ async fn reseal_refusals_get_typed_reasons() {
     .await
     .expect_err("locked");
     assert_eq!(status.code(), Code::FailedPrecondition);
-    assert_eq!(reason(&status), reason::LOCKED);
+    assert_eq!(reason(&status), &snug_reasons::container::LOCKED);
 
     let mut damaged = container.to_vec();
     let last = damaged.len() - 20;
@@ -106,7 +106,7 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("corrupt payload");
-    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
     assert_eq!(
         snug_rpc::status::metadata_of(&status, "detail").as_deref(),
         Some("payload_authentication_failed")
@@ -122,7 +122,7 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("corrupt header");
-    assert_eq!(reason(&status), reason::CORRUPT);
+    assert_eq!(reason(&status), &snug_reasons::container::CORRUPT);
     let status = reseal(
         &mut client,
         &sqlite_bytes(300),
@@ -132,7 +132,7 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("not a container");
-    assert_eq!(reason(&status), reason::NOT_A_CONTAINER);
+    assert_eq!(reason(&status), &snug_reasons::container::NOT_A_CONTAINER);
 
     // The new plaintext must be a plain user database.
     let status = reseal(
@@ -144,7 +144,7 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("a container as plaintext");
-    assert_eq!(reason(&status), reason::ALREADY_PROTECTED);
+    assert_eq!(reason(&status), &snug_reasons::container::ALREADY_PROTECTED);
     let status = reseal(
         &mut client,
         &container,
@@ -154,7 +154,10 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("garbage plaintext");
-    assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE);
+    assert_eq!(
+        reason(&status),
+        &snug_reasons::container::NOT_A_USER_DATABASE
+    );
     let status = reseal(
         &mut client,
         &container,
@@ -164,7 +167,10 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("half a database as plaintext");
-    assert_eq!(reason(&status), reason::NOT_A_USER_DATABASE);
+    assert_eq!(
+        reason(&status),
+        &snug_reasons::container::NOT_A_USER_DATABASE
+    );
     // A container length past the end of the stream is a bad request.
     let status = reseal(
         &mut client,
@@ -175,5 +181,5 @@ async fn reseal_refusals_get_typed_reasons() {
     )
     .await
     .expect_err("container_length too long");
-    assert_eq!(reason(&status), reason::INVALID_ARGUMENT);
+    assert_eq!(reason(&status), &snug_reasons::container::INVALID_ARGUMENT);
 }

@@ -27,14 +27,26 @@ async fn a_supplied_recovery_key_is_accepted_only_at_full_strength() {
         .expect("protect");
     let generated = snug_container::RecoveryKey::generate().grouped();
     let weak = &generated.replace('-', "")[..26];
-    let cases: &[(&str, &str, Code)] = &[
-        (weak, reason::WEAK_RECOVERY_KEY, Code::InvalidArgument),
-        ("too short", reason::INVALID_ARGUMENT, Code::InvalidArgument),
-        ("", reason::INVALID_ARGUMENT, Code::InvalidArgument),
+    let cases: &[(&str, &snug_reasons::Reason, Code)] = &[
+        (
+            weak,
+            &snug_reasons::container::WEAK_RECOVERY_KEY,
+            Code::InvalidArgument,
+        ),
+        (
+            "too short",
+            &snug_reasons::container::INVALID_ARGUMENT,
+            Code::InvalidArgument,
+        ),
+        (
+            "",
+            &snug_reasons::container::INVALID_ARGUMENT,
+            Code::InvalidArgument,
+        ),
         (
             // 27 symbols, but `0`, `1` and `I` are outside the alphabet.
             "000000000111111111IIIIIIIII",
-            reason::INVALID_ARGUMENT,
+            &snug_reasons::container::INVALID_ARGUMENT,
             Code::InvalidArgument,
         ),
     ];
@@ -68,5 +80,5 @@ async fn a_supplied_recovery_key_is_accepted_only_at_full_strength() {
     let status = unlock(&mut client, rotated, secrets(None, Some(&old_key)))
         .await
         .expect_err("old key");
-    assert_eq!(reason(&status), reason::LOCKED);
+    assert_eq!(reason(&status), &snug_reasons::container::LOCKED);
 }

@@ -22,7 +22,11 @@ fn colliding_sample() -> Bytes {
 
 #[track_caller]
 fn assert_collision(status: &Status, app_id: &str, other: &str) {
-    assert_refused(status, Code::InvalidArgument, reason::APP_TOKEN_COLLISION);
+    assert_refused(
+        status,
+        Code::InvalidArgument,
+        &snug_reasons::materialize::APP_TOKEN_COLLISION,
+    );
     assert_eq!(metadata(status, "appId").as_deref(), Some(app_id));
     assert_eq!(metadata(status, "otherAppId").as_deref(), Some(other));
     assert_eq!(

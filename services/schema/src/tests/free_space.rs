@@ -126,7 +126,11 @@ async fn pages_past_the_declared_size_are_refused() {
     let status = validate(&mut client, Bytes::from(image))
         .await
         .expect_err("trailing page");
-    assert_refused(&status, Code::InvalidArgument, reason::MALFORMED);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::MALFORMED,
+    );
     assert_eq!(
         metadata(&status, "detail").as_deref(),
         Some("free_space_unaccounted"),

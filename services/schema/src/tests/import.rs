@@ -259,7 +259,7 @@ async fn import_refusals_are_typed_and_name_the_file_at_fault() {
         (
             Bytes::from_static(b"not a database at all"),
             Code::InvalidArgument,
-            reason::NOT_SQLITE,
+            &snug_reasons::schema::NOT_SQLITE,
         ),
         (
             edited(
@@ -267,32 +267,32 @@ async fn import_refusals_are_typed_and_name_the_file_at_fault() {
                 "CREATE TRIGGER spy AFTER INSERT ON snug_settings BEGIN SELECT 1; END;",
             ),
             Code::InvalidArgument,
-            reason::HOSTILE_SCHEMA,
+            &snug_reasons::schema::HOSTILE_SCHEMA,
         ),
         (
             edited(&sample, "PRAGMA user_version = 7;"),
             Code::FailedPrecondition,
-            reason::SCHEMA_TOO_NEW,
+            &snug_reasons::schema::SCHEMA_TOO_NEW,
         ),
         (
             vector("containers/c01-reference-random-600k.snug"),
             Code::FailedPrecondition,
-            reason::LOCKED,
+            &snug_reasons::schema::LOCKED,
         ),
     ];
     for (bad, code, expected) in cases {
         for baseline in [Baseline::Nothing, Baseline::Current(sample.clone())] {
             let status = import(&mut client, bad.clone(), baseline, None)
                 .await
-                .expect_err(expected);
+                .expect_err(expected.name);
             assert_refused(&status, code, expected);
             assert_eq!(metadata(&status, "file").as_deref(), Some("incoming"));
         }
         // The same bytes as the hub's current file: refused under the open's reason, named.
-        if expected != reason::LOCKED {
+        if expected != &snug_reasons::schema::LOCKED {
             let status = import(&mut client, sample.clone(), Baseline::Current(bad), None)
                 .await
-                .expect_err(expected);
+                .expect_err(expected.name);
             assert_refused(&status, code, expected);
             assert_eq!(metadata(&status, "file").as_deref(), Some("current"));
         }
@@ -312,7 +312,11 @@ async fn import_refusals_are_typed_and_name_the_file_at_fault() {
     )
     .await
     .expect_err("protected current");
-    assert_refused(&status, Code::FailedPrecondition, reason::PROTECTED);
+    assert_refused(
+        &status,
+        Code::FailedPrecondition,
+        &snug_reasons::schema::PROTECTED,
+    );
 }
 
 #[tokio::test]
@@ -362,7 +366,11 @@ async fn malformed_import_requests_are_invalid_arguments_with_their_field() {
         )
         .await
         .expect_err(field);
-        assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+        assert_refused(
+            &status,
+            Code::InvalidArgument,
+            &snug_reasons::schema::INVALID_ARGUMENT,
+        );
         assert_eq!(metadata(&status, "field").as_deref(), Some(field));
     }
 
@@ -388,7 +396,11 @@ async fn malformed_import_requests_are_invalid_arguments_with_their_field() {
         )
         .await
         .expect_err(field);
-        assert_refused(&status, Code::InvalidArgument, reason::INVALID_ARGUMENT);
+        assert_refused(
+            &status,
+            Code::InvalidArgument,
+            &snug_reasons::schema::INVALID_ARGUMENT,
+        );
         assert_eq!(metadata(&status, "field").as_deref(), Some(field));
     }
 
@@ -405,7 +417,11 @@ async fn malformed_import_requests_are_invalid_arguments_with_their_field() {
     )
     .await
     .expect_err("over the cap");
-    assert_refused(&status, Code::ResourceExhausted, reason::TOO_LARGE);
+    assert_refused(
+        &status,
+        Code::ResourceExhausted,
+        &snug_reasons::schema::TOO_LARGE,
+    );
 }
 
 #[tokio::test]

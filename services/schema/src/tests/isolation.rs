@@ -23,7 +23,11 @@ fn colliding_export() -> Bytes {
 
 #[track_caller]
 fn assert_collision(status: &Status) {
-    assert_refused(status, Code::InvalidArgument, reason::APP_TOKEN_COLLISION);
+    assert_refused(
+        status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::APP_TOKEN_COLLISION,
+    );
     let mut ids = [metadata(status, "appId"), metadata(status, "otherAppId")];
     ids.sort();
     assert_eq!(
@@ -65,7 +69,7 @@ async fn a_file_with_two_apps_of_one_token_is_refused_where_it_enters() {
     );
     let inspection = inspect(&mut client, bytes.clone()).await.expect("inspect");
     let refusal = inspection.import_refusal.expect("import refusal");
-    assert_eq!(refusal.reason, reason::APP_TOKEN_COLLISION);
+    assert_eq!(refusal.reason, &snug_reasons::schema::APP_TOKEN_COLLISION);
     assert_eq!(
         sha2::Sha256::digest(&bytes),
         digest,

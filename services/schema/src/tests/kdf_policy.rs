@@ -14,7 +14,7 @@ async fn check_import_reports_a_weak_container_as_out_of_policy_not_damaged() {
         assert_refused(
             &status,
             Code::InvalidArgument,
-            reason::ITERATIONS_OUT_OF_POLICY,
+            &snug_reasons::schema::ITERATIONS_OUT_OF_POLICY,
         );
         assert_eq!(metadata(&status, "iterations").as_deref(), Some("1000"));
         assert_eq!(metadata(&status, "minIterations").as_deref(), Some("10000"));
@@ -36,7 +36,11 @@ async fn check_import_reports_a_weak_container_as_out_of_policy_not_damaged() {
     )
     .await
     .expect_err("corrupt");
-    assert_refused(&status, Code::InvalidArgument, reason::CORRUPT_CONTAINER);
+    assert_refused(
+        &status,
+        Code::InvalidArgument,
+        &snug_reasons::schema::CORRUPT_CONTAINER,
+    );
     assert_eq!(
         metadata(&status, "detail").as_deref(),
         Some("zero_iterations")

@@ -47,7 +47,11 @@ async fn an_upload_held_open_across_the_erasure_brings_nothing_back(backend: Bac
             caller: caller("alice", "alice"),
         })
         .await;
-    assert_refused(provisioned, Code::FailedPrecondition, "USER_ERASED");
+    assert_refused(
+        provisioned,
+        Code::FailedPrecondition,
+        &snug_reasons::sync::USER_ERASED,
+    );
 
     // The rest arrives after the erasure has answered.
     for piece in next[half..].chunks(CHUNK_SIZE) {
@@ -56,7 +60,11 @@ async fn an_upload_held_open_across_the_erasure_brings_nothing_back(backend: Bac
             .expect("chunk");
     }
     drop(sender);
-    assert_refused(call.await.expect("task"), Code::NotFound, reason::NOT_FOUND);
+    assert_refused(
+        call.await.expect("task"),
+        Code::NotFound,
+        &snug_reasons::sync::NOT_FOUND,
+    );
     assert_no_image(&mut hub, "alice").await;
     assert_eq!(
         get_usage(&mut hub, "alice").await.expect("usage"),

@@ -40,7 +40,7 @@ async fn a_dripping_put_is_cut_off_and_gives_its_share_back(backend: Backend) {
     let status = assert_refused(
         call.await.expect("task"),
         Code::DeadlineExceeded,
-        "UPLOAD_TOO_SLOW",
+        &snug_reasons::rpc::UPLOAD_TOO_SLOW,
     );
     assert!(
         started.elapsed() < Duration::from_secs(3),

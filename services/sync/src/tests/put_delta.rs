@@ -117,9 +117,9 @@ async fn a_delta_push_retried_with_its_key_is_replayed(backend: Backend) {
         )
         .await,
         Code::FailedPrecondition,
-        reason::IDEMPOTENCY_KEY_REUSED,
+        &snug_reasons::sync::IDEMPOTENCY_KEY_REUSED,
     );
-    assert_eq!(meta(&status, reason::REVISION), Some(r2));
+    assert_eq!(meta(&status, error_info::REVISION), Some(r2));
     assert_eq!(history(&mut hub, "alice").await.len(), 2);
 }
 
@@ -158,7 +158,11 @@ async fn a_delta_push_is_refused_as_its_image_or_its_base_is_and_stores_nothing(
     let wire = delta::to(&second, &secret).encode();
     assert!(wire.len() < secret.len() / 4, "{} bytes", wire.len());
     let refused = delta::put(&mut hub, "alice", &r2.revision, wire, None).await;
-    let status = assert_refused(refused, reason_code("SECRETS_PRESENT"), "SECRETS_PRESENT");
+    let status = assert_refused(
+        refused,
+        reason_code(&snug_reasons::schema::SECRETS_PRESENT),
+        &snug_reasons::schema::SECRETS_PRESENT,
+    );
     assert_eq!(meta(&status, "secretRows").as_deref(), Some("1"));
 
     // Bases that are not a retained revision of the caller's: gone, as for any delta.
@@ -166,7 +170,11 @@ async fn a_delta_push_is_refused_as_its_image_or_its_base_is_and_stores_nothing(
     for base in [bobs.revision.as_str(), "r9-0123456789abcdef"] {
         let wire = delta::to(&second, &third).encode();
         let refused = delta::put(&mut hub, "alice", base, wire, None).await;
-        assert_refused(refused, Code::FailedPrecondition, "DELTA_BASE_GONE");
+        assert_refused(
+            refused,
+            Code::FailedPrecondition,
+            &snug_reasons::sync::DELTA_BASE_GONE,
+        );
     }
     // None of those reached the store: no revision, no ledger entry.
     assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r2);
@@ -176,11 +184,11 @@ async fn a_delta_push_is_refused_as_its_image_or_its_base_is_and_stores_nothing(
     // refuses it as stale, as it would a whole image.
     let wire = delta::to(&first, &third).encode();
     let stale = delta::put(&mut hub, "alice", &r1.revision, wire, None).await;
-    let status = assert_refused(stale, Code::Aborted, reason::STALE_REVISION);
+    let status = assert_refused(stale, Code::Aborted, &snug_reasons::sync::STALE_REVISION);
     assert_eq!(
         (
-            meta(&status, reason::CURRENT_REVISION),
-            meta(&status, reason::BASE_REVISION)
+            meta(&status, error_info::CURRENT_REVISION),
+            meta(&status, error_info::BASE_REVISION)
         ),
         (Some(r2.revision.clone()), Some(r1.revision.clone()))
     );
@@ -191,7 +199,7 @@ async fn a_delta_push_is_refused_as_its_image_or_its_base_is_and_stores_nothing(
         writes(&mut hub, "alice").await[0],
         (
             pb::Verdict::Refused,
-            reason::STALE_REVISION.to_owned(),
+            snug_reasons::sync::STALE_REVISION.name.to_owned(),
             None
         )
     );
@@ -226,7 +234,11 @@ async fn a_delta_declared_over_the_quotas_bound_is_refused_before_any_chunk(back
     let answer = tokio::time::timeout(Duration::from_secs(30), hub.client.put_image_delta(request))
         .await
         .expect("refused on the header");
-    let status = assert_refused(answer, reason_code("TOO_LARGE"), "TOO_LARGE");
+    let status = assert_refused(
+        answer,
+        reason_code(&snug_reasons::rpc::TOO_LARGE),
+        &snug_reasons::rpc::TOO_LARGE,
+    );
     assert_eq!(meta(&status, "limit"), Some(bound.to_string()));
 
     // A short delta whose image is over the quota: QUOTA_EXCEEDED on the image's length, before
@@ -234,9 +246,13 @@ async fn a_delta_declared_over_the_quotas_bound_is_refused_before_any_chunk(back
     let mut over = delta::to(&base, &delta::edited(&base, "over"));
     over.layout.geometry.length = hub.config.quota_bytes + 1;
     let refused = delta::put(&mut hub, "alice", &r1.revision, over.encode(), None).await;
-    let status = assert_refused(refused, Code::ResourceExhausted, reason::QUOTA_EXCEEDED);
+    let status = assert_refused(
+        refused,
+        Code::ResourceExhausted,
+        &snug_reasons::sync::QUOTA_EXCEEDED,
+    );
     assert_eq!(
-        meta(&status, reason::QUOTA_BYTES),
+        meta(&status, error_info::QUOTA_BYTES),
         Some(hub.config.quota_bytes.to_string())
     );
     assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
@@ -361,7 +377,7 @@ async fn delta_requests_hold_their_base_and_image_within_the_upload_budget(backe
             assert_eq!(r2.sha256, sha256_hex(&target), "{case}");
             r2
         } else {
-            assert_refused(pushed, Code::Unavailable, "OVERLOADED");
+            assert_refused(pushed, Code::Unavailable, &snug_reasons::rpc::OVERLOADED);
             assert_eq!(
                 head(&mut hub, "alice", None).await.expect("head"),
                 r1,
@@ -378,7 +394,7 @@ async fn delta_requests_hold_their_base_and_image_within_the_upload_budget(backe
             let delta = Delta::parse(&wire, &delta::limits(), base.len() as u64).expect("parse");
             assert_eq!(delta.assemble(&base).expect("assemble"), target.to_vec());
         } else {
-            assert_refused(pulled, Code::Unavailable, "OVERLOADED");
+            assert_refused(pulled, Code::Unavailable, &snug_reasons::rpc::OVERLOADED);
         }
         drop(other);
         assert_budget_returned(&budget, &case).await;

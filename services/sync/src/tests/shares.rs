@@ -58,7 +58,7 @@ async fn one_address_holds_at_most_half_of_the_upload_budget(backend: Backend) {
     let status = assert_refused(
         put_from(&mut hub, "bob", shared, &small).await,
         Code::Unavailable,
-        "OVERLOADED",
+        &snug_reasons::rpc::OVERLOADED,
     );
     assert!(started.elapsed() >= Duration::from_secs(2), "it waited");
     assert!(

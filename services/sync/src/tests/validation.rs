@@ -15,7 +15,7 @@ on_every_backend!(
 pub(super) struct Refused {
     pub(super) case: &'static str,
     pub(super) bytes: Bytes,
-    pub(super) reason: &'static str,
+    pub(super) reason: &'static snug_reasons::Reason,
     pub(super) metadata: &'static [(&'static str, &'static str)],
 }
 
@@ -30,25 +30,25 @@ pub(super) fn bad_images() -> Vec<Refused> {
         Refused {
             case: "no bytes at all",
             bytes: Bytes::new(),
-            reason: "NOT_SQLITE",
+            reason: &snug_reasons::schema::NOT_SQLITE,
             metadata: &[],
         },
         Refused {
             case: "bytes that are no database",
             bytes: noise(63, 8 * page),
-            reason: "NOT_SQLITE",
+            reason: &snug_reasons::schema::NOT_SQLITE,
             metadata: &[],
         },
         Refused {
             case: "a SNUGENC1 container",
             bytes: Bytes::from(container),
-            reason: "CONTAINER_NOT_ACCEPTED",
+            reason: &snug_reasons::schema::CONTAINER_NOT_ACCEPTED,
             metadata: &[],
         },
         Refused {
             case: "a valid image cut inside a page",
             bytes: valid.slice(..valid.len() - 100),
-            reason: "MALFORMED",
+            reason: &snug_reasons::schema::MALFORMED,
             metadata: &[("detail", "partial_page")],
         },
         Refused {
@@ -57,7 +57,7 @@ pub(super) fn bad_images() -> Vec<Refused> {
                 &[],
                 "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('a note');",
             )),
-            reason: "NOT_A_USER_DATABASE",
+            reason: &snug_reasons::container::NOT_A_USER_DATABASE,
             metadata: &[],
         },
         Refused {
@@ -66,13 +66,13 @@ pub(super) fn bad_images() -> Vec<Refused> {
                 &valid,
                 "CREATE VIEW snug_peek AS SELECT * FROM snug_secrets;",
             ),
-            reason: "HOSTILE_SCHEMA",
+            reason: &snug_reasons::schema::HOSTILE_SCHEMA,
             metadata: &[("detail", "view"), ("object", "snug_peek")],
         },
         Refused {
             case: "a user database that carries a credential",
             bytes: with_secret(&valid),
-            reason: "SECRETS_PRESENT",
+            reason: &snug_reasons::schema::SECRETS_PRESENT,
             metadata: &[("secretRows", "1")],
         },
         Refused {
@@ -81,7 +81,7 @@ pub(super) fn bad_images() -> Vec<Refused> {
                 std::fs::read(snug_test_support::vector("userdb/future-v7.user.sqlite"))
                     .expect("the future-v7 vector"),
             ),
-            reason: "SCHEMA_TOO_NEW",
+            reason: &snug_reasons::schema::SCHEMA_TOO_NEW,
             metadata: &[("foundVersion", "7"), ("supportedVersion", "6")],
         },
     ]

@@ -1,4 +1,4 @@
-//! Tests that every reason is a stable, well-formed machine string.
+//! Tests that every reason is a registered, well-formed machine string.
 
 use crate::error::{ListError, LoadError, MaterializeError, PersistError, StatementProblem};
 use crate::sandbox::Forbidden;
@@ -41,7 +41,7 @@ fn reasons_are_upper_snake_and_short() {
             name: "n".into(),
         },
     ];
-    let mut reasons: Vec<&'static str> = Vec::new();
+    let mut reasons: Vec<&'static snug_reasons::Reason> = Vec::new();
     reasons.extend(forbidden.iter().map(Forbidden::reason));
     reasons.extend(refusals.iter().map(Refusal::reason));
     reasons.extend([
@@ -94,7 +94,7 @@ fn reasons_are_upper_snake_and_short() {
         LoadError::Sqlite(sqlite()).reason(),
         ListError::Sqlite(sqlite()).reason(),
     ]);
-    for reason in reasons {
+    for reason in reasons.into_iter().map(|r| r.name) {
         assert!(
             !reason.is_empty()
                 && reason.len() <= 63

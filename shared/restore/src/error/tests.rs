@@ -77,7 +77,7 @@ fn every_pipeline_reason_is_upper_snake_and_distinct() {
     ];
     let mut seen = BTreeSet::new();
     for error in &cases {
-        let reason = error.reason();
+        let reason = error.reason().name;
         assert!(
             !reason.is_empty()
                 && reason.len() <= 63

@@ -89,18 +89,16 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// The hub's JSON error `code` as the registry's word: the reason of that name, else the reason
 /// whose HTTP answer carries that code (the gateway says `OVERLOADED` for its own shedding too).
 /// One vocabulary with the hub, without a list kept by hand.
-fn hub_code(code: &str) -> Option<&'static str> {
+fn hub_code(code: &str) -> Option<&'static snug_reasons::Reason> {
     if code.is_empty() {
         return None;
     }
-    snug_reasons::find(code)
-        .or_else(|| {
-            snug_reasons::ALL
-                .iter()
-                .copied()
-                .find(|reason| reason.http.is_some_and(|http| http.code == code))
-        })
-        .map(|reason| reason.name)
+    snug_reasons::find(code).or_else(|| {
+        snug_reasons::ALL
+            .iter()
+            .copied()
+            .find(|reason| reason.http.is_some_and(|http| http.code == code))
+    })
 }
 
 /// Characters a path segment keeps as they are (RFC 3986 unreserved); everything else in a
@@ -452,13 +450,13 @@ impl HubOrigin {
                 detail: format!("it answered {said}"),
             };
         }
-        let code = parsed
+        let reason = parsed
             .as_ref()
             .and_then(|v| v["code"].as_str())
             .and_then(hub_code)
-            .unwrap_or(snug_reasons::restore::SYNC_HTTP.name);
+            .unwrap_or(&snug_reasons::restore::SYNC_HTTP);
         OriginError::Other {
-            code,
+            reason,
             status,
             detail: format!("{} answered {said}", self.url),
         }

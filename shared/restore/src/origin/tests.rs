@@ -52,7 +52,7 @@ fn reasons_are_stable_words() {
         ),
         (
             OriginError::Other {
-                code: "OVERLOADED",
+                reason: &snug_reasons::rpc::OVERLOADED,
                 status: 503,
                 detail: String::new(),
             },

@@ -16,7 +16,7 @@ fn accepted(r: &str, base: Option<&str>, byte: u8) -> Accepted {
 
 #[track_caller]
 fn check(precondition: Precondition, facts: Facts, digest: u8, expect: &str) {
-    let early = early(&precondition, &facts).map(|e| e.reason());
+    let early = early(&precondition, &facts).map(|e| e.reason().name);
     let decided = match decide(&precondition, &facts, &Digest::from_bytes([digest; 32])) {
         Decision::Accept => "Accept".to_owned(),
         Decision::Replay(r) => format!("Replay({r})"),

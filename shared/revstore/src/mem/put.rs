@@ -271,7 +271,7 @@ impl protocol::WriteTx for MemTx<'_> {
             Ok(revision) => (Verdict::Accepted, Some(revision.clone())),
             Err(err) => (
                 Verdict::Refused {
-                    reason: err.reason().to_owned(),
+                    reason: err.reason().name.to_owned(),
                 },
                 None,
             ),
@@ -429,7 +429,7 @@ impl Primitives for MemStore {
         // Like a pass, it holds the state's lock throughout and waits on nothing else.
         let discarded = futures::executor::block_on(reclaim::discard(self, &id, self.now()));
         if let Err(err) = discarded {
-            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
+            tracing::warn!(reason = err.reason().name, error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
         }
     }
 

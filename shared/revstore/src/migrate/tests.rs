@@ -46,7 +46,7 @@ fn edited_step_is_rejected() {
 
 #[test]
 fn newer_store_is_refused() {
-    check(&[(3, "x")], "Err(SCHEMA_TOO_NEW)");
+    check(&[(3, "x")], "Err(STORE_SCHEMA_TOO_NEW)");
 }
 
 #[test]

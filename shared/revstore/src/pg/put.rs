@@ -417,7 +417,7 @@ impl WriteTx for PgTx<'_> {
     ) -> Result<(), StorageError> {
         let (v, reason, revision) = match verdict {
             Ok(r) => ("accepted", None, Some(r.as_str())),
-            Err(e) => ("refused", Some(e.reason()), None),
+            Err(e) => ("refused", Some(e.reason().name), None),
         };
         self.tx
             .execute(
@@ -537,7 +537,7 @@ impl Primitives for PgStore {
     async fn discard(&self, publication: &i64) {
         let id = publication.to_string();
         if let Err(err) = crate::reclaim::discard(self, &id, self.now()).await {
-            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
+            tracing::warn!(reason = err.reason().name, error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
         }
     }
 

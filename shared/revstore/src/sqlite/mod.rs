@@ -480,7 +480,7 @@ fn record_verdict(
 ) -> Result<(), rusqlite::Error> {
     let (v, reason, revision) = match verdict {
         Ok(r) => ("accepted", None, Some(r.as_str())),
-        Err(e) => ("refused", Some(e.reason()), None),
+        Err(e) => ("refused", Some(e.reason().name), None),
     };
     conn.prepare_cached(
         "INSERT INTO put_ledger (user_id, verdict, reason, revision, at, principal) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

@@ -722,7 +722,7 @@ impl Primitives for SqliteStore {
             })
             .await;
         if let Err(err) = discarded {
-            tracing::warn!(reason = err.reason(), error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
+            tracing::warn!(reason = err.reason().name, error = %err, "could not reclaim what a failed put staged; the next reclamation pass takes it");
         }
     }
 

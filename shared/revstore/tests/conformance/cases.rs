@@ -826,7 +826,7 @@ pub(crate) async fn uniform_denial<S: RevStore, Fut: Future<Output = Option<Fixt
     for d in &denials {
         assert!(matches!(d, ReadError::NotFound), "{d:?}");
         assert_eq!(
-            (d.to_string(), d.reason()),
+            (d.to_string(), d.reason().name),
             (denials[0].to_string(), "NOT_FOUND")
         );
     }
@@ -2023,11 +2023,7 @@ pub(crate) async fn a_put_racing_an_erasure_is_refused_and_leaves_nothing<
     let second = image(912, 8 * chunk);
     match put(&*store, &u, Precondition::MustMatch(r1.clone()), &second).await {
         Err(PutError::Storage(e)) => {
-            assert_eq!(
-                e.reason(),
-                snug_revstore::reason::STORAGE_UNAVAILABLE,
-                "{e}"
-            );
+            assert_eq!(e.reason(), &snug_reasons::sync::STORAGE_UNAVAILABLE, "{e}");
         }
         other => panic!("expected the racing put to be refused, got {other:?}"),
     }

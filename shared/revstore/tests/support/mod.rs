@@ -613,7 +613,7 @@ pub async fn assert_refuses_damage<S: RevStore>(
     );
     match end {
         Err(e @ snug_revstore::StorageError::Corrupt { .. }) => {
-            assert_eq!(e.reason(), snug_revstore::reason::STORAGE_CORRUPT);
+            assert_eq!(e.reason(), &snug_reasons::sync::STORAGE_CORRUPT);
         }
         other => panic!(
             "a download of damaged bytes ended with {other:?} after {} of {} bytes",

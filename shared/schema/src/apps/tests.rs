@@ -264,7 +264,7 @@ fn deleting_a_version_checks_existence_then_pin_then_current() {
     save(&mut db, "a", "v3");
     let reasons: Vec<&str> = [99, 1, 3]
         .iter()
-        .map(|v| db.delete_app_version("a", *v).unwrap_err().reason())
+        .map(|v| db.delete_app_version("a", *v).unwrap_err().reason().name)
         .collect();
     assert_eq!(
         reasons,

@@ -89,7 +89,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         SaveError::Io { path, source: io() },
         SaveError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     let app = || "a".to_owned();
     for e in [
@@ -113,7 +113,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         AppError::Entropy(rng),
         AppError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     for e in [
         ChatError::ThreadNotFound { thread_id: app() },
@@ -122,7 +122,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         ChatError::TooLarge { size: 2, max: 1 },
         ChatError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     for e in [
         DocError::DocNotFound {
@@ -132,7 +132,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         DocError::TooLarge { size: 2, max: 1 },
         DocError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     for e in [
         KvError::NotJson {
@@ -146,7 +146,7 @@ fn all_reasons() -> Vec<(&'static str, String)> {
         KvError::TooLarge { size: 2, max: 1 },
         KvError::Sqlite(sqlite()),
     ] {
-        push(e.reason(), &e);
+        push(e.reason().name, &e);
     }
     reasons
 }

@@ -1,14 +1,6 @@
-//! The `ErrorInfo` reasons of `snug.sync.v1` (domain `snug.sync`).
-//!
-//! Clients switch on these strings; they are part of the API and never change meaning. The
-//! store's own refusals use the reason strings `snug-revstore` defines (re-exported here), so the
-//! put ledger, the gRPC status and the gateway's JSON all say the same word for the same cause.
-
-pub use snug_revstore::reason::{
-    BODY_ABORTED, IDEMPOTENCY_KEY_REUSED, IMAGE_CONFLICT, NOT_FOUND, PRECONDITION_REQUIRED,
-    QUOTA_EXCEEDED, REVISION_MISMATCH, STALE_REVISION, STORAGE_CORRUPT, STORAGE_UNAVAILABLE,
-};
-pub use snug_rpc::status::reason::{INTERNAL, INVALID_ARGUMENT};
+//! The `ErrorInfo` of `snug.sync.v1` beside its reasons: the domain, and the metadata keys a
+//! status fills in. The reasons themselves are `snug_reasons::sync`'s, named where a status is
+//! built; clients switch on them, and they never change meaning.
 
 /// The registry's domain of this service: every reason it sends, with its gRPC code.
 pub const REASONS: snug_reasons::Domain = snug_reasons::sync::DOMAIN;
@@ -29,8 +21,5 @@ pub const STAGED_BYTES: &str = "stagedBytes";
 /// Metadata key: the most bytes one user's unfinished puts may hold (on PUTS_IN_FLIGHT).
 pub const LIMIT_BYTES: &str = "limitBytes";
 
-/// Every reason this service can return, for the reason-table tests: the names of
-/// [`REASONS`], in its order.
-pub const ALL: &[&str] = &snug_reasons::names::<{ REASONS.reasons.len() }>(REASONS.reasons);
 /// Metadata key: the target page a delta's literal failed on (on DELTA_PAGE_MISMATCH).
 pub const PAGE: &str = "page";

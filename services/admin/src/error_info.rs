@@ -1,0 +1,9 @@
+//! The `ErrorInfo` of `snug.admin.v1` beside its reasons: the domain, and the metadata keys a
+//! status fills in. The reasons themselves are `snug_reasons::admin`'s, named where a status is
+//! built; clients switch on them, and they never change meaning.
+
+/// The registry's domain of this service: every reason it sends, with its gRPC code.
+pub const REASONS: snug_reasons::Domain = snug_reasons::admin::DOMAIN;
+
+/// The error domain of this service.
+pub const DOMAIN: &str = REASONS.name;
