@@ -59,11 +59,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::{
-    config::Retention,
     error::{ReadError, ReclaimError, StorageError},
     integrity::{Inspect, Record},
-    reclaim::{Pass, Reclaimer, Taking, finish_wipes, hex_all, take_orphans},
-    retention::Cutoffs,
+    reclaim::{self, Pass, Reclaimer, Taking, finish_wipes, hex_all, take_orphans},
     store::RevStore,
     types::{Digest, ErasureReport, ReclaimedKind, RevisionInfo, Timestamp, UsageReport, UserId},
 };
@@ -95,7 +93,6 @@ pub(crate) fn pseudonym(user: &str) -> String {
 pub(crate) async fn erase<R: Reclaimer>(
     store: &R,
     user: &UserId,
-    retention: &Retention,
     now: Timestamp,
 ) -> Result<ErasureReport, ReclaimError> {
     use ReclaimedKind as Kind;
@@ -104,7 +101,7 @@ pub(crate) async fn erase<R: Reclaimer>(
     let mut report = ErasureReport::default();
     let mut pass = store.begin(taking).await?;
 
-    let orphans = pass.orphans(taking).await?;
+    let orphans = reclaim::orphans(&mut pass, taking).await?;
     let taken = take_orphans(&mut pass, &orphans, now).await?;
     report.publications = orphans.len() as u64;
     report.chunks = taken.chunks;
@@ -132,7 +129,7 @@ pub(crate) async fn erase<R: Reclaimer>(
     pass.delete_images(&images).await?;
     report.images = images.len() as u64;
 
-    let live = pass.chunks(&Cutoffs::at(now, retention)).await?.live;
+    let live = pass.live_chunks().await?;
     let mut dead: Vec<Digest> = named
         .into_iter()
         .filter(|c| !live.contains(c) && !in_flight.chunks.contains(c))

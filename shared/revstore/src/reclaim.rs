@@ -25,12 +25,13 @@
 //! 5. [`Pass::commit`]; then every byte range an erasure recorded and could not wipe yet is
 //!    wiped ([`finish_wipes`]: a range goes from the record only once it is zeroed), and only
 //!    then does [`Pass::delete_objects`] delete the objects, so a crash in between leaves
-//!    unregistered objects the next pass takes, never a row that names a deleted object. The pass stays exclusive until the deletions are done: objects are named by their
-//!    content, and a put that wrote (or found) an object of the same name in between would lose
-//!    it.
+//!    unregistered objects the next pass takes, never a row that names a deleted object. The
+//!    pass stays exclusive until the deletions are done: objects are named by their content,
+//!    and a put that wrote (or found) an object of the same name in between would lose it.
 //!
-//! What stays in the backends is storage: how the facts are read (SQL, memory), which chunk rows
-//! may belong to a put still streaming ([`Pass::chunks`]), and how an object is deleted.
+//! What stays in the backends is storage: how the facts are read (SQL, memory), by key and as
+//! rows (which publication records are orphans, and which chunk rows may belong to a put still
+//! streaming, the driver decides), and how an object is deleted.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -53,10 +54,22 @@ pub(crate) struct Listed {
 }
 
 /// A publication record, as a pass sees it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
     pub(crate) id: String,
     pub(crate) user: String,
+}
+
+/// A publication record as read, before the pass decides whether to take it ([`orphans`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Publication {
+    pub(crate) record: Record,
+    /// When its write started.
+    pub(crate) started_at: Timestamp,
+    /// Whether its write is known not to land (it failed, or was refused at its commit).
+    pub(crate) abandoned: bool,
+    /// The objects the record names (pack files, pack objects).
+    pub(crate) objects: Vec<String>,
 }
 
 /// A publication record a pass takes (abandoned, or past the orphan period), and what its write
@@ -68,8 +81,7 @@ pub(crate) struct Orphan {
     pub(crate) started_at: Timestamp,
     /// The objects the record names (pack files, pack objects).
     pub(crate) objects: Vec<String>,
-    /// The chunk rows its write created (only where chunk rows are written as bytes stream in:
-    /// PostgreSQL without an object store).
+    /// The chunk rows its write created ([`Pass::created_chunks`]).
     pub(crate) chunks: Vec<Digest>,
 }
 
@@ -84,6 +96,28 @@ pub(crate) enum Taking<'a> {
     User(&'a str),
 }
 
+impl<'a> Taking<'a> {
+    /// The records to read for it, by key alone; which of them are taken is [`orphans`]'s.
+    pub(crate) fn scope(self) -> Scope<'a> {
+        match self {
+            Taking::Orphans(_) => Scope::Every,
+            Taking::Abandoned(id) => Scope::Record(id),
+            Taking::User(user) => Scope::User(user),
+        }
+    }
+}
+
+/// Which publication records [`Pass::publications`] reads: a key, never a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope<'a> {
+    /// Every record.
+    Every,
+    /// The record with this id, if any.
+    Record(&'a str),
+    /// The records of this user.
+    User(&'a str),
+}
+
 /// What the puts in flight name, and so protect.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
@@ -93,8 +127,8 @@ pub(crate) struct InFlight {
     pub(crate) images: HashSet<Digest>,
     /// Objects the puts write.
     pub(crate) objects: HashSet<String>,
-    /// Stored chunks the puts reuse (recorded when each publishes), which their images will
-    /// name once they commit.
+    /// Stored chunks the puts reuse (recorded when each publishes) or stage as their bytes
+    /// stream in, which their images will name once they commit.
     pub(crate) chunks: HashSet<Digest>,
 }
 
@@ -124,11 +158,16 @@ pub(crate) struct Unreferenced {
     pub(crate) leased: bool,
 }
 
-/// The chunk rows a pass may take, and the chunks the remaining images name.
-#[derive(Debug, Default)]
-pub(crate) struct Chunks {
-    pub(crate) candidates: Vec<Digest>,
-    pub(crate) live: HashSet<Digest>,
+/// A chunk row, and how it came to be written.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChunkRow {
+    pub(crate) digest: Digest,
+    /// When a put wrote the row as its bytes streamed in, before any record could name it, so
+    /// that a put still streaming may rely on it (PostgreSQL keeping the bytes in rows).
+    /// `None` where rows are written by commits, which wait for the pass (pack files, pack
+    /// objects), or where a put's record names every row it stages (memory, through
+    /// [`InFlight::chunks`]).
+    pub(crate) streamed_at: Option<Timestamp>,
 }
 
 /// A backend's side of a pass outside its transaction.
@@ -155,16 +194,24 @@ pub(crate) trait Reclaimer {
 /// A backend's side of a pass inside its transaction. Dropping a pass without
 /// [`Pass::commit`] changes nothing.
 pub(crate) trait Pass {
-    /// The publication records `taking` names, with what their writes staged.
-    fn orphans(
+    /// The publication records of `scope`, as they are (abandoned or not, whatever their age).
+    fn publications(
         &mut self,
-        taking: Taking<'_>,
-    ) -> impl Future<Output = Result<Vec<Orphan>, StorageError>>;
+        scope: Scope<'_>,
+    ) -> impl Future<Output = Result<Vec<Publication>, StorageError>>;
+    /// The chunk rows the write of `record` created as its bytes streamed in (only where chunk
+    /// rows are written then: PostgreSQL without an object store, and memory); read before the
+    /// record goes.
+    fn created_chunks(
+        &mut self,
+        record: &Record,
+    ) -> impl Future<Output = Result<Vec<Digest>, StorageError>>;
     fn delete_records(
         &mut self,
         records: &[Record],
     ) -> impl Future<Output = Result<(), StorageError>>;
-    /// What the remaining publication records name.
+    /// What the remaining publication records name, and every chunk row a put still streaming
+    /// relies on.
     fn in_flight(&mut self) -> impl Future<Output = Result<InFlight, StorageError>>;
     /// Of `chunks` (rows an orphan's write created at or after `since`), those an image names:
     /// one committed by another write that found them stored.
@@ -173,7 +220,9 @@ pub(crate) trait Pass {
         chunks: &[Digest],
         since: Timestamp,
     ) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
-    /// Retained revisions with at least `keep_newest` newer ones (only those can qualify).
+
+    /// Retained revisions with at least `keep_newest` newer ones: a bound on what is read, as
+    /// no other can qualify ([`retention::reclaimable`] decides on each).
     fn retained(
         &mut self,
         keep_newest: u64,
@@ -185,6 +234,7 @@ pub(crate) trait Pass {
         revisions: &[Retained],
         now: Timestamp,
     ) -> impl Future<Output = Result<(), StorageError>>;
+    /// The images no retained revision refers to, each with whether a live lease holds it.
     fn unreferenced_images(
         &mut self,
         now: Timestamp,
@@ -193,13 +243,19 @@ pub(crate) trait Pass {
         &mut self,
         images: &[Digest],
     ) -> impl Future<Output = Result<(), StorageError>>;
-    /// The chunk rows that are not a put's in flight (the backend knows which may be), and the
-    /// chunks the remaining images name.
-    fn chunks(&mut self, cutoffs: &Cutoffs) -> impl Future<Output = Result<Chunks, StorageError>>;
+
+    /// Every chunk row.
+    fn chunk_rows(&mut self) -> impl Future<Output = Result<Vec<ChunkRow>, StorageError>>;
+    /// The chunks the remaining images name.
+    fn live_chunks(&mut self) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
     fn delete_chunks(
         &mut self,
         chunks: &[Digest],
     ) -> impl Future<Output = Result<(), StorageError>>;
+
+    /// Every registered object.
+    fn registered_objects(&mut self)
+    -> impl Future<Output = Result<HashSet<String>, StorageError>>;
     /// Registered objects that hold no chunk any more.
     fn empty_objects(&mut self) -> impl Future<Output = Result<Vec<String>, StorageError>>;
     /// Drops the registration of objects (the objects themselves go after the commit).
@@ -207,9 +263,7 @@ pub(crate) trait Pass {
         &mut self,
         names: &[String],
     ) -> impl Future<Output = Result<(), StorageError>>;
-    /// Every registered object.
-    fn registered_objects(&mut self)
-    -> impl Future<Output = Result<HashSet<String>, StorageError>>;
+
     /// The image of every history row of `user`, retained or not, with its revision token
     /// (erasure).
     fn history(
@@ -240,10 +294,9 @@ pub(crate) trait Pass {
         ranges: &BTreeMap<String, Vec<(u64, u32)>>,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StorageError>>;
-    /// Every range still to wipe, by object: this pass's and those earlier ones left.
-    fn pending_wipes(
-        &mut self,
-    ) -> impl Future<Output = Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError>>;
+    /// The ids of tombstones still kept under the id in clear (written by an earlier release),
+    /// which every pass renames to their pseudonym.
+    fn tombstones_in_clear(&mut self) -> impl Future<Output = Result<Vec<String>, StorageError>>;
     /// Marks the user erased at `at` and renames every row of the user that stays (the record,
     /// now its tombstone; ledger rows; journal entries) to `pseudonym` (erasure, step 6); a user
     /// lookup of the id then finds the tombstone. Idempotent, and renames an earlier release's
@@ -254,9 +307,22 @@ pub(crate) trait Pass {
         pseudonym: &str,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StorageError>>;
-    /// The ids of tombstones still kept under the id in clear (written by an earlier release),
-    /// which every pass renames to their pseudonym.
-    fn tombstones_in_clear(&mut self) -> impl Future<Output = Result<Vec<String>, StorageError>>;
+
+    /// Appends to the reclamation journal.
+    fn journal(
+        &mut self,
+        at: Timestamp,
+        kind: ReclaimedKind,
+        subjects: &[String],
+        user: Option<&str>,
+    ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Every range still to wipe, by object: this pass's and those earlier ones left.
+    fn pending_wipes(
+        &mut self,
+    ) -> impl Future<Output = Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError>>;
+    /// Makes the pass durable; `chunks_deleted` says whether any chunk row went. The pass stays
+    /// exclusive until [`Pass::delete_objects`].
+    fn commit(&mut self, chunks_deleted: bool) -> impl Future<Output = Result<(), StorageError>>;
     /// Overwrites `ranges` of `object` with zeros, after [`Pass::commit`] and before
     /// [`Pass::delete_objects`]; an object that no longer exists has nothing left to wipe.
     /// Backends with no objects have nothing to wipe.
@@ -267,17 +333,6 @@ pub(crate) trait Pass {
     ) -> impl Future<Output = Result<(), StorageError>>;
     /// Forgets the recorded ranges of `object`, once wiped (after [`Pass::commit`]).
     fn wiped(&mut self, object: &str) -> impl Future<Output = Result<(), StorageError>>;
-    /// Appends to the reclamation journal.
-    fn journal(
-        &mut self,
-        at: Timestamp,
-        kind: ReclaimedKind,
-        subjects: &[String],
-        user: Option<&str>,
-    ) -> impl Future<Output = Result<(), StorageError>>;
-    /// Makes the pass durable; `chunks_deleted` says whether any chunk row went. The pass stays
-    /// exclusive until [`Pass::delete_objects`].
-    fn commit(&mut self, chunks_deleted: bool) -> impl Future<Output = Result<(), StorageError>>;
     /// Deletes the objects the committed pass journaled, then ends the pass. Still exclusive:
     /// object names are content addresses, and a put may not name (and so reuse) an object
     /// until its deletion is done. A deletion that fails leaves an object the next pass finds
@@ -334,7 +389,7 @@ pub(crate) async fn run<R: Reclaimer>(
     let taking = Taking::Orphans(cutoffs.orphaned_by);
     let mut pass = store.begin(taking).await?;
 
-    let orphans = pass.orphans(taking).await?;
+    let orphans = orphans(&mut pass, taking).await?;
     let taken = take_orphans(&mut pass, &orphans, now).await?;
     report.publications = orphans.len() as u64;
     report.chunks = taken.chunks;
@@ -377,11 +432,18 @@ pub(crate) async fn run<R: Reclaimer>(
     pass.delete_images(&images).await?;
     report.images = images.len() as u64;
 
-    let chunks = pass.chunks(&cutoffs).await?;
-    let dead: Vec<Digest> = chunks
-        .candidates
+    let rows = pass.chunk_rows().await?;
+    let live = pass.live_chunks().await?;
+    // A row a put streamed in within the orphan period may be one a put still streaming relies
+    // on before any record names it.
+    let dead: Vec<Digest> = rows
         .into_iter()
-        .filter(|c| !chunks.live.contains(c) && !in_flight.chunks.contains(c))
+        .filter(|row| {
+            row.streamed_at.is_none_or(|at| cutoffs.orphaned(at))
+                && !live.contains(&row.digest)
+                && !in_flight.chunks.contains(&row.digest)
+        })
+        .map(|row| row.digest)
         .collect();
     pass.journal(now, Kind::Chunk, &hex_all(&dead), None)
         .await?;
@@ -445,7 +507,7 @@ pub(crate) async fn discard<R: Reclaimer>(
 ) -> Result<ReclaimReport, ReclaimError> {
     let taking = Taking::Abandoned(id);
     let mut pass = store.begin(taking).await?;
-    let orphans = pass.orphans(taking).await?;
+    let orphans = orphans(&mut pass, taking).await?;
     if orphans.is_empty() {
         // Dropping the pass changes nothing.
         return Ok(ReclaimReport::default());
@@ -461,6 +523,33 @@ pub(crate) async fn discard<R: Reclaimer>(
         packs: taken.objects.len() as u64,
         ..ReclaimReport::default()
     })
+}
+
+/// The publication records a pass takes for `taking`: every abandoned record and every one
+/// started at or before the cutoff for a pass, the one abandoned record with the id for a
+/// discard, every record of the user for an erasure; each with the chunk rows its write created.
+pub(crate) async fn orphans<P: Pass>(
+    pass: &mut P,
+    taking: Taking<'_>,
+) -> Result<Vec<Orphan>, StorageError> {
+    let mut orphans = Vec::new();
+    for publication in pass.publications(taking.scope()).await? {
+        let taken = match taking {
+            Taking::Orphans(cutoff) => publication.abandoned || publication.started_at <= cutoff,
+            Taking::Abandoned(id) => publication.abandoned && publication.record.id == id,
+            Taking::User(user) => publication.record.user == user,
+        };
+        if taken {
+            let chunks = pass.created_chunks(&publication.record).await?;
+            orphans.push(Orphan {
+                record: publication.record,
+                started_at: publication.started_at,
+                objects: publication.objects,
+                chunks,
+            });
+        }
+    }
+    Ok(orphans)
 }
 
 /// What taking orphans decided.
