@@ -1,6 +1,6 @@
 //! Erasure and usage of one user, written once: [`erase`] as one driver over the reclamation
-//! primitives every backend implements ([`crate::reclaim::Pass`]), and [`usage`] over the reads
-//! of the integrity check ([`crate::integrity::Inspect`]).
+//! primitives every backend implements ([`crate::reclaim::Pass`] and [`Erasing`]), and [`usage`]
+//! over the reads of the integrity check ([`crate::integrity::Inspect`]).
 //!
 //! # Erasure (issue 20, point 6)
 //!
@@ -24,7 +24,7 @@
 //!    on are journaled and deleted; a pack file or pack object left holding no chunk is
 //!    journaled and deleted whole after the commit, as in a pass. A pack that also holds chunks
 //!    another image still names cannot go: the deleted chunks' byte ranges in it are recorded in
-//!    the pass ([`Pass::record_wipes`]) and, after the commit, overwritten with zeros
+//!    the pass ([`Erasing::record_wipes`]) and, after the commit, overwritten with zeros
 //!    ([`Pass::wipe`]; the object keeps its name and length, and no byte any image names moves),
 //!    each object's record dropped only once its ranges are zeroed. A wipe that fails stays
 //!    recorded, is retried by the next erasure and by every reclamation pass, is listed by the
@@ -61,7 +61,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::{
     error::{ReadError, ReclaimError, StorageError},
     integrity::{Inspect, Record},
-    reclaim::{self, Pass, Reclaimer, Taking, finish_wipes, hex_all, take_orphans},
+    reclaim::{self, Erasing, Pass, Reclaimer, Taking, finish_wipes, hex_all, take_orphans},
     store::RevStore,
     types::{Digest, ErasureReport, ReclaimedKind, RevisionInfo, Timestamp, UsageReport, UserId},
 };

@@ -172,7 +172,8 @@ pub(crate) struct ChunkRow {
 
 /// A backend's side of a pass outside its transaction.
 pub(crate) trait Reclaimer {
-    type Pass<'a>: Pass
+    /// A pass serves reclamation ([`Pass`]) and erasure ([`Erasing`]) alike.
+    type Pass<'a>: Erasing
     where
         Self: 'a;
 
@@ -191,9 +192,12 @@ pub(crate) trait Reclaimer {
     ) -> impl Future<Output = Result<Self::Pass<'_>, StorageError>>;
 }
 
-/// A backend's side of a pass inside its transaction. Dropping a pass without
+/// A backend's side of a pass inside its transaction: typed fact readers and statements,
+/// grouped by the step of the module docs that uses them. Dropping a pass without
 /// [`Pass::commit`] changes nothing.
 pub(crate) trait Pass {
+    // Step 3: publication records.
+
     /// The publication records of `scope`, as they are (abandoned or not, whatever their age).
     fn publications(
         &mut self,
@@ -221,6 +225,8 @@ pub(crate) trait Pass {
         since: Timestamp,
     ) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
 
+    // Step 4: revisions and images.
+
     /// Retained revisions with at least `keep_newest` newer ones: a bound on what is read, as
     /// no other can qualify ([`retention::reclaimable`] decides on each).
     fn retained(
@@ -244,6 +250,8 @@ pub(crate) trait Pass {
         images: &[Digest],
     ) -> impl Future<Output = Result<(), StorageError>>;
 
+    // Step 4: chunks.
+
     /// Every chunk row.
     fn chunk_rows(&mut self) -> impl Future<Output = Result<Vec<ChunkRow>, StorageError>>;
     /// The chunks the remaining images name.
@@ -252,6 +260,8 @@ pub(crate) trait Pass {
         &mut self,
         chunks: &[Digest],
     ) -> impl Future<Output = Result<(), StorageError>>;
+
+    // Step 4: objects.
 
     /// Every registered object.
     fn registered_objects(&mut self)
@@ -264,36 +274,8 @@ pub(crate) trait Pass {
         names: &[String],
     ) -> impl Future<Output = Result<(), StorageError>>;
 
-    /// The image of every history row of `user`, retained or not, with its revision token
-    /// (erasure).
-    fn history(
-        &mut self,
-        user: &str,
-    ) -> impl Future<Output = Result<Vec<(String, Digest)>, StorageError>>;
-    /// Deletes every history row of `user` and clears its pointer; the user's record stays, as
-    /// a user with no image (erasure).
-    fn delete_history(&mut self, user: &str) -> impl Future<Output = Result<(), StorageError>>;
-    /// The distinct chunks the images name (erasure, before the images go).
-    fn named_chunks(
-        &mut self,
-        images: &[Digest],
-    ) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
-    /// Where each of `chunks` is stored (erasure, before the rows go).
-    fn places(
-        &mut self,
-        chunks: &[Digest],
-    ) -> impl Future<Output = Result<Vec<Place>, StorageError>>;
-    /// Replaces the principal of every put-ledger and served-ledger row of `user` with
-    /// [`crate::erase::ERASED`]; returns how many rows changed (erasure).
-    fn scrub_ledgers(&mut self, user: &str) -> impl Future<Output = Result<u64, StorageError>>;
-    /// Records byte ranges of deleted chunks to overwrite with zeros in objects that stay (they
-    /// hold other chunks still named), in the pass's transaction, so that they are wiped even if
-    /// the wipe after the commit fails or the process dies (erasure).
-    fn record_wipes(
-        &mut self,
-        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
-        at: Timestamp,
-    ) -> impl Future<Output = Result<(), StorageError>>;
+    // Tombstones (a pass renames an earlier release's; an erasure writes its own).
+
     /// The ids of tombstones still kept under the id in clear (written by an earlier release),
     /// which every pass renames to their pseudonym.
     fn tombstones_in_clear(&mut self) -> impl Future<Output = Result<Vec<String>, StorageError>>;
@@ -307,6 +289,8 @@ pub(crate) trait Pass {
         pseudonym: &str,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), StorageError>>;
+
+    // The journal, the commit, and what follows it (step 5).
 
     /// Appends to the reclamation journal.
     fn journal(
@@ -338,6 +322,40 @@ pub(crate) trait Pass {
     /// until its deletion is done. A deletion that fails leaves an object the next pass finds
     /// unregistered.
     fn delete_objects(self, names: &[String]) -> impl Future<Output = Result<(), ReclaimError>>;
+}
+
+/// The readers and statements only an erasure uses ([`crate::erase`]), apart so that what a
+/// reclamation pass relies on stays the smaller [`Pass`].
+pub(crate) trait Erasing: Pass {
+    /// The image of every history row of `user`, retained or not, with its revision token.
+    fn history(
+        &mut self,
+        user: &str,
+    ) -> impl Future<Output = Result<Vec<(String, Digest)>, StorageError>>;
+    /// Deletes every history row of `user` and clears its pointer; the user's record stays, as
+    /// a user with no image.
+    fn delete_history(&mut self, user: &str) -> impl Future<Output = Result<(), StorageError>>;
+    /// The distinct chunks the images name (before the images go).
+    fn named_chunks(
+        &mut self,
+        images: &[Digest],
+    ) -> impl Future<Output = Result<HashSet<Digest>, StorageError>>;
+    /// Where each of `chunks` is stored (before the rows go).
+    fn places(
+        &mut self,
+        chunks: &[Digest],
+    ) -> impl Future<Output = Result<Vec<Place>, StorageError>>;
+    /// Replaces the principal of every put-ledger and served-ledger row of `user` with
+    /// [`crate::erase::ERASED`]; returns how many rows changed.
+    fn scrub_ledgers(&mut self, user: &str) -> impl Future<Output = Result<u64, StorageError>>;
+    /// Records byte ranges of deleted chunks to overwrite with zeros in objects that stay (they
+    /// hold other chunks still named), in the pass's transaction, so that they are wiped even if
+    /// the wipe after the commit fails or the process dies.
+    fn record_wipes(
+        &mut self,
+        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+        at: Timestamp,
+    ) -> impl Future<Output = Result<(), StorageError>>;
 }
 
 /// How the wipes after a commit went: ranges overwritten, and ranges left for a later pass.

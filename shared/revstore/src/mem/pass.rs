@@ -304,7 +304,9 @@ impl reclaim::Pass for MemPass<'_> {
     async fn delete_objects(self, _names: &[String]) -> Result<(), ReclaimError> {
         Ok(())
     }
+}
 
+impl reclaim::Erasing for MemPass<'_> {
     async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
         Ok(self
             .state

@@ -18,8 +18,8 @@ use crate::{
     erase::ERASED,
     error::{ReclaimError, StorageError},
     reclaim::{
-        ChunkRow, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained, Scope,
-        Taking, Unreferenced,
+        ChunkRow, Erasing, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained,
+        Scope, Taking, Unreferenced,
     },
     retention::Candidate,
     types::{Digest, ReclaimedKind, Timestamp},
@@ -488,7 +488,9 @@ impl Pass for PgPass<'_> {
         self.client = None;
         Ok(())
     }
+}
 
+impl Erasing for PgPass<'_> {
     async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
         self.client()
             .query(

@@ -21,8 +21,8 @@ use crate::{
     erase::ERASED,
     error::{ReclaimError, StorageError},
     reclaim::{
-        ChunkRow, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained, Scope,
-        Taking, Unreferenced,
+        ChunkRow, Erasing, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained,
+        Scope, Taking, Unreferenced,
     },
     retention::Candidate,
     types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
@@ -468,7 +468,9 @@ impl Pass for SqlitePass<'_> {
         }
         Ok(())
     }
+}
 
+impl Erasing for SqlitePass<'_> {
     async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
         let rows: Vec<(String, Vec<u8>)> = self
             .conn
