@@ -1,6 +1,7 @@
 //! Erasure and usage of one user, written once: [`erase`] as one driver over the reclamation
-//! primitives every backend implements ([`crate::reclaim::Pass`]), and [`usage`] over the reads
-//! of the integrity check ([`crate::integrity::Inspect`]).
+//! primitives every backend implements ([`crate::reclaim::Pass`] and [`Erasing`]), with its
+//! decisions in [`plan`] beside a pass's, and [`usage`] over the reads of the integrity check
+//! ([`crate::integrity::Inspect`]).
 //!
 //! # Erasure (issue 20, point 6)
 //!
@@ -24,7 +25,7 @@
 //!    on are journaled and deleted; a pack file or pack object left holding no chunk is
 //!    journaled and deleted whole after the commit, as in a pass. A pack that also holds chunks
 //!    another image still names cannot go: the deleted chunks' byte ranges in it are recorded in
-//!    the pass ([`Pass::record_wipes`]) and, after the commit, overwritten with zeros
+//!    the pass ([`Erasing::record_wipes`]) and, after the commit, overwritten with zeros
 //!    ([`Pass::wipe`]; the object keeps its name and length, and no byte any image names moves),
 //!    each object's record dropped only once its ranges are zeroed. A wipe that fails stays
 //!    recorded, is retried by the next erasure and by every reclamation pass, is listed by the
@@ -56,16 +57,16 @@
 //! an old page; PostgreSQL deletes rows (the server reclaims dead tuples at its next VACUUM, a
 //! database-wide concern outside the store, see the crate docs).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use crate::{
-    config::Retention,
     error::{ReadError, ReclaimError, StorageError},
     integrity::{Inspect, Record},
-    reclaim::{Pass, Reclaimer, Taking, finish_wipes, hex_all, take_orphans},
-    retention::Cutoffs,
+    reclaim::{
+        self, Erasing, Pass, Reclaimer, Taking, finish_wipes, plan, take_orphans, write_journal,
+    },
     store::RevStore,
-    types::{Digest, ErasureReport, ReclaimedKind, RevisionInfo, Timestamp, UsageReport, UserId},
+    types::{Digest, ErasureReport, RevisionInfo, Timestamp, UsageReport, UserId},
 };
 
 /// The principal an erasure leaves in the user's ledger rows.
@@ -91,91 +92,54 @@ pub(crate) fn pseudonym(user: &str) -> String {
     format!("erased-{}", hex::encode(digest))
 }
 
-/// Erases `user` in one pass at `now`, in the order of the module docs.
+/// Erases `user` in one pass at `now`, in the order of the module docs: each step reads its
+/// facts once the step before has applied its deletions (the images the user's history named are
+/// unreferenced once it is gone, and so on), asks [`plan`] what goes, then journals and applies.
 pub(crate) async fn erase<R: Reclaimer>(
     store: &R,
     user: &UserId,
-    retention: &Retention,
     now: Timestamp,
 ) -> Result<ErasureReport, ReclaimError> {
-    use ReclaimedKind as Kind;
     let user = user.as_str();
     let taking = Taking::User(user);
     let mut report = ErasureReport::default();
     let mut pass = store.begin(taking).await?;
 
-    let orphans = pass.orphans(taking).await?;
+    let orphans = reclaim::orphans(&mut pass, taking).await?;
     let taken = take_orphans(&mut pass, &orphans, now).await?;
     report.publications = orphans.len() as u64;
     report.chunks = taken.chunks;
     let in_flight = taken.in_flight;
 
     let history = pass.history(user).await?;
-    let tokens: Vec<String> = history.iter().map(|(token, _)| token.clone()).collect();
-    pass.journal(now, Kind::Revision, &tokens, Some(user))
-        .await?;
+    write_journal(&mut pass, now, &plan::erased_revisions(user, &history)).await?;
     pass.delete_history(user).await?;
     report.revisions = history.len() as u64;
 
-    let theirs: HashSet<Digest> = history.iter().map(|(_, digest)| *digest).collect();
-    let mut images: Vec<Digest> = pass
-        .unreferenced_images(now)
-        .await?
-        .into_iter()
-        .map(|i| i.digest)
-        .filter(|d| theirs.contains(d) && !in_flight.images.contains(d))
-        .collect();
-    images.sort();
-    let named = pass.named_chunks(&images).await?;
-    pass.journal(now, Kind::Image, &hex_all(&images), None)
-        .await?;
-    pass.delete_images(&images).await?;
-    report.images = images.len() as u64;
+    let unreferenced = pass.unreferenced_images(now).await?;
+    let images = plan::erased_images(&history, &unreferenced, &in_flight);
+    // Read before the images go, which is when their manifests go too.
+    let named = pass.named_chunks(&images.items).await?;
+    write_journal(&mut pass, now, &images.journal).await?;
+    pass.delete_images(&images.items).await?;
+    report.images = images.items.len() as u64;
 
-    let live = pass.chunks(&Cutoffs::at(now, retention)).await?.live;
-    let mut dead: Vec<Digest> = named
-        .into_iter()
-        .filter(|c| !live.contains(c) && !in_flight.chunks.contains(c))
-        .collect();
-    dead.sort();
-    let places = pass.places(&dead).await?;
-    report.bytes = places.iter().map(|p| u64::from(p.len)).sum();
-    pass.journal(now, Kind::Chunk, &hex_all(&dead), None)
-        .await?;
-    pass.delete_chunks(&dead).await?;
-    report.chunks += dead.len() as u64;
+    let live = pass.live_chunks().await?;
+    let chunks = plan::erased_chunks(&named, &live, &in_flight);
+    // Read before the chunk rows go, which is when their places go too.
+    let places = pass.places(&chunks.items).await?;
+    write_journal(&mut pass, now, &chunks.journal).await?;
+    pass.delete_chunks(&chunks.items).await?;
+    report.chunks += chunks.items.len() as u64;
 
-    // Only the objects that held the deleted chunks: emptying others is a pass's business.
-    let held: HashSet<&str> = places
-        .iter()
-        .filter_map(|p| p.object.as_ref().map(|(name, _)| name.as_str()))
-        .collect();
-    let mut doomed: Vec<String> = pass
-        .empty_objects()
-        .await?
-        .into_iter()
-        .filter(|name| held.contains(name.as_str()) && !in_flight.objects.contains(name))
-        .collect();
-    pass.unregister_objects(&doomed).await?;
-    for name in taken.objects {
-        if !doomed.contains(&name) {
-            doomed.push(name);
-        }
-    }
-    pass.journal(now, Kind::Pack, &doomed, None).await?;
-    report.packs = doomed.len() as u64;
-    let mut wipe: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
-    for place in &places {
-        if let Some((name, offset)) = &place.object
-            && !doomed.contains(name)
-        {
-            wipe.entry(name.clone())
-                .or_default()
-                .push((*offset, place.len));
-        }
-    }
-    report.packs_wiped = wipe.len() as u64;
-    pass.record_wipes(&wipe, now).await?;
+    let empty = pass.empty_objects().await?;
+    let objects = plan::erased_objects(&places, &empty, &taken.objects, &in_flight);
+    report.bytes = objects.bytes;
+    pass.unregister_objects(&objects.unregister).await?;
+    write_journal(&mut pass, now, &objects.delete.journal).await?;
+    report.packs = objects.delete.items.len() as u64;
+    report.packs_wiped = objects.wipes.len() as u64;
+    pass.record_wipes(&objects.wipes, now).await?;
 
     report.ledger_rows_scrubbed = pass.scrub_ledgers(user).await?;
     pass.mark_erased(user, &pseudonym(user), now).await?;
@@ -185,7 +149,7 @@ pub(crate) async fn erase<R: Reclaimer>(
     let wipes = finish_wipes(&mut pass, store.faults(), &pending).await;
     report.ranges_wiped = wipes.wiped;
     report.wipes_pending = wipes.pending;
-    pass.delete_objects(&doomed).await?;
+    pass.delete_objects(&objects.delete.items).await?;
     Ok(report)
 }
 

@@ -1,9 +1,9 @@
 //! Which revisions and records a reclamation pass may take: the retention rule as pure functions
-//! every backend applies to the facts it loads.
+//! the pass's plan ([`crate::reclaim::plan`]) applies to the facts every backend loads.
 //!
 //! Like [`crate::cas`] for the compare-and-swap, keeping the rule here is what makes the backends
 //! reclaim the same revisions: each one only gathers, per retained revision, the facts of
-//! [`Candidate`] (from SQL or from memory) and deletes what [`reclaimable`] says.
+//! [`Candidate`] (from SQL or from memory) and releases what [`reclaimable`] says.
 
 use crate::{config::Retention, types::Timestamp};
 

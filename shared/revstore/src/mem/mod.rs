@@ -21,8 +21,8 @@ use crate::{
     error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity,
     protocol::{self, Intent, Primitives, Proposal, ReadBack},
-    reclaim::{self, Chunks, InFlight, Listed, Record, Retained, Unreferenced},
-    retention::{Candidate, Cutoffs},
+    reclaim::{self, InFlight, Listed, Record, Retained, Unreferenced},
+    retention::Candidate,
     store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
         Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Principal,
@@ -390,12 +390,7 @@ impl RevStore for MemStore {
 
     async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
         // Like a pass, it holds the state's lock throughout and waits on nothing else.
-        futures::executor::block_on(erase::erase(
-            self,
-            user,
-            &self.inner.config.retention,
-            self.now(),
-        ))
+        futures::executor::block_on(erase::erase(self, user, self.now()))
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

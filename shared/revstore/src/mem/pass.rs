@@ -32,29 +32,40 @@ pub(crate) struct MemPass<'a> {
 }
 
 impl reclaim::Pass for MemPass<'_> {
-    async fn orphans(
+    async fn publications(
         &mut self,
-        taking: reclaim::Taking<'_>,
-    ) -> Result<Vec<reclaim::Orphan>, StorageError> {
+        scope: reclaim::Scope<'_>,
+    ) -> Result<Vec<reclaim::Publication>, StorageError> {
         Ok(self
             .state
             .publications
             .iter()
-            .filter(|(id, p)| match taking {
-                reclaim::Taking::Orphans(cutoff) => p.abandoned || p.started_at <= cutoff,
-                reclaim::Taking::Abandoned(wanted) => p.abandoned && id.to_string() == wanted,
-                reclaim::Taking::User(user) => p.user.as_str() == user,
+            .filter(|(id, p)| match scope {
+                reclaim::Scope::Every => true,
+                reclaim::Scope::Record(wanted) => id.to_string() == wanted,
+                reclaim::Scope::User(user) => p.user.as_str() == user,
             })
-            .map(|(id, p)| reclaim::Orphan {
+            .map(|(id, p)| reclaim::Publication {
                 record: Record {
                     id: id.to_string(),
                     user: p.user.as_str().to_owned(),
                 },
                 started_at: p.started_at,
+                abandoned: p.abandoned,
+                // Chunks live in the state itself: a write names no object.
                 objects: Vec::new(),
-                chunks: p.created.clone(),
             })
             .collect())
+    }
+
+    async fn created_chunks(&mut self, record: &Record) -> Result<Vec<Digest>, StorageError> {
+        Ok(record
+            .id
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| self.state.publications.get(&id))
+            .map(|p| p.created.clone())
+            .unwrap_or_default())
     }
 
     async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
@@ -176,30 +187,27 @@ impl reclaim::Pass for MemPass<'_> {
         Ok(())
     }
 
-    async fn chunks(&mut self, _cutoffs: &Cutoffs) -> Result<Chunks, StorageError> {
-        // A put in flight writes its chunks before its image record: those it staged are not
-        // candidates until it lands (an image names them) or goes (its record goes).
-        let staged: HashSet<Digest> = self
+    async fn chunk_rows(&mut self) -> Result<Vec<reclaim::ChunkRow>, StorageError> {
+        // A put in flight writes its chunks before its image record, and its record names each
+        // one it stages (`InFlight::chunks`), which protects them until it lands or goes.
+        Ok(self
             .state
-            .publications
+            .chunks
+            .keys()
+            .map(|digest| reclaim::ChunkRow {
+                digest: *digest,
+                streamed_at: None,
+            })
+            .collect())
+    }
+
+    async fn live_chunks(&mut self) -> Result<HashSet<Digest>, StorageError> {
+        Ok(self
+            .state
+            .images
             .values()
-            .flat_map(|p| p.staged.iter().copied())
-            .collect();
-        Ok(Chunks {
-            candidates: self
-                .state
-                .chunks
-                .keys()
-                .filter(|c| !staged.contains(c))
-                .copied()
-                .collect(),
-            live: self
-                .state
-                .images
-                .values()
-                .flat_map(|i| i.manifest.iter().copied())
-                .collect(),
-        })
+            .flat_map(|i| i.manifest.iter().copied())
+            .collect())
     }
 
     async fn delete_chunks(&mut self, chunks: &[Digest]) -> Result<(), StorageError> {
@@ -219,81 +227,6 @@ impl reclaim::Pass for MemPass<'_> {
 
     async fn registered_objects(&mut self) -> Result<HashSet<String>, StorageError> {
         Ok(HashSet::new())
-    }
-
-    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
-        Ok(self
-            .state
-            .users
-            .iter()
-            .filter(|(u, _)| u.as_str() == user)
-            .flat_map(|(_, rec)| rec.revisions.iter())
-            .map(|r| (r.info.revision.to_string(), r.info.digest))
-            .collect())
-    }
-
-    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
-        if let Some((_, rec)) = self
-            .state
-            .users
-            .iter_mut()
-            .find(|(u, _)| u.as_str() == user)
-        {
-            *rec = UserRec::default();
-        }
-        Ok(())
-    }
-
-    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
-        Ok(images
-            .iter()
-            .filter_map(|d| self.state.images.get(d))
-            .flat_map(|i| i.manifest.iter().copied())
-            .collect())
-    }
-
-    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<reclaim::Place>, StorageError> {
-        Ok(chunks
-            .iter()
-            .filter_map(|c| {
-                self.state.chunks.get(c).map(|bytes| reclaim::Place {
-                    len: bytes.len() as u32,
-                    object: None,
-                })
-            })
-            .collect())
-    }
-
-    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
-        let erased = Principal::new(crate::erase::ERASED).map_err(StorageError::unavailable)?;
-        let mut scrubbed = 0;
-        let State { served, puts, .. } = &mut *self.state;
-        let principals = served
-            .iter_mut()
-            .filter(|(u, _)| u.as_str() == user)
-            .map(|(_, e)| &mut e.principal)
-            .chain(
-                puts.iter_mut()
-                    .filter(|(u, _)| u.as_str() == user)
-                    .map(|(_, e)| &mut e.principal),
-            );
-        for principal in principals {
-            if *principal != erased {
-                *principal = erased.clone();
-                scrubbed += 1;
-            }
-        }
-        Ok(scrubbed)
-    }
-
-    async fn record_wipes(
-        &mut self,
-        _ranges: &std::collections::BTreeMap<String, Vec<(u64, u32)>>,
-        _at: Timestamp,
-    ) -> Result<(), StorageError> {
-        // Chunks live in the state itself: deleting one forgets its bytes, and no object keeps
-        // any to wipe.
-        Ok(())
     }
 
     async fn pending_wipes(
@@ -369,6 +302,83 @@ impl reclaim::Pass for MemPass<'_> {
     }
 
     async fn delete_objects(self, _names: &[String]) -> Result<(), ReclaimError> {
+        Ok(())
+    }
+}
+
+impl reclaim::Erasing for MemPass<'_> {
+    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
+        Ok(self
+            .state
+            .users
+            .iter()
+            .filter(|(u, _)| u.as_str() == user)
+            .flat_map(|(_, rec)| rec.revisions.iter())
+            .map(|r| (r.info.revision.to_string(), r.info.digest))
+            .collect())
+    }
+
+    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
+        if let Some((_, rec)) = self
+            .state
+            .users
+            .iter_mut()
+            .find(|(u, _)| u.as_str() == user)
+        {
+            *rec = UserRec::default();
+        }
+        Ok(())
+    }
+
+    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
+        Ok(images
+            .iter()
+            .filter_map(|d| self.state.images.get(d))
+            .flat_map(|i| i.manifest.iter().copied())
+            .collect())
+    }
+
+    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<reclaim::Place>, StorageError> {
+        Ok(chunks
+            .iter()
+            .filter_map(|c| {
+                self.state.chunks.get(c).map(|bytes| reclaim::Place {
+                    len: bytes.len() as u32,
+                    object: None,
+                })
+            })
+            .collect())
+    }
+
+    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
+        let erased = Principal::new(crate::erase::ERASED).map_err(StorageError::unavailable)?;
+        let mut scrubbed = 0;
+        let State { served, puts, .. } = &mut *self.state;
+        let principals = served
+            .iter_mut()
+            .filter(|(u, _)| u.as_str() == user)
+            .map(|(_, e)| &mut e.principal)
+            .chain(
+                puts.iter_mut()
+                    .filter(|(u, _)| u.as_str() == user)
+                    .map(|(_, e)| &mut e.principal),
+            );
+        for principal in principals {
+            if *principal != erased {
+                *principal = erased.clone();
+                scrubbed += 1;
+            }
+        }
+        Ok(scrubbed)
+    }
+
+    async fn record_wipes(
+        &mut self,
+        _ranges: &std::collections::BTreeMap<String, Vec<(u64, u32)>>,
+        _at: Timestamp,
+    ) -> Result<(), StorageError> {
+        // Chunks live in the state itself: deleting one forgets its bytes, and no object keeps
+        // any to wipe.
         Ok(())
     }
 }

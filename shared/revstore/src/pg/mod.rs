@@ -726,7 +726,7 @@ impl RevStore for PgStore {
     }
 
     async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
-        crate::erase::erase(self, user, &self.inner.config.retention, self.now()).await
+        crate::erase::erase(self, user, self.now()).await
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

@@ -18,10 +18,10 @@ use crate::{
     erase::ERASED,
     error::{ReclaimError, StorageError},
     reclaim::{
-        Chunks, InFlight, Listed, Orphan, Pass, Place, Reclaimer, Record, Retained, Taking,
-        Unreferenced,
+        ChunkRow, Erasing, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained,
+        Scope, Taking, Unreferenced,
     },
-    retention::{Candidate, Cutoffs},
+    retention::Candidate,
     types::{Digest, ReclaimedKind, Timestamp},
 };
 
@@ -91,59 +91,54 @@ impl Drop for PgPass<'_> {
 }
 
 impl Pass for PgPass<'_> {
-    async fn orphans(&mut self, taking: Taking<'_>) -> Result<Vec<Orphan>, StorageError> {
-        let rows = match taking {
-            Taking::Orphans(cutoff) => {
+    async fn publications(&mut self, scope: Scope<'_>) -> Result<Vec<Publication>, StorageError> {
+        const COLUMNS: &str =
+            "SELECT id, user_id, started_at, packs, abandoned_at IS NOT NULL FROM publications";
+        let rows = match scope {
+            Scope::Every => self.client().query(COLUMNS, &[]).await?,
+            Scope::Record(id) => {
                 self.client()
                     .query(
-                        "SELECT id, user_id, started_at, packs FROM publications WHERE started_at <= $1 OR abandoned_at IS NOT NULL",
-                        &[&cutoff.unix_millis()],
-                    )
-                    .await?
-            }
-            Taking::User(user) => {
-                self.client()
-                    .query(
-                        "SELECT id, user_id, started_at, packs FROM publications WHERE user_id = $1",
-                        &[&user],
-                    )
-                    .await?
-            }
-            Taking::Abandoned(id) => {
-                self.client()
-                    .query(
-                        "SELECT id, user_id, started_at, packs FROM publications WHERE id = $1 AND abandoned_at IS NOT NULL",
+                        &format!("{COLUMNS} WHERE id = $1"),
                         &[&id.parse::<i64>().unwrap_or(-1)],
                     )
                     .await?
             }
+            Scope::User(user) => {
+                self.client()
+                    .query(&format!("{COLUMNS} WHERE user_id = $1"), &[&user])
+                    .await?
+            }
         };
-        let mut orphans = Vec::with_capacity(rows.len());
-        for r in rows {
-            let id: i64 = r.get(0);
-            // The chunk rows its write created as the bytes streamed in (none with an object
-            // store, where commits write chunk rows).
-            let chunks = self
-                .client()
-                .query(
-                    "SELECT hash FROM streamed_chunks WHERE publication_id = $1 AND created",
-                    &[&id],
-                )
-                .await?
-                .iter()
-                .map(|c| digest_of(c.get(0)))
-                .collect::<Result<_, _>>()?;
-            orphans.push(Orphan {
+        Ok(rows
+            .iter()
+            .map(|r| Publication {
                 record: Record {
-                    id: id.to_string(),
+                    id: r.get::<_, i64>(0).to_string(),
                     user: r.get(1),
                 },
                 started_at: Timestamp::from_unix_millis(r.get(2)),
                 objects: r.get::<_, Option<Vec<String>>>(3).unwrap_or_default(),
-                chunks,
-            });
-        }
-        Ok(orphans)
+                abandoned: r.get(4),
+            })
+            .collect())
+    }
+
+    async fn created_chunks(&mut self, record: &Record) -> Result<Vec<Digest>, StorageError> {
+        // The chunk rows its write created as the bytes streamed in (none with an object store,
+        // where commits write chunk rows).
+        let Ok(id) = record.id.parse::<i64>() else {
+            return Ok(Vec::new());
+        };
+        self.client()
+            .query(
+                "SELECT hash FROM streamed_chunks WHERE publication_id = $1 AND created",
+                &[&id],
+            )
+            .await?
+            .iter()
+            .map(|c| digest_of(c.get(0)))
+            .collect()
     }
 
     async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
@@ -310,26 +305,28 @@ impl Pass for PgPass<'_> {
         Ok(())
     }
 
-    async fn chunks(&mut self, cutoffs: &Cutoffs) -> Result<Chunks, StorageError> {
-        // With an object store, chunk rows are written by commits, which wait for the pass: a
-        // row no image names is dead at once. Without one, a put writes its chunk rows as they
-        // stream in, so only rows older than the orphan period are candidates.
-        let candidates = if self.store.inner.objects.is_some() {
-            self.client()
-                .query("SELECT hash FROM chunks WHERE pack_id IS NOT NULL", &[])
-                .await?
-        } else {
-            self.client()
-                .query(
-                    "SELECT hash FROM chunks WHERE created_at <= $1",
-                    &[&cutoffs.orphaned_by.unix_millis()],
-                )
-                .await?
-        };
-        let mut chunks = Chunks::default();
-        for r in candidates {
-            chunks.candidates.push(digest_of(r.get(0))?);
-        }
+    async fn chunk_rows(&mut self) -> Result<Vec<ChunkRow>, StorageError> {
+        // A row holding its bytes was written by a put as they streamed in (a store keeping its
+        // bytes in rows), so a put still streaming may rely on it; a row in a pack object was
+        // written by a commit, which waits for the pass. A store keeps its bytes in one place
+        // (`chunks_in`), so its rows are all of one kind.
+        self.client()
+            .query("SELECT hash, created_at, pack_id IS NULL FROM chunks", &[])
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(ChunkRow {
+                    digest: digest_of(r.get(0))?,
+                    streamed_at: r
+                        .get::<_, bool>(2)
+                        .then(|| Timestamp::from_unix_millis(r.get(1))),
+                })
+            })
+            .collect()
+    }
+
+    async fn live_chunks(&mut self) -> Result<HashSet<Digest>, StorageError> {
+        let mut live = HashSet::new();
         for r in self
             .client()
             .query("SELECT manifest FROM images", &[])
@@ -342,10 +339,10 @@ impl Pass for PgPass<'_> {
                 });
             }
             for d in m.chunks_exact(32) {
-                chunks.live.insert(digest_of(d)?);
+                live.insert(digest_of(d)?);
             }
         }
-        Ok(chunks)
+        Ok(live)
     }
 
     async fn delete_chunks(&mut self, chunks: &[Digest]) -> Result<(), StorageError> {
@@ -390,6 +387,110 @@ impl Pass for PgPass<'_> {
             .collect())
     }
 
+    async fn pending_wipes(&mut self) -> Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError> {
+        let mut pending: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
+        for row in self
+            .client()
+            .query(
+                "SELECT object, \"offset\", len FROM pending_wipes ORDER BY object, \"offset\"",
+                &[],
+            )
+            .await?
+        {
+            pending
+                .entry(row.get::<_, String>(0))
+                .or_default()
+                .push((row.get::<_, i64>(1) as u64, row.get::<_, i64>(2) as u32));
+        }
+        Ok(pending)
+    }
+
+    async fn mark_erased(
+        &mut self,
+        user: &str,
+        pseudonym: &str,
+        at: Timestamp,
+    ) -> Result<(), StorageError> {
+        let client = self.client();
+        client
+            .execute(
+                "UPDATE users SET user_id = $2, erased_at = COALESCE(erased_at, $3) WHERE user_id = $1",
+                &[&user, &pseudonym, &at.unix_millis()],
+            )
+            .await?;
+        for table in crate::erase::KEPT_UNDER_PSEUDONYM {
+            client
+                .execute(
+                    &format!("UPDATE {table} SET user_id = $2 WHERE user_id = $1"),
+                    &[&user, &pseudonym],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn tombstones_in_clear(&mut self) -> Result<Vec<String>, StorageError> {
+        let (like, len) = crate::erase::PSEUDONYM_LIKE;
+        let rows = self
+            .client()
+            .query(
+                "SELECT user_id FROM users WHERE erased_at IS NOT NULL
+                 AND NOT (user_id LIKE $1 AND length(user_id) = $2)",
+                &[&like, &(len as i32)],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn wipe(&mut self, object: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {
+        self.store.objects()?.wipe(object, ranges).await
+    }
+
+    async fn wiped(&mut self, object: &str) -> Result<(), StorageError> {
+        // After the pass's commit, still holding its lock: a statement of its own.
+        self.client()
+            .execute("DELETE FROM pending_wipes WHERE object = $1", &[&object])
+            .await?;
+        Ok(())
+    }
+
+    async fn journal(
+        &mut self,
+        at: Timestamp,
+        kind: ReclaimedKind,
+        subjects: &[String],
+        user: Option<&str>,
+    ) -> Result<(), StorageError> {
+        journal(&***self.client(), at, kind, subjects, user).await
+    }
+
+    async fn commit(&mut self, _chunks_deleted: bool) -> Result<(), StorageError> {
+        let now = self.now;
+        let client = self.client();
+        client
+            .execute(
+                "DELETE FROM leases WHERE expires_at <= $1",
+                &[&now.unix_millis()],
+            )
+            .await?;
+        client.batch_execute("COMMIT").await?;
+        Ok(())
+    }
+
+    async fn delete_objects(mut self, names: &[String]) -> Result<(), ReclaimError> {
+        self.store.delete_packs(names).await;
+        let key = self.store.inner.lock_key;
+        self.client()
+            .execute("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .map_err(StorageError::from)?;
+        // Unlocked and committed: the connection goes back to the pool as it came.
+        self.client = None;
+        Ok(())
+    }
+}
+
+impl Erasing for PgPass<'_> {
     async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
         self.client()
             .query(
@@ -508,108 +609,6 @@ impl Pass for PgPass<'_> {
                 &[&objects, &offsets, &lens, &at.unix_millis()],
             )
             .await?;
-        Ok(())
-    }
-
-    async fn pending_wipes(&mut self) -> Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError> {
-        let mut pending: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
-        for row in self
-            .client()
-            .query(
-                "SELECT object, \"offset\", len FROM pending_wipes ORDER BY object, \"offset\"",
-                &[],
-            )
-            .await?
-        {
-            pending
-                .entry(row.get::<_, String>(0))
-                .or_default()
-                .push((row.get::<_, i64>(1) as u64, row.get::<_, i64>(2) as u32));
-        }
-        Ok(pending)
-    }
-
-    async fn mark_erased(
-        &mut self,
-        user: &str,
-        pseudonym: &str,
-        at: Timestamp,
-    ) -> Result<(), StorageError> {
-        let client = self.client();
-        client
-            .execute(
-                "UPDATE users SET user_id = $2, erased_at = COALESCE(erased_at, $3) WHERE user_id = $1",
-                &[&user, &pseudonym, &at.unix_millis()],
-            )
-            .await?;
-        for table in crate::erase::KEPT_UNDER_PSEUDONYM {
-            client
-                .execute(
-                    &format!("UPDATE {table} SET user_id = $2 WHERE user_id = $1"),
-                    &[&user, &pseudonym],
-                )
-                .await?;
-        }
-        Ok(())
-    }
-
-    async fn tombstones_in_clear(&mut self) -> Result<Vec<String>, StorageError> {
-        let (like, len) = crate::erase::PSEUDONYM_LIKE;
-        let rows = self
-            .client()
-            .query(
-                "SELECT user_id FROM users WHERE erased_at IS NOT NULL
-                 AND NOT (user_id LIKE $1 AND length(user_id) = $2)",
-                &[&like, &(len as i32)],
-            )
-            .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    async fn wipe(&mut self, object: &str, ranges: &[(u64, u32)]) -> Result<(), StorageError> {
-        self.store.objects()?.wipe(object, ranges).await
-    }
-
-    async fn wiped(&mut self, object: &str) -> Result<(), StorageError> {
-        // After the pass's commit, still holding its lock: a statement of its own.
-        self.client()
-            .execute("DELETE FROM pending_wipes WHERE object = $1", &[&object])
-            .await?;
-        Ok(())
-    }
-
-    async fn journal(
-        &mut self,
-        at: Timestamp,
-        kind: ReclaimedKind,
-        subjects: &[String],
-        user: Option<&str>,
-    ) -> Result<(), StorageError> {
-        journal(&***self.client(), at, kind, subjects, user).await
-    }
-
-    async fn commit(&mut self, _chunks_deleted: bool) -> Result<(), StorageError> {
-        let now = self.now;
-        let client = self.client();
-        client
-            .execute(
-                "DELETE FROM leases WHERE expires_at <= $1",
-                &[&now.unix_millis()],
-            )
-            .await?;
-        client.batch_execute("COMMIT").await?;
-        Ok(())
-    }
-
-    async fn delete_objects(mut self, names: &[String]) -> Result<(), ReclaimError> {
-        self.store.delete_packs(names).await;
-        let key = self.store.inner.lock_key;
-        self.client()
-            .execute("SELECT pg_advisory_unlock($1)", &[&key])
-            .await
-            .map_err(StorageError::from)?;
-        // Unlocked and committed: the connection goes back to the pool as it came.
-        self.client = None;
         Ok(())
     }
 }

@@ -695,12 +695,8 @@ impl RevStore for SqliteStore {
             // The served ledger's spool files hold principals too: folded into `served` first,
             // so the pass scrubs them there.
             inner.fold_served()?;
-            let mut report = futures::executor::block_on(crate::erase::erase(
-                inner,
-                &user,
-                &inner.config.retention,
-                inner.now(),
-            ))?;
+            let mut report =
+                futures::executor::block_on(crate::erase::erase(inner, &user, inner.now()))?;
             // A download that began before the pass wrote its entry to the spool meanwhile.
             if inner.fold_served()? > 0 {
                 let conn = inner.writer();

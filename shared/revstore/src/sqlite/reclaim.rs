@@ -21,10 +21,10 @@ use crate::{
     erase::ERASED,
     error::{ReclaimError, StorageError},
     reclaim::{
-        Chunks, InFlight, Listed, Orphan, Pass, Place, Reclaimer, Record, Retained, Taking,
-        Unreferenced,
+        ChunkRow, Erasing, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained,
+        Scope, Taking, Unreferenced,
     },
-    retention::{Candidate, Cutoffs},
+    retention::Candidate,
     types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
 };
 
@@ -130,39 +130,42 @@ fn digest(bytes: &[u8]) -> Result<Digest, StorageError> {
 }
 
 impl Pass for SqlitePass<'_> {
-    async fn orphans(&mut self, taking: Taking<'_>) -> Result<Vec<Orphan>, StorageError> {
+    async fn publications(&mut self, scope: Scope<'_>) -> Result<Vec<Publication>, StorageError> {
         use rusqlite::types::Value;
-        let (sql, param) = match taking {
-            Taking::Orphans(cutoff) => (
-                "SELECT id, user_id, started_at, pack FROM publications WHERE started_at <= ?1 OR abandoned_at IS NOT NULL",
-                Value::Integer(cutoff.unix_millis()),
+        const COLUMNS: &str =
+            "SELECT id, user_id, started_at, pack, abandoned_at IS NOT NULL FROM publications";
+        let (sql, params) = match scope {
+            Scope::Every => (COLUMNS.to_owned(), Vec::new()),
+            Scope::Record(id) => (
+                format!("{COLUMNS} WHERE id = ?1"),
+                vec![Value::Integer(id.parse::<i64>().unwrap_or(-1))],
             ),
-            Taking::Abandoned(id) => (
-                "SELECT id, user_id, started_at, pack FROM publications WHERE id = ?1 AND abandoned_at IS NOT NULL",
-                Value::Integer(id.parse::<i64>().unwrap_or(-1)),
-            ),
-            Taking::User(user) => (
-                "SELECT id, user_id, started_at, pack FROM publications WHERE user_id = ?1",
-                Value::Text(user.to_owned()),
+            Scope::User(user) => (
+                format!("{COLUMNS} WHERE user_id = ?1"),
+                vec![Value::Text(user.to_owned())],
             ),
         };
-        // The embedded store writes chunk rows only when a put commits: an orphan's write left a
-        // pack file at most.
         Ok(self
             .conn
-            .prepare(sql)?
-            .query_map([param], |r| {
-                Ok(Orphan {
+            .prepare(&sql)?
+            .query_map(rusqlite::params_from_iter(params), |r| {
+                Ok(Publication {
                     record: Record {
                         id: r.get::<_, i64>(0)?.to_string(),
                         user: r.get(1)?,
                     },
                     started_at: Timestamp::from_unix_millis(r.get(2)?),
                     objects: r.get::<_, Option<String>>(3)?.into_iter().collect(),
-                    chunks: Vec::new(),
+                    abandoned: r.get(4)?,
                 })
             })?
             .collect::<Result<_, _>>()?)
+    }
+
+    async fn created_chunks(&mut self, _record: &Record) -> Result<Vec<Digest>, StorageError> {
+        // The embedded store writes chunk rows only when a put commits: a write that did not
+        // land left a pack file at most.
+        Ok(Vec::new())
     }
 
     async fn delete_records(&mut self, records: &[Record]) -> Result<(), StorageError> {
@@ -202,7 +205,7 @@ impl Pass for SqlitePass<'_> {
         _chunks: &[Digest],
         _since: Timestamp,
     ) -> Result<HashSet<Digest>, StorageError> {
-        // No orphan here has chunk rows (see `orphans`).
+        // No orphan here has chunk rows (see `created_chunks`).
         Ok(HashSet::new())
     }
 
@@ -284,31 +287,35 @@ impl Pass for SqlitePass<'_> {
         Ok(())
     }
 
-    async fn chunks(&mut self, _cutoffs: &Cutoffs) -> Result<Chunks, StorageError> {
+    async fn chunk_rows(&mut self) -> Result<Vec<ChunkRow>, StorageError> {
         // Puts write their chunk rows under the writer lock this pass holds, and one that
-        // deduplicated against a row taken here re-checks it at commit (`sweep_epoch`): every
-        // row is a candidate.
-        let mut chunks = Chunks::default();
-        {
-            let mut stmt = self.conn.prepare("SELECT manifest FROM images")?;
-            let mut rows = stmt.query([])?;
-            while let Some(r) = rows.next()? {
-                let m: Vec<u8> = r.get(0)?;
-                chunks
-                    .live
-                    .extend(
-                        chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
-                            object: "manifest".into(),
-                        })?,
-                    );
-            }
-        }
+        // deduplicated against a row taken here re-checks it at commit (`sweep_epoch`): no row
+        // is a put's still streaming.
         let mut stmt = self.conn.prepare("SELECT hash FROM chunks")?;
         let mut rows = stmt.query([])?;
+        let mut chunks = Vec::new();
         while let Some(r) = rows.next()? {
-            chunks.candidates.push(digest(&r.get::<_, Vec<u8>>(0)?)?);
+            chunks.push(ChunkRow {
+                digest: digest(&r.get::<_, Vec<u8>>(0)?)?,
+                streamed_at: None,
+            });
         }
         Ok(chunks)
+    }
+
+    async fn live_chunks(&mut self) -> Result<HashSet<Digest>, StorageError> {
+        let mut live = HashSet::new();
+        let mut stmt = self.conn.prepare("SELECT manifest FROM images")?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let m: Vec<u8> = r.get(0)?;
+            live.extend(
+                chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
+                    object: "manifest".into(),
+                })?,
+            );
+        }
+        Ok(live)
     }
 
     async fn delete_chunks(&mut self, chunks: &[Digest]) -> Result<(), StorageError> {
@@ -341,92 +348,6 @@ impl Pass for SqlitePass<'_> {
             .prepare("SELECT name FROM packs")?
             .query_map([], |r| r.get(0))?
             .collect::<Result<_, _>>()?)
-    }
-
-    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
-        let rows: Vec<(String, Vec<u8>)> = self
-            .conn
-            .prepare("SELECT revision, digest FROM revisions WHERE user_id = ?1 ORDER BY seq")?
-            .query_map([user], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        rows.into_iter()
-            .map(|(revision, d)| Ok((revision, digest(&d)?)))
-            .collect()
-    }
-
-    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
-        self.conn.execute(
-            "UPDATE users SET current_seq = NULL WHERE user_id = ?1",
-            [user],
-        )?;
-        self.conn
-            .execute("DELETE FROM revisions WHERE user_id = ?1", [user])?;
-        Ok(())
-    }
-
-    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
-        let mut named = HashSet::new();
-        let mut stmt = self
-            .conn
-            .prepare("SELECT manifest FROM images WHERE digest = ?1")?;
-        for image in images {
-            let mut rows = stmt.query([image.as_bytes()])?;
-            while let Some(r) = rows.next()? {
-                let m: Vec<u8> = r.get(0)?;
-                named.extend(
-                    chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
-                        object: "manifest".into(),
-                    })?,
-                );
-            }
-        }
-        Ok(named)
-    }
-
-    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<Place>, StorageError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT p.name, c.offset, c.len FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = ?1",
-        )?;
-        let mut places = Vec::with_capacity(chunks.len());
-        for chunk in chunks {
-            let mut rows = stmt.query([chunk.as_bytes()])?;
-            while let Some(r) = rows.next()? {
-                places.push(Place {
-                    len: r.get(2)?,
-                    object: Some((r.get(0)?, r.get::<_, i64>(1)? as u64)),
-                });
-            }
-        }
-        Ok(places)
-    }
-
-    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
-        let mut scrubbed = 0;
-        for table in ["put_ledger", "served"] {
-            scrubbed += self.conn.execute(
-                &format!(
-                    "UPDATE {table} SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2"
-                ),
-                [user, ERASED],
-            )? as u64;
-        }
-        Ok(scrubbed)
-    }
-
-    async fn record_wipes(
-        &mut self,
-        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
-        at: Timestamp,
-    ) -> Result<(), StorageError> {
-        let mut insert = self.conn.prepare_cached(
-            "INSERT OR REPLACE INTO pending_wipes (object, offset, len, recorded_at) VALUES (?1, ?2, ?3, ?4)",
-        )?;
-        for (object, ranges) in ranges {
-            for (offset, len) in ranges {
-                insert.execute(params![object, *offset as i64, *len, at.unix_millis()])?;
-            }
-        }
-        Ok(())
     }
 
     async fn pending_wipes(&mut self) -> Result<BTreeMap<String, Vec<(u64, u32)>>, StorageError> {
@@ -544,6 +465,94 @@ impl Pass for SqlitePass<'_> {
             File::open(&self.inner.packs_dir)
                 .and_then(|d| d.sync_all())
                 .map_err(StorageError::from)?;
+        }
+        Ok(())
+    }
+}
+
+impl Erasing for SqlitePass<'_> {
+    async fn history(&mut self, user: &str) -> Result<Vec<(String, Digest)>, StorageError> {
+        let rows: Vec<(String, Vec<u8>)> = self
+            .conn
+            .prepare("SELECT revision, digest FROM revisions WHERE user_id = ?1 ORDER BY seq")?
+            .query_map([user], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(revision, d)| Ok((revision, digest(&d)?)))
+            .collect()
+    }
+
+    async fn delete_history(&mut self, user: &str) -> Result<(), StorageError> {
+        self.conn.execute(
+            "UPDATE users SET current_seq = NULL WHERE user_id = ?1",
+            [user],
+        )?;
+        self.conn
+            .execute("DELETE FROM revisions WHERE user_id = ?1", [user])?;
+        Ok(())
+    }
+
+    async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
+        let mut named = HashSet::new();
+        let mut stmt = self
+            .conn
+            .prepare("SELECT manifest FROM images WHERE digest = ?1")?;
+        for image in images {
+            let mut rows = stmt.query([image.as_bytes()])?;
+            while let Some(r) = rows.next()? {
+                let m: Vec<u8> = r.get(0)?;
+                named.extend(
+                    chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
+                        object: "manifest".into(),
+                    })?,
+                );
+            }
+        }
+        Ok(named)
+    }
+
+    async fn places(&mut self, chunks: &[Digest]) -> Result<Vec<Place>, StorageError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT p.name, c.offset, c.len FROM chunks c JOIN packs p ON p.id = c.pack_id WHERE c.hash = ?1",
+        )?;
+        let mut places = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            let mut rows = stmt.query([chunk.as_bytes()])?;
+            while let Some(r) = rows.next()? {
+                places.push(Place {
+                    len: r.get(2)?,
+                    object: Some((r.get(0)?, r.get::<_, i64>(1)? as u64)),
+                });
+            }
+        }
+        Ok(places)
+    }
+
+    async fn scrub_ledgers(&mut self, user: &str) -> Result<u64, StorageError> {
+        let mut scrubbed = 0;
+        for table in ["put_ledger", "served"] {
+            scrubbed += self.conn.execute(
+                &format!(
+                    "UPDATE {table} SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2"
+                ),
+                [user, ERASED],
+            )? as u64;
+        }
+        Ok(scrubbed)
+    }
+
+    async fn record_wipes(
+        &mut self,
+        ranges: &BTreeMap<String, Vec<(u64, u32)>>,
+        at: Timestamp,
+    ) -> Result<(), StorageError> {
+        let mut insert = self.conn.prepare_cached(
+            "INSERT OR REPLACE INTO pending_wipes (object, offset, len, recorded_at) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (object, ranges) in ranges {
+            for (offset, len) in ranges {
+                insert.execute(params![object, *offset as i64, *len, at.unix_millis()])?;
+            }
         }
         Ok(())
     }
