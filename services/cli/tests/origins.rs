@@ -559,9 +559,23 @@ async fn an_earlier_releases_sidecar_is_adopted_only_where_revision_and_hash_mat
     let url = hub.url();
     let a = device(root.path(), "a");
     let a_s = a.display().to_string();
-    let (code, json) = snug(&["sync", "push", &a_s, "--origin", &url], &env).await;
-    assert_eq!(code, 0, "{json}");
-    let (revision, hash) = (json["revision"].clone(), json["sha256"].clone());
+    // The earlier release pushed the file's canonical export and recorded the revision with
+    // its SHA-256.
+    let export = snug_restore::canonical_export(
+        &std::fs::read(&a).expect("read"),
+        std::sync::Arc::new(snug_schema::SystemClock),
+    )
+    .expect("export");
+    let put = snug_e2e::put_userdb(
+        &snug_e2e::Http::new(hub.http),
+        &token,
+        ("if-none-match", "*"),
+        export.clone(),
+    )
+    .await;
+    assert_eq!(put.status, 204, "{}", String::from_utf8_lossy(&put.body));
+    let revision: serde_json::Value = put.header("etag").trim_matches('"').into();
+    let hash: serde_json::Value = sha256(&export).into();
     let sidecar = root.path().join("a/user.snug.sync.json");
     let legacy = |revision: &serde_json::Value, hash: &serde_json::Value| {
         format!(

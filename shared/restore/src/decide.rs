@@ -14,8 +14,10 @@ use crate::{SnapshotInfo, push_state::OriginState};
 /// What the decision is made from.
 #[derive(Debug, Clone, Copy)]
 pub struct PushFacts<'a> {
-    /// The push gate's hash of the file now (hex).
+    /// The push gate's hash of the file's content now (hex).
     pub content_hash: &'a str,
+    /// The SHA-256 of the image the push would send (hex).
+    pub image_sha256: &'a str,
     /// The file's record at this origin; `None`: it never synced there.
     pub synced: Option<&'a OriginState>,
     /// The origin's current revision as it answered in this run; `None`: it holds no copy.
@@ -105,6 +107,7 @@ pub enum Refusal {
 pub fn push(facts: &PushFacts<'_>) -> PushPlan {
     let PushFacts {
         content_hash,
+        image_sha256,
         synced,
         head,
         force,
@@ -125,7 +128,9 @@ pub fn push(facts: &PushFacts<'_>) -> PushPlan {
             revision: head.revision.clone(),
         };
     }
-    if head.sha256_hex() == content_hash {
+    // The origin holds the very bytes this push would send (a push whose answer was lost), or
+    // the export of this content (pushed by an earlier release, which sent the export).
+    if head.sha256_hex() == image_sha256 || head.sha256_hex() == content_hash {
         return PushPlan::AlreadyAtOrigin {
             revision: head.revision.clone(),
         };

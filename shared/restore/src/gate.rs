@@ -1,12 +1,20 @@
-//! The push gate: what a push sends for a user database, and the SHA-256 of it.
+//! The push gate: what a push sends for a user database, and the hash that says whether its
+//! content changed.
 //!
-//! Push and pull must agree on one hash, or a file that was just pulled looks changed (and is
+//! What travels is the sync copy (`snug_schema::sync_copy_bytes`, issue 38): the live file's
+//! pages, stripped of secrets and with its free space zeroed, page numbers kept, so a small edit
+//! changes few of its pages and a delta moves little. Its bytes depend on the file's history (where
+//! SQLite put each row), not only on its content, so whether the content changed is judged on
+//! another hash: the gate's [`content_hash`], the SHA-256 of the default export (VACUUMed, a
+//! function of the content alone).
+//!
+//! Push and pull must agree on that hash, or a file that was just pulled looks changed (and is
 //! pushed back, or blocks the next pull as diverged). So both use this module: `snug sync push`
-//! sends [`push_image`]'s bytes and records their hash, and the install pipeline binds an
-//! installed file to its revision with [`content_hash`], which is `push_image` without secrets —
-//! the hash the gate computes for that file before any later push.
+//! records [`PushImage::content_hash`], and the install pipeline binds an installed file to its
+//! revision with [`content_hash`] — the hash the gate computes for that file before any later
+//! push.
 //!
-//! The export's bytes are a function of the file's content only. SQLite stamps every write
+//! The export's bytes are a function of the file's content only; SQLite stamps every write
 //! transaction into the header (the file change counter at offset 24 and its copy, the
 //! version-valid-for number, at offset 92) and every `VACUUM` into the schema cookie (offset 40),
 //! and the export carries those counts: without [`normalize_header`] a credential written and
@@ -26,15 +34,18 @@ use crate::error::GateError;
 /// What a push of one user database sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushImage {
-    /// The export: plain, compacted, `snug_secrets` emptied unless secrets were asked for.
+    /// The sync copy: plain, page numbers kept, free space zeroed, `snug_secrets` emptied unless
+    /// secrets were asked for.
     pub bytes: Vec<u8>,
-    /// SHA-256 of `bytes`, lowercase hex: the gate's value, recorded in the sidecar.
+    /// SHA-256 of `bytes`, lowercase hex: what the origin records for the revision it makes.
     pub sha256: String,
+    /// The gate's hash of the content ([`content_hash`]), recorded in the sidecar.
+    pub content_hash: String,
 }
 
-/// Returns what a push of the plain user database `plaintext` sends, and its hash.
+/// Returns what a push of the plain user database `plaintext` sends, and its hashes.
 ///
-/// The file is opened (migrated and healed in memory; the bytes are only read) and exported with
+/// The file is opened (migrated and healed in memory; the bytes are only read) and copied with
 /// or without its secrets. A hub origin never gets secrets; a personal origin only on request.
 pub fn push_image(
     plaintext: &[u8],
@@ -42,21 +53,47 @@ pub fn push_image(
     clock: Arc<dyn Clock>,
 ) -> Result<PushImage, GateError> {
     let (mut db, _) = UserDb::from_bytes(plaintext, clock)?;
-    export_of(&mut db, include_secrets)
+    image_of(&mut db, include_secrets)
 }
 
 /// Returns the push gate's hash of the plain user database `plaintext`: the SHA-256 of its
-/// default (secrets-stripped) export. Adding or changing a local secret never changes it.
+/// [`canonical_export`]. Adding or changing a local secret never changes it.
 pub fn content_hash(plaintext: &[u8], clock: Arc<dyn Clock>) -> Result<String, GateError> {
-    push_image(plaintext, false, clock).map(|image| image.sha256)
+    let (mut db, _) = UserDb::from_bytes(plaintext, clock)?;
+    content_hash_of(&mut db)
 }
 
-/// [`push_image`] of an already opened database (the export works on a copy; `db` is unchanged).
-pub(crate) fn export_of(db: &mut UserDb, include_secrets: bool) -> Result<PushImage, GateError> {
-    let (mut bytes, _) = snug_schema::export_bytes(db, ExportOptions { include_secrets })?;
+/// Returns the canonical export of the plain user database `plaintext`: its default
+/// (secrets-stripped, VACUUMed) export with the history counters set to 1, a function of its
+/// content alone. [`content_hash`] is its SHA-256; a release before issue 38 pushed these bytes.
+pub fn canonical_export(plaintext: &[u8], clock: Arc<dyn Clock>) -> Result<Vec<u8>, GateError> {
+    let (mut db, _) = UserDb::from_bytes(plaintext, clock)?;
+    canonical_export_of(&mut db)
+}
+
+/// [`push_image`] of an already opened database (both copies work on a copy; `db` is unchanged).
+pub(crate) fn image_of(db: &mut UserDb, include_secrets: bool) -> Result<PushImage, GateError> {
+    let content_hash = content_hash_of(db)?;
+    let (mut bytes, _) = snug_schema::sync_copy_bytes(db, ExportOptions { include_secrets })?;
     normalize_header(&mut bytes);
     let sha256 = hex::encode(Sha256::digest(&bytes));
-    Ok(PushImage { bytes, sha256 })
+    Ok(PushImage {
+        bytes,
+        sha256,
+        content_hash,
+    })
+}
+
+/// [`content_hash`] of an already opened database.
+fn content_hash_of(db: &mut UserDb) -> Result<String, GateError> {
+    Ok(hex::encode(Sha256::digest(canonical_export_of(db)?)))
+}
+
+/// [`canonical_export`] of an already opened database.
+fn canonical_export_of(db: &mut UserDb) -> Result<Vec<u8>, GateError> {
+    let (mut export, _) = snug_schema::export_bytes(db, ExportOptions::default())?;
+    normalize_header(&mut export);
+    Ok(export)
 }
 
 /// SQLite header offsets of the counters that record history rather than content: the file

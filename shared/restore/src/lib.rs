@@ -107,7 +107,7 @@ mod origin;
 pub mod push_state;
 
 pub use error::{GateError, RestoreError};
-pub use gate::{PushImage, content_hash, push_image};
+pub use gate::{PushImage, canonical_export, content_hash, push_image};
 pub use install::{
     Downloaded, Installed, Options, Plan, Prepared, Progress, Restored, Unlock, UpToDate, prepare,
     prepare_unlocking, restore,

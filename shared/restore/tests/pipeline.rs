@@ -17,7 +17,7 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use snug_restore::{
     Options, Origin, OriginError, Plan, Pushed, RestoreError, Restored, Selector, SnapshotInfo,
-    content_hash, prepare, push_image, restore,
+    canonical_export, content_hash, prepare, push_image, restore,
 };
 use snug_schema::{Clock, ExportOptions, SteppingClock, UserDb};
 use snug_test_support::theme;
@@ -293,7 +293,9 @@ fn a_new_device_bootstraps_with_one_download_and_is_bound_to_the_revision() {
     assert_eq!(state["revision"], "r1-aa");
     assert_eq!(
         state["contentHash"],
-        push_image(&bytes, false, clock()).expect("gate").sha256
+        push_image(&bytes, false, clock())
+            .expect("gate")
+            .content_hash
     );
     assert_eq!(state["contentHash"], done.content_hash);
     assert_eq!(state["sha256"], done.sha256);
@@ -843,13 +845,16 @@ fn the_push_gate_ignores_secrets_and_sees_content() {
     let file = dir.path().join("user.snug");
     std::fs::write(&file, &bytes).expect("write");
     let before = content_hash(&bytes, clock()).expect("hash");
-    // What a push sends is a fixed point: exporting it again gives the same bytes, so a file
-    // that holds exactly the origin's copy hashes to the origin's recorded SHA-256.
+    // What a push sends is a fixed point: copying it again gives the same bytes, so a file that
+    // holds exactly the origin's copy sends the origin's recorded SHA-256. The content hash is
+    // the canonical export's, itself a fixed point.
     assert_eq!(
         push_image(&bytes, false, clock()).expect("image").bytes,
         bytes
     );
-    assert_eq!(before, hex::encode(Sha256::digest(&bytes)));
+    let export = canonical_export(&bytes, clock()).expect("export");
+    assert_eq!(before, hex::encode(Sha256::digest(&export)));
+    assert_eq!(canonical_export(&export, clock()).expect("export"), export);
     sql(
         &file,
         "INSERT INTO snug_secrets (key, value) VALUES ('byok:anthropic', 'sk')",
@@ -860,8 +865,10 @@ fn the_push_gate_ignores_secrets_and_sees_content() {
         push_image(&with_secret, true, clock())
             .expect("image")
             .sha256,
-        before,
-        "asked-for secrets are content"
+        push_image(&with_secret, false, clock())
+            .expect("image")
+            .sha256,
+        "asked-for secrets travel"
     );
     sql(
         &file,

@@ -240,6 +240,57 @@ fn export_via_memory(
     })
 }
 
+/// The share of free pages past which a sync copy is VACUUMed after all: below it a small edit
+/// keeps the copy's page numbers (a VACUUM renumbers every page after the first freed one, and
+/// every page naming a moved one changes with it); above it the copy would carry more zeroed
+/// pages than a renumbering costs once.
+pub const SYNC_COPY_MAX_FREE_SHARE: f64 = 0.25;
+
+/// The sync copy of an open user database (§9.3, issue 38): what a push sends an origin, with the
+/// live file's page numbers kept, so a small edit changes few pages of it.
+///
+/// Stripped as an export is (secrets emptied unless `options` keeps them, foreign tables dropped),
+/// with `secure_delete` on so the deleted cells and freed pages are zeroed where they lie, then
+/// every range of free space zeroed, so no byte of a deleted row, secret or not, travels. It is
+/// VACUUMed only when more than [`SYNC_COPY_MAX_FREE_SHARE`] of its pages are free. The result
+/// is a valid SQLite file a hub accepts as it is: its validation finds no free space to zero.
+pub fn sync_copy_bytes(
+    db: &mut UserDb,
+    options: ExportOptions,
+) -> Result<(Vec<u8>, ExportReport), ExportError> {
+    let image = db.to_bytes()?;
+    let source_version = open::user_version(db.connection())?;
+    let mut conn = memory_connection(&image)
+        .map_err(|refusal| ExportError::Source(OpenError::from(refusal)))?;
+    drop(image);
+    db.interrupt().install(&mut conn)?;
+    let (secrets_removed, tables_dropped) = strip(&conn, options, true)?;
+    let pages: i64 = conn.pragma_query_value(None, "page_count", |row| row.get(0))?;
+    let vacuumed = freelist_count(&conn)? as f64 > pages as f64 * SYNC_COPY_MAX_FREE_SHARE;
+    if vacuumed {
+        conn.execute_batch("VACUUM")?;
+    }
+    let mut bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
+    crate::scrub::scrub_free_space_in_place(&mut bytes).map_err(ExportError::Scrub)?;
+    let size = bytes.len() as u64;
+    if size > MAX_USERDB_BYTES {
+        return Err(ExportError::TooLarge {
+            size,
+            max: MAX_USERDB_BYTES,
+        });
+    }
+    Ok((
+        bytes,
+        ExportReport {
+            bytes: size,
+            secrets_removed,
+            tables_dropped,
+            vacuumed,
+            source_version,
+        },
+    ))
+}
+
 /// Exports an open user database to bytes (plaintext; sealing for a protected file is the
 /// caller's choice, and a sealed export must not be labelled `application/x-sqlite3`).
 ///

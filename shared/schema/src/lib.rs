@@ -143,7 +143,10 @@ pub use error::{
     AppError, ChatError, DocError, ExportError, Hostility, ImportError, KvError, Malformation,
     OpenError, SaveError, ShapeProblem,
 };
-pub use export::{ExportOptions, ExportReport, export_bytes, export_file};
+pub use export::{
+    ExportOptions, ExportReport, SYNC_COPY_MAX_FREE_SHARE, export_bytes, export_file,
+    sync_copy_bytes,
+};
 pub use import::{
     ApprovedGrant, DroppedConnection, DroppedContract, ImportBaseline, ImportOptions, ImportReport,
     RequirementProblem, check_requirement, derive_allowed_hosts, https_url_host, import,

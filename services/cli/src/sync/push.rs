@@ -60,14 +60,15 @@ pub(super) fn push(
     let (
         snug_restore::PushImage {
             bytes: image,
-            sha256: hash,
+            sha256: image_sha256,
+            content_hash: hash,
         },
         sealed,
     ) = export_for_push(file, include_secrets, args, limits)?;
     // A personal origin receives a protected file as it is protected (§11.3): the push image
     // resealed in FILE's own container, header and slots unchanged and a fresh payload IV, so
     // both secrets open it there. A hub holds the secrets-stripped plaintext, and a personal
-    // origin plaintext only when asked. The gate's hash stays the plaintext image's, so a
+    // origin plaintext only when asked. The gate's hash stays the plaintext content's, so a
     // reseal (a new IV every time) is never mistaken for a change.
     let was_protected = sealed.is_some();
     let (image, protected) = match sealed {
@@ -94,6 +95,7 @@ pub(super) fn push(
     let synced = state.at(&identity).cloned();
     let plan = decide::push(&PushFacts {
         content_hash: &hash,
+        image_sha256: &image_sha256,
         synced: synced.as_ref(),
         head: head.as_ref(),
         force,
@@ -290,7 +292,7 @@ pub(super) fn push(
             "restoredFrom": restored_from,
             "origin": identity.as_str(),
             "length": image.len(),
-            "sha256": hash,
+            "sha256": image_sha256,
             "forced": force && overwritten.is_some(),
             "recorded": !backup,
             "protected": protected,

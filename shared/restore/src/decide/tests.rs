@@ -30,8 +30,9 @@ fn synced(revision: &str, digit: char) -> OriginState {
     }
 }
 
-/// `now`: the file's content digit; `synced`: (revision, content digit) of its record; `head`:
-/// (revision, content digit) of the origin's head; `flags`: `f` force, `r` restore.
+/// `now`: the file's content digit (and its image's); `synced`: (revision, content digit) of its
+/// record; `head`: (revision, content digit) of the origin's head; `flags`: `f` force, `r`
+/// restore.
 #[track_caller]
 fn check(
     now: char,
@@ -40,11 +41,26 @@ fn check(
     flags: &str,
     expect: Expect,
 ) {
-    let content_hash = content(now);
+    check_image(now, now, synced_at, head_at, flags, expect);
+}
+
+/// [`check`] with the digit of the image the push would send apart from the content's: the sync
+/// copy's bytes depend on the file's history, not only on its content (issue 38).
+#[track_caller]
+fn check_image(
+    now: char,
+    image: char,
+    synced_at: Option<(&str, char)>,
+    head_at: Option<(&str, char)>,
+    flags: &str,
+    expect: Expect,
+) {
+    let (content_hash, image_sha256) = (content(now), content(image));
     let synced = synced_at.map(|(r, d)| synced(r, d));
     let head = head_at.map(|(r, d)| head(r, d));
     let plan = push(&PushFacts {
         content_hash: &content_hash,
+        image_sha256: &image_sha256,
         synced: synced.as_ref(),
         head: head.as_ref(),
         force: flags.contains('f'),
@@ -192,5 +208,36 @@ fn both_changed_is_a_divergence_that_only_force_overrides() {
         Some(("r2-y", 'c')),
         "f",
         expect![[r#"Push { base: Some("r2-y"), kind: Overwrite { overwritten: "r2-y" } }"#]],
+    );
+}
+
+#[test]
+fn the_origin_already_holds_the_image_or_the_export_of_the_content() {
+    // The bytes this push would send are the head (a push whose answer was lost).
+    check_image(
+        'b',
+        'c',
+        Some(("r1-x", 'a')),
+        Some(("r2-y", 'c')),
+        "",
+        expect![[r#"AlreadyAtOrigin { revision: "r2-y" }"#]],
+    );
+    // The head is the export of this content, as an earlier release pushed it.
+    check_image(
+        'b',
+        'c',
+        Some(("r1-x", 'a')),
+        Some(("r2-y", 'b')),
+        "",
+        expect![[r#"AlreadyAtOrigin { revision: "r2-y" }"#]],
+    );
+    // Neither: the origin moved on and the file changed too.
+    check_image(
+        'b',
+        'c',
+        Some(("r1-x", 'a')),
+        Some(("r2-y", 'd')),
+        "",
+        expect![[r#"Refuse(Diverged { head: "r2-y", synced: Some("r1-x") })"#]],
     );
 }

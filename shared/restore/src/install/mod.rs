@@ -184,7 +184,9 @@ struct Local {
     db: UserDb,
     /// The push gate's hash of the local copy.
     content_hash: String,
-    /// The local copy's export (what a push would send): the pages a delta pull rebuilds the
+    /// The SHA-256 of [`Local::export`], what a push of the local copy would send.
+    export_sha256: String,
+    /// The local copy's sync copy (what a push would send): the pages a delta pull rebuilds the
     /// revision from (issue 21). Secrets-free, like the revisions it is compared with.
     export: Vec<u8>,
     /// `Some` for a protected local copy: its container (header and wrapped keys kept) and the
@@ -314,15 +316,14 @@ fn open_local(
         Ok((db, _)) => db,
         Err(source) => return Err(RestoreError::Unreadable { path: read, source }),
     };
-    let export = gate::export_of(&mut db, false)?;
-    let content_hash = export.sha256;
-    let export = export.bytes;
+    let image = gate::image_of(&mut db, false)?;
     Ok(Local {
         read,
         identity,
         db,
-        content_hash,
-        export,
+        content_hash: image.content_hash,
+        export_sha256: image.sha256,
+        export: image.bytes,
         seal,
     })
 }
@@ -424,11 +425,14 @@ pub fn prepare_unlocking(
             local_changes,
         }));
     }
-    // Local changes that already equal the origin's bytes are not lost by installing them.
+    // Local changes that already equal the origin's bytes are not lost by installing them: the
+    // revision is what a push of the local copy sends, or (pushed by a release before issue 38)
+    // its canonical export.
     let replaces_local_changes = local_changes
-        && local
-            .as_ref()
-            .is_some_and(|l| l.content_hash != snapshot.sha256_hex());
+        && local.as_ref().is_some_and(|l| {
+            let head = snapshot.sha256_hex();
+            l.export_sha256 != head && l.content_hash != head
+        });
     let mut destination = destination.to_owned();
     let mut sidecar = sidecar;
     let mut beside = None;
