@@ -5,6 +5,7 @@
 //! is this bench binary again with [`CHILD`] set: it starts `snug_e2e::Hub` on loopback, prints
 //! its URL and serves until its stdin closes. The CPU time of either process is its `utime` and
 //! `stime` from `/proc/<pid>/stat`, which count every thread it ever ran, exited ones included.
+//! The link relay (`link.rs`) is started the same way.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -15,7 +16,7 @@ use std::{
 use snug_e2e::{Hub, Options};
 
 /// Set in the child's environment: serve a hub instead of running the benchmark.
-const CHILD: &str = "SNUG_BENCH_DELTA_HUB";
+pub(crate) const CHILD: &str = "SNUG_BENCH_DELTA_HUB";
 
 /// The per-user quota: the user database's own cap, so every image of the run fits.
 const QUOTA: u64 = snug_schema::MAX_USERDB_BYTES;
@@ -50,27 +51,29 @@ pub(crate) fn serve_if_child() -> bool {
     true
 }
 
-/// The hub child, stopped (stdin closed, then waited for) when dropped.
-pub(crate) struct ChildHub {
+/// A child process of this binary (the hub, the link relay) that printed its URL, stopped
+/// (stdin closed, then waited for) when dropped.
+pub(crate) struct Spawned {
     child: Child,
     stdin: Option<ChildStdin>,
     pub(crate) url: String,
 }
 
-impl ChildHub {
-    pub(crate) fn start() -> Self {
+impl Spawned {
+    /// Starts this binary again with `role` set to `value` in its environment.
+    pub(crate) fn start(role: &str, value: &str) -> Self {
         let exe = std::env::current_exe().expect("current exe");
         let mut child = Command::new(exe)
-            .env(CHILD, "1")
+            .env(role, value)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("hub child");
+            .expect("child");
         let mut url = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut url)
-            .expect("hub url");
-        assert!(url.starts_with("http://127.0.0.1:"), "hub said {url:?}");
+            .expect("child's url");
+        assert!(url.starts_with("http://127.0.0.1:"), "{role} said {url:?}");
         let stdin = child.stdin.take();
         Self {
             child,
@@ -79,13 +82,13 @@ impl ChildHub {
         }
     }
 
-    /// The CPU time the hub has used so far.
+    /// The CPU time the child has used so far.
     pub(crate) fn cpu(&self) -> Duration {
         cpu_of(&format!("/proc/{}/stat", self.child.id()))
     }
 }
 
-impl Drop for ChildHub {
+impl Drop for Spawned {
     fn drop(&mut self) {
         drop(self.stdin.take());
         let _ = self.child.wait();
