@@ -31,6 +31,8 @@
 //! | `SNUG_BENCH_CHILD`, `SNUG_BENCH_FILE` | internal: the container bench's child process and its input |
 //! | `SNUG_BENCH_DIR` | revstore bench: where its stores are made (default: the temp dir) |
 //! | `SNUG_BENCH_BIG_GET_ROUNDS` | gateway bench: rounds of the 64 MiB GET row |
+//! | `SNUG_BENCH_LINK` | delta bench: `1` times the pushes over an emulated 100 Mbit/s, 20 ms RTT link |
+//! | `SNUG_BENCH_DELTA_HUB`, `SNUG_BENCH_DELTA_LINK` | internal: the delta bench's hub and link-relay child processes |
 //!
 //! # Design notes
 //!

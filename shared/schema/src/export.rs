@@ -258,15 +258,53 @@ pub fn sync_copy_bytes(
     db: &mut UserDb,
     options: ExportOptions,
 ) -> Result<(Vec<u8>, ExportReport), ExportError> {
+    copy_bytes(db, options, Layout::Kept)
+}
+
+/// Exports an open user database to bytes (plaintext; sealing for a protected file is the
+/// caller's choice, and a sealed export must not be labelled `application/x-sqlite3`).
+///
+/// The image is copied into a scratch in-memory database, stripped and VACUUMed there: the
+/// serialized image carries the source's free pages, which may hold old secret bytes, and
+/// VACUUM rebuilds the file from live records only. The result has its free space zeroed.
+pub fn export_bytes(
+    db: &mut UserDb,
+    options: ExportOptions,
+) -> Result<(Vec<u8>, ExportReport), ExportError> {
+    copy_bytes(db, options, Layout::Compacted)
+}
+
+/// How a copy's pages are laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// VACUUMed: live records only, renumbered from the first page (an export).
+    Compacted,
+    /// The source's page numbers, VACUUMed only past [`SYNC_COPY_MAX_FREE_SHARE`] free (a sync
+    /// copy); deletions run under `secure_delete` so they leave zeros where they were.
+    Kept,
+}
+
+/// The stripped copy of `db` in `layout`, with its free space zeroed.
+fn copy_bytes(
+    db: &mut UserDb,
+    options: ExportOptions,
+    layout: Layout,
+) -> Result<(Vec<u8>, ExportReport), ExportError> {
     let image = db.to_bytes()?;
     let source_version = open::user_version(db.connection())?;
     let mut conn = memory_connection(&image)
         .map_err(|refusal| ExportError::Source(OpenError::from(refusal)))?;
     drop(image);
+    // The copy's VACUUM is the longest step of an export: it stops with the database's own work.
     db.interrupt().install(&mut conn)?;
-    let (secrets_removed, tables_dropped) = strip(&conn, options, true)?;
-    let pages: i64 = conn.pragma_query_value(None, "page_count", |row| row.get(0))?;
-    let vacuumed = freelist_count(&conn)? as f64 > pages as f64 * SYNC_COPY_MAX_FREE_SHARE;
+    let (secrets_removed, tables_dropped) = strip(&conn, options, layout == Layout::Kept)?;
+    let vacuumed = match layout {
+        Layout::Compacted => true,
+        Layout::Kept => {
+            let pages: i64 = conn.pragma_query_value(None, "page_count", |row| row.get(0))?;
+            freelist_count(&conn)? as f64 > pages as f64 * SYNC_COPY_MAX_FREE_SHARE
+        }
+    };
     if vacuumed {
         conn.execute_batch("VACUUM")?;
     }
@@ -286,46 +324,6 @@ pub fn sync_copy_bytes(
             secrets_removed,
             tables_dropped,
             vacuumed,
-            source_version,
-        },
-    ))
-}
-
-/// Exports an open user database to bytes (plaintext; sealing for a protected file is the
-/// caller's choice, and a sealed export must not be labelled `application/x-sqlite3`).
-///
-/// The image is copied into a scratch in-memory database, stripped and VACUUMed there: the
-/// serialized image carries the source's free pages, which may hold old secret bytes, and
-/// VACUUM rebuilds the file from live records only. The result has its free space zeroed.
-pub fn export_bytes(
-    db: &mut UserDb,
-    options: ExportOptions,
-) -> Result<(Vec<u8>, ExportReport), ExportError> {
-    let image = db.to_bytes()?;
-    let source_version = open::user_version(db.connection())?;
-    let mut conn = memory_connection(&image)
-        .map_err(|refusal| ExportError::Source(OpenError::from(refusal)))?;
-    drop(image);
-    // The copy's VACUUM is the longest step of an export: it stops with the database's own work.
-    db.interrupt().install(&mut conn)?;
-    let (secrets_removed, tables_dropped) = strip(&conn, options, false)?;
-    conn.execute_batch("VACUUM")?;
-    let mut bytes = conn.serialize(rusqlite::MAIN_DB)?.to_vec();
-    crate::scrub::scrub_free_space_in_place(&mut bytes).map_err(ExportError::Scrub)?;
-    let size = bytes.len() as u64;
-    if size > MAX_USERDB_BYTES {
-        return Err(ExportError::TooLarge {
-            size,
-            max: MAX_USERDB_BYTES,
-        });
-    }
-    Ok((
-        bytes,
-        ExportReport {
-            bytes: size,
-            secrets_removed,
-            tables_dropped,
-            vacuumed: true,
             source_version,
         },
     ))

@@ -213,31 +213,26 @@ fn both_changed_is_a_divergence_that_only_force_overrides() {
 
 #[test]
 fn the_origin_already_holds_the_image_or_the_export_of_the_content() {
-    // The bytes this push would send are the head (a push whose answer was lost).
-    check_image(
-        'b',
-        'c',
-        Some(("r1-x", 'a')),
-        Some(("r2-y", 'c')),
-        "",
-        expect![[r#"AlreadyAtOrigin { revision: "r2-y" }"#]],
-    );
-    // The head is the export of this content, as an earlier release pushed it.
-    check_image(
-        'b',
-        'c',
-        Some(("r1-x", 'a')),
-        Some(("r2-y", 'b')),
-        "",
-        expect![[r#"AlreadyAtOrigin { revision: "r2-y" }"#]],
-    );
-    // Neither: the origin moved on and the file changed too.
-    check_image(
-        'b',
-        'c',
-        Some(("r1-x", 'a')),
-        Some(("r2-y", 'd')),
-        "",
-        expect![[r#"Refuse(Diverged { head: "r2-y", synced: Some("r1-x") })"#]],
-    );
+    // The file's content is 'b' and the image a push would send 'c'; the origin moved from
+    // 'a' (where the file synced) to a head of this digit.
+    for (head, expect) in [
+        // The bytes this push would send (a push whose answer was lost).
+        ('c', expect![[r#"AlreadyAtOrigin { revision: "r2-y" }"#]]),
+        // The export of this content, as a release before issue 38 pushed it.
+        ('b', expect![[r#"AlreadyAtOrigin { revision: "r2-y" }"#]]),
+        // Neither: the origin moved on and the file changed too.
+        (
+            'd',
+            expect![[r#"Refuse(Diverged { head: "r2-y", synced: Some("r1-x") })"#]],
+        ),
+    ] {
+        check_image(
+            'b',
+            'c',
+            Some(("r1-x", 'a')),
+            Some(("r2-y", head)),
+            "",
+            expect,
+        );
+    }
 }
