@@ -754,3 +754,36 @@ async fn a_pull_into_a_protected_file_without_a_secret_says_none_was_supplied() 
     );
     assert_eq!(std::fs::read(&protected).expect("read"), before);
 }
+
+/// A file another program has open in WAL mode, with a committed change still in its log: a push
+/// of its bytes on disk would send the file without that change, so it is refused (exit 7) and
+/// nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_with_changes_in_its_write_ahead_log_is_not_pushed() {
+    let root = tempfile::tempdir().expect("dir");
+    let stick = dir_origin(root.path(), "stick").await;
+    let a = device(root.path(), "a");
+    let a_s = a.display().to_string();
+    let conn = rusqlite::Connection::open(&a).expect("open");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+         INSERT OR REPLACE INTO snug_settings (key, value) VALUES ('theme', '\"in the log\"');",
+    )
+    .expect("a change in the log");
+    let before = files(Path::new(&stick));
+    let (code, json) = snug(&["sync", "push", &a_s, "--origin", &stick], &[]).await;
+    assert_eq!(
+        (code, json["error"]["code"].clone()),
+        (7, "FILE_IN_USE".into()),
+        "{json}"
+    );
+    assert_eq!(files(Path::new(&stick)), before, "nothing was sent");
+    drop(conn);
+    let (code, json) = snug(&["sync", "push", &a_s, "--origin", &stick], &[]).await;
+    assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
+    assert_eq!(
+        theme(&Path::new(&stick).join("user.snug")).as_deref(),
+        Some("\"in the log\""),
+        "the origin has the change"
+    );
+}

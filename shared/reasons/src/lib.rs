@@ -137,8 +137,9 @@ pub enum Exit {
     /// `snug sync`: the origin and the local file both changed since the last sync (or another
     /// device won a race). Nothing was overwritten; pull, or repeat with `--force`.
     Diverged = 6,
-    /// `snug sync`: another `snug sync` is working on the same file right now. Nothing was
-    /// done; run it again once that one has finished.
+    /// `snug sync`: another `snug sync` is working on the same file right now, or another
+    /// program has it open in WAL mode with changes not yet in it. Nothing was done; run it
+    /// again once that one has finished.
     Busy = 7,
     /// An OUT to be replaced is a protected (SNUGENC1) file and `--replace-protected` was not
     /// given (§11.2 rule 7). Nothing was written.
@@ -326,6 +327,7 @@ pub const ALL: &[&Reason] = &[
     &restore::DIGEST_MISMATCH,
     &restore::RESEAL_FAILED,
     &restore::DESTINATION_CHANGED,
+    &restore::FILE_IN_USE,
     &restore::PUSH_STATE_NOT_WRITTEN,
     &restore::SYNC_IN_PROGRESS,
     &restore::SYNC_ORIGIN_EMPTY,

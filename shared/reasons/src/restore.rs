@@ -91,6 +91,12 @@ pub const DESTINATION_CHANGED: Reason = restore(
     Exit::Other,
     "the destination changed during the install; nothing was replaced",
 );
+/// Another program has the file open in WAL mode with changes not yet in it; nothing was done.
+pub const FILE_IN_USE: Reason = restore(
+    "FILE_IN_USE",
+    Exit::Busy,
+    "another program has the file open in WAL mode with changes not yet in it; nothing was done",
+);
 /// The file was installed but its push state could not be recorded.
 pub const PUSH_STATE_NOT_WRITTEN: Reason = restore(
     "PUSH_STATE_NOT_WRITTEN",
@@ -180,6 +186,7 @@ pub const DOMAIN: Domain = Domain {
         &DIGEST_MISMATCH,
         &RESEAL_FAILED,
         &DESTINATION_CHANGED,
+        &FILE_IN_USE,
         &PUSH_STATE_NOT_WRITTEN,
         &SYNC_IN_PROGRESS,
         &SYNC_ORIGIN_EMPTY,

@@ -184,6 +184,25 @@ pub enum RestoreError {
         /// The file that changed.
         path: PathBuf,
     },
+    /// Another program has the file open in WAL mode, with changes in its write-ahead log that
+    /// are not in the file yet: replacing the file under it would lose them, and that program
+    /// (or the next one to open the file) would write them into the new one. Nothing was done.
+    #[error(
+        "{} is open in WAL mode with changes not yet in the file ({} bytes in {}); close the \
+         program that has it open (or run sqlite3 on it with PRAGMA wal_checkpoint(TRUNCATE)) \
+         and run the command again; nothing was changed",
+        path.display(),
+        wal_bytes,
+        wal.display()
+    )]
+    InUse {
+        /// The user database.
+        path: PathBuf,
+        /// Its write-ahead log.
+        wal: PathBuf,
+        /// The log's length.
+        wal_bytes: u64,
+    },
     /// A local file operation failed.
     #[error("cannot {action} {}", path.display())]
     Io {
@@ -240,6 +259,7 @@ impl RestoreError {
             | RestoreError::LocalContainer { source, .. } => container_reason(source),
             RestoreError::Reseal(_) => &snug_reasons::restore::RESEAL_FAILED,
             RestoreError::DestinationChanged { .. } => &snug_reasons::restore::DESTINATION_CHANGED,
+            RestoreError::InUse { .. } => &snug_reasons::restore::FILE_IN_USE,
             RestoreError::Io { .. } => &snug_reasons::cli::IO,
             RestoreError::Secrets(err) => err.reason(),
             RestoreError::Storage(_) => &snug_reasons::cli::STORAGE,

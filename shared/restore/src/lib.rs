@@ -110,7 +110,7 @@ pub use error::{GateError, RestoreError};
 pub use gate::{PushImage, canonical_export, content_hash, push_image};
 pub use install::{
     Downloaded, Installed, Options, Plan, Prepared, Progress, Restored, Unlock, UpToDate, prepare,
-    prepare_unlocking, restore,
+    prepare_unlocking, refuse_in_use, restore,
 };
 #[cfg(feature = "hub")]
 pub use origin::HubOrigin;

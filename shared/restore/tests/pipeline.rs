@@ -965,3 +965,41 @@ fn an_earlier_releases_sidecar_counts_only_where_its_revision_and_hash_match() {
         run(&elsewhere, &dest, &Selector::Current, Options::default())
     });
 }
+
+/// A file another program has open in WAL mode, with a committed change still in its log: its
+/// bytes on disk are not its content, and a file put in its place would get the log's frames
+/// written into it by the next connection. Refused, with everything left as it was.
+#[test]
+fn a_file_open_in_wal_mode_with_changes_in_its_log_is_not_replaced() {
+    let mut origin = FakeOrigin::with(&[("r1-aa", image("light"))]);
+    let (dir, dest) = synced_device(&origin);
+    origin.add_revision("r2-bb", image("dark"));
+    let conn = rusqlite::Connection::open(&dest).expect("open");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+         INSERT OR REPLACE INTO snug_settings (key, value) VALUES ('theme', '\"in the log\"');",
+    )
+    .expect("a change in the log");
+    let downloads = origin.downloads.get();
+    for options in [
+        Options::default(),
+        Options {
+            force: true,
+            ..Options::default()
+        },
+    ] {
+        assert_untouched(dir.path(), "FILE_IN_USE", || {
+            run(&origin, &dest, &Selector::Current, options)
+        });
+    }
+    assert_eq!(
+        origin.downloads.get(),
+        downloads,
+        "refused before downloading"
+    );
+    // Once the program is done with it, the change is in the file, and seen as one.
+    drop(conn);
+    assert_untouched(dir.path(), "DIVERGED", || {
+        run(&origin, &dest, &Selector::Current, Options::default())
+    });
+}

@@ -57,6 +57,8 @@ pub(super) fn push(
             "--plaintext-to-origin is for directory origins: a hub origin always holds the secrets-stripped plaintext (§11.3)",
         ));
     }
+    // Bytes read past a write-ahead log that holds changes are not the file SQLite sees.
+    snug_restore::refuse_in_use(file).map_err(|err| restore_failure(&origin.name(), err))?;
     let (
         snug_restore::PushImage {
             bytes: image,

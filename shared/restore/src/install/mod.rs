@@ -123,6 +123,7 @@ fn observe(path: &Path) -> Result<Option<Observed>, RestoreError> {
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(io_error("read", path)(err)),
     };
+    refuse_in_use(path)?;
     let meta = file.metadata().map_err(io_error("read", path))?;
     if meta.is_dir() {
         return Err(RestoreError::IsDirectory {
@@ -141,6 +142,26 @@ fn observe(path: &Path) -> Result<Option<Observed>, RestoreError> {
         sha256: Sha256::digest(&bytes).into(),
     };
     Ok(Some(Observed { identity, bytes }))
+}
+
+/// Refuses a file another program has open in WAL mode with a log that holds frames: its bytes
+/// alone are not what SQLite reads (a push would send the file without those changes), and a
+/// file installed over it would get those frames written into it by the next connection. An
+/// empty or absent log is no one's change.
+pub fn refuse_in_use(path: &Path) -> Result<(), RestoreError> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = PathBuf::from(wal);
+    match fs::metadata(&wal) {
+        Ok(meta) if meta.len() > 0 => Err(RestoreError::InUse {
+            path: path.to_owned(),
+            wal,
+            wal_bytes: meta.len(),
+        }),
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(io_error("read", &wal)(err)),
+    }
 }
 
 /// The sidecar as it was seen: where it was read from and its raw bytes.
