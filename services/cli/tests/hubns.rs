@@ -1004,3 +1004,33 @@ fn every_writer_refuses_protected_newer_and_foreign_files_untouched() {
         "LOCKED",
     );
 }
+
+/// A writer refuses FILE while another program has it open in WAL mode with changes in its log:
+/// replacing it would lose them, and that program would write them into the new file.
+#[test]
+fn a_writer_leaves_a_file_with_changes_in_its_write_ahead_log_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = new_file(dir.path());
+    let conn = rusqlite::Connection::open(&file).expect("open");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+         INSERT INTO snug_profile (key, value) VALUES ('displayName', '\"in the log\"');",
+    )
+    .expect("a change in the log");
+    refused(
+        &["settings", "set", p(&file), "mode", r#""byok""#],
+        &file,
+        7,
+        "FILE_IN_USE",
+    );
+    drop(conn);
+    ok(&["settings", "set", p(&file), "mode", r#""byok""#]);
+    assert_eq!(
+        query(
+            &file,
+            "SELECT value FROM snug_profile WHERE key = 'displayName'"
+        ),
+        [r#""in the log""#],
+        "the change in the log is kept"
+    );
+}

@@ -168,6 +168,10 @@ fn write<T>(
     file: &Path,
     operation: impl FnOnce(&mut UserDb) -> Result<Change<T>, Failure>,
 ) -> Result<(T, Option<u64>), Failure> {
+    // FILE's bytes without the changes in its write-ahead log are not its content, and the
+    // program holding the log would write it into the replaced file.
+    snug_restore::refuse_in_use(file)
+        .map_err(|err| Failure::of(&snug_reasons::restore::FILE_IN_USE, err.to_string()))?;
     let bytes = files::read(file)?;
     match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => {}
