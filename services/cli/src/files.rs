@@ -31,6 +31,7 @@ pub(crate) fn read_user_file(path: &Path) -> Result<(UserFile, Vec<u8>), Failure
     let given = snug_schema::resolve_given(path);
     let from = given.read.unwrap_or_else(|| path.to_owned());
     let bytes = read(&from)?;
+    let bytes = with_log(&from, bytes)?;
     let file = UserFile {
         read: from,
         write: given.write,
@@ -38,9 +39,39 @@ pub(crate) fn read_user_file(path: &Path) -> Result<(UserFile, Vec<u8>), Failure
     Ok((file, bytes))
 }
 
+/// Refuses a user file another program has open in WAL mode with changes in its log
+/// (`snug_restore::refuse_in_use`): a command that replaced it would lose them.
+pub(crate) fn not_in_use(path: &Path) -> Result<(), Failure> {
+    snug_restore::refuse_in_use(path)
+        .map_err(|err| Failure::of(&snug_reasons::restore::FILE_IN_USE, err.to_string()))
+}
+
+/// A plain user database as SQLite reads it: when another program has it open in WAL mode with
+/// changes in its log, the bytes on disk lack them, so it is read through SQLite (a read-only
+/// connection, serialized), which writes nothing to the file.
+pub(crate) fn with_log(path: &Path, bytes: Vec<u8>) -> Result<Vec<u8>, Failure> {
+    if snug_schema::detect_format(&bytes) != snug_schema::FileFormat::Sqlite
+        || snug_restore::refuse_in_use(path).is_ok()
+    {
+        return Ok(bytes);
+    }
+    snug_schema::read_through_sqlite(path).map_err(|err| {
+        Failure::of(
+            &snug_reasons::cli::STORAGE,
+            format!(
+                "cannot read {} with its write-ahead log: {err}",
+                path.display()
+            ),
+        )
+    })
+}
+
 /// Writes a user file back: atomically in place, or, when adopting, as a new `user.snug` that
-/// never replaces one created meanwhile (the legacy file is never written).
+/// never replaces one created meanwhile (the legacy file is never written). Refused while another
+/// program has it open in WAL mode with changes in its log: they would be lost, and that program
+/// would write them into the replaced file.
 pub(crate) fn write_user_file(file: &UserFile, bytes: &[u8]) -> Result<(), Failure> {
+    not_in_use(&file.write)?;
     if !file.is_adopting() {
         return write(&file.write, bytes);
     }

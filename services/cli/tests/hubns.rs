@@ -1034,3 +1034,41 @@ fn a_writer_leaves_a_file_with_changes_in_its_write_ahead_log_alone() {
         "the change in the log is kept"
     );
 }
+
+/// A reader sees what SQLite sees: the changes another program committed to the write-ahead log
+/// of FILE and not yet into it, read through SQLite, with FILE and its log left as they are.
+#[test]
+fn a_reader_sees_the_changes_in_the_write_ahead_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = new_file(dir.path());
+    let conn = rusqlite::Connection::open(&file).expect("open");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+         INSERT INTO snug_profile (key, value) VALUES ('displayName', '\"in the log\"');",
+    )
+    .expect("a change in the log");
+    let before = (
+        sha256_hex(&file),
+        sha256_hex(&dir.path().join("user.snug-wal")),
+    );
+    let got = ok(&["profile", "get", p(&file), "displayName"]);
+    assert_eq!(got["value_json"], r#""in the log""#, "{got}");
+    let out = dir.path().join("export.snug");
+    ok(&["export", p(&file), "--out", p(&out)]);
+    assert_eq!(
+        query(
+            &out,
+            "SELECT value FROM snug_profile WHERE key = 'displayName'"
+        ),
+        [r#""in the log""#]
+    );
+    assert_eq!(
+        (
+            sha256_hex(&file),
+            sha256_hex(&dir.path().join("user.snug-wal"))
+        ),
+        before,
+        "reading wrote nothing"
+    );
+    drop(conn);
+}

@@ -107,6 +107,16 @@ pub(crate) fn memory_connection(bytes: &[u8]) -> Result<Connection, Refusal> {
     Ok(conn)
 }
 
+/// The database file at `path` as SQLite reads it, the changes another program committed to its
+/// write-ahead log included: a read-only connection, serialized. Writes nothing to the file.
+pub fn read_through_sqlite(path: &Path) -> rusqlite::Result<Vec<u8>> {
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    Ok(conn.serialize(rusqlite::MAIN_DB)?.to_vec())
+}
+
 /// Runs `PRAGMA quick_check` and refuses the file unless it says `ok`.
 pub(crate) fn quick_check(conn: &Connection) -> Result<(), Refusal> {
     let first: String = conn.query_row("PRAGMA quick_check(1)", [], |row| row.get(0))?;

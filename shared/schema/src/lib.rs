@@ -133,7 +133,9 @@ pub use chat::{ChatMessage, ChatRole, ChatThread, NewChatMessage};
 pub use clock::{
     Clock, ManualClock, SteppingClock, SystemClock, format_uuid_v4, iso_timestamp, uuid_v4,
 };
-pub use db::{UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file};
+pub use db::{
+    UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file, read_through_sqlite,
+};
 pub use ddl::{
     Column, MAX_USERDB_BYTES, STORAGE_VERSION, TABLES, TableClass, TableDef, TableKind,
     VERSIONS_RETAINED, classify_table,

@@ -135,7 +135,7 @@ fn not_sqlite(file: &Path) -> Failure {
 
 /// Opens FILE for reading in memory; a protected file is unlocked with its secret.
 fn read(file: &Path, secret_args: &SecretArgs, limits: &Limits) -> Result<UserDb, Failure> {
-    let bytes = files::read(file)?;
+    let bytes = files::with_log(file, files::read(file)?)?;
     let plaintext = match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => bytes,
         FileFormat::Unknown => return Err(not_sqlite(file)),
@@ -170,8 +170,7 @@ fn write<T>(
 ) -> Result<(T, Option<u64>), Failure> {
     // FILE's bytes without the changes in its write-ahead log are not its content, and the
     // program holding the log would write it into the replaced file.
-    snug_restore::refuse_in_use(file)
-        .map_err(|err| Failure::of(&snug_reasons::restore::FILE_IN_USE, err.to_string()))?;
+    files::not_in_use(file)?;
     let bytes = files::read(file)?;
     match snug_schema::detect_format(&bytes) {
         FileFormat::Sqlite => {}
