@@ -1011,12 +1011,7 @@ fn every_writer_refuses_protected_newer_and_foreign_files_untouched() {
 fn a_writer_leaves_a_file_with_changes_in_its_write_ahead_log_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = new_file(dir.path());
-    let conn = rusqlite::Connection::open(&file).expect("open");
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
-         INSERT INTO snug_profile (key, value) VALUES ('displayName', '\"in the log\"');",
-    )
-    .expect("a change in the log");
+    let conn = with_a_change_in_its_log(&file);
     refused(
         &["settings", "set", p(&file), "mode", r#""byok""#],
         &file,
@@ -1041,12 +1036,7 @@ fn a_writer_leaves_a_file_with_changes_in_its_write_ahead_log_alone() {
 fn a_reader_sees_the_changes_in_the_write_ahead_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = new_file(dir.path());
-    let conn = rusqlite::Connection::open(&file).expect("open");
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
-         INSERT INTO snug_profile (key, value) VALUES ('displayName', '\"in the log\"');",
-    )
-    .expect("a change in the log");
+    let conn = with_a_change_in_its_log(&file);
     let before = (
         sha256_hex(&file),
         sha256_hex(&dir.path().join("user.snug-wal")),
@@ -1071,4 +1061,16 @@ fn a_reader_sees_the_changes_in_the_write_ahead_log() {
         "reading wrote nothing"
     );
     drop(conn);
+}
+
+/// Opens `file` as another program would, in WAL mode, and commits a change that stays in the
+/// log while the returned connection is open.
+fn with_a_change_in_its_log(file: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(file).expect("open");
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+         INSERT INTO snug_profile (key, value) VALUES ('displayName', '\"in the log\"');",
+    )
+    .expect("a change in the log");
+    conn
 }
