@@ -241,22 +241,10 @@ impl HubOrigin {
         let Ok(manifest) = Manifest::of(bytes, delta_page_size(bytes)) else {
             return Ok(None);
         };
-        let manifest = manifest.encode();
-        self.count_sent(manifest.len());
-        let mut response = self.send(|| {
-            self.authorize(self.agent.post(format!("{}/plan", self.revision_url(base))))
-                .header("content-type", "application/octet-stream")
-                .header("expect", "100-continue")
-                .send(&manifest[..])
-        })?;
-        let status = response.status().as_u16();
-        if status != 200 {
-            let (code, body) = self.error_code(&mut response);
-            return match delta_answer(status, &code) {
-                DeltaAnswer::WholeFile => Ok(None),
-                _ => Err(self.refused(status, &body)),
-            };
-        }
+        let url = format!("{}/plan", self.revision_url(base));
+        let Some(mut response) = self.post_delta(&url, &manifest.encode(), false)? else {
+            return Ok(None);
+        };
         let limits = Limits {
             max_length: bytes.len() as u64,
         };
@@ -266,6 +254,37 @@ impl HubOrigin {
                 detail: format!("a delta plan that does not parse: {err}"),
             })?;
         self.send_delta(bytes, base, layout)
+    }
+
+    /// POSTs `body` (a manifest) to the delta route `url`, saying whether this client rebuilds
+    /// patched pages: the 200 answer, or `None` where [`delta_answer`] says the whole file goes
+    /// instead; any other refusal is the origin's error.
+    fn post_delta(
+        &self,
+        url: &str,
+        body: &[u8],
+        patches: bool,
+    ) -> Result<Option<Response>, OriginError> {
+        self.count_sent(body.len());
+        let mut response = self.send(|| {
+            let request = self
+                .authorize(self.agent.post(url))
+                .header("content-type", "application/octet-stream")
+                .header("expect", "100-continue");
+            match patches {
+                true => request.header(PATCHES_HEADER, "1").send(body),
+                false => request.send(body),
+            }
+        })?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return Ok(Some(response));
+        }
+        let (code, text) = self.error_code(&mut response);
+        match delta_answer(status, &code) {
+            DeltaAnswer::WholeFile => Ok(None),
+            _ => Err(self.refused(status, &text)),
+        }
     }
 
     /// Sends the delta `layout` asks for (its literal pages from `bytes`) as `PUT /userdb/delta`;
@@ -340,23 +359,10 @@ impl HubOrigin {
                 (format!("{}/delta", self.url), manifest.encode())
             }
         };
-        self.count_sent(manifest.len());
         // This client rebuilds patched pages; a hub that does not know the header ignores it.
-        let mut response = self.send(|| {
-            self.authorize(self.agent.post(&url))
-                .header("content-type", "application/octet-stream")
-                .header("expect", "100-continue")
-                .header(PATCHES_HEADER, "1")
-                .send(&manifest[..])
-        })?;
-        let status = response.status().as_u16();
-        if status != 200 {
-            let (code, body) = self.error_code(&mut response);
-            return match delta_answer(status, &code) {
-                DeltaAnswer::WholeFile => Ok(None),
-                _ => Err(self.refused(status, &body)),
-            };
-        }
+        let Some(mut response) = self.post_delta(&url, &manifest, true)? else {
+            return Ok(None);
+        };
         if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
             let _ = self.error_code(&mut response);
             return Ok(None);
