@@ -41,10 +41,8 @@ async fn start_with(
 }
 
 async fn start_channel(config: ContainerConfig, runtime: snug_rpc::runtime::Runtime) -> Channel {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server_config = ServerConfig::for_tests();
-    tokio::spawn(async move {
+    snug_rpc::server::on_loopback(|listener| async move {
+        let server_config = ServerConfig::for_tests();
         serve(
             &server_config,
             &config,
@@ -53,12 +51,9 @@ async fn start_channel(config: ContainerConfig, runtime: snug_rpc::runtime::Runt
             std::future::pending(),
         )
         .await
-    });
-    Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect")
+    })
+    .await
+    .expect("start the service")
 }
 
 /// At least `len` bytes shaped as a whole SQLite database (what Protect accepts): a header

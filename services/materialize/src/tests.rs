@@ -40,11 +40,11 @@ fn runtime_vector(app: &str) -> Bytes {
 }
 
 async fn start(config: MaterializeConfig) -> Client {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server_config = ServerConfig::for_tests();
-    tokio::spawn(async move {
-        let runtime = snug_rpc::runtime::Runtime::default();
+    let channel = snug_rpc::server::on_loopback(|listener| async move {
+        let (server_config, runtime) = (
+            ServerConfig::for_tests(),
+            snug_rpc::runtime::Runtime::default(),
+        );
         serve(
             &server_config,
             &config,
@@ -53,12 +53,9 @@ async fn start(config: MaterializeConfig) -> Client {
             std::future::pending(),
         )
         .await
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    })
+    .await
+    .expect("start the service");
     MaterializeServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE)

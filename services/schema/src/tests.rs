@@ -47,10 +47,8 @@ async fn start(config: SchemaConfig) -> Client {
 
 /// [`start`], its uploads admitted against `runtime`'s budget.
 async fn start_with(config: SchemaConfig, runtime: snug_rpc::runtime::Runtime) -> Client {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let server_config = ServerConfig::for_tests();
-    tokio::spawn(async move {
+    let channel = snug_rpc::server::on_loopback(|listener| async move {
+        let server_config = ServerConfig::for_tests();
         serve(
             &server_config,
             &config,
@@ -59,12 +57,9 @@ async fn start_with(config: SchemaConfig, runtime: snug_rpc::runtime::Runtime) -
             std::future::pending(),
         )
         .await
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    })
+    .await
+    .expect("start the service");
     SchemaServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE)

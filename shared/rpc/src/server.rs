@@ -47,6 +47,27 @@ pub struct ServerConfig {
     pub service_token: Option<crate::service_token::ServiceToken>,
 }
 
+/// Starts `serve` (a service's `serve`, handed a listener on a free loopback port) in the
+/// background and connects to it: the harness the services' tests and benches start a service
+/// with, configured by [`ServerConfig::for_tests`] as their callers choose.
+pub async fn on_loopback<F, Fut, E>(
+    serve: F,
+) -> Result<tonic::transport::Channel, Box<dyn std::error::Error + Send + Sync>>
+where
+    F: FnOnce(TcpListener) -> Fut,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(serve(listener));
+    Ok(
+        tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+            .connect()
+            .await?,
+    )
+}
+
 impl ServerConfig {
     /// A configuration for tests and in-process use: loopback, generous limits.
     pub fn for_tests() -> Self {
