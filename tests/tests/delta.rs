@@ -450,3 +450,111 @@ async fn a_pull_before_the_first_push_is_404() {
         .encode();
     assert_error(&pull(&http, &token, manifest).await, 404, "NOT_FOUND");
 }
+
+/// Delta bodies travel zstd-compressed both ways (issue 38): a push sent
+/// `Content-Encoding: zstd` lands as the same delta sent as it is would, a pull that accepts
+/// `zstd` gets its delta compressed, and every delta answer says the route takes `zstd`
+/// (RFC 7694). A coding a route does not take is 415 naming the ones it does, a body that does
+/// not decode is `BODY_ENCODING_INVALID`, and neither stores anything.
+#[tokio::test]
+async fn delta_bodies_travel_zstd_both_ways_and_nothing_else_is_taken_coded() {
+    let (_hub, http, token) = started(Options::default()).await;
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = second_image(&first);
+    let wire = delta_for(&http, &token, &r1, &second).await.encode();
+    let coded = zstd::bulk::compress(&wire, 3).expect("compress");
+    let send_coded = |method: &'static str, path: &'static str, coding: &'static str, body| {
+        let (http, token) = (&http, &token);
+        let if_match = format!("\"{r1}\"");
+        async move {
+            http.send(
+                method,
+                path,
+                &[
+                    ("authorization", &bearer(token)),
+                    OCTET,
+                    ("if-match", &if_match),
+                    ("content-encoding", coding),
+                ],
+                Payload::Streamed(body, 1000),
+            )
+            .await
+        }
+    };
+    let unchanged = |revision: String| {
+        let (http, token) = (&http, &token);
+        async move {
+            assert_eq!(etag_revision(&get_userdb(http, token).await), revision);
+        }
+    };
+
+    // Refused before anything is stored: another coding, a coded whole image, a body that does
+    // not decode (cut off; not zstd at all).
+    let refused = send_coded("PUT", "/userdb/delta", "gzip", coded.clone()).await;
+    assert_error(&refused, 415, "UNSUPPORTED_CONTENT_ENCODING");
+    assert_eq!(refused.header("accept-encoding"), "zstd");
+    let whole = zstd::bulk::compress(&second, 3).expect("compress");
+    let refused = send_coded("PUT", "/userdb", "zstd", whole).await;
+    assert_error(&refused, 415, "UNSUPPORTED_CONTENT_ENCODING");
+    assert_eq!(refused.header("accept-encoding"), "identity");
+    let cut = coded[..coded.len() - 3].to_vec();
+    assert_error(
+        &send_coded("PUT", "/userdb/delta", "zstd", cut).await,
+        400,
+        "BODY_ENCODING_INVALID",
+    );
+    assert_error(
+        &send_coded("PUT", "/userdb/delta", "zstd", wire.clone()).await,
+        400,
+        "BODY_ENCODING_INVALID",
+    );
+    // 64 MiB of zeros in a few KiB: decoded a chunk at a time, and no delta.
+    let bomb = zstd::bulk::compress(&vec![0u8; 64 << 20], 19).expect("bomb");
+    let refused = send_coded("PUT", "/userdb/delta", "zstd", bomb).await;
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+    unchanged(r1.clone()).await;
+
+    // The coded push lands as the delta would.
+    let landed = send_coded("PUT", "/userdb/delta", "zstd", coded.clone()).await;
+    assert_eq!(landed.status, 204, "{:?}", landed.body);
+    assert_eq!(landed.header("accept-encoding"), "zstd");
+    let r2 = etag_revision(&landed);
+    let got = get_userdb(&http, &token).await;
+    assert_eq!(etag_revision(&got), r2);
+    assert_eq!(got.body, second, "the image landed byte for byte");
+
+    // A pull that accepts zstd gets it, with no length (it streams); one that does not, as is.
+    let pull_from_r1 = |accept: Option<&'static str>| {
+        let (http, token) = (&http, &token);
+        let path = format!("/userdb/delta?base={r1}");
+        async move {
+            let authorization = bearer(token);
+            let mut headers = vec![("authorization", authorization.as_str()), OCTET];
+            headers.extend(accept.map(|a| ("accept-encoding", a)));
+            http.send("POST", &path, &headers, Payload::Empty).await
+        }
+    };
+    let pulled = pull_from_r1(Some("gzip, zstd")).await;
+    assert_eq!(pulled.status, 200, "{:?}", pulled.body);
+    assert_eq!(pulled.header("content-encoding"), "zstd");
+    assert_eq!(pulled.header("accept-encoding"), "zstd");
+    assert!(pulled.headers.get("content-length").is_none());
+    let decoded = zstd::decode_all(&pulled.body[..]).expect("a zstd answer");
+    let plain = pull_from_r1(None).await;
+    assert!(plain.headers.get("content-encoding").is_none());
+    assert_eq!(decoded, plain.body, "the same delta, coded");
+    assert!(
+        pulled.body.len() < plain.body.len(),
+        "{} {}",
+        pulled.body.len(),
+        plain.body.len()
+    );
+    let unaccepted = pull_from_r1(Some("zstd;q=0, gzip")).await;
+    assert!(unaccepted.headers.get("content-encoding").is_none());
+    let decoded = Answer {
+        body: decoded.into(),
+        ..pulled
+    };
+    rebuilds(&decoded, &r2, &first, &second);
+}

@@ -179,3 +179,52 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
         assert_eq!(transfer(&json), (0, 0, false), "{json}");
     }
 }
+
+/// A new app version (§8.1: a version's complete HTML, here 120 KiB that compresses well)
+/// travels compressed both ways (issue 38): its literal pages cost their zstd size, not their
+/// bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_literal_pages_of_an_edit_travel_compressed_both_ways() {
+    let hub = Hub::start(Options::default()).await;
+    let token = hub.add_user("alice");
+    let env = || vec![("SNUG_TOKEN", token.clone())];
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
+    std::fs::write(&a, userdb_with_filler(2 << 20).0).expect("write");
+    sync("push", &a, &hub.url(), env()).await;
+    sync("bootstrap", &b, &hub.url(), env()).await;
+
+    let html: String = (0..3_000)
+        .map(|i| format!("<li class=\"item\" data-n=\"{i}\">row {i}</li>\n"))
+        .collect();
+    assert!(html.len() > 120 * 1024, "{}", html.len());
+    let conn = rusqlite::Connection::open(&a).expect("open");
+    conn.execute(
+        "INSERT INTO snug_settings (key, value) VALUES ('delta:html', ?1)",
+        [serde_json::Value::String(html.clone()).to_string()],
+    )
+    .expect("edit");
+    drop(conn);
+    let pushed = sync("push", &a, &hub.url(), env()).await;
+    let (sent, _, delta) = transfer(&pushed);
+    assert!(delta, "{pushed}");
+    // Sent as they are, the pages holding the row would be more than the row.
+    assert!(sent * 4 < html.len() as u64, "{sent} bytes sent: {pushed}");
+    let pulled = sync("pull", &b, &hub.url(), env()).await;
+    let (_, received, delta) = transfer(&pulled);
+    assert!(delta, "{pulled}");
+    assert!(
+        received * 4 < html.len() as u64,
+        "{received} bytes received: {pulled}"
+    );
+    assert_eq!(pulled["sha256"], pushed["sha256"]);
+    let conn = rusqlite::Connection::open(&b).expect("open");
+    let value: String = conn
+        .query_row(
+            "SELECT value FROM snug_settings WHERE key = 'delta:html'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the row");
+    assert_eq!(value, serde_json::Value::String(html).to_string());
+}

@@ -217,6 +217,14 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"snug\""),
             );
         }
+        // RFC 7694: a refused coding names the ones taken; the delta routes' middleware says
+        // `zstd` over this (encoding.rs), every other route takes none.
+        if snug_reasons::gateway::UNSUPPORTED_CONTENT_ENCODING == *self.code {
+            headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         if let Some(revision) = &self.revision
             && let Some(value) = etag::header_value(revision)
         {

@@ -175,6 +175,7 @@ pub mod backend;
 pub mod config;
 pub mod connections;
 pub mod cors;
+pub mod encoding;
 pub mod error;
 pub mod etag;
 pub mod linger;

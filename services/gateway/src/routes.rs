@@ -12,7 +12,9 @@ use axum::{
     Json, Router,
     body::Body,
     extract::{FromRequestParts, MatchedPath, Path, RawQuery, State, rejection::PathRejection},
+    handler::Handler as _,
     http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts},
+    middleware::from_fn,
     response::{IntoResponse, Response},
     routing::MethodRouter,
 };
@@ -25,6 +27,7 @@ use crate::{
     auth::Via,
     backend::{Caller, Precondition},
     config::AuthMode,
+    encoding,
     error::ApiError,
     etag::{self, Condition},
     session,
@@ -84,9 +87,12 @@ fn add(
         ("/userdb/revisions/{rev}", "get") => route.get(get_revision),
         ("/userdb/revisions/{rev}", "head") => route.head(get_revision),
         ("/userdb/revisions/{rev}/restore", "post") => route.post(restore_revision),
-        ("/userdb/revisions/{rev}/plan", "post") => route.post(plan_delta),
-        ("/userdb/delta", "put") => route.put(put_delta),
-        ("/userdb/delta", "post") => route.post(pull_delta),
+        // The delta routes take and give zstd bodies (encoding.rs).
+        ("/userdb/revisions/{rev}/plan", "post") => {
+            route.post(plan_delta.layer(from_fn(encoding::delta_codings)))
+        }
+        ("/userdb/delta", "put") => route.put(put_delta.layer(from_fn(encoding::delta_codings))),
+        ("/userdb/delta", "post") => route.post(pull_delta.layer(from_fn(encoding::delta_codings))),
         ("/userdb/apps/{appId}/export", "get") => route.get(export_app),
         ("/auth/session", "post") => route.post(start_session),
         ("/auth/logout", "post") => route.post(logout),

@@ -13,6 +13,8 @@
 //! the idle timeout of each piece, not by the deadline of the call that follows, and by the
 //! process's pace (`snug_rpc::pace`): a body that falls behind the minimum rate after its grace
 //! is refused the same way, so a client dripping a large declared body holds nothing for long.
+//! A body in a content coding the route takes (`encoding.rs`: zstd on the delta routes) is
+//! decoded as it is read; the idle timeout and the pace hold for the bytes as sent.
 
 use std::time::Duration;
 
@@ -27,7 +29,11 @@ use http_body_util::BodyExt as _;
 use snug_rpc::{chunks::CHUNK_SIZE, pace::Paced};
 use tokio::sync::watch;
 
-use crate::{AppState, error::ApiError};
+use crate::{
+    AppState,
+    encoding::{Coding, Inflate, TakesZstd, request_coding},
+    error::ApiError,
+};
 
 /// Small frames are gathered into pieces of at least this much before they go on (a message per
 /// 16 KiB frame would cost the service a decode and an allocation each).
@@ -38,14 +44,40 @@ const FLUSH_AFTER: Duration = Duration::from_millis(100);
 
 /// The body of a request, not yet read.
 pub struct Upload {
-    body: Body,
+    source: Source,
     /// Bytes read ahead ([`Upload::leading`]), first in [`Upload::chunks`].
     read: BytesMut,
-    /// `Content-Length`, when the client declared one.
+    /// The decoded body's length, when the client declared one (a coded body's is unknown).
     pub declared: Option<u64>,
+}
+
+/// Where a body's bytes come from: the request, within the idle timeout and the pace (both of
+/// the bytes as sent), decoded when coded.
+struct Source {
+    body: Body,
     idle: Duration,
     /// The body's progress against the pace, from when its headers arrived.
     paced: Paced,
+    inflate: Option<Inflate>,
+}
+
+impl Source {
+    /// The next bytes of the body; `None` at its end.
+    async fn next(&mut self) -> Result<Option<Bytes>, ApiError> {
+        let Some(inflate) = &mut self.inflate else {
+            return next_frame(&mut self.body, self.idle, &mut self.paced).await;
+        };
+        loop {
+            let decoded = inflate.take(CHUNK_SIZE)?;
+            if !decoded.is_empty() {
+                return Ok(Some(decoded));
+            }
+            match next_frame(&mut self.body, self.idle, &mut self.paced).await? {
+                Some(sent) => inflate.give(sent),
+                None => return inflate.finish().map(|()| None),
+            }
+        }
+    }
 }
 
 impl<S> FromRequest<S> for Upload
@@ -57,12 +89,20 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let (parts, body) = request.into_parts();
         octet_stream(&parts.headers)?;
+        let takes_zstd = parts.extensions.get::<TakesZstd>().is_some();
+        let (declared, inflate) = match request_coding(&parts.headers, takes_zstd)? {
+            Coding::Identity => (declared_length(&parts.headers), None),
+            Coding::Zstd => (None, Some(Inflate::new()?)),
+        };
         Ok(Self {
-            body,
+            source: Source {
+                body,
+                idle: state.as_ref().settings.upload_idle_timeout,
+                paced: Paced::start(state.as_ref().upload_pace),
+                inflate,
+            },
             read: BytesMut::new(),
-            declared: declared_length(&parts.headers),
-            idle: state.as_ref().settings.upload_idle_timeout,
-            paced: Paced::start(state.as_ref().upload_pace),
+            declared,
         })
     }
 }
@@ -111,7 +151,7 @@ impl Upload {
     /// of the leading bytes before anything is sent on; they stay first in [`Upload::chunks`].
     pub async fn leading(&mut self, n: usize) -> Result<&[u8], ApiError> {
         while self.read.len() < n {
-            match next_frame(&mut self.body, self.idle, &mut self.paced).await? {
+            match self.source.next().await? {
                 Some(data) => self.read.extend_from_slice(&data),
                 None => break,
             }
@@ -122,32 +162,25 @@ impl Upload {
     /// The body as pieces of at most [`CHUNK_SIZE`], with the watch of its health.
     pub fn chunks(self) -> (impl Stream<Item = Bytes> + Send + 'static, BodyWatch) {
         let (tx, rx) = watch::channel(State::Streaming);
-        let idle = self.idle;
-        let paced = self.paced;
         let stream = futures::stream::unfold(
-            Some((self.body, self.read, tx, paced)),
+            Some((self.source, self.read, tx)),
             move |state| async move {
-                let (mut body, mut gathered, tx, mut paced) = state?;
+                let (mut source, mut gathered, tx) = state?;
                 loop {
                     if gathered.len() >= GATHER {
                         let piece = piece(&mut gathered);
-                        return Some((piece, Some((body, gathered, tx, paced))));
+                        return Some((piece, Some((source, gathered, tx))));
                     }
                     // Bytes gathered go on once the client pauses: the service holds the upload
                     // to the same pace, and must see what arrived when it arrived.
                     let next = if gathered.is_empty() {
-                        next_frame(&mut body, idle, &mut paced).await
+                        source.next().await
                     } else {
-                        let waited = tokio::time::timeout(
-                            FLUSH_AFTER,
-                            next_frame(&mut body, idle, &mut paced),
-                        )
-                        .await;
-                        match waited {
+                        match tokio::time::timeout(FLUSH_AFTER, source.next()).await {
                             Ok(next) => next,
                             Err(_) => {
                                 let piece = piece(&mut gathered);
-                                return Some((piece, Some((body, gathered, tx, paced))));
+                                return Some((piece, Some((source, gathered, tx))));
                             }
                         }
                     };
@@ -164,7 +197,7 @@ impl Upload {
                                 // The last piece goes out; the next poll ends the stream.
                                 return Some((piece, None));
                             }
-                            return Some((piece, Some((body, gathered, tx, paced))));
+                            return Some((piece, Some((source, gathered, tx))));
                         }
                         Err(err) => {
                             let _ = tx.send(State::Failed(err));

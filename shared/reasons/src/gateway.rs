@@ -40,6 +40,14 @@ pub const UNSUPPORTED_MEDIA_TYPE: Reason = gateway(
     "a `PUT /userdb` body that is not `application/octet-stream`",
 );
 
+/// A request body in a content coding the route does not take (RFC 7694: the answer's
+/// `Accept-Encoding` says which it takes).
+pub const UNSUPPORTED_CONTENT_ENCODING: Reason = gateway(
+    "UNSUPPORTED_CONTENT_ENCODING",
+    http(415, "UNSUPPORTED_CONTENT_ENCODING", false),
+    "a request body in a `Content-Encoding` the route does not take (only the delta routes take `zstd`)",
+);
+
 /// No such route.
 pub const NO_ROUTE: Reason = gateway("NO_ROUTE", http(404, "NOT_FOUND", false), "no such route");
 
@@ -89,6 +97,13 @@ pub const BODY_INCOMPLETE: Reason = gateway(
     "a request body that stopped arriving (idle timeout) or broke off",
 );
 
+/// A coded request body that does not decode.
+pub const BODY_ENCODING_INVALID: Reason = gateway(
+    "BODY_ENCODING_INVALID",
+    http(400, "BODY_ENCODING_INVALID", false),
+    "a `Content-Encoding: zstd` body that is not zstd, ends inside a frame, or asks for a window over 8 MiB",
+);
+
 /// A service answered with something the gateway cannot use (a bug on one side).
 pub const BAD_GATEWAY: Reason = gateway(
     "BAD_GATEWAY",
@@ -121,6 +136,7 @@ pub const DOMAIN: Domain = Domain {
         &UNAUTHENTICATED,
         &CSRF_REJECTED,
         &UNSUPPORTED_MEDIA_TYPE,
+        &UNSUPPORTED_CONTENT_ENCODING,
         &NO_ROUTE,
         &METHOD_NOT_ALLOWED,
         &SERVICE_UNAVAILABLE,
@@ -128,6 +144,7 @@ pub const DOMAIN: Domain = Domain {
         &MISDIRECTED_REQUEST,
         &BAD_REQUEST,
         &BODY_INCOMPLETE,
+        &BODY_ENCODING_INVALID,
         &BAD_GATEWAY,
         &NOT_DEPLOYED,
         &RATE_LIMITED,

@@ -21,7 +21,10 @@
 //! rebuilds the revision from it, checked against the revision's SHA-256. A hub
 //! without those routes (404, 405), a base it no longer keeps (`DELTA_BASE_GONE`) or any other
 //! `DELTA_*` refusal falls back to the whole file, as does a delta that does not rebuild the
-//! revision. [`Origin::traffic`] counts the body bytes either way.
+//! revision. Delta bodies travel zstd-compressed (issue 38): every delta request says
+//! `Accept-Encoding: zstd`, and a delta push is sent `Content-Encoding: zstd` until the hub
+//! refuses the coding (a 415, or `DELTA_INVALID` from a hub older than it), then as it is.
+//! [`Origin::traffic`] counts the body bytes as sent, either way.
 //!
 //! Who the origin is: a Snug hub states the caller's origin identity in a `Snug-Origin` header on
 //! every answer about the image (its store and the authenticated user, issue 35), kept from the
@@ -73,11 +76,20 @@ pub struct HubOrigin {
     sent: AtomicU64,
     received: AtomicU64,
     went_delta: AtomicBool,
+    /// Whether a delta push goes zstd-compressed: until the hub refuses the coding.
+    zstd_push: AtomicBool,
     /// Who the hub is, from its last answer about the user's image.
     identity: Mutex<Option<OriginId>>,
     /// How long to wait for a hub that answers 429, in all, before giving up.
     rate_limit_patience: Duration,
 }
+
+/// The content coding of delta bodies both ways (issue 38): literal pages travel compressed.
+const ZSTD: &str = "zstd";
+/// zstd's default level, which keeps the window within RFC 9659's 8 MiB.
+const ZSTD_LEVEL: i32 = 3;
+/// The largest window a hub's `zstd` answer may use: 2^23 = 8 MiB (RFC 9659 §3).
+const ZSTD_WINDOW_LOG_MAX: u32 = 23;
 
 /// The header in which a Snug hub states the caller's origin identity (issue 35).
 pub(crate) const ORIGIN_HEADER: &str = "snug-origin";
@@ -141,6 +153,7 @@ impl HubOrigin {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             went_delta: AtomicBool::new(false),
+            zstd_push: AtomicBool::new(true),
             identity: Mutex::new(None),
             rate_limit_patience: Duration::from_secs(30),
         }
@@ -222,6 +235,48 @@ impl HubOrigin {
         Ok(body)
     }
 
+    /// Reads a delta route's answer of at most `limit` bytes once decoded: the body as sent is
+    /// counted, and decoded when the hub sent it `zstd` (a window over RFC 9659's 8 MiB, a frame
+    /// cut off, or more than `limit` bytes is an answer that does not decode).
+    fn read_delta_body(&self, response: &mut Response, limit: u64) -> Result<Vec<u8>, OriginError> {
+        let coded = match Self::header(response, "content-encoding").map(str::trim) {
+            None | Some("identity") => false,
+            Some(coding) if coding.eq_ignore_ascii_case(ZSTD) => true,
+            Some(other) => {
+                return Err(OriginError::BadResponse {
+                    detail: format!("a delta answer in Content-Encoding {other}, not asked for"),
+                });
+            }
+        };
+        // zstd's worst case for incompressible input is a few bytes per 128 KiB block.
+        let sent = if coded {
+            limit + limit / 64 + 1024
+        } else {
+            limit
+        };
+        let body = self.read_body(response, sent)?;
+        if !coded {
+            return Ok(body);
+        }
+        let undecodable = |detail: String| OriginError::BadResponse {
+            detail: format!("a zstd delta answer that does not decode: {detail}"),
+        };
+        let mut decoder =
+            zstd::stream::read::Decoder::new(&body[..]).map_err(|e| undecodable(e.to_string()))?;
+        decoder
+            .window_log_max(ZSTD_WINDOW_LOG_MAX)
+            .map_err(|e| undecodable(e.to_string()))?;
+        let mut decoded = Vec::new();
+        (&mut decoder)
+            .take(limit + 1)
+            .read_to_end(&mut decoded)
+            .map_err(|e| undecodable(e.to_string()))?;
+        if decoded.len() as u64 > limit {
+            return Err(undecodable(format!("more than {limit} bytes")));
+        }
+        Ok(decoded)
+    }
+
     /// The JSON `code` of an error answer (its body read and counted), and the body.
     fn error_code(&self, response: &mut Response) -> (String, String) {
         let body = self
@@ -248,7 +303,7 @@ impl HubOrigin {
         let limits = Limits {
             max_length: bytes.len() as u64,
         };
-        let layout = self.read_body(&mut response, limits.max_layout_len())?;
+        let layout = self.read_delta_body(&mut response, limits.max_layout_len())?;
         let layout =
             Layout::parse_plan(&layout, &limits).map_err(|err| OriginError::BadResponse {
                 detail: format!("a delta plan that does not parse: {err}"),
@@ -270,6 +325,7 @@ impl HubOrigin {
             let request = self
                 .authorize(self.agent.post(url))
                 .header("content-type", "application/octet-stream")
+                .header("accept-encoding", ZSTD)
                 .header("expect", "100-continue");
             match patches {
                 true => request.header(PATCHES_HEADER, "1").send(body),
@@ -287,8 +343,9 @@ impl HubOrigin {
         }
     }
 
-    /// Sends the delta `layout` asks for (its literal pages from `bytes`) as `PUT /userdb/delta`;
-    /// `None` on a `DELTA_*` refusal, so the caller falls back.
+    /// Sends the delta `layout` asks for (its literal pages from `bytes`) as `PUT /userdb/delta`,
+    /// zstd-compressed unless this hub refused the coding; `None` on a `DELTA_*` refusal, so the
+    /// caller falls back.
     fn send_delta(
         &self,
         bytes: &[u8],
@@ -296,31 +353,50 @@ impl HubOrigin {
         layout: Layout,
     ) -> Result<Option<Pushed>, OriginError> {
         let delta = Delta::build(layout, bytes, None).encode();
-        self.count_sent(delta.len());
-        let mut response = self.send(|| {
-            self.authorize(self.agent.put(format!("{}/delta", self.url)))
-                .header("content-type", "application/octet-stream")
-                .header("expect", "100-continue")
-                .header("if-match", format!("\"{base}\""))
-                .send(&delta[..])
-        })?;
-        let status = response.status().as_u16();
-        if matches!(status, 200 | 201 | 204) {
-            let _ = self.read_body(&mut response, 64 * 1024);
-            let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
-                detail: "an accepted write without an ETag".to_owned(),
+        loop {
+            let compressed = self
+                .zstd_push
+                .load(Ordering::Relaxed)
+                .then(|| zstd::bulk::compress(&delta, ZSTD_LEVEL).ok())
+                .flatten();
+            let body = compressed.as_deref().unwrap_or(&delta);
+            self.count_sent(body.len());
+            let mut response = self.send(|| {
+                let request = self
+                    .authorize(self.agent.put(format!("{}/delta", self.url)))
+                    .header("content-type", "application/octet-stream")
+                    .header("expect", "100-continue")
+                    .header("if-match", format!("\"{base}\""));
+                match compressed {
+                    Some(_) => request.header("content-encoding", ZSTD).send(body),
+                    None => request.send(body),
+                }
             })?;
-            self.went_delta.store(true, Ordering::Relaxed);
-            return Ok(Some(Pushed::Accepted { revision }));
-        }
-        let etag = Self::etag(&response);
-        let (code, body) = self.error_code(&mut response);
-        match delta_answer(status, &code) {
-            DeltaAnswer::Conflict => Ok(Some(Pushed::Conflict {
-                current: current_revision(etag, &body),
-            })),
-            DeltaAnswer::WholeFile => Ok(None),
-            DeltaAnswer::Taken | DeltaAnswer::Refused => Err(self.refused(status, &body)),
+            let status = response.status().as_u16();
+            if matches!(status, 200 | 201 | 204) {
+                let _ = self.read_body(&mut response, 64 * 1024);
+                let revision = Self::etag(&response).ok_or_else(|| OriginError::BadResponse {
+                    detail: "an accepted write without an ETag".to_owned(),
+                })?;
+                self.went_delta.store(true, Ordering::Relaxed);
+                return Ok(Some(Pushed::Accepted { revision }));
+            }
+            let etag = Self::etag(&response);
+            let (code, body) = self.error_code(&mut response);
+            // A hub that does not take the coding (a 415, or a hub older than it, which reads
+            // the compressed bytes as a delta) is sent the delta as it is, once.
+            if compressed.is_some() && (status == 415 || snug_reasons::sync::DELTA_INVALID == *code)
+            {
+                self.zstd_push.store(false, Ordering::Relaxed);
+                continue;
+            }
+            return match delta_answer(status, &code) {
+                DeltaAnswer::Conflict => Ok(Some(Pushed::Conflict {
+                    current: current_revision(etag, &body),
+                })),
+                DeltaAnswer::WholeFile => Ok(None),
+                DeltaAnswer::Taken | DeltaAnswer::Refused => Err(self.refused(status, &body)),
+            };
         }
     }
 
@@ -370,7 +446,7 @@ impl HubOrigin {
         let limits = Limits {
             max_length: snapshot.size.max(1),
         };
-        let body = self.read_body(&mut response, limits.max_delta_len())?;
+        let body = self.read_delta_body(&mut response, limits.max_delta_len())?;
         let image = Delta::parse(&body, &limits, local.len() as u64)
             .and_then(|delta| delta.assemble(local))
             .ok()

@@ -794,6 +794,14 @@ class UnsupportedMediaType(InvalidArgumentError):
     CODE = None
 
 
+class UnsupportedContentEncoding(InvalidArgumentError):
+    """UNSUPPORTED_CONTENT_ENCODING (415): a request body in a Content-Encoding the route does not
+    take (only the delta routes take zstd; the answer's Accept-Encoding says which)."""
+
+    REASON = "UNSUPPORTED_CONTENT_ENCODING"
+    CODE = None
+
+
 class MethodNotAllowed(UnimplementedError):
     """METHOD_NOT_ALLOWED (405): the route exists but not for this method."""
 
@@ -821,6 +829,14 @@ class BadRequest(InvalidArgumentError):
     """BAD_REQUEST (400): a malformed request the gateway refuses before any service sees it."""
 
     REASON = "BAD_REQUEST"
+    CODE = None
+
+
+class BodyEncodingInvalid(InvalidArgumentError):
+    """BODY_ENCODING_INVALID (400): a Content-Encoding: zstd body that is not zstd, ends inside a
+    frame, or asks for a window over 8 MiB; nothing was stored."""
+
+    REASON = "BODY_ENCODING_INVALID"
     CODE = None
 
 
