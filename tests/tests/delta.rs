@@ -5,7 +5,7 @@
 //! hostile delta without storing anything. Every answer is also checked against the OpenAPI
 //! document (`Http::send`).
 
-use snug_delta::{Delta, Layout, Limits, Manifest, Run, Source, page_ids};
+use snug_delta::{Delta, Layout, Limits, Manifest, Run, Source, Sparse, page_ids};
 use snug_e2e::{
     Answer, Http, Hub, OCTET, Options, Payload, assert_error, assert_stale_revision, bearer,
     etag_revision, get_userdb, put_userdb, userdb_with_filler,
@@ -557,4 +557,101 @@ async fn delta_bodies_travel_zstd_both_ways_and_nothing_else_is_taken_coded() {
         ..pulled
     };
     rebuilds(&decoded, &r2, &first, &second);
+}
+
+/// A client that knows nothing of the hub's pages learns them for kilobytes (issue 38): a
+/// summary sent to a revision's plan route is answered with that revision's manifest sparse
+/// against it, which expands to the revision's whole manifest; a pull then names the revision
+/// and sends its file sparse against it. A sparse manifest whose hashes are not the revision's
+/// is refused, not guessed at.
+#[tokio::test]
+async fn a_summary_learns_a_revisions_pages_for_kilobytes_both_ways() {
+    let (_hub, http, token) = started(Options::default()).await;
+    // 8 MiB: 32 groups of 64 pages, of which the edit touches two or three.
+    let first = userdb_with_filler(8 << 20).0;
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = second_image(&first);
+    let shaped = |image: &[u8]| Manifest::with_shapes(image, PAGE).expect("manifest");
+    let (mine, theirs) = (shaped(&second), shaped(&first));
+    let pages = u64::from(mine.geometry.pages());
+
+    // Push: the client holds `second` and learns r1's pages from a summary of its own.
+    let summary = Sparse::summary(&mine, 64).encode();
+    assert!(summary.len() * 200 < second.len(), "{}", summary.len());
+    let answered = plan(&http, &token, &r1, summary).await;
+    assert_eq!(answered.status, 200, "{:?}", answered.body);
+    let sparse = Sparse::parse(&answered.body, &limits()).expect("a sparse manifest");
+    assert!(
+        sparse.pages_in_full() * 8 < pages,
+        "{} of {pages}",
+        sparse.pages_in_full()
+    );
+    assert!(answered.body.len() * 5 < theirs.encode().len());
+    assert_eq!(sparse.expand(&mine).expect("expands"), theirs);
+    let layout = snug_delta::plan(&mine, &theirs.source());
+    let r2 = lands(
+        &http,
+        &token,
+        &r1,
+        Delta::build(layout, &second, None).encode(),
+        &second,
+    )
+    .await;
+
+    // Pull: a device holding `first` as no revision it knows learns r2's pages, then names r2
+    // and sends its file sparse against them.
+    let answered = plan(&http, &token, &r2, Sparse::summary(&theirs, 64).encode()).await;
+    let learnt = Sparse::parse(&answered.body, &limits())
+        .expect("a sparse manifest")
+        .expand(&theirs)
+        .expect("expands");
+    assert_eq!(learnt, mine);
+    let sparse = Sparse::against(&theirs, &Sparse::summary(&learnt, 64)).encode();
+    assert!(sparse.len() * 5 < theirs.encode().len(), "{}", sparse.len());
+    let pull_from_r2 = |body: Vec<u8>| {
+        let (http, token) = (&http, &token);
+        let path = format!("/userdb/delta?base={r2}");
+        async move {
+            http.send(
+                "POST",
+                &path,
+                &[
+                    ("authorization", &bearer(token)),
+                    OCTET,
+                    ("snug-delta-patches", "1"),
+                ],
+                Payload::Whole(body),
+            )
+            .await
+        }
+    };
+    let pulled = pull_from_r2(sparse).await;
+    rebuilds(&pulled, &r2, &first, &second);
+    assert!(
+        pulled.body.len() * 20 < second.len(),
+        "{}",
+        pulled.body.len()
+    );
+
+    // Hashes that are not r2's (the summary of another image, against r2): refused.
+    let other = shaped(&edited(
+        &first,
+        "INSERT INTO snug_settings (key, value) VALUES ('x', '1')",
+    ));
+    let lying = Sparse::summary(&other, 64).encode();
+    assert_error(&pull_from_r2(lying).await, 400, "DELTA_INVALID");
+    // With a base, a plain manifest is not the file: refused.
+    assert_error(&pull_from_r2(theirs.encode()).await, 400, "DELTA_INVALID");
+    // A summary against a base that is gone, like any plan.
+    assert_error(
+        &plan(
+            &http,
+            &token,
+            "r9-0123456789abcdef",
+            Sparse::summary(&mine, 64).encode(),
+        )
+        .await,
+        409,
+        "DELTA_BASE_GONE",
+    );
 }

@@ -8,13 +8,15 @@
 //! table, one chat message appended, one new app version of 100 KiB HTML. For each, measured in
 //! body bytes each way through `snug_restore::HubOrigin` (the client `snug sync` uses):
 //!
-//! - a delta push as the CLI makes it (the base's page ids kept) and one after a plan round;
-//! - a delta pull by a file that is the base revision, and by one that is no revision (its
-//!   manifest sent instead);
+//! - a delta push as the CLI makes it (the base's page ids kept) and one that first learns the
+//!   base's pages from a summary (a sparse manifest) of its own;
+//! - a delta pull by a file that is the base revision, and by one that is no revision (it learns
+//!   the revision's pages from a summary and sends its own sparse against them);
 //! - the whole-file PUT and GET, and `rsync --stats --no-whole-file` moving the new export onto
 //!   the old one (total bytes sent and received);
 //! - against issue 38's targets: every edit but the new version ≤ 64 KiB each way (stretch
-//!   16 KiB) and ≤ 0.05× rsync; the new version ≤ 1.2× its HTML row compressed by `zstd -3`.
+//!   16 KiB) and ≤ 0.05× rsync; the new version ≤ 1.2× its HTML row compressed by `zstd -3`;
+//!   a sync that knew nothing of the hub's pages ≤ 0.5× rsync.
 //!
 //! Then the page identity of each new export against the old one (same page number, anywhere,
 //! and what the delta plan makes of it), and the delta push against the whole PUT: wall time and
@@ -57,7 +59,8 @@ const ROUNDS: usize = 5;
 const EACH_WAY: u64 = 64 << 10;
 const EACH_WAY_STRETCH: u64 = 16 << 10;
 const OF_RSYNC: f64 = 0.05;
-/// A pull's fallback (by a file that is no revision): at most this times rsync (issue 38 point 2).
+/// A sync that knew nothing of the hub's pages (a push without the base's page ids, a pull by a
+/// file that is no revision): at most this times rsync (issue 38 point 2).
 const FALLBACK_OF_RSYNC: f64 = 0.5;
 /// The new version: at most this times its HTML row compressed by `zstd -3`.
 const OF_ZSTD: f64 = 1.2;
@@ -215,7 +218,7 @@ struct Moved {
 }
 
 /// Whether a transfer meets the edit's byte target, said as the table prints it; a `fallback`
-/// (the pull by manifest) is held to its own target against rsync too.
+/// (a sync that first learns the hub's pages) is held to its own target against rsync too.
 fn verdict(moved: &Traffic, rsync_bytes: u64, zstd: Option<u64>, fallback: bool) -> String {
     let way = moved.sent.max(moved.received);
     let of_rsync = (moved.sent + moved.received) as f64 / rsync_bytes as f64;
@@ -342,7 +345,7 @@ fn main() {
                 assert!(back.traffic().delta, "{:?}", back.traffic());
             }
         }
-        // Without the base's page ids: the plan round sends the new image's manifest first.
+        // Without the base's page ids: the push first learns them from a summary.
         let planned = delta();
         let revision = push(&hub, &planned, new, &current, None, &mut resets);
         current = push(
@@ -356,7 +359,7 @@ fn main() {
         let old_revision = current.clone();
         current = push(&hub, &delta(), new, &current, Some(&old_pages), &mut resets);
         // Pull: a device holding `old` fetches `new`, naming the revision its file is (the
-        // CLI's case), and, for a file that is no revision, sending its manifest.
+        // CLI's case), and, for a file that is no revision, learning the revision's pages.
         let snapshot = delta().describe(&Selector::Current).expect("describe");
         let mut pulls = Vec::new();
         for revision in [Some(old_revision.as_str()), None] {
@@ -385,7 +388,7 @@ fn main() {
                 traffic: pushed.expect("a delta push"),
             },
             Moved {
-                what: "delta push (plan round)",
+                what: "delta push (summary round)",
                 traffic: planned.traffic(),
             },
             Moved {
@@ -393,7 +396,7 @@ fn main() {
                 traffic: pulls[0],
             },
             Moved {
-                what: "delta pull (manifest)",
+                what: "delta pull (no revision)",
                 traffic: pulls[1],
             },
             Moved {
@@ -432,7 +435,7 @@ fn main() {
                     traffic,
                     *rsync_bytes,
                     *zstd,
-                    *what == "delta pull (manifest)",
+                    what.ends_with("(summary round)") || what.ends_with("(no revision)"),
                 )
             } else {
                 String::new()
@@ -455,7 +458,7 @@ fn main() {
     println!(
         "Targets: every edit but the new version ≤ {} each way (stretch {}) and ≤ {OF_RSYNC}× \
          rsync (up + down); the new version ≤ {OF_ZSTD}× its HTML row compressed by zstd -3, \
-         each way; a pull by a file that is no revision ≤ {FALLBACK_OF_RSYNC}× rsync.",
+         each way; a sync that first learns the hub's pages (summary round, no revision) ≤ {FALLBACK_OF_RSYNC}× rsync.",
         kib(EACH_WAY),
         kib(EACH_WAY_STRETCH)
     );

@@ -15,6 +15,16 @@ async fn sync(
     origin: &str,
     env: Vec<(&'static str, String)>,
 ) -> serde_json::Value {
+    sync_with(command, file, origin, &[], env).await
+}
+
+async fn sync_with(
+    command: &str,
+    file: &Path,
+    origin: &str,
+    extra: &[&str],
+    env: Vec<(&'static str, String)>,
+) -> serde_json::Value {
     let args: Vec<String> = [
         "sync",
         command,
@@ -23,6 +33,7 @@ async fn sync(
         origin,
     ]
     .iter()
+    .chain(extra)
     .map(|s| (*s).to_owned())
     .collect();
     let (code, json) = tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, env))
@@ -227,4 +238,41 @@ async fn the_literal_pages_of_an_edit_travel_compressed_both_ways() {
         )
         .expect("the row");
     assert_eq!(value, serde_json::Value::String(html).to_string());
+}
+
+/// Without the base's page ids, and from a file that is no revision, a sync learns the hub's
+/// pages from a summary (issue 38): kilobytes, where the whole manifest it sent before is eight
+/// bytes a page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_that_knows_nothing_of_the_hubs_pages_learns_them_for_kilobytes() {
+    let hub = Hub::start(Options::default()).await;
+    let token = hub.add_user("alice");
+    let env = || vec![("SNUG_TOKEN", token.clone())];
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
+    std::fs::write(&a, userdb_with_filler(32 << 20).0).expect("write");
+    let first = sync("push", &a, &hub.url(), env()).await;
+    let length = first["length"].as_u64().expect("length");
+    sync("bootstrap", &b, &hub.url(), env()).await;
+    // What the whole manifest of the file would cost: eight bytes a page.
+    let manifest = length / 4096 * 8;
+
+    // A push without the base's page ids (their cache gone).
+    edit(&a, "delta:no-pages");
+    let mut pages = a.as_os_str().to_owned();
+    pages.push(".sync.pages");
+    std::fs::remove_file(&pages).expect("remove the page ids");
+    let pushed = sync("push", &a, &hub.url(), env()).await;
+    let (sent, received, delta) = transfer(&pushed);
+    assert!(delta, "{pushed}");
+    assert!(sent * 2 < manifest && received * 4 < manifest, "{pushed}");
+
+    // A pull over local changes (--force), so from a file that is no revision.
+    edit(&b, "delta:local");
+    let pulled = sync_with("pull", &b, &hub.url(), &["--force"], env()).await;
+    assert_eq!(pulled["revision"], pushed["revision"], "{pulled}");
+    let (sent, received, delta) = transfer(&pulled);
+    assert!(delta, "{pulled}");
+    assert!(sent * 4 < manifest && received * 2 < manifest, "{pulled}");
+    assert_eq!(pulled["sha256"], pushed["sha256"]);
 }

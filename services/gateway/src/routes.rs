@@ -460,7 +460,9 @@ fn conflict_in_http_words(err: ApiError, precondition: &Precondition) -> ApiErro
 
 /// `POST /userdb/revisions/{rev}/plan` (issue 21): delta push, step 1. The body is the new
 /// image's manifest; the answer is the layout that builds it from the caller's retained revision
-/// `rev`: which pages to copy from it and which to send. Stores nothing.
+/// `rev`: which pages to copy from it and which to send. For a summary (a sparse manifest) the
+/// answer is `rev`'s own manifest sparse against it, for a client that plans itself (issue 38).
+/// Stores nothing.
 async fn plan_delta(
     State(state): State<Arc<AppState>>,
     Authed(caller): Authed,
@@ -524,7 +526,8 @@ async fn put_delta(
 const PATCHES_HEADER: &str = "snug-delta-patches";
 
 /// `POST /userdb/delta` (issue 21): delta pull. The body is the manifest of the file the client
-/// has (or, with `?base=<rev>`, empty: the client's file is that retained revision); the answer is a delta that rebuilds the current image from it, with the revision as the
+/// has (or, with `?base=<rev>`, empty: the client's file is that retained revision, or its file
+/// sparse against that revision); the answer is a delta that rebuilds the current image from it, with the revision as the
 /// `ETag`. The client verifies the rebuilt image against the SHA-256 the delta carries, which
 /// is the revision's. With `Snug-Delta-Patches: 1` the delta may patch pages: against a base,
 /// any page that differs from the base's by a few bytes; against a manifest with shapes, a page

@@ -4,6 +4,10 @@
 //! A manifest is matched only against the caller's own revision it names (read with
 //! `RevStore::read_revision`, which denies exactly as a download does), never against the
 //! store's chunks, which are shared across users: no answer depends on another user's images.
+//! A sparse manifest (`snug_delta::Sparse`) asks PlanImageDelta for the base's own manifest
+//! sparse against it, so a client that knew nothing of the base learns it for a few KiB and
+//! plans itself; with a base, GetImageDelta takes one as the client's file (that revision but
+//! for the groups named in full).
 //! A delta push is assembled and written by PutImageDelta (`write.rs`); the deprecated
 //! AssembleImageDelta assembles and answers the image, storing nothing.
 //! Pages are patched only for a client that says it rebuilds them: one whose manifest carries
@@ -23,7 +27,7 @@
 //! (`Admission::shrink_to`) until the answer is sent or the write is done.
 
 use bytes::Bytes;
-use snug_delta::{Delta, Manifest, Source as Pages, page_size_of, plan};
+use snug_delta::{Delta, Manifest, Source as Pages, Sparse, page_size_of, plan};
 use snug_proto::sync::v1 as pb;
 use snug_revstore::{ImageDownload, ReadError, RevStore as _, Revision};
 use snug_rpc::{
@@ -217,35 +221,51 @@ impl SyncServer {
         let limits = limits(quota);
         let base = convert::revision(header.base_revision, "header.base_revision")?;
         let base = self.open_base(&caller, &base).await?;
-        // The manifest, the base and the plan: at most a run (13 bytes) for each page the
-        // manifest names (an id of 8 bytes or more each), so under twice the manifest.
+        // The manifest, the base and the answer: a plan has at most a run (13 bytes) for each
+        // page the manifest names (an id of 8 bytes or more each), so under twice the manifest;
+        // the base's own manifest, sparse against a summary, at most the manifest bound of the
+        // base's length.
         let beside = base
             .info
             .size
-            .saturating_add(opened.bound().saturating_mul(2));
+            .saturating_add(opened.bound().saturating_mul(2))
+            .saturating_add(
+                snug_delta::Limits {
+                    max_length: base.info.size,
+                }
+                .max_manifest_len(),
+            );
         let receiver = opened.admit(&caller.owners, beside).await?;
         let (manifest, mut admission) = receiver.into_bytes().await?;
         let manifest =
-            Manifest::parse(&manifest, &limits).map_err(|err| status::delta_error(err, quota))?;
+            Asked::parse(&manifest, &limits).map_err(|err| status::delta_error(err, quota))?;
         let info = convert::revision_info(base.info);
         let base = read_whole(base.body).await?;
-        let layout = self
+        let (encoded, pages) = self
             .pool
             .run(move |_| {
-                let theirs = Manifest::describe(
-                    &base,
-                    manifest.geometry.page_size,
-                    manifest.shapes.is_some(),
-                )?;
-                Ok(plan(&manifest, &theirs.source()))
+                let (page_size, shapes) = manifest.asks();
+                let theirs = Manifest::describe(&base, page_size, shapes)?;
+                Ok(match manifest {
+                    // The client plans itself once it knows the base's pages: the groups its
+                    // summary does not name rightly are sent in full.
+                    Asked::Sparse(summary) => {
+                        let answer = Sparse::against(&theirs, &summary);
+                        (answer.encode(), answer.pages_in_full())
+                    }
+                    Asked::Whole(manifest) => {
+                        let layout = plan(&manifest, &theirs.source());
+                        (layout.encode(), layout.literal_count())
+                    }
+                })
             })
             .await?
             .map_err(|err| status::delta_error(err, quota))?;
-        let encoded = Bytes::from(layout.encode());
+        let encoded = Bytes::from(encoded);
         admission.shrink_to(encoded.len() as u64);
         let result = pb::PlanImageDeltaResult {
             base: Some(info),
-            literal_pages: layout.literal_count(),
+            literal_pages: pages,
             size: encoded.len() as u64,
         };
         Ok(holding(
@@ -305,20 +325,21 @@ impl SyncServer {
             .saturating_add(crate::write::limits(target.size).max_delta_len());
         let receiver = opened.admit(&caller.owners, beside).await?;
         let (manifest, mut admission) = receiver.into_bytes().await?;
-        // The client's pages: named in its manifest, or its file is a revision the origin keeps.
+        // The client's pages: named in its manifest, or its file is a revision the origin keeps,
+        // or that revision but for the groups its sparse manifest names in full.
         let source = match base {
             None => Source::Manifest(
                 Manifest::parse(&manifest, &limits)
                     .map_err(|err| status::delta_error(err, quota))?,
             ),
-            Some(_) if !manifest.is_empty() => {
-                return Err(snug_rpc::status::invalid_argument(
-                    DOMAIN,
-                    "header.base_revision",
-                    "a pull names its base revision or sends its manifest, not both",
-                ));
+            Some(base) if manifest.is_empty() => {
+                Source::Base(Bytes::from(read_whole(base.body).await?))
             }
-            Some(base) => Source::Base(Bytes::from(read_whole(base.body).await?)),
+            Some(base) => {
+                let sparse = Sparse::parse(&manifest, &limits)
+                    .map_err(|err| status::delta_error(err, quota))?;
+                Source::Sparse(sparse, Bytes::from(read_whole(base.body).await?))
+            }
         };
         // The revision the head named, so what is served is what was admitted.
         let download = self
@@ -333,11 +354,18 @@ impl SyncServer {
             .run(move |_| {
                 // The revision's pages are named at the client's page size (or, against a base, the
                 // revision's own), so the client's file is the source whatever its own length.
-                let delta = match &source {
-                    Source::Manifest(theirs) => {
+                let against_manifest =
+                    |theirs: &Manifest| -> Result<Delta, snug_delta::DeltaError> {
                         let page_size = theirs.geometry.page_size;
                         let ours = Manifest::describe(&target, page_size, theirs.shapes.is_some())?;
-                        Delta::build(plan(&ours, &theirs.source()), &target, None)
+                        Ok(Delta::build(plan(&ours, &theirs.source()), &target, None))
+                    };
+                let delta = match &source {
+                    Source::Manifest(theirs) => against_manifest(theirs)?,
+                    Source::Sparse(sparse, base) => {
+                        let known =
+                            Manifest::describe(base, sparse.geometry.page_size, sparse.shaped)?;
+                        against_manifest(&sparse.expand(&known)?)?
                     }
                     Source::Base(base) => {
                         let page_size = page_size_of(&target);
@@ -376,6 +404,30 @@ impl SyncServer {
     }
 }
 
+/// What a plan is asked for: a layout for a whole manifest, or the base's pages for a summary.
+enum Asked {
+    Whole(Manifest),
+    Sparse(Sparse),
+}
+
+impl Asked {
+    fn parse(bytes: &[u8], limits: &snug_delta::Limits) -> Result<Self, snug_delta::DeltaError> {
+        if Sparse::is_sparse(bytes) {
+            Sparse::parse(bytes, limits).map(Self::Sparse)
+        } else {
+            Manifest::parse(bytes, limits).map(Self::Whole)
+        }
+    }
+
+    /// The page size and whether shapes are asked for: the base is named the same way.
+    fn asks(&self) -> (u32, bool) {
+        match self {
+            Self::Whole(m) => (m.geometry.page_size, m.shapes.is_some()),
+            Self::Sparse(s) => (s.geometry.page_size, s.shaped),
+        }
+    }
+}
+
 /// A download's bytes, whole: what a delta is matched against or built from.
 async fn read_whole(body: snug_revstore::ImageBody) -> Result<Vec<u8>, Status> {
     body.read_to_vec().await.map_err(status::storage_error)
@@ -385,6 +437,9 @@ async fn read_whole(body: snug_revstore::ImageBody) -> Result<Vec<u8>, Status> {
 enum Source {
     /// The pages the client's manifest names.
     Manifest(Manifest),
+    /// The pages of the origin's copy of a revision, but where the client's sparse manifest
+    /// names them in full.
+    Sparse(Sparse, Bytes),
     /// The origin's own copy of the revision the client's file is.
     Base(Bytes),
 }

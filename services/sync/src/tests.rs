@@ -2355,11 +2355,79 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
     }
 }
 
+/// A summary (every group by hash) is answered with the base's own manifest sparse against it,
+/// which the client expands to the base's whole manifest; a pull with a base and its file sparse
+/// against that base rebuilds the wanted revision. Hashes that are not the base's are refused.
+async fn a_summary_learns_the_bases_pages_and_a_sparse_pull_rebuilds(backend: Backend) {
+    use snug_delta::{Delta, Manifest, Sparse};
+
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let first = image(81, 0);
+    let second = delta::edited(&first, "summarized");
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("first");
+    let shaped = |image: &[u8]| Manifest::with_shapes(image, delta::PAGE).expect("manifest");
+    let (ours, theirs) = (shaped(&second), shaped(&first));
+    let limits = delta::limits();
+
+    let summary = Sparse::summary(&ours, 4).encode();
+    let (planned, answer) = delta::plan(&mut hub, "alice", &r1.revision, summary)
+        .await
+        .expect("plan");
+    let answer = Sparse::parse(&answer, &limits).expect("a sparse manifest");
+    assert_eq!(planned.literal_pages, answer.pages_in_full());
+    assert!(
+        answer.pages_in_full() > 0 && answer.pages_in_full() < u64::from(ours.geometry.pages()),
+        "{} of {} pages",
+        answer.pages_in_full(),
+        ours.geometry.pages()
+    );
+    assert_eq!(answer.expand(&ours).expect("expands"), theirs);
+    let layout = snug_delta::plan(&ours, &theirs.source());
+    let r2 = delta::put(
+        &mut hub,
+        "alice",
+        &r1.revision,
+        Delta::build(layout, &second, None).encode(),
+        None,
+    )
+    .await
+    .expect("put")
+    .revision
+    .expect("the new revision")
+    .revision;
+
+    // A device holding `first`, as no revision it names, pulls r2 by its file sparse against it.
+    let sparse = Sparse::against(&theirs, &Sparse::summary(&ours, 4));
+    let (pulled, wire) =
+        delta::pull_with(&mut hub, "alice", None, Some(&r2), true, sparse.encode())
+            .await
+            .expect("pull");
+    assert_eq!(pulled.revision.expect("revision").revision, r2);
+    let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
+    assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+
+    // Hashes that are not r2's, and a plain manifest beside a base: refused.
+    for manifest in [Sparse::summary(&theirs, 4).encode(), theirs.encode()] {
+        let refused = delta::pull_with(&mut hub, "alice", None, Some(&r2), true, manifest).await;
+        assert_refused(
+            refused,
+            Code::InvalidArgument,
+            &snug_reasons::sync::DELTA_INVALID,
+        );
+    }
+}
+
 on_every_backend_delta!(
     moved_pages_are_patched_for_clients_that_ask,
     a_delta_push_and_pull_round_trip,
     delta_refusals_are_typed_and_store_nothing,
     a_plan_reveals_nothing_about_other_users_pages,
+    a_summary_learns_the_bases_pages_and_a_sparse_pull_rebuilds,
 );
 
 async fn get_usage(hub: &mut Hub, user: &str) -> Result<pb::GetUsageResponse, Status> {

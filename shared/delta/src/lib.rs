@@ -13,6 +13,10 @@
 //!   Without that data (a [`Layout`]) it is the origin's answer to a push manifest: which pages
 //!   to copy from the base and which it lacks.
 //!
+//! A [`Sparse`] manifest names an image group by group, a group of pages by one hash where the
+//! other side holds it (`sparse.rs`): what a client that knows nothing of the hub's pages sends
+//! first, so a fallback costs kilobytes rather than eight bytes a page.
+//!
 //! A manifest may also carry each page's *shape* (`shape.rs`: the page with the fields that
 //! name other pages zeroed), which finds a page again after a row inserted early moved every
 //! later page and so rewrote every page that names one; such a page costs its fields' bytes
@@ -44,6 +48,7 @@ use sha2::{Digest as _, Sha256};
 mod delta;
 mod manifest;
 mod shape;
+mod sparse;
 #[cfg(test)]
 mod tests;
 
@@ -52,6 +57,7 @@ use delta::delta_prefix;
 #[cfg(test)]
 use manifest::PARALLEL_FROM;
 pub use manifest::{Manifest, page_ids};
+pub use sparse::{Group, GroupHash, MAX_GROUP, Sparse};
 
 /// Bytes in a [`PageId`].
 pub const ID_LEN: usize = 8;
@@ -127,10 +133,11 @@ impl Limits {
         self.max_length.div_ceil(u64::from(MIN_PAGE_SIZE))
     }
 
-    /// The largest encoded manifest these limits accept, shapes included (a transport can
-    /// refuse a bigger body before reading it).
+    /// The largest encoded manifest these limits accept, shapes included, in any form (a
+    /// transport can refuse a bigger body before reading it): a sparse one with every group in
+    /// full and one page a group is the largest, a tag byte a page over a plain one.
     pub fn max_manifest_len(&self) -> u64 {
-        MANIFEST_HEADER as u64 + self.max_pages() * 2 * ID_LEN as u64
+        sparse::SPARSE_HEADER as u64 + self.max_pages() * (2 * ID_LEN as u64 + 1)
     }
 
     /// The largest encoded layout (a push plan) these limits accept: one run per page.

@@ -294,7 +294,7 @@ fn the_manifest_bound_covers_the_largest_manifest() {
         max_length: 64 << 20,
     };
     assert_eq!(limits.max_pages(), 131_072);
-    assert_eq!(limits.max_manifest_len(), 48 + 131_072 * 16);
+    assert_eq!(limits.max_manifest_len(), 53 + 131_072 * 17);
 }
 
 /// The worst case the delta bounds must cover: every page distinct, literal, and in a run of its

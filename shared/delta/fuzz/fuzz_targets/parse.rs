@@ -1,8 +1,8 @@
-//! Fuzz target: arbitrary bytes parsed as a manifest and as a delta against sources of several sizes, and every delta that parses assembled; nothing may panic, and whatever assembles must hash to the digest it claims. The same bytes, halved, are also a source and a target whose pages are read for their shapes, planned and built with patches: the delta must rebuild the target exactly.
+//! Fuzz target: arbitrary bytes parsed as a manifest, as a sparse manifest (expanded against a known one) and as a delta against sources of several sizes, and every delta that parses assembled; nothing may panic, and whatever assembles must hash to the digest it claims. The same bytes, halved, are also a source and a target whose pages are read for their shapes, planned and built with patches: the delta must rebuild the target exactly.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use snug_delta::{Delta, Limits, Manifest, Source, plan, sha256};
+use snug_delta::{Delta, Limits, Manifest, Source, Sparse, plan, sha256};
 
 const LIMITS: Limits = Limits {
     max_length: 1 << 20,
@@ -11,6 +11,13 @@ const PAGE: u32 = 512;
 
 fuzz_target!(|data: &[u8]| {
     let _ = Manifest::parse(data, &LIMITS);
+    if let Ok(sparse) = Sparse::parse(data, &LIMITS) {
+        let known = Manifest::with_shapes(&[0x5a; 8 * 512], PAGE).expect("manifest");
+        if let Ok(expanded) = sparse.expand(&known) {
+            assert_eq!(expanded.ids.len() as u32, sparse.geometry.pages());
+            assert_eq!(Sparse::parse(&sparse.encode(), &LIMITS).as_ref(), Ok(&sparse));
+        }
+    }
     for source_len in [0u64, 512, 1500, 8 * 4096] {
         if let Ok(delta) = Delta::parse(data, &LIMITS, source_len) {
             let source = vec![0x5a; source_len as usize];

@@ -12,13 +12,18 @@
 //! current revision. What is pushed to a hub is always the secrets-stripped plain export, never a
 //! container (§11.3): a hub is not a personal origin.
 //!
-//! Delta sync (issue 21): a push with a base first asks `POST /userdb/revisions/{base}/plan`
-//! which pages the hub lacks and then sends only those, `PUT /userdb/delta` under the same
-//! `If-Match` (given the base's manifest, `push_from` makes the layout itself and skips the
-//! plan, patching the pages whose shape the base holds); a pull with a local copy asks
-//! `POST /userdb/delta` (`?base=<rev>` with no body and `Snug-Delta-Patches: 1` when the copy is
-//! a revision the hub keeps, else with the copy's manifest) for the pages that copy lacks and
-//! rebuilds the revision from it, checked against the revision's SHA-256. A hub
+//! Delta sync (issue 21): given the base's manifest, `push_from` makes the layout itself,
+//! patching the pages whose shape the base holds, and sends only the pages the hub lacks,
+//! `PUT /userdb/delta` under the same `If-Match`. Without it, a push first learns the base's
+//! pages: it sends a summary of the new image (every group of 64 pages by one hash,
+//! `snug_delta::Sparse`) to `POST /userdb/revisions/{base}/plan`, and the hub answers the base's
+//! manifest with the groups that match named by their hash (issue 38: kilobytes, where a whole
+//! manifest is eight bytes a page). A pull names the revision its copy is
+//! (`POST /userdb/delta?base=<rev>`, no body, `Snug-Delta-Patches: 1`) when the copy is one the
+//! hub keeps; otherwise it learns the wanted revision's pages the same way and sends its copy's
+//! manifest sparse against them (`?base=<wanted>`). A hub that does not take summaries (it
+//! refuses one as `DELTA_INVALID`) is sent whole manifests instead. It rebuilds the revision
+//! from the delta, checked against the revision's SHA-256. A hub
 //! without those routes (404, 405), a base it no longer keeps (`DELTA_BASE_GONE`) or any other
 //! `DELTA_*` refusal falls back to the whole file, as does a delta that does not rebuild the
 //! revision. Delta bodies travel zstd-compressed (issue 38): every delta request says
@@ -53,7 +58,7 @@ use std::{
 
 use base64::Engine as _;
 
-use snug_delta::{Delta, Layout, Limits, Manifest};
+use snug_delta::{Delta, Layout, Limits, Manifest, Sparse};
 
 /// The request header by which a pull says it rebuilds patched pages (a delta's third run
 /// kind), so a hub may send them; a hub without delta patches ignores it.
@@ -82,6 +87,20 @@ pub struct HubOrigin {
     identity: Mutex<Option<OriginId>>,
     /// How long to wait for a hub that answers 429, in all, before giving up.
     rate_limit_patience: Duration,
+}
+
+/// Pages per group of a summary: a 64 MiB database of 4 KiB pages is summarized in 2.3 KiB, and
+/// a group that differs costs 1 KiB of ids and shapes.
+const SUMMARY_GROUP: u32 = 64;
+
+/// What a summary taught about a revision's pages.
+enum Learnt {
+    /// The revision's whole manifest.
+    Pages(Manifest),
+    /// Nothing: the hub takes no summaries, or answered one wrongly; a whole manifest goes.
+    NoSummaries,
+    /// The hub cannot go by difference now (a route or base it lacks): the whole file goes.
+    WholeFile,
 }
 
 /// The content coding of delta bodies both ways (issue 38): literal pages travel compressed.
@@ -291,10 +310,28 @@ impl HubOrigin {
     }
 
     /// A push by difference from `base`; `None` when the hub cannot take one (no delta routes,
-    /// the base reclaimed, a `DELTA_*` refusal), so the caller sends the whole file.
+    /// the base reclaimed, a `DELTA_*` refusal), so the caller sends the whole file. The base's
+    /// pages are learnt from a summary of the new image's (a few KiB) and the layout made here;
+    /// a hub that does not take a summary is sent the new image's whole manifest to plan.
     fn push_delta(&self, bytes: &[u8], base: &str) -> Result<Option<Pushed>, OriginError> {
-        let Ok(manifest) = Manifest::of(bytes, delta_page_size(bytes)) else {
+        let page_size = delta_page_size(bytes);
+        let Ok(mine) = Manifest::with_shapes(bytes, page_size) else {
             return Ok(None);
+        };
+        // A base far larger than the new image is not worth learning page by page.
+        let base_limits = Limits {
+            max_length: (bytes.len() as u64).saturating_mul(2) + (64 << 20),
+        };
+        match self.learn_pages(base, &mine, &base_limits)? {
+            Learnt::Pages(base_pages) => {
+                return self.send_delta(bytes, base, snug_delta::plan(&mine, &base_pages.source()));
+            }
+            Learnt::WholeFile => return Ok(None),
+            Learnt::NoSummaries => {}
+        }
+        let manifest = Manifest {
+            shapes: None,
+            ..mine
         };
         let url = format!("{}/plan", self.revision_url(base));
         let Some(mut response) = self.post_delta(&url, &manifest.encode(), false)? else {
@@ -309,6 +346,43 @@ impl HubOrigin {
                 detail: format!("a delta plan that does not parse: {err}"),
             })?;
         self.send_delta(bytes, base, layout)
+    }
+
+    /// The whole manifest of `revision`, learnt by sending a summary of `mine` (every group of
+    /// pages by one hash) to its plan route: the hub answers the revision's manifest sparse
+    /// against it, and the groups it names by hash are `mine`'s. A hub older than summaries
+    /// refuses one as a malformed manifest.
+    fn learn_pages(
+        &self,
+        revision: &str,
+        mine: &Manifest,
+        limits: &Limits,
+    ) -> Result<Learnt, OriginError> {
+        let url = format!("{}/plan", self.revision_url(revision));
+        let summary = Sparse::summary(mine, SUMMARY_GROUP).encode();
+        self.count_sent(summary.len());
+        let mut response = self.send(|| {
+            self.authorize(self.agent.post(&url))
+                .header("content-type", "application/octet-stream")
+                .header("accept-encoding", ZSTD)
+                .header("expect", "100-continue")
+                .send(&summary[..])
+        })?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let (code, text) = self.error_code(&mut response);
+            return match delta_answer(status, &code) {
+                _ if snug_reasons::sync::DELTA_INVALID == *code => Ok(Learnt::NoSummaries),
+                DeltaAnswer::WholeFile => Ok(Learnt::WholeFile),
+                _ => Err(self.refused(status, &text)),
+            };
+        }
+        let answer = self.read_delta_body(&mut response, limits.max_manifest_len())?;
+        // An answer that is not the revision's pages against this summary is the hub's fault,
+        // not the file's: the whole manifest goes instead.
+        Ok(Sparse::parse(&answer, limits)
+            .and_then(|theirs| theirs.expand(mine))
+            .map_or(Learnt::NoSummaries, Learnt::Pages))
     }
 
     /// POSTs `body` (a manifest) to the delta route `url`, saying whether this client rebuilds
@@ -417,26 +491,56 @@ impl HubOrigin {
         self.pull_delta_with(snapshot, local.bytes, None)
     }
 
+    /// A delta pull naming the revision `local` is, or, for a file that is no revision, the
+    /// revision's pages learnt from a summary and then `local`'s sparse against them (a few KiB
+    /// each way), or at last `local`'s whole manifest for a hub that does not take summaries.
     fn pull_delta_with(
         &self,
         snapshot: &SnapshotInfo,
         local: &[u8],
         base: Option<&str>,
     ) -> Result<Option<Vec<u8>>, OriginError> {
-        let (url, manifest) = match base {
-            Some(base) => (
-                format!("{}/delta?base={}", self.url, path_segment(base)),
-                Vec::new(),
-            ),
-            None => {
-                let Ok(manifest) = Manifest::of(local, delta_page_size(local)) else {
-                    return Ok(None);
-                };
-                (format!("{}/delta", self.url), manifest.encode())
-            }
+        let delta_url = |base: &str| format!("{}/delta?base={}", self.url, path_segment(base));
+        if let Some(base) = base {
+            return self.fetch_delta(&delta_url(base), &[], snapshot, local);
+        }
+        let Ok(mine) = Manifest::with_shapes(local, delta_page_size(local)) else {
+            return Ok(None);
         };
+        let limits = Limits {
+            max_length: snapshot.size.max(1),
+        };
+        match self.learn_pages(&snapshot.revision, &mine, &limits)? {
+            Learnt::Pages(theirs) => {
+                let sparse = Sparse::against(&mine, &Sparse::summary(&theirs, SUMMARY_GROUP));
+                let url = delta_url(&snapshot.revision);
+                if let Some(image) = self.fetch_delta(&url, &sparse.encode(), snapshot, local)? {
+                    return Ok(Some(image));
+                }
+            }
+            Learnt::WholeFile => return Ok(None),
+            Learnt::NoSummaries => {}
+        }
+        let manifest = Manifest {
+            shapes: None,
+            ..mine
+        };
+        let url = format!("{}/delta", self.url);
+        self.fetch_delta(&url, &manifest.encode(), snapshot, local)
+    }
+
+    /// POSTs `body` to the pull route `url` and rebuilds the revision `snapshot` from `local`
+    /// with the delta answered: `None` when the hub cannot send one, has moved past `snapshot`,
+    /// or the delta does not rebuild it.
+    fn fetch_delta(
+        &self,
+        url: &str,
+        body: &[u8],
+        snapshot: &SnapshotInfo,
+        local: &[u8],
+    ) -> Result<Option<Vec<u8>>, OriginError> {
         // This client rebuilds patched pages; a hub that does not know the header ignores it.
-        let Some(mut response) = self.post_delta(&url, &manifest, true)? else {
+        let Some(mut response) = self.post_delta(url, body, true)? else {
             return Ok(None);
         };
         if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
