@@ -23,6 +23,9 @@
 //! CPU, medians over alternating rounds, the hub's CPU apart from the client's (the hub runs in
 //! a child process, `delta/hub.rs`), against the target of hub CPU ≤ 0.6× the whole PUT's.
 //!
+//! Last, 120 pushes of small edits (`delta/repeated.rs`): what they move and what the hub's
+//! store grows by, against the bytes of the pages they changed (target ≤ 2× each).
+//!
 //! With `SNUG_BENCH_LINK=1` the client reaches the hub over an emulated link of 100 Mbit/s and
 //! 20 ms round trip (`delta/link.rs`, which says why it is not `tc netem`), for the target of a
 //! delta push's wall time ≤ 0.1× the whole PUT's there.
@@ -37,6 +40,8 @@
 mod hub;
 #[path = "delta/link.rs"]
 mod link;
+#[path = "delta/repeated.rs"]
+mod repeated;
 #[path = "delta/shape.rs"]
 mod shape;
 
@@ -64,6 +69,9 @@ const OF_RSYNC: f64 = 0.05;
 const FALLBACK_OF_RSYNC: f64 = 0.5;
 /// The new version: at most this times its HTML row compressed by `zstd -3`.
 const OF_ZSTD: f64 = 1.2;
+/// Repeated small edits: bytes moved, and the store's growth, at most this times the bytes of the
+/// pages they changed (issue 38 point 4).
+const OF_CHANGED: f64 = 2.0;
 /// Hub CPU per delta push, at most this times the whole PUT's.
 const OF_WHOLE_CPU: f64 = 0.6;
 /// On the slow link, a delta push's wall time at most this times the whole PUT's.
@@ -163,6 +171,42 @@ fn identity(old: &[u8], new: &[u8]) -> Identity {
         literal: layout.literal_count(),
         patched: layout.patched_count(),
     }
+}
+
+/// Point 4's table: what repeated small pushes moved and stored, against the pages changed.
+fn print_repeated(r: &repeated::Repeated) {
+    let changed = r.changed_bytes();
+    println!(
+        "## Repeated small edits: {} pushes ({} by difference) of a note updated or a chat message appended, on a {:.1} MiB database",
+        r.pushes,
+        r.by_delta,
+        r.image_len as f64 / 1048576.0
+    );
+    println!();
+    println!(
+        "Pages changed, summed over the pushes: {} ({}).",
+        r.changed_pages,
+        kib(changed)
+    );
+    println!();
+    println!("| measure | bytes | / changed pages' bytes | target |");
+    println!("|---|---|---|---|");
+    let row = |what: &str, bytes: u64| {
+        let ratio = bytes as f64 / changed.max(1) as f64;
+        let met = if ratio <= OF_CHANGED { "met" } else { "missed" };
+        println!(
+            "| {what} | {} | {ratio:.2} | ≤ {OF_CHANGED}×: {met} |",
+            kib(bytes)
+        );
+    };
+    row("moved (body bytes up + down)", r.sent + r.received);
+    row("store growth on disk", r.store.1.saturating_sub(r.store.0));
+    println!();
+    println!(
+        "Store on disk: {} before, {} after.",
+        kib(r.store.0),
+        kib(r.store.1)
+    );
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -297,7 +341,8 @@ fn main() {
     );
     println!();
 
-    let hub = hub::Spawned::start(hub::CHILD, "1");
+    let store = dir.path().join("hub-store");
+    let hub = hub::Spawned::start(hub::CHILD, store.to_str().expect("a UTF-8 path"));
     let relay = on_link.then(|| {
         let address = hub.url.strip_prefix("http://").expect("http");
         hub::Spawned::start(link::CHILD, address)
@@ -420,6 +465,16 @@ fn main() {
         costs.push((*name, delta_cost.medians(), whole_cost.medians()));
         // The run ends each edit with `new` current, the next edit's `old`.
     }
+    eprintln!("measuring: {} pushes of small edits", repeated::PUSHES);
+    let last = images.last().expect("an image").clone();
+    let repeated = repeated::run(
+        &file,
+        &built,
+        &mut text,
+        (&url, &store),
+        (last, current),
+        export,
+    );
     drop(relay);
     drop(hub);
 
@@ -533,5 +588,7 @@ fn main() {
         "Targets: hub CPU per delta push ≤ {OF_WHOLE_CPU}× the whole PUT's; on a link of \
          100 Mbit/s with 20 ms RTT, a delta push's wall time ≤ {OF_WHOLE_WALL}× the whole PUT's."
     );
+    println!();
+    print_repeated(&repeated);
     std::io::stdout().flush().expect("flush");
 }

@@ -2,7 +2,7 @@
 //! one-row edit and the other device's pull move a few pages, and `--json` says how many bytes
 //! went each way; a first push, a bootstrap and a directory origin move whole files.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use snug_e2e::{Hub, Options, userdb_with_filler};
 use snug_test_support::Snug;
@@ -62,22 +62,56 @@ fn transfer(json: &serde_json::Value) -> (u64, u64, bool) {
     )
 }
 
+/// A hub, and alice's database of `filler` bytes pushed from device A and bootstrapped on B.
+struct Devices {
+    hub: Hub,
+    token: String,
+    dir: tempfile::TempDir,
+    a: PathBuf,
+    b: PathBuf,
+    /// The `--json` answers of A's first push and B's bootstrap.
+    first: serde_json::Value,
+    booted: serde_json::Value,
+}
+
+impl Devices {
+    async fn start(filler: usize) -> Self {
+        let hub = Hub::start(Options::default()).await;
+        let token = hub.add_user("alice");
+        let dir = tempfile::tempdir().expect("dir");
+        let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
+        std::fs::write(&a, userdb_with_filler(filler).0).expect("write");
+        let env = vec![("SNUG_TOKEN", token.clone())];
+        let first = sync("push", &a, &hub.url(), env.clone()).await;
+        let booted = sync("bootstrap", &b, &hub.url(), env).await;
+        Self {
+            hub,
+            token,
+            dir,
+            a,
+            b,
+            first,
+            booted,
+        }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![("SNUG_TOKEN", self.token.clone())]
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
-    let hub = Hub::start(Options::default()).await;
-    let token = hub.add_user("alice");
-    let env = || vec![("SNUG_TOKEN", token.clone())];
-    let dir = tempfile::tempdir().expect("dir");
-    let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
-    std::fs::write(&a, userdb_with_filler(2 << 20).0).expect("write");
+    let devices = Devices::start(2 << 20).await;
+    let (hub, env, dir) = (&devices.hub, || devices.env(), devices.dir.path());
+    let (a, b) = (devices.a.clone(), devices.b.clone());
+    let (first, booted) = (&devices.first, &devices.booted);
 
     // The first push and a new device's bootstrap have no base: whole files.
-    let first = sync("push", &a, &hub.url(), env()).await;
     let length = first["length"].as_u64().expect("length");
-    let (sent, _, delta) = transfer(&first);
+    let (sent, _, delta) = transfer(first);
     assert_eq!((sent, delta), (length, false), "{first}");
-    let booted = sync("bootstrap", &b, &hub.url(), env()).await;
-    let (_, received, delta) = transfer(&booted);
+    let (_, received, delta) = transfer(booted);
     assert_eq!((received, delta), (length, false), "{booted}");
 
     // Each sync keeps the page ids of the image it synced, for the next push.
@@ -166,7 +200,7 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
     );
 
     // A directory origin keeps whole files and moves nothing over a network.
-    let origin = dir.path().join("origin");
+    let origin = dir.join("origin");
     let origin = origin.display().to_string();
     let (code, _) = {
         let args = vec![
@@ -181,7 +215,7 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
             .expect("join")
     };
     assert_eq!(code, 0);
-    let c = dir.path().join("c.snug");
+    let c = dir.join("c.snug");
     std::fs::write(&c, userdb_with_filler(1 << 20).0).expect("write");
     let pushed = sync("push", &c, &format!("file://{origin}"), vec![]).await;
     edit(&c, "delta:two");
@@ -196,14 +230,9 @@ async fn push_and_pull_go_by_difference_with_a_hub_and_whole_files_otherwise() {
 /// bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_literal_pages_of_an_edit_travel_compressed_both_ways() {
-    let hub = Hub::start(Options::default()).await;
-    let token = hub.add_user("alice");
-    let env = || vec![("SNUG_TOKEN", token.clone())];
-    let dir = tempfile::tempdir().expect("dir");
-    let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
-    std::fs::write(&a, userdb_with_filler(2 << 20).0).expect("write");
-    sync("push", &a, &hub.url(), env()).await;
-    sync("bootstrap", &b, &hub.url(), env()).await;
+    let devices = Devices::start(2 << 20).await;
+    let (hub, env) = (&devices.hub, || devices.env());
+    let (a, b) = (devices.a.clone(), devices.b.clone());
 
     let html: String = (0..3_000)
         .map(|i| format!("<li class=\"item\" data-n=\"{i}\">row {i}</li>\n"))
@@ -245,15 +274,10 @@ async fn the_literal_pages_of_an_edit_travel_compressed_both_ways() {
 /// bytes a page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sync_that_knows_nothing_of_the_hubs_pages_learns_them_for_kilobytes() {
-    let hub = Hub::start(Options::default()).await;
-    let token = hub.add_user("alice");
-    let env = || vec![("SNUG_TOKEN", token.clone())];
-    let dir = tempfile::tempdir().expect("dir");
-    let (a, b) = (dir.path().join("a.snug"), dir.path().join("b.snug"));
-    std::fs::write(&a, userdb_with_filler(32 << 20).0).expect("write");
-    let first = sync("push", &a, &hub.url(), env()).await;
-    let length = first["length"].as_u64().expect("length");
-    sync("bootstrap", &b, &hub.url(), env()).await;
+    let devices = Devices::start(32 << 20).await;
+    let (hub, env) = (&devices.hub, || devices.env());
+    let (a, b) = (devices.a.clone(), devices.b.clone());
+    let length = devices.first["length"].as_u64().expect("length");
     // What the whole manifest of the file would cost: eight bytes a page.
     let manifest = length / 4096 * 8;
 

@@ -15,14 +15,16 @@ use std::{
 
 use snug_e2e::{Hub, Options};
 
-/// Set in the child's environment: serve a hub instead of running the benchmark.
+/// Set in the child's environment to the directory of the hub's sync store: serve a hub instead
+/// of running the benchmark (the parent measures the store's size on disk there).
 pub(crate) const CHILD: &str = "SNUG_BENCH_DELTA_HUB";
 
 /// The per-user quota: the user database's own cap, so every image of the run fits.
 const QUOTA: u64 = snug_schema::MAX_USERDB_BYTES;
 
-fn options() -> Options {
+fn options(store: std::path::PathBuf) -> Options {
     Options {
+        sync_dir: Some(store),
         auth: snug_gateway::config::AuthMode::Off,
         origins: vec![],
         quota_bytes: QUOTA,
@@ -34,14 +36,14 @@ fn options() -> Options {
 /// Serves a hub when this process is the child, returning once its stdin closes; `false` when
 /// this process is the benchmark.
 pub(crate) fn serve_if_child() -> bool {
-    if std::env::var_os(CHILD).is_none() {
+    let Some(store) = std::env::var_os(CHILD) else {
         return false;
-    }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let hub = runtime.block_on(Hub::start(options()));
+    let hub = runtime.block_on(Hub::start(options(store.into())));
     println!("{}", hub.url());
     std::io::stdout().flush().expect("flush");
     // The parent closes stdin when it is done (or dies): then the hub and its files go.
