@@ -655,3 +655,73 @@ async fn a_summary_learns_a_revisions_pages_for_kilobytes_both_ways() {
         "DELTA_BASE_GONE",
     );
 }
+
+/// A coded delta is admitted for what it holds (issue 36's budget, issue 38's coding): the size
+/// its zstd frame declares is told to the sync service as a plain body's `Content-Length` is,
+/// so while another user's stalled upload holds part of a small upload budget it lands, where
+/// one whose frame declares no size, admitted for the largest delta the quota allows (the whole
+/// budget), waits and is refused. Nothing is stored by the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coded_delta_is_admitted_for_the_size_its_frame_declares() {
+    use tokio::io::AsyncWriteExt as _;
+
+    let (hub, http, token) = started(Options {
+        upload_budget: Some(snug_rpc::budget::UploadBudget::new(
+            24 << 20,
+            std::time::Duration::from_millis(300),
+        )),
+        ..Options::default()
+    })
+    .await;
+    let first = first_image();
+    let r1 = etag_revision(&put_userdb(&http, &token, ("if-none-match", "*"), first.clone()).await);
+    let second = second_image(&first);
+    let wire = delta_for(&http, &token, &r1, &second).await.encode();
+    assert!(limits().max_delta_len() > 24 << 20);
+    let send = |body: Vec<u8>| {
+        let (http, token) = (&http, &token);
+        let if_match = format!("\"{r1}\"");
+        async move {
+            http.send(
+                "PUT",
+                "/userdb/delta",
+                &[
+                    ("authorization", &bearer(token)),
+                    OCTET,
+                    ("if-match", &if_match),
+                    ("content-encoding", "zstd"),
+                ],
+                Payload::Whole(body),
+            )
+            .await
+        }
+    };
+    // Bob's upload declares 4 MiB, sends 64 KiB and stalls, holding its share.
+    let bob = hub.add_user("bob");
+    let mut stalled = tokio::net::TcpStream::connect(hub.http)
+        .await
+        .expect("connect");
+    let head = format!(
+        "PUT /userdb HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {bob}\r\n\
+         content-type: application/octet-stream\r\nif-none-match: *\r\n\
+         content-length: {}\r\n\r\n",
+        hub.http,
+        4 << 20
+    );
+    stalled.write_all(head.as_bytes()).await.expect("head");
+    stalled
+        .write_all(&first[..64 << 10])
+        .await
+        .expect("some bytes");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut unsized_frame = zstd::stream::Encoder::new(Vec::new(), 3).expect("encoder");
+    unsized_frame.include_contentsize(false).expect("no size");
+    std::io::Write::write_all(&mut unsized_frame, &wire).expect("write");
+    let refused = send(unsized_frame.finish().expect("finish")).await;
+    assert_eq!(refused.status, 503, "{:?}", refused.body);
+    assert_eq!(etag_revision(&get_userdb(&http, &token).await), r1);
+    let landed = send(zstd::bulk::compress(&wire, 3).expect("compress")).await;
+    assert_eq!(landed.status, 204, "{:?}", landed.body);
+    assert_eq!(get_userdb(&http, &token).await.body, second);
+    drop(stalled);
+}

@@ -317,13 +317,13 @@ impl Backends {
         &self,
         caller: &Caller,
         precondition: &Precondition,
-        upload: Upload,
+        mut upload: Upload,
     ) -> Result<sync_pb::RevisionInfo, ApiError> {
         let header = sync_pb::PutImageRequest::header(sync_pb::PutImageHeader {
             caller: Some(caller.pb()),
             precondition: Some(precondition.pb()),
             idempotency_key: None,
-            expected_length: upload.declared,
+            expected_length: upload.declared().await?,
             quota_bytes: caller.quota_bytes,
         });
         let (body, watch) = upload.chunks();
@@ -342,13 +342,13 @@ impl Backends {
         &self,
         caller: &Caller,
         base: &str,
-        upload: Upload,
+        mut upload: Upload,
     ) -> Result<sync_pb::RevisionInfo, ApiError> {
         let header = sync_pb::PutImageDeltaRequest::header(sync_pb::PutImageDeltaHeader {
             caller: Some(caller.pb()),
             base_revision: base.to_owned(),
             idempotency_key: None,
-            expected_length: upload.declared,
+            expected_length: upload.declared().await?,
             quota_bytes: caller.quota_bytes,
         });
         let (body, watch) = upload.chunks();
@@ -366,13 +366,13 @@ impl Backends {
         &self,
         caller: &Caller,
         base: &str,
-        upload: Upload,
+        mut upload: Upload,
     ) -> Result<(u64, ImageBody), ApiError> {
         let header = sync_pb::PlanImageDeltaRequest::header(sync_pb::PlanImageDeltaHeader {
             caller: Some(caller.pb()),
             base_revision: base.to_owned(),
             quota_bytes: caller.quota_bytes,
-            expected_length: upload.declared,
+            expected_length: upload.declared().await?,
         });
         let (body, watch) = upload.chunks();
         let mut sync = self.sync.clone();
@@ -396,7 +396,7 @@ impl Backends {
         caller: &Caller,
         base: Option<&str>,
         patches: bool,
-        upload: Upload,
+        mut upload: Upload,
     ) -> Result<Option<(sync_pb::GetImageDeltaResult, ImageBody)>, ApiError> {
         let header = sync_pb::GetImageDeltaRequest::header(sync_pb::GetImageDeltaHeader {
             caller: Some(caller.pb()),
@@ -404,7 +404,7 @@ impl Backends {
             base_revision: base.map(str::to_owned),
             quota_bytes: caller.quota_bytes,
             accept_patches: patches,
-            expected_length: upload.declared,
+            expected_length: upload.declared().await?,
         });
         let (body, watch) = upload.chunks();
         let mut sync = self.sync.clone();

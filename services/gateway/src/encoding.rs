@@ -8,6 +8,10 @@
 //! answer for a client whose `Accept-Encoding` takes `zstd`, and states on every answer that the
 //! route takes `zstd` bodies (`Accept-Encoding` in a response, RFC 7694).
 //!
+//! A coded body's length is the content size its first frame declares (read from its first 18
+//! bytes as sent, [`declared_size`]), which the service is told as it is told a plain body's
+//! `Content-Length`, so a coded delta is admitted for what it holds; such a body must decode to
+//! exactly that length. A body whose frame declares none is admitted for its limit.
 //! A coded body is decoded as it arrives ([`Inflate`]), in pieces of at most one gRPC chunk, so
 //! a small body that decodes to a lot holds one chunk at a time and meets the service's own bound
 //! on what it reads; a frame may ask for RFC 9659's largest window for this coding, 8 MiB, which
@@ -177,6 +181,15 @@ impl Deflate {
     }
 }
 
+/// The most bytes a zstd frame header takes (RFC 8878 §3.1.1): what is read of a coded body to
+/// learn the size it declares.
+pub const FRAME_HEADER_MAX: usize = 18;
+
+/// The content size the zstd frame starting `head` declares, if it declares one.
+pub fn declared_size(head: &[u8]) -> Option<u64> {
+    zstd::zstd_safe::get_frame_content_size(head).ok().flatten()
+}
+
 /// A coded request body being decoded: input in as it arrives, output out in bounded pieces.
 pub struct Inflate {
     decoder: Decoder<'static>,
@@ -185,6 +198,9 @@ pub struct Inflate {
     at: usize,
     /// Whether the last input ended inside a frame.
     in_frame: bool,
+    /// Bytes decoded so far, and the length they must come to when the body declared one.
+    decoded: u64,
+    declared: Option<u64>,
 }
 
 impl Inflate {
@@ -199,7 +215,16 @@ impl Inflate {
             input: Bytes::new(),
             at: 0,
             in_frame: false,
+            decoded: 0,
+            declared: None,
         })
+    }
+
+    /// Holds the body to the length its first frame declared: the service is told it, as it is
+    /// told a plain body's `Content-Length`, so the body must decode to exactly that (one frame,
+    /// as a one-shot encoder writes it).
+    pub fn declare(&mut self, length: u64) {
+        self.declared = Some(length);
     }
 
     /// Takes the next bytes of the body, once [`Inflate::take`] has answered empty.
@@ -223,6 +248,13 @@ impl Inflate {
             }
             self.at += used;
             self.in_frame = hint != 0;
+            self.decoded += (out.len() - before) as u64;
+            if self
+                .declared
+                .is_some_and(|declared| self.decoded > declared)
+            {
+                return Err(invalid("the body decodes to more than its frame declares"));
+            }
             // Room left in the output with the input used up: the decoder gave all it had.
             if self.at == self.input.len() && out.len() < max {
                 break;
@@ -235,6 +267,12 @@ impl Inflate {
     pub fn finish(&self) -> Result<(), ApiError> {
         if self.in_frame {
             return Err(invalid("the body ended inside a zstd frame"));
+        }
+        if self
+            .declared
+            .is_some_and(|declared| self.decoded != declared)
+        {
+            return Err(invalid("the body decodes to other than its frame declares"));
         }
         Ok(())
     }

@@ -386,7 +386,7 @@ async fn put_userdb(
     // read, so a client that sent `Expect: 100-continue` never sends it. The bytes themselves
     // are held to the quota by the sync service as they arrive.
     let quota = state.backends.quota_for(&caller).await?;
-    if let Some(length) = upload.declared
+    if let Some(length) = upload.content_length()
         && length > quota
     {
         return Err(ApiError::from_reason(

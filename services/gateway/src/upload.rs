@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::{
     AppState,
-    encoding::{Coding, Inflate, TakesZstd, request_coding},
+    encoding::{Coding, FRAME_HEADER_MAX, Inflate, TakesZstd, declared_size, request_coding},
     error::ApiError,
 };
 
@@ -47,8 +47,8 @@ pub struct Upload {
     source: Source,
     /// Bytes read ahead ([`Upload::leading`]), first in [`Upload::chunks`].
     read: BytesMut,
-    /// The decoded body's length, when the client declared one (a coded body's is unknown).
-    pub declared: Option<u64>,
+    /// `Content-Length`, when the client declared one and the body is not coded.
+    content_length: Option<u64>,
 }
 
 /// Where a body's bytes come from: the request, within the idle timeout and the pace (both of
@@ -90,7 +90,7 @@ where
         let (parts, body) = request.into_parts();
         octet_stream(&parts.headers)?;
         let takes_zstd = parts.extensions.get::<TakesZstd>().is_some();
-        let (declared, inflate) = match request_coding(&parts.headers, takes_zstd)? {
+        let (content_length, inflate) = match request_coding(&parts.headers, takes_zstd)? {
             Coding::Identity => (declared_length(&parts.headers), None),
             Coding::Zstd => (None, Some(Inflate::new()?)),
         };
@@ -102,7 +102,7 @@ where
                 inflate,
             },
             read: BytesMut::new(),
-            declared,
+            content_length,
         })
     }
 }
@@ -147,6 +147,34 @@ impl BodyWatch {
 }
 
 impl Upload {
+    /// The `Content-Length` of a body as it is (refused over the quota before it is read).
+    pub fn content_length(&self) -> Option<u64> {
+        self.content_length
+    }
+
+    /// The length the body will have once decoded, when it is declared: its `Content-Length`, or
+    /// for a coded body the size its first frame declares (read from its first bytes as sent,
+    /// which are then decoded first, and held to it: `encoding.rs`).
+    pub async fn declared(&mut self) -> Result<Option<u64>, ApiError> {
+        let source = &mut self.source;
+        let Some(inflate) = &mut source.inflate else {
+            return Ok(self.content_length);
+        };
+        let mut head = BytesMut::new();
+        while head.len() < FRAME_HEADER_MAX {
+            match next_frame(&mut source.body, source.idle, &mut source.paced).await? {
+                Some(sent) => head.extend_from_slice(&sent),
+                None => break,
+            }
+        }
+        let declared = declared_size(&head);
+        if let Some(length) = declared {
+            inflate.declare(length);
+        }
+        inflate.give(head.freeze());
+        Ok(declared)
+    }
+
     /// Reads until at least `n` bytes arrived (or the body ended) and returns them, for a check
     /// of the leading bytes before anything is sent on; they stay first in [`Upload::chunks`].
     pub async fn leading(&mut self, n: usize) -> Result<&[u8], ApiError> {

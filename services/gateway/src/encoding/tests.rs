@@ -179,3 +179,32 @@ fn an_answer_encodes_to_one_frame_that_decodes_to_its_pieces() {
         plain
     );
 }
+
+#[test]
+fn a_body_is_held_to_the_size_its_frame_declares() {
+    let plain = sample(100_000);
+    let coded = zstd::bulk::compress(&plain, 3).expect("compress");
+    assert_eq!(declared_size(&coded[..FRAME_HEADER_MAX]), Some(100_000));
+    assert_eq!(declared_size(&coded[..2]), None);
+    let mut streamed = zstd::stream::Encoder::new(Vec::new(), 3).expect("encoder");
+    streamed.include_contentsize(false).expect("no size");
+    std::io::Write::write_all(&mut streamed, &plain).expect("write");
+    let streamed = streamed.finish().expect("finish");
+    assert_eq!(declared_size(&streamed), None);
+
+    let decode = |coded: &[u8], declared: u64| {
+        let mut inflate = Inflate::new()?;
+        inflate.declare(declared);
+        inflate.give(Bytes::copy_from_slice(coded));
+        while !inflate.take(1 << 20)?.is_empty() {}
+        inflate.finish()
+    };
+    decode(&coded, 100_000).expect("as declared");
+    // A second frame past the one that declared the size, or a size that is not the body's.
+    let mut two = coded.clone();
+    two.extend_from_slice(&coded);
+    for (coded, declared) in [(&two, 100_000), (&coded, 99_999), (&coded, 100_001)] {
+        let err = decode(coded, declared).expect_err("refused");
+        assert_eq!(err.code, "BODY_ENCODING_INVALID");
+    }
+}
