@@ -413,6 +413,7 @@ fn main() {
             let local = LocalCopy {
                 bytes: old,
                 revision,
+                synced: None,
             };
             origin
                 .download_from(&snapshot, Some(local), &mut sink)

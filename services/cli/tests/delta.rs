@@ -300,3 +300,63 @@ async fn a_sync_that_knows_nothing_of_the_hubs_pages_learns_them_for_kilobytes()
     assert!(sent * 4 < manifest && received * 2 < manifest, "{pulled}");
     assert_eq!(pulled["sha256"], pushed["sha256"]);
 }
+
+/// A file that is no longer byte for byte the revision it last synced as (changed since, or
+/// rewritten by its own install) is named sparse against that revision's recorded pages, in
+/// one round: no summary first, and no delta against bytes it does not hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_names_a_changed_file_sparse_against_the_revision_it_last_synced() {
+    use snug_delta::{Manifest, Sparse};
+    use snug_restore::{HubOrigin, LocalCopy, Origin as _, Selector};
+
+    let devices = Devices::start(8 << 20).await;
+    let (hub, env) = (&devices.hub, || devices.env());
+    let first = devices.first.clone();
+    let origin = snug_restore::OriginId::parse(first["origin"].as_str().expect("origin"))
+        .expect("the hub's identity");
+    let r1 = first["revision"].as_str().expect("revision").to_owned();
+    let sha1 = first["sha256"].as_str().expect("sha256").to_owned();
+    let recorded = snug_restore::push_state::load_pages(&devices.a, &origin, &r1, &sha1)
+        .expect("the pages of r1, recorded by the push");
+    edit(&devices.a, "delta:pushed");
+    sync("push", &devices.a, &hub.url(), env()).await;
+
+    // B's copy of r1 with a change of its own (the first page, say, its header).
+    let mut theirs = snug_e2e::stored_form(&std::fs::read(&devices.b).expect("b"));
+    theirs[100] ^= 1;
+    let mine = Manifest::with_shapes(&theirs, 4096).expect("manifest");
+    let sparse = Sparse::against(&mine, &Sparse::summary(&recorded, 64)).encode();
+    let token = devices.token.clone();
+    let url = hub.url();
+    let (traffic, pulled) = tokio::task::spawn_blocking(move || {
+        let origin = HubOrigin::new(&url, Some(token));
+        let snapshot = origin.describe(&Selector::Current).expect("head");
+        let mut sink = Vec::new();
+        let local = LocalCopy {
+            bytes: &theirs,
+            revision: None,
+            synced: Some((&r1, &recorded)),
+        };
+        origin
+            .download_from(&snapshot, Some(local), &mut sink)
+            .expect("pull");
+        (origin.traffic(), snug_delta::sha256(&sink))
+    })
+    .await
+    .expect("join");
+    assert!(traffic.delta, "{traffic:?}");
+    // One round: the sparse manifest is all that went up, a fraction of the whole manifest's
+    // eight bytes a page.
+    assert_eq!(traffic.sent, sparse.len() as u64, "{traffic:?}");
+    assert!(traffic.sent * 8 < ((8 << 20) / 4096) * 8, "{traffic:?}");
+    let pushed_sha = hex::decode(
+        snug_restore::push_state::load(&devices.a)
+            .expect("state")
+            .at(&origin)
+            .expect("a's record")
+            .sha256
+            .clone(),
+    )
+    .expect("hex");
+    assert_eq!(pulled.to_vec(), pushed_sha);
+}

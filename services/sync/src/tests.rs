@@ -2019,11 +2019,12 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
     let delta =
         snug_delta::Delta::parse(&wire, &delta::limits(), first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+    // With a base, a manifest is the file sparse against it (issue 38): a whole one is not.
     let both = delta::pull_from(&mut hub, "alice", None, Some(&r1.revision), theirs.encode()).await;
     assert_refused(
         both,
         Code::InvalidArgument,
-        &snug_reasons::rpc::INVALID_ARGUMENT,
+        &snug_reasons::sync::DELTA_INVALID,
     );
     let gone = delta::pull_from(
         &mut hub,

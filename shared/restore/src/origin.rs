@@ -278,9 +278,14 @@ pub trait Origin {
 pub struct LocalCopy<'a> {
     /// The secrets-free export of the local copy (what a push would send).
     pub bytes: &'a [u8],
-    /// The origin's revision these bytes are, byte for byte, when known (the push state names it
-    /// and the file has not changed since), so the origin can use its own copy of them.
+    /// The origin's revision these bytes are, when known (the push state names it and the file
+    /// has not changed since), so the origin can use its own copy of them; a delta that does
+    /// not rebuild the revision from them says they were not.
     pub revision: Option<&'a str>,
+    /// The revision this device last synced with the origin and that revision's pages as it
+    /// recorded them (`push_state::load_pages`), when known: the bytes are that revision's but
+    /// for the pages that differ, which is all a hub origin then has to name (issue 38).
+    pub synced: Option<(&'a str, &'a snug_delta::Manifest)>,
 }
 
 /// What an origin moved over the network (request and response bodies; headers not counted).

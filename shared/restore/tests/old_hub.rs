@@ -138,6 +138,7 @@ fn a_hub_without_delta_routes_gets_whole_files() {
     let local = LocalCopy {
         bytes: &image[..4096],
         revision: Some("r1-aaaa"),
+        synced: None,
     };
     origin
         .download_from(&snapshot, Some(local), &mut sink)

@@ -561,13 +561,22 @@ impl Prepared {
         // An origin that offers delta pulls rebuilds the revision from the local copy's pages
         // (issue 21); the sink checks the length and SHA-256 whichever way the bytes came.
         let synced = self.synced.as_ref();
+        // The pages of the revision this file last synced as, as they were recorded: a file
+        // changed since (or rewritten by its own install) names only the pages that differ.
+        let synced_pages = self.local.as_ref().zip(synced).and_then(|(l, s)| {
+            crate::push_state::load_pages(&l.read, &self.origin.0, &s.revision, &s.sha256)
+        });
         let local = self.local.as_ref().map(|l| LocalCopy {
             bytes: &l.export,
             // Unchanged since its last sync with this origin: the origin's copy of that revision
-            // is this file.
+            // stands for this file (where it is not byte for byte, the rebuilt image's check
+            // says so, and the pull names the file sparse against that revision's pages).
             revision: synced
                 .filter(|s| s.content_hash == l.content_hash)
                 .map(|s| s.revision.as_str()),
+            synced: synced
+                .zip(synced_pages.as_ref())
+                .map(|(s, p)| (s.revision.as_str(), p)),
         });
         let delivered = origin.download_from(&self.snapshot, local, &mut sink);
         let revision = &self.snapshot.revision;

@@ -484,36 +484,42 @@ impl HubOrigin {
     ) -> Result<Option<Vec<u8>>, OriginError> {
         // A file that is a revision the hub keeps needs no manifest: the hub's copy stands for it.
         if let Some(revision) = local.revision
-            && let Some(image) = self.pull_delta_with(snapshot, local.bytes, Some(revision))?
+            && let Some(image) =
+                self.fetch_delta(&self.delta_url(revision), &[], snapshot, local.bytes)?
         {
             return Ok(Some(image));
         }
-        self.pull_delta_with(snapshot, local.bytes, None)
+        let Ok(mine) = Manifest::with_shapes(local.bytes, delta_page_size(local.bytes)) else {
+            return Ok(None);
+        };
+        // The revision the device last synced, whose pages it recorded: the file is named
+        // sparse against them, the groups that differ in full.
+        if let Some((revision, pages)) = local.synced {
+            let sparse = Sparse::against(&mine, &Sparse::summary(pages, SUMMARY_GROUP));
+            let url = self.delta_url(revision);
+            if let Some(image) = self.fetch_delta(&url, &sparse.encode(), snapshot, local.bytes)? {
+                return Ok(Some(image));
+            }
+        }
+        self.pull_delta_learning(snapshot, local.bytes, mine)
     }
 
-    /// A delta pull naming the revision `local` is, or, for a file that is no revision, the
-    /// revision's pages learnt from a summary and then `local`'s sparse against them (a few KiB
-    /// each way), or at last `local`'s whole manifest for a hub that does not take summaries.
-    fn pull_delta_with(
+    /// A delta pull that learns the wanted revision's pages from a summary and names `local`
+    /// sparse against them (a few KiB each way), or at last sends `local`'s whole manifest (its
+    /// `mine`) to a hub that does not take summaries.
+    fn pull_delta_learning(
         &self,
         snapshot: &SnapshotInfo,
         local: &[u8],
-        base: Option<&str>,
+        mine: Manifest,
     ) -> Result<Option<Vec<u8>>, OriginError> {
-        let delta_url = |base: &str| format!("{}/delta?base={}", self.url, path_segment(base));
-        if let Some(base) = base {
-            return self.fetch_delta(&delta_url(base), &[], snapshot, local);
-        }
-        let Ok(mine) = Manifest::with_shapes(local, delta_page_size(local)) else {
-            return Ok(None);
-        };
         let limits = Limits {
             max_length: snapshot.size.max(1),
         };
         match self.learn_pages(&snapshot.revision, &mine, &limits)? {
             Learnt::Pages(theirs) => {
                 let sparse = Sparse::against(&mine, &Sparse::summary(&theirs, SUMMARY_GROUP));
-                let url = delta_url(&snapshot.revision);
+                let url = self.delta_url(&snapshot.revision);
                 if let Some(image) = self.fetch_delta(&url, &sparse.encode(), snapshot, local)? {
                     return Ok(Some(image));
                 }
@@ -527,6 +533,11 @@ impl HubOrigin {
         };
         let url = format!("{}/delta", self.url);
         self.fetch_delta(&url, &manifest.encode(), snapshot, local)
+    }
+
+    /// The pull route naming `base` as what the client's file is (or is sparse against).
+    fn delta_url(&self, base: &str) -> String {
+        format!("{}/delta?base={}", self.url, path_segment(base))
     }
 
     /// POSTs `body` to the pull route `url` and rebuilds the revision `snapshot` from `local`
