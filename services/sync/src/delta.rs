@@ -9,7 +9,9 @@
 //! plans itself; with a base, GetImageDelta takes one as the client's file (that revision but
 //! for the groups named in full).
 //! A delta push is assembled and written by PutImageDelta (`write.rs`); the deprecated
-//! AssembleImageDelta assembles and answers the image, storing nothing.
+//! AssembleImageDelta assembles and answers the image, storing nothing. A push's base is read
+//! with `RevStore::read_base`, which keeps the addresses its chunks were checked against, so
+//! the write stores only what the base lacks (issue 38 point 3: `RevStore::put_derived`).
 //! Pages are patched only for a client that says it rebuilds them: one whose manifest carries
 //! shapes, or a pull with `accept_patches`.
 //! Every request is bounded by the quota: the manifest or delta upload by what an image within
@@ -24,12 +26,13 @@
 //! that each held part and waited for the rest would wait on each other until every one was
 //! refused. The sizes are known before any byte is read: a base and a revision from the store,
 //! an image from [`Delta::geometry`]. Once built, the request keeps only what it still holds
-//! (`Admission::shrink_to`) until the answer is sent or the write is done.
+//! (`Admission::shrink_to`: a push, the image and its base, which the write derives from) until
+//! the answer is sent or the write is done.
 
 use bytes::Bytes;
 use snug_delta::{Delta, Manifest, Source as Pages, Sparse, page_size_of, plan};
 use snug_proto::sync::v1 as pb;
-use snug_revstore::{ImageDownload, ReadError, RevStore as _, Revision};
+use snug_revstore::{BaseImage, ImageDownload, ReadError, RevStore as _, Revision, RevisionInfo};
 use snug_rpc::{
     budget::Admission,
     chunks::{self, Chunked, Opened, ResponseStream},
@@ -119,9 +122,11 @@ pub(crate) struct Pushed<H> {
     pub(crate) base_revision: Revision,
     /// The image the delta builds.
     pub(crate) image: Vec<u8>,
+    /// The base it was built from, as the store read it.
+    pub(crate) base: BaseImage,
     /// The SHA-256 the delta declares for it, which assembly checked.
     pub(crate) digest: [u8; 32],
-    /// The image's share of the budget (the delta's and the base's are given back).
+    /// The image's and the base's share of the budget (the delta's is given back).
     pub(crate) admission: Admission,
 }
 
@@ -166,7 +171,21 @@ impl SyncServer {
         }
     }
 
-    /// Receives a delta push and assembles its image: opens its base, learns the image's length
+    /// A retained revision of the caller's own image, without its bytes (what
+    /// [`SyncServer::open_base`] would open), or DELTA_BASE_GONE.
+    async fn head_base(
+        &self,
+        caller: &convert::Caller,
+        base: &Revision,
+    ) -> Result<RevisionInfo, Status> {
+        match self.store.head_revision(&caller.user, base).await {
+            Ok(info) => Ok(info),
+            Err(ReadError::NotFound) => Err(status::base_gone()),
+            Err(ReadError::Storage(err)) => Err(status::storage_error(err)),
+        }
+    }
+
+    /// Receives a delta push and assembles its image: learns its base's size, the image's length
     /// from the delta's first bytes, admits the delta, the base and the image at once, then
     /// reads the delta and the base and builds the image on the service's pool.
     pub(crate) async fn receive_push<M>(
@@ -180,34 +199,40 @@ impl SyncServer {
         let (header, mut opened, quota, caller) = self.open(&mut stream, max_delta_len).await?;
         let limits = limits(quota);
         let base_revision = convert::revision(header.base_revision(), "header.base_revision")?;
-        let base = self.open_base(&caller, &base_revision).await?;
+        let base_size = self.head_base(&caller, &base_revision).await?.size;
         let prefix = opened.peek(Delta::GEOMETRY_PREFIX).await?;
         let geometry =
             Delta::geometry(prefix, &limits).map_err(|err| status::delta_error(err, quota))?;
         let receiver = opened
-            .admit(
-                &caller.owners,
-                base.info.size.saturating_add(geometry.length),
-            )
+            .admit(&caller.owners, base_size.saturating_add(geometry.length))
             .await?;
         let (delta, mut admission) = receiver.into_bytes().await?;
-        let base = read_whole(base.body).await?;
+        let base = match self.store.read_base(&caller.user, &base_revision).await {
+            Ok(base) => base,
+            // Reclaimed since its head was read.
+            Err(ReadError::NotFound) => return Err(status::base_gone()),
+            Err(ReadError::Storage(err)) => return Err(status::storage_error(err)),
+        };
         let built = self
             .pool
             .run(move |_| {
-                let delta = Delta::parse(&delta, &limits, base.len() as u64)?;
-                let image = delta.assemble(&base)?;
-                Ok((delta.layout.digest, image))
+                let built = Delta::parse(&delta, &limits, base.bytes().len() as u64)
+                    .and_then(|delta| Ok((delta.layout.digest, delta.assemble(base.bytes())?)));
+                (built, base)
             })
             .await?;
-        let (digest, image) = built.map_err(|err| status::delta_error(err, quota))?;
-        admission.shrink_to(image.len() as u64);
+        let ((digest, image), base) = match built {
+            (Ok(built), base) => (built, base),
+            (Err(err), _) => return Err(status::delta_error(err, quota)),
+        };
+        admission.shrink_to((image.len() + base.bytes().len()) as u64);
         tracing::info!(user = %caller.user, size = image.len(), "assembled an image from a delta");
         Ok(Pushed {
             header,
             caller,
             base_revision,
             image,
+            base,
             digest,
             admission,
         })
@@ -278,7 +303,10 @@ impl SyncServer {
         &self,
         stream: Streaming<pb::AssembleImageDeltaRequest>,
     ) -> Result<ResponseStream<pb::AssembleImageDeltaResponse>, Status> {
-        let pushed = self.receive_push(stream).await?;
+        let mut pushed = self.receive_push(stream).await?;
+        // Only the image is answered: the base goes now.
+        drop(pushed.base);
+        pushed.admission.shrink_to(pushed.image.len() as u64);
         let result = pb::AssembleImageDeltaResult {
             size: pushed.image.len() as u64,
             sha256: Bytes::copy_from_slice(&pushed.digest),

@@ -2053,6 +2053,62 @@ async fn a_delta_push_and_pull_round_trip(backend: Backend) {
     assert_eq!(served, vec![r2.revision.clone(); 2]);
 }
 
+/// A delta push's image is stored derived from its base (issue 38 point 3), and still validated
+/// as a whole PUT's is: an image carrying credentials is refused, and an image the validation
+/// zeroes free space in is stored as a whole PUT of it stores it.
+async fn a_delta_push_is_validated_and_stored_as_a_whole_put(backend: Backend) {
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let first = image(73, 32 * delta::PAGE as usize);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("first");
+    // Credentials in an image the base mostly is: refused, as a whole PUT of it is.
+    let secret = Bytes::from(snug_test_support::userdb::edited(
+        &first,
+        "INSERT INTO snug_secrets (key, value) VALUES ('token', 'hunter2');",
+    ));
+    let refused = delta::put(
+        &mut hub,
+        "alice",
+        &r1.revision,
+        delta::to(&first, &secret).encode(),
+        None,
+    )
+    .await;
+    let secrets = &snug_reasons::schema::SECRETS_PRESENT;
+    assert_refused(refused, reason_code(secrets), secrets);
+    let whole = put(&mut hub, "bob", must_not_exist(), &secret).await;
+    assert_refused(whole, reason_code(secrets), secrets);
+    assert_eq!(head(&mut hub, "alice", None).await.expect("head"), r1);
+    // A row deleted without VACUUM leaves its bytes in free space, which the write zeroes: the
+    // revision is the whole PUT's of the same bytes.
+    let deleted = Bytes::from(snug_test_support::userdb::edited(
+        &first,
+        "DELETE FROM snug_settings;",
+    ));
+    let r2 = delta::put(
+        &mut hub,
+        "alice",
+        &r1.revision,
+        delta::to(&first, &deleted).encode(),
+        None,
+    )
+    .await
+    .expect("delta push")
+    .revision
+    .expect("revision");
+    let by_whole = put(&mut hub, "bob", must_not_exist(), &deleted)
+        .await
+        .expect("whole PUT");
+    assert_eq!(r2.sha256, by_whole.sha256);
+    assert_eq!(r2.size, by_whole.size);
+    assert_eq!(r2.sha256, sha256_hex(&stored(&deleted)));
+}
+
 async fn delta_refusals_are_typed_and_store_nothing(backend: Backend) {
     let Some(mut hub) = start(backend, |_| {}).await else {
         return;
@@ -2426,6 +2482,7 @@ async fn a_summary_learns_the_bases_pages_and_a_sparse_pull_rebuilds(backend: Ba
 on_every_backend_delta!(
     moved_pages_are_patched_for_clients_that_ask,
     a_delta_push_and_pull_round_trip,
+    a_delta_push_is_validated_and_stored_as_a_whole_put,
     delta_refusals_are_typed_and_store_nothing,
     a_plan_reveals_nothing_about_other_users_pages,
     a_summary_learns_the_bases_pages_and_a_sparse_pull_rebuilds,

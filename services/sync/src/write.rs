@@ -8,7 +8,9 @@
 //! time and a caller that goes away stops its job. The verdict names the free space that still
 //! holds bytes (a credential deleted without VACUUM stays there); it is zeroed in the buffer the
 //! upload arrived in, and the revision's SHA-256 is of the bytes so stored, which the store
-//! computes again and the verdict must agree with.
+//! computes again and the verdict must agree with. A delta push's image is stored derived from
+//! its base (`RevStore::put_derived`): the store then hashes and stores only the chunks the base
+//! lacks, and the revision is the one a whole PUT of the same bytes makes.
 //!
 //! What is held, and admitted against the process's upload budget before it is read, within
 //! the caller's share of it: a whole image (its declared length, or the quota when it declares
@@ -19,7 +21,7 @@
 use bytes::Bytes;
 use snug_delta::Limits;
 use snug_proto::sync::v1 as pb;
-use snug_revstore::{Digest, IdempotencyKey, Precondition, PutRequest, RevStore as _};
+use snug_revstore::{BaseImage, Digest, IdempotencyKey, Precondition, PutRequest, RevStore as _};
 use snug_rpc::chunks;
 use tonic::{Status, Streaming};
 
@@ -70,7 +72,7 @@ impl SyncServer {
             quota_bytes: header.quota_bytes,
         };
         let (image, _admission) = receiver.into_bytes().await?;
-        self.write(intent, image).await
+        self.write(intent, image, None).await
     }
 
     /// PutImageDelta: receives the delta, assembles the image from the caller's base (which
@@ -90,21 +92,30 @@ impl SyncServer {
             quota_bytes: pushed.header.quota_bytes,
         };
         let _admission = pushed.admission;
-        self.write(intent, pushed.image).await
+        let built = Built {
+            base: &pushed.base,
+            sha256: pushed.digest,
+        };
+        self.write(intent, pushed.image, Some(built)).await
     }
 
-    /// Validates `image`, zeroes its free space and stores it under `intent`.
+    /// Validates `image`, zeroes its free space and stores it under `intent`, derived from its
+    /// base when it was `built` from one.
     pub(crate) async fn write(
         &self,
         intent: Intent,
         mut image: Vec<u8>,
+        built: Option<Built<'_>>,
     ) -> Result<pb::PutImageResponse, Status> {
         let clock = self.clock.clone();
+        let sha256 = built.as_ref().map(|built| built.sha256);
         let (verdict, image) = self
             .pool
             .run(move |cancel| {
                 let verdict =
-                    snug_schema::validate_sync_image(&image, clock, &|| !cancel.is_cancelled());
+                    snug_schema::validate_sync_image_digested(&image, sha256, clock, &|| {
+                        !cancel.is_cancelled()
+                    });
                 if let Ok(verdict) = &verdict {
                     snug_schema::zero_free_space(&mut image, &verdict.free_space);
                 }
@@ -132,13 +143,22 @@ impl SyncServer {
             expected_length: Some(length),
             quota_bytes: intent.quota_bytes,
         };
-        let body = futures::stream::iter([Ok(Bytes::from(image))]);
-        let outcome = self
-            .store
-            .put(request, body)
-            .await
-            .map_err(status::put_error)?;
-        if outcome.info.digest != Digest::from_bytes(verdict.sha256) {
+        let image = Bytes::from(image);
+        let digest = Digest::from_bytes(verdict.sha256);
+        let outcome = match built {
+            Some(built) => {
+                self.store
+                    .put_derived(request, built.base, image, digest)
+                    .await
+            }
+            None => {
+                self.store
+                    .put(request, futures::stream::iter([Ok(image)]))
+                    .await
+            }
+        }
+        .map_err(status::put_error)?;
+        if outcome.info.digest != digest {
             // The store hashed other bytes than the verdict did: a bug, never a revision to trust.
             return Err(snug_rpc::status::internal(
                 DOMAIN,
@@ -162,6 +182,12 @@ impl SyncServer {
             replayed: outcome.replayed,
         })
     }
+}
+
+/// What a delta push's image was built from: its base, and the SHA-256 its assembly verified.
+pub(crate) struct Built<'a> {
+    pub(crate) base: &'a BaseImage,
+    pub(crate) sha256: [u8; 32],
 }
 
 /// The delta codec's bounds for an image within `quota`.

@@ -8,10 +8,10 @@ use futures::Stream;
 use crate::{
     MemStore, SqliteStore,
     error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
-    store::{ImageDownload, RevStore},
+    store::{BaseImage, ImageDownload, RevStore},
     types::{
-        ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry, PutOutcome,
-        PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
+        Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
+        PutOutcome, PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
         StorageStats, StoreId, UsageReport, UserId,
     },
 };
@@ -61,6 +61,20 @@ impl RevStore for AnyStore {
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
         each!(self, s => s.put(request, body).await)
+    }
+
+    async fn read_base(&self, user: &UserId, revision: &Revision) -> Result<BaseImage, ReadError> {
+        each!(self, s => s.read_base(user, revision).await)
+    }
+
+    async fn put_derived(
+        &self,
+        request: PutRequest,
+        base: &BaseImage,
+        image: Bytes,
+        digest: Digest,
+    ) -> Result<PutOutcome, PutError> {
+        each!(self, s => s.put_derived(request, base, image, digest).await)
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

@@ -224,7 +224,7 @@ pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTE
 #[cfg(feature = "postgres")]
 pub use pg::{PgConfig, PgStore, PgTlsError};
 pub use sqlite::SqliteStore;
-pub use store::{ImageBody, ImageDownload, RevStore};
+pub use store::{BaseImage, ImageBody, ImageDownload, RevStore};
 pub use types::{
     Digest, ErasureReport, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry,
     Precondition, Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,

@@ -9,7 +9,8 @@
 //!    decision ([`Intent::early`]) refuse a put that cannot succeed (the refusal is ledgered in the
 //!    same step), or write the publication record that marks the put as in flight.
 //! 2. Stream the body in ([`chunk::ingest`]: quota, SHA-256, chunking) into the backend's
-//!    [`Primitives::Sink`].
+//!    [`Primitives::Sink`]. A put derived from a base ([`put_derived`], from [`read_base`])
+//!    hands the sink the chunks it holds unchanged from the base with their checked addresses.
 //! 3. [`Primitives::publish`]: record the image in the publication record, then make the put's new
 //!    objects durable, create-once (an occupied address must already hold the same bytes).
 //! 4. [`Primitives::read_back`]: read every object the image needs back and check each chunk
@@ -50,7 +51,8 @@ use crate::{
     cas::{self, Accepted, Facts},
     chunk::{self, ChunkSink, Ingested},
     config::{FaultPoint, Faults},
-    error::{PutError, StorageError},
+    error::{PutError, ReadError, StorageError},
+    store::{BaseImage, RevStore},
     types::{
         Digest, IdempotencyKey, Precondition, Principal, PutOutcome, PutRequest, RestoreRequest,
         Revision, RevisionInfo, Timestamp, UserId,
@@ -501,6 +503,12 @@ pub(crate) trait Primitives: Send + Sync {
     /// The chunk size of this store (fixed when it was created).
     fn chunk_size(&self) -> usize;
 
+    /// The chunk addresses, in order, of a stored image (`None`: no such image).
+    fn manifest(
+        &self,
+        image: &Digest,
+    ) -> impl Future<Output = Result<Option<Vec<Digest>>, StorageError>> + Send;
+
     /// The per-user quota on one image.
     fn quota(&self) -> u64;
 
@@ -591,12 +599,68 @@ where
     P: Primitives,
     B: Stream<Item = io::Result<Bytes>> + Send,
 {
-    let result = put_steps(store, request, body).await;
+    let result = put_steps(store, request, body, None, None).await;
     store.write_health().record(&result);
     result
 }
 
-async fn put_steps<P, B>(store: &P, request: PutRequest, body: B) -> Result<PutOutcome, PutError>
+/// Reads a retained revision whole as the base of a derived put: its bytes, checked against
+/// its chunks' addresses as they are read (as every download's are), and those addresses.
+pub(crate) async fn read_base<P: Primitives + RevStore>(
+    store: &P,
+    user: &UserId,
+    revision: &Revision,
+) -> Result<BaseImage, ReadError> {
+    let download = store.read_revision(user, revision).await?;
+    let bytes = download.body.read_to_vec().await?;
+    // An image row never changes once written: these are the addresses the read checked
+    // the bytes against.
+    let chunks = store
+        .manifest(&download.info.digest)
+        .await?
+        .ok_or_else(|| StorageError::Corrupt {
+            object: format!("image {}", download.info.digest),
+        })?;
+    let chunk_size = store.chunk_size();
+    if chunks.len() != bytes.len().div_ceil(chunk_size) {
+        return Err(StorageError::Corrupt {
+            object: format!("image {}", download.info.digest),
+        }
+        .into());
+    }
+    Ok(BaseImage {
+        info: download.info,
+        bytes: Bytes::from(bytes),
+        chunks,
+        chunk_size,
+        store: store.store_id().clone(),
+    })
+}
+
+/// [`put`] of `image`, derived from `base`: the chunks it holds unchanged from a base this store
+/// read reach the sink with their checked addresses, and the image's SHA-256 is the caller's
+/// `digest` ([`chunk::ingest`]).
+pub(crate) async fn put_derived<P: Primitives + RevStore>(
+    store: &P,
+    request: PutRequest,
+    base: &BaseImage,
+    image: Bytes,
+    digest: Digest,
+) -> Result<PutOutcome, PutError> {
+    let base = base.usable_by(store.store_id(), store.chunk_size());
+    let body = futures::stream::iter([Ok(image)]);
+    let result = put_steps(store, request, body, base, Some(digest)).await;
+    store.write_health().record(&result);
+    result
+}
+
+async fn put_steps<P, B>(
+    store: &P,
+    request: PutRequest,
+    body: B,
+    base: Option<&BaseImage>,
+    digest: Option<Digest>,
+) -> Result<PutOutcome, PutError>
 where
     P: Primitives,
     B: Stream<Item = io::Result<Bytes>> + Send,
@@ -606,7 +670,8 @@ where
     let result = async {
         let mut sink = store.sink(&publication);
         let quota = quota(store, &request);
-        let ingested = chunk::ingest(body, quota, store.chunk_size(), &mut sink).await;
+        let ingested =
+            chunk::ingest(body, quota, store.chunk_size(), base, digest, &mut sink).await;
         let (ingested, staged) = store.publish(&publication, sink, ingested).await?;
         store.read_back(ReadBack::Staged(&staged)).await?;
         let proposal = Proposal {

@@ -99,6 +99,29 @@ pub trait RevStore: Send + Sync + 'static {
         revision: &Revision,
     ) -> impl Future<Output = Result<ImageDownload, ReadError>> + Send;
 
+    /// [`RevStore::read_revision`] read whole into a [`BaseImage`], with the addresses its
+    /// chunks were checked against, for a put derived from it ([`RevStore::put_derived`]).
+    fn read_base(
+        &self,
+        user: &UserId,
+        revision: &Revision,
+    ) -> impl Future<Output = Result<BaseImage, ReadError>> + Send;
+
+    /// [`RevStore::put`] of `image`, built from `base` (a delta push's image, assembled from the
+    /// base it names): the same checks, decision and stored revision, byte for byte, as a put of
+    /// the same bytes, but each chunk that is the base's chunk at the same place is neither
+    /// hashed nor read back, its stored copy having been checked when the base was read, and
+    /// `digest` is taken as the image's SHA-256: the caller has verified it (a delta's assembly
+    /// checks the image against the digest the delta declares), so the image is hashed once.
+    /// A base read from another store is ignored: every chunk is hashed.
+    fn put_derived(
+        &self,
+        request: PutRequest,
+        base: &BaseImage,
+        image: Bytes,
+        digest: Digest,
+    ) -> impl Future<Output = Result<PutOutcome, PutError>> + Send;
+
     /// The user's revisions, newest first, at most `limit`; empty for an unknown user.
     fn list_revisions(
         &self,
@@ -183,6 +206,42 @@ impl std::fmt::Debug for ImageDownload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ImageDownload")
             .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A retained revision's image read whole, checked chunk by chunk against its addresses as it
+/// was read ([`RevStore::read_base`]): the base a put is derived from. Only a store builds one,
+/// so a put that names it can trust that its bytes are what the store holds under those
+/// addresses.
+pub struct BaseImage {
+    /// The revision read.
+    pub info: RevisionInfo,
+    pub(crate) bytes: Bytes,
+    /// The image's chunk addresses, in order, of `chunk_size` bytes each (the last one shorter).
+    pub(crate) chunks: Vec<Digest>,
+    pub(crate) chunk_size: usize,
+    /// The store that read it: addresses mean nothing to another one.
+    pub(crate) store: StoreId,
+}
+
+impl BaseImage {
+    /// The image's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The base as `store` (of `chunk_size`-byte chunks) may derive a put from, if it read it.
+    pub(crate) fn usable_by(&self, store: &StoreId, chunk_size: usize) -> Option<&Self> {
+        (self.store == *store && self.chunk_size == chunk_size).then_some(self)
+    }
+}
+
+impl std::fmt::Debug for BaseImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BaseImage")
+            .field("info", &self.info)
+            .field("chunks", &self.chunks.len())
             .finish_non_exhaustive()
     }
 }

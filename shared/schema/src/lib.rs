@@ -172,7 +172,9 @@ pub use open::{
 pub use scrub::{
     ScrubError, ScrubReport, dirty_free_space, scrub_free_space, scrub_free_space_in_place,
 };
-pub use sync_image::{SyncImage, SyncImageError, validate_sync_image, zero_free_space};
+pub use sync_image::{
+    SyncImage, SyncImageError, validate_sync_image, validate_sync_image_digested, zero_free_space,
+};
 pub use token::{
     MAX_APP_OBJECT_NAME_LEN, SNUG_KV, app_data_token, app_rest_table_name, app_rest_table_prefix,
     is_uuid_shaped, is_valid_app_object_name, is_valid_token, parse_rest_table_name,

@@ -83,13 +83,25 @@ pub fn validate_sync_image(
     clock: Arc<dyn Clock>,
     keep_going: &dyn Fn() -> bool,
 ) -> Result<SyncImage, SyncImageError> {
+    validate_sync_image_digested(bytes, None, clock, keep_going)
+}
+
+/// [`validate_sync_image`] of `bytes` whose SHA-256 the caller already verified (`sha256`, a
+/// delta push's image, checked by its assembly): the same checks and verdict, and the image is
+/// not hashed again unless free space is zeroed (the stored bytes then differ).
+pub fn validate_sync_image_digested(
+    bytes: &[u8],
+    sha256: Option<[u8; 32]>,
+    clock: Arc<dyn Clock>,
+    keep_going: &dyn Fn() -> bool,
+) -> Result<SyncImage, SyncImageError> {
     match detect_format(bytes) {
         FileFormat::Sqlite => {}
         FileFormat::Protected => return Err(SyncImageError::ContainerNotAccepted),
         FileFormat::Unknown => return Err(OpenError::NotSqlite.into()),
     }
     let (inspection, stored) = std::thread::scope(|scope| {
-        let stored = scope.spawn(|| stored_digest(bytes));
+        let stored = scope.spawn(|| stored_digest(bytes, sha256));
         let inspection = inspect_bytes(bytes);
         let stored = stored.join().unwrap_or_else(|_| {
             Err(ScrubError::Header {
@@ -140,11 +152,17 @@ pub fn zero_free_space(image: &mut [u8], ranges: &[Range<u64>]) {
 }
 
 /// The free space of `image` that holds a non-zero byte, and the SHA-256 of the image with it
-/// zeroed.
-fn stored_digest(image: &[u8]) -> Result<(Vec<Range<u64>>, [u8; 32]), ScrubError> {
+/// zeroed (`known`: the image's own, when the caller verified it).
+fn stored_digest(
+    image: &[u8],
+    known: Option<[u8; 32]>,
+) -> Result<(Vec<Range<u64>>, [u8; 32]), ScrubError> {
     let dirty = dirty_free_space(image)?;
     let sha256 = if dirty.is_empty() {
-        Sha256::digest(image)
+        match known {
+            Some(known) => return Ok((dirty, known)),
+            None => Sha256::digest(image),
+        }
     } else {
         let mut stored = image.to_vec();
         zero_free_space(&mut stored, &dirty);

@@ -5,8 +5,8 @@ use super::*;
 struct Collect(Vec<Bytes>);
 
 impl ChunkSink for Collect {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
-        self.0.extend(chunks);
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
+        self.0.extend(batch.chunks);
         Ok(())
     }
 }
@@ -22,7 +22,7 @@ fn run(
     rt.block_on(async {
         let body = futures::stream::iter(pieces.into_iter().map(|p| Ok(Bytes::from_static(p))));
         let mut sink = Collect(Vec::new());
-        let got = ingest(body, quota, chunk, &mut sink).await?;
+        let got = ingest(body, quota, chunk, None, None, &mut sink).await?;
         Ok((got, sink.0))
     })
 }
@@ -72,6 +72,8 @@ fn ingest_pieces(image: &[u8], piece: usize) -> Ingested {
         futures::stream::iter(pieces),
         1 << 20,
         4096,
+        None,
+        None,
         &mut Collect(Vec::new()),
     ))
     .expect("ingest")

@@ -15,7 +15,7 @@ use futures::Stream;
 
 use crate::{
     cas::Accepted,
-    chunk::{self, ChunkSink, Ingested},
+    chunk::{self, Batch, ChunkSink, Ingested},
     config::StoreConfig,
     erase,
     error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
@@ -23,7 +23,7 @@ use crate::{
     protocol::{self, Intent, Primitives, Proposal, ReadBack},
     reclaim::{self, InFlight, Listed, Record, Retained, Unreferenced},
     retention::Candidate,
-    store::{Guarded, ImageBody, ImageDownload, Leases, RevStore},
+    store::{BaseImage, Guarded, ImageBody, ImageDownload, Leases, RevStore},
     types::{
         Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Principal,
         PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
@@ -274,6 +274,20 @@ impl RevStore for MemStore {
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
         protocol::put(self, request, body).await
+    }
+
+    async fn read_base(&self, user: &UserId, revision: &Revision) -> Result<BaseImage, ReadError> {
+        protocol::read_base(self, user, revision).await
+    }
+
+    async fn put_derived(
+        &self,
+        request: PutRequest,
+        base: &BaseImage,
+        image: Bytes,
+        digest: Digest,
+    ) -> Result<PutOutcome, PutError> {
+        protocol::put_derived(self, request, base, image, digest).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

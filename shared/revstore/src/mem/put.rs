@@ -305,9 +305,9 @@ pub(super) fn transaction<T, E>(
 pub(crate) struct MemSink(Vec<(Digest, Bytes)>);
 
 impl ChunkSink for MemSink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
-        self.0
-            .extend(chunks.into_iter().map(|c| (Digest::of(&c), c)));
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
+        let addresses = batch.addresses();
+        self.0.extend(addresses.into_iter().zip(batch.chunks));
         Ok(())
     }
 }
@@ -325,6 +325,10 @@ impl Primitives for MemStore {
 
     fn chunk_size(&self) -> usize {
         self.inner.config.chunk_size as usize
+    }
+
+    async fn manifest(&self, image: &Digest) -> Result<Option<Vec<Digest>>, StorageError> {
+        Ok(self.lock().images.get(image).map(|i| i.manifest.clone()))
     }
 
     fn quota(&self) -> u64 {

@@ -21,14 +21,14 @@ mod reclaim;
 
 use crate::{
     cas::Accepted,
-    chunk::{self, ChunkSink, Ingested},
+    chunk::{self, Batch, ChunkSink, Ingested},
     config::StoreConfig,
     error::{OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity, migrate,
     objects::Bucket as Objects,
     pack,
     protocol::{self, Primitives, ReadBack},
-    store::{ImageBody, ImageDownload, RevStore},
+    store::{BaseImage, ImageBody, ImageDownload, RevStore},
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest, Revision,
@@ -591,6 +591,20 @@ impl RevStore for PgStore {
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
         protocol::put(self, request, body).await
+    }
+
+    async fn read_base(&self, user: &UserId, revision: &Revision) -> Result<BaseImage, ReadError> {
+        protocol::read_base(self, user, revision).await
+    }
+
+    async fn put_derived(
+        &self,
+        request: PutRequest,
+        base: &BaseImage,
+        image: Bytes,
+        digest: Digest,
+    ) -> Result<PutOutcome, PutError> {
+        protocol::put_derived(self, request, base, image, digest).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

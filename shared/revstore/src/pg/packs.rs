@@ -32,7 +32,7 @@ use tokio_postgres::GenericClient;
 
 use super::{PgStore, digest_of};
 use crate::{
-    chunk::{self, ChunkSink},
+    chunk::{self, Batch, ChunkSink},
     error::{PutError, ReclaimError, StorageError},
     objects::{Bucket as Objects, PACK_BYTES},
     pack::{self, ChunkLoc, Extent},
@@ -178,8 +178,9 @@ impl Drop for PackSink {
 }
 
 impl ChunkSink for PackSink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
-        let digests: Vec<Digest> = chunks.iter().map(|c| Digest::of(c)).collect();
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
+        let digests = batch.addresses();
+        let chunks = batch.chunks;
         let unknown: Vec<&[u8]> = digests
             .iter()
             .filter(|d| !self.known.contains_key(*d))

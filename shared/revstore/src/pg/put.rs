@@ -436,10 +436,10 @@ pub(crate) enum Sink {
 }
 
 impl ChunkSink for Sink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
         match self {
-            Sink::Rows(s) => s.accept(chunks).await,
-            Sink::Packs(s) => s.accept(chunks).await,
+            Sink::Rows(s) => s.accept(batch).await,
+            Sink::Packs(s) => s.accept(batch).await,
         }
     }
 }
@@ -462,10 +462,11 @@ pub(crate) struct PgSink {
 }
 
 impl ChunkSink for PgSink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
         let mut hashes: Vec<&[u8]> = Vec::new();
         let mut datas: Vec<&[u8]> = Vec::new();
-        let digests: Vec<Digest> = chunks.iter().map(|c| Digest::of(c)).collect();
+        let digests = batch.addresses();
+        let chunks = batch.chunks;
         for (digest, data) in digests.iter().zip(&chunks) {
             self.manifest.push(*digest);
             if self.seen.insert(*digest) {
@@ -512,6 +513,10 @@ impl Primitives for PgStore {
 
     fn chunk_size(&self) -> usize {
         self.inner.chunk_size
+    }
+
+    async fn manifest(&self, image: &Digest) -> Result<Option<Vec<Digest>>, StorageError> {
+        Ok(self.manifest_of(image).await?.map(|(_, manifest)| manifest))
     }
 
     fn quota(&self) -> u64 {

@@ -1,9 +1,15 @@
 //! The embedded store's chunk writer: a put's chunks hashed, deduplicated against the chunk index
 //! (each stored chunk it would reuse read and checked first; a damaged one is written afresh),
 //! and the new ones appended to one temporary pack, on blocking threads while the async side
-//! keeps reading.
+//! keeps reading. A chunk that arrives checked (a derived put's, `chunk.rs`) is neither hashed
+//! nor read again: its stored copy was checked against its address when the put read its base.
 
-use std::{collections::HashMap, fs::File, io, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    fs::File,
+    io,
+    sync::Arc,
+};
 
 use bytes::Bytes;
 use rusqlite::{Connection, params};
@@ -14,7 +20,7 @@ use super::{
     packs::{self, ChunkLoc, TempPack},
 };
 use crate::{
-    chunk::ChunkSink,
+    chunk::{Batch, ChunkSink},
     error::{PutError, StorageError},
     types::Digest,
 };
@@ -57,13 +63,13 @@ impl NewPack {
 pub(super) const NEW: i64 = -1;
 
 /// Hands chunk batches to the blocking chunk writer.
-pub(crate) struct ChannelSink(pub(super) mpsc::Sender<Vec<Bytes>>);
+pub(crate) struct ChannelSink(pub(super) mpsc::Sender<Batch>);
 
 impl ChunkSink for ChannelSink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
         // A closed channel means the writer failed; its own error is reported by the caller.
         self.0
-            .send(chunks)
+            .send(batch)
             .await
             .map_err(|_| PutError::Storage(StorageError::unavailable("chunk writer stopped")))
     }
@@ -72,16 +78,19 @@ impl ChunkSink for ChannelSink {
 impl Inner {
     /// Hashes chunks, deduplicates them against the chunk index and this put, and appends the new
     /// ones to a temporary pack. Runs on a blocking thread while the async side keeps reading.
-    pub(super) fn absorb(&self, mut rx: mpsc::Receiver<Vec<Bytes>>) -> Result<Absorbed, PutError> {
+    pub(super) fn absorb(&self, mut rx: mpsc::Receiver<Batch>) -> Result<Absorbed, PutError> {
         // Two stages on two threads: one hashes chunks, the other deduplicates and writes them.
         // With the whole-image digest computed on the async side, the three passes over the bytes
         // run side by side instead of one after another.
-        let (hashed_tx, hashed_rx) = std::sync::mpsc::sync_channel::<(Vec<Bytes>, Vec<Digest>)>(2);
+        let (hashed_tx, hashed_rx) =
+            std::sync::mpsc::sync_channel::<(Vec<Bytes>, Vec<Digest>, HashSet<Digest>)>(2);
         std::thread::scope(|scope| {
             scope.spawn(move || {
                 while let Some(batch) = rx.blocking_recv() {
-                    let hashes: Vec<Digest> = batch.iter().map(|c| Digest::of(c)).collect();
-                    if hashed_tx.send((batch, hashes)).is_err() {
+                    let hashes = batch.addresses();
+                    let checked: HashSet<Digest> =
+                        batch.checked.iter().flatten().copied().collect();
+                    if hashed_tx.send((batch.chunks, hashes, checked)).is_err() {
                         break;
                     }
                 }
@@ -92,15 +101,21 @@ impl Inner {
                 let mut pack: Option<NewPack> = None;
                 let mut in_pack: HashMap<Digest, (u64, u32)> = HashMap::new();
                 let mut rewritten: HashMap<Digest, ChunkLoc> = HashMap::new();
-                for (batch, hashes) in hashed_rx {
+                for (batch, hashes, checked) in hashed_rx {
                     let unknown: Vec<&Digest> = hashes
                         .iter()
                         .filter(|h| !in_pack.contains_key(*h))
                         .collect();
                     let mut found = lookup_chunks(conn, &unknown)?;
                     // A stored chunk is reused only once read and checked against its address:
-                    // a damaged one is written afresh below (issue 36 point 8).
-                    for digest in self.damaged_among(conn, &found)? {
+                    // a damaged one is written afresh below (issue 36 point 8). A checked chunk
+                    // was, when this put read its base.
+                    let unchecked: HashMap<Digest, ChunkLoc> = found
+                        .iter()
+                        .filter(|(digest, _)| !checked.contains(*digest))
+                        .map(|(digest, loc)| (*digest, *loc))
+                        .collect();
+                    for digest in self.damaged_among(conn, &unchecked)? {
                         if let Some(was) = found.remove(&digest) {
                             rewritten.insert(digest, was);
                         }

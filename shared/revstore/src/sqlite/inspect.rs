@@ -31,6 +31,25 @@ impl Inner {
         chunk::decode_manifest(&manifest).ok_or_else(corrupt)
     }
 
+    /// The chunk digests of a stored image, or `None` when no such image is stored.
+    pub(super) fn stored_manifest(
+        &self,
+        digest: &Digest,
+    ) -> Result<Option<Vec<Digest>>, StorageError> {
+        let manifest: Option<Vec<u8>> = self.with_reader(|conn| {
+            conn.prepare_cached("SELECT manifest FROM images WHERE digest = ?1")?
+                .query_row([digest.as_bytes().as_slice()], |r| r.get(0))
+                .optional()
+        })?;
+        manifest
+            .map(|manifest| {
+                chunk::decode_manifest(&manifest).ok_or_else(|| StorageError::Corrupt {
+                    object: format!("image {digest}"),
+                })
+            })
+            .transpose()
+    }
+
     /// Reads an image back and checks every chunk against its address.
     pub(super) fn verify_image(&self, digest: &Digest) -> Result<(), PutError> {
         let (manifest, locs, paths) = self.with_reader(|conn| -> Result<_, PutError> {

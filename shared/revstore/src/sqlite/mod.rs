@@ -50,7 +50,7 @@ use crate::{
     config::StoreConfig,
     error::{OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity, migrate, protocol,
-    store::{ImageDownload, Leases, RevStore},
+    store::{BaseImage, ImageDownload, Leases, RevStore},
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest, Revision,
@@ -544,6 +544,20 @@ impl RevStore for SqliteStore {
         B: Stream<Item = io::Result<Bytes>> + Send,
     {
         protocol::put(self, request, body).await
+    }
+
+    async fn read_base(&self, user: &UserId, revision: &Revision) -> Result<BaseImage, ReadError> {
+        protocol::read_base(self, user, revision).await
+    }
+
+    async fn put_derived(
+        &self,
+        request: PutRequest,
+        base: &BaseImage,
+        image: Bytes,
+        digest: Digest,
+    ) -> Result<PutOutcome, PutError> {
+        protocol::put_derived(self, request, base, image, digest).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

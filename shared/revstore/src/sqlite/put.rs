@@ -13,7 +13,6 @@ use std::{
     sync::{Arc, atomic::Ordering},
 };
 
-use bytes::Bytes;
 use rusqlite::{OptionalExtension, Transaction, params};
 use tokio::sync::mpsc;
 
@@ -25,7 +24,7 @@ use super::{
 };
 use crate::{
     cas::Accepted,
-    chunk::{self, ChunkSink, Ingested},
+    chunk::{self, Batch, ChunkSink, Ingested},
     error::{PutError, StorageError},
     protocol::{
         self, Image, Intent, Primitives, Proposal, RECORD_GONE, ReadBack, UserRow, WriteTx,
@@ -678,8 +677,8 @@ pub(crate) struct SqliteSink {
 }
 
 impl ChunkSink for SqliteSink {
-    async fn accept(&mut self, chunks: Vec<Bytes>) -> Result<(), PutError> {
-        self.channel.accept(chunks).await
+    async fn accept(&mut self, batch: Batch) -> Result<(), PutError> {
+        self.channel.accept(batch).await
     }
 }
 
@@ -690,6 +689,12 @@ impl Primitives for SqliteStore {
 
     fn chunk_size(&self) -> usize {
         self.inner.chunk_size
+    }
+
+    async fn manifest(&self, image: &Digest) -> Result<Option<Vec<Digest>>, StorageError> {
+        let image = *image;
+        self.blocking(move |inner| inner.stored_manifest(&image))
+            .await
     }
 
     fn quota(&self) -> u64 {
@@ -727,7 +732,7 @@ impl Primitives for SqliteStore {
     }
 
     fn sink(&self, _: &Begun) -> SqliteSink {
-        let (tx, rx) = mpsc::channel::<Vec<Bytes>>(4);
+        let (tx, rx) = mpsc::channel::<Batch>(4);
         let inner = self.inner.clone();
         SqliteSink {
             channel: ChannelSink(tx),

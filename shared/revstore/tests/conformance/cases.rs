@@ -682,6 +682,79 @@ pub(crate) async fn a_delta_round_trip_rebuilds_the_image_from_its_base<
     assert_clean(&fx.store).await;
 }
 
+/// A put derived from its base (issue 38 point 3) stores the revision a put of the same bytes
+/// stores: each chunk is taken from the base only where it is that chunk byte for byte (a
+/// changed chunk, a chunk of the base at another place, a last chunk that grew), and a chunk it
+/// reuses from elsewhere is still checked (a damaged one written afresh).
+pub(crate) async fn a_put_derived_from_its_base_stores_what_a_put_stores<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, alice)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision bob");
+    let chunk = CHUNK as usize;
+    // The base ends in a short chunk.
+    let first = image(61, 12 * chunk + 300);
+    let r1 = put_ok(&fx.store, &alice, Precondition::MustNotExist, &first)
+        .await
+        .info;
+    // Bob holds a chunk alice's next image takes, damaged before she pushes it.
+    let bobs = image(62, 4 * chunk);
+    put_ok(&fx.store, &bob, Precondition::MustNotExist, &bobs).await;
+    let base = fx
+        .store
+        .read_base(&alice, &r1.revision)
+        .await
+        .expect("base");
+    assert_eq!(base.info, r1);
+    assert_eq!(base.bytes()[..], first[..]);
+    (fx.damage)(Digest::of(&bobs[chunk..2 * chunk])).await;
+    let mut second = first.clone();
+    second[3 * chunk + 5] ^= 0x55;
+    second.copy_within(chunk..2 * chunk, 7 * chunk);
+    second[9 * chunk..10 * chunk].copy_from_slice(&bobs[chunk..2 * chunk]);
+    second.extend_from_slice(&image(63, chunk));
+    let request = PutRequest {
+        user: alice.clone(),
+        precondition: Precondition::MustMatch(r1.revision.clone()),
+        principal: who("device-a"),
+        idempotency_key: None,
+        expected_length: Some(second.len() as u64),
+        quota_bytes: None,
+    };
+    let r2 = fx
+        .store
+        .put_derived(
+            request,
+            &base,
+            Bytes::from(second.clone()),
+            Digest::of(&second),
+        )
+        .await
+        .expect("derived put")
+        .info;
+    assert_eq!(r2.digest, Digest::of(&second));
+    assert_eq!(r2.size, second.len() as u64);
+    assert_eq!(fetch(&fx.store, &alice).await, second);
+    assert_eq!(fetch(&fx.store, &bob).await, bobs);
+    // A put of the same bytes lands on the same image: the same chunks, in the same order.
+    let carol = user("carol");
+    fx.store
+        .provision_user(&carol)
+        .await
+        .expect("provision carol");
+    let r3 = put_ok(&fx.store, &carol, Precondition::MustNotExist, &second)
+        .await
+        .info;
+    assert_eq!(r3.digest, r2.digest);
+    assert_clean(&fx.store).await;
+}
+
 /// The base of a delta (issue 21): the user's own retained revision, its bytes as accepted, and
 /// no served-ledger entry, since none of it is served as such.
 pub(crate) async fn read_revision_reads_a_base_without_serving_it<

@@ -28,6 +28,7 @@ macro_rules! conformance_suite {
                 head_revision_describes_a_retained_revision,
                 read_revision_reads_a_base_without_serving_it,
                 a_delta_round_trip_rebuilds_the_image_from_its_base,
+                a_put_derived_from_its_base_stores_what_a_put_stores,
                 uniform_denial,
                 first_contact_provisions_only,
                 reclaim_keeps_newest_and_grace_and_journals,
