@@ -266,31 +266,36 @@ struct Moved {
 fn verdict(moved: &Traffic, rsync_bytes: u64, zstd: Option<u64>, fallback: bool) -> String {
     let way = moved.sent.max(moved.received);
     let of_rsync = (moved.sent + moved.received) as f64 / rsync_bytes as f64;
-    let fallback = match (fallback, of_rsync <= FALLBACK_OF_RSYNC) {
-        (false, _) => "",
-        (true, true) => "; fallback ≤ 0.5× rsync: met",
-        (true, false) => "; fallback ≤ 0.5× rsync: missed",
-    };
-    let verdict = match zstd {
-        Some(zstd) => {
+    let met = |met: bool| if met { "met" } else { "missed" };
+    match (zstd, fallback) {
+        (Some(zstd), false) => {
             let ratio = way as f64 / zstd as f64;
-            let met = if ratio <= OF_ZSTD { "met" } else { "missed" };
-            format!("{ratio:.2}× zstd: {met}")
+            format!("{ratio:.2}× zstd: {}", met(ratio <= OF_ZSTD))
         }
-        None => {
-            let met = match (
-                way <= EACH_WAY_STRETCH,
-                way <= EACH_WAY,
-                of_rsync <= OF_RSYNC,
-            ) {
-                (true, _, true) => "met (stretch too)",
-                (false, true, true) => "met",
-                _ => "missed",
-            };
-            met.to_owned()
+        (Some(zstd), true) => {
+            let ratio = way as f64 / zstd as f64;
+            format!(
+                "{ratio:.2}× zstd: {}; ≤ {FALLBACK_OF_RSYNC}× rsync: {}",
+                met(ratio <= OF_ZSTD),
+                met(of_rsync <= FALLBACK_OF_RSYNC)
+            )
         }
-    };
-    verdict + fallback
+        // A sync that first learns the hub's pages is held to its own target.
+        (None, true) => format!(
+            "≤ {FALLBACK_OF_RSYNC}× rsync: {}",
+            met(of_rsync <= FALLBACK_OF_RSYNC)
+        ),
+        (None, false) => match (
+            way <= EACH_WAY_STRETCH,
+            way <= EACH_WAY,
+            of_rsync <= OF_RSYNC,
+        ) {
+            (true, _, true) => "met (stretch too)".to_owned(),
+            (false, true, true) => "met".to_owned(),
+            (_, true, false) => format!("≤ {}: met; ≤ {OF_RSYNC}× rsync: missed", kib(EACH_WAY)),
+            _ => "missed".to_owned(),
+        },
+    }
 }
 
 fn main() {
