@@ -164,11 +164,10 @@ impl SyncServer {
         caller: &convert::Caller,
         base: &Revision,
     ) -> Result<ImageDownload, Status> {
-        match self.store.read_revision(&caller.user, base).await {
-            Ok(download) => Ok(download),
-            Err(ReadError::NotFound) => Err(status::base_gone()),
-            Err(ReadError::Storage(err)) => Err(status::storage_error(err)),
-        }
+        self.store
+            .read_revision(&caller.user, base)
+            .await
+            .map_err(base_unread)
     }
 
     /// A retained revision of the caller's own image, without its bytes (what
@@ -178,11 +177,10 @@ impl SyncServer {
         caller: &convert::Caller,
         base: &Revision,
     ) -> Result<RevisionInfo, Status> {
-        match self.store.head_revision(&caller.user, base).await {
-            Ok(info) => Ok(info),
-            Err(ReadError::NotFound) => Err(status::base_gone()),
-            Err(ReadError::Storage(err)) => Err(status::storage_error(err)),
-        }
+        self.store
+            .head_revision(&caller.user, base)
+            .await
+            .map_err(base_unread)
     }
 
     /// Receives a delta push and assembles its image: learns its base's size, the image's length
@@ -207,12 +205,12 @@ impl SyncServer {
             .admit(&caller.owners, base_size.saturating_add(geometry.length))
             .await?;
         let (delta, mut admission) = receiver.into_bytes().await?;
-        let base = match self.store.read_base(&caller.user, &base_revision).await {
-            Ok(base) => base,
-            // Reclaimed since its head was read.
-            Err(ReadError::NotFound) => return Err(status::base_gone()),
-            Err(ReadError::Storage(err)) => return Err(status::storage_error(err)),
-        };
+        // Gone if reclaimed since its head was read.
+        let base = self
+            .store
+            .read_base(&caller.user, &base_revision)
+            .await
+            .map_err(base_unread)?;
         let built = self
             .pool
             .run(move |_| {
@@ -453,6 +451,15 @@ impl Asked {
             Self::Whole(m) => (m.geometry.page_size, m.shapes.is_some()),
             Self::Sparse(s) => (s.geometry.page_size, s.shaped),
         }
+    }
+}
+
+/// A base that cannot be read: one that is not the caller's retained revision is gone (an
+/// unknown, reclaimed or other user's revision alike), anything else the store's error.
+fn base_unread(err: ReadError) -> Status {
+    match err {
+        ReadError::NotFound => status::base_gone(),
+        ReadError::Storage(err) => status::storage_error(err),
     }
 }
 
