@@ -51,7 +51,7 @@ pub(crate) fn not_in_use(path: &Path) -> Result<(), Failure> {
 /// connection, serialized), which writes nothing to the file.
 pub(crate) fn with_log(path: &Path, bytes: Vec<u8>) -> Result<Vec<u8>, Failure> {
     if snug_schema::detect_format(&bytes) != snug_schema::FileFormat::Sqlite
-        || snug_restore::refuse_in_use(path).is_ok()
+        || matches!(snug_schema::pending_log(path), Ok(None))
     {
         return Ok(bytes);
     }

@@ -5,13 +5,13 @@ use proptest::prelude::*;
 
 use super::*;
 
-const PAGE: u32 = 512;
-const LIMITS: Limits = Limits {
+pub(crate) const PAGE: u32 = 512;
+pub(crate) const LIMITS: Limits = Limits {
     max_length: 1 << 20,
 };
 
 /// An image of `n` pages, page `i` filled with `seed + i` (distinct pages for distinct values).
-fn image(values: &[u8]) -> Vec<u8> {
+pub(crate) fn image(values: &[u8]) -> Vec<u8> {
     values
         .iter()
         .flat_map(|v| std::iter::repeat_n(*v, PAGE as usize))

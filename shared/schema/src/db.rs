@@ -107,6 +107,25 @@ pub(crate) fn memory_connection(bytes: &[u8]) -> Result<Connection, Refusal> {
     Ok(conn)
 }
 
+/// The write-ahead log SQLite keeps beside the database file at `path`.
+pub fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
+}
+
+/// The length of the write-ahead log beside the database file at `path` ([`wal_path`]) when it
+/// holds frames: another program has the file open in WAL mode with changes its bytes alone
+/// lack. An empty or absent log is no one's change.
+pub fn pending_log(path: &Path) -> std::io::Result<Option<u64>> {
+    match std::fs::metadata(wal_path(path)) {
+        Ok(meta) if meta.len() > 0 => Ok(Some(meta.len())),
+        Ok(_) => Ok(None),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 /// The database file at `path` as SQLite reads it, the changes another program committed to its
 /// write-ahead log included: a read-only connection, serialized. Writes nothing to the file.
 pub fn read_through_sqlite(path: &Path) -> rusqlite::Result<Vec<u8>> {

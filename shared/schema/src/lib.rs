@@ -134,7 +134,8 @@ pub use clock::{
     Clock, ManualClock, SteppingClock, SystemClock, format_uuid_v4, iso_timestamp, uuid_v4,
 };
 pub use db::{
-    UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file, read_through_sqlite,
+    UserDb, inspect_bytes, inspect_path, migrate_bytes, migrate_file, pending_log,
+    read_through_sqlite, wal_path,
 };
 pub use ddl::{
     Column, MAX_USERDB_BYTES, STORAGE_VERSION, TABLES, TableClass, TableDef, TableKind,

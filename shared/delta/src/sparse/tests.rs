@@ -6,18 +6,8 @@ use proptest::prelude::*;
 
 use super::*;
 
-const PAGE: u32 = 512;
-const LIMITS: Limits = Limits {
-    max_length: 1 << 20,
-};
-
-/// An image of one page per value, page `i` filled with `values[i]`.
-fn image(values: &[u8]) -> Vec<u8> {
-    values
-        .iter()
-        .flat_map(|v| std::iter::repeat_n(*v, PAGE as usize))
-        .collect()
-}
+// The codec's own test images: page `i` filled with `values[i]`.
+use crate::tests::{LIMITS, PAGE, image};
 
 fn shaped(image: &[u8]) -> Manifest {
     Manifest::with_shapes(image, PAGE).expect("manifest")

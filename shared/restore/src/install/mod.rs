@@ -149,17 +149,14 @@ fn observe(path: &Path) -> Result<Option<Observed>, RestoreError> {
 /// file installed over it would get those frames written into it by the next connection. An
 /// empty or absent log is no one's change.
 pub fn refuse_in_use(path: &Path) -> Result<(), RestoreError> {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let wal = PathBuf::from(wal);
-    match fs::metadata(&wal) {
-        Ok(meta) if meta.len() > 0 => Err(RestoreError::InUse {
+    let wal = snug_schema::wal_path(path);
+    match snug_schema::pending_log(path) {
+        Ok(None) => Ok(()),
+        Ok(Some(wal_bytes)) => Err(RestoreError::InUse {
             path: path.to_owned(),
             wal,
-            wal_bytes: meta.len(),
+            wal_bytes,
         }),
-        Ok(_) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(err) => Err(io_error("read", &wal)(err)),
     }
 }

@@ -334,7 +334,7 @@ impl HubOrigin {
             ..mine
         };
         let url = format!("{}/plan", self.revision_url(base));
-        let Some(mut response) = self.post_delta(&url, &manifest.encode(), false)? else {
+        let Ok(mut response) = self.post_delta(&url, &manifest.encode(), false)? else {
             return Ok(None);
         };
         let limits = Limits {
@@ -360,23 +360,13 @@ impl HubOrigin {
     ) -> Result<Learnt, OriginError> {
         let url = format!("{}/plan", self.revision_url(revision));
         let summary = Sparse::summary(mine, SUMMARY_GROUP).encode();
-        self.count_sent(summary.len());
-        let mut response = self.send(|| {
-            self.authorize(self.agent.post(&url))
-                .header("content-type", "application/octet-stream")
-                .header("accept-encoding", ZSTD)
-                .header("expect", "100-continue")
-                .send(&summary[..])
-        })?;
-        let status = response.status().as_u16();
-        if status != 200 {
-            let (code, text) = self.error_code(&mut response);
-            return match delta_answer(status, &code) {
-                _ if snug_reasons::sync::DELTA_INVALID == *code => Ok(Learnt::NoSummaries),
-                DeltaAnswer::WholeFile => Ok(Learnt::WholeFile),
-                _ => Err(self.refused(status, &text)),
-            };
-        }
+        let mut response = match self.post_delta(&url, &summary, false)? {
+            Ok(response) => response,
+            Err(code) if snug_reasons::sync::DELTA_INVALID == *code => {
+                return Ok(Learnt::NoSummaries);
+            }
+            Err(_) => return Ok(Learnt::WholeFile),
+        };
         let answer = self.read_delta_body(&mut response, limits.max_manifest_len())?;
         // An answer that is not the revision's pages against this summary is the hub's fault,
         // not the file's: the whole manifest goes instead.
@@ -385,15 +375,15 @@ impl HubOrigin {
             .map_or(Learnt::NoSummaries, Learnt::Pages))
     }
 
-    /// POSTs `body` (a manifest) to the delta route `url`, saying whether this client rebuilds
-    /// patched pages: the 200 answer, or `None` where [`delta_answer`] says the whole file goes
-    /// instead; any other refusal is the origin's error.
+    /// POSTs `body` (a manifest or a summary) to the delta route `url`, saying whether this
+    /// client rebuilds patched pages: the 200 answer, or, where [`delta_answer`] says the whole
+    /// file goes instead, the hub's code; any other refusal is the origin's error.
     fn post_delta(
         &self,
         url: &str,
         body: &[u8],
         patches: bool,
-    ) -> Result<Option<Response>, OriginError> {
+    ) -> Result<Result<Response, String>, OriginError> {
         self.count_sent(body.len());
         let mut response = self.send(|| {
             let request = self
@@ -408,11 +398,11 @@ impl HubOrigin {
         })?;
         let status = response.status().as_u16();
         if status == 200 {
-            return Ok(Some(response));
+            return Ok(Ok(response));
         }
         let (code, text) = self.error_code(&mut response);
         match delta_answer(status, &code) {
-            DeltaAnswer::WholeFile => Ok(None),
+            DeltaAnswer::WholeFile => Ok(Err(code)),
             _ => Err(self.refused(status, &text)),
         }
     }
@@ -551,7 +541,7 @@ impl HubOrigin {
         local: &[u8],
     ) -> Result<Option<Vec<u8>>, OriginError> {
         // This client rebuilds patched pages; a hub that does not know the header ignores it.
-        let Some(mut response) = self.post_delta(url, body, true)? else {
+        let Ok(mut response) = self.post_delta(url, body, true)? else {
             return Ok(None);
         };
         if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
