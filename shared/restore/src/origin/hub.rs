@@ -472,25 +472,28 @@ impl HubOrigin {
         snapshot: &SnapshotInfo,
         local: LocalCopy<'_>,
     ) -> Result<Option<Vec<u8>>, OriginError> {
-        // A file that is a revision the hub keeps needs no manifest: the hub's copy stands for it.
-        if let Some(revision) = local.revision
+        let mine = Manifest::with_shapes(local.bytes, delta_page_size(local.bytes)).ok();
+        // The revision the device last synced, whose pages it recorded: a file whose pages are
+        // those needs no manifest (the hub's copy stands for it), any other is named sparse
+        // against them, the groups that differ in full. Without them, a file unchanged since
+        // that sync is taken to be the revision, and the rebuilt image's check says if not.
+        let (base, body) = match (local.synced, &mine) {
+            (Some((revision, pages)), Some(mine)) if mine.ids != pages.ids => (
+                Some(revision),
+                Sparse::against(mine, &Sparse::summary(pages, SUMMARY_GROUP)).encode(),
+            ),
+            (Some((revision, _)), Some(_)) => (Some(revision), Vec::new()),
+            _ => (local.revision, Vec::new()),
+        };
+        if let Some(base) = base
             && let Some(image) =
-                self.fetch_delta(&self.delta_url(revision), &[], snapshot, local.bytes)?
+                self.fetch_delta(&self.delta_url(base), &body, snapshot, local.bytes)?
         {
             return Ok(Some(image));
         }
-        let Ok(mine) = Manifest::with_shapes(local.bytes, delta_page_size(local.bytes)) else {
+        let Some(mine) = mine else {
             return Ok(None);
         };
-        // The revision the device last synced, whose pages it recorded: the file is named
-        // sparse against them, the groups that differ in full.
-        if let Some((revision, pages)) = local.synced {
-            let sparse = Sparse::against(&mine, &Sparse::summary(pages, SUMMARY_GROUP));
-            let url = self.delta_url(revision);
-            if let Some(image) = self.fetch_delta(&url, &sparse.encode(), snapshot, local.bytes)? {
-                return Ok(Some(image));
-            }
-        }
         self.pull_delta_learning(snapshot, local.bytes, mine)
     }
 
