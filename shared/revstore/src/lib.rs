@@ -195,6 +195,7 @@ mod config;
 mod erase;
 mod error;
 mod integrity;
+mod manifest;
 mod mem;
 mod migrate;
 #[cfg(feature = "postgres")]

@@ -42,6 +42,10 @@ pub(crate) const SQLITE: &[Migration] = &[
         version: 6,
         sql: include_str!("../migrations/sqlite/0006_served_spool.sql"),
     },
+    Migration {
+        version: 7,
+        sql: include_str!("../migrations/sqlite/0007_manifest_bases.sql"),
+    },
 ];
 
 /// The PostgreSQL store's migrations.
@@ -70,6 +74,10 @@ pub(crate) const POSTGRES: &[Migration] = &[
     Migration {
         version: 6,
         sql: include_str!("../migrations/postgres/0006_erasures.sql"),
+    },
+    Migration {
+        version: 7,
+        sql: include_str!("../migrations/postgres/0007_manifest_bases.sql"),
     },
 ];
 

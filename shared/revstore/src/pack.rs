@@ -134,17 +134,16 @@ pub(crate) fn repoint(
     moved.then(|| coalesce(&locs))
 }
 
-/// [`repoint`] over an image row as stored (its encoded manifest and extents): the new encoded
-/// extents, or `None` when there is nothing to move or the row does not decode.
+/// [`repoint`] over an image's manifest and its extents as stored: the new encoded extents, or
+/// `None` when there is nothing to move or the extents do not decode.
 pub(crate) fn repoint_row(
-    manifest: &[u8],
+    manifest: &[Digest],
     extents: Option<&[u8]>,
     chunk_size: u64,
     fresh: &std::collections::HashMap<Digest, ChunkLoc>,
 ) -> Option<Vec<u8>> {
-    let manifest = crate::chunk::decode_manifest(manifest)?;
     let extents = decode_extents(extents?)?;
-    repoint(&extents, &manifest, chunk_size, fresh).map(|moved| encode_extents(&moved))
+    repoint(&extents, manifest, chunk_size, fresh).map(|moved| encode_extents(&moved))
 }
 
 /// The leading chunks of an image that together hold at least its first `len` bytes (all of

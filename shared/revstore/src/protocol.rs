@@ -274,11 +274,14 @@ pub(crate) trait WriteTx {
         digest: &Digest,
     ) -> impl Future<Output = Result<Option<(u64, Vec<Digest>)>, StorageError>>;
 
-    /// Records a streamed put's image, not stored before, with where its chunks are.
+    /// Records a streamed put's image, not stored before, with where its chunks are. `against`
+    /// is the user's current image, which a backend may keep the new manifest against
+    /// (`manifest.rs`).
     fn insert_image(
         &mut self,
         image: &Image,
         staged: &Self::Staged,
+        against: Option<&Digest>,
         at: Timestamp,
     ) -> impl Future<Output = Result<(), PutError>>;
 
@@ -441,7 +444,11 @@ pub(crate) async fn commit_in<T: WriteTx>(
                 }
                 tx.heal_stored(staged, now).await?;
             }
-            None => tx.insert_image(&proposal.image, staged, now).await?,
+            None => {
+                let against = facts.as_ref().and_then(|f| f.current.as_ref());
+                tx.insert_image(&proposal.image, staged, against.map(|c| &c.digest), now)
+                    .await?
+            }
         },
         (Decision::Accept, Source::Existing { .. }) => {
             if tx.stored_image(&digest).await?.is_none() {

@@ -214,6 +214,8 @@ impl protocol::WriteTx for MemTx<'_> {
         &mut self,
         image: &protocol::Image,
         staged: &Staged,
+        // The memory store keeps every manifest whole.
+        _against: Option<&Digest>,
         _at: Timestamp,
     ) -> Result<(), PutError> {
         self.changes.push(Change::InsertImage(

@@ -61,7 +61,7 @@ impl integrity::Inspect for PgStore {
         let client = self.client().await?;
         let Some(row) = client
             .query_opt(
-                "SELECT size, manifest, extents FROM images WHERE digest = $1",
+                "SELECT size, extents FROM images WHERE digest = $1",
                 &[&digest.as_bytes().as_slice()],
             )
             .await?
@@ -69,14 +69,16 @@ impl integrity::Inspect for PgStore {
             return Ok(Record::Missing);
         };
         let size = row.get::<_, i64>(0) as u64;
-        let Some(manifest) = chunk::decode_manifest(row.get::<_, &[u8]>(1)) else {
-            return Ok(Record::Malformed);
+        let manifest = match super::resolved(&**client, digest).await {
+            Ok(Some(resolved)) => resolved.chunks,
+            Ok(None) | Err(StorageError::Corrupt { .. }) => return Ok(Record::Malformed),
+            Err(e) => return Err(e),
         };
         let layout = if self.inner.objects.is_none() {
             PgLayout::Rows
         } else {
             let Some(extents) = row
-                .get::<_, Option<&[u8]>>(2)
+                .get::<_, Option<&[u8]>>(1)
                 .and_then(pack::decode_extents)
             else {
                 return Ok(Record::Malformed);

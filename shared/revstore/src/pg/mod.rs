@@ -21,10 +21,10 @@ mod reclaim;
 
 use crate::{
     cas::Accepted,
-    chunk::{self, Batch, ChunkSink, Ingested},
+    chunk::{Batch, ChunkSink, Ingested},
     config::StoreConfig,
     error::{OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError},
-    integrity, migrate,
+    integrity, manifest, migrate,
     objects::Bucket as Objects,
     pack,
     protocol::{self, Primitives, ReadBack},
@@ -352,6 +352,87 @@ async fn journal<C: GenericClient + Sync>(
     Ok(())
 }
 
+/// The resolved manifest of the stored image `digest` (its chain of rows in one query,
+/// `manifest.rs`); `None` when no such image is stored, a corruption error when its rows do not
+/// resolve.
+pub(crate) async fn resolved<C: GenericClient + Sync>(
+    c: &C,
+    digest: &Digest,
+) -> Result<Option<manifest::Resolved>, StorageError> {
+    let rows = c
+        .query(
+            "WITH RECURSIVE chain (n, digest, base, manifest) AS (
+                 SELECT 0, digest, base, manifest FROM images WHERE digest = $1
+                 UNION ALL
+                 SELECT c.n + 1, i.digest, i.base, i.manifest FROM images i JOIN chain c ON i.digest = c.base
+                 WHERE c.n <= $2
+             )
+             SELECT digest, base, manifest FROM chain ORDER BY n",
+            &[&digest.as_bytes().as_slice(), &(manifest::MAX_CHAIN as i32)],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let chain = rows
+        .iter()
+        .map(|r| {
+            Ok((
+                digest_of(r.get(0))?,
+                manifest_row(r.get(1), r.get::<_, &[u8]>(2))?,
+            ))
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    manifest::resolve(&chain)
+        .map(Some)
+        .ok_or_else(|| corrupt(&format!("image {digest}")))
+}
+
+/// The size and resolved manifest of the stored image `digest`, if there is one.
+pub(crate) async fn stored_image<C: GenericClient + Sync>(
+    c: &C,
+    digest: &Digest,
+) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
+    let Some(row) = c
+        .query_opt(
+            "SELECT size FROM images WHERE digest = $1",
+            &[&digest.as_bytes().as_slice()],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let manifest = resolved(c, digest)
+        .await?
+        .ok_or_else(|| corrupt(&format!("image {digest}")))?;
+    Ok(Some((row.get::<_, i64>(0) as u64, manifest.chunks)))
+}
+
+/// An `images` row's manifest columns.
+fn manifest_row(base: Option<&[u8]>, body: &[u8]) -> Result<manifest::Row, StorageError> {
+    Ok(manifest::Row {
+        base: base.map(digest_of).transpose()?,
+        body: body.to_vec(),
+    })
+}
+
+/// The manifest row to insert for an image of `chunks` committed while `against` was the
+/// user's current image (`manifest.rs`).
+pub(crate) async fn manifest_to_store<C: GenericClient + Sync>(
+    c: &C,
+    chunks: &[Digest],
+    against: Option<&Digest>,
+) -> Result<manifest::Row, StorageError> {
+    let against = match against {
+        Some(d) => resolved(c, d).await?.map(|r| (*d, r)),
+        None => None,
+    };
+    Ok(manifest::store(
+        chunks,
+        against.as_ref().map(|(d, r)| (d, r)),
+    ))
+}
+
 /// Fetches chunks by digest, in the order given, verifying each against its address.
 async fn fetch_chunks<C: GenericClient + Sync>(
     c: &C,
@@ -405,20 +486,7 @@ impl PgStore {
         digest: &Digest,
     ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT size, manifest FROM images WHERE digest = $1",
-                &[&digest.as_bytes().as_slice()],
-            )
-            .await?;
-        match row {
-            None => Ok(None),
-            Some(r) => {
-                let manifest = chunk::decode_manifest(r.get::<_, &[u8]>(1))
-                    .ok_or_else(|| corrupt(&format!("image {digest}")))?;
-                Ok(Some((r.get::<_, i64>(0) as u64, manifest)))
-            }
-        }
+        stored_image(&**client, digest).await
     }
 
     async fn download(

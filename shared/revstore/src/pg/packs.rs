@@ -36,6 +36,7 @@ use crate::{
     error::{PutError, ReclaimError, StorageError},
     objects::{Bucket as Objects, PACK_BYTES},
     pack::{self, ChunkLoc, Extent},
+    protocol::Image,
     store::ImageBody,
     types::{Digest, Timestamp},
 };
@@ -367,13 +368,13 @@ impl PgStore {
     pub(crate) async fn register_image<C: GenericClient + Sync>(
         &self,
         tx: &C,
-        digest: &Digest,
-        size: u64,
+        image: &Image,
         staged: &Staged,
+        against: Option<&Digest>,
         now: Timestamp,
     ) -> Result<(), PutError> {
-        let digest_bytes = digest.as_bytes().as_slice();
-        let manifest = chunk::encode_manifest(&staged.manifest);
+        let digest_bytes = image.digest.as_bytes().as_slice();
+        let row = super::manifest_to_store(tx, &staged.manifest, against).await?;
         // Reused chunks must still be where the stream found them.
         check_reused_chunks(tx, staged).await?;
         let (pack_ids, moved) = self.register_packs(tx, staged, now).await?;
@@ -396,8 +397,15 @@ impl PgStore {
             .collect::<Result<_, StorageError>>()?;
         let extents = pack::encode_extents(&pack::coalesce(&locs));
         tx.execute(
-            "INSERT INTO images (digest, size, manifest, extents, created_at) VALUES ($1, $2, $3, $4, $5)",
-            &[&digest_bytes, &(size as i64), &manifest, &extents, &now.unix_millis()],
+            "INSERT INTO images (digest, size, manifest, base, extents, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &digest_bytes,
+                &(image.size as i64),
+                &row.body,
+                &row.base.as_ref().map(|b| b.as_bytes().as_slice()),
+                &extents,
+                &now.unix_millis(),
+            ],
         )
         .await?;
         Ok(())
@@ -502,9 +510,15 @@ impl PgStore {
     ) -> Result<(), PutError> {
         let mut seen = HashSet::new();
         for digest in healed.keys() {
+            // An image holds the chunk when its own manifest row names it or when it is kept
+            // against one that holds it (`manifest.rs`); `repoint_row` moves only what it holds.
             let rows = tx
                 .query(
-                    "SELECT digest, manifest, extents FROM images WHERE position($1::bytea IN manifest) > 0",
+                    "WITH RECURSIVE holders (digest) AS (
+                         SELECT digest FROM images WHERE position($1::bytea IN manifest) > 0
+                         UNION SELECT i.digest FROM images i JOIN holders h ON i.base = h.digest
+                     )
+                     SELECT digest, extents FROM images WHERE digest IN (SELECT digest FROM holders)",
                     &[&digest.as_bytes().as_slice()],
                 )
                 .await?;
@@ -513,9 +527,15 @@ impl PgStore {
                 if !seen.insert(image.to_vec()) {
                     continue;
                 }
-                if let Some(extents) =
-                    pack::repoint_row(r.get(1), r.get(2), self.inner.chunk_size as u64, healed)
-                {
+                let Some(manifest) = super::resolved(tx, &super::digest_of(image)?).await? else {
+                    continue;
+                };
+                if let Some(extents) = pack::repoint_row(
+                    &manifest.chunks,
+                    r.get(1),
+                    self.inner.chunk_size as u64,
+                    healed,
+                ) {
                     tx.execute(
                         "UPDATE images SET extents = $1 WHERE digest = $2",
                         &[&extents, &image],
@@ -532,15 +552,17 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT manifest, extents FROM images WHERE digest = $1",
+                "SELECT extents FROM images WHERE digest = $1",
                 &[&digest.as_bytes().as_slice()],
             )
             .await?
             .ok_or_else(|| corrupt(format!("image {digest}")))?;
-        let manifest = chunk::decode_manifest(row.get::<_, &[u8]>(0))
-            .ok_or_else(|| corrupt(format!("image {digest}")))?;
+        let manifest = super::resolved(&**client, digest)
+            .await?
+            .ok_or_else(|| corrupt(format!("image {digest}")))?
+            .chunks;
         let extents = row
-            .get::<_, Option<&[u8]>>(1)
+            .get::<_, Option<&[u8]>>(0)
             .and_then(pack::decode_extents)
             .ok_or_else(|| corrupt(format!("image {digest}")))?;
         let ids: Vec<i64> = extents

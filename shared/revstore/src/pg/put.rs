@@ -284,33 +284,20 @@ impl WriteTx for PgTx<'_> {
         &mut self,
         digest: &Digest,
     ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
-        let row = self
-            .tx
-            .query_opt(
-                "SELECT size, manifest FROM images WHERE digest = $1",
-                &[&digest.as_bytes().as_slice()],
-            )
-            .await?;
-        row.map(|row| {
-            chunk::decode_manifest(row.get::<_, &[u8]>(1))
-                .map(|manifest| (row.get::<_, i64>(0) as u64, manifest))
-                .ok_or_else(|| StorageError::Corrupt {
-                    object: format!("image {digest}"),
-                })
-        })
-        .transpose()
+        super::stored_image(&*self.tx, digest).await
     }
 
     async fn insert_image(
         &mut self,
         image: &Image,
         staged: &Staged,
+        against: Option<&Digest>,
         at: Timestamp,
     ) -> Result<(), PutError> {
         match staged {
             Staged::Packs(staged) => {
                 self.store
-                    .register_image(self.tx, &image.digest, image.size, staged, at)
+                    .register_image(self.tx, image, staged, against, at)
                     .await
             }
             Staged::Rows(manifest) => {
@@ -329,13 +316,15 @@ impl WriteTx for PgTx<'_> {
                     )
                     .into());
                 }
+                let row = super::manifest_to_store(&*self.tx, manifest, against).await?;
                 self.tx
                     .execute(
-                        "INSERT INTO images (digest, size, manifest, created_at) VALUES ($1, $2, $3, $4)",
+                        "INSERT INTO images (digest, size, manifest, base, created_at) VALUES ($1, $2, $3, $4, $5)",
                         &[
                             &image.digest.as_bytes().as_slice(),
                             &(image.size as i64),
-                            &chunk::encode_manifest(manifest),
+                            &row.body,
+                            &row.base.as_ref().map(|b| b.as_bytes().as_slice()),
                             &at.unix_millis(),
                         ],
                     )

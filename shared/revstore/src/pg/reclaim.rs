@@ -17,6 +17,7 @@ use crate::{
     chunk,
     erase::ERASED,
     error::{ReclaimError, StorageError},
+    manifest,
     reclaim::{
         ChunkRow, Erasing, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained,
         Scope, Taking, Unreferenced,
@@ -199,22 +200,19 @@ impl Pass for PgPass<'_> {
     ) -> Result<HashSet<Digest>, StorageError> {
         // A row an orphan's write created can only be named by an image committed since it
         // started, by a write that found the row stored.
+        // An image that inherits such a row from its base (`manifest.rs`) stands on a base
+        // committed since then that names it itself.
         let wanted: HashSet<&Digest> = chunks.iter().collect();
         let mut named = HashSet::new();
         for r in self
             .client()
             .query(
-                "SELECT manifest FROM images WHERE created_at >= $1",
+                "SELECT base, manifest FROM images WHERE created_at >= $1",
                 &[&since.unix_millis()],
             )
             .await?
         {
-            let manifest = chunk::decode_manifest(r.get::<_, &[u8]>(0)).ok_or_else(|| {
-                StorageError::Corrupt {
-                    object: "manifest".into(),
-                }
-            })?;
-            named.extend(manifest.into_iter().filter(|c| wanted.contains(c)));
+            named.extend(row_entries(&r)?.into_iter().filter(|c| wanted.contains(c)));
         }
         Ok(named)
     }
@@ -296,10 +294,50 @@ impl Pass for PgPass<'_> {
     }
 
     async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
-        let digests: Vec<&[u8]> = images.iter().map(|d| &d.as_bytes()[..]).collect();
-        if !digests.is_empty() {
+        for digest in images {
+            let key = digest.as_bytes().as_slice();
+            // The images kept against this one stand on its row: they get their own first.
+            let Some(parent) = self
+                .client()
+                .query_opt(
+                    "SELECT base, manifest FROM images WHERE digest = $1",
+                    &[&key],
+                )
+                .await?
+            else {
+                continue;
+            };
+            let parent = super::manifest_row(parent.get(0), parent.get(1))?;
+            let children = self
+                .client()
+                .query(
+                    "SELECT digest, manifest FROM images WHERE base = $1",
+                    &[&key],
+                )
+                .await?;
+            for child in &children {
+                let row = manifest::Row {
+                    base: Some(*digest),
+                    body: child.get::<_, &[u8]>(1).to_vec(),
+                };
+                let rebased = manifest::rebase(digest, &parent, &row).ok_or_else(|| {
+                    StorageError::Corrupt {
+                        object: format!("image {}", hex::encode(child.get::<_, &[u8]>(0))),
+                    }
+                })?;
+                self.client()
+                    .execute(
+                        "UPDATE images SET base = $1, manifest = $2 WHERE digest = $3",
+                        &[
+                            &rebased.base.as_ref().map(|b| b.as_bytes().as_slice()),
+                            &rebased.body,
+                            &child.get::<_, &[u8]>(0),
+                        ],
+                    )
+                    .await?;
+            }
             self.client()
-                .execute("DELETE FROM images WHERE digest = ANY($1)", &[&digests])
+                .execute("DELETE FROM images WHERE digest = $1", &[&key])
                 .await?;
         }
         Ok(())
@@ -329,18 +367,11 @@ impl Pass for PgPass<'_> {
         let mut live = HashSet::new();
         for r in self
             .client()
-            .query("SELECT manifest FROM images", &[])
+            .query("SELECT base, manifest FROM images", &[])
             .await?
         {
-            let m: &[u8] = r.get(0);
-            if !m.len().is_multiple_of(32) {
-                return Err(StorageError::Corrupt {
-                    object: "manifest".into(),
-                });
-            }
-            for d in m.chunks_exact(32) {
-                live.insert(digest_of(d)?);
-            }
+            // Every chunk of every image is named by its row or by its bases' (`manifest.rs`).
+            live.extend(row_entries(&r)?);
         }
         Ok(live)
     }
@@ -518,24 +549,11 @@ impl Erasing for PgPass<'_> {
     }
 
     async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
-        let digests: Vec<&[u8]> = images.iter().map(|d| &d.as_bytes()[..]).collect();
         let mut named = HashSet::new();
-        if digests.is_empty() {
-            return Ok(named);
-        }
-        for r in self
-            .client()
-            .query(
-                "SELECT manifest FROM images WHERE digest = ANY($1)",
-                &[&digests],
-            )
-            .await?
-        {
-            named.extend(chunk::decode_manifest(r.get::<_, &[u8]>(0)).ok_or_else(|| {
-                StorageError::Corrupt {
-                    object: "manifest".into(),
-                }
-            })?);
+        for image in images {
+            if let Some(resolved) = super::resolved(&***self.client(), image).await? {
+                named.extend(resolved.chunks);
+            }
         }
         Ok(named)
     }
@@ -611,4 +629,13 @@ impl Erasing for PgPass<'_> {
             .await?;
         Ok(())
     }
+}
+
+/// Every chunk address an `images` row (`base`, `manifest`) names itself.
+fn row_entries(r: &tokio_postgres::Row) -> Result<Vec<Digest>, StorageError> {
+    manifest::entries(&super::manifest_row(r.get(0), r.get(1))?).ok_or_else(|| {
+        StorageError::Corrupt {
+            object: "manifest".into(),
+        }
+    })
 }

@@ -123,15 +123,43 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_chunks() {
     assert_eq!(store.reclaim().await.expect("reclaim").revisions, 1);
     // Damage a byte of the fourth image's user_version in its first chunk.
     let client = store.client().await.expect("client");
+    let first = super::resolved(&**client, &revisions[3].digest)
+        .await
+        .expect("manifest")
+        .expect("stored")
+        .chunks[0];
     let damaged = client
         .execute(
             "UPDATE chunks SET data = overlay(data PLACING '\\xee'::bytea FROM 64 FOR 1)
-             WHERE hash = substring((SELECT manifest FROM images WHERE digest = $1) FROM 1 FOR 32)",
-            &[&revisions[3].digest.as_bytes().as_slice()],
+             WHERE hash = $1",
+            &[&first.as_bytes().as_slice()],
         )
         .await
         .expect("damage");
     assert_eq!(damaged, 1);
+    // A release before migration 7 kept every manifest whole.
+    let mut whole = Vec::new();
+    for r in client
+        .query("SELECT digest FROM images WHERE base IS NOT NULL", &[])
+        .await
+        .expect("images")
+    {
+        let digest = super::digest_of(r.get(0)).expect("digest");
+        let resolved = super::resolved(&**client, &digest).await.expect("manifest");
+        whole.push((
+            digest,
+            crate::chunk::encode_manifest(&resolved.expect("stored").chunks),
+        ));
+    }
+    for (digest, manifest) in whole {
+        client
+            .execute(
+                "UPDATE images SET base = NULL, manifest = $2 WHERE digest = $1",
+                &[&digest.as_bytes().as_slice(), &manifest],
+            )
+            .await
+            .expect("whole manifest");
+    }
 
     // The same rows in a schema made by the previous release's migrations alone.
     let previous = PgStore::connect_migrating(

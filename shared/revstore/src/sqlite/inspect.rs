@@ -5,30 +5,22 @@
 use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
-use rusqlite::OptionalExtension;
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Inner, digest_col, packs, packs::ChunkLoc, token};
 use crate::{
-    chunk,
     error::{PutError, StorageError},
-    integrity,
+    integrity, manifest,
     types::{Digest, UserId},
 };
 
 impl Inner {
     /// The chunk digests of a stored image, in image order.
     pub(super) fn manifest(&self, digest: &Digest) -> Result<Vec<Digest>, StorageError> {
-        let corrupt = || StorageError::Corrupt {
-            object: format!("image {digest}"),
-        };
-        let manifest: Vec<u8> = self
-            .with_reader(|conn| {
-                conn.prepare_cached("SELECT manifest FROM images WHERE digest = ?1")?
-                    .query_row([digest.as_bytes().as_slice()], |r| r.get(0))
-                    .optional()
-            })?
-            .ok_or_else(corrupt)?;
-        chunk::decode_manifest(&manifest).ok_or_else(corrupt)
+        self.stored_manifest(digest)?
+            .ok_or_else(|| StorageError::Corrupt {
+                object: format!("image {digest}"),
+            })
     }
 
     /// The chunk digests of a stored image, or `None` when no such image is stored.
@@ -36,34 +28,23 @@ impl Inner {
         &self,
         digest: &Digest,
     ) -> Result<Option<Vec<Digest>>, StorageError> {
-        let manifest: Option<Vec<u8>> = self.with_reader(|conn| {
-            conn.prepare_cached("SELECT manifest FROM images WHERE digest = ?1")?
-                .query_row([digest.as_bytes().as_slice()], |r| r.get(0))
-                .optional()
-        })?;
-        manifest
-            .map(|manifest| {
-                chunk::decode_manifest(&manifest).ok_or_else(|| StorageError::Corrupt {
-                    object: format!("image {digest}"),
-                })
-            })
-            .transpose()
+        Ok(self
+            .with_reader(|conn| resolved(conn, digest))?
+            .map(|r| r.chunks))
     }
 
     /// Reads an image back and checks every chunk against its address.
     pub(super) fn verify_image(&self, digest: &Digest) -> Result<(), PutError> {
         let (manifest, locs, paths) = self.with_reader(|conn| -> Result<_, PutError> {
-            let (manifest, extents): (Vec<u8>, Vec<u8>) = conn
-                .prepare_cached("SELECT manifest, extents FROM images WHERE digest = ?1")?
-                .query_row([digest.as_bytes().as_slice()], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+            let extents: Vec<u8> = conn
+                .prepare_cached("SELECT extents FROM images WHERE digest = ?1")?
+                .query_row([digest.as_bytes().as_slice()], |r| r.get(0))
                 .optional()?
                 .ok_or(PutError::NotFound)?;
             let corrupt = || StorageError::Corrupt {
                 object: format!("image {digest}"),
             };
-            let manifest = chunk::decode_manifest(&manifest).ok_or_else(corrupt)?;
+            let manifest = resolved(conn, digest)?.ok_or_else(corrupt)?.chunks;
             let extents = packs::decode_extents(&extents).ok_or_else(corrupt)?;
             let locs = packs::expand(&extents, self.chunk_size as u64);
             let paths = Inner::pack_paths(conn, extents.iter().map(|e| e.pack), &self.packs_dir)?;
@@ -133,19 +114,22 @@ impl integrity::Inspect for Inner {
 
     async fn image(&self, digest: &Digest) -> Result<integrity::Record<PackLayout>, StorageError> {
         self.with_reader(|conn| {
-            let row: Option<(i64, Vec<u8>, Vec<u8>)> = conn
-                .prepare_cached("SELECT size, manifest, extents FROM images WHERE digest = ?1")?
+            let row: Option<(i64, Vec<u8>)> = conn
+                .prepare_cached("SELECT size, extents FROM images WHERE digest = ?1")?
                 .query_row([digest.as_bytes().as_slice()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    Ok((r.get(0)?, r.get(1)?))
                 })
                 .optional()?;
-            let Some((size, manifest, extents)) = row else {
+            let Some((size, extents)) = row else {
                 return Ok(integrity::Record::Missing);
             };
-            let (Some(manifest), Some(extents)) = (
-                chunk::decode_manifest(&manifest),
-                packs::decode_extents(&extents),
-            ) else {
+            let manifest = match resolved(conn, digest) {
+                Ok(Some(resolved)) => Some(resolved.chunks),
+                Ok(None) | Err(StorageError::Corrupt { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            let (Some(manifest), Some(extents)) = (manifest, packs::decode_extents(&extents))
+            else {
                 return Ok(integrity::Record::Malformed);
             };
             let locs = packs::expand(&extents, self.chunk_size as u64);
@@ -203,4 +187,58 @@ impl integrity::Inspect for Inner {
             })
             .collect())
     }
+}
+
+/// The rows of `digest`'s manifest chain, the image's own first (`manifest.rs`).
+fn chain(conn: &Connection, digest: &Digest) -> Result<Vec<(Digest, manifest::Row)>, StorageError> {
+    let mut stmt = conn.prepare_cached(
+        "WITH RECURSIVE chain (n, digest, base, manifest) AS (
+             SELECT 0, digest, base, manifest FROM images WHERE digest = ?1
+             UNION ALL
+             SELECT c.n + 1, i.digest, i.base, i.manifest FROM images i JOIN chain c ON i.digest = c.base
+             WHERE c.n <= ?2
+         )
+         SELECT digest, base, manifest FROM chain ORDER BY n",
+    )?;
+    let rows = stmt.query_map(
+        params![digest.as_bytes().as_slice(), manifest::MAX_CHAIN as i64],
+        |r| {
+            Ok((
+                r.get::<_, Vec<u8>>(0)?,
+                r.get::<_, Option<Vec<u8>>>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        },
+    )?;
+    let corrupt = || StorageError::Corrupt {
+        object: format!("image {digest}"),
+    };
+    let mut out = Vec::new();
+    for row in rows {
+        let (d, base, body) = row?;
+        let d = Digest::from_slice(&d).ok_or_else(corrupt)?;
+        let base = match base {
+            Some(b) => Some(Digest::from_slice(&b).ok_or_else(corrupt)?),
+            None => None,
+        };
+        out.push((d, manifest::Row { base, body }));
+    }
+    Ok(out)
+}
+
+/// The resolved manifest of the stored image `digest`; `None` when no such image is stored, a
+/// corruption error when its rows do not resolve.
+pub(super) fn resolved(
+    conn: &Connection,
+    digest: &Digest,
+) -> Result<Option<manifest::Resolved>, StorageError> {
+    let chain = chain(conn, digest)?;
+    if chain.is_empty() {
+        return Ok(None);
+    }
+    manifest::resolve(&chain)
+        .map(Some)
+        .ok_or_else(|| StorageError::Corrupt {
+            object: format!("image {digest}"),
+        })
 }

@@ -24,8 +24,9 @@ use super::{
 };
 use crate::{
     cas::Accepted,
-    chunk::{self, Batch, ChunkSink, Ingested},
+    chunk::{Batch, ChunkSink, Ingested},
     error::{PutError, StorageError},
+    manifest,
     protocol::{
         self, Image, Intent, Primitives, Proposal, RECORD_GONE, ReadBack, UserRow, WriteTx,
     },
@@ -224,12 +225,17 @@ impl Inner {
         tx: &Transaction<'_>,
         image: &Image,
         staged: &Staged,
+        against: Option<&Digest>,
         epoch_moved: bool,
         now: Timestamp,
     ) -> Result<(), PutError> {
         let (digest, size) = (image.digest, image.size);
         let absorbed = &staged.absorbed;
-        let manifest = chunk::encode_manifest(&absorbed.manifest);
+        let against = match against {
+            Some(d) => super::inspect::resolved(tx, d)?.map(|r| (*d, r)),
+            None => None,
+        };
+        let row = manifest::store(&absorbed.manifest, against.as_ref().map(|(d, r)| (d, r)));
         if epoch_moved {
             // A reclamation ran since the put began: make sure every deduplicated chunk is still
             // where the read-back found it (from `publish` on, the pass kept them).
@@ -250,8 +256,15 @@ impl Inner {
             })
             .collect();
         let extents = packs::encode_extents(&packs::coalesce(&locs));
-        tx.prepare_cached("INSERT INTO images (digest, size, manifest, extents, created_at) VALUES (?1, ?2, ?3, ?4, ?5)")?
-            .execute(params![digest.as_bytes().as_slice(), size as i64, manifest, extents, now.unix_millis()])?;
+        tx.prepare_cached("INSERT INTO images (digest, size, manifest, base, extents, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+            .execute(params![
+                digest.as_bytes().as_slice(),
+                size as i64,
+                row.body,
+                row.base.as_ref().map(|b| b.as_bytes().as_slice()),
+                extents,
+                now.unix_millis()
+            ])?;
         Ok(())
     }
 
@@ -346,8 +359,8 @@ impl Inner {
     }
 }
 
-/// An image row a healed chunk is in: its digest, manifest and extents.
-type Holder = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+/// An image row a healed chunk is in: its digest and extents.
+type Holder = (Vec<u8>, Option<Vec<u8>>);
 
 impl Inner {
     /// Points every stored image that holds a chunk in `healed` at its fresh copy (in `tx`, with
@@ -357,23 +370,35 @@ impl Inner {
         tx: &Transaction<'_>,
         healed: &HashMap<Digest, ChunkLoc>,
     ) -> Result<(), PutError> {
+        // An image holds the chunk when its own manifest row names it or when it is kept
+        // against one that holds it (`manifest.rs`); `repoint_row` moves only what it holds.
         let mut holders = tx.prepare_cached(
-            "SELECT digest, manifest, extents FROM images WHERE instr(manifest, ?1) > 0",
+            "WITH RECURSIVE holders (digest) AS (
+                 SELECT digest FROM images WHERE instr(manifest, ?1) > 0
+                 UNION SELECT i.digest FROM images i JOIN holders h ON i.base = h.digest
+             )
+             SELECT digest, extents FROM images WHERE digest IN holders",
         )?;
         let mut update = tx.prepare_cached("UPDATE images SET extents = ?1 WHERE digest = ?2")?;
         let mut seen = std::collections::HashSet::new();
         for digest in healed.keys() {
             let rows: Vec<Holder> = holders
                 .query_map([digest.as_bytes().as_slice()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    Ok((r.get(0)?, r.get(1)?))
                 })?
                 .collect::<Result<_, _>>()?;
-            for (image, manifest, extents) in rows {
+            for (image, extents) in rows {
                 if !seen.insert(image.clone()) {
                     continue;
                 }
+                let Some(holder) = Digest::from_slice(&image) else {
+                    continue;
+                };
+                let Some(manifest) = super::inspect::resolved(tx, &holder)? else {
+                    continue;
+                };
                 if let Some(extents) = packs::repoint_row(
-                    &manifest,
+                    &manifest.chunks,
                     extents.as_deref(),
                     self.chunk_size as u64,
                     healed,
@@ -552,31 +577,28 @@ impl WriteTx for SqliteTx<'_> {
         &mut self,
         digest: &Digest,
     ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
-        let row: Option<(i64, Vec<u8>)> = self
+        let size: Option<i64> = self
             .tx
-            .prepare_cached("SELECT size, manifest FROM images WHERE digest = ?1")?
-            .query_row([digest.as_bytes().as_slice()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .prepare_cached("SELECT size FROM images WHERE digest = ?1")?
+            .query_row([digest.as_bytes().as_slice()], |r| r.get(0))
             .optional()?;
-        row.map(|(size, manifest)| {
-            chunk::decode_manifest(&manifest)
-                .map(|manifest| (size as u64, manifest))
-                .ok_or_else(|| StorageError::Corrupt {
-                    object: format!("image {digest}"),
-                })
-        })
-        .transpose()
+        let Some(size) = size else { return Ok(None) };
+        let manifest =
+            super::inspect::resolved(self.tx, digest)?.ok_or_else(|| StorageError::Corrupt {
+                object: format!("image {digest}"),
+            })?;
+        Ok(Some((size as u64, manifest.chunks)))
     }
 
     async fn insert_image(
         &mut self,
         image: &Image,
         staged: &Arc<Staged>,
+        against: Option<&Digest>,
         at: Timestamp,
     ) -> Result<(), PutError> {
         self.inner
-            .insert_image(self.tx, image, staged, self.epoch_moved, at)
+            .insert_image(self.tx, image, staged, against, self.epoch_moved, at)
     }
 
     async fn heal_stored(&mut self, staged: &Arc<Staged>, at: Timestamp) -> Result<(), PutError> {

@@ -13,13 +13,13 @@ use std::{
     time::UNIX_EPOCH,
 };
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Inner, journal, packs};
 use crate::{
-    chunk,
     erase::ERASED,
     error::{ReclaimError, StorageError},
+    manifest,
     reclaim::{
         ChunkRow, Erasing, InFlight, Listed, Pass, Place, Publication, Reclaimer, Record, Retained,
         Scope, Taking, Unreferenced,
@@ -280,9 +280,43 @@ impl Pass for SqlitePass<'_> {
     }
 
     async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
-        for digest in images {
+        for image in images {
+            // The images kept against this one stand on its row: they get their own first.
+            let parent: Option<(Option<Vec<u8>>, Vec<u8>)> = self
+                .conn
+                .prepare_cached("SELECT base, manifest FROM images WHERE digest = ?1")?
+                .query_row([image.as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let Some((base, body)) = parent else { continue };
+            let parent = manifest::Row {
+                base: base.as_deref().map(digest).transpose()?,
+                body,
+            };
+            let children: Vec<(Vec<u8>, Vec<u8>)> = self
+                .conn
+                .prepare_cached("SELECT digest, manifest FROM images WHERE base = ?1")?
+                .query_map([image.as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            for (child, body) in children {
+                let row = manifest::Row {
+                    base: Some(*image),
+                    body,
+                };
+                let rebased = manifest::rebase(image, &parent, &row).ok_or_else(|| {
+                    StorageError::Corrupt {
+                        object: format!("image {}", hex::encode(&child)),
+                    }
+                })?;
+                self.conn
+                    .prepare_cached("UPDATE images SET base = ?1, manifest = ?2 WHERE digest = ?3")?
+                    .execute(params![
+                        rebased.base.as_ref().map(|b| b.as_bytes().as_slice()),
+                        rebased.body,
+                        child
+                    ])?;
+            }
             self.conn
-                .execute("DELETE FROM images WHERE digest = ?1", [digest.as_bytes()])?;
+                .execute("DELETE FROM images WHERE digest = ?1", [image.as_bytes()])?;
         }
         Ok(())
     }
@@ -305,12 +339,20 @@ impl Pass for SqlitePass<'_> {
 
     async fn live_chunks(&mut self) -> Result<HashSet<Digest>, StorageError> {
         let mut live = HashSet::new();
-        let mut stmt = self.conn.prepare("SELECT manifest FROM images")?;
+        // Every chunk of every image is named by its row or by its bases' (`manifest.rs`).
+        let mut stmt = self.conn.prepare("SELECT base, manifest FROM images")?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let m: Vec<u8> = r.get(0)?;
+            let row = manifest::Row {
+                base: r
+                    .get::<_, Option<Vec<u8>>>(0)?
+                    .as_deref()
+                    .map(digest)
+                    .transpose()?,
+                body: r.get(1)?,
+            };
             live.extend(
-                chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
+                manifest::entries(&row).ok_or_else(|| StorageError::Corrupt {
                     object: "manifest".into(),
                 })?,
             );
@@ -494,18 +536,9 @@ impl Erasing for SqlitePass<'_> {
 
     async fn named_chunks(&mut self, images: &[Digest]) -> Result<HashSet<Digest>, StorageError> {
         let mut named = HashSet::new();
-        let mut stmt = self
-            .conn
-            .prepare("SELECT manifest FROM images WHERE digest = ?1")?;
         for image in images {
-            let mut rows = stmt.query([image.as_bytes()])?;
-            while let Some(r) = rows.next()? {
-                let m: Vec<u8> = r.get(0)?;
-                named.extend(
-                    chunk::decode_manifest(&m).ok_or_else(|| StorageError::Corrupt {
-                        object: "manifest".into(),
-                    })?,
-                );
+            if let Some(resolved) = super::inspect::resolved(&self.conn, image)? {
+                named.extend(resolved.chunks);
             }
         }
         Ok(named)

@@ -2159,3 +2159,105 @@ pub(crate) async fn a_per_user_quota_replaces_the_default<
     }
     assert_eq!(fx.store.head(&u).await.expect("head").size, 30_000);
 }
+
+/// Puts `bytes` on top of the last revision of `history` and records it.
+async fn push_onto<S: RevStore>(
+    fx: &Fixture<S>,
+    u: &snug_revstore::UserId,
+    bytes: &[u8],
+    history: &mut Vec<(Revision, Vec<u8>)>,
+) {
+    let pre = history.last().map_or(Precondition::MustNotExist, |(r, _)| {
+        Precondition::MustMatch(r.clone())
+    });
+    let revision = put_ok(&fx.store, u, pre, bytes).await.info.revision;
+    history.push((revision, bytes.to_vec()));
+    fx.clock.advance(Duration::from_secs(1));
+}
+
+/// Every revision of `history` downloads as its bytes.
+async fn reads_back<S: RevStore>(
+    store: &S,
+    u: &snug_revstore::UserId,
+    history: &[(Revision, Vec<u8>)],
+) {
+    for (revision, want) in history {
+        let (got, end) = drain(store, u, Some(revision)).await;
+        end.expect("read");
+        assert!(got == *want, "revision {revision} reads back");
+    }
+}
+
+/// Issue 38 point 4: a history of small edits (each revision's manifest may be kept against the
+/// one before) reads back byte for byte through reclamation of its older revisions, also of
+/// images between a kept one and its base, passes the integrity check, and erases to nothing.
+pub(crate) async fn a_history_of_small_edits_reads_back_through_reclamation<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, u)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let chunk = CHUNK as usize;
+    let edit = |bytes: &mut Vec<u8>, i: usize| {
+        match i % 4 {
+            // Grows by a chunk and a part.
+            1 => bytes.extend_from_slice(&image(50 + i as u64, chunk + 100)),
+            // Shrinks by one.
+            3 => bytes.truncate(bytes.len() - chunk - 50),
+            _ => {}
+        }
+        let page = (i * 7) % (bytes.len() / chunk);
+        bytes[page * chunk + 3] ^= 0x5a;
+        bytes[17] = i as u8;
+    };
+    let mut bytes = image(7, 64 * chunk);
+    let mut history = Vec::new();
+    for i in 0..6 {
+        push_onto(&fx, &u, &bytes, &mut history).await;
+        edit(&mut bytes, i);
+    }
+    reads_back(&fx.store, &u, &history).await;
+    // The first image current again, then more edits on top of it: the images between it and
+    // the newest go while both stay.
+    let (first, newest) = (history[0].clone(), history[5].clone());
+    let restored = fx
+        .store
+        .restore(RestoreRequest {
+            user: u.clone(),
+            from: first.0.clone(),
+            precondition: Precondition::MustMatch(newest.0.clone()),
+            principal: who("device-a"),
+            idempotency_key: None,
+        })
+        .await
+        .expect("restore")
+        .info
+        .revision;
+    fx.clock.advance(Duration::from_secs(120));
+    let report = fx.store.reclaim().await.expect("reclaim");
+    assert_eq!(report.images, 4, "{report:?}");
+    let kept = [newest, (restored, first.1)];
+    reads_back(&fx.store, &u, &kept).await;
+    assert_clean(&fx.store).await;
+    let [_, restored] = kept;
+    bytes = restored.1.clone();
+    history = vec![restored];
+    for i in 6..14 {
+        edit(&mut bytes, i);
+        push_onto(&fx, &u, &bytes, &mut history).await;
+    }
+    reads_back(&fx.store, &u, &history).await;
+    fx.clock.advance(Duration::from_secs(120));
+    fx.store.reclaim().await.expect("reclaim");
+    reads_back(&fx.store, &u, &history[history.len() - 2..]).await;
+    assert_clean(&fx.store).await;
+    fx.store.erase(&u).await.expect("erase");
+    fx.clock.advance(Duration::from_secs(2 * 3600));
+    fx.store.reclaim().await.expect("reclaim");
+    let stats = fx.store.stats().await.expect("stats");
+    assert_eq!((stats.images, stats.chunks), (0, 0), "{stats:?}");
+    assert_clean(&fx.store).await;
+}

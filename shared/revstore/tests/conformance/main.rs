@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
                 reclaim_refuses_on_incomplete_listing,
                 orphans_are_reclaimed_after_grace,
                 chunks_are_deduplicated_across_revisions,
+                a_history_of_small_edits_reads_back_through_reclamation,
                 ledgers_record_served_and_verdicts,
                 a_damaged_chunk_is_never_served,
                 a_put_reusing_a_damaged_chunk_writes_it_afresh,
