@@ -24,7 +24,9 @@
 //! # How a put is made durable
 //!
 //! Images are stored as content-addressed chunks (fixed size, one SQLite page by default) plus a
-//! manifest, so revisions that differ in a few pages share the rest. A put streams the bytes in,
+//! manifest, so revisions that differ in a few pages share the rest; the persistent backends keep
+//! a manifest as the chunks it changes against the image that was current when it was committed
+//! (`manifest.rs`), so a small edit costs a few manifest entries, not one per chunk. A put streams the bytes in,
 //! enforcing the quota and hashing as they arrive; it records a durable publication record; it
 //! creates the new objects create-once (different bytes at an occupied address are refused); it
 //! reads them back and verifies every chunk against its address; and only then one transaction
