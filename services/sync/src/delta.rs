@@ -29,6 +29,8 @@
 //! (`Admission::shrink_to`: a push, the image and its base, which the write derives from) until
 //! the answer is sent or the write is done.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use snug_delta::{Delta, Manifest, Source as Pages, Sparse, page_size_of, plan};
 use snug_proto::sync::v1 as pb;
@@ -122,8 +124,8 @@ pub(crate) struct Pushed<H> {
     pub(crate) base_revision: Revision,
     /// The image the delta builds.
     pub(crate) image: Vec<u8>,
-    /// The base it was built from, as the store read it.
-    pub(crate) base: BaseImage,
+    /// The base it was built from, as the store read it or this replica wrote it.
+    pub(crate) base: Arc<BaseImage>,
     /// The SHA-256 the delta declares for it, which assembly checked.
     pub(crate) digest: [u8; 32],
     /// The image's and the base's share of the budget (the delta's is given back).
@@ -205,12 +207,16 @@ impl SyncServer {
             .admit(&caller.owners, base_size.saturating_add(geometry.length))
             .await?;
         let (delta, mut admission) = receiver.into_bytes().await?;
-        // Gone if reclaimed since its head was read.
-        let base = self
-            .store
-            .read_base(&caller.user, &base_revision)
-            .await
-            .map_err(base_unread)?;
+        let base = match self.bases.get(&caller.user, &base_revision) {
+            Some(base) => base,
+            // Gone if reclaimed since its head was read.
+            None => Arc::new(
+                self.store
+                    .read_base(&caller.user, &base_revision)
+                    .await
+                    .map_err(base_unread)?,
+            ),
+        };
         let built = self
             .pool
             .run(move |_| {

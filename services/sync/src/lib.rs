@@ -61,8 +61,8 @@ use snug_proto::sync::v1::{
     sync_service_server::{SyncService, SyncServiceServer},
 };
 use snug_revstore::{
-    AnyStore, DEFAULT_QUOTA_BYTES, IntegrityReport, OpenError, PgConfig, PgStore, RestoreRequest,
-    Retention, RevStore, SqliteStore, StoreConfig,
+    AnyStore, BaseCache, DEFAULT_QUOTA_BYTES, IntegrityReport, OpenError, PgConfig, PgStore,
+    RestoreRequest, Retention, RevStore, SqliteStore, StoreConfig,
 };
 use snug_rpc::chunks::Chunked as _;
 use snug_rpc::{
@@ -178,7 +178,20 @@ pub struct SyncConfig {
     /// How long an image job waits for a slot before it is refused as OVERLOADED.
     #[arg(long = "sync-queue-timeout", env = "SNUG_SYNC_QUEUE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub queue_timeout: Duration,
+    /// Bytes of the images this replica wrote last (one per user) kept in memory as the bases of
+    /// the delta pushes that follow them, so such a push neither reads nor hashes its base again;
+    /// 0 keeps none. An entry lives at most BASE_CACHE_MAX_AGE and goes at once when its user is
+    /// erased through this replica.
+    #[arg(long = "sync-base-cache-bytes", env = "SNUG_SYNC_BASE_CACHE_BYTES", default_value_t = DEFAULT_BASE_CACHE_BYTES)]
+    pub base_cache_bytes: u64,
 }
+
+/// [`SyncConfig::base_cache_bytes`] by default: two of the largest images.
+pub const DEFAULT_BASE_CACHE_BYTES: u64 = 128 << 20;
+
+/// How long the base cache keeps an image: past it, another replica's erasure of its user has
+/// left no copy in this one's memory.
+pub const BASE_CACHE_MAX_AGE: Duration = Duration::from_secs(10 * 60);
 
 impl Default for SyncConfig {
     fn default() -> Self {
@@ -197,6 +210,7 @@ impl Default for SyncConfig {
             reclaim_interval: Duration::from_secs(10 * 60),
             concurrency: None,
             queue_timeout: Duration::from_secs(10),
+            base_cache_bytes: DEFAULT_BASE_CACHE_BYTES,
         }
     }
 }
@@ -348,6 +362,8 @@ pub struct SyncServer {
     pool: Arc<BlockingPool>,
     /// The clock a validation's import check stamps with.
     clock: Arc<dyn snug_schema::Clock>,
+    /// The images this replica wrote last, the bases of the delta pushes that follow them.
+    bases: Arc<BaseCache>,
 }
 
 impl fmt::Debug for SyncServer {
@@ -377,6 +393,11 @@ impl SyncServer {
                 "image jobs",
             )),
             clock: Arc::new(snug_schema::SystemClock),
+            bases: Arc::new(BaseCache::new(
+                config.base_cache_bytes,
+                BASE_CACHE_MAX_AGE,
+                Arc::new(snug_revstore::SystemClock),
+            )),
         }
     }
 
@@ -709,11 +730,11 @@ impl SyncService for SyncServer {
         request: Request<pb::EraseUserRequest>,
     ) -> Result<Response<pb::EraseUserResponse>, Status> {
         let user = convert::user(request.into_inner().user_id, "user_id")?;
-        let report = self
-            .store
-            .erase(&user)
-            .await
-            .map_err(status::reclaim_error)?;
+        self.bases.forget(&user);
+        let report = self.store.erase(&user).await;
+        // Again: a push that landed before the erasure may have kept its image meanwhile.
+        self.bases.forget(&user);
+        let report = report.map_err(status::reclaim_error)?;
         tracing::info!(
             user = %user,
             revisions = report.revisions,

@@ -2816,3 +2816,58 @@ mod pace;
 mod put_delta;
 mod shares;
 mod validation;
+
+/// Issue 38 point 3: a delta push against the revision this replica just wrote is assembled from
+/// the bytes it wrote (`SNUG_SYNC_BASE_CACHE_BYTES`), not read and hashed again. So damage to
+/// the stored base since it was written is not met by the push, which stores the true bytes'
+/// new chunks and names the base's stored ones, as a push between two integrity checks always
+/// has; CheckStore names the damage. With the cache off the push reads its base, meets the
+/// damage and is refused, as before.
+#[tokio::test]
+async fn a_delta_push_is_built_from_the_base_this_replica_wrote() {
+    for cached in [true, false] {
+        let Some(mut hub) = start(Backend::Sqlite, |setup| {
+            if !cached {
+                setup.config.base_cache_bytes = 0;
+            }
+        })
+        .await
+        else {
+            return;
+        };
+        provision(&mut hub, "alice").await;
+        let first = image(71, 32 * delta::PAGE as usize);
+        let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+            .await
+            .expect("first");
+        let second = delta::edited(&first, "changed on device a");
+        // The pack's last chunk, far from the header and the edited row: one the delta copies.
+        let pack = std::fs::read_dir(hub.runtime.dir.join("packs"))
+            .expect("packs")
+            .map(|e| e.expect("entry").metadata().expect("metadata").len())
+            .sum::<u64>();
+        damage_only_pack(&hub, pack - delta::PAGE as u64 / 2);
+        let pushed = delta::put(
+            &mut hub,
+            "alice",
+            &r1.revision,
+            delta::to(&first, &second).encode(),
+            None,
+        )
+        .await;
+        if cached {
+            let r2 = pushed
+                .expect("built from the bytes written")
+                .revision
+                .expect("revision");
+            assert_eq!(r2.sha256, sha256_hex(&second));
+        } else {
+            assert_refused(pushed, Code::DataLoss, &snug_reasons::sync::STORAGE_CORRUPT);
+        }
+        let report = check_store(&mut hub).await;
+        assert!(
+            report.iter().any(|m| !m.problems.is_empty()),
+            "cached: {cached}: {report:?}"
+        );
+    }
+}

@@ -145,19 +145,13 @@ impl SyncServer {
         };
         let image = Bytes::from(image);
         let digest = Digest::from_bytes(verdict.sha256);
-        let outcome = match built {
-            Some(built) => {
-                self.store
-                    .put_derived(request, built.base, image, digest)
-                    .await
-            }
-            None => {
-                self.store
-                    .put(request, futures::stream::iter([Ok(image)]))
-                    .await
-            }
-        }
-        .map_err(status::put_error)?;
+        let derived = built.map(|built| (built.base, digest));
+        let held = self
+            .store
+            .put_held(request, image, derived)
+            .await
+            .map_err(status::put_error)?;
+        let outcome = held.outcome;
         if outcome.info.digest != digest {
             // The store hashed other bytes than the verdict did: a bug, never a revision to trust.
             return Err(snug_rpc::status::internal(
@@ -169,6 +163,9 @@ impl SyncServer {
                     Digest::from_bytes(verdict.sha256),
                 )),
             ));
+        }
+        if let Some(image) = held.image {
+            self.bases.keep(&user, image);
         }
         tracing::info!(
             user = %user,

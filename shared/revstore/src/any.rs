@@ -8,7 +8,7 @@ use futures::Stream;
 use crate::{
     MemStore, SqliteStore,
     error::{ProvisionError, PutError, ReadError, ReclaimError, StorageError},
-    store::{BaseImage, ImageDownload, RevStore},
+    store::{BaseImage, Held, ImageDownload, RevStore},
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, RestoreRequest, Revision, RevisionInfo, ServedEntry,
@@ -67,14 +67,13 @@ impl RevStore for AnyStore {
         each!(self, s => s.read_base(user, revision).await)
     }
 
-    async fn put_derived(
+    async fn put_held(
         &self,
         request: PutRequest,
-        base: &BaseImage,
         image: Bytes,
-        digest: Digest,
-    ) -> Result<PutOutcome, PutError> {
-        each!(self, s => s.put_derived(request, base, image, digest).await)
+        derived: Option<(&BaseImage, Digest)>,
+    ) -> Result<Held, PutError> {
+        each!(self, s => s.put_held(request, image, derived).await)
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

@@ -190,6 +190,7 @@
 #![warn(missing_docs)]
 
 mod any;
+mod base_cache;
 mod cas;
 mod chunk;
 mod clock;
@@ -214,6 +215,7 @@ mod types;
 mod write_health;
 
 pub use any::AnyStore;
+pub use base_cache::BaseCache;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     DEFAULT_CHUNK_SIZE, DEFAULT_QUOTA_BYTES, FaultPoint, Faults, Retention, StoreConfig,
@@ -227,7 +229,7 @@ pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTE
 #[cfg(feature = "postgres")]
 pub use pg::{PgConfig, PgStore, PgTlsError};
 pub use sqlite::SqliteStore;
-pub use store::{BaseImage, ImageBody, ImageDownload, RevStore};
+pub use store::{BaseImage, Held, ImageBody, ImageDownload, RevStore};
 pub use types::{
     Digest, ErasureReport, IdempotencyKey, IntegrityProblem, IntegrityReport, JournalEntry,
     Precondition, Principal, PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind,

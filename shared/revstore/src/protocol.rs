@@ -52,7 +52,7 @@ use crate::{
     chunk::{self, ChunkSink, Ingested},
     config::{FaultPoint, Faults},
     error::{PutError, ReadError, StorageError},
-    store::{BaseImage, RevStore},
+    store::{BaseImage, Held, RevStore},
     types::{
         Digest, IdempotencyKey, Precondition, Principal, PutOutcome, PutRequest, RestoreRequest,
         Revision, RevisionInfo, Timestamp, UserId,
@@ -644,21 +644,48 @@ pub(crate) async fn read_base<P: Primitives + RevStore>(
     })
 }
 
-/// [`put`] of `image`, derived from `base`: the chunks it holds unchanged from a base this store
-/// read reach the sink with their checked addresses, and the image's SHA-256 is the caller's
-/// `digest` ([`chunk::ingest`]).
-pub(crate) async fn put_derived<P: Primitives + RevStore>(
+/// [`put`] of `image` held whole, derived from a base when `derived` names one: the chunks it
+/// holds unchanged from a base this store read reach the sink with their checked addresses, and
+/// the image's SHA-256 is the caller's digest ([`chunk::ingest`]). Answers the image as the base
+/// of the next derived put: the bytes this put stored, under the addresses it committed.
+pub(crate) async fn put_held<P: Primitives + RevStore>(
     store: &P,
     request: PutRequest,
-    base: &BaseImage,
     image: Bytes,
-    digest: Digest,
-) -> Result<PutOutcome, PutError> {
-    let base = base.usable_by(store.store_id(), store.chunk_size());
-    let body = futures::stream::iter([Ok(image)]);
-    let result = put_steps(store, request, body, base, Some(digest)).await;
+    derived: Option<(&BaseImage, Digest)>,
+) -> Result<Held, PutError> {
+    let base = derived.and_then(|(base, _)| base.usable_by(store.store_id(), store.chunk_size()));
+    let body = futures::stream::iter([Ok(image.clone())]);
+    let result = put_steps(store, request, body, base, derived.map(|(_, d)| d)).await;
     store.write_health().record(&result);
-    result
+    let outcome = result?;
+    if outcome.replayed {
+        return Ok(Held {
+            outcome,
+            image: None,
+        });
+    }
+    let corrupt = || StorageError::Corrupt {
+        object: format!("image {}", outcome.info.digest),
+    };
+    let chunks = store
+        .manifest(&outcome.info.digest)
+        .await?
+        .ok_or_else(corrupt)?;
+    let chunk_size = store.chunk_size();
+    if chunks.len() != image.len().div_ceil(chunk_size) {
+        return Err(corrupt().into());
+    }
+    Ok(Held {
+        image: Some(BaseImage {
+            info: outcome.info.clone(),
+            bytes: image,
+            chunks,
+            chunk_size,
+            store: store.store_id().clone(),
+        }),
+        outcome,
+    })
 }
 
 async fn put_steps<P, B>(

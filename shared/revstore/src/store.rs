@@ -107,20 +107,22 @@ pub trait RevStore: Send + Sync + 'static {
         revision: &Revision,
     ) -> impl Future<Output = Result<BaseImage, ReadError>> + Send;
 
-    /// [`RevStore::put`] of `image`, built from `base` (a delta push's image, assembled from the
-    /// base it names): the same checks, decision and stored revision, byte for byte, as a put of
-    /// the same bytes, but each chunk that is the base's chunk at the same place is neither
-    /// hashed nor read back, its stored copy having been checked when the base was read, and
-    /// `digest` is taken as the image's SHA-256: the caller has verified it (a delta's assembly
-    /// checks the image against the digest the delta declares), so the image is hashed once.
-    /// A base read from another store is ignored: every chunk is hashed.
-    fn put_derived(
+    /// [`RevStore::put`] of `image`, held whole in memory, answering also the image as the base
+    /// of the next derived put ([`Held`]), so a caller that keeps it need not read it back.
+    ///
+    /// With `derived`, the image was built from that base (a delta push's image, assembled
+    /// from the base it names): the same checks, decision and stored revision, byte for byte,
+    /// as a put of the same bytes, but each chunk that is the base's chunk at the same place is
+    /// neither hashed nor read back, its stored copy having been checked when the base was read
+    /// or written, and the digest is taken as the image's SHA-256: the caller has verified it
+    /// (a delta's assembly checks the image against the digest the delta declares), so the
+    /// image is hashed once. A base read from another store is ignored: every chunk is hashed.
+    fn put_held(
         &self,
         request: PutRequest,
-        base: &BaseImage,
         image: Bytes,
-        digest: Digest,
-    ) -> impl Future<Output = Result<PutOutcome, PutError>> + Send;
+        derived: Option<(&BaseImage, Digest)>,
+    ) -> impl Future<Output = Result<Held, PutError>> + Send;
 
     /// The user's revisions, newest first, at most `limit`; empty for an unknown user.
     fn list_revisions(
@@ -210,10 +212,10 @@ impl std::fmt::Debug for ImageDownload {
     }
 }
 
-/// A retained revision's image read whole, checked chunk by chunk against its addresses as it
-/// was read ([`RevStore::read_base`]): the base a put is derived from. Only a store builds one,
-/// so a put that names it can trust that its bytes are what the store holds under those
-/// addresses.
+/// A retained revision's image whole, with the addresses its chunks are stored under: read and
+/// checked chunk by chunk against them ([`RevStore::read_base`]), or the bytes a put just
+/// stored under them ([`Held`]); the base a put is derived from. Only a store builds one, so a
+/// put that names it can trust that its bytes are what the store holds under those addresses.
 pub struct BaseImage {
     /// The revision read.
     pub info: RevisionInfo,
@@ -235,6 +237,16 @@ impl BaseImage {
     pub(crate) fn usable_by(&self, store: &StoreId, chunk_size: usize) -> Option<&Self> {
         (self.store == *store && self.chunk_size == chunk_size).then_some(self)
     }
+}
+
+/// What [`RevStore::put_held`] answers: the outcome, and the image as the base of the next derived
+/// put (`None` for a replay, whose bytes the store did not take).
+#[derive(Debug)]
+pub struct Held {
+    /// The put's outcome.
+    pub outcome: PutOutcome,
+    /// The image as stored, for a [`BaseCache`](crate::BaseCache).
+    pub image: Option<BaseImage>,
 }
 
 impl std::fmt::Debug for BaseImage {

@@ -23,7 +23,7 @@ use crate::{
     protocol::{self, Intent, Primitives, Proposal, ReadBack},
     reclaim::{self, InFlight, Listed, Record, Retained, Unreferenced},
     retention::Candidate,
-    store::{BaseImage, Guarded, ImageBody, ImageDownload, Leases, RevStore},
+    store::{BaseImage, Guarded, Held, ImageBody, ImageDownload, Leases, RevStore},
     types::{
         Digest, ErasureReport, IdempotencyKey, IntegrityReport, JournalEntry, Principal,
         PutLedgerEntry, PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest,
@@ -280,14 +280,13 @@ impl RevStore for MemStore {
         protocol::read_base(self, user, revision).await
     }
 
-    async fn put_derived(
+    async fn put_held(
         &self,
         request: PutRequest,
-        base: &BaseImage,
         image: Bytes,
-        digest: Digest,
-    ) -> Result<PutOutcome, PutError> {
-        protocol::put_derived(self, request, base, image, digest).await
+        derived: Option<(&BaseImage, Digest)>,
+    ) -> Result<Held, PutError> {
+        protocol::put_held(self, request, image, derived).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

@@ -28,7 +28,7 @@ use crate::{
     objects::Bucket as Objects,
     pack,
     protocol::{self, Primitives, ReadBack},
-    store::{BaseImage, ImageBody, ImageDownload, RevStore},
+    store::{BaseImage, Held, ImageBody, ImageDownload, RevStore},
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest, Revision,
@@ -665,14 +665,13 @@ impl RevStore for PgStore {
         protocol::read_base(self, user, revision).await
     }
 
-    async fn put_derived(
+    async fn put_held(
         &self,
         request: PutRequest,
-        base: &BaseImage,
         image: Bytes,
-        digest: Digest,
-    ) -> Result<PutOutcome, PutError> {
-        protocol::put_derived(self, request, base, image, digest).await
+        derived: Option<(&BaseImage, Digest)>,
+    ) -> Result<Held, PutError> {
+        protocol::put_held(self, request, image, derived).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

@@ -50,7 +50,7 @@ use crate::{
     config::StoreConfig,
     error::{OpenError, ProvisionError, PutError, ReadError, ReclaimError, StorageError},
     integrity, migrate, protocol,
-    store::{BaseImage, ImageDownload, Leases, RevStore},
+    store::{BaseImage, Held, ImageDownload, Leases, RevStore},
     types::{
         Digest, ErasureReport, IntegrityReport, JournalEntry, Principal, PutLedgerEntry,
         PutOutcome, PutRequest, ReclaimReport, ReclaimedKind, RestoreRequest, Revision,
@@ -550,14 +550,13 @@ impl RevStore for SqliteStore {
         protocol::read_base(self, user, revision).await
     }
 
-    async fn put_derived(
+    async fn put_held(
         &self,
         request: PutRequest,
-        base: &BaseImage,
         image: Bytes,
-        digest: Digest,
-    ) -> Result<PutOutcome, PutError> {
-        protocol::put_derived(self, request, base, image, digest).await
+        derived: Option<(&BaseImage, Digest)>,
+    ) -> Result<Held, PutError> {
+        protocol::put_held(self, request, image, derived).await
     }
 
     async fn restore(&self, request: RestoreRequest) -> Result<PutOutcome, PutError> {

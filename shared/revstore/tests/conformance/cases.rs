@@ -727,17 +727,42 @@ pub(crate) async fn a_put_derived_from_its_base_stores_what_a_put_stores<
         expected_length: Some(second.len() as u64),
         quota_bytes: None,
     };
-    let r2 = fx
+    let held = fx
         .store
-        .put_derived(
+        .put_held(
             request,
-            &base,
             Bytes::from(second.clone()),
-            Digest::of(&second),
+            Some((&base, Digest::of(&second))),
         )
         .await
-        .expect("derived put")
-        .info;
+        .expect("derived put");
+    let r2 = held.outcome.info;
+    // The put answers its image as the next base: its bytes, and the addresses a read of it
+    // would check them against.
+    let kept = held.image.expect("the image as a base");
+    let reread = fx
+        .store
+        .read_base(&alice, &r2.revision)
+        .await
+        .expect("base");
+    assert_eq!(kept.info, reread.info);
+    assert_eq!(kept.bytes()[..], reread.bytes()[..]);
+    assert_eq!(format!("{kept:?}"), format!("{reread:?}"));
+    // A retry is a replay: the store took no bytes, so it answers no image.
+    let retry = PutRequest {
+        user: alice.clone(),
+        precondition: Precondition::MustMatch(r1.revision.clone()),
+        principal: who("device-a"),
+        idempotency_key: None,
+        expected_length: Some(second.len() as u64),
+        quota_bytes: None,
+    };
+    let again = fx
+        .store
+        .put_held(retry, Bytes::from(second.clone()), None)
+        .await
+        .expect("replay");
+    assert!(again.outcome.replayed && again.image.is_none(), "{again:?}");
     assert_eq!(r2.digest, Digest::of(&second));
     assert_eq!(r2.size, second.len() as u64);
     assert_eq!(fetch(&fx.store, &alice).await, second);

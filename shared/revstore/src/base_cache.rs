@@ -1,0 +1,146 @@
+//! The images a process just wrote, kept as the bases of the delta pushes that follow them
+//! (issue 38 point 3).
+//!
+//! A device pushing small edits sends each delta against the revision it pushed last. Reading
+//! that base back from the store costs a read of every chunk, a hash of every chunk (the check
+//! that makes its addresses trustworthy) and a copy: for a 64 MiB image, more than the rest of
+//! the push. A [`BaseCache`] keeps, per user, the newest image this process wrote
+//! ([`Held`](crate::Held)): the bytes a put stored under the addresses it committed, which is
+//! exactly what a read would return and check. Revisions are immutable, so an entry is never
+//! stale, only dropped: when it is replaced by the user's next write, when the bytes it holds
+//! pass the limit (least recently used first), when it is older than its maximum age, and at
+//! once when the user is erased through this process ([`BaseCache::forget`]); the maximum age
+//! bounds how long another replica's erasure leaves a copy in this one's memory. A push whose
+//! base is not here reads it from the store, as before.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use crate::{BaseImage, Clock, Revision, Timestamp, UserId};
+
+/// Recently written images by user, within a byte limit and a maximum age.
+#[derive(Debug)]
+pub struct BaseCache {
+    limit_bytes: u64,
+    max_age: Duration,
+    clock: Arc<dyn Clock>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: HashMap<UserId, Entry>,
+    held: u64,
+    /// Bumped by every use, so the least recently used entry has the smallest `used`.
+    uses: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    base: Arc<BaseImage>,
+    kept_at: Timestamp,
+    used: u64,
+}
+
+/// The memory an image takes in the cache: its bytes and its addresses.
+fn footprint(base: &BaseImage) -> u64 {
+    (base.bytes.len() + base.chunks.len() * 32) as u64
+}
+
+impl BaseCache {
+    /// A cache of at most `limit_bytes` (0: keeps nothing), each entry at most `max_age` old.
+    pub fn new(limit_bytes: u64, max_age: Duration, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            limit_bytes,
+            max_age,
+            clock,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere leaves only whole entries behind: the map is always consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The user's image of `revision`, if this cache holds it.
+    pub fn get(&self, user: &UserId, revision: &Revision) -> Option<Arc<BaseImage>> {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        inner.uses += 1;
+        let uses = inner.uses;
+        let entry = inner.entries.get_mut(user)?;
+        if entry.base.info.revision != *revision {
+            return None;
+        }
+        if now.minus(self.max_age) > entry.kept_at {
+            let gone = inner.entries.remove(user).map_or(0, |e| footprint(&e.base));
+            inner.held -= gone;
+            return None;
+        }
+        entry.used = uses;
+        Some(entry.base.clone())
+    }
+
+    /// Keeps `image` as the user's, in place of the one it held; an image larger than the limit
+    /// is not kept (nor is the one it replaces).
+    pub fn keep(&self, user: &UserId, image: BaseImage) {
+        let size = footprint(&image);
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        if let Some(old) = inner.entries.remove(user) {
+            inner.held -= footprint(&old.base);
+        }
+        if size > self.limit_bytes {
+            return;
+        }
+        let cutoff = now.minus(self.max_age);
+        inner.entries.retain(|_, e| e.kept_at >= cutoff);
+        inner.held = inner.entries.values().map(|e| footprint(&e.base)).sum();
+        while inner.held + size > self.limit_bytes {
+            let Some(oldest) = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(u, _)| u.clone())
+            else {
+                break;
+            };
+            let gone = inner
+                .entries
+                .remove(&oldest)
+                .map_or(0, |e| footprint(&e.base));
+            inner.held -= gone;
+        }
+        inner.uses += 1;
+        let used = inner.uses;
+        inner.held += size;
+        inner.entries.insert(
+            user.clone(),
+            Entry {
+                base: Arc::new(image),
+                kept_at: now,
+                used,
+            },
+        );
+    }
+
+    /// Drops whatever the cache holds of the user (their erasure).
+    pub fn forget(&self, user: &UserId) {
+        let mut inner = self.lock();
+        if let Some(old) = inner.entries.remove(user) {
+            inner.held -= footprint(&old.base);
+        }
+    }
+
+    /// The bytes the cache holds.
+    pub fn held_bytes(&self) -> u64 {
+        self.lock().held
+    }
+}
+
+#[cfg(test)]
+mod tests;
