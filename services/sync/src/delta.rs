@@ -9,9 +9,11 @@
 //! plans itself; with a base, GetImageDelta takes one as the client's file (that revision but
 //! for the groups named in full).
 //! A delta push is assembled and written by PutImageDelta (`write.rs`); the deprecated
-//! AssembleImageDelta assembles and answers the image, storing nothing. A push's base is read
-//! with `RevStore::read_base`, which keeps the addresses its chunks were checked against, so
-//! the write stores only what the base lacks (issue 38 point 3: `RevStore::put_derived`).
+//! AssembleImageDelta assembles and answers the image, storing nothing. A push's base is the
+//! image this replica wrote last for the user when it is that revision (the `BaseCache`: the
+//! bytes the store took, under the addresses it committed), else read with
+//! `RevStore::read_base`, which keeps the addresses its chunks were checked against; either way
+//! the write stores only what the base lacks (issue 38 point 3: `RevStore::put_held`).
 //! Pages are patched only for a client that says it rebuilds them: one whose manifest carries
 //! shapes, or a pull with `accept_patches`.
 //! Every request is bounded by the quota: the manifest or delta upload by what an image within

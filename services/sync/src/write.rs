@@ -9,8 +9,9 @@
 //! holds bytes (a credential deleted without VACUUM stays there); it is zeroed in the buffer the
 //! upload arrived in, and the revision's SHA-256 is of the bytes so stored, which the store
 //! computes again and the verdict must agree with. A delta push's image is stored derived from
-//! its base (`RevStore::put_derived`): the store then hashes and stores only the chunks the base
-//! lacks, and the revision is the one a whole PUT of the same bytes makes.
+//! its base (`RevStore::put_held`): the store then hashes and stores only the chunks the base
+//! lacks, and the revision is the one a whole PUT of the same bytes makes. Every image written
+//! is kept as its user's entry in the `BaseCache`, the base of the delta push that follows.
 //!
 //! What is held, and admitted against the process's upload budget before it is read, within
 //! the caller's share of it: a whole image (its declared length, or the quota when it declares

@@ -9,8 +9,9 @@
 //!    decision ([`Intent::early`]) refuse a put that cannot succeed (the refusal is ledgered in the
 //!    same step), or write the publication record that marks the put as in flight.
 //! 2. Stream the body in ([`chunk::ingest`]: quota, SHA-256, chunking) into the backend's
-//!    [`Primitives::Sink`]. A put derived from a base ([`put_derived`], from [`read_base`])
-//!    hands the sink the chunks it holds unchanged from the base with their checked addresses.
+//!    [`Primitives::Sink`]. A put derived from a base ([`put_held`], from [`read_base`] or an
+//!    earlier [`Held`] image) hands the sink the chunks it holds unchanged from the base with
+//!    their checked addresses.
 //! 3. [`Primitives::publish`]: record the image in the publication record, then make the put's new
 //!    objects durable, create-once (an occupied address must already hold the same bytes).
 //! 4. [`Primitives::read_back`]: read every object the image needs back and check each chunk

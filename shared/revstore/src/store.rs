@@ -100,7 +100,7 @@ pub trait RevStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ImageDownload, ReadError>> + Send;
 
     /// [`RevStore::read_revision`] read whole into a [`BaseImage`], with the addresses its
-    /// chunks were checked against, for a put derived from it ([`RevStore::put_derived`]).
+    /// chunks were checked against, for a put derived from it ([`RevStore::put_held`]).
     fn read_base(
         &self,
         user: &UserId,

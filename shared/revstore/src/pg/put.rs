@@ -284,7 +284,7 @@ impl WriteTx for PgTx<'_> {
         &mut self,
         digest: &Digest,
     ) -> Result<Option<(u64, Vec<Digest>)>, StorageError> {
-        super::stored_image(&*self.tx, digest).await
+        super::stored_image(self.tx, digest).await
     }
 
     async fn insert_image(
@@ -316,7 +316,7 @@ impl WriteTx for PgTx<'_> {
                     )
                     .into());
                 }
-                let row = super::manifest_to_store(&*self.tx, manifest, against).await?;
+                let row = super::manifest_to_store(self.tx, manifest, against).await?;
                 self.tx
                     .execute(
                         "INSERT INTO images (digest, size, manifest, base, created_at) VALUES ($1, $2, $3, $4, $5)",
