@@ -188,4 +188,4 @@ pub(crate) fn rebase(parent_digest: &Digest, parent: &Row, child: &Row) -> Optio
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

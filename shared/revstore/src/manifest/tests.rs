@@ -2,9 +2,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
+use crate::{Precondition, Principal, PutRequest, RevStore, StoreConfig, UserId};
 
 fn addr(n: u8) -> Digest {
     Digest([n; 32])
@@ -186,4 +188,83 @@ proptest! {
             prop_assert_eq!(&rows.resolve(d).expect("resolves").chunks, want);
         }
     }
+}
+
+/// How many revisions [`small_edits_store_small_manifests`] writes.
+const EDITS: usize = 40;
+
+/// A store configuration whose reclamation takes exactly the first of those revisions.
+pub(crate) fn config_for_small_edits() -> StoreConfig {
+    StoreConfig {
+        retention: crate::Retention {
+            keep_newest: EDITS - 1,
+            grace: std::time::Duration::ZERO,
+            ..crate::Retention::default()
+        },
+        ..StoreConfig::default()
+    }
+}
+
+/// Issue 38 point 4, on a store opened with [`config_for_small_edits`]: a revision that changes
+/// a few chunks of a large image adds a few entries to the store's manifests (`manifest_bytes`:
+/// their stored size), not a whole manifest; the whole one is written again only when its image
+/// goes, and every revision still reads back.
+pub(crate) async fn small_edits_store_small_manifests<S: RevStore>(
+    store: &S,
+    chunk: usize,
+    manifest_bytes: impl AsyncFn() -> i64,
+) {
+    let user = UserId::new("u").expect("user");
+    store.provision_user(&user).await.expect("provision");
+    let pages = 256;
+    let mut bytes: Vec<u8> = (0..pages * chunk).map(|i| (i % 251) as u8).collect();
+    let mut precondition = Precondition::MustNotExist;
+    let mut revisions = Vec::new();
+    for i in 0..EDITS {
+        // Two pages rewritten per revision, one of them the header page.
+        bytes[(i * 37 % pages) * chunk + 9] ^= 0x33;
+        bytes[20] = i as u8;
+        let request = PutRequest {
+            user: user.clone(),
+            precondition: precondition.clone(),
+            principal: Principal::new("device").expect("principal"),
+            idempotency_key: None,
+            expected_length: None,
+            quota_bytes: None,
+        };
+        let body = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(bytes.clone()))]);
+        let info = store.put(request, body).await.expect("put").info;
+        precondition = Precondition::MustMatch(info.revision.clone());
+        revisions.push((info.revision, bytes.clone()));
+    }
+    let whole = (pages * 32) as i64;
+    let patch = (HEADER + 2 * ENTRY) as i64;
+    assert_eq!(
+        manifest_bytes().await,
+        whole + (EDITS as i64 - 1) * patch,
+        "one whole manifest, then two entries a revision"
+    );
+    let reader = Principal::new("reader").expect("principal");
+    let read = async |revision| {
+        store
+            .get_revision(&user, revision, &reader)
+            .await
+            .expect("get")
+            .body
+            .read_to_vec()
+            .await
+            .expect("read")
+    };
+    for (revision, want) in &revisions {
+        assert!(read(revision).await == *want, "{revision} reads back");
+    }
+    // The first image goes: the second is written whole in its place, the rest stay patches.
+    let report = store.reclaim().await.expect("reclaim");
+    assert_eq!(report.images, 1, "{report:?}");
+    assert_eq!(manifest_bytes().await, whole + (EDITS as i64 - 2) * patch);
+    for (revision, want) in &revisions[1..] {
+        assert!(read(revision).await == *want, "{revision} reads back");
+    }
+    let check = store.check_integrity().await.expect("check");
+    assert!(check.problems.is_empty(), "{check:?}");
 }

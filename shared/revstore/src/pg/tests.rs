@@ -271,3 +271,31 @@ async fn migrating_from_schema_1_backfills_storage_versions_from_the_chunks() {
         .await
         .expect("drop the test schemas");
 }
+
+/// Issue 38 point 4 on PostgreSQL (`manifest::tests::small_edits_store_small_manifests`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_edits_store_small_manifests() {
+    let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let pg = PgConfig {
+        url,
+        schema: Some(format!("revstore_small_edits_{}", std::process::id())),
+        pool_size: 2,
+    };
+    let config = crate::manifest::tests::config_for_small_edits();
+    let chunk = config.chunk_size as usize;
+    let store = PgStore::connect(pg, config).await.expect("connect");
+    let manifest_bytes = async || -> i64 {
+        store
+            .client()
+            .await
+            .expect("client")
+            .query_one("SELECT sum(length(manifest))::bigint FROM images", &[])
+            .await
+            .expect("sum")
+            .get(0)
+    };
+    crate::manifest::tests::small_edits_store_small_manifests(&store, chunk, manifest_bytes).await;
+}

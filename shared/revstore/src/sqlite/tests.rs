@@ -899,99 +899,19 @@ async fn a_tombstone_kept_in_clear_takes_its_pseudonym_at_the_next_pass() {
     assert_eq!(ledger_len(&store, &user).await, 1);
 }
 
-/// Issue 38 point 4: a revision that changes a few chunks of a large image adds a few entries to
-/// the store's manifests, not a whole manifest; the whole one is written again only when its
-/// image goes, and every revision still reads back.
+/// Issue 38 point 4 on the embedded store (`manifest::tests::small_edits_store_small_manifests`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_edits_store_small_manifests() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let edits = 40;
-    let config = StoreConfig {
-        retention: crate::Retention {
-            keep_newest: edits - 1,
-            grace: std::time::Duration::ZERO,
-            ..crate::Retention::default()
-        },
-        ..StoreConfig::default()
-    };
+    let config = crate::manifest::tests::config_for_small_edits();
     let store = SqliteStore::open(dir.path(), config).expect("open store");
-    let user = UserId::new("u").expect("user");
-    store.provision_user(&user).await.expect("provision");
     let chunk = store.chunk_size();
-    let pages = 256;
-    let mut bytes: Vec<u8> = (0..pages * chunk).map(|i| (i % 251) as u8).collect();
-    let manifest_bytes = |store: &SqliteStore| -> i64 {
+    let manifest_bytes = async || -> i64 {
         store
             .inner
             .writer()
             .query_row("SELECT sum(length(manifest)) FROM images", [], |r| r.get(0))
             .expect("sum")
     };
-    let mut precondition = Precondition::MustNotExist;
-    let mut revisions = Vec::new();
-    for i in 0..edits {
-        // Two pages rewritten per revision, one of them the header page.
-        bytes[(i * 37 % pages) * chunk + 9] ^= 0x33;
-        bytes[20] = i as u8;
-        let request = PutRequest {
-            user: user.clone(),
-            precondition: precondition.clone(),
-            principal: Principal::new("device").expect("principal"),
-            idempotency_key: None,
-            expected_length: None,
-            quota_bytes: None,
-        };
-        let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(bytes.clone()))]);
-        let info = store.put(request, body).await.expect("put").info;
-        precondition = Precondition::MustMatch(info.revision.clone());
-        revisions.push((info.revision, bytes.clone()));
-    }
-    let whole = (pages * 32) as i64;
-    let patch = 8 + 2 * 36;
-    assert_eq!(
-        manifest_bytes(&store),
-        whole + (edits as i64 - 1) * patch,
-        "one whole manifest, then two entries a revision"
-    );
-    for (revision, want) in &revisions {
-        let got = store
-            .get_revision(
-                &user,
-                revision,
-                &Principal::new("reader").expect("principal"),
-            )
-            .await
-            .expect("get")
-            .body
-            .read_to_vec()
-            .await
-            .expect("read");
-        assert!(got == *want, "{revision} reads back");
-    }
-    // The first image goes: the second is written whole in its place, the rest stay patches.
-    let report = store.reclaim().await.expect("reclaim");
-    assert_eq!(report.images, 1, "{report:?}");
-    assert_eq!(manifest_bytes(&store), whole + (edits as i64 - 2) * patch);
-    let last = &revisions[edits - 1];
-    let got = store
-        .get_revision(
-            &user,
-            &last.0,
-            &Principal::new("reader").expect("principal"),
-        )
-        .await
-        .expect("get")
-        .body
-        .read_to_vec()
-        .await
-        .expect("read");
-    assert!(got == last.1, "the newest reads back");
-    assert!(
-        store
-            .check_integrity()
-            .await
-            .expect("check")
-            .problems
-            .is_empty()
-    );
+    crate::manifest::tests::small_edits_store_small_manifests(&store, chunk, manifest_bytes).await;
 }

@@ -719,7 +719,7 @@ pub(crate) async fn a_put_derived_from_its_base_stores_what_a_put_stores<
     second.copy_within(chunk..2 * chunk, 7 * chunk);
     second[9 * chunk..10 * chunk].copy_from_slice(&bobs[chunk..2 * chunk]);
     second.extend_from_slice(&image(63, chunk));
-    let request = PutRequest {
+    let request = || PutRequest {
         user: alice.clone(),
         precondition: Precondition::MustMatch(r1.revision.clone()),
         principal: who("device-a"),
@@ -730,7 +730,7 @@ pub(crate) async fn a_put_derived_from_its_base_stores_what_a_put_stores<
     let held = fx
         .store
         .put_held(
-            request,
+            request(),
             Bytes::from(second.clone()),
             Some((&base, Digest::of(&second))),
         )
@@ -749,17 +749,9 @@ pub(crate) async fn a_put_derived_from_its_base_stores_what_a_put_stores<
     assert_eq!(kept.bytes()[..], reread.bytes()[..]);
     assert_eq!(format!("{kept:?}"), format!("{reread:?}"));
     // A retry is a replay: the store took no bytes, so it answers no image.
-    let retry = PutRequest {
-        user: alice.clone(),
-        precondition: Precondition::MustMatch(r1.revision.clone()),
-        principal: who("device-a"),
-        idempotency_key: None,
-        expected_length: Some(second.len() as u64),
-        quota_bytes: None,
-    };
     let again = fx
         .store
-        .put_held(retry, Bytes::from(second.clone()), None)
+        .put_held(request(), Bytes::from(second.clone()), None)
         .await
         .expect("replay");
     assert!(again.outcome.replayed && again.image.is_none(), "{again:?}");
