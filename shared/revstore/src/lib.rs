@@ -16,6 +16,9 @@
 //!   `PgStore::connect_with_objects` with a `Bucket`). [`AnyStore`] picks one at run
 //!   time.
 //! - [`PutRequest`], [`RestoreRequest`], [`PutOutcome`], [`RevisionInfo`], [`ImageDownload`].
+//! - [`BaseImage`] (an image whole with its chunks' addresses, the base of a derived put),
+//!   [`Held`] (what [`RevStore::put_held`] answers) and [`BaseCache`] (the images a process
+//!   wrote last, kept as the bases of the delta pushes that follow them).
 //! - [`UsageReport`], [`ErasureReport`].
 //! - Errors, one enum per operation family, each with its `snug-reasons` reason (`reason()`): [`PutError`], [`ReadError`],
 //!   [`ReclaimError`], [`OpenError`], [`StorageError`].
