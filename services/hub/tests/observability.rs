@@ -394,6 +394,13 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
     )
     .unwrap_or(0.0);
     assert!(stored >= image.len() as f64, "{sync_metrics}");
+    // The image the accepted put wrote is kept as the base of the next delta push.
+    let kept = value(&sync_metrics, "snug_sync_base_cache_bytes").unwrap_or(0.0);
+    assert!(kept >= image.len() as f64, "{sync_metrics}");
+    for source in ["kept", "read"] {
+        let series = format!(r#"snug_sync_delta_bases_total{{source="{source}"}}"#);
+        assert_eq!(value(&sync_metrics, &series), Some(0.0), "{sync_metrics}");
+    }
 
     // Stopping flushes the spans still buffered: nothing below waits for a periodic export.
     drop(http);

@@ -209,7 +209,9 @@ impl SyncServer {
             .admit(&caller.owners, base_size.saturating_add(geometry.length))
             .await?;
         let (delta, mut admission) = receiver.into_bytes().await?;
-        let base = match self.bases.get(&caller.user, &base_revision) {
+        let kept = self.bases.get(&caller.user, &base_revision);
+        let source = if kept.is_some() { "kept" } else { "read" };
+        let base = match kept {
             Some(base) => base,
             // Gone if reclaimed since its head was read.
             None => Arc::new(
@@ -219,6 +221,10 @@ impl SyncServer {
                     .map_err(base_unread)?,
             ),
         };
+        snug_rpc::metrics::global()
+            .sync_delta_bases
+            .get_or_create(&snug_rpc::metrics::BaseLabels { source })
+            .inc();
         let built = self
             .pool
             .run(move |_| {

@@ -401,6 +401,12 @@ impl SyncServer {
         }
     }
 
+    /// Shows the base cache's size in the process's metrics.
+    fn note_base_cache(&self) {
+        let held = i64::try_from(self.bases.held_bytes()).unwrap_or(i64::MAX);
+        snug_rpc::metrics::global().sync_base_cache_bytes.set(held);
+    }
+
     /// The quota a request is held to: the user's own when the request carries one (the hub's
     /// users directory sets it), the configured one otherwise.
     fn quota(&self, requested: Option<u64>) -> u64 {
@@ -734,6 +740,7 @@ impl SyncService for SyncServer {
         let report = self.store.erase(&user).await;
         // Again: a push that landed before the erasure may have kept its image meanwhile.
         self.bases.forget(&user);
+        self.note_base_cache();
         let report = report.map_err(status::reclaim_error)?;
         tracing::info!(
             user = %user,

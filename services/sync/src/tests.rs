@@ -2822,7 +2822,7 @@ mod validation;
 /// the stored base since it was written is not met by the push, which stores the true bytes'
 /// new chunks and names the base's stored ones, as a push between two integrity checks always
 /// has; CheckStore names the damage. With the cache off the push reads its base, meets the
-/// damage and is refused, as before.
+/// damage and is refused, as before. `snug_sync_delta_bases_total{source="kept"}` counts the first.
 #[tokio::test]
 async fn a_delta_push_is_built_from_the_base_this_replica_wrote() {
     for cached in [true, false] {
@@ -2847,6 +2847,13 @@ async fn a_delta_push_is_built_from_the_base_this_replica_wrote() {
             .map(|e| e.expect("entry").metadata().expect("metadata").len())
             .sum::<u64>();
         damage_only_pack(&hub, pack - delta::PAGE as u64 / 2);
+        let kept = || {
+            snug_rpc::metrics::global()
+                .sync_delta_bases
+                .get_or_create(&snug_rpc::metrics::BaseLabels { source: "kept" })
+                .get()
+        };
+        let before = kept();
         let pushed = delta::put(
             &mut hub,
             "alice",
@@ -2861,6 +2868,8 @@ async fn a_delta_push_is_built_from_the_base_this_replica_wrote() {
                 .revision
                 .expect("revision");
             assert_eq!(r2.sha256, sha256_hex(&second));
+            // Other tests share the process's metrics: this push counts at least once.
+            assert!(kept() > before, "a kept base is counted");
         } else {
             assert_refused(pushed, Code::DataLoss, &snug_reasons::sync::STORAGE_CORRUPT);
         }

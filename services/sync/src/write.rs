@@ -167,6 +167,7 @@ impl SyncServer {
         }
         if let Some(image) = held.image {
             self.bases.keep(&user, image);
+            self.note_base_cache();
         }
         tracing::info!(
             user = %user,

@@ -13,7 +13,7 @@ use std::{sync::LazyLock, time::Duration};
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
@@ -77,6 +77,13 @@ pub struct UnlockLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of the base a delta push was assembled from.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BaseLabels {
+    /// `kept` (the image the replica wrote last, from its base cache) or `read` (from the store).
+    pub source: &'static str,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -108,6 +115,10 @@ pub struct Metrics {
     pub cas_conflicts: Family<ConflictLabels, Counter>,
     /// Attempts to open a protected container with a secret, by outcome.
     pub unlock_attempts: Family<UnlockLabels, Counter>,
+    /// Delta pushes assembled, by where their base came from.
+    pub sync_delta_bases: Family<BaseLabels, Counter>,
+    /// Bytes the sync service's base cache holds.
+    pub sync_base_cache_bytes: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -130,6 +141,8 @@ impl Metrics {
         let grpc_response_bytes = Family::default();
         let cas_conflicts: Family<ConflictLabels, Counter> = Family::default();
         let unlock_attempts: Family<UnlockLabels, Counter> = Family::default();
+        let sync_delta_bases: Family<BaseLabels, Counter> = Family::default();
+        let sync_base_cache_bytes = Gauge::default();
         registry.register(
             "snug_http_requests",
             "HTTP requests answered by the gateway",
@@ -185,12 +198,25 @@ impl Metrics {
             "Attempts to open a protected container with a secret, by outcome",
             unlock_attempts.clone(),
         );
+        registry.register(
+            "snug_sync_delta_bases",
+            "Delta pushes assembled, by where their base came from: kept (the image this replica wrote last) or read (from the store)",
+            sync_delta_bases.clone(),
+        );
+        registry.register(
+            "snug_sync_base_cache_bytes",
+            "Bytes of the images the sync service keeps as the bases of the next delta pushes",
+            sync_base_cache_bytes.clone(),
+        );
         // Every outcome exists from the start, so a rate over a fresh process is 0, not absent.
         for reason in ["REVISION_MISMATCH", "STALE_REVISION"] {
             let _ = cas_conflicts.get_or_create(&ConflictLabels { reason });
         }
         for outcome in ["ok", "locked", "corrupt"] {
             let _ = unlock_attempts.get_or_create(&UnlockLabels { outcome });
+        }
+        for source in ["kept", "read"] {
+            let _ = sync_delta_bases.get_or_create(&BaseLabels { source });
         }
         Self {
             registry,
@@ -205,6 +231,8 @@ impl Metrics {
             grpc_response_bytes,
             cas_conflicts,
             unlock_attempts,
+            sync_delta_bases,
+            sync_base_cache_bytes,
         }
     }
 

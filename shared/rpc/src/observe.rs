@@ -43,6 +43,8 @@
 //! | `snug_grpc_server_request_bytes_total`, `snug_grpc_server_response_bytes_total` | `method` | HTTP/2 data bytes in and out, gRPC framing included |
 //! | `snug_sync_cas_conflicts_total` | `reason` (`REVISION_MISMATCH`, `STALE_REVISION`) | sync writes refused by the compare-and-swap |
 //! | `snug_container_unlock_attempts_total` | `outcome` (`ok`, `locked`, `corrupt`) | Unlock, RemoveProtection, ChangePassphrase and RotateRecoveryKey calls that tried a secret |
+//! | `snug_sync_delta_bases_total` | `source` (`kept`, `read`) | delta pushes assembled from the image the sync replica wrote last (its base cache) or from a base read back from the store |
+//! | `snug_sync_base_cache_bytes` (gauge) | — | bytes the sync replica's base cache holds (`SNUG_SYNC_BASE_CACHE_BYTES` at most) |
 //!
 //! `route` is the route template (`/userdb/revisions/{rev}/restore`, `unmatched` for none), never
 //! the raw path; `method` is `package.Service/Method` from the compiled descriptor sets (`unknown`
