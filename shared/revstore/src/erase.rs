@@ -121,7 +121,7 @@ pub(crate) async fn erase<R: Reclaimer>(
     // Read before the images go, which is when their manifests go too.
     let named = pass.named_chunks(&images.items).await?;
     write_journal(&mut pass, now, &images.journal).await?;
-    pass.delete_images(&images.items).await?;
+    crate::reclaim::delete_images(&mut pass, &images.items).await?;
     report.images = images.items.len() as u64;
 
     let live = pass.live_chunks().await?;

@@ -51,6 +51,7 @@ use std::{
 use crate::{
     config::{FaultPoint, Faults, Retention},
     error::{ReclaimError, StorageError},
+    manifest,
     retention::{Candidate, Cutoffs},
     types::{Digest, ReclaimReport, ReclaimedKind, Timestamp},
 };
@@ -261,10 +262,24 @@ pub(crate) trait Pass {
         &mut self,
         now: Timestamp,
     ) -> impl Future<Output = Result<Vec<Unreferenced>, StorageError>>;
-    fn delete_images(
+    /// The stored manifest row of `image` (`manifest.rs`), if the image is stored.
+    fn manifest_row(
         &mut self,
-        images: &[Digest],
+        image: &Digest,
+    ) -> impl Future<Output = Result<Option<manifest::Row>, StorageError>>;
+    /// The images whose manifest rows are kept against `image`, with their rows.
+    fn kept_against(
+        &mut self,
+        image: &Digest,
+    ) -> impl Future<Output = Result<Vec<(Digest, manifest::Row)>, StorageError>>;
+    /// Replaces the manifest row of the stored image `image`.
+    fn set_manifest_row(
+        &mut self,
+        image: &Digest,
+        row: &manifest::Row,
     ) -> impl Future<Output = Result<(), StorageError>>;
+    /// Deletes the image record of `image` (see [`delete_images`]).
+    fn delete_image(&mut self, image: &Digest) -> impl Future<Output = Result<(), StorageError>>;
 
     // Step 4: chunks.
 
@@ -451,7 +466,7 @@ pub(crate) async fn run<R: Reclaimer>(
     let unreferenced = pass.unreferenced_images(now).await?;
     let images = plan::images(&unreferenced, &in_flight);
     write_journal(&mut pass, now, &images.journal).await?;
-    pass.delete_images(&images.items).await?;
+    delete_images(&mut pass, &images.items).await?;
     report.images = images.items.len() as u64;
 
     // Read after the images went: their chunks are live no more.
@@ -584,4 +599,27 @@ pub(crate) async fn take_orphans<P: Pass>(
         objects: staged.objects,
         chunks,
     })
+}
+
+/// Deletes the records of `images`, each after the images kept against it are rebased
+/// (`manifest.rs`), so no stored image ever stands on a row that is gone. Each step leaves the
+/// rows consistent, so a pass broken off between them loses nothing.
+pub(crate) async fn delete_images<P: Pass>(
+    pass: &mut P,
+    images: &[Digest],
+) -> Result<(), StorageError> {
+    for image in images {
+        let Some(parent) = pass.manifest_row(image).await? else {
+            continue;
+        };
+        for (child, row) in pass.kept_against(image).await? {
+            let rebased =
+                manifest::rebase(image, &parent, &row).ok_or_else(|| StorageError::Corrupt {
+                    object: format!("image {child}"),
+                })?;
+            pass.set_manifest_row(&child, &rebased).await?;
+        }
+        pass.delete_image(image).await?;
+    }
+    Ok(())
 }

@@ -180,10 +180,37 @@ impl reclaim::Pass for MemPass<'_> {
             .collect())
     }
 
-    async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
-        for digest in images {
-            self.state.images.remove(digest);
-        }
+    // The memory store keeps every manifest whole: no image is kept against another.
+    async fn manifest_row(
+        &mut self,
+        image: &Digest,
+    ) -> Result<Option<crate::manifest::Row>, StorageError> {
+        Ok(self
+            .state
+            .images
+            .get(image)
+            .map(|i| crate::manifest::Row::whole(&i.manifest)))
+    }
+
+    async fn kept_against(
+        &mut self,
+        _image: &Digest,
+    ) -> Result<Vec<(Digest, crate::manifest::Row)>, StorageError> {
+        Ok(Vec::new())
+    }
+
+    async fn set_manifest_row(
+        &mut self,
+        image: &Digest,
+        _row: &crate::manifest::Row,
+    ) -> Result<(), StorageError> {
+        Err(StorageError::Corrupt {
+            object: format!("image {image}: the memory store keeps no manifest against another"),
+        })
+    }
+
+    async fn delete_image(&mut self, image: &Digest) -> Result<(), StorageError> {
+        self.state.images.remove(image);
         Ok(())
     }
 

@@ -293,53 +293,66 @@ impl Pass for PgPass<'_> {
             .collect()
     }
 
-    async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
-        for digest in images {
-            let key = digest.as_bytes().as_slice();
-            // The images kept against this one stand on its row: they get their own first.
-            let Some(parent) = self
-                .client()
-                .query_opt(
-                    "SELECT base, manifest FROM images WHERE digest = $1",
-                    &[&key],
-                )
-                .await?
-            else {
-                continue;
-            };
-            let parent = super::manifest_row(parent.get(0), parent.get(1))?;
-            let children = self
-                .client()
-                .query(
-                    "SELECT digest, manifest FROM images WHERE base = $1",
-                    &[&key],
-                )
-                .await?;
-            for child in &children {
+    async fn manifest_row(
+        &mut self,
+        image: &Digest,
+    ) -> Result<Option<manifest::Row>, StorageError> {
+        self.client()
+            .query_opt(
+                "SELECT base, manifest FROM images WHERE digest = $1",
+                &[&image.as_bytes().as_slice()],
+            )
+            .await?
+            .map(|r| super::manifest_row(r.get(0), r.get(1)))
+            .transpose()
+    }
+
+    async fn kept_against(
+        &mut self,
+        image: &Digest,
+    ) -> Result<Vec<(Digest, manifest::Row)>, StorageError> {
+        self.client()
+            .query(
+                "SELECT digest, manifest FROM images WHERE base = $1",
+                &[&image.as_bytes().as_slice()],
+            )
+            .await?
+            .iter()
+            .map(|r| {
                 let row = manifest::Row {
-                    base: Some(*digest),
-                    body: child.get::<_, &[u8]>(1).to_vec(),
+                    base: Some(*image),
+                    body: r.get::<_, &[u8]>(1).to_vec(),
                 };
-                let rebased = manifest::rebase(digest, &parent, &row).ok_or_else(|| {
-                    StorageError::Corrupt {
-                        object: format!("image {}", hex::encode(child.get::<_, &[u8]>(0))),
-                    }
-                })?;
-                self.client()
-                    .execute(
-                        "UPDATE images SET base = $1, manifest = $2 WHERE digest = $3",
-                        &[
-                            &rebased.base.as_ref().map(|b| b.as_bytes().as_slice()),
-                            &rebased.body,
-                            &child.get::<_, &[u8]>(0),
-                        ],
-                    )
-                    .await?;
-            }
-            self.client()
-                .execute("DELETE FROM images WHERE digest = $1", &[&key])
-                .await?;
-        }
+                Ok((digest_of(r.get(0))?, row))
+            })
+            .collect()
+    }
+
+    async fn set_manifest_row(
+        &mut self,
+        image: &Digest,
+        row: &manifest::Row,
+    ) -> Result<(), StorageError> {
+        self.client()
+            .execute(
+                "UPDATE images SET base = $1, manifest = $2 WHERE digest = $3",
+                &[
+                    &row.base.as_ref().map(|b| b.as_bytes().as_slice()),
+                    &row.body,
+                    &image.as_bytes().as_slice(),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_image(&mut self, image: &Digest) -> Result<(), StorageError> {
+        self.client()
+            .execute(
+                "DELETE FROM images WHERE digest = $1",
+                &[&image.as_bytes().as_slice()],
+            )
+            .await?;
         Ok(())
     }
 

@@ -279,45 +279,62 @@ impl Pass for SqlitePass<'_> {
             .collect()
     }
 
-    async fn delete_images(&mut self, images: &[Digest]) -> Result<(), StorageError> {
-        for image in images {
-            // The images kept against this one stand on its row: they get their own first.
-            let parent: Option<(Option<Vec<u8>>, Vec<u8>)> = self
-                .conn
-                .prepare_cached("SELECT base, manifest FROM images WHERE digest = ?1")?
-                .query_row([image.as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            let Some((base, body)) = parent else { continue };
-            let parent = manifest::Row {
+    async fn manifest_row(
+        &mut self,
+        image: &Digest,
+    ) -> Result<Option<manifest::Row>, StorageError> {
+        let row: Option<(Option<Vec<u8>>, Vec<u8>)> = self
+            .conn
+            .prepare_cached("SELECT base, manifest FROM images WHERE digest = ?1")?
+            .query_row([image.as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        row.map(|(base, body)| {
+            Ok(manifest::Row {
                 base: base.as_deref().map(digest).transpose()?,
                 body,
-            };
-            let children: Vec<(Vec<u8>, Vec<u8>)> = self
-                .conn
-                .prepare_cached("SELECT digest, manifest FROM images WHERE base = ?1")?
-                .query_map([image.as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            for (child, body) in children {
+            })
+        })
+        .transpose()
+    }
+
+    async fn kept_against(
+        &mut self,
+        image: &Digest,
+    ) -> Result<Vec<(Digest, manifest::Row)>, StorageError> {
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = self
+            .conn
+            .prepare_cached("SELECT digest, manifest FROM images WHERE base = ?1")?
+            .query_map([image.as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(child, body)| {
                 let row = manifest::Row {
                     base: Some(*image),
                     body,
                 };
-                let rebased = manifest::rebase(image, &parent, &row).ok_or_else(|| {
-                    StorageError::Corrupt {
-                        object: format!("image {}", hex::encode(&child)),
-                    }
-                })?;
-                self.conn
-                    .prepare_cached("UPDATE images SET base = ?1, manifest = ?2 WHERE digest = ?3")?
-                    .execute(params![
-                        rebased.base.as_ref().map(|b| b.as_bytes().as_slice()),
-                        rebased.body,
-                        child
-                    ])?;
-            }
-            self.conn
-                .execute("DELETE FROM images WHERE digest = ?1", [image.as_bytes()])?;
-        }
+                Ok((digest(&child)?, row))
+            })
+            .collect()
+    }
+
+    async fn set_manifest_row(
+        &mut self,
+        image: &Digest,
+        row: &manifest::Row,
+    ) -> Result<(), StorageError> {
+        self.conn
+            .prepare_cached("UPDATE images SET base = ?1, manifest = ?2 WHERE digest = ?3")?
+            .execute(params![
+                row.base.as_ref().map(|b| b.as_bytes().as_slice()),
+                row.body,
+                image.as_bytes().as_slice()
+            ])?;
+        Ok(())
+    }
+
+    async fn delete_image(&mut self, image: &Digest) -> Result<(), StorageError> {
+        self.conn
+            .execute("DELETE FROM images WHERE digest = ?1", [image.as_bytes()])?;
         Ok(())
     }
 
