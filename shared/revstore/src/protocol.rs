@@ -648,7 +648,8 @@ pub(crate) async fn read_base<P: Primitives + RevStore>(
 /// [`put`] of `image` held whole, derived from a base when `derived` names one: the chunks it
 /// holds unchanged from a base this store read reach the sink with their checked addresses, and
 /// the image's SHA-256 is the caller's digest ([`chunk::ingest`]). Answers the image as the base
-/// of the next derived put: the bytes this put stored, under the addresses it committed.
+/// of the next derived put: the bytes this put stored, under the addresses it committed (none
+/// when they cannot be read back: the put has landed all the same).
 pub(crate) async fn put_held<P: Primitives + RevStore>(
     store: &P,
     request: PutRequest,
@@ -666,27 +667,25 @@ pub(crate) async fn put_held<P: Primitives + RevStore>(
             image: None,
         });
     }
-    let corrupt = || StorageError::Corrupt {
-        object: format!("image {}", outcome.info.digest),
-    };
-    let chunks = store
-        .manifest(&outcome.info.digest)
-        .await?
-        .ok_or_else(corrupt)?;
+    // The revision has landed: a failure to read its addresses back costs the next push its
+    // kept base, never this put its answer.
     let chunk_size = store.chunk_size();
-    if chunks.len() != image.len().div_ceil(chunk_size) {
-        return Err(corrupt().into());
-    }
-    Ok(Held {
-        image: Some(BaseImage {
-            info: outcome.info.clone(),
-            bytes: image,
-            chunks,
-            chunk_size,
-            store: store.store_id().clone(),
-        }),
-        outcome,
-    })
+    let chunks = match store.manifest(&outcome.info.digest).await {
+        Ok(Some(chunks)) if chunks.len() == image.len().div_ceil(chunk_size) => Some(chunks),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, image = %outcome.info.digest, "could not read a landed image's addresses back; it is not kept as a base");
+            None
+        }
+    };
+    let image = chunks.map(|chunks| BaseImage {
+        info: outcome.info.clone(),
+        bytes: image,
+        chunks,
+        chunk_size,
+        store: store.store_id().clone(),
+    });
+    Ok(Held { outcome, image })
 }
 
 async fn put_steps<P, B>(

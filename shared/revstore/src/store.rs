@@ -240,7 +240,8 @@ impl BaseImage {
 }
 
 /// What [`RevStore::put_held`] answers: the outcome, and the image as the base of the next derived
-/// put (`None` for a replay, whose bytes the store did not take).
+/// put (`None` for a replay, whose bytes the store did not take, and when the addresses it
+/// committed could not be read back: the put has landed all the same).
 #[derive(Debug)]
 pub struct Held {
     /// The put's outcome.
