@@ -8,8 +8,9 @@ use super::*;
 pub struct Delta {
     /// How the image is built.
     pub layout: Layout,
-    /// In target order, each literal page's id and bytes, and each patched page's id, entry
-    /// count (u16) and entries (offset u16, length u16, bytes; sorted and disjoint).
+    /// In target order, each literal page's id and bytes, each patched page's id, entry
+    /// count (u16) and entries (offset u16, length u16, bytes; sorted and disjoint), and each
+    /// compressed page's id, references and frame (`compressed.rs`).
     pub literals: Vec<u8>,
 }
 
@@ -24,6 +25,12 @@ enum Piece<'a> {
         from: u32,
         id: &'a [u8],
         entries: &'a [u8],
+    },
+    Compressed {
+        id: &'a [u8],
+        /// Source pages, u32 each, checked to be within the source.
+        references: &'a [u8],
+        frame: &'a [u8],
     },
 }
 
@@ -52,7 +59,49 @@ impl Delta {
     /// plan matched are patched: a literal page is never patched against the page at its place,
     /// which may be one the client's export wrote differently.
     pub fn build(layout: Layout, image: &[u8], source: Option<&[u8]>) -> Self {
+        Self::make(layout, image, source, None)
+    }
+
+    /// [`Delta::build`] by a sender that holds exactly the receiver's source bytes: a page the
+    /// layout sends literally is compressed against the source's pages where the edit happened
+    /// where that clearly pays (`compressed.rs`). The receiver must rebuild compressed pages
+    /// (any origin of this release does; a pull asks for them).
+    pub fn build_compressed(layout: Layout, image: &[u8], source: &[u8]) -> Self {
+        Self::make(layout, image, Some(source), Some((source, None)))
+    }
+
+    /// [`Delta::build`] without the source's bytes (patches from shapes alone), by a sender that
+    /// holds the receiver's source pages where `held` says so, in `source` at their places: a
+    /// pull by a file sparse against a revision, whose pages with the revision's ids are the
+    /// revision's. A literal page is compressed against held pages only.
+    pub fn build_compressed_held(
+        layout: Layout,
+        image: &[u8],
+        source: &[u8],
+        held: &[bool],
+    ) -> Self {
+        Self::make(layout, image, None, Some((source, Some(held))))
+    }
+
+    /// Builds with `source` for patches, and `compress` (the source's bytes, and which of its
+    /// pages the receiver holds, all where `None`) for compressed pages.
+    fn make(
+        layout: Layout,
+        image: &[u8],
+        source: Option<&[u8]>,
+        compress: Option<(&[u8], Option<&[bool]>)>,
+    ) -> Self {
         let geometry = layout.geometry;
+        let changed: Vec<u32> = layout.literal_pages().collect();
+        let mut compressor = compress.and_then(|(bytes, held)| {
+            let pages = source_pages(bytes.len() as u64, geometry.page_size);
+            let held = move |page: u32| {
+                page < layout.source_pages
+                    && page < pages
+                    && held.is_none_or(|held| held.get(page as usize) == Some(&true))
+            };
+            Some((compressed::Compressor::new()?, bytes, held))
+        });
         let format = shape::Format::of(image, geometry.page_size);
         let source_page = |from: u32| {
             source.map(|bytes| {
@@ -70,7 +119,7 @@ impl Delta {
             let header = to == 0 && source.is_some();
             let candidate = match make {
                 Make::Copy(from) if header => Some(from),
-                Make::Copy(_) | Make::Literal => None,
+                Make::Copy(_) | Make::Literal | Make::Compressed => None,
                 Make::Patch(from) => Some(from),
             };
             let entries = candidate.and_then(|from| {
@@ -98,8 +147,32 @@ impl Delta {
                 }
                 (_, None) => {
                     literals.extend_from_slice(&PageId::of(page).0);
-                    literals.extend_from_slice(page);
-                    Make::Literal
+                    let framed = compressor.as_mut().and_then(|(compressor, source, held)| {
+                        let references =
+                            compressed::references(to, &changed, geometry.page_size, *held);
+                        let source = Geometry {
+                            length: source.len() as u64,
+                            page_size: geometry.page_size,
+                        }
+                        .pages_of(source);
+                        let frame = compressor.frame(page, &references, source)?;
+                        Some((references, frame))
+                    });
+                    match framed {
+                        Some((references, frame)) => {
+                            literals.push(references.len() as u8);
+                            for r in references {
+                                literals.extend_from_slice(&r.to_le_bytes());
+                            }
+                            literals.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+                            literals.extend_from_slice(&frame);
+                            Make::Compressed
+                        }
+                        None => {
+                            literals.extend_from_slice(page);
+                            Make::Literal
+                        }
+                    }
                 }
             };
             runs.push(to, make);
@@ -181,6 +254,38 @@ impl Delta {
                     }
                     Piece::Patch { from, id, entries }
                 }
+                Make::Compressed => {
+                    let id = r.take(ID_LEN).map_err(|_| MISMATCH)?;
+                    let n = usize::from(r.u8().map_err(|_| MISMATCH)?);
+                    if n == 0 || n > compressed::MAX_REFERENCES {
+                        return Err(DeltaError::Malformed {
+                            what: "a compressed page naming no source page, or too many",
+                        });
+                    }
+                    let references = r.take(4 * n).map_err(|_| MISMATCH)?;
+                    for reference in references.chunks_exact(4) {
+                        let page = u32::from_le_bytes(reference.try_into().expect("4 bytes"));
+                        if page >= self.layout.source_pages {
+                            return Err(DeltaError::OutOfRange {
+                                page,
+                                pages: self.layout.source_pages,
+                                what: "source",
+                            });
+                        }
+                    }
+                    let frame_len = r.u32().map_err(|_| MISMATCH)? as usize;
+                    let frame = r.take(frame_len).map_err(|_| MISMATCH)?;
+                    if compressed::compressed_len(n, frame_len) >= len {
+                        return Err(DeltaError::Malformed {
+                            what: "a compressed page no smaller than its page",
+                        });
+                    }
+                    Piece::Compressed {
+                        id,
+                        references,
+                        frame,
+                    }
+                }
             };
             each(to, piece)?;
         }
@@ -208,6 +313,7 @@ impl Delta {
             });
         }
         let mut image = Vec::with_capacity(geometry.length as usize);
+        let mut decompressor = None;
         let copy = |image: &mut Vec<u8>, from: u32, to: u32| {
             let page = &source[source_geometry.page_range(from)];
             if page.len() != geometry.page_len(to) {
@@ -239,6 +345,24 @@ impl Delta {
                         let n = usize::from(r.u16()?);
                         image[offset..offset + n].copy_from_slice(r.take(n)?);
                     }
+                    (id, start)
+                }
+                Piece::Compressed {
+                    id,
+                    references,
+                    frame,
+                } => {
+                    let decompressor = match &mut decompressor {
+                        Some(d) => d,
+                        None => decompressor.insert(compressed::Decompressor::new()?),
+                    };
+                    let pages = source_geometry.pages_of(source);
+                    let references = references
+                        .chunks_exact(4)
+                        .map(|r| pages(u32::from_le_bytes(r.try_into().expect("4 bytes"))));
+                    let page = decompressor.page(frame, references, geometry.page_len(to))?;
+                    let start = image.len();
+                    image.extend_from_slice(&page);
                     (id, start)
                 }
             };

@@ -23,6 +23,11 @@
 //! instead of a whole page. A manifest without shapes (the first format) never asks for
 //! patches, so a client that sends one never receives a run it does not know.
 //!
+//! A sender that holds exactly the receiver's source (a device its copy of the base it last
+//! synced, the origin the revision a device's file is) may send a changed page *compressed*: a
+//! zstd frame with the source's pages where the edit happened as its dictionary
+//! (`compressed.rs`, [`Delta::build_compressed`]), so rows a split moved cost nothing.
+//!
 //! [`plan`] matches a manifest against a [`Source`]'s ids and shapes; [`Delta::build`] fills
 //! in the data (a patched page carries only the bytes that differ where the source's bytes are
 //! known, else all its fields); [`Delta::assemble`] builds the image from a source and checks
@@ -45,6 +50,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
 
+mod compressed;
 mod delta;
 mod manifest;
 mod shape;
@@ -198,6 +204,12 @@ impl Geometry {
     fn page_len(&self, index: u32) -> usize {
         self.page_range(index).len()
     }
+
+    /// `bytes` (an image of this geometry) cut into its pages, by index.
+    fn pages_of<'a>(&self, bytes: &'a [u8]) -> impl Fn(u32) -> &'a [u8] + use<'a> {
+        let geometry = *self;
+        move |index| &bytes[geometry.page_range(index)]
+    }
 }
 
 /// How the target's pages `to..to + count` are made.
@@ -229,20 +241,32 @@ pub enum Run {
         /// How many pages.
         count: u32,
     },
+    /// Sent as frames compressed against source pages each names (`compressed.rs`); only a
+    /// sender that holds the source's bytes makes one.
+    Compressed {
+        /// The first target page.
+        to: u32,
+        /// How many pages.
+        count: u32,
+    },
 }
 
 impl Run {
     fn to(&self) -> u32 {
         match *self {
-            Run::Copy { to, .. } | Run::Literal { to, .. } | Run::Patch { to, .. } => to,
+            Run::Copy { to, .. }
+            | Run::Literal { to, .. }
+            | Run::Patch { to, .. }
+            | Run::Compressed { to, .. } => to,
         }
     }
 
     fn count(&self) -> u32 {
         match *self {
-            Run::Copy { count, .. } | Run::Literal { count, .. } | Run::Patch { count, .. } => {
-                count
-            }
+            Run::Copy { count, .. }
+            | Run::Literal { count, .. }
+            | Run::Patch { count, .. }
+            | Run::Compressed { count, .. } => count,
         }
     }
 
@@ -252,16 +276,19 @@ impl Run {
             Run::Copy { from, .. } => Make::Copy(from + k),
             Run::Literal { .. } => Make::Literal,
             Run::Patch { from, .. } => Make::Patch(from + k),
+            Run::Compressed { .. } => Make::Compressed,
         }
     }
 }
 
-/// How one target page is made: copied from a source page, literal, or patched from one.
+/// How one target page is made: copied from a source page, literal, patched from one, or
+/// compressed against some.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Make {
     Copy(u32),
     Literal,
     Patch(u32),
+    Compressed,
 }
 
 /// Runs built page by page in target order, each page extending the last run it continues.
@@ -277,11 +304,13 @@ impl Runs {
             {
                 *count += 1
             }
-            (Some(Run::Literal { count, .. }), Make::Literal) => *count += 1,
+            (Some(Run::Literal { count, .. }), Make::Literal)
+            | (Some(Run::Compressed { count, .. }), Make::Compressed) => *count += 1,
             _ => self.0.push(match make {
                 Make::Copy(from) => Run::Copy { to, from, count: 1 },
                 Make::Literal => Run::Literal { to, count: 1 },
                 Make::Patch(from) => Run::Patch { to, from, count: 1 },
+                Make::Compressed => Run::Compressed { to, count: 1 },
             }),
         }
     }
@@ -290,7 +319,7 @@ impl Runs {
     fn next_source(&self) -> Option<u32> {
         match self.0.last()? {
             Run::Copy { from, count, .. } | Run::Patch { from, count, .. } => Some(from + count),
-            Run::Literal { .. } => None,
+            Run::Literal { .. } | Run::Compressed { .. } => None,
         }
     }
 }
@@ -333,6 +362,11 @@ impl Layout {
         self.count(|run| matches!(run, Run::Patch { .. }))
     }
 
+    /// How many pages are sent compressed against source pages.
+    pub fn compressed_count(&self) -> u64 {
+        self.count(|run| matches!(run, Run::Compressed { .. }))
+    }
+
     fn count(&self, which: impl Fn(&Run) -> bool) -> u64 {
         self.runs
             .iter()
@@ -355,6 +389,7 @@ impl Layout {
                 Run::Copy { to, from, count } => (0u8, to, from, count),
                 Run::Literal { to, count } => (1u8, to, 0, count),
                 Run::Patch { to, from, count } => (2u8, to, from, count),
+                Run::Compressed { to, count } => (3u8, to, 0, count),
             };
             out.push(kind);
             out.extend_from_slice(&to.to_le_bytes());
@@ -425,6 +460,7 @@ impl Layout {
                 0 => Run::Copy { to, from, count },
                 1 if from == 0 => Run::Literal { to, count },
                 2 => Run::Patch { to, from, count },
+                3 if from == 0 => Run::Compressed { to, count },
                 _ => {
                     return Err(DeltaError::Malformed {
                         what: "an unknown run kind",

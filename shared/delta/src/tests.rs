@@ -175,7 +175,12 @@ fn hostile_layouts_are_refused() {
         expect![[r#"Err(Malformed { what: "an empty run" })"#]],
     );
     check_layout(
-        &raw_layout(four, 4, &[(3, 0, 4, 0)]),
+        &raw_layout(four, 4, &[(4, 0, 4, 0)]),
+        4,
+        expect![[r#"Err(Malformed { what: "an unknown run kind" })"#]],
+    );
+    check_layout(
+        &raw_layout(four, 4, &[(3, 0, 4, 1)]),
         4,
         expect![[r#"Err(Malformed { what: "an unknown run kind" })"#]],
     );
@@ -696,4 +701,332 @@ fn parallel_hashing_names_every_page_as_one_pass_does() {
     assert_eq!(manifest.shapes, Some(shapes));
     assert_eq!(Manifest::of(&image, page).expect("manifest").ids, ids);
     assert_eq!(page_ids(&image, page), ids);
+}
+
+/// The file of a table keyed by text (`WITHOUT ROWID`, as app tables often are) with rows of
+/// 200 B–12 KiB of hex, before and after eight short rows whose keys sort first: the leaf they
+/// go into splits, and the rows it gives away move to another page. The file is read as the
+/// edit leaves it (no VACUUM), as a push sends it.
+fn split_leaf_images() -> (Vec<u8>, Vec<u8>) {
+    let dir = std::env::temp_dir().join(format!(
+        "snug-delta-split-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&dir);
+    let conn = rusqlite::Connection::open(&dir).expect("open");
+    conn.execute_batch("CREATE TABLE equities (symbol TEXT PRIMARY KEY, name TEXT) WITHOUT ROWID")
+        .expect("schema");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut hex = |len: usize| -> String {
+        let mut out = String::with_capacity(len + 16);
+        while out.len() < len {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            out.push_str(&format!("{state:016x}"));
+        }
+        out.truncate(len);
+        out
+    };
+    let tx = conn.unchecked_transaction().expect("tx");
+    for i in 0..1_500 {
+        let len = 200 + (i * 7919) % (12 << 10);
+        tx.execute(
+            "INSERT INTO equities VALUES (?1, ?2)",
+            (format!("S{i:05}"), hex(len)),
+        )
+        .expect("row");
+    }
+    tx.commit().expect("commit");
+    let before = std::fs::read(&dir).expect("read");
+    let tx = conn.unchecked_transaction().expect("tx");
+    for i in 0..8 {
+        tx.execute(
+            "INSERT INTO equities VALUES (?1, ?2)",
+            (format!("A{i:04}"), hex(40 + i * 10)),
+        )
+        .expect("short row");
+    }
+    tx.commit().expect("commit");
+    let after = std::fs::read(&dir).expect("read");
+    drop(conn);
+    std::fs::remove_file(&dir).expect("remove");
+    (before, after)
+}
+
+/// A leaf that split travels as its new rows and references to the page its old rows are in,
+/// not as pages of rows the receiver holds: a fraction of what the same pages cost literal,
+/// each body compressed as it travels.
+#[test]
+fn a_split_leaf_costs_its_new_rows_not_its_pages() {
+    let (source, target) = split_leaf_images();
+    let page = page_size_of(&target);
+    let theirs = Manifest::of(&source, page).expect("manifest");
+    let layout = plan(
+        &Manifest::of(&target, page).expect("manifest"),
+        &theirs.source(),
+    );
+    assert!(layout.literal_count() >= 2, "{:?}", layout.runs);
+    let literal = Delta::build(layout.clone(), &target, Some(&source));
+    let compressed = Delta::build_compressed(layout, &target, &source);
+    assert!(
+        compressed.layout.compressed_count() >= 2,
+        "{:?}",
+        compressed.layout.runs
+    );
+    let body = |delta: &Delta| {
+        zstd::bulk::compress(&delta.encode(), 3)
+            .expect("zstd")
+            .len()
+    };
+    let (literal_body, compressed_body) = (body(&literal), body(&compressed));
+    eprintln!("a split leaf: {literal_body} bytes literal, {compressed_body} compressed");
+    assert!(
+        compressed_body * 8 <= literal_body,
+        "{compressed_body} compressed, {literal_body} literal"
+    );
+    let parsed = Delta::parse(&compressed.encode(), &LARGE, source.len() as u64).expect("parse");
+    assert_eq!(parsed.assemble(&source).expect("assemble"), target);
+    // Against any other source the pages do not rebuild, and nothing is returned.
+    let mut other = source.clone();
+    let at = other.len() / 2;
+    other[at..at + page as usize].fill(0x11);
+    assert!(parsed.assemble(&other).is_err() || sha256(&other) == sha256(&source));
+}
+
+/// A page the edit left unlike anything the source holds stays literal: the body's coding
+/// compresses it as well, and a frame it cannot compress again would cost more.
+#[test]
+fn unrelated_pages_stay_literal() {
+    let source = image(&[1, 2, 3, 4]);
+    let mut target = source.clone();
+    let mut state = 7u32;
+    for byte in &mut target[PAGE as usize..2 * PAGE as usize] {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        *byte = (state >> 16) as u8;
+    }
+    let layout = plan(
+        &Manifest::of(&target, PAGE).expect("manifest"),
+        &Source::ids(&page_ids(&source, PAGE)),
+    );
+    let delta = Delta::build_compressed(layout, &target, &source);
+    assert_eq!(
+        delta.layout.compressed_count(),
+        0,
+        "{:?}",
+        delta.layout.runs
+    );
+    assert_eq!(delta.layout.literal_count(), 1);
+}
+
+#[test]
+fn a_changed_page_refers_to_its_place_then_the_nearest_changes() {
+    let many: Vec<u32> = (0..40).collect();
+    // (page, changed pages, source pages, page size, references)
+    type Case<'a> = (u32, &'a [u32], u32, u32, &'a [u32]);
+    let cases: [Case<'_>; 8] = [
+        (5, &[5], 10, 4096, &[5]),
+        (5, &[2, 5, 7, 30], 40, 4096, &[5, 7, 2, 30]),
+        (5, &[1, 2, 3, 4, 5, 6, 7], 10, 4096, &[5, 4, 6, 3, 7, 2, 1]),
+        // A page past the source's end (a new page) refers to the changes within it.
+        (12, &[3, 9, 12, 13], 10, 4096, &[9, 3]),
+        (0, &[0, 1], 1, 4096, &[0]),
+        (3, &[3], 0, 4096, &[]),
+        // As many as fit 64 KiB: sixteen of 4 KiB, one of 64 KiB.
+        (
+            20,
+            &many,
+            40,
+            4096,
+            &[
+                20, 19, 21, 18, 22, 17, 23, 16, 24, 15, 25, 14, 26, 13, 27, 12,
+            ],
+        ),
+        (20, &many, 40, 65536, &[20]),
+    ];
+    for (to, changed, source_pages, page_size, expected) in cases {
+        assert_eq!(
+            compressed::references(to, changed, page_size, |p| p < source_pages),
+            expected,
+            "page {to} among {changed:?}"
+        );
+    }
+}
+
+/// One compressed page, `target` against `references` of `source`, as a wire delta.
+fn compressed_wire(target: &[u8], source_pages: u32, references: &[u32], frame: &[u8]) -> Vec<u8> {
+    let mut wire = raw_layout(target.len() as u64, source_pages, &[(3, 0, 1, 0)]);
+    wire.extend_from_slice(&PageId::of(target).0);
+    wire.push(references.len() as u8);
+    for r in references {
+        wire.extend_from_slice(&r.to_le_bytes());
+    }
+    wire.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+    wire.extend_from_slice(frame);
+    wire
+}
+
+#[test]
+fn hostile_compressed_pages_are_refused() {
+    // Pages of noise, so a frame of the first is nothing without it.
+    let source: Vec<u8> = (0..2 * PAGE)
+        .map(|i| i.wrapping_mul(2_654_435_761).rotate_left(9) as u8)
+        .collect();
+    let mut target = source[..PAGE as usize].to_vec();
+    target[10..14].copy_from_slice(b"edit");
+    let frame = |page: &[u8], against: &[u8]| {
+        let mut dict = vec![0];
+        dict.extend_from_slice(against);
+        zstd::bulk::Compressor::with_dictionary(3, &dict)
+            .expect("compressor")
+            .compress(page)
+            .expect("frame")
+    };
+    let honest = frame(&target, &source[..PAGE as usize]);
+    let check = |wire: Vec<u8>, expect: Expect| {
+        let got = Delta::parse(&wire, &LIMITS, source.len() as u64)
+            .and_then(|delta| delta.assemble(&source).map(|_| ()));
+        expect.assert_eq(&format!("{got:?}"));
+    };
+    // The honest page, whose digest is not the layout's zeros: the page check passed.
+    check(
+        compressed_wire(&target, 2, &[0], &honest),
+        expect!["Err(DigestMismatch)"],
+    );
+    // Against another page of the source it decodes to other bytes, or not at all.
+    let got = Delta::parse(&compressed_wire(&target, 2, &[1], &honest), &LIMITS, 1024)
+        .and_then(|delta| delta.assemble(&source).map(|_| ()));
+    assert!(
+        matches!(
+            got,
+            Err(DeltaError::PageMismatch { page: 0 } | DeltaError::Malformed { .. })
+        ),
+        "{got:?}"
+    );
+    check(
+        compressed_wire(&target, 2, &[2], &honest),
+        expect![[r#"Err(OutOfRange { page: 2, pages: 2, what: "source" })"#]],
+    );
+    check(
+        compressed_wire(&target, 2, &[], &honest),
+        expect![[
+            r#"Err(Malformed { what: "a compressed page naming no source page, or too many" })"#
+        ]],
+    );
+    check(
+        compressed_wire(&target, 2, &[0; compressed::MAX_REFERENCES + 1], &honest),
+        expect![[
+            r#"Err(Malformed { what: "a compressed page naming no source page, or too many" })"#
+        ]],
+    );
+    check(
+        compressed_wire(&target, 2, &[0], b"not a zstd frame"),
+        expect![[
+            r#"Err(Malformed { what: "a compressed page that does not decode to its page" })"#
+        ]],
+    );
+    // Frames of a page one byte short and one byte long.
+    for wrong in [&target[1..], &[&target[..], b"x"].concat()[..]] {
+        check(
+            compressed_wire(&target, 2, &[0], &frame(wrong, &source[..PAGE as usize])),
+            expect![[
+                r#"Err(Malformed { what: "a compressed page that does not decode to its page" })"#
+            ]],
+        );
+    }
+    check(
+        compressed_wire(&target, 2, &[0], &[0; 510]),
+        expect![[r#"Err(Malformed { what: "a compressed page no smaller than its page" })"#]],
+    );
+    let mut short = compressed_wire(&target, 2, &[0], &honest);
+    short.pop();
+    check(
+        short,
+        expect![[
+            r#"Err(Malformed { what: "literal pages that are not exactly what the layout names" })"#
+        ]],
+    );
+}
+
+proptest! {
+    /// Pages rebuilt from pieces of source pages at any offset, with a few new bytes: the
+    /// delta a sender holding the source builds always rebuilds the target.
+    #[test]
+    fn compressed_edits_round_trip(
+        pieces in proptest::collection::vec((0usize..6 * 512, 1usize..300), 1..20),
+        inserts in proptest::collection::vec((0usize..4096, any::<u8>()), 0..20),
+    ) {
+        let source: Vec<u8> = (0..6 * PAGE as usize)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u8)
+            .collect();
+        let mut target: Vec<u8> = Vec::new();
+        for (at, len) in pieces {
+            target.extend_from_slice(&source[at..(at + len).min(source.len())]);
+        }
+        for (at, byte) in inserts {
+            let at = at % (target.len() + 1);
+            target.insert(at, byte);
+        }
+        let layout = plan(
+            &Manifest::of(&target, PAGE).expect("manifest"),
+            &Source::ids(&page_ids(&source, PAGE)),
+        );
+        let delta = Delta::build_compressed(layout, &target, &source);
+        let parsed = Delta::parse(&delta.encode(), &LIMITS, source.len() as u64).expect("parse");
+        prop_assert_eq!(parsed.assemble(&source).expect("assemble"), target);
+    }
+}
+
+/// A receiver whose file is the source but for a few pages (its own header, here): compressed
+/// pages refer only to the pages it holds as the source's, and the delta rebuilds the target
+/// from its file, not from the source.
+#[test]
+fn a_receiver_holding_some_of_the_source_gets_pages_compressed_against_those() {
+    let (source, target) = split_leaf_images();
+    let page = page_size_of(&target);
+    let mut theirs = source.clone();
+    theirs[24..28].copy_from_slice(&[9, 9, 9, 9]);
+    let (known, held_ids) = (page_ids(&source, page), page_ids(&theirs, page));
+    let held: Vec<bool> = held_ids.iter().zip(&known).map(|(a, b)| a == b).collect();
+    assert_eq!(held.iter().filter(|h| !**h).count(), 1);
+    let layout = plan(
+        &Manifest::of(&target, page).expect("manifest"),
+        &Source::ids(&held_ids),
+    );
+    let delta = Delta::build_compressed_held(layout, &target, &source, &held);
+    assert!(
+        delta.layout.compressed_count() >= 2,
+        "{:?}",
+        delta.layout.runs
+    );
+    let parsed = Delta::parse(&delta.encode(), &LARGE, theirs.len() as u64).expect("parse");
+    assert_eq!(parsed.assemble(&theirs).expect("assemble"), target);
+    // Nothing refers to the page the receiver does not hold.
+    let mut r = Reader::new(&delta.literals);
+    for (to, make) in delta.layout.pages() {
+        let len = delta.layout.geometry.page_len(to);
+        match make {
+            Make::Copy(_) => {}
+            Make::Literal => {
+                r.take(ID_LEN + len).expect("literal");
+            }
+            Make::Patch(_) => {
+                r.take(ID_LEN).expect("id");
+                for _ in 0..r.u16().expect("count") {
+                    r.u16().expect("offset");
+                    let n = r.u16().expect("length");
+                    r.take(usize::from(n)).expect("bytes");
+                }
+            }
+            Make::Compressed => {
+                r.take(ID_LEN).expect("id");
+                for _ in 0..r.u8().expect("count") {
+                    assert_ne!(r.u32().expect("reference"), 0, "page {to}");
+                }
+                let n = r.u32().expect("frame length");
+                r.take(n as usize).expect("frame");
+            }
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! Fuzz target: arbitrary bytes parsed as a manifest, as a sparse manifest (expanded against a known one) and as a delta against sources of several sizes, and every delta that parses assembled; nothing may panic, and whatever assembles must hash to the digest it claims. The same bytes, halved, are also a source and a target whose pages are read for their shapes, planned and built with patches: the delta must rebuild the target exactly.
+//! Fuzz target: arbitrary bytes parsed as a manifest, as a sparse manifest (expanded against a known one) and as a delta against sources of several sizes, and every delta that parses assembled; nothing may panic, and whatever assembles must hash to the digest it claims. The same bytes, halved, are also a source and a target whose pages are read for their shapes, planned and built with patches and with compressed pages: the delta must rebuild the target exactly.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // Untrusted pages read for their shapes (any bytes may claim to be a b-tree page), then a
-    // round trip with and without the source's bytes.
+    // round trip with and without the source's bytes, and with changed pages compressed against it.
     let (source, target) = data.split_at(data.len() / 2);
     if source.is_empty() || target.is_empty() {
         return;
@@ -50,4 +50,9 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => assert!(bytes.is_none()),
         }
     }
+    // A sender holding the source compresses changed pages against it: always the target.
+    let layout = plan(&ours, &theirs.source());
+    let wire = Delta::build_compressed(layout, target, source).encode();
+    let delta = Delta::parse(&wire, &LIMITS, source.len() as u64).expect("a built delta parses");
+    assert_eq!(delta.assemble(source).expect("a built delta assembles"), target);
 });
