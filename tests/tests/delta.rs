@@ -188,7 +188,8 @@ async fn a_delta_push_and_pull_move_only_the_changed_pages() {
 /// VACUUMs) and so rewrites every page that names a moved one, the filler's overflow chains
 /// first. Those pages travel as patches, a
 /// few bytes each, both ways: in a push built from manifests with shapes, and in a pull that
-/// says `Snug-Delta-Patches: 1`; a pull that does not say it gets whole pages.
+/// says `Snug-Delta-Patches: 1` (or `2`, compressed pages too); a pull that does not say it gets
+/// whole pages.
 #[tokio::test]
 async fn moved_pages_travel_as_patches_both_ways() {
     let (_hub, http, token) = started(Options::default()).await;
@@ -244,14 +245,20 @@ async fn moved_pages_travel_as_patches_both_ways() {
         }
     };
     let mut sizes = Vec::new();
-    for patches in [Some("1"), Some("0"), None] {
+    for patches in [Some("1"), Some("0"), None, Some("2")] {
         let pulled = pull_from_r1(patches).await;
         let delta = rebuilds(&pulled, &r2, &first, &second);
-        assert_eq!(delta.layout.patched_count() > 0, patches == Some("1"));
+        let asked = matches!(patches, Some("1" | "2"));
+        assert_eq!(delta.layout.patched_count() > 0, asked, "{patches:?}");
+        // Compressed pages only for a client that says it rebuilds them.
+        assert!(patches == Some("2") || delta.layout.compressed_count() == 0);
         sizes.push(pulled.body.len());
     }
     assert!(sizes[0] * 10 < sizes[1], "pulled {sizes:?} bytes");
-    assert_error(&pull_from_r1(Some("yes")).await, 400, "BAD_REQUEST");
+    assert!(sizes[3] <= sizes[0], "pulled {sizes:?} bytes");
+    for bad in ["yes", "3"] {
+        assert_error(&pull_from_r1(Some(bad)).await, 400, "BAD_REQUEST");
+    }
 }
 
 #[tokio::test]

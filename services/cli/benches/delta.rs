@@ -55,7 +55,7 @@ use std::{
 };
 
 use snug_delta::Manifest;
-use snug_restore::{HubOrigin, LocalCopy, Origin, Pushed, Selector, Traffic};
+use snug_restore::{HubOrigin, LocalCopy, Origin, Pushed, Selector, SyncedBase, Traffic};
 
 /// Rounds of (delta push, whole PUT), alternating which goes first.
 const ROUNDS: usize = 5;
@@ -228,19 +228,19 @@ impl Cost {
     }
 }
 
-/// Pushes `bytes` on `base` through `origin` (with the base's page ids when `pages` is given, as
-/// the CLI does), adding its cost to `cost`; returns the new revision.
+/// Pushes `bytes` on `base` through `origin` (with the base's page ids and bytes when `synced`
+/// is given, as the CLI keeps them), adding its cost to `cost`; returns the new revision.
 fn push(
     hub: &hub::Spawned,
     origin: &HubOrigin,
     bytes: &[u8],
     base: &str,
-    pages: Option<&Manifest>,
+    synced: Option<SyncedBase<'_>>,
     cost: &mut Cost,
 ) -> String {
     let (started, client, served) = (Instant::now(), hub::client_cpu(), hub.cpu());
     let pushed = origin
-        .push_from(bytes, Some(base), pages, None)
+        .push_from(bytes, Some(base), synced, None)
         .expect("push");
     cost.wall.push(started.elapsed());
     cost.client.push(hub::client_cpu() - client);
@@ -369,6 +369,12 @@ fn main() {
         let (old, new) = (&images[i], &images[i + 1]);
         eprintln!("measuring: {name} ({what})");
         let (old_pages, new_pages) = (manifest(old), manifest(new));
+        let kept = |pages, image| {
+            Some(SyncedBase {
+                pages,
+                image: Some(image),
+            })
+        };
         // The current revision is `old` here. Each measured push goes from it, and a delta push
         // of `old` (not measured) brings it back for the next.
         let (mut delta_cost, mut whole_cost, mut resets) =
@@ -378,7 +384,7 @@ fn main() {
             for by_delta in [round.is_multiple_of(2), !round.is_multiple_of(2)] {
                 let origin = if by_delta { delta() } else { whole() };
                 let (pages, cost) = if by_delta {
-                    (Some(&old_pages), &mut delta_cost)
+                    (kept(&old_pages, old), &mut delta_cost)
                 } else {
                     (None, &mut whole_cost)
                 };
@@ -391,7 +397,14 @@ fn main() {
                     &mut whole_put
                 }) = Some(traffic);
                 let back = delta();
-                current = push(&hub, &back, old, &revision, Some(&new_pages), &mut resets);
+                current = push(
+                    &hub,
+                    &back,
+                    old,
+                    &revision,
+                    kept(&new_pages, new),
+                    &mut resets,
+                );
                 assert!(back.traffic().delta, "{:?}", back.traffic());
             }
         }
@@ -403,11 +416,18 @@ fn main() {
             &delta(),
             old,
             &revision,
-            Some(&new_pages),
+            kept(&new_pages, new),
             &mut resets,
         );
         let old_revision = current.clone();
-        current = push(&hub, &delta(), new, &current, Some(&old_pages), &mut resets);
+        current = push(
+            &hub,
+            &delta(),
+            new,
+            &current,
+            kept(&old_pages, old),
+            &mut resets,
+        );
         // Pull: a device holding `old` fetches `new`, naming the revision its file is (the
         // CLI's case), and, for a file that is no revision, learning the revision's pages.
         let snapshot = delta().describe(&Selector::Current).expect("describe");
@@ -415,10 +435,11 @@ fn main() {
         for revision in [Some(old_revision.as_str()), None] {
             let origin = delta();
             let mut sink = Vec::new();
+            // As the CLI makes it: the file's recorded pages, which are its own.
             let local = LocalCopy {
                 bytes: old,
                 revision,
-                synced: None,
+                synced: revision.map(|revision| (revision, &old_pages)),
             };
             origin
                 .download_from(&snapshot, Some(local), &mut sink)

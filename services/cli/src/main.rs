@@ -59,7 +59,9 @@
 //! The push state is snug-restore's `push_state` sidecar (`<file>.sync.json`, `SNUGSYNC1\n` +
 //! JSON), and beside it `<file>.sync.pages`, the page ids of the image last synced, with which a
 //! push to a hub sends only the changed pages (issue 21; a cache: a missing or stale one costs a
-//! plan round or the whole file, never a wrong image). `--json` answers of push and pull carry
+//! plan round or the whole file, never a wrong image), and for a plain file `<file>.sync.base`,
+//! that image itself, against whose pages a push compresses the pages an edit changed (issue 38;
+//! the same kind of cache). `--json` answers of push and pull carry
 //! `transfer` (`bytesSent`, `bytesReceived`, `delta`).
 //! What a FILE argument stands for is decided once, by `snug_schema::resolve_given` (§10), for every
 //! command: a lone legacy `user.sqlite` (given as `user.snug` or as itself) is read, and a write creates

@@ -133,6 +133,17 @@ impl Caller {
     }
 }
 
+/// What a delta pull's client rebuilds beyond copied and literal pages (`Snug-Delta-Patches`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patches {
+    /// Nothing more.
+    None,
+    /// Patched pages.
+    Patched,
+    /// Patched pages, and compressed pages against a base its file is byte for byte.
+    Compressed,
+}
+
 /// What a write requires of the user's current revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Precondition {
@@ -395,7 +406,7 @@ impl Backends {
         &self,
         caller: &Caller,
         base: Option<&str>,
-        patches: bool,
+        patches: Patches,
         mut upload: Upload,
     ) -> Result<Option<(sync_pb::GetImageDeltaResult, ImageBody)>, ApiError> {
         let header = sync_pb::GetImageDeltaRequest::header(sync_pb::GetImageDeltaHeader {
@@ -403,7 +414,8 @@ impl Backends {
             revision: None,
             base_revision: base.map(str::to_owned),
             quota_bytes: caller.quota_bytes,
-            accept_patches: patches,
+            accept_patches: patches != Patches::None,
+            accept_compressed: patches == Patches::Compressed,
             expected_length: upload.declared().await?,
         });
         let (body, watch) = upload.chunks();

@@ -25,7 +25,7 @@ use snug_proto::sync::v1 as sync_pb;
 use crate::{
     AppState,
     auth::Via,
-    backend::{Caller, Precondition},
+    backend::{Caller, Patches, Precondition},
     config::AuthMode,
     encoding,
     error::ApiError,
@@ -531,7 +531,8 @@ const PATCHES_HEADER: &str = "snug-delta-patches";
 /// `ETag`. The client verifies the rebuilt image against the SHA-256 the delta carries, which
 /// is the revision's. With `Snug-Delta-Patches: 1` the delta may patch pages: against a base,
 /// any page that differs from the base's by a few bytes; against a manifest with shapes, a page
-/// whose shape it names.
+/// whose shape it names. With `2`, against a base with no manifest, it may also compress a
+/// changed page against the base's pages (`snug_delta::Delta::build_compressed`).
 async fn pull_delta(
     State(state): State<Arc<AppState>>,
     Authed(caller): Authed,
@@ -565,12 +566,14 @@ async fn pull_delta(
         }
     }
     let patches = match headers.get(PATCHES_HEADER).map(HeaderValue::as_bytes) {
-        None | Some(b"0") => false,
-        Some(b"1") => true,
+        None | Some(b"0") => Patches::None,
+        Some(b"1") => Patches::Patched,
+        Some(b"2") => Patches::Compressed,
         Some(_) => {
             return Err(ApiError::from_reason(
                 &snug_reasons::gateway::BAD_REQUEST,
-                "Snug-Delta-Patches is 1 (this client rebuilds patched pages) or 0",
+                "Snug-Delta-Patches is 2 (this client rebuilds patched and compressed pages), 1 \
+                 (patched pages) or 0",
             ));
         }
     };

@@ -15,7 +15,10 @@
 //! `RevStore::read_base`, which keeps the addresses its chunks were checked against; either way
 //! the write stores only what the base lacks (issue 38 point 3: `RevStore::put_held`).
 //! Pages are patched only for a client that says it rebuilds them: one whose manifest carries
-//! shapes, or a pull with `accept_patches`.
+//! shapes, or a pull with `accept_patches`; compressed against the base's pages only for a pull
+//! with `accept_compressed` too, against a base, and then only against pages the client's file
+//! holds as the base's (all, with an empty manifest; those its sparse manifest names by the
+//! base's hashes or ids otherwise).
 //! Every request is bounded by the quota: the manifest or delta upload by what an image within
 //! the quota can need, the page count by the quota, and the work by one pass over the base and
 //! one over the image, which run as jobs of the service's pool (bounded, and stopped for a
@@ -347,6 +350,7 @@ impl SyncServer {
             .map(|token| convert::revision(token, "header.base_revision"))
             .transpose()?;
         let patches = header.accept_patches;
+        let compressed = patches && header.accept_compressed;
         // What the request will hold, known before its manifest is read: the base, the revision
         // (its size from the store, which records nothing until it is served) and the delta.
         let base = match &base {
@@ -394,18 +398,32 @@ impl SyncServer {
             .run(move |_| {
                 // The revision's pages are named at the client's page size (or, against a base, the
                 // revision's own), so the client's file is the source whatever its own length.
-                let against_manifest =
-                    |theirs: &Manifest| -> Result<Delta, snug_delta::DeltaError> {
-                        let page_size = theirs.geometry.page_size;
-                        let ours = Manifest::describe(&target, page_size, theirs.shapes.is_some())?;
-                        Ok(Delta::build(plan(&ours, &theirs.source()), &target, None))
-                    };
+                // With `held` (the base, and which of the client's pages are its bytes), literal
+                // pages are compressed against those.
+                let against_manifest = |theirs: &Manifest,
+                                        held: Option<(&[u8], &[bool])>|
+                 -> Result<Delta, snug_delta::DeltaError> {
+                    let page_size = theirs.geometry.page_size;
+                    let ours = Manifest::describe(&target, page_size, theirs.shapes.is_some())?;
+                    let layout = plan(&ours, &theirs.source());
+                    Ok(match held {
+                        Some((base, held)) => {
+                            Delta::build_compressed_held(layout, &target, base, held)
+                        }
+                        None => Delta::build(layout, &target, None),
+                    })
+                };
                 let delta = match &source {
-                    Source::Manifest(theirs) => against_manifest(theirs)?,
+                    Source::Manifest(theirs) => against_manifest(theirs, None)?,
                     Source::Sparse(sparse, base) => {
                         let known =
                             Manifest::describe(base, sparse.geometry.page_size, sparse.shaped)?;
-                        against_manifest(&sparse.expand(&known)?)?
+                        let theirs = sparse.expand(&known)?;
+                        // The client's pages with the base's ids are the base's bytes.
+                        let held: Vec<bool> = (0..theirs.ids.len())
+                            .map(|p| known.ids.get(p) == Some(&theirs.ids[p]))
+                            .collect();
+                        against_manifest(&theirs, compressed.then_some((&base[..], &held[..])))?
                     }
                     Source::Base(base) => {
                         let page_size = page_size_of(&target);
@@ -421,7 +439,10 @@ impl SyncServer {
                                 ..theirs.source()
                             },
                         );
-                        Delta::build(layout, &target, bytes)
+                        match compressed {
+                            true => Delta::build_compressed(layout, &target, base),
+                            false => Delta::build(layout, &target, bytes),
+                        }
                     }
                 };
                 Ok(delta.encode())

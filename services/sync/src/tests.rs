@@ -1847,7 +1847,7 @@ mod delta {
         base: Option<&str>,
         manifest: Vec<u8>,
     ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
-        pull_with(hub, user, revision, base, false, manifest).await
+        pull_with(hub, user, revision, base, (false, false), manifest).await
     }
 
     pub(super) async fn pull_with(
@@ -1855,7 +1855,7 @@ mod delta {
         user: &str,
         revision: Option<&str>,
         base: Option<&str>,
-        accept_patches: bool,
+        (accept_patches, accept_compressed): (bool, bool),
         manifest: Vec<u8>,
     ) -> Result<(pb::GetImageDeltaResult, Vec<u8>), Status> {
         let header = pb::GetImageDeltaRequest::header(pb::GetImageDeltaHeader {
@@ -1865,6 +1865,7 @@ mod delta {
             base_revision: base.map(str::to_owned),
             quota_bytes: None,
             accept_patches,
+            accept_compressed,
         });
         let stream = hub
             .client
@@ -2337,6 +2338,9 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
         "{:?}",
         layout.runs
     );
+    // A client that kept r1's bytes builds with them (patches by their bytes, literal pages
+    // compressed against r1's where that pays): PutImageDelta takes it like any delta.
+    let compressed = Delta::build_compressed(layout.clone(), &second, &first);
     let wire = Delta::build(layout, &second, None).encode();
     assert!(
         wire.len() < 4 * delta::PAGE as usize,
@@ -2361,22 +2365,23 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
         planned.literal_pages, changed as u64,
         "no shapes, no patches"
     );
-    // The patched delta is what PutImageDelta stores.
-    let r2 = delta::put(&mut hub, "alice", &r1.revision, wire, None)
+    // The compressed delta is what PutImageDelta stores.
+    let r2 = delta::put(&mut hub, "alice", &r1.revision, compressed.encode(), None)
         .await
         .expect("second")
         .revision
         .expect("revision");
     assert_eq!(r2.sha256, sha256_hex(&second));
 
-    // Pull against r1: patched only when asked.
-    for accept_patches in [true, false] {
+    // Pull against r1: patched only when asked, compressed only when asked too.
+    let mut sizes = Vec::new();
+    for accept in [(true, true), (true, false), (false, true), (false, false)] {
         let (result, wire) = delta::pull_with(
             &mut hub,
             "alice",
             None,
             Some(&r1.revision),
-            accept_patches,
+            accept,
             Vec::new(),
         )
         .await
@@ -2384,6 +2389,13 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
         assert_eq!(result.revision.expect("revision"), r2);
         let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
         assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+        assert!(
+            accept == (true, true) || delta.layout.compressed_count() == 0,
+            "{accept:?}: {:?}",
+            delta.layout.runs
+        );
+        sizes.push(wire.len());
+        let accept_patches = accept.0;
         let patched = delta.layout.patched_count();
         if accept_patches {
             // At least every changed page but the new row's three, the header's among them.
@@ -2397,18 +2409,30 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
             assert_eq!(patched, 0, "{:?}", delta.layout.runs);
         }
     }
+    assert!(
+        sizes[0] <= sizes[1],
+        "compressed {} bytes, patched {}",
+        sizes[0],
+        sizes[1]
+    );
     // Against a manifest, only one with shapes is patched.
     for theirs in [
         Manifest::with_shapes(&first, delta::PAGE).expect("manifest"),
         Manifest::of(&first, delta::PAGE).expect("manifest"),
     ] {
         let shapes = theirs.shapes.is_some();
-        let (_, wire) = delta::pull_with(&mut hub, "alice", None, None, true, theirs.encode())
-            .await
-            .expect("pull");
+        let (_, wire) =
+            delta::pull_with(&mut hub, "alice", None, None, (true, true), theirs.encode())
+                .await
+                .expect("pull");
         let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
         assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
         assert_eq!(delta.layout.patched_count() > 0, shapes);
+        assert_eq!(
+            delta.layout.compressed_count(),
+            0,
+            "no base, no compressed pages"
+        );
     }
 }
 
@@ -2460,17 +2484,24 @@ async fn a_summary_learns_the_bases_pages_and_a_sparse_pull_rebuilds(backend: Ba
 
     // A device holding `first`, as no revision it names, pulls r2 by its file sparse against it.
     let sparse = Sparse::against(&theirs, &Sparse::summary(&ours, 4));
-    let (pulled, wire) =
-        delta::pull_with(&mut hub, "alice", None, Some(&r2), true, sparse.encode())
-            .await
-            .expect("pull");
+    let (pulled, wire) = delta::pull_with(
+        &mut hub,
+        "alice",
+        None,
+        Some(&r2),
+        (true, true),
+        sparse.encode(),
+    )
+    .await
+    .expect("pull");
     assert_eq!(pulled.revision.expect("revision").revision, r2);
     let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
     assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
 
     // Hashes that are not r2's, and a plain manifest beside a base: refused.
     for manifest in [Sparse::summary(&theirs, 4).encode(), theirs.encode()] {
-        let refused = delta::pull_with(&mut hub, "alice", None, Some(&r2), true, manifest).await;
+        let refused =
+            delta::pull_with(&mut hub, "alice", None, Some(&r2), (true, false), manifest).await;
         assert_refused(
             refused,
             Code::InvalidArgument,
@@ -2479,7 +2510,70 @@ async fn a_summary_learns_the_bases_pages_and_a_sparse_pull_rebuilds(backend: Ba
     }
 }
 
+/// Eight short rows whose keys sort first split a leaf of a table kept in place (no VACUUM, as
+/// a push sends it): a push built with the base's bytes sends the split's pages as frames
+/// against the base's own pages and is stored like any delta, and a pull against the base that
+/// rebuilds compressed pages gets the same, a fraction of the pull without.
+async fn split_pages_travel_compressed_for_clients_that_ask(backend: Backend) {
+    use snug_delta::{Delta, Manifest};
+
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    provision(&mut hub, "alice").await;
+    let rows: String = (0..300u64)
+        .map(|i| {
+            let value = hex::encode(noise(100 + i, 100 + (i as usize * 37) % 1_500));
+            format!("INSERT INTO snug_settings (key, value) VALUES ('k{i:04}', '\"{value}\"');")
+        })
+        .collect();
+    let first = edit(&image(95, 0), &rows);
+    let shorts: String = (0..8)
+        .map(|i| format!("INSERT INTO snug_settings (key, value) VALUES ('a{i:04}', '\"s\"');"))
+        .collect();
+    let second = edit(&first, &shorts);
+    let r1 = put(&mut hub, "alice", must_not_exist(), &first)
+        .await
+        .expect("first");
+    let limits = delta::limits();
+    let layout = snug_delta::plan(
+        &Manifest::of(&second, delta::PAGE).expect("manifest"),
+        &snug_delta::Source::ids(&snug_delta::page_ids(&first, delta::PAGE)),
+    );
+    let pushed = Delta::build_compressed(layout, &second, &first);
+    assert!(
+        pushed.layout.compressed_count() >= 1,
+        "{:?}",
+        pushed.layout.runs
+    );
+    let r2 = delta::put(&mut hub, "alice", &r1.revision, pushed.encode(), None)
+        .await
+        .expect("second")
+        .revision
+        .expect("revision");
+    assert_eq!(r2.sha256, sha256_hex(&second));
+    let mut sizes = Vec::new();
+    for accept in [(true, true), (true, false)] {
+        let (_, wire) = delta::pull_with(
+            &mut hub,
+            "alice",
+            None,
+            Some(&r1.revision),
+            accept,
+            Vec::new(),
+        )
+        .await
+        .expect("pull");
+        let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
+        assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+        assert_eq!(delta.layout.compressed_count() > 0, accept.1, "{accept:?}");
+        sizes.push(wire.len());
+    }
+    assert!(sizes[0] * 2 < sizes[1], "compressed {sizes:?} bytes");
+}
+
 on_every_backend_delta!(
+    split_pages_travel_compressed_for_clients_that_ask,
     moved_pages_are_patched_for_clients_that_ask,
     a_delta_push_and_pull_round_trip,
     a_delta_push_is_validated_and_stored_as_a_whole_put,

@@ -116,5 +116,5 @@ pub use install::{
 pub use origin::HubOrigin;
 pub use origin::{
     AddressKind, DirOrigin, LocalCopy, Origin, OriginError, OriginId, Pushed, Selector,
-    SnapshotInfo, Traffic, delta_page_size, header_storage_version,
+    SnapshotInfo, SyncedBase, Traffic, delta_page_size, header_storage_version,
 };

@@ -186,6 +186,12 @@ pub trait Origin {
         true
     }
 
+    /// Whether pushes and pulls may go by difference, so what a client keeps of the base it last
+    /// synced ([`SyncedBase`]) is worth keeping.
+    fn syncs_by_difference(&self) -> bool {
+        false
+    }
+
     /// Keeps a copy of `head`, the current revision a forced push is about to overwrite, where
     /// the origin keeps no history; returns where it went. Origins with history keep it already
     /// ([`keeps_history`](Origin::keeps_history)) and return `None`.
@@ -239,21 +245,21 @@ pub trait Origin {
         self.download(snapshot, sink)
     }
 
-    /// [`push`](Origin::push), given the manifest of `base` as this client last synced it
-    /// (`base_pages`: its page ids and, where recorded, shapes; from
-    /// [`crate::push_state::load_pages`]), so an origin that offers delta pushes (issue 21) is
-    /// sent only the changed pages, without first being told every page of the new image. Wrong
-    /// ids cost a fallback, never a wrong image: the origin checks what it assembles against the
-    /// image's SHA-256. `pages` is the manifest of `bytes` with shapes where the caller has
-    /// made it (to keep it for the next push), so it is not made twice.
+    /// [`push`](Origin::push), given what this client holds of `base` as it last synced it
+    /// ([`SyncedBase`]), so an origin that offers delta pushes (issue 21) is sent only the
+    /// changed pages, without first being told every page of the new image, and with the base's
+    /// bytes those pages compressed against the base's (issue 38). Wrong ids or bytes cost a
+    /// fallback, never a wrong image: the origin checks what it assembles against the image's
+    /// SHA-256. `pages` is the manifest of `bytes` with shapes where the caller has made it (to
+    /// keep it for the next push), so it is not made twice.
     fn push_from(
         &self,
         bytes: &[u8],
         base: Option<&str>,
-        base_pages: Option<&snug_delta::Manifest>,
+        synced: Option<SyncedBase<'_>>,
         pages: Option<&snug_delta::Manifest>,
     ) -> Result<Pushed, OriginError> {
-        let _ = (base_pages, pages);
+        let _ = (synced, pages);
         self.push(bytes, base)
     }
 
@@ -286,6 +292,15 @@ pub struct LocalCopy<'a> {
     /// recorded them (`push_state::load_pages`), when known: the bytes are that revision's but
     /// for the pages that differ, which is all a hub origin then has to name (issue 38).
     pub synced: Option<(&'a str, &'a snug_delta::Manifest)>,
+}
+
+/// What a client holds of the base it last synced with an origin.
+#[derive(Debug, Clone, Copy)]
+pub struct SyncedBase<'a> {
+    /// Its page ids and, where recorded, shapes ([`crate::push_state::load_pages`]).
+    pub pages: &'a snug_delta::Manifest,
+    /// Its bytes, where kept ([`crate::push_state::load_base`]): exactly the origin's copy.
+    pub image: Option<&'a [u8]>,
 }
 
 /// What an origin moved over the network (request and response bodies; headers not counted).

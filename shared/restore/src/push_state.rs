@@ -520,3 +520,54 @@ fn split_line(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let newline = bytes.iter().position(|b| *b == b'\n')?;
     Some((&bytes[..newline], &bytes[newline + 1..]))
 }
+
+/// Where `user_file`'s base copy lives: `<user file>.sync.base`, beside the page ids (issue 38).
+/// `None` for a legacy backup, which has no sync state.
+pub fn base_location(user_file: &Path) -> Option<PathBuf> {
+    let pages = pages_location(user_file)?;
+    let name = pages
+        .file_name()?
+        .to_str()?
+        .strip_suffix(".pages")?
+        .to_owned();
+    Some(pages.with_file_name(format!("{name}.base")))
+}
+
+/// Keeps `image`, the bytes this file last synced as (what its page ids name), as the base of
+/// the next push: with it, a changed page is sent compressed against the base's pages where the
+/// edit happened, so rows an edit moved between pages do not travel again (issue 38). Only a
+/// plain (unprotected) file's image is kept: it is the secrets-free export, no more private than
+/// the file beside it, and created readable by its owner alone. A cache, like the page ids: a
+/// failure to keep it costs bytes on the wire, never a wrong image.
+pub fn save_base(user_file: &Path, image: &[u8]) -> Result<(), PushStateError> {
+    let path = base_location(user_file).ok_or_else(|| PushStateError::LegacyBackup {
+        path: user_file.to_owned(),
+    })?;
+    snug_files::write_atomically_with(&path, |file| {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        std::io::Write::write_all(file, image)
+    })
+    .map_err(|source| PushStateError::Io { path, source })
+}
+
+/// Forgets the base copy (a protected file keeps none); a missing one is no error.
+pub fn forget_base(user_file: &Path) {
+    if let Some(path) = base_location(user_file) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The kept base copy when it is exactly the image `pages` names (its length and SHA-256, which
+/// [`load_pages`] checked against the origin's record of the revision); `None` otherwise.
+pub fn load_base(user_file: &Path, pages: &snug_delta::Manifest) -> Option<Vec<u8>> {
+    let path = base_location(user_file)?;
+    if std::fs::metadata(&path).ok()?.len() != pages.geometry.length {
+        return None;
+    }
+    let image = std::fs::read(path).ok()?;
+    (snug_delta::sha256(&image) == pages.digest).then_some(image)
+}

@@ -7,7 +7,11 @@
 use std::io::Write as _;
 
 use expect_test::expect;
-use snug_restore::{HubOrigin, LocalCopy, Origin, Pushed, SnapshotInfo};
+use snug_restore::{HubOrigin, LocalCopy, Origin, Pushed, SnapshotInfo, SyncedBase};
+
+fn synced<'a>(pages: &'a snug_delta::Manifest, image: Option<&'a [u8]>) -> SyncedBase<'a> {
+    SyncedBase { pages, image }
+}
 
 /// What a fake hub answers a request: status line, ETag, body.
 type Answer = (&'static str, Option<String>, Vec<u8>);
@@ -118,7 +122,12 @@ fn a_hub_without_delta_routes_gets_whole_files() {
     let base_pages = snug_delta::Manifest::with_shapes(&image, 4096).expect("manifest");
     let pushed = origin.push(&image, Some("r1-aaaa")).expect("push");
     let again = origin
-        .push_from(&image, Some("r1-aaaa"), Some(&base_pages), None)
+        .push_from(
+            &image,
+            Some("r1-aaaa"),
+            Some(synced(&base_pages, None)),
+            None,
+        )
         .expect("push with page ids");
     for pushed in [pushed, again] {
         assert_eq!(
@@ -231,7 +240,7 @@ fn a_hub_before_summaries_and_codings_still_gets_deltas() {
     // Once refused, the coding is not tried again by this origin.
     let base_pages = snug_delta::Manifest::with_shapes(&base, 4096).expect("manifest");
     origin
-        .push_from(&new, Some("r1-aaaa"), Some(&base_pages), None)
+        .push_from(&new, Some("r1-aaaa"), Some(synced(&base_pages, None)), None)
         .expect("push with page ids");
     let traffic = origin.traffic();
     assert!(traffic.delta, "{traffic:?}");
@@ -241,6 +250,66 @@ fn a_hub_before_summaries_and_codings_still_gets_deltas() {
             "POST /userdb/revisions/r1-aaaa/plan",
             "POST /userdb/revisions/r1-aaaa/plan",
             "PUT /userdb/delta",
+            "PUT /userdb/delta",
+            "PUT /userdb/delta",
+        ]
+    "#]]
+    .assert_debug_eq(&*seen.lock().expect("log"));
+}
+
+/// A hub from before compressed pages (issue 38) refuses the run kind as a malformed delta: a
+/// push that holds its base's bytes sends the changed pages as they are, and lands.
+#[test]
+fn a_hub_before_compressed_pages_gets_the_pages_as_they_are() {
+    let base: Vec<u8> = (0..40_000u32)
+        .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
+        .collect();
+    // Page 24's rows moved 100 bytes along, and a few new bytes where they were.
+    let mut new = base.clone();
+    let page = 24 * 4096;
+    new.copy_within(page..page + 3996, page + 100);
+    new[page..page + 100].fill(7);
+    let limits = snug_delta::Limits {
+        max_length: 1 << 20,
+    };
+    let stored = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let kept = stored.clone();
+    let theirs = base.clone();
+    let (url, seen) = fake_hub(move |request| match request.target.as_str() {
+        "PUT /userdb/delta" => {
+            let body = match request.header("content-encoding") {
+                Some("zstd") => zstd::decode_all(&request.body[..]).expect("zstd"),
+                _ => request.body.clone(),
+            };
+            let delta = snug_delta::Delta::parse(&body, &limits, theirs.len() as u64)
+                .expect("a delta this build parses");
+            if delta.layout.compressed_count() > 0 {
+                return ("400 Bad Request", None, refusal("DELTA_INVALID"));
+            }
+            *kept.lock().expect("kept") = Some(delta.assemble(&theirs).expect("assemble"));
+            ("204 No Content", Some("r2-bbbb".to_owned()), Vec::new())
+        }
+        _ => ("404 Not Found", None, refusal("NO_ROUTE")),
+    });
+    let origin = HubOrigin::new(&url, None);
+    let base_pages = snug_delta::Manifest::with_shapes(&base, 4096).expect("manifest");
+    let pushed = origin
+        .push_from(
+            &new,
+            Some("r1-aaaa"),
+            Some(synced(&base_pages, Some(&base))),
+            None,
+        )
+        .expect("push");
+    assert_eq!(
+        pushed,
+        Pushed::Accepted {
+            revision: "r2-bbbb".to_owned()
+        }
+    );
+    assert_eq!(stored.lock().expect("stored").as_deref(), Some(&new[..]));
+    expect![[r#"
+        [
             "PUT /userdb/delta",
             "PUT /userdb/delta",
         ]

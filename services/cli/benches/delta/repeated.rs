@@ -3,15 +3,15 @@
 //!
 //! Each round makes one small edit on the live file (a note updated in place and a chat message
 //! appended, alternately: `shape.rs`'s), exports it as `snug sync push` does and pushes it as
-//! the CLI does (the base's page ids kept from the last push). A page changed is one whose bytes
-//! at its page number differ from the last export's, or one past its end. The store's size is
+//! the CLI does (the base's page ids and bytes kept from the last push). A page changed is one
+//! whose bytes at its page number differ from the last export's, or one past its end. The store's size is
 //! the bytes of every file under the hub's sync store directory, before the first push and
 //! after the last (the hub keeps its default retention; no reclamation pass runs in between).
 
 use std::path::Path;
 
 use snug_delta::Manifest;
-use snug_restore::{HubOrigin, Origin as _, Pushed};
+use snug_restore::{HubOrigin, Origin as _, Pushed, SyncedBase};
 
 use super::shape;
 
@@ -89,7 +89,15 @@ pub(crate) fn run(
         let new_pages = manifest(&new);
         let before = origin.traffic();
         let pushed = origin
-            .push_from(&new, Some(&current), Some(&old_manifest), Some(&new_pages))
+            .push_from(
+                &new,
+                Some(&current),
+                Some(SyncedBase {
+                    pages: &old_manifest,
+                    image: Some(&old),
+                }),
+                Some(&new_pages),
+            )
             .expect("push");
         current = match pushed {
             Pushed::Accepted { revision } => revision,

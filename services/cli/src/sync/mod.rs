@@ -53,7 +53,7 @@ use serde_json::json;
 use snug_container::{Limits, Resealable};
 use snug_restore::{
     DirOrigin, HubOrigin, Origin, OriginError, OriginId, Plan, Pushed, RestoreError, Selector,
-    SnapshotInfo,
+    SnapshotInfo, SyncedBase,
     decide::{self, PushFacts, PushKind, PushPlan, Refusal},
     push_state::{self, OriginState, SyncLock, SyncLockError, SyncState},
 };
@@ -548,8 +548,15 @@ fn pull(
         .install_unlocking(secrets.as_ref(), limits)
         .map_err(fail)?;
     if let Some(bytes) = revision_bytes {
-        // A cache: a pull that cannot record it has still landed.
-        let _ = push_state::save_pages(&done.destination, &identity, &done.revision, &bytes);
+        // A cache: a pull that cannot record it has still landed. A plain file keeps the
+        // revision's bytes too, the base its next push compresses changed pages against.
+        let saved = push_state::save_pages(&done.destination, &identity, &done.revision, &bytes);
+        let plain = snug_container::detect(&bytes) == snug_container::Format::Sqlite;
+        if saved.is_err() || !plain || done.protected {
+            push_state::forget_base(&done.destination);
+        } else if origin.syncs_by_difference() {
+            let _ = push_state::save_base(&done.destination, &bytes);
+        }
     }
     // The file written: FILE, `user.snug` when FILE stood for a legacy file (§10 adoption), or
     // the copy beside FILE (`--keep-both`).

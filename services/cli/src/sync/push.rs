@@ -172,6 +172,16 @@ pub(super) fn push(
         }
         _ => None,
     };
+    // And its bytes as this device kept them, when they are exactly those pages (issue 38). A
+    // file protected here keeps no plaintext copy beside it, whatever the origin receives.
+    let base_image = base_pages
+        .as_ref()
+        .filter(|_| !was_protected)
+        .and_then(|pages| push_state::load_base(file, pages));
+    let synced = base_pages.as_ref().map(|pages| SyncedBase {
+        pages,
+        image: base_image.as_deref(),
+    });
     // The new image's manifest, kept for the next push, is made once and serves this push too.
     let pages = (!backup && !protected)
         .then(|| snug_delta::Manifest::with_shapes(&image, snug_delta::page_size_of(&image)).ok())
@@ -199,7 +209,7 @@ pub(super) fn push(
         Some(restored) => restored,
         None => (
             origin
-                .push_from(&image, base.as_deref(), base_pages.as_ref(), pages.as_ref())
+                .push_from(&image, base.as_deref(), synced, pages.as_ref())
                 .map_err(|err| origin_failure(&name, &err))?,
             hex::encode(snug_delta::sha256(&image)),
         ),
@@ -224,7 +234,14 @@ pub(super) fn push(
         {
             // A cache: a push that cannot record it has still landed. Only the pages of the
             // bytes the origin now holds are recorded (a restore at the origin holds others).
-            let _ = push_state::save_manifest(file, &identity, &revision, pages);
+            let saved = push_state::save_manifest(file, &identity, &revision, pages).is_ok();
+            if !saved || was_protected {
+                push_state::forget_base(file);
+            } else if origin.syncs_by_difference() {
+                let _ = push_state::save_base(file, &image);
+            }
+        } else {
+            push_state::forget_base(file);
         }
         ""
     };

@@ -274,6 +274,7 @@ async fn pull_against(
         base_revision: Some(base.to_owned()),
         quota_bytes: None,
         accept_patches: false,
+        accept_compressed: false,
         expected_length: Some(0),
     });
     let stream = hub
@@ -446,6 +447,7 @@ async fn concurrent_delta_requests_are_each_answered_in_turn(backend: Backend) {
                     base_revision: Some(r1),
                     quota_bytes: None,
                     accept_patches: false,
+                    accept_compressed: false,
                     expected_length: Some(0),
                 });
                 let stream = client

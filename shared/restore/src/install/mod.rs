@@ -563,18 +563,35 @@ impl Prepared {
         let synced_pages = self.local.as_ref().zip(synced).and_then(|(l, s)| {
             crate::push_state::load_pages(&l.read, &self.origin.0, &s.revision, &s.sha256)
         });
-        let local = self.local.as_ref().map(|l| LocalCopy {
-            bytes: &l.export,
-            // Unchanged since its last sync with this origin: the origin's copy of that revision
-            // stands for this file (where it is not byte for byte, the rebuilt image's check
-            // says so, and the pull names the file sparse against that revision's pages).
-            revision: synced
-                .filter(|s| s.content_hash == l.content_hash)
-                .map(|s| s.revision.as_str()),
-            synced: synced
-                .zip(synced_pages.as_ref())
-                .map(|(s, p)| (s.revision.as_str(), p)),
-        });
+        // The revision's bytes as this device kept them (issue 38), when they are: a source the
+        // hub holds exactly, page for page, whatever this device's own file has of its own.
+        let kept = self
+            .local
+            .as_ref()
+            .zip(synced_pages.as_ref())
+            .and_then(|(l, pages)| crate::push_state::load_base(&l.read, pages));
+        let local = self
+            .local
+            .as_ref()
+            .map(|l| match (&kept, synced, &synced_pages) {
+                (Some(kept), Some(s), Some(pages)) => LocalCopy {
+                    bytes: kept,
+                    revision: Some(s.revision.as_str()),
+                    synced: Some((s.revision.as_str(), pages)),
+                },
+                _ => LocalCopy {
+                    bytes: &l.export,
+                    // Unchanged since its last sync with this origin: the origin's copy of that revision
+                    // stands for this file (where it is not byte for byte, the rebuilt image's check
+                    // says so, and the pull names the file sparse against that revision's pages).
+                    revision: synced
+                        .filter(|s| s.content_hash == l.content_hash)
+                        .map(|s| s.revision.as_str()),
+                    synced: synced
+                        .zip(synced_pages.as_ref())
+                        .map(|(s, p)| (s.revision.as_str(), p)),
+                },
+            });
         let delivered = origin.download_from(&self.snapshot, local, &mut sink);
         let revision = &self.snapshot.revision;
         // What the pipeline saw itself outranks what the origin says about it: a refused write

@@ -61,12 +61,13 @@ use base64::Engine as _;
 use snug_delta::{Delta, Layout, Limits, Manifest, Sparse};
 
 /// The request header by which a pull says it rebuilds patched pages (a delta's third run
-/// kind), so a hub may send them; a hub without delta patches ignores it.
+/// kind; value 1) and compressed pages too (its fourth; value 2), so a hub may send them; a hub
+/// without delta patches ignores it.
 pub(crate) const PATCHES_HEADER: &str = "snug-delta-patches";
 
 use super::{
     AddressKind, DOWNLOAD_BUFFER, LocalCopy, Origin, OriginError, OriginId, Pushed, Selector,
-    SnapshotInfo, Traffic, delta_page_size,
+    SnapshotInfo, SyncedBase, Traffic, delta_page_size,
 };
 
 /// A hub origin over HTTP: `<base>/userdb` with an optional bearer token.
@@ -324,7 +325,8 @@ impl HubOrigin {
         };
         match self.learn_pages(base, &mine, &base_limits)? {
             Learnt::Pages(base_pages) => {
-                return self.send_delta(bytes, base, snug_delta::plan(&mine, &base_pages.source()));
+                let layout = snug_delta::plan(&mine, &base_pages.source());
+                return self.send_delta(bytes, base, layout, None);
             }
             Learnt::WholeFile => return Ok(None),
             Learnt::NoSummaries => {}
@@ -334,7 +336,7 @@ impl HubOrigin {
             ..mine
         };
         let url = format!("{}/plan", self.revision_url(base));
-        let Ok(mut response) = self.post_delta(&url, &manifest.encode(), false)? else {
+        let Ok(mut response) = self.post_delta(&url, &manifest.encode(), Rebuilds::Plain)? else {
             return Ok(None);
         };
         let limits = Limits {
@@ -345,7 +347,7 @@ impl HubOrigin {
             Layout::parse_plan(&layout, &limits).map_err(|err| OriginError::BadResponse {
                 detail: format!("a delta plan that does not parse: {err}"),
             })?;
-        self.send_delta(bytes, base, layout)
+        self.send_delta(bytes, base, layout, None)
     }
 
     /// The whole manifest of `revision`, learnt by sending a summary of `mine` (every group of
@@ -360,7 +362,7 @@ impl HubOrigin {
     ) -> Result<Learnt, OriginError> {
         let url = format!("{}/plan", self.revision_url(revision));
         let summary = Sparse::summary(mine, SUMMARY_GROUP).encode();
-        let mut response = match self.post_delta(&url, &summary, false)? {
+        let mut response = match self.post_delta(&url, &summary, Rebuilds::Plain)? {
             Ok(response) => response,
             Err(code) if snug_reasons::sync::DELTA_INVALID == *code => {
                 return Ok(Learnt::NoSummaries);
@@ -375,14 +377,14 @@ impl HubOrigin {
             .map_or(Learnt::NoSummaries, Learnt::Pages))
     }
 
-    /// POSTs `body` (a manifest or a summary) to the delta route `url`, saying whether this
-    /// client rebuilds patched pages: the 200 answer, or, where [`delta_answer`] says the whole
-    /// file goes instead, the hub's code; any other refusal is the origin's error.
+    /// POSTs `body` (a manifest or a summary) to the delta route `url`, saying what this client
+    /// rebuilds beyond copied and literal pages: the 200 answer, or, where [`delta_answer`] says
+    /// the whole file goes instead, the hub's code; any other refusal is the origin's error.
     fn post_delta(
         &self,
         url: &str,
         body: &[u8],
-        patches: bool,
+        patches: Rebuilds,
     ) -> Result<Result<Response, String>, OriginError> {
         self.count_sent(body.len());
         let mut response = self.send(|| {
@@ -392,8 +394,9 @@ impl HubOrigin {
                 .header("accept-encoding", ZSTD)
                 .header("expect", "100-continue");
             match patches {
-                true => request.header(PATCHES_HEADER, "1").send(body),
-                false => request.send(body),
+                Rebuilds::Patched => request.header(PATCHES_HEADER, "1").send(body),
+                Rebuilds::Compressed => request.header(PATCHES_HEADER, "2").send(body),
+                Rebuilds::Plain => request.send(body),
             }
         })?;
         let status = response.status().as_u16();
@@ -407,16 +410,25 @@ impl HubOrigin {
         }
     }
 
-    /// Sends the delta `layout` asks for (its literal pages from `bytes`) as `PUT /userdb/delta`,
-    /// zstd-compressed unless this hub refused the coding; `None` on a `DELTA_*` refusal, so the
-    /// caller falls back.
+    /// Sends the delta `layout` asks for (its literal pages from `bytes`, compressed against
+    /// `base_image` where this client holds it) as `PUT /userdb/delta`, zstd-coded unless this
+    /// hub refused the coding; `None` on a `DELTA_*` refusal, so the caller falls back.
     fn send_delta(
         &self,
         bytes: &[u8],
         base: &str,
         layout: Layout,
+        base_image: Option<&[u8]>,
     ) -> Result<Option<Pushed>, OriginError> {
-        let delta = Delta::build(layout, bytes, None).encode();
+        let plain = |layout| Delta::build(layout, bytes, None).encode();
+        let (mut delta, mut compressed_pages) = match base_image {
+            Some(source) => {
+                let delta = Delta::build_compressed(layout.clone(), bytes, source);
+                let any = delta.layout.compressed_count() > 0;
+                (delta.encode(), any.then_some(layout))
+            }
+            None => (plain(layout), None),
+        };
         loop {
             let compressed = self
                 .zstd_push
@@ -447,6 +459,14 @@ impl HubOrigin {
             }
             let etag = Self::etag(&response);
             let (code, body) = self.error_code(&mut response);
+            // A hub older than compressed pages refuses the run kind: the pages go as they are
+            // (first, so such a hub keeps the body's coding if it takes that).
+            if snug_reasons::sync::DELTA_INVALID == *code
+                && let Some(layout) = compressed_pages.take()
+            {
+                delta = plain(layout);
+                continue;
+            }
             // A hub that does not take the coding (a 415, or a hub older than it, which reads
             // the compressed bytes as a delta) is sent the delta as it is, once.
             if compressed.is_some() && (status == 415 || snug_reasons::sync::DELTA_INVALID == *code)
@@ -477,17 +497,25 @@ impl HubOrigin {
         // those needs no manifest (the hub's copy stands for it), any other is named sparse
         // against them, the groups that differ in full. Without them, a file unchanged since
         // that sync is taken to be the revision, and the rebuilt image's check says if not.
-        let (base, body) = match (local.synced, &mine) {
+        // Pages compressed against the hub's copy only where the file is that copy: every page,
+        // or those its sparse manifest names as the revision's.
+        let (base, body, rebuilds) = match (local.synced, &mine) {
             (Some((revision, pages)), Some(mine)) if mine.ids != pages.ids => (
                 Some(revision),
                 Sparse::against(mine, &Sparse::summary(pages, SUMMARY_GROUP)).encode(),
+                Rebuilds::Compressed,
             ),
-            (Some((revision, _)), Some(_)) => (Some(revision), Vec::new()),
-            _ => (local.revision, Vec::new()),
+            (Some((revision, _)), Some(_)) => (Some(revision), Vec::new(), Rebuilds::Compressed),
+            _ => (local.revision, Vec::new(), Rebuilds::Patched),
         };
         if let Some(base) = base
-            && let Some(image) =
-                self.fetch_delta(&self.delta_url(base), &body, snapshot, local.bytes)?
+            && let Some(image) = self.fetch_delta(
+                &self.delta_url(base),
+                &body,
+                rebuilds,
+                snapshot,
+                local.bytes,
+            )?
         {
             return Ok(Some(image));
         }
@@ -513,7 +541,10 @@ impl HubOrigin {
             Learnt::Pages(theirs) => {
                 let sparse = Sparse::against(&mine, &Sparse::summary(&theirs, SUMMARY_GROUP));
                 let url = self.delta_url(&snapshot.revision);
-                if let Some(image) = self.fetch_delta(&url, &sparse.encode(), snapshot, local)? {
+                let body = sparse.encode();
+                if let Some(image) =
+                    self.fetch_delta(&url, &body, Rebuilds::Patched, snapshot, local)?
+                {
                     return Ok(Some(image));
                 }
             }
@@ -525,7 +556,7 @@ impl HubOrigin {
             ..mine
         };
         let url = format!("{}/delta", self.url);
-        self.fetch_delta(&url, &manifest.encode(), snapshot, local)
+        self.fetch_delta(&url, &manifest.encode(), Rebuilds::Patched, snapshot, local)
     }
 
     /// The pull route naming `base` as what the client's file is (or is sparse against).
@@ -540,11 +571,12 @@ impl HubOrigin {
         &self,
         url: &str,
         body: &[u8],
+        rebuilds: Rebuilds,
         snapshot: &SnapshotInfo,
         local: &[u8],
     ) -> Result<Option<Vec<u8>>, OriginError> {
-        // This client rebuilds patched pages; a hub that does not know the header ignores it.
-        let Ok(mut response) = self.post_delta(url, body, true)? else {
+        // A hub that does not know the header ignores it.
+        let Ok(mut response) = self.post_delta(url, body, rebuilds)? else {
             return Ok(None);
         };
         if Self::etag(&response).as_deref() != Some(snapshot.revision.as_str()) {
@@ -724,6 +756,10 @@ impl Origin for HubOrigin {
         self.url.clone()
     }
 
+    fn syncs_by_difference(&self) -> bool {
+        self.delta
+    }
+
     fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError> {
         let url = match which {
             Selector::Current => self.url.clone(),
@@ -866,7 +902,7 @@ impl Origin for HubOrigin {
         &self,
         bytes: &[u8],
         base: Option<&str>,
-        base_pages: Option<&Manifest>,
+        synced: Option<SyncedBase<'_>>,
         pages: Option<&Manifest>,
     ) -> Result<Pushed, OriginError> {
         // Shapes only when the base has them: a hub that cannot patch says so with a DELTA_*
@@ -881,13 +917,14 @@ impl Origin for HubOrigin {
                 None => Manifest::describe(bytes, delta_page_size(bytes), shapes),
             }
         };
-        if let (Some(base), Some(base_pages)) = (base, base_pages)
+        if let (Some(base), Some(synced)) = (base, synced)
             && self.delta
-            && let Ok(manifest) = manifest(base_pages)
+            && let Ok(manifest) = manifest(synced.pages)
             && let Some(pushed) = self.send_delta(
                 bytes,
                 base,
-                snug_delta::plan(&manifest, &base_pages.source()),
+                snug_delta::plan(&manifest, &synced.pages.source()),
+                synced.image,
             )?
         {
             return Ok(pushed);
@@ -947,6 +984,17 @@ fn current_revision(etag: Option<String>, body: &str) -> Option<String> {
             .ok()
             .and_then(|v| v["revision"].as_str().map(str::to_owned))
     })
+}
+
+/// What a client rebuilds of a delta beyond copied and literal pages, as it tells a hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rebuilds {
+    /// Nothing more (a push's plan: the layout has neither).
+    Plain,
+    /// Patched pages.
+    Patched,
+    /// Patched pages, and pages compressed against the base's pages the file holds.
+    Compressed,
 }
 
 /// What a client makes of a delta route's answer.
