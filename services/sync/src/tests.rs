@@ -1875,6 +1875,25 @@ mod delta {
         collect(stream).await
     }
 
+    /// Alice's current image, `revision` (`target`), pulled against `base` (`source`) with
+    /// `accept`: the delta, checked to rebuild it, and its wire form.
+    pub(super) async fn pull_rebuilding(
+        hub: &mut Hub,
+        base: &str,
+        accept: (bool, bool),
+        source: &[u8],
+        revision: &pb::RevisionInfo,
+        target: &[u8],
+    ) -> (Delta, Vec<u8>) {
+        let (result, wire) = pull_with(hub, "alice", None, Some(base), accept, Vec::new())
+            .await
+            .expect("pull");
+        assert_eq!(result.revision.as_ref(), Some(revision));
+        let delta = Delta::parse(&wire, &limits(), source.len() as u64).expect("parse");
+        assert_eq!(delta.assemble(source).expect("assemble"), target);
+        (delta, wire)
+    }
+
     /// Plans `new` against `base` and sends the delta the plan asks for to the deprecated
     /// AssembleImageDelta.
     pub(super) async fn push_delta(
@@ -2376,19 +2395,8 @@ async fn moved_pages_are_patched_for_clients_that_ask(backend: Backend) {
     // Pull against r1: patched only when asked, compressed only when asked too.
     let mut sizes = Vec::new();
     for accept in [(true, true), (true, false), (false, true), (false, false)] {
-        let (result, wire) = delta::pull_with(
-            &mut hub,
-            "alice",
-            None,
-            Some(&r1.revision),
-            accept,
-            Vec::new(),
-        )
-        .await
-        .expect("pull");
-        assert_eq!(result.revision.expect("revision"), r2);
-        let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
-        assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+        let (delta, wire) =
+            delta::pull_rebuilding(&mut hub, &r1.revision, accept, &first, &r2, &second).await;
         assert!(
             accept == (true, true) || delta.layout.compressed_count() == 0,
             "{accept:?}: {:?}",
@@ -2535,7 +2543,6 @@ async fn split_pages_travel_compressed_for_clients_that_ask(backend: Backend) {
     let r1 = put(&mut hub, "alice", must_not_exist(), &first)
         .await
         .expect("first");
-    let limits = delta::limits();
     let layout = snug_delta::plan(
         &Manifest::of(&second, delta::PAGE).expect("manifest"),
         &snug_delta::Source::ids(&snug_delta::page_ids(&first, delta::PAGE)),
@@ -2554,18 +2561,8 @@ async fn split_pages_travel_compressed_for_clients_that_ask(backend: Backend) {
     assert_eq!(r2.sha256, sha256_hex(&second));
     let mut sizes = Vec::new();
     for accept in [(true, true), (true, false)] {
-        let (_, wire) = delta::pull_with(
-            &mut hub,
-            "alice",
-            None,
-            Some(&r1.revision),
-            accept,
-            Vec::new(),
-        )
-        .await
-        .expect("pull");
-        let delta = Delta::parse(&wire, &limits, first.len() as u64).expect("parse");
-        assert_eq!(delta.assemble(&first).expect("assemble"), second.to_vec());
+        let (delta, wire) =
+            delta::pull_rebuilding(&mut hub, &r1.revision, accept, &first, &r2, &second).await;
         assert_eq!(delta.layout.compressed_count() > 0, accept.1, "{accept:?}");
         sizes.push(wire.len());
     }
