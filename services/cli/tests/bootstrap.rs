@@ -137,10 +137,16 @@ async fn a_new_device_bootstraps_from_the_hub_and_keeps_its_secrets_local() {
         (Some(r1.as_str()), Some(true))
     );
     assert_eq!(json["storageVersion"], 6);
-    // The file, its push state, and the page ids of the revision for the next delta push.
+    // The file, its push state, and the page ids and bytes of the revision for the next delta
+    // push (the bytes only for a plain file).
     assert_eq!(
         listing(&b_dir).into_keys().collect::<Vec<_>>(),
-        ["user.snug", "user.snug.sync.json", "user.snug.sync.pages"]
+        [
+            "user.snug",
+            "user.snug.sync.base",
+            "user.snug.sync.json",
+            "user.snug.sync.pages"
+        ]
     );
     assert_eq!(snug_test_support::sync_record(&b)["revision"], r1.as_str());
 
@@ -439,7 +445,12 @@ fn a_broken_download_over_http_leaves_the_destination_untouched() {
     let synced = listing(dir.path());
     assert_eq!(
         synced.keys().collect::<Vec<_>>(),
-        ["user.snug", "user.snug.sync.json", "user.snug.sync.pages"]
+        [
+            "user.snug",
+            "user.snug.sync.base",
+            "user.snug.sync.json",
+            "user.snug.sync.pages"
+        ]
     );
 
     // The origin moves to r2 and breaks the download off halfway.

@@ -486,3 +486,41 @@ async fn pages_a_split_rewrote_travel_as_their_new_rows_both_ways() {
         .expect("count");
     assert_eq!(short, 24);
 }
+
+/// A protected file keeps no plaintext copy beside it: its push to a hub (which receives the
+/// secrets-free plaintext) leaves no `<file>.sync.base`, and removes one left from before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protected_file_keeps_no_base_copy() {
+    let hub = Hub::start(Options::default()).await;
+    let token = hub.add_user("alice");
+    let dir = tempfile::tempdir().expect("dir");
+    let (plain, protected) = (dir.path().join("plain.snug"), dir.path().join("p.snug"));
+    std::fs::write(&plain, userdb_with_filler(1 << 20).0).expect("write");
+    let passphrase = ("SNUG_PASSPHRASE", "correct horse battery staple".to_owned());
+    let args: Vec<String> = [
+        "protect",
+        &plain.display().to_string(),
+        "--out",
+        &protected.display().to_string(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let env = vec![passphrase.clone()];
+    let (code, json) = tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, env))
+        .await
+        .expect("join");
+    assert_eq!(code, 0, "{json}");
+    let mut base = protected.as_os_str().to_owned();
+    base.push(".sync.base");
+    std::fs::write(&base, b"left from before").expect("write");
+    let pushed = sync(
+        "push",
+        &protected,
+        &hub.url(),
+        vec![("SNUG_TOKEN", token), passphrase],
+    )
+    .await;
+    assert_eq!(pushed["pushed"], true, "{pushed}");
+    assert!(!Path::new(&base).exists(), "a plaintext copy beside a protected file");
+}
