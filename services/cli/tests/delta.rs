@@ -522,5 +522,8 @@ async fn a_protected_file_keeps_no_base_copy() {
     )
     .await;
     assert_eq!(pushed["pushed"], true, "{pushed}");
-    assert!(!Path::new(&base).exists(), "a plaintext copy beside a protected file");
+    assert!(
+        !Path::new(&base).exists(),
+        "a plaintext copy beside a protected file"
+    );
 }
