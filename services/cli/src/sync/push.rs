@@ -176,7 +176,7 @@ pub(super) fn push(
     // file protected here keeps no plaintext copy beside it, whatever the origin receives.
     let base_image = base_pages
         .as_ref()
-        .filter(|_| !was_protected)
+        .filter(|_| !was_protected && origin.syncs_by_difference())
         .and_then(|pages| push_state::load_base(file, pages));
     let synced = base_pages.as_ref().map(|pages| SyncedBase {
         pages,

@@ -569,6 +569,7 @@ impl Prepared {
             .local
             .as_ref()
             .zip(synced_pages.as_ref())
+            .filter(|_| origin.syncs_by_difference())
             .and_then(|(l, pages)| crate::push_state::load_base(&l.read, pages));
         let local = self
             .local
