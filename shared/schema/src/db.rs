@@ -93,6 +93,20 @@ pub(crate) fn check_file_header(path: &Path) -> Result<(), OpenError> {
 /// A WAL-mode header (format versions 2) is rewritten to rollback mode in the copy, because an
 /// in-memory database has no WAL; the caller's bytes are not touched.
 pub(crate) fn memory_connection(bytes: &[u8]) -> Result<Connection, Refusal> {
+    deserialized(bytes, false)
+}
+
+/// [`memory_connection`] for reading only: SQLite reads the pages in place
+/// (`mmap_size` over a read-only in-memory database) instead of copying each one it visits into
+/// its page cache, which a check of every page of a large image would otherwise spend a tenth
+/// of its time on.
+pub(crate) fn reading_connection(bytes: &[u8]) -> Result<Connection, Refusal> {
+    let conn = deserialized(bytes, true)?;
+    conn.pragma_update(None, "mmap_size", bytes.len() as i64)?;
+    Ok(conn)
+}
+
+fn deserialized(bytes: &[u8], read_only: bool) -> Result<Connection, Refusal> {
     let wal = open::check_header(bytes, bytes.len() as u64)?;
     let mut conn = Connection::open_in_memory()?;
     open::configure(&conn)?;
@@ -103,7 +117,7 @@ pub(crate) fn memory_connection(bytes: &[u8]) -> Result<Connection, Refusal> {
         header[19] = 1;
     }
     let reader = (&header[..]).chain(&bytes[SQLITE_HEADER_LEN..]);
-    conn.deserialize_read_exact(rusqlite::MAIN_DB, reader, bytes.len(), false)?;
+    conn.deserialize_read_exact(rusqlite::MAIN_DB, reader, bytes.len(), read_only)?;
     Ok(conn)
 }
 
@@ -432,7 +446,7 @@ pub fn inspect_bytes(bytes: &[u8]) -> Result<Inspection, OpenError> {
     if bytes.starts_with(snug_container::MAGIC) {
         return Err(OpenError::Protected);
     }
-    let conn = memory_connection(bytes)?;
+    let conn = reading_connection(bytes)?;
     quick_check(&conn)?;
     Ok(open::inspect(&conn)?)
 }
