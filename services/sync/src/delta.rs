@@ -228,11 +228,18 @@ impl SyncServer {
             .sync_delta_bases
             .get_or_create(&snug_rpc::metrics::BaseLabels { source })
             .inc();
+        let bases = self.bases.clone();
         let built = self
             .pool
             .run(move |_| {
-                let built = Delta::parse(&delta, &limits, base.bytes().len() as u64)
-                    .and_then(|delta| Ok((delta.layout.digest, delta.assemble(base.bytes())?)));
+                let built =
+                    Delta::parse(&delta, &limits, base.bytes().len() as u64).and_then(|delta| {
+                        let buffer = bases.buffer(delta.layout.geometry.length as usize);
+                        Ok((
+                            delta.layout.digest,
+                            delta.assemble_into(base.bytes(), buffer)?,
+                        ))
+                    });
                 (built, base)
             })
             .await?;

@@ -93,11 +93,16 @@ impl SyncServer {
             quota_bytes: pushed.header.quota_bytes,
         };
         let _admission = pushed.admission;
+        let user = intent.caller.user.clone();
         let built = Built {
             base: &pushed.base,
             sha256: pushed.digest,
         };
-        self.write(intent, pushed.image, Some(built)).await
+        let written = self.write(intent, pushed.image, Some(built)).await;
+        // The write kept the new image as the user's base: the old one's buffer can take the
+        // next push's image.
+        self.bases.recycle(&user, pushed.base);
+        written
     }
 
     /// Validates `image`, zeroes its free space and stores it under `intent`, derived from its

@@ -359,7 +359,13 @@ proptest! {
             "a geometry over the limits is refused from the prefix"
         );
         let parsed = Delta::parse(&wire, &LIMITS, source.len() as u64).expect("parse");
-        prop_assert_eq!(parsed.assemble(&source).expect("assemble"), target);
+        prop_assert_eq!(&parsed.assemble(&source).expect("assemble"), &target);
+        // Into a buffer that held another image: nothing of it is left, and its memory is used.
+        let used = vec![0xa5; target.len() + tail.len() + PAGE as usize];
+        let memory = used.as_ptr();
+        let assembled = parsed.assemble_into(&source, used).expect("assemble into");
+        prop_assert_eq!(&assembled, &target);
+        prop_assert_eq!(assembled.as_ptr(), memory);
         // Literal pages are exactly those the source lacks.
         let ids = page_ids(&source, PAGE);
         for page in parsed.layout.literal_pages() {

@@ -12,6 +12,14 @@
 //! once when the user is erased through this process ([`BaseCache::forget`]); the maximum age
 //! bounds how long another replica's erasure leaves a copy in this one's memory. A push whose
 //! base is not here reads it from the store, as before.
+//!
+//! The cache also keeps one **spare**: the buffer of a base its user no longer needs
+//! ([`BaseCache::recycle`]), handed to the next push to assemble its image in
+//! ([`BaseCache::buffer`]). A fresh 64 MiB allocation is mapped page by page as it is first
+//! written, a fault per 4 KiB that costs more than the copy it serves; a recycled buffer is
+//! mapped already. The spare counts against the same limit, goes first when a base needs the
+//! room, and is dropped with its user and at the same maximum age, since it still holds that
+//! user's bytes until it is written over.
 
 use std::{
     collections::HashMap,
@@ -33,9 +41,43 @@ pub struct BaseCache {
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<UserId, Entry>,
+    spare: Option<Spare>,
+    /// The footprints of the entries and the spare's capacity.
     held: u64,
     /// Bumped by every use, so the least recently used entry has the smallest `used`.
     uses: u64,
+}
+
+impl Inner {
+    /// Drops the spare, if any.
+    fn drop_spare(&mut self) {
+        if let Some(spare) = self.spare.take() {
+            self.held -= spare.footprint();
+        }
+    }
+}
+
+/// A buffer whose image is no longer anyone's base, to be written over.
+struct Spare {
+    /// Whose bytes it still holds.
+    user: UserId,
+    buffer: Vec<u8>,
+    kept_at: Timestamp,
+}
+
+impl Spare {
+    fn footprint(&self) -> u64 {
+        self.buffer.capacity() as u64
+    }
+}
+
+impl std::fmt::Debug for Spare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spare")
+            .field("user", &self.user)
+            .field("capacity", &self.buffer.capacity())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -99,7 +141,19 @@ impl BaseCache {
         }
         let cutoff = now.minus(self.max_age);
         inner.entries.retain(|_, e| e.kept_at >= cutoff);
-        inner.held = inner.entries.values().map(|e| footprint(&e.base)).sum();
+        if inner.spare.as_ref().is_some_and(|s| s.kept_at < cutoff) {
+            inner.spare = None;
+        }
+        inner.held = inner
+            .entries
+            .values()
+            .map(|e| footprint(&e.base))
+            .sum::<u64>()
+            + inner.spare.as_ref().map_or(0, Spare::footprint);
+        // The spare only spares page faults; a base spares a read of the store.
+        if inner.held + size > self.limit_bytes {
+            inner.drop_spare();
+        }
         while inner.held + size > self.limit_bytes {
             let Some(oldest) = inner
                 .entries
@@ -128,11 +182,63 @@ impl BaseCache {
         );
     }
 
+    /// Keeps the buffer of `base`, which its user no longer needs as a base, as the spare a
+    /// later image is assembled in, when nothing else holds it and the limit leaves it room
+    /// beside the bases (in place of the spare before).
+    pub fn recycle(&self, user: &UserId, base: Arc<BaseImage>) {
+        let Ok(base) = Arc::try_unwrap(base) else {
+            return;
+        };
+        let Ok(bytes) = base.bytes.try_into_mut() else {
+            return;
+        };
+        let spare = Spare {
+            user: user.clone(),
+            buffer: Vec::from(bytes),
+            kept_at: self.clock.now(),
+        };
+        let mut inner = self.lock();
+        inner.drop_spare();
+        if inner.held + spare.footprint() <= self.limit_bytes {
+            inner.held += spare.footprint();
+            inner.spare = Some(spare);
+        }
+    }
+
+    /// An empty buffer to assemble an image of `len` bytes in: the spare when its capacity fits
+    /// (at least `len`, at most twice), else a new one.
+    pub fn buffer(&self, len: usize) -> Vec<u8> {
+        let cutoff = self.clock.now().minus(self.max_age);
+        let mut inner = self.lock();
+        let Some(spare) = inner.spare.take() else {
+            return Vec::with_capacity(len);
+        };
+        inner.held -= spare.footprint();
+        if spare.kept_at < cutoff {
+            drop(inner);
+            drop(spare);
+            return Vec::with_capacity(len);
+        }
+        let capacity = spare.buffer.capacity();
+        if capacity < len || capacity / 2 > len {
+            inner.held += spare.footprint();
+            inner.spare = Some(spare);
+            return Vec::with_capacity(len);
+        }
+        drop(inner);
+        let mut buffer = spare.buffer;
+        buffer.clear();
+        buffer
+    }
+
     /// Drops whatever the cache holds of the user (their erasure).
     pub fn forget(&self, user: &UserId) {
         let mut inner = self.lock();
         if let Some(old) = inner.entries.remove(user) {
             inner.held -= footprint(&old.base);
+        }
+        if inner.spare.as_ref().is_some_and(|s| s.user == *user) {
+            inner.drop_spare();
         }
     }
 

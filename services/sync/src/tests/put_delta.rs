@@ -57,7 +57,7 @@ async fn a_delta_push_stores_the_image_it_assembles(backend: Backend) {
         )
     );
     let (info, bytes, _) = get(&mut hub, "alice", None).await.expect("get");
-    assert_eq!((info, bytes), (r2.clone(), target));
+    assert_eq!((info, bytes), (r2.clone(), target.clone()));
     assert_eq!(
         writes(&mut hub, "alice").await,
         [
@@ -73,6 +73,35 @@ async fn a_delta_push_stores_the_image_it_assembles(backend: Backend) {
             ),
         ]
     );
+    // Pushes that follow assemble in the buffers of the bases they replace: each revision is
+    // its own image, byte for byte.
+    let (mut current, mut revision) = (target, r2);
+    for edit in [
+        "edited again",
+        "and again, longer than before",
+        "a last time",
+    ] {
+        let next = delta::edited(&current, edit);
+        let wire = Delta::build_compressed(
+            snug_delta::plan(
+                &Manifest::of(&next, delta::PAGE).expect("manifest"),
+                &Manifest::of(&current, delta::PAGE)
+                    .expect("manifest")
+                    .source(),
+            ),
+            &next,
+            &current,
+        )
+        .encode();
+        let pushed = delta::put(&mut hub, "alice", &revision.revision, wire, None)
+            .await
+            .expect("a delta push");
+        revision = pushed.revision.expect("revision");
+        assert_eq!(revision.sha256, sha256_hex(&next), "{edit}");
+        let (_, bytes, _) = get(&mut hub, "alice", None).await.expect("get");
+        assert_eq!(bytes, next, "{edit}");
+        current = next;
+    }
 }
 
 async fn a_delta_push_retried_with_its_key_is_replayed(backend: Backend) {

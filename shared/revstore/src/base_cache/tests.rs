@@ -120,3 +120,91 @@ fn entries_older_than_their_maximum_age_are_dropped() {
     cache.keep(&carol, base);
     assert_eq!(cache.held_bytes(), 4096 + 4 * 32);
 }
+
+/// Keeps `base` as the user's entry, then replaces it with the next image and recycles it, as a
+/// delta push does; answers the address of the recycled buffer.
+fn push_over(cache: &BaseCache, user: &UserId, seq: u64, len: usize) -> *const u8 {
+    let (_, base) = image(user.as_str(), seq, len);
+    let revision = base.info.revision.clone();
+    cache.keep(user, base);
+    let base = cache.get(user, &revision).expect("kept");
+    let address = base.bytes().as_ptr();
+    let (_, next) = image(user.as_str(), seq + 1, len);
+    cache.keep(user, next);
+    cache.recycle(user, base);
+    address
+}
+
+#[test]
+fn a_replaced_base_is_the_buffer_the_next_image_is_assembled_in() {
+    let entry = 4096 + 4 * 32;
+    let (cache, _) = cache(2 * entry + 4096);
+    let alice = UserId::new("alice").expect("user");
+    let address = push_over(&cache, &alice, 1, 4096);
+    assert_eq!(cache.held_bytes(), entry + 4096, "the spare counts");
+    // A buffer for another length than it fits is new, and the spare stays.
+    assert!(cache.buffer(1024).capacity() < 4096);
+    assert!(cache.buffer(8192).capacity() >= 8192);
+    assert_eq!(cache.held_bytes(), entry + 4096);
+    let buffer = cache.buffer(4000);
+    assert_eq!(buffer.as_ptr(), address, "the same memory, not a copy");
+    assert!(buffer.is_empty() && buffer.capacity() >= 4000);
+    assert_eq!(cache.held_bytes(), entry, "taken out of the cache");
+    let another = cache.buffer(4000);
+    assert_ne!(another.as_ptr(), address, "taken once");
+}
+
+#[test]
+fn a_base_still_held_elsewhere_is_not_recycled() {
+    let (cache, _) = cache(1 << 20);
+    let (alice, base) = image("alice", 1, 4096);
+    let revision = base.info.revision.clone();
+    cache.keep(&alice, base);
+    let base = cache.get(&alice, &revision).expect("kept");
+    let reader = base.clone();
+    cache.recycle(&alice, base);
+    assert_eq!(cache.held_bytes(), 4096 + 4 * 32, "still the user's entry");
+    assert!(cache.get(&alice, &revision).is_some());
+    drop(reader);
+    // Its bytes shared by another view are not its own to give either.
+    let (_, next) = image("alice", 2, 4096);
+    cache.keep(&alice, next);
+    let (bob, other) = image("bob", 3, 4096);
+    let view = other.bytes.slice(..);
+    cache.recycle(&bob, Arc::new(other));
+    assert_eq!(cache.held_bytes(), 4096 + 4 * 32, "no spare");
+    drop(view);
+}
+
+#[test]
+fn the_spare_goes_first_for_a_base_and_with_its_user_or_its_age() {
+    let entry = 4096 + 4 * 32;
+    let (cache, clock) = cache(2 * entry);
+    let alice = UserId::new("alice").expect("user");
+    push_over(&cache, &alice, 1, 4096);
+    assert_eq!(cache.held_bytes(), entry + 4096);
+    // Bob's base needs the room: the spare goes, alice's base stays.
+    let (bob, base) = image("bob", 5, 4096);
+    let bobs = base.info.revision.clone();
+    cache.keep(&bob, base);
+    assert_eq!(cache.held_bytes(), 2 * entry);
+    assert!(cache.get(&bob, &bobs).is_some());
+    // No room beside the two bases: not kept.
+    let (_, old) = image("bob", 6, 4096);
+    cache.recycle(&bob, Arc::new(old));
+    assert_eq!(cache.held_bytes(), 2 * entry);
+    // Erasing the user whose bytes it holds drops it.
+    cache.forget(&bob);
+    let (_, old) = image("bob", 7, 4096);
+    cache.recycle(&bob, Arc::new(old));
+    assert_eq!(cache.held_bytes(), entry + 4096);
+    cache.forget(&bob);
+    assert_eq!(cache.held_bytes(), entry);
+    // Past the maximum age it is not handed out.
+    let (_, old) = image("bob", 8, 4096);
+    cache.recycle(&bob, Arc::new(old));
+    clock.advance(AGE + Duration::from_millis(1));
+    let buffer = cache.buffer(4096);
+    assert_eq!(cache.held_bytes(), entry);
+    assert!(buffer.capacity() >= 4096);
+}
