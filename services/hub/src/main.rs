@@ -53,7 +53,7 @@
 //! | `SNUG_SYNC_RECLAIM_INTERVAL` | `10m` | time between reclamation passes; `0` turns them off |
 //! | `SNUG_SYNC_CONCURRENCY` | CPUs | image jobs at once: validating a pushed image, assembling a pushed delta, answering a pull's delta; each may hold a few copies of an image |
 //! | `SNUG_SYNC_QUEUE_TIMEOUT` | `10s` | wait for an image job slot before `OVERLOADED` |
-//! | `SNUG_SYNC_BASE_CACHE_BYTES` | `134217728` | bytes of the images this replica wrote last (one per user, each kept at most 10 min, dropped at once when its user is erased here) held in memory as the bases of the delta pushes that follow, which then neither read nor hash their base; `0` keeps none. Count it in the replica's memory beside the upload budget |
+//! | `SNUG_SYNC_BASE_CACHE_BYTES` | `134217728` | bytes of the images this replica wrote last (one per user, each kept at most 10 min, dropped at once when its user is erased here) held in memory as the bases of the delta pushes that follow, which then neither read nor hash their base, and within it the buffer of a replaced base for the next push to assemble in; `0` keeps none. Count it in the replica's memory beside the upload budget |
 //! | `SNUG_HTTP_LISTEN` | `127.0.0.1:8080` | the gateway's HTTP address |
 //! | `SNUG_AUTH` | off on loopback, on elsewhere | `on` (tokens, sessions) or `off` (the local user; loopback only) |
 //! | `SNUG_CORS_ORIGINS` | — | comma-separated browser origins; required with auth on |

@@ -181,7 +181,8 @@ pub struct SyncConfig {
     /// Bytes of the images this replica wrote last (one per user) kept in memory as the bases of
     /// the delta pushes that follow them, so such a push neither reads nor hashes its base again;
     /// 0 keeps none. An entry lives at most 10 minutes and goes at once when its user is erased
-    /// through this replica.
+    /// through this replica. Within the same bytes, the buffer of a base a push replaced is kept
+    /// for the next push to assemble its image in, so that no push maps its image's memory afresh.
     #[arg(long = "sync-base-cache-bytes", env = "SNUG_SYNC_BASE_CACHE_BYTES", default_value_t = DEFAULT_BASE_CACHE_BYTES)]
     pub base_cache_bytes: u64,
 }
