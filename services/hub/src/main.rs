@@ -43,7 +43,7 @@
 //! | `SNUG_DATA_DIR` | `./snug-data` | the hub's data directory: the embedded sync store in `sync/`, the gateway's users file (`SNUG_USERS_STORE=sqlite`) and session key in `gateway/` |
 //! | `SNUG_SYNC_POSTGRES_URL` | — | PostgreSQL connection string for `--store postgres`; environment only, never printed; TLS as in libpq: `sslmode=disable\|prefer\|require\|verify-ca\|verify-full` (default `prefer`; use `verify-full`) and `sslrootcert=/path/ca.pem` or `system` |
 //! | `SNUG_SYNC_POSTGRES_SCHEMA` | search path | schema for the store's tables (created if missing) |
-//! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica |
+//! | `SNUG_SYNC_POSTGRES_POOL_SIZE` | `16` | pooled PostgreSQL connections per replica, plus one session that LISTENs for every replica's commits (direct, or through a pooler in session mode) |
 //! | `SNUG_SYNC_OBJECTS` | — (bytes in PostgreSQL rows) | `s3://BUCKET/PREFIX`: with `--store postgres`, image bytes go to this S3-compatible bucket as pack objects; the bucket is reached with the standard `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` (path-style unless `true`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and `AWS_CA_BUNDLE` (a CA file for https); plain http only to a loopback endpoint or with `AWS_ALLOW_HTTP=true` |
 //! | `SNUG_SYNC_QUOTA_BYTES` | `67108864` | per-user quota on one image; exactly this size is accepted |
 //! | `SNUG_SYNC_STAGED_LIMIT_BYTES` | 4 × the quota | most bytes one user's unfinished puts may hold at once (each its declared length); beyond it a put is refused `PUTS_IN_FLIGHT` (503, retryable); a failed put's bytes are reclaimed at once, a crashed put's count until `SNUG_SYNC_ORPHAN_AFTER` |

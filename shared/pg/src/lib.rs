@@ -7,8 +7,10 @@
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+mod listen;
 mod tls;
 
+pub use listen::{ListenError, Listening, listen};
 pub use tls::PgTlsError;
 
 /// How to reach the database.
@@ -67,16 +69,7 @@ pub fn valid_schema(s: &str) -> bool {
 /// Connects lazily: the first `get` reaches the server. Creating the schema is the caller's
 /// (under its own advisory lock), since only it knows what else must happen atomically.
 pub fn pool(pg: &PgConfig) -> Result<Pool, PgError> {
-    let (url, tls_params) = tls::split(&pg.url)?;
-    let tls = tls::MakeRustlsConnect::new(&tls_params)?;
-    let mut config: tokio_postgres::Config = url.parse().map_err(PgError::Url)?;
-    config.ssl_mode(tls::negotiation(tls_params.mode));
-    if let Some(schema) = &pg.schema {
-        if !valid_schema(schema) {
-            return Err(PgError::Schema(schema.clone()));
-        }
-        config.options(format!("-c search_path={schema}"));
-    }
+    let (config, tls) = connector(pg)?;
     let manager = Manager::from_config(
         config,
         tls,
@@ -88,6 +81,21 @@ pub fn pool(pg: &PgConfig) -> Result<Pool, PgError> {
         .max_size(pg.pool_size.max(2))
         .build()
         .map_err(PgError::Pool)
+}
+
+/// The settings and TLS connector of a connection as `pg` says, pooled or not.
+fn connector(pg: &PgConfig) -> Result<(tokio_postgres::Config, tls::MakeRustlsConnect), PgError> {
+    let (url, tls_params) = tls::split(&pg.url)?;
+    let tls = tls::MakeRustlsConnect::new(&tls_params)?;
+    let mut config: tokio_postgres::Config = url.parse().map_err(PgError::Url)?;
+    config.ssl_mode(tls::negotiation(tls_params.mode));
+    if let Some(schema) = &pg.schema {
+        if !valid_schema(schema) {
+            return Err(PgError::Schema(schema.clone()));
+        }
+        config.options(format!("-c search_path={schema}"));
+    }
+    Ok((config, tls))
 }
 
 #[cfg(test)]

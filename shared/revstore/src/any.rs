@@ -52,6 +52,10 @@ impl RevStore for AnyStore {
         each!(self, s => s.health().await)
     }
 
+    fn revisions(&self) -> &std::sync::Arc<crate::Revisions> {
+        each!(self, s => s.revisions())
+    }
+
     async fn provision_user(&self, user: &UserId) -> Result<bool, ProvisionError> {
         each!(self, s => s.provision_user(user).await)
     }

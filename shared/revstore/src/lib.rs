@@ -212,6 +212,7 @@ mod pg;
 mod protocol;
 mod reclaim;
 mod retention;
+mod revisions;
 mod sqlite;
 mod store;
 mod types;
@@ -231,6 +232,7 @@ pub use mem::MemStore;
 pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::{PgConfig, PgStore, PgTlsError};
+pub use revisions::{Revisions, Subscription};
 pub use sqlite::SqliteStore;
 pub use store::{BaseImage, Held, ImageBody, ImageDownload, RevStore};
 pub use types::{

@@ -210,6 +210,19 @@ pub(crate) trait WriteTx {
     /// The user's pointer row.
     fn user(&mut self, user: &UserId) -> impl Future<Output = Result<UserRow, StorageError>>;
 
+    /// Announces, inside the commit's transaction, that the user's current revision is now
+    /// `revision` ([`crate::revisions`]): a store whose replicas hear one another's commits
+    /// through the database does it here, so the announcement exists exactly when the commit
+    /// does. A store of one process announces after the commit instead
+    /// ([`Primitives::committed`]).
+    fn announce(
+        &mut self,
+        _user: &UserId,
+        _revision: &Revision,
+    ) -> impl Future<Output = Result<(), StorageError>> {
+        async { Ok(()) }
+    }
+
     /// Writes the user's pointer row, with no image; `false` when another transaction wrote it
     /// first.
     fn insert_user(
@@ -462,6 +475,7 @@ pub(crate) async fn commit_in<T: WriteTx>(
     tx.append_revision(user, seq, &info, intent.key.as_ref())
         .await?;
     tx.set_current(user, seq).await?;
+    tx.announce(user, &info.revision).await?;
     tx.record_verdict(user, &intent.principal, now, Ok(&info.revision))
         .await?;
     Ok(PutOutcome {
@@ -510,6 +524,11 @@ pub(crate) trait Primitives: Send + Sync {
 
     /// The chunk size of this store (fixed when it was created).
     fn chunk_size(&self) -> usize;
+
+    /// Tells this process's subscribers that a commit moved the user's current revision; a
+    /// store whose commits announce themselves in their transaction ([`WriteTx::announce`])
+    /// has nothing to do here.
+    fn committed(&self, _user: &UserId) {}
 
     /// The chunk addresses, in order, of a stored image (`None`: no such image).
     fn manifest(
@@ -607,7 +626,9 @@ where
     P: Primitives,
     B: Stream<Item = io::Result<Bytes>> + Send,
 {
+    let user = request.user.clone();
     let result = put_steps(store, request, body, None, None).await;
+    announce(store, &user, &result);
     store.write_health().record(&result);
     result
 }
@@ -658,7 +679,9 @@ pub(crate) async fn put_held<P: Primitives + RevStore>(
 ) -> Result<Held, PutError> {
     let base = derived.and_then(|(base, _)| base.usable_by(store.store_id(), store.chunk_size()));
     let body = futures::stream::iter([Ok(image.clone())]);
+    let user = request.user.clone();
     let result = put_steps(store, request, body, base, derived.map(|(_, d)| d)).await;
+    announce(store, &user, &result);
     store.write_health().record(&result);
     let outcome = result?;
     if outcome.replayed {
@@ -686,6 +709,13 @@ pub(crate) async fn put_held<P: Primitives + RevStore>(
         store: store.store_id().clone(),
     });
     Ok(Held { outcome, image })
+}
+
+/// A write that committed (not a replay, which commits nothing) is announced once.
+fn announce<P: Primitives>(store: &P, user: &UserId, result: &Result<PutOutcome, PutError>) {
+    if result.as_ref().is_ok_and(|outcome| !outcome.replayed) {
+        store.committed(user);
+    }
 }
 
 async fn put_steps<P, B>(
@@ -735,7 +765,9 @@ pub(crate) async fn restore<P: Primitives>(
     store: &P,
     request: RestoreRequest,
 ) -> Result<PutOutcome, PutError> {
+    let user = request.user.clone();
     let result = restore_steps(store, request).await;
+    announce(store, &user, &result);
     store.write_health().record(&result);
     result
 }

@@ -36,6 +36,10 @@ pub trait RevStore: Send + Sync + 'static {
     /// Checks that the backend answers.
     fn health(&self) -> impl Future<Output = Result<(), StorageError>> + Send;
 
+    /// This process's subscriptions to the users' commits (issue 40): every commit through any
+    /// replica of the store wakes its user's subscribers ([`crate::revisions`]).
+    fn revisions(&self) -> &Arc<crate::Revisions>;
+
     /// Records the user on first contact. Creates no image; returns whether the user was new.
     /// An id this store erased is refused ([`ProvisionError::Erased`]): it is never used again.
     fn provision_user(

@@ -46,6 +46,8 @@ struct Inner {
     state: Mutex<State>,
     leases: Leases,
     write_health: crate::write_health::WriteHealth,
+    /// The subscriptions to the users' commits, woken by each commit here.
+    revisions: Arc<crate::Revisions>,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +109,7 @@ impl MemStore {
                 store_id: StoreId::generate().unwrap_or_else(|_| StoreId::process_local()),
                 state: Mutex::default(),
                 leases: Leases::default(),
+                revisions: crate::Revisions::new(),
             }),
         }
     }
@@ -256,6 +259,10 @@ impl RevStore for MemStore {
 
     fn store_id(&self) -> &StoreId {
         &self.inner.store_id
+    }
+
+    fn revisions(&self) -> &Arc<crate::Revisions> {
+        &self.inner.revisions
     }
 
     async fn health(&self) -> Result<(), StorageError> {

@@ -321,6 +321,10 @@ pub(crate) struct Staged {
 }
 
 impl Primitives for MemStore {
+    fn committed(&self, user: &UserId) {
+        self.inner.revisions.announce(user);
+    }
+
     type Publication = u64;
     type Sink = MemSink;
     type Staged = Staged;

@@ -15,6 +15,7 @@ use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, Row};
 
 mod inspect;
+mod listen;
 mod packs;
 mod put;
 mod reclaim;
@@ -69,6 +70,18 @@ struct Inner {
     /// The advisory lock that orders commits (shared) against reclamation (exclusive).
     lock_key: i64,
     write_health: crate::write_health::WriteHealth,
+    /// The subscriptions to the users' commits, woken by the listener (`listen.rs`).
+    revisions: Arc<crate::Revisions>,
+    /// The channel every replica's commits notify on.
+    channel: String,
+    /// The listener's task, stopped with the store.
+    listener: tokio::task::AbortHandle,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
 }
 
 impl PgStore {
@@ -196,6 +209,21 @@ impl PgStore {
             .get(0);
         let store_id = StoreId::new(store_id).map_err(StorageError::unavailable)?;
         drop(client);
+        // Listening before the store answers anything: no subscriber can miss a commit made
+        // after it subscribed. A session of its own, so a pooler in transaction mode (which
+        // does not keep LISTEN) is no place for it.
+        let revisions = crate::Revisions::new();
+        let channel = listen::channel(pg.schema.as_deref());
+        let listening = snug_pg::listen(&pg, &channel)
+            .await
+            .map_err(StorageError::unavailable)?;
+        let listener = tokio::spawn(listen::run(
+            pg.clone(),
+            channel.clone(),
+            revisions.clone(),
+            listening,
+        ))
+        .abort_handle();
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
@@ -206,6 +234,9 @@ impl PgStore {
                 chunk_size,
                 schema: pg.schema,
                 lock_key,
+                revisions,
+                channel,
+                listener,
             }),
         })
     }
@@ -632,6 +663,10 @@ impl Drop for PgLease {
 impl RevStore for PgStore {
     fn store_id(&self) -> &StoreId {
         &self.inner.store_id
+    }
+
+    fn revisions(&self) -> &Arc<crate::Revisions> {
+        &self.inner.revisions
     }
 
     fn backend(&self) -> &'static str {

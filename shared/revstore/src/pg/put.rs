@@ -387,6 +387,19 @@ impl WriteTx for PgTx<'_> {
         Ok(())
     }
 
+    async fn announce(&mut self, user: &UserId, revision: &Revision) -> Result<(), StorageError> {
+        self.tx
+            .execute(
+                "SELECT pg_notify($1, $2)",
+                &[
+                    &self.store.inner.channel,
+                    &super::listen::payload(user, revision),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
     async fn set_current(&mut self, user: &UserId, seq: u64) -> Result<(), StorageError> {
         self.tx
             .execute(

@@ -299,3 +299,106 @@ async fn small_edits_store_small_manifests() {
     };
     crate::manifest::tests::small_edits_store_small_manifests(&store, chunk, manifest_bytes).await;
 }
+
+/// Issue 40 point 3: a commit through one replica wakes the subscribers on every replica (the
+/// commit's `pg_notify`), and a replica whose listening connection is lost listens again and
+/// wakes its subscribers to read the store, so a commit made meanwhile is not missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_wakes_subscribers_on_every_replica_and_a_lost_listener_resyncs() {
+    let Ok(url) = std::env::var("SNUG_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = format!("revstore_events_{}", std::process::id());
+    let pg = PgConfig {
+        url,
+        schema: Some(schema.clone()),
+        pool_size: 2,
+    };
+    let a = PgStore::connect(pg.clone(), StoreConfig::default())
+        .await
+        .expect("connect a");
+    let b = PgStore::connect(pg.clone(), StoreConfig::default())
+        .await
+        .expect("connect b");
+    // Another hub's store in the same database hears none of it.
+    let other = PgStore::connect(
+        PgConfig {
+            schema: Some(format!("{schema}_other")),
+            ..pg.clone()
+        },
+        StoreConfig::default(),
+    )
+    .await
+    .expect("connect other");
+    let user = UserId::new("alice").expect("user");
+    a.provision_user(&user).await.expect("provision");
+    let woken = async |subscription: &mut crate::Subscription, within: u64| {
+        tokio::time::timeout(
+            std::time::Duration::from_millis(within),
+            subscription.changed(),
+        )
+        .await
+        .is_ok()
+    };
+    let (mut on_a, mut on_b, mut on_other) = (
+        a.revisions().subscribe(&user),
+        b.revisions().subscribe(&user),
+        other.revisions().subscribe(&user),
+    );
+    assert!(!woken(&mut on_b, 300).await, "nothing committed yet");
+    let put = async |store: &PgStore, precondition: Precondition, seed: u8| {
+        let request = PutRequest {
+            user: user.clone(),
+            precondition,
+            principal: Principal::new("device").expect("principal"),
+            idempotency_key: None,
+            expected_length: None,
+            quota_bytes: None,
+        };
+        let body = futures::stream::iter([Ok::<_, io::Error>(Bytes::from(stamped(
+            6,
+            9000 + seed as usize,
+        )))]);
+        store.put(request, body).await
+    };
+    let r1 = put(&a, Precondition::MustNotExist, 1)
+        .await
+        .expect("put")
+        .info;
+    assert!(woken(&mut on_a, 10_000).await, "the committing replica");
+    assert!(woken(&mut on_b, 10_000).await, "another replica");
+    assert_eq!(b.head(&user).await.expect("head"), r1);
+    assert!(!woken(&mut on_other, 300).await, "another hub's store");
+
+    // B's listening connection is cut: it listens again and wakes its subscribers, whatever
+    // was committed while it was gone.
+    let listening = a
+        .client()
+        .await
+        .expect("client")
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&listen::channel(Some(&schema))],
+        )
+        .await
+        .expect("terminate");
+    assert_eq!(
+        listening, 2,
+        "one listening session per replica of this store"
+    );
+    let r2 = put(&a, Precondition::MustMatch(r1.revision.clone()), 2)
+        .await
+        .expect("put")
+        .info;
+    assert!(woken(&mut on_b, 10_000).await, "resynced after the loss");
+    assert_eq!(b.head(&user).await.expect("head"), r2);
+    // And it hears commits again.
+    while woken(&mut on_b, 500).await {}
+    let r3 = put(&b, Precondition::MustMatch(r2.revision.clone()), 3)
+        .await
+        .expect("put")
+        .info;
+    assert!(woken(&mut on_b, 10_000).await, "listening again");
+    assert_eq!(a.head(&user).await.expect("head"), r3);
+}

@@ -86,6 +86,8 @@ struct Inner {
     pieces: packs::PiecePool,
     /// Each user's current download plan (see [`Heads`] for why it is consistent).
     heads: Heads,
+    /// The subscriptions to the users' commits, woken by each commit here.
+    revisions: Arc<crate::Revisions>,
     /// Bounds the downloads reading their rows under the writer lock at once: beyond what can
     /// run, more would only crowd the mutex (measured at 32 concurrent GETs: context switches and
     /// futex waits were a fifth of the CPU). Downloads served from [`Heads`] take no permit.
@@ -196,6 +198,7 @@ impl SqliteStore {
                 leases: Leases::default(),
                 pieces: packs::PiecePool::default(),
                 heads: Heads::default(),
+                revisions: crate::Revisions::new(),
                 opens: tokio::sync::Semaphore::new(
                     std::thread::available_parallelism()
                         .map_or(2, |n| n.get())
@@ -510,6 +513,10 @@ impl RevStore for SqliteStore {
 
     fn store_id(&self) -> &StoreId {
         &self.inner.store_id
+    }
+
+    fn revisions(&self) -> &Arc<crate::Revisions> {
+        &self.inner.revisions
     }
 
     async fn health(&self) -> Result<(), StorageError> {

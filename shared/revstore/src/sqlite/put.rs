@@ -705,6 +705,10 @@ impl ChunkSink for SqliteSink {
 }
 
 impl Primitives for SqliteStore {
+    fn committed(&self, user: &UserId) {
+        self.inner.revisions.announce(user);
+    }
+
     type Publication = Begun;
     type Sink = SqliteSink;
     type Staged = Arc<Staged>;

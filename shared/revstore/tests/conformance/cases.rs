@@ -2278,3 +2278,116 @@ pub(crate) async fn a_history_of_small_edits_reads_back_through_reclamation<
     assert_eq!((stats.images, stats.chunks), (0, 0), "{stats:?}");
     assert_clean(&fx.store).await;
 }
+
+/// Whether `subscription` wakes within `within`.
+async fn woken(subscription: &mut snug_revstore::Subscription, within: Duration) -> bool {
+    tokio::time::timeout(within, subscription.changed())
+        .await
+        .is_ok()
+}
+
+/// Issue 40: every commit of a user's revisions (a put, a delta push's put, a restore) wakes
+/// that user's subscribers, once the commit has landed; nothing else does (another user's
+/// commit, a refused write, a replay), and a subscriber that was not waiting learns of commits
+/// in between when it next waits.
+pub(crate) async fn a_commit_wakes_its_users_subscribers<
+    S: RevStore,
+    Fut: Future<Output = Option<Fixture<S>>>,
+>(
+    open: impl FnOnce(Tune) -> Fut,
+) {
+    let Some((fx, alice)) = provisioned(open, Tune::default(), "alice").await else {
+        return;
+    };
+    let (landed, quiet) = (Duration::from_secs(10), Duration::from_millis(300));
+    let bob = user("bob");
+    fx.store.provision_user(&bob).await.expect("provision");
+    let mut watching = fx.store.revisions().subscribe(&alice);
+    assert_eq!(watching.user(), &alice);
+    let mut bobs = fx.store.revisions().subscribe(&bob);
+    assert!(!woken(&mut watching, quiet).await, "nothing committed yet");
+
+    let r1 = put_ok(
+        &fx.store,
+        &alice,
+        Precondition::MustNotExist,
+        &image(1, 6000),
+    )
+    .await
+    .info;
+    // The commit has landed by the time the subscriber is woken: the head it reads is new.
+    assert!(woken(&mut watching, landed).await, "a put");
+    assert_eq!(fx.store.head(&alice).await.expect("head"), r1);
+    assert!(!woken(&mut bobs, quiet).await, "another user's commit");
+
+    let refused = put(
+        &fx.store,
+        &alice,
+        Precondition::MustNotExist,
+        &image(2, 6000),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(PutError::Conflict { .. })),
+        "{refused:?}"
+    );
+    assert!(!woken(&mut watching, quiet).await, "a refused write");
+
+    let r2 = put_ok(
+        &fx.store,
+        &alice,
+        Precondition::MustMatch(r1.revision.clone()),
+        &image(3, 6000),
+    )
+    .await
+    .info;
+    let restored = fx
+        .store
+        .restore(RestoreRequest {
+            user: alice.clone(),
+            from: r1.revision.clone(),
+            precondition: Precondition::MustMatch(r2.revision.clone()),
+            principal: who("operator"),
+            idempotency_key: None,
+        })
+        .await
+        .expect("restore")
+        .info;
+    // Two commits while the subscriber was busy: one wake-up, and the store holds both.
+    assert!(woken(&mut watching, landed).await, "a put and a restore");
+    assert_eq!(fx.store.head(&alice).await.expect("head"), restored);
+    let history = fx.store.list_revisions(&alice, 10).await.expect("history");
+    assert_eq!(history.len(), 3);
+    while woken(&mut watching, quiet).await {}
+
+    // A retried put with its key is a replay, not a commit.
+    let keyed = |precondition: Precondition, bytes: Vec<u8>| {
+        let request = PutRequest {
+            user: alice.clone(),
+            precondition,
+            principal: who("device-a"),
+            idempotency_key: Some(IdempotencyKey::new("push-7").expect("key")),
+            expected_length: Some(bytes.len() as u64),
+            quota_bytes: None,
+        };
+        fx.store.put(request, body(&bytes))
+    };
+    let first = keyed(
+        Precondition::MustMatch(restored.revision.clone()),
+        image(4, 6000),
+    )
+    .await
+    .expect("keyed put");
+    assert!(woken(&mut watching, landed).await, "the keyed put");
+    let again = keyed(
+        Precondition::MustMatch(restored.revision.clone()),
+        image(4, 6000),
+    )
+    .await
+    .expect("replayed");
+    assert!(again.replayed && again.info == first.info);
+    assert!(!woken(&mut watching, quiet).await, "a replay");
+    drop(bobs);
+    drop(watching);
+    assert_eq!(fx.store.revisions().subscribers(), 0);
+}

@@ -51,6 +51,7 @@ macro_rules! conformance_suite {
                 a_put_racing_an_erasure_is_refused_and_leaves_nothing,
                 a_failed_wipe_is_retried_until_done,
                 a_per_user_quota_replaces_the_default,
+                a_commit_wakes_its_users_subscribers,
             );
         }
     };

@@ -1,0 +1,125 @@
+//! Every replica's commits reach this replica's subscribers (issue 40 point 3).
+//!
+//! A commit's transaction runs `pg_notify` on the store's channel (one per schema, so two hubs
+//! sharing a database hear only their own), with the revision and the user id as its payload:
+//! PostgreSQL delivers it to every listening session when, and only if, the transaction commits.
+//! Each replica keeps one connection listening ([`run`]) and wakes the subscribers of the user
+//! named. A connection that fails, or stops answering the ping that finds out a silent network,
+//! is replaced, backing off; once listening again it wakes every subscriber to read the store
+//! ([`Revisions::resync`]), since notifications sent meanwhile are lost. So a subscriber misses
+//! no commit it could tell about, only learns of it later.
+
+use std::{sync::Arc, time::Duration};
+
+use sha2::{Digest as _, Sha256};
+use snug_pg::{ListenError, Listening, PgConfig};
+
+use crate::{Revision, Revisions, UserId};
+
+/// How often the listening connection is asked whether it is still there.
+const PING_EVERY: Duration = Duration::from_secs(15);
+/// How long an answer may take before the connection counts as lost.
+const PING_WITHIN: Duration = Duration::from_secs(5);
+/// The first wait before listening again, doubled up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The store's channel: one per schema.
+pub(super) fn channel(schema: Option<&str>) -> String {
+    let digest = Sha256::digest(format!("snug-revisions:{}", schema.unwrap_or("")));
+    let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("snug_revisions_{tag}")
+}
+
+/// What a commit notifies: the revision, then the user id (which may hold spaces; a revision
+/// never does).
+pub(super) fn payload(user: &UserId, revision: &Revision) -> String {
+    format!("{revision} {user}")
+}
+
+/// The user a notification names, if it is one this store sends.
+fn user_of(payload: &str) -> Option<UserId> {
+    let (revision, user) = payload.split_once(' ')?;
+    Revision::new(revision).ok()?;
+    UserId::new(user).ok()
+}
+
+/// Serves `listening` (the store listened before it answered its first request, so no
+/// subscriber precedes it), then listens again whenever it is lost, for as long as the task
+/// runs, waking `revisions`' subscribers.
+pub(super) async fn run(
+    pg: PgConfig,
+    channel: String,
+    revisions: Arc<Revisions>,
+    mut listening: Listening,
+) {
+    loop {
+        let err = serve(&mut listening, &revisions).await;
+        tracing::warn!(error = %err, "lost the PostgreSQL connection that hears the replicas' commits; listening again");
+        let mut backoff = MIN_BACKOFF;
+        listening = loop {
+            tokio::time::sleep(backoff).await;
+            match snug_pg::listen(&pg, &channel).await {
+                Ok(listening) => break listening,
+                Err(err) => {
+                    tracing::warn!(error = %err, retry_in = ?backoff, "cannot listen for the replicas' commits");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        };
+        // Commits made while no connection listened: every subscriber reads again.
+        revisions.resync();
+    }
+}
+
+/// Wakes the subscribers of each notification's user until the connection is lost.
+async fn serve(listening: &mut Listening, revisions: &Revisions) -> ListenError {
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            next = listening.next() => match next {
+                Ok(payload) => match user_of(&payload) {
+                    Some(user) => revisions.announce(&user),
+                    None => tracing::warn!(payload, "ignored a notification this store does not send"),
+                },
+                Err(err) => return err,
+            },
+            _ = ping.tick() => {
+                if let Err(err) = listening.ping(PING_WITHIN).await {
+                    return err;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_names_its_user_whatever_the_id_holds() {
+        let revision = Revision::new("r7-00000000000000ab").expect("revision");
+        for id in ["alice", "bob smith", "ünïcode user", "a b c"] {
+            let user = UserId::new(id).expect("user");
+            assert_eq!(user_of(&payload(&user, &revision)), Some(user));
+        }
+        for foreign in ["", "alice", "not\"a-token alice", " alice"] {
+            assert_eq!(user_of(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn each_schema_has_its_own_channel_a_plain_identifier() {
+        let (a, b, none) = (
+            channel(Some("hub_a")),
+            channel(Some("hub_b")),
+            channel(None),
+        );
+        assert!(a != b && a != none && b != none);
+        for c in [a, b, none] {
+            assert!(snug_pg::valid_schema(&c), "{c}");
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Live revision events (issue 40): a commit tells this process's subscribers that a user's
+//! revisions changed.
+//!
+//! The commit announces it once, from the protocol's commit step (`protocol.rs`): the embedded
+//! and memory stores in process, right after the commit; PostgreSQL with `pg_notify` inside the
+//! commit's transaction, so the notification exists exactly when the commit does and reaches
+//! every replica's listener (`pg/listen.rs`), this one's included. A subscriber learns only
+//! *that* the user's revisions changed, then reads them from the store: a notification carries
+//! nothing a subscriber could be wrong about, a burst of commits wakes a slow subscriber once,
+//! and notifications that may have been lost (a listener that reconnected) are made good by
+//! waking every subscriber to read again ([`Revisions::resync`]).
+//!
+//! What an idle subscriber holds: one [`Subscription`] (a user id and two channel receivers,
+//! about 100 bytes) and, per user with subscribers, one channel in the map. The map entry goes
+//! with the user's last subscription.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use tokio::sync::watch;
+
+use crate::UserId;
+
+/// The subscriptions of one process, by user.
+#[derive(Debug)]
+pub struct Revisions {
+    users: Mutex<HashMap<UserId, watch::Sender<u64>>>,
+    /// Bumped when notifications may have been lost: every subscriber reads again.
+    resync: watch::Sender<u64>,
+}
+
+impl Default for Revisions {
+    fn default() -> Self {
+        Self {
+            users: Mutex::new(HashMap::new()),
+            resync: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Revisions {
+    /// A process's subscriptions, none yet.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn users(&self) -> MutexGuard<'_, HashMap<UserId, watch::Sender<u64>>> {
+        // Every operation leaves the map whole: a panic elsewhere cannot tear it.
+        self.users.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Subscribes to the user's commits from now on.
+    pub fn subscribe(self: &Arc<Self>, user: &UserId) -> Subscription {
+        let changes = self
+            .users()
+            .entry(user.clone())
+            .or_insert_with(|| watch::Sender::new(0))
+            .subscribe();
+        Subscription {
+            user: user.clone(),
+            changes,
+            resync: self.resync.subscribe(),
+            revisions: self.clone(),
+        }
+    }
+
+    /// Wakes the user's subscribers: a commit moved their revisions (or erased them).
+    pub(crate) fn announce(&self, user: &UserId) {
+        if let Some(sender) = self.users().get(user) {
+            sender.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Wakes every subscriber to read again: notifications may have been lost.
+    pub(crate) fn resync(&self) {
+        self.resync.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// How many subscriptions are open.
+    pub fn subscribers(&self) -> usize {
+        self.users()
+            .values()
+            .map(watch::Sender::receiver_count)
+            .sum()
+    }
+}
+
+/// One subscriber's view of a user's commits.
+#[derive(Debug)]
+pub struct Subscription {
+    user: UserId,
+    changes: watch::Receiver<u64>,
+    resync: watch::Receiver<u64>,
+    revisions: Arc<Revisions>,
+}
+
+impl Subscription {
+    /// The user subscribed to.
+    pub fn user(&self) -> &UserId {
+        &self.user
+    }
+
+    /// Waits until the user's revisions may have changed since the last call returned (or since
+    /// the subscription began): a commit of theirs, or a resync. Commits in between are one
+    /// wake-up; the caller reads what they did from the store.
+    pub async fn changed(&mut self) {
+        // Neither sender goes while this subscription holds the `Revisions` and its user's entry,
+        // so neither wait ends in an error.
+        tokio::select! {
+            _ = self.changes.changed() => {}
+            _ = self.resync.changed() => {}
+        }
+        self.changes.mark_unchanged();
+        self.resync.mark_unchanged();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut users = self.revisions.users();
+        // This subscription's receiver is the last: the user's channel goes with it.
+        if users
+            .get(&self.user)
+            .is_some_and(|sender| sender.receiver_count() == 1)
+        {
+            users.remove(&self.user);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
