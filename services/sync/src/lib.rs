@@ -50,6 +50,7 @@ mod delta;
 pub mod error_info;
 pub mod observe;
 pub mod status;
+mod watch;
 mod write;
 
 use std::{fmt, future::Future, path::PathBuf, sync::Arc, time::Duration};
@@ -705,6 +706,17 @@ impl SyncService for SyncServer {
     ) -> Result<Response<Self::AssembleImageDeltaStream>, Status> {
         Ok(Response::new(
             SyncServer::assemble_image_delta(self, request.into_inner()).await?,
+        ))
+    }
+
+    type WatchImageStream = ResponseStream<pb::WatchImageResponse>;
+
+    async fn watch_image(
+        &self,
+        request: Request<pb::WatchImageRequest>,
+    ) -> Result<Response<Self::WatchImageStream>, Status> {
+        Ok(Response::new(
+            SyncServer::watch_image(self, request.into_inner()).await?,
         ))
     }
 

@@ -2907,6 +2907,7 @@ mod pace;
 mod put_delta;
 mod shares;
 mod validation;
+mod watch;
 
 /// Issue 38 point 3: a delta push against the revision this replica just wrote is assembled from
 /// the bytes it wrote (`SNUG_SYNC_BASE_CACHE_BYTES`), not read and hashed again. So damage to
