@@ -170,6 +170,8 @@ pub struct Options {
     pub oidc: Option<snug_gateway::oidc::OidcArgs>,
     /// The service token the gRPC services require and the gateway presents.
     pub service_token: Option<snug_rpc::service_token::ServiceToken>,
+    /// How long one event stream lasts (`SNUG_EVENTS_STREAM_LIFETIME`).
+    pub events_stream_lifetime: Duration,
 }
 
 impl Default for Options {
@@ -191,8 +193,87 @@ impl Default for Options {
             max_connections: (4096, 256),
             oidc: None,
             service_token: None,
+            events_stream_lifetime: Duration::from_secs(300),
         }
     }
+}
+
+/// An open event stream, read as a browser's `EventSource` reads one.
+pub struct Events {
+    /// The answer's status.
+    pub status: u16,
+    /// The answer's headers.
+    pub headers: http::HeaderMap,
+    body: hyper::body::Incoming,
+    text: String,
+}
+
+/// One block of an event stream: `event` (`message` when it names none; `:` for a comment,
+/// whose text is its `data`; `retry` for a reconnection hint), its `id` and its `data`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sse {
+    /// The event's type.
+    pub event: String,
+    /// Its `id:` line, if any.
+    pub id: Option<String>,
+    /// Its `data:` lines, joined.
+    pub data: String,
+}
+
+impl Events {
+    /// The next block within `within`; `None` when none came or the stream ended.
+    pub async fn next(&mut self, within: Duration) -> Option<Sse> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(end) = self.text.find("\n\n") {
+                let block: String = self.text.drain(..end + 2).collect();
+                return Some(parse_sse(&block));
+            }
+            let frame = tokio::time::timeout_at(deadline, self.body.frame())
+                .await
+                .ok()??;
+            if let Ok(data) = frame.expect("a frame").into_data() {
+                self.text
+                    .push_str(std::str::from_utf8(&data).expect("UTF-8 events"));
+            }
+        }
+    }
+
+    /// The stream's end: `true` when it ended within `within` with nothing more to read.
+    pub async fn ended(&mut self, within: Duration) -> bool {
+        self.next(within).await.is_none() && self.text.is_empty()
+    }
+}
+
+fn parse_sse(block: &str) -> Sse {
+    let mut sse = Sse {
+        event: "message".to_owned(),
+        id: None,
+        data: String::new(),
+    };
+    for line in block.lines().filter(|line| !line.is_empty()) {
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "" => {
+                sse.event = ":".to_owned();
+                sse.data = value.to_owned();
+            }
+            "event" => sse.event = value.to_owned(),
+            "id" => sse.id = Some(value.to_owned()),
+            "data" if sse.data.is_empty() => sse.data = value.to_owned(),
+            "data" => {
+                sse.data.push('\n');
+                sse.data.push_str(value);
+            }
+            "retry" => {
+                sse.event = "retry".to_owned();
+                sse.data = value.to_owned();
+            }
+            _ => {}
+        }
+    }
+    sse
 }
 
 /// A running hub.
@@ -235,6 +316,7 @@ impl Hub {
             http_idle_timeout: options.idle_timeout,
             http_max_connections: options.max_connections.0,
             http_max_connections_per_address: options.max_connections.1,
+            events_stream_lifetime: options.events_stream_lifetime,
             ..GatewayConfig::for_tests()
         };
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub
@@ -616,6 +698,32 @@ impl Http {
         };
         self.check_documented(method, path, &answer);
         answer
+    }
+
+    /// Opens `GET /userdb/events` with `headers`: the status and headers at once, the events as
+    /// they come ([`Events`]).
+    pub async fn events(&self, headers: &[(&str, &str)]) -> Events {
+        let mut request = http::Request::builder()
+            .method("GET")
+            .uri(format!("{}/userdb/events", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self
+            .client
+            .request(
+                request
+                    .body(Full::new(Bytes::new()).boxed())
+                    .expect("request"),
+            )
+            .await
+            .expect("HTTP request");
+        Events {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.into_body(),
+            text: String::new(),
+        }
     }
 
     /// Asserts the answer's status is one the OpenAPI document lists for the operation.

@@ -50,7 +50,12 @@ struct Fixture {
 }
 
 async fn hub_with_an_image() -> Fixture {
-    let hub = Hub::start(Options::default()).await;
+    // An event stream lasts a second here: schemathesis reads every answer to its end.
+    let hub = Hub::start(Options {
+        events_stream_lifetime: Duration::from_secs(1),
+        ..Options::default()
+    })
+    .await;
     let token = hub.add_user("alice");
     let http = Http::new(hub.http);
     let auth = format!("Bearer {token}");

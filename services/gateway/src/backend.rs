@@ -299,6 +299,24 @@ impl Backends {
         }
     }
 
+    /// Subscribes to the caller's revisions from the current one, or from the one after
+    /// `after` (WatchImage). The deadline covers the call's start; the stream itself lasts as
+    /// long as the caller holds it, the service sending a heartbeat every
+    /// [`crate::events::HEARTBEAT`].
+    pub async fn watch(
+        &self,
+        caller: &Caller,
+        after: Option<String>,
+    ) -> Result<tonic::Streaming<sync_pb::WatchImageResponse>, ApiError> {
+        let mut sync = self.sync.clone();
+        let request = tonic::Request::new(sync_pb::WatchImageRequest {
+            caller: Some(caller.pb()),
+            after_revision: after,
+            heartbeat_seconds: crate::events::HEARTBEAT.as_secs() as u32,
+        });
+        Ok(self.within(sync.watch_image(request)).await?.into_inner())
+    }
+
     /// Starts a download of the user's current image, or of the retained `revision` named: its
     /// revision and a body stream, or `None` when there is no such image. The deadline covers
     /// the wait for the first message; after that each chunk must arrive within the deadline, so

@@ -166,6 +166,12 @@ pub struct GatewayConfig {
         default_value_t = 256
     )]
     pub http_concurrency_limit: usize,
+    /// How long one event stream (`GET /userdb/events`) lasts before the hub ends it and the
+    /// client reconnects with `Last-Event-ID`, missing nothing: the bound within which a revoked
+    /// token, a disabled user or a removed one loses its streams, and within which streams
+    /// spread over new replicas.
+    #[arg(long = "events-stream-lifetime", env = "SNUG_EVENTS_STREAM_LIFETIME", default_value = "5m", value_parser = parse_duration)]
+    pub events_stream_lifetime: Duration,
     /// An upload that sends nothing for this long is abandoned (slow-loris guard).
     #[arg(long = "upload-idle-timeout", env = "SNUG_UPLOAD_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub upload_idle_timeout: Duration,
@@ -246,6 +252,7 @@ impl GatewayConfig {
             rpc_deadline: Duration::from_secs(30),
             rpc_connect_timeout: Duration::from_secs(2),
             http_concurrency_limit: 256,
+            events_stream_lifetime: Duration::from_secs(300),
             upload_idle_timeout: Duration::from_secs(30),
             zero_copy_cache_mib: 128,
             rate_limit_burst: None,
@@ -363,6 +370,8 @@ pub struct Settings {
     pub rpc_connect_timeout: Duration,
     /// HTTP requests in flight.
     pub http_concurrency_limit: usize,
+    /// How long one event stream lasts.
+    pub events_stream_lifetime: Duration,
     /// Request body idle timeout.
     pub upload_idle_timeout: Duration,
     /// Rate limits per client address and per principal; `None` when off.
@@ -429,6 +438,7 @@ impl Settings {
             rpc_deadline: config.rpc_deadline,
             rpc_connect_timeout: config.rpc_connect_timeout,
             http_concurrency_limit: config.http_concurrency_limit.max(1),
+            events_stream_lifetime: config.events_stream_lifetime.max(Duration::from_secs(1)),
             upload_idle_timeout: config.upload_idle_timeout,
         })
     }

@@ -178,6 +178,7 @@ pub mod cors;
 pub mod encoding;
 pub mod error;
 pub mod etag;
+pub mod events;
 pub mod linger;
 pub mod observe;
 pub mod oidc;
@@ -225,6 +226,8 @@ pub struct AppState {
     pub sealer: Sealer,
     /// The pace every request body must keep (`snug_rpc::pace`).
     pub upload_pace: Pace,
+    /// The open event streams (`GET /userdb/events`), ended together at shutdown.
+    pub streams: events::Streams,
 }
 
 /// What the composition root hands the gateway beside its configuration.
@@ -326,6 +329,7 @@ pub async fn build(
         backends,
         sealer: runtime.sealer,
         upload_pace: runtime.upload_pace,
+        streams: events::Streams::default(),
     }))
 }
 
@@ -537,6 +541,7 @@ pub async fn serve(
         .keep_alive_timeout(limits.header_timeout);
     let builder = Arc::new(builder);
     let mut listener = zero_copy::ZeroCopyListener::new(listener, state.sealer.clone());
+    let serving = Arc::clone(&state);
     let app = app(state);
     let (stopping, _) = tokio::sync::watch::channel(false);
     // Each connection's task holds a sender: all of them gone is every connection ended.
@@ -613,6 +618,8 @@ pub async fn serve(
         });
     }
     drop(listener);
+    // Event streams never end on their own: ended now, a connection can finish its response.
+    serving.streams.close();
     stopping.send_replace(true);
     drop(running);
     let _ = ended.recv().await;

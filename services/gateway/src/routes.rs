@@ -30,7 +30,7 @@ use crate::{
     encoding,
     error::ApiError,
     etag::{self, Condition},
-    session,
+    events, session,
     upload::Upload,
 };
 
@@ -38,6 +38,7 @@ use crate::{
 /// nothing else, and a test checks the OpenAPI document describes exactly these operations.
 pub const ROUTES: &[(&str, &[&str])] = &[
     ("/userdb", &["get", "head", "put"]),
+    ("/userdb/events", &["get"]),
     ("/userdb/revisions", &["get"]),
     ("/userdb/revisions/{rev}", &["get", "head"]),
     ("/userdb/revisions/{rev}/restore", &["post"]),
@@ -83,6 +84,7 @@ fn add(
         ("/userdb", "get") => route.get(get_userdb),
         ("/userdb", "head") => route.head(get_userdb),
         ("/userdb", "put") => route.put(put_userdb),
+        ("/userdb/events", "get") => route.get(userdb_events),
         ("/userdb/revisions", "get") => route.get(list_revisions),
         ("/userdb/revisions/{rev}", "get") => route.get(get_revision),
         ("/userdb/revisions/{rev}", "head") => route.head(get_revision),
@@ -248,6 +250,28 @@ async fn get_userdb(
     let answer = serve_image(&state, &caller, None, &method, &headers)
         .await
         .and_then(|image| image.ok_or_else(not_pushed));
+    Ok(with_origin(answer, &origin))
+}
+
+/// `GET /userdb/events`: the caller's revisions as Server-Sent Events (`events.rs`), from the
+/// current one, or from the one after `Last-Event-ID`.
+async fn userdb_events(
+    State(state): State<Arc<AppState>>,
+    Authed(caller): Authed,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let after = events::last_event_id(&headers)?;
+    let origin = state.backends.origin_id(&caller).await?;
+    let answer = match state.backends.watch(&caller, after).await {
+        Ok(watching) => {
+            let lifetime = state.settings.events_stream_lifetime;
+            let body = state.streams.body(watching, lifetime);
+            let mut response = Response::new(Body::from_stream(body));
+            events::stream_headers(response.headers_mut());
+            Ok(response)
+        }
+        Err(err) => Err(err),
+    };
     Ok(with_origin(answer, &origin))
 }
 

@@ -76,6 +76,7 @@
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
 //! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
+//! | `SNUG_EVENTS_STREAM_LIFETIME` | `5m` | how long one event stream (`GET /userdb/events`) lasts before the hub ends it (retryable) and the client reconnects with `Last-Event-ID`, missing nothing: the bound within which a revoked token or a disabled or removed user loses its streams |
 //! | `SNUG_UPLOAD_IDLE_TIMEOUT` | `30s` | an upload that sends nothing this long is abandoned |
 //! | `SNUG_HTTP_HEADER_TIMEOUT` | `10s` | a connection whose first request's headers have not all arrived this long after its accept (sent or not), or a kept-alive one's next request's, is closed |
 //! | `SNUG_HTTP_IDLE_TIMEOUT` | `60s` | a connection that starts no request this long after its last one ended is closed (HTTP/2: GOAWAY; pinged at half of it) |

@@ -1,0 +1,117 @@
+//! The frames of an event stream, and the `Last-Event-ID` a reconnecting client sends.
+
+use super::*;
+
+use sync_pb::watch_image_response::{Event, Gap, Heartbeat, NoImage};
+
+fn event(event: Event) -> sync_pb::WatchImageResponse {
+    sync_pb::WatchImageResponse { event: Some(event) }
+}
+
+#[test]
+fn each_event_has_its_frame() {
+    let info = sync_pb::RevisionInfo {
+        revision: "r4-00000000000000ab".to_owned(),
+        sha256: "ab".repeat(32),
+        size: 4096,
+        storage_version: Some(6),
+        ..Default::default()
+    };
+    let cases = [
+        (
+            event(Event::Revision(info)),
+            format!(
+                "event: revision\nid: \"r4-00000000000000ab\"\ndata: {{\"revision\":\"r4-00000000000000ab\",\"sha256\":\"{}\",\"size\":4096,\"storageVersion\":6}}\n\n",
+                "ab".repeat(32)
+            ),
+        ),
+        (
+            event(Event::NoImage(NoImage {})),
+            "event: no-image\ndata: {}\n\n".to_owned(),
+        ),
+        (
+            event(Event::Gap(Gap {})),
+            "event: gap\ndata: {}\n\n".to_owned(),
+        ),
+        (
+            event(Event::Heartbeat(Heartbeat {})),
+            ": heartbeat\n\n".to_owned(),
+        ),
+    ];
+    for (event, expected) in cases {
+        assert_eq!(frame(&event), expected.as_bytes());
+    }
+}
+
+#[test]
+fn last_event_id_is_a_revision_quoted_or_not() {
+    let with = |value: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "last-event-id",
+            HeaderValue::from_str(value).expect("value"),
+        );
+        last_event_id(&headers)
+    };
+    assert_eq!(last_event_id(&HeaderMap::new()).expect("none"), None);
+    assert_eq!(with("").expect("empty"), None);
+    for value in ["\"r4-00ab\"", "r4-00ab", " \"r4-00ab\" "] {
+        assert_eq!(with(value).expect(value).as_deref(), Some("r4-00ab"));
+    }
+    for bad in ["\"r4 00ab\"", "r4,r5", "\"", &"r".repeat(129)] {
+        let err = with(bad).expect_err(bad);
+        assert_eq!(
+            (err.status.as_u16(), err.code),
+            (400, "BAD_REQUEST"),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway_closes() {
+    let streams = Streams::default();
+    let events = futures::stream::iter([
+        Ok(event(Event::NoImage(NoImage {}))),
+        Err(tonic::Status::unavailable("gone")),
+        Ok(event(Event::Gap(Gap {}))),
+    ]);
+    let frames: Vec<Bytes> = streams
+        .body(events, Duration::from_secs(60))
+        .map(|frame| frame.expect("infallible"))
+        .collect()
+        .await;
+    let text: Vec<String> = frames
+        .iter()
+        .map(|f| String::from_utf8(f.to_vec()).expect("utf-8"))
+        .collect();
+    assert_eq!(text.len(), 3, "{text:?}");
+    assert_eq!(text[0], "retry: 2000\n\n");
+    assert_eq!(text[1], "event: no-image\ndata: {}\n\n");
+    assert!(
+        text[2].starts_with("event: error\ndata: ") && text[2].contains("\"retryable\":true"),
+        "{text:?}"
+    );
+
+    // A stream that would go on for ever ends at close.
+    let pending = futures::stream::pending();
+    let body = streams.body(pending, Duration::from_secs(60));
+    streams.close();
+    let text: Vec<String> = body
+        .map(|f| String::from_utf8(f.expect("infallible").to_vec()).expect("utf-8"))
+        .collect()
+        .await;
+    assert_eq!(text.len(), 2, "{text:?}");
+    assert!(text[1].contains("SERVICE_UNAVAILABLE"), "{text:?}");
+
+    // And at the end of its lifetime.
+    let streams = Streams::default();
+    let started = std::time::Instant::now();
+    let text: Vec<Bytes> = streams
+        .body(futures::stream::pending(), Duration::from_millis(200))
+        .map(|f| f.expect("infallible"))
+        .collect()
+        .await;
+    assert_eq!(text.len(), 2);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+}

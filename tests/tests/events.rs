@@ -1,0 +1,184 @@
+//! `GET /userdb/events` (issue 40 point 1) from outside, as a browser's `EventSource` meets it:
+//! the current state first, each push of the caller's own image as it lands (with the ETag its
+//! PUT answered and what HEAD shows), nothing of another user's, a resume by `Last-Event-ID`
+//! that misses nothing, refusals as JSON like every other route's, and a stream that ends (a
+//! retryable `event: error`) at the end of its lifetime, after which the client reconnects.
+
+use std::time::Duration;
+
+use snug_e2e::{
+    Events, Http, Hub, Options, Payload, Sse, assert_error, bearer, etag_revision, put_userdb,
+};
+
+const SOON: Duration = Duration::from_secs(10);
+const QUIET: Duration = Duration::from_millis(300);
+
+/// The next block that is not a heartbeat.
+async fn next(events: &mut Events, within: Duration) -> Option<Sse> {
+    loop {
+        let sse = events.next(within).await?;
+        if sse.event != ":" {
+            return Some(sse);
+        }
+    }
+}
+
+async fn open(http: &Http, token: &str, last_event_id: Option<&str>) -> Events {
+    let auth = bearer(token);
+    let mut headers = vec![("authorization", auth.as_str())];
+    if let Some(id) = last_event_id {
+        headers.push(("last-event-id", id));
+    }
+    let mut events = http.events(&headers).await;
+    assert_eq!(events.status, 200);
+    assert_eq!(events.headers["content-type"], "text/event-stream");
+    assert_eq!(events.headers["cache-control"], "no-store");
+    assert!(events.headers.contains_key("snug-origin"));
+    let retry = events.next(SOON).await.expect("a retry hint");
+    assert_eq!(
+        (retry.event.as_str(), retry.data.as_str()),
+        ("retry", "2000")
+    );
+    events
+}
+
+fn push(n: u64) -> Vec<u8> {
+    snug_e2e::stored_form(&snug_test_support::userdb::filled(64 * 1024, n))
+}
+
+/// Asserts `sse` is the revision `etag` (quoted) announced with what HEAD shows.
+fn assert_revision(sse: Option<Sse>, etag: &str, head: &snug_e2e::Answer) {
+    let sse = sse.expect("an event");
+    assert_eq!(sse.event, "revision", "{sse:?}");
+    assert_eq!(sse.id.as_deref(), Some(etag));
+    let data: serde_json::Value = serde_json::from_str(&sse.data).expect("JSON data");
+    assert_eq!(data["revision"], etag.trim_matches('"'));
+    assert_eq!(
+        data["size"].as_u64().map(|n| n.to_string()).as_deref(),
+        Some(head.header("content-length"))
+    );
+    assert_eq!(
+        data["storageVersion"]
+            .as_u64()
+            .map(|n| n.to_string())
+            .as_deref(),
+        Some(head.header("snug-storage-version"))
+    );
+    assert_eq!(data["sha256"].as_str().map(str::len), Some(64));
+}
+
+async fn head(http: &Http, token: &str) -> snug_e2e::Answer {
+    let auth = bearer(token);
+    http.send(
+        "HEAD",
+        "/userdb",
+        &[("authorization", &auth)],
+        Payload::Empty,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_hears_each_push_of_its_own_image_and_resumes_where_it_left_off() {
+    let hub = Hub::start(Options::default()).await;
+    let (alice, bob) = (hub.add_user("alice"), hub.add_user("bob"));
+    let http = Http::new(hub.http);
+    let mut alices = open(&http, &alice, None).await;
+    let mut bobs = open(&http, &bob, None).await;
+    let first = next(&mut alices, SOON).await.expect("the current state");
+    assert_eq!(first.event, "no-image", "HEAD's 404: {first:?}");
+    assert_eq!(
+        next(&mut bobs, SOON).await.expect("bob's").event,
+        "no-image"
+    );
+
+    let r1 = put_userdb(&http, &alice, ("if-none-match", "*"), push(1)).await;
+    assert_eq!(r1.status, 204);
+    let e1 = r1.header("etag").to_owned();
+    assert_revision(
+        next(&mut alices, SOON).await,
+        &e1,
+        &head(&http, &alice).await,
+    );
+    assert_eq!(next(&mut bobs, QUIET).await, None, "not bob's to hear");
+
+    let r2 = put_userdb(&http, &alice, ("if-match", &e1), push(2)).await;
+    let e2 = r2.header("etag").to_owned();
+    let r3 = put_userdb(&http, &alice, ("if-match", &e2), push(3)).await;
+    let e3 = r3.header("etag").to_owned();
+    let heard: Vec<Option<String>> = vec![
+        next(&mut alices, SOON).await.expect("r2").id,
+        next(&mut alices, SOON).await.expect("r3").id,
+    ];
+    assert_eq!(heard, [Some(e2.clone()), Some(e3.clone())]);
+    drop(alices);
+
+    // A device that heard r1 and lost its connection reconnects with the id it last received.
+    let mut resumed = open(&http, &alice, Some(&e1)).await;
+    assert_eq!(next(&mut resumed, SOON).await.expect("r2").id, Some(e2));
+    assert_eq!(
+        next(&mut resumed, SOON).await.expect("r3").id,
+        Some(e3.clone())
+    );
+    assert_eq!(next(&mut resumed, QUIET).await, None);
+    // One it cannot be shown: a gap, then the current revision.
+    let mut gapped = open(&http, &alice, Some("\"r99-00000000000000ff\"")).await;
+    assert_eq!(next(&mut gapped, SOON).await.expect("a gap").event, "gap");
+    assert_revision(
+        next(&mut gapped, SOON).await,
+        &e3,
+        &head(&http, &alice).await,
+    );
+    assert_eq!(etag_revision(&r3), e3.trim_matches('"'));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_refused_as_every_route_refuses_and_ends_at_its_lifetime() {
+    let hub = Hub::start(Options {
+        events_stream_lifetime: Duration::from_secs(1),
+        ..Options::default()
+    })
+    .await;
+    let alice = hub.add_user("alice");
+    let http = Http::new(hub.http);
+    let unauthenticated = http
+        .send("GET", "/userdb/events", &[], Payload::Empty)
+        .await;
+    assert_error(&unauthenticated, 401, "UNAUTHENTICATED");
+    let auth = bearer(&alice);
+    let bad_id = http
+        .send(
+            "GET",
+            "/userdb/events",
+            &[("authorization", &auth), ("last-event-id", "not an id")],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&bad_id, 400, "BAD_REQUEST");
+
+    // At its lifetime the hub ends the stream with a retryable refusal; the client reconnects.
+    let mut events = open(&http, &alice, None).await;
+    assert_eq!(
+        next(&mut events, SOON).await.expect("state").event,
+        "no-image"
+    );
+    let ended = next(&mut events, SOON).await.expect("the end");
+    assert_eq!(ended.event, "error", "{ended:?}");
+    let data: serde_json::Value = serde_json::from_str(&ended.data).expect("JSON");
+    assert_eq!(
+        (data["code"].as_str(), data["retryable"].as_bool()),
+        (Some("SERVICE_UNAVAILABLE"), Some(true))
+    );
+    assert!(events.ended(SOON).await, "nothing after the refusal");
+    // A removed user's reconnection is refused: no stream outlives its credential's lifetime.
+    hub.remove_user("alice");
+    let refused = http
+        .send(
+            "GET",
+            "/userdb/events",
+            &[("authorization", &auth)],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&refused, 401, "UNAUTHENTICATED");
+}
