@@ -172,6 +172,8 @@ pub struct Options {
     pub service_token: Option<snug_rpc::service_token::ServiceToken>,
     /// How long one event stream lasts (`SNUG_EVENTS_STREAM_LIFETIME`).
     pub events_stream_lifetime: Duration,
+    /// The caps on open event streams (`SNUG_EVENTS_MAX_STREAMS…`).
+    pub events_caps: snug_gateway::events::Caps,
 }
 
 impl Default for Options {
@@ -194,6 +196,11 @@ impl Default for Options {
             oidc: None,
             service_token: None,
             events_stream_lifetime: Duration::from_secs(300),
+            events_caps: snug_gateway::events::Caps {
+                max: 10_000,
+                per_user: 32,
+                per_address: 128,
+            },
         }
     }
 }
@@ -317,6 +324,9 @@ impl Hub {
             http_max_connections: options.max_connections.0,
             http_max_connections_per_address: options.max_connections.1,
             events_stream_lifetime: options.events_stream_lifetime,
+            events_max_streams: options.events_caps.max,
+            events_max_streams_per_user: options.events_caps.per_user,
+            events_max_streams_per_address: options.events_caps.per_address,
             ..GatewayConfig::for_tests()
         };
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub

@@ -182,3 +182,51 @@ async fn a_stream_is_refused_as_every_route_refuses_and_ends_at_its_lifetime() {
         .await;
     assert_error(&refused, 401, "UNAUTHENTICATED");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_are_capped_per_user_and_in_all_and_a_closed_one_frees_its_place() {
+    let hub = Hub::start(Options {
+        events_caps: snug_gateway::events::Caps {
+            max: 3,
+            per_user: 2,
+            per_address: 100,
+        },
+        ..Options::default()
+    })
+    .await;
+    let (alice, bob) = (hub.add_user("alice"), hub.add_user("bob"));
+    let http = Http::new(hub.http);
+    let refused = async |token: &str| {
+        let auth = bearer(token);
+        http.send(
+            "GET",
+            "/userdb/events",
+            &[("authorization", &auth)],
+            Payload::Empty,
+        )
+        .await
+    };
+    let first = open(&http, &alice, None).await;
+    let _second = open(&http, &alice, None).await;
+    assert_error(&refused(&alice).await, 429, "RATE_LIMITED");
+    let _bobs = open(&http, &bob, None).await;
+    let full = refused(&bob).await;
+    assert_error(&full, 503, "OVERLOADED");
+    assert!(full.headers.contains_key("retry-after"));
+    // A client that goes away frees its place at once.
+    drop(first);
+    let mut reopened = None;
+    for _ in 0..50 {
+        let auth = bearer(&alice);
+        let events = http.events(&[("authorization", &auth)]).await;
+        if events.status == 200 {
+            reopened = Some(events);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        reopened.is_some(),
+        "the closed stream's place was given back"
+    );
+}

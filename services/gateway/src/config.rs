@@ -172,6 +172,30 @@ pub struct GatewayConfig {
     /// spread over new replicas.
     #[arg(long = "events-stream-lifetime", env = "SNUG_EVENTS_STREAM_LIFETIME", default_value = "5m", value_parser = parse_duration)]
     pub events_stream_lifetime: Duration,
+    /// Event streams this gateway keeps open at most; one more is refused with 503
+    /// `OVERLOADED`.
+    #[arg(
+        long = "events-max-streams",
+        env = "SNUG_EVENTS_MAX_STREAMS",
+        default_value_t = 10_000
+    )]
+    pub events_max_streams: usize,
+    /// Event streams one user keeps open at most (their devices and tabs); one more is
+    /// refused with 429 `RATE_LIMITED`.
+    #[arg(
+        long = "events-max-streams-per-user",
+        env = "SNUG_EVENTS_MAX_STREAMS_PER_USER",
+        default_value_t = 32
+    )]
+    pub events_max_streams_per_user: usize,
+    /// Event streams one client address keeps open at most (a trusted proxy's clients counted
+    /// by `X-Forwarded-For`); one more is refused with 429 `RATE_LIMITED`.
+    #[arg(
+        long = "events-max-streams-per-address",
+        env = "SNUG_EVENTS_MAX_STREAMS_PER_ADDRESS",
+        default_value_t = 128
+    )]
+    pub events_max_streams_per_address: usize,
     /// An upload that sends nothing for this long is abandoned (slow-loris guard).
     #[arg(long = "upload-idle-timeout", env = "SNUG_UPLOAD_IDLE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub upload_idle_timeout: Duration,
@@ -253,6 +277,9 @@ impl GatewayConfig {
             rpc_connect_timeout: Duration::from_secs(2),
             http_concurrency_limit: 256,
             events_stream_lifetime: Duration::from_secs(300),
+            events_max_streams: 10_000,
+            events_max_streams_per_user: 32,
+            events_max_streams_per_address: 128,
             upload_idle_timeout: Duration::from_secs(30),
             zero_copy_cache_mib: 128,
             rate_limit_burst: None,
@@ -372,6 +399,8 @@ pub struct Settings {
     pub http_concurrency_limit: usize,
     /// How long one event stream lasts.
     pub events_stream_lifetime: Duration,
+    /// The caps on open event streams.
+    pub events: crate::events::Caps,
     /// Request body idle timeout.
     pub upload_idle_timeout: Duration,
     /// Rate limits per client address and per principal; `None` when off.
@@ -439,6 +468,11 @@ impl Settings {
             rpc_connect_timeout: config.rpc_connect_timeout,
             http_concurrency_limit: config.http_concurrency_limit.max(1),
             events_stream_lifetime: config.events_stream_lifetime.max(Duration::from_secs(1)),
+            events: crate::events::Caps {
+                max: config.events_max_streams.max(1),
+                per_user: config.events_max_streams_per_user.max(1),
+                per_address: config.events_max_streams_per_address.max(1),
+            },
             upload_idle_timeout: config.upload_idle_timeout,
         })
     }

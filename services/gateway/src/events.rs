@@ -19,7 +19,12 @@
 //! bound. The gateway's shutdown ends every stream the same way ([`Streams::close`]), so the
 //! process need not wait on streams that never end.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
 
 use axum::http::{HeaderMap, HeaderValue, header};
 use bytes::Bytes;
@@ -36,21 +41,121 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// How long a client waits before reconnecting, as the stream tells it (`retry:`).
 const RETRY_MILLIS: u32 = 2000;
 
-/// The streams of one gateway: ended together at shutdown.
+/// The most event streams open at once: in all, per user, per client address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// In all (503 `OVERLOADED` beyond).
+    pub max: usize,
+    /// Per user (429 `RATE_LIMITED` beyond).
+    pub per_user: usize,
+    /// Per client address (429 `RATE_LIMITED` beyond).
+    pub per_address: usize,
+}
+
+/// The streams of one gateway: counted against their caps while open, ended together at
+/// shutdown.
 #[derive(Debug)]
 pub struct Streams {
+    caps: Caps,
+    open: Arc<Mutex<Open>>,
     closing: watch::Sender<bool>,
 }
 
-impl Default for Streams {
-    fn default() -> Self {
-        Self {
-            closing: watch::Sender::new(false),
+/// The streams open now.
+#[derive(Debug, Default)]
+struct Open {
+    all: usize,
+    users: HashMap<String, usize>,
+    addresses: HashMap<IpAddr, usize>,
+}
+
+fn lock(open: &Mutex<Open>) -> MutexGuard<'_, Open> {
+    // Every change below completes under the lock: a poisoned count is still whole.
+    open.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One admitted stream's place among the open ones, given back when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    open: Arc<Mutex<Open>>,
+    user: String,
+    address: IpAddr,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut open = lock(&self.open);
+        open.all -= 1;
+        release(&mut open.users, &self.user);
+        release(&mut open.addresses, &self.address);
+        set_gauge(open.all);
+    }
+}
+
+/// One fewer under `key`, the entry gone at none.
+fn release<K: std::hash::Hash + Eq + Clone>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(key);
         }
     }
 }
 
+fn set_gauge(open: usize) {
+    let open = i64::try_from(open).unwrap_or(i64::MAX);
+    snug_rpc::metrics::global().events_streams.set(open);
+}
+
 impl Streams {
+    /// No stream open yet, at most `caps`.
+    pub fn new(caps: Caps) -> Self {
+        Self {
+            caps,
+            open: Arc::default(),
+            closing: watch::Sender::new(false),
+        }
+    }
+
+    /// Counts a new stream of `user` from `address`, or refuses it: over the user's or the
+    /// address's cap with 429 `RATE_LIMITED`, over the gateway's with 503 `OVERLOADED`.
+    pub(crate) fn admit(&self, user: &str, address: IpAddr) -> Result<Admitted, ApiError> {
+        let mut open = lock(&self.open);
+        if open.users.get(user).copied().unwrap_or(0) >= self.caps.per_user {
+            return Err(ApiError::from_reason(
+                &snug_reasons::gateway::RATE_LIMITED,
+                format!(
+                    "this user has {} event streams open, the most one user may; close one",
+                    self.caps.per_user
+                ),
+            ));
+        }
+        if open.addresses.get(&address).copied().unwrap_or(0) >= self.caps.per_address {
+            return Err(ApiError::from_reason(
+                &snug_reasons::gateway::RATE_LIMITED,
+                format!(
+                    "this address has {} event streams open, the most one address may; close one",
+                    self.caps.per_address
+                ),
+            ));
+        }
+        if open.all >= self.caps.max {
+            return Err(ApiError::from_reason(
+                &snug_reasons::gateway::GATEWAY_OVERLOADED,
+                "this gateway holds as many event streams as it may; retry shortly",
+            ));
+        }
+        open.all += 1;
+        *open.users.entry(user.to_owned()).or_default() += 1;
+        *open.addresses.entry(address).or_default() += 1;
+        set_gauge(open.all);
+        Ok(Admitted {
+            open: Arc::clone(&self.open),
+            user: user.to_owned(),
+            address,
+        })
+    }
+
     /// Ends every stream, now and from now on, with a retryable `event: error`.
     pub fn close(&self) {
         self.closing.send_replace(true);
@@ -62,6 +167,7 @@ impl Streams {
         &self,
         events: impl Stream<Item = Result<sync_pb::WatchImageResponse, tonic::Status>> + Send + 'static,
         lifetime: Duration,
+        admitted: Admitted,
     ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
         let mut closing = self.closing.subscribe();
         let closed = async move {
@@ -71,9 +177,20 @@ impl Streams {
         };
         let opening =
             futures::stream::once(async { Ok(Bytes::from(format!("retry: {RETRY_MILLIS}\n\n"))) });
+        // The first revision is the current one; those after it were committed while the stream
+        // was open, and their delivery lag is measured from their acceptance.
+        let mut live = false;
         let framed = events
-            .map(|event| match event {
-                Ok(event) => Ok(frame(&event)),
+            .map(move |event| match event {
+                Ok(event) => {
+                    observe(&event, live);
+                    live |= matches!(
+                        event.event,
+                        Some(sync_pb::watch_image_response::Event::Revision(_))
+                            | Some(sync_pb::watch_image_response::Event::NoImage(_))
+                    );
+                    Ok(frame(&event))
+                }
                 Err(status) => Err(ApiError::from_status(&status)),
             })
             .take_until(closed)
@@ -96,8 +213,43 @@ impl Streams {
             };
             std::future::ready(out)
         });
-        opening.chain(framed.map(Ok))
+        // The stream holds its place among the open ones until the client or the hub ends it.
+        opening.chain(framed.map(move |bytes| {
+            let _held = &admitted;
+            Ok(bytes)
+        }))
     }
+}
+
+/// Counts an event sent and, for a revision committed while the stream was open, how long
+/// after its acceptance it went out.
+fn observe(event: &sync_pb::WatchImageResponse, live: bool) {
+    use sync_pb::watch_image_response::Event;
+    let metrics = snug_rpc::metrics::global();
+    let name = match &event.event {
+        Some(Event::Revision(info)) => {
+            if live && let Some(accepted) = &info.accepted_at {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let accepted = Duration::new(
+                    u64::try_from(accepted.seconds).unwrap_or(0),
+                    u32::try_from(accepted.nanos).unwrap_or(0),
+                );
+                metrics
+                    .events_delivery_lag
+                    .observe(now.saturating_sub(accepted).as_secs_f64());
+            }
+            "revision"
+        }
+        Some(Event::NoImage(_)) => "no-image",
+        Some(Event::Gap(_)) => "gap",
+        Some(Event::Heartbeat(_)) | None => "heartbeat",
+    };
+    metrics
+        .events_sent
+        .get_or_create(&snug_rpc::metrics::EventLabels { event: name })
+        .inc();
 }
 
 /// The frame of one event.

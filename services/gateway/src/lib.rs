@@ -324,12 +324,12 @@ pub async fn build(
         tracing::warn!("authentication is off: every request is the local user (loopback only)");
     }
     Ok(Arc::new(AppState {
+        streams: events::Streams::new(settings.events),
         settings,
         auth,
         backends,
         sealer: runtime.sealer,
         upload_pace: runtime.upload_pace,
-        streams: events::Streams::default(),
     }))
 }
 

@@ -258,14 +258,21 @@ async fn get_userdb(
 async fn userdb_events(
     State(state): State<Arc<AppState>>,
     Authed(caller): Authed,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after = events::last_event_id(&headers)?;
+    // A router driven in-process (tests) has no peer: one address for all its streams.
+    let peer = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), |p| p.0);
+    let address = crate::rate::client_address(peer, &headers, &state.settings.connections.trusted);
+    let admitted = state.streams.admit(&caller.user_id, address)?;
     let origin = state.backends.origin_id(&caller).await?;
     let answer = match state.backends.watch(&caller, after).await {
         Ok(watching) => {
             let lifetime = state.settings.events_stream_lifetime;
-            let body = state.streams.body(watching, lifetime);
+            let body = state.streams.body(watching, lifetime, admitted);
             let mut response = Response::new(Body::from_stream(body));
             events::stream_headers(response.headers_mut());
             Ok(response)

@@ -76,6 +76,9 @@
 //! | `SNUG_RPC_DEADLINE` | `30s` | deadline of every gRPC call the gateway makes |
 //! | `SNUG_RPC_CONNECT_TIMEOUT` | `2s` | TCP connect timeout to a service |
 //! | `SNUG_HTTP_CONCURRENCY_LIMIT` | `256` | HTTP requests handled at once; beyond it, 503 |
+//! | `SNUG_EVENTS_MAX_STREAMS` | `10000` | event streams one gateway keeps open at most (each idle one holds a few KiB); one more is refused with 503 `OVERLOADED` |
+//! | `SNUG_EVENTS_MAX_STREAMS_PER_USER` | `32` | event streams one user keeps open at most; one more is refused with 429 `RATE_LIMITED` |
+//! | `SNUG_EVENTS_MAX_STREAMS_PER_ADDRESS` | `128` | event streams one client address keeps open at most (behind trusted proxies, by `X-Forwarded-For`); one more is refused with 429 `RATE_LIMITED` |
 //! | `SNUG_EVENTS_STREAM_LIFETIME` | `5m` | how long one event stream (`GET /userdb/events`) lasts before the hub ends it (retryable) and the client reconnects with `Last-Event-ID`, missing nothing: the bound within which a revoked token or a disabled or removed user loses its streams |
 //! | `SNUG_UPLOAD_IDLE_TIMEOUT` | `30s` | an upload that sends nothing this long is abandoned |
 //! | `SNUG_HTTP_HEADER_TIMEOUT` | `10s` | a connection whose first request's headers have not all arrived this long after its accept (sent or not), or a kept-alive one's next request's, is closed |

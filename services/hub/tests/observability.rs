@@ -236,6 +236,13 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
     let (mut gateway, http_addr, gateway_admin) = gateway(&env, &sync_addr, &[]).await;
     let http = Http::new(http_addr);
     let image = userdb_vector("fresh-v6.export.snug");
+    // A device listening for revisions while the put lands (issue 40's metrics).
+    let mut events = http.events(&[]).await;
+    assert_eq!(events.status, 200);
+    let within = std::time::Duration::from_secs(10);
+    for expected in ["retry", "no-image"] {
+        assert_eq!(events.next(within).await.expect(expected).event, expected);
+    }
 
     // The client is traced itself: the gateway continues the client's trace.
     let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -250,6 +257,8 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
         )
         .await;
     assert_eq!(put.status, 204, "{:?}", String::from_utf8_lossy(&put.body));
+    let heard = events.next(within).await.expect("the revision");
+    assert_eq!(heard.id.as_deref(), Some(put.header("etag")));
     let stale = http
         .send(
             "PUT",
@@ -333,6 +342,19 @@ async fn one_put_is_one_trace_across_processes_and_is_counted_by_route_and_reaso
         !gateway_metrics.contains("r4242-feedfacefeedface"),
         "a raw path became a label"
     );
+    for (series, expected) in [
+        ("snug_events_streams", 1.0),
+        (r#"snug_events_sent_total{event="no-image"}"#, 1.0),
+        (r#"snug_events_sent_total{event="revision"}"#, 1.0),
+        (r#"snug_events_sent_total{event="gap"}"#, 0.0),
+        ("snug_events_delivery_lag_seconds_count", 1.0),
+    ] {
+        assert_eq!(
+            value(&gateway_metrics, series),
+            Some(expected),
+            "{series} in\n{gateway_metrics}"
+        );
+    }
     assert!(
         !gateway_metrics.contains("/no/such/thing"),
         "a raw path became a label"

@@ -77,6 +77,13 @@ pub struct UnlockLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of an event sent on an event stream.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// `revision`, `no-image`, `gap` or `heartbeat`.
+    pub event: &'static str,
+}
+
 /// Labels of the base a delta push was assembled from.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BaseLabels {
@@ -119,6 +126,12 @@ pub struct Metrics {
     pub sync_delta_bases: Family<BaseLabels, Counter>,
     /// Bytes the sync service's base cache holds.
     pub sync_base_cache_bytes: Gauge,
+    /// Event streams open at the gateway.
+    pub events_streams: Gauge,
+    /// Events sent on event streams, by event.
+    pub events_sent: Family<EventLabels, Counter>,
+    /// Seconds from a revision's acceptance to its event leaving the gateway.
+    pub events_delivery_lag: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -143,6 +156,9 @@ impl Metrics {
         let unlock_attempts: Family<UnlockLabels, Counter> = Family::default();
         let sync_delta_bases: Family<BaseLabels, Counter> = Family::default();
         let sync_base_cache_bytes = Gauge::default();
+        let events_streams = Gauge::default();
+        let events_sent: Family<EventLabels, Counter> = Family::default();
+        let events_delivery_lag = latency_histogram();
         registry.register(
             "snug_http_requests",
             "HTTP requests answered by the gateway",
@@ -208,6 +224,21 @@ impl Metrics {
             "Bytes of the images the sync service keeps as the bases of the next delta pushes",
             sync_base_cache_bytes.clone(),
         );
+        registry.register(
+            "snug_events_streams",
+            "Event streams (GET /userdb/events) open at the gateway",
+            events_streams.clone(),
+        );
+        registry.register(
+            "snug_events_sent",
+            "Events sent on event streams, by event",
+            events_sent.clone(),
+        );
+        registry.register(
+            "snug_events_delivery_lag_seconds",
+            "Seconds from a revision's acceptance by the store to its event leaving the gateway",
+            events_delivery_lag.clone(),
+        );
         // Every outcome exists from the start, so a rate over a fresh process is 0, not absent.
         for reason in ["REVISION_MISMATCH", "STALE_REVISION"] {
             let _ = cas_conflicts.get_or_create(&ConflictLabels { reason });
@@ -217,6 +248,9 @@ impl Metrics {
         }
         for source in ["kept", "read"] {
             let _ = sync_delta_bases.get_or_create(&BaseLabels { source });
+        }
+        for event in ["revision", "no-image", "gap", "heartbeat"] {
+            let _ = events_sent.get_or_create(&EventLabels { event });
         }
         Self {
             registry,
@@ -233,6 +267,9 @@ impl Metrics {
             unlock_attempts,
             sync_delta_bases,
             sync_base_cache_bytes,
+            events_streams,
+            events_sent,
+            events_delivery_lag,
         }
     }
 

@@ -45,6 +45,9 @@
 //! | `snug_container_unlock_attempts_total` | `outcome` (`ok`, `locked`, `corrupt`) | Unlock, RemoveProtection, ChangePassphrase and RotateRecoveryKey calls that tried a secret |
 //! | `snug_sync_delta_bases_total` | `source` (`kept`, `read`) | delta pushes assembled from the image the sync replica wrote last (its base cache) or from a base read back from the store |
 //! | `snug_sync_base_cache_bytes` (gauge) | — | bytes the sync replica's base cache holds (`SNUG_SYNC_BASE_CACHE_BYTES` at most) |
+//! | `snug_events_streams` (gauge) | — | event streams (`GET /userdb/events`) open at the gateway |
+//! | `snug_events_sent_total` | `event` (`revision`, `no-image`, `gap`, `heartbeat`) | events sent on them |
+//! | `snug_events_delivery_lag_seconds` (histogram) | — | from a revision's acceptance by the store to its event leaving the gateway (clocks of two machines when they differ) |
 //!
 //! `route` is the route template (`/userdb/revisions/{rev}/restore`, `unmatched` for none), never
 //! the raw path; `method` is `package.Service/Method` from the compiled descriptor sets (`unknown`

@@ -4,6 +4,57 @@ use super::*;
 
 use sync_pb::watch_image_response::{Event, Gap, Heartbeat, NoImage};
 
+const CAPS: Caps = Caps {
+    max: 4,
+    per_user: 2,
+    per_address: 3,
+};
+
+fn admit(streams: &Streams) -> Admitted {
+    streams
+        .admit("alice", IpAddr::from([127, 0, 0, 1]))
+        .expect("admitted")
+}
+
+#[test]
+fn streams_are_capped_per_user_per_address_and_in_all_until_they_end() {
+    let streams = Streams::new(CAPS);
+    let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+    let refused = |result: Result<Admitted, ApiError>| {
+        let err = result.expect_err("refused");
+        (err.status.as_u16(), err.code)
+    };
+    let alice_1 = streams.admit("alice", a).expect("1");
+    let alice_2 = streams.admit("alice", b).expect("2");
+    assert_eq!(
+        refused(streams.admit("alice", b)),
+        (429, "RATE_LIMITED"),
+        "per user"
+    );
+    let bob_1 = streams.admit("bob", a).expect("bob 1");
+    let _carol = streams.admit("carol", a).expect("carol");
+    assert_eq!(
+        refused(streams.admit("dave", a)),
+        (429, "RATE_LIMITED"),
+        "per address"
+    );
+    assert_eq!(
+        refused(streams.admit("dave", b)),
+        (503, "OVERLOADED"),
+        "in all"
+    );
+    // A stream that ends gives its place back, to anyone.
+    drop(alice_1);
+    let dave = streams.admit("dave", b).expect("dave");
+    assert_eq!(refused(streams.admit("erin", b)), (503, "OVERLOADED"));
+    drop((alice_2, bob_1, dave));
+    let open = lock(&streams.open);
+    assert_eq!(
+        (open.all, open.users.len(), open.addresses.len()),
+        (1, 1, 1)
+    );
+}
+
 fn event(event: Event) -> sync_pb::WatchImageResponse {
     sync_pb::WatchImageResponse { event: Some(event) }
 }
@@ -70,14 +121,14 @@ fn last_event_id_is_a_revision_quoted_or_not() {
 
 #[tokio::test]
 async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway_closes() {
-    let streams = Streams::default();
+    let streams = Streams::new(CAPS);
     let events = futures::stream::iter([
         Ok(event(Event::NoImage(NoImage {}))),
         Err(tonic::Status::unavailable("gone")),
         Ok(event(Event::Gap(Gap {}))),
     ]);
     let frames: Vec<Bytes> = streams
-        .body(events, Duration::from_secs(60))
+        .body(events, Duration::from_secs(60), admit(&streams))
         .map(|frame| frame.expect("infallible"))
         .collect()
         .await;
@@ -95,7 +146,7 @@ async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway
 
     // A stream that would go on for ever ends at close.
     let pending = futures::stream::pending();
-    let body = streams.body(pending, Duration::from_secs(60));
+    let body = streams.body(pending, Duration::from_secs(60), admit(&streams));
     streams.close();
     let text: Vec<String> = body
         .map(|f| String::from_utf8(f.expect("infallible").to_vec()).expect("utf-8"))
@@ -105,10 +156,14 @@ async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway
     assert!(text[1].contains("SERVICE_UNAVAILABLE"), "{text:?}");
 
     // And at the end of its lifetime.
-    let streams = Streams::default();
+    let streams = Streams::new(CAPS);
     let started = std::time::Instant::now();
     let text: Vec<Bytes> = streams
-        .body(futures::stream::pending(), Duration::from_millis(200))
+        .body(
+            futures::stream::pending(),
+            Duration::from_millis(200),
+            admit(&streams),
+        )
         .map(|f| f.expect("infallible"))
         .collect()
         .await;
