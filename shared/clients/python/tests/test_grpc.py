@@ -209,3 +209,25 @@ def test_the_sync_service_compare_and_swap(client: HubClient, tmp_path: Path) ->
     stranger = Caller(user_id=f"py-{uuid.uuid4().hex}", principal="python-client")
     with pytest.raises(errors.NotFound):
         client.sync.get(stranger, io.BytesIO())
+
+
+def test_watch_hears_each_commit_and_resumes_after_the_last_seen(client: HubClient) -> None:
+    caller = Caller(user_id=f"py-{uuid.uuid4().hex}", principal="python-client")
+    assert client.sync.provision_user(caller)
+    events = client.sync.watch(caller)
+    assert next(events).WhichOneof("event") == "no_image"
+    first = client.sync.put(caller, vector("userdb", "fresh-v6.export.snug"), create=True).revision
+    heard = next(events)
+    assert heard.WhichOneof("event") == "revision" and heard.revision == first
+    second = client.sync.put(
+        caller, vector("userdb", "sample-v6.export.snug"), if_match=first.revision
+    ).revision
+    assert next(events).revision.revision == second.revision
+    events.close()
+    # Resumed after the first: the second, then what follows.
+    resumed = client.sync.watch(caller, after_revision=first.revision, heartbeat_seconds=1)
+    assert next(resumed).revision.revision == second.revision
+    assert next(resumed).WhichOneof("event") == "heartbeat"
+    resumed.close()
+    with pytest.raises(errors.InvalidArgument):
+        next(client.sync.watch(caller, heartbeat_seconds=301))

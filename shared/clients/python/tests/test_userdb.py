@@ -136,3 +136,25 @@ def test_the_compare_and_swap_loop_starts_again_after_losing_a_race(hub: SnugHub
 
     with pytest.raises(errors.RevisionMismatch):
         userdb.update(always_loses, attempts=2)
+
+
+def test_watch_hears_each_push_and_resumes_after_the_last_seen(hub: SnugHub) -> None:
+    userdb = hub.userdb(hub.add_user("watcher"))
+    events = userdb.watch()
+    assert next(events).kind == "no-image"
+    r1 = userdb.put(vector("userdb", "sample-v6.export.snug"), create=True)
+    heard = next(events)
+    assert heard.kind == "revision" and heard.info == userdb.head()
+    assert heard.info is not None and heard.info.revision == r1
+    r2 = userdb.put(vector("userdb", "fresh-v6.export.snug"), if_match=r1)
+    heard = next(events)
+    assert heard.info is not None and heard.info.revision == r2
+    events.close()
+    # A device that saw r1 resumes after it and misses nothing.
+    resumed = userdb.watch(last_event_id=r1)
+    heard = next(resumed)
+    assert heard.info is not None and heard.info.revision == r2
+    resumed.close()
+    # Refusals are typed, as every route's.
+    with pytest.raises(errors.Unauthenticated):
+        next(hub.userdb("not-a-token").watch())

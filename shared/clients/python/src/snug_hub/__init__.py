@@ -27,7 +27,7 @@ from snug_hub.errors import SnugError
 from snug_hub.materialize import MaterializeClient
 from snug_hub.schema import SchemaClient
 from snug_hub.sync import Caller, SyncClient
-from snug_hub.userdb import Image, ImageInfo, Revision, UserDbClient
+from snug_hub.userdb import Image, ImageInfo, Revision, UserDbClient, WatchEvent
 
 try:
     __version__ = version("snug-hub-client")
@@ -46,6 +46,7 @@ __all__ = [
     "SnugError",
     "SyncClient",
     "UserDbClient",
+    "WatchEvent",
     "__version__",
     "connect",
 ]

@@ -10,6 +10,7 @@ user's first image) or `if_match=<revision>`. A refused precondition raises `Rev
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 
 from snug_hub._channel import ServiceClient
 from snug_hub._proto.snug.sync.v1 import sync_pb2 as pb
@@ -121,6 +122,31 @@ class SyncClient(ServiceClient):
                 request, timeout=self.timeout
             )
         return list(response.revisions)
+
+    def watch(
+        self,
+        caller: pb.Caller,
+        *,
+        after_revision: str | None = None,
+        heartbeat_seconds: int = 0,
+    ) -> Iterator[pb.WatchImageResponse]:
+        """Yields the user's revisions as they are committed (WatchImage), for as long as the
+        caller iterates: first the current one (``event == "revision"``) or ``no_image``,
+        then each revision committed after it, oldest first, through any replica. With
+        `after_revision` (the last one seen) it begins after that one instead; ``gap`` says
+        revisions may have been committed that are not listed (a ``revision`` follows). A
+        ``heartbeat`` every `heartbeat_seconds` (0: 15) shows the stream is alive. Closing the
+        generator ends the call; a failure raises its typed `SnugError`."""
+        request = pb.WatchImageRequest(
+            caller=caller, after_revision=after_revision, heartbeat_seconds=heartbeat_seconds
+        )
+        # No deadline: the stream lasts as long as it is read.
+        responses = self._stub().WatchImage(request)
+        try:
+            with rpc():
+                yield from responses
+        finally:
+            responses.cancel()
 
     def restore(
         self,

@@ -2,7 +2,8 @@
 
 `GET|HEAD|PUT /userdb` with strong ETags (the revision), `Repr-Digest` (the SHA-256) and
 revision compare-and-swap, `GET /userdb/revisions`, `POST /userdb/revisions/{rev}/restore` and
-`GET /userdb/apps/{appId}/export`, authenticated with a bearer token (`snug-hub users add`).
+`GET /userdb/apps/{appId}/export`, and `GET /userdb/events` (`watch`: the revisions as they are
+committed), authenticated with a bearer token (`snug-hub users add`).
 Standard library only (`http.client`).
 
 Every refusal raises its `snug_hub.errors` class from the JSON body `{code, message,
@@ -21,7 +22,8 @@ import http.client
 import json
 import re
 import ssl
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -94,6 +96,18 @@ class Revision:
             restored_from=value.get("restoredFrom"),
             storage_version=value.get("storageVersion"),
         )
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of `UserDbClient.watch`."""
+
+    #: ``"revision"`` (a revision, described by `info`), ``"no-image"`` (the user has no
+    #: image: HEAD's 404) or ``"gap"`` (revisions may have been committed that were not listed;
+    #: a ``"revision"`` event follows).
+    kind: str
+    #: For a ``"revision"``: what ``HEAD /userdb`` shows of it.
+    info: ImageInfo | None = None
 
 
 class UserDbClient:
@@ -241,6 +255,41 @@ class UserDbClient:
             body = json.loads(_read(response))
         return Revision.from_json(body["revision"])
 
+    def watch(self, *, last_event_id: str | None = None, reconnect: bool = True) -> Iterator[WatchEvent]:
+        """Yields the user's revisions as they are committed (``GET /userdb/events``), for as
+        long as the caller iterates: first the current one (or ``"no-image"``), then each one
+        committed after it through any replica, oldest first. With `last_event_id` (a revision
+        seen last) it begins after that one. When the hub ends the stream (its lifetime, a
+        restart) it reconnects after the hub's ``retry`` hint, resuming after the last revision
+        yielded, so none is missed; with ``reconnect=False`` it returns instead. A refusal
+        raises its typed `SnugError` (``Unauthenticated``, ``RateLimited``, ``Overloaded``...).
+        The socket timeout must exceed the hub's 15 s heartbeat."""
+        last = last_event_id
+        while True:
+            headers = {"Accept": "text/event-stream"}
+            if last is not None:
+                headers["Last-Event-ID"] = f'"{last}"'
+            retry = 2.0
+            with self._exchange("GET", "/userdb/events", headers=headers) as response:
+                self._check(response)
+                for kind, data in _events(response):
+                    if kind == "retry":
+                        retry = int(data) / 1000 if data.isdigit() else retry
+                    elif kind == "revision":
+                        info = _event_info(data)
+                        last = info.revision
+                        yield WatchEvent("revision", info)
+                    elif kind in ("no-image", "gap"):
+                        yield WatchEvent(kind)
+                    elif kind == "error":
+                        err = from_http(503, data.encode())
+                        if not reconnect or err.retryable is False:
+                            raise err
+                        break
+            if not reconnect:
+                return
+            time.sleep(retry)
+
     # --- plumbing ----------------------------------------------------------------------------
 
     def _image_path(self, revision: str | None) -> str:
@@ -348,6 +397,49 @@ class _Exchange:
 
     def __exit__(self, *exc: object) -> None:
         self._connection.close()
+
+
+def _events(response: http.client.HTTPResponse) -> Iterator[tuple[str, str]]:
+    """The (event, data) of each block of an event stream until it ends; a ``retry:`` hint is
+    ``("retry", milliseconds)``, comments (heartbeats) are skipped."""
+    kind, data = "message", ""
+    while True:
+        try:
+            raw = response.readline()
+        except TimeoutError as err:
+            raise DeadlineExceededError(f"the event stream went silent: {err}") from err
+        except OSError as err:
+            raise _network_error(err, "the event stream") from err
+        if not raw:
+            return
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data or kind != "message":
+                yield kind, data
+            kind, data = "message", ""
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            kind = value
+        elif field == "data":
+            data = value if not data else f"{data}\n{value}"
+        elif field == "retry":
+            kind, data = "retry", value
+
+
+def _event_info(data: str) -> ImageInfo:
+    """A ``revision`` event's data: what HEAD shows of the revision."""
+    try:
+        fields = json.loads(data)
+        return ImageInfo(
+            revision=str(fields["revision"]),
+            sha256=fields.get("sha256"),
+            size=fields.get("size"),
+            storage_version=fields.get("storageVersion"),
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise ProtocolError(f"a revision event the hub should not send: {data!r}") from err
 
 
 def _read(response: http.client.HTTPResponse, size: int = -1) -> bytes:
