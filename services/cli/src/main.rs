@@ -452,7 +452,7 @@ fn run(cli: Cli) -> Result<Outcome, Failure> {
             trusted_origin,
             secrets,
         } => import::import(&input, &into, trusted_origin, &secrets, &limits),
-        Command::Sync(command) => sync::run(command, &limits),
+        Command::Sync(command) => sync::run(command, &limits, cli.json),
         Command::App(command) => app::run(command, &limits),
         Command::Docs(command) => hubns::run_docs(command, &limits),
         Command::Chat(command) => hubns::run_chat(command, &limits),

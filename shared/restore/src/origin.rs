@@ -4,7 +4,7 @@
 //! ([`HubOrigin`], `hub.rs`, feature `hub`) and a personal origin in a directory ([`DirOrigin`],
 //! `dir.rs`). The install pipeline uses describe and download; a sync client pushes.
 
-use std::io::Write;
+use std::{io::Write, time::Duration};
 
 use snug_schema::SQLITE_MAGIC;
 
@@ -154,6 +154,30 @@ pub enum Pushed {
     },
 }
 
+/// [`Origin::wait_for_change`] by asking `origin` for its head once a second.
+pub(crate) fn poll_for_change<O: Origin + ?Sized>(
+    origin: &O,
+    current: Option<&str>,
+    within: Duration,
+) -> Result<bool, OriginError> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let now = match origin.describe(&Selector::Current) {
+            Ok(head) => Some(head.revision),
+            Err(OriginError::Empty) => None,
+            Err(err) => return Err(err),
+        };
+        if now.as_deref() != current {
+            return Ok(true);
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        std::thread::sleep(left.min(Duration::from_secs(1)));
+    }
+}
+
 /// A sync origin (the reference's SyncProvider contract): a hub over HTTP, a directory, anything
 /// that can describe a revision, stream its bytes, and take a new one with compare-and-swap.
 /// Implementations may block.
@@ -217,6 +241,18 @@ pub trait Origin {
     /// Says what `which` names, without downloading it: the origin's current revision, or a
     /// retained one by token.
     fn describe(&self, which: &Selector) -> Result<SnapshotInfo, OriginError>;
+
+    /// Waits, at most `within`, until the origin's current revision is no longer `current`
+    /// (`None`: it held no copy): `true` once it changed (or may have), `false` when `within`
+    /// passed first (issue 40). The default asks [`describe`](Origin::describe) once a second; a
+    /// hub is told at once, by its event stream.
+    fn wait_for_change(
+        &self,
+        current: Option<&str>,
+        within: Duration,
+    ) -> Result<bool, OriginError> {
+        poll_for_change(self, current, within)
+    }
 
     /// Writes the bytes of `snapshot` (as [`describe`](Origin::describe) returned it) to `sink`.
     ///

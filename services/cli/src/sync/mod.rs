@@ -43,6 +43,7 @@
 //! and code `SYNC_IN_PROGRESS` (`<file>.sync.lock`).
 
 mod push;
+mod watch;
 
 use std::{
     path::{Path, PathBuf},
@@ -154,6 +155,25 @@ pub(crate) enum SyncCommand {
         #[command(flatten)]
         secrets: SecretArgs,
     },
+    /// Keeps FILE up to date as revisions appear at the origin: each new one is pulled as
+    /// `snug sync pull` pulls it (never over FILE's unpushed changes: exit 6), and with --push
+    /// FILE's own changes are pushed once it has stayed unchanged for --debounce. A hub tells it
+    /// at once (its event stream); a directory is asked once a second. Runs until interrupted,
+    /// which leaves FILE whole.
+    Watch {
+        /// The user database to keep up to date (created from the origin if missing).
+        file: PathBuf,
+        #[command(flatten)]
+        origin: OriginArgs,
+        /// Also push FILE's own changes.
+        #[arg(long)]
+        push: bool,
+        /// Seconds FILE must stay unchanged before --push sends it.
+        #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+        debounce: u64,
+        #[command(flatten)]
+        secrets: SecretArgs,
+    },
     /// Reports an origin's identity and current revision: a directory (with --init, creates it
     /// and its identity) or a hub.
     Origin {
@@ -179,15 +199,17 @@ pub(crate) struct OriginArgs {
     token_file: Option<PathBuf>,
 }
 
-/// Runs a sync command.
-pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Failure> {
+/// Runs a sync command (`json`: a command that reports as it goes, `watch`, says each step as
+/// one JSON object per line).
+pub(crate) fn run(command: SyncCommand, limits: &Limits, json: bool) -> Result<Outcome, Failure> {
     // Push, pull, bootstrap and restore each read FILE and its sidecar and then write one or
     // both; two at once on the same file could leave one's file bound to the other's revision.
     let _lock = match &command {
         SyncCommand::Push { file, .. }
         | SyncCommand::Pull { file, .. }
         | SyncCommand::Bootstrap { file, .. }
-        | SyncCommand::Restore { file, .. } => Some(lock_local(file)?),
+        | SyncCommand::Restore { file, .. }
+        | SyncCommand::Watch { file, .. } => Some(lock_local(file)?),
         SyncCommand::Origin { .. } => None,
     };
     match command {
@@ -264,6 +286,22 @@ pub(crate) fn run(command: SyncCommand, limits: &Limits) -> Result<Outcome, Fail
         } => {
             let origin = open_origin(&file, &origin)?;
             restore(&file, origin.as_ref(), &revision, force, &secrets, limits)
+        }
+        SyncCommand::Watch {
+            file,
+            origin,
+            push,
+            debounce,
+            secrets,
+        } => {
+            let listener = open_origin(&file, &origin)?;
+            let origin = open_origin(&file, &origin)?;
+            let watching = watch::Watching {
+                push_too: push,
+                debounce: std::time::Duration::from_secs(debounce),
+                json,
+            };
+            watch::watch(&file, origin.as_ref(), listener, watching, &secrets, limits)
         }
         SyncCommand::Origin {
             origin,
@@ -449,7 +487,7 @@ fn token(token_file: Option<&Path>) -> Result<Option<String>, Failure> {
     })
 }
 
-fn origin_at(origin: &str, token_file: Option<&Path>) -> Result<Box<dyn Origin>, Failure> {
+fn origin_at(origin: &str, token_file: Option<&Path>) -> Result<Box<dyn Origin + Send>, Failure> {
     Ok(match address(origin)? {
         Address::Hub(url) => Box::new(HubOrigin::new(&url, token(token_file)?)),
         // A directory is remembered by its absolute path, so `--origin` left out later works
@@ -461,7 +499,7 @@ fn origin_at(origin: &str, token_file: Option<&Path>) -> Result<Box<dyn Origin>,
 }
 
 /// The origin `--origin` names, or the one FILE last synced with.
-fn open_origin(file: &Path, args: &OriginArgs) -> Result<Box<dyn Origin>, Failure> {
+fn open_origin(file: &Path, args: &OriginArgs) -> Result<Box<dyn Origin + Send>, Failure> {
     let origin = match &args.origin {
         Some(origin) => origin.clone(),
         None => push_state::load(file)

@@ -4,7 +4,7 @@
 use super::*;
 
 /// How `snug sync push` was asked to push.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct PushOptions {
     pub(super) force: bool,
     pub(super) restore: bool,

@@ -750,7 +750,114 @@ impl HubOrigin {
     }
 }
 
+/// What a hub's event stream (`GET /userdb/events`) says of the user's current revision.
+#[derive(Debug, PartialEq, Eq)]
+enum Heard {
+    /// It is now this revision.
+    Revision(String),
+    /// There is none.
+    NoImage,
+    /// It may have changed (a gap in what the stream lists).
+    Gap,
+    /// The hub ended the stream (its lifetime, a restart): nothing is known.
+    Ended,
+}
+
+/// The next event of an event stream, skipping heartbeats and hints; `None` at its end.
+fn next_event(lines: &mut impl std::io::BufRead) -> std::io::Result<Option<Heard>> {
+    let (mut kind, mut id) = (String::new(), None::<String>);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if lines.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            let heard = match kind.as_str() {
+                "revision" => id
+                    .take()
+                    .map(|id| Heard::Revision(id.trim_matches('"').to_owned())),
+                "no-image" => Some(Heard::NoImage),
+                "gap" => Some(Heard::Gap),
+                "error" => Some(Heard::Ended),
+                _ => None,
+            };
+            if heard.is_some() {
+                return Ok(heard);
+            }
+            kind.clear();
+            continue;
+        }
+        match line.split_once(':') {
+            Some(("event", value)) => kind = value.trim().to_owned(),
+            Some(("id", value)) => id = Some(value.trim().to_owned()),
+            _ => {}
+        }
+    }
+}
+
+impl HubOrigin {
+    /// [`Origin::wait_for_change`] over the hub's event stream, resuming after `current`; a
+    /// hub without one (404) is asked once a second instead.
+    fn listen_for_change(
+        &self,
+        current: Option<&str>,
+        within: Duration,
+    ) -> Result<bool, OriginError> {
+        let url = format!("{}/events", self.url);
+        let started = std::time::Instant::now();
+        let response = self.send(|| {
+            let mut request = self.authorize(self.agent.get(&url));
+            if let Some(current) = current {
+                request = request.header("last-event-id", format!("\"{current}\""));
+            }
+            request.config().timeout_global(Some(within)).build().call()
+        });
+        let response = match response {
+            Ok(response) => response,
+            Err(OriginError::Unreachable { .. }) if started.elapsed() >= within => {
+                return Ok(false);
+            }
+            Err(err) => return Err(err),
+        };
+        match response.status().as_u16() {
+            200 => {}
+            404 => {
+                let left = within.saturating_sub(started.elapsed());
+                return super::poll_for_change(self, current, left);
+            }
+            status => {
+                let body = response.into_body().read_to_string().unwrap_or_default();
+                return Err(self.refused(status, &body));
+            }
+        }
+        let mut lines = std::io::BufReader::new(response.into_body().into_reader());
+        loop {
+            let heard = match next_event(&mut lines) {
+                Ok(Some(heard)) => heard,
+                // The hub ended the stream, or `within` passed while it was quiet.
+                Ok(None) | Err(_) => return Ok(false),
+            };
+            match (heard, current) {
+                (Heard::Revision(now), Some(current)) if now == current => {}
+                (Heard::NoImage, None) => {}
+                (Heard::Ended, _) => return Ok(false),
+                _ => return Ok(true),
+            }
+        }
+    }
+}
+
 impl Origin for HubOrigin {
+    fn wait_for_change(
+        &self,
+        current: Option<&str>,
+        within: Duration,
+    ) -> Result<bool, OriginError> {
+        self.listen_for_change(current, within)
+    }
+
     /// Returns the hub's `/userdb` URL.
     fn name(&self) -> String {
         self.url.clone()
