@@ -231,7 +231,7 @@ pub use mem::MemStore;
 #[cfg(feature = "postgres")]
 pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTES};
 #[cfg(feature = "postgres")]
-pub use pg::{PgConfig, PgStore, PgTlsError};
+pub use pg::{PgConfig, PgStore, PgTlsError, listen::channel as revisions_channel};
 pub use revisions::{Revisions, Subscription};
 pub use sqlite::SqliteStore;
 pub use store::{BaseImage, Held, ImageBody, ImageDownload, RevStore};

@@ -24,8 +24,9 @@ const PING_WITHIN: Duration = Duration::from_secs(5);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// The store's channel: one per schema.
-pub(super) fn channel(schema: Option<&str>) -> String {
+/// The store's channel: one per schema. Its listening session is named for it
+/// (`application_name` in `pg_stat_activity`).
+pub fn channel(schema: Option<&str>) -> String {
     let digest = Sha256::digest(format!("snug-revisions:{}", schema.unwrap_or("")));
     let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     format!("snug_revisions_{tag}")

@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 use tokio_postgres::{GenericClient, Row};
 
 mod inspect;
-mod listen;
+pub(crate) mod listen;
 mod packs;
 mod put;
 mod reclaim;
