@@ -230,3 +230,59 @@ async fn open_streams_are_capped_per_user_and_in_all_and_a_closed_one_frees_its_
         "the closed stream's place was given back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_shutting_down_ends_its_event_streams_with_a_retry_and_stops() {
+    let dir = tempfile::tempdir().expect("dir");
+    let runtime = snug_rpc::runtime::Runtime {
+        dir: dir.path().join("sync"),
+        ..snug_rpc::runtime::Runtime::default()
+    };
+    let config = snug_sync_service::SyncConfig::default();
+    let store = snug_sync_service::open_store(&config, &runtime)
+        .await
+        .expect("store");
+    let sync = snug_sync_service::SyncServer::new(store, &config, &runtime);
+    let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let grpc = grpc_listener.local_addr().expect("addr");
+    let (_services, _task) = snug_e2e::spawn_services(grpc_listener, sync, None);
+    let gateway = snug_gateway::config::GatewayConfig {
+        auth: Some(snug_gateway::config::AuthMode::Off),
+        ..snug_gateway::config::GatewayConfig::for_tests()
+    };
+    let state = snug_gateway::build(
+        &gateway,
+        dir.path().join("gateway"),
+        snug_gateway::Addresses::all(&format!("http://{grpc}")),
+        snug_gateway::Runtime::new(snug_files::sealed::Sealer::disabled()),
+    )
+    .await
+    .expect("gateway");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let http = Http::new(listener.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(snug_gateway::serve(state, listener, async {
+        let _ = stopped.await;
+    }));
+    let mut events = http.events(&[]).await;
+    assert_eq!(events.status, 200);
+    assert_eq!(next(&mut events, SOON).await.expect("hint").event, "retry");
+    assert_eq!(
+        next(&mut events, SOON).await.expect("state").event,
+        "no-image"
+    );
+    let _ = stop.send(());
+    let ended = next(&mut events, SOON).await.expect("the end");
+    assert_eq!(ended.event, "error", "{ended:?}");
+    assert!(ended.data.contains("\"retryable\":true"), "{ended:?}");
+    assert!(events.ended(SOON).await);
+    tokio::time::timeout(SOON, serving)
+        .await
+        .expect("the gateway stopped, not held open by the stream")
+        .expect("joined")
+        .expect("served");
+}
