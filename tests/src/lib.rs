@@ -174,6 +174,8 @@ pub struct Options {
     pub events_stream_lifetime: Duration,
     /// The caps on open event streams (`SNUG_EVENTS_MAX_STREAMS…`).
     pub events_caps: snug_gateway::events::Caps,
+    /// HTTP requests in flight at once (`SNUG_HTTP_CONCURRENCY_LIMIT`).
+    pub http_concurrency_limit: usize,
 }
 
 impl Default for Options {
@@ -201,6 +203,7 @@ impl Default for Options {
                 per_user: 32,
                 per_address: 128,
             },
+            http_concurrency_limit: 256,
         }
     }
 }
@@ -327,6 +330,7 @@ impl Hub {
             events_max_streams: options.events_caps.max,
             events_max_streams_per_user: options.events_caps.per_user,
             events_max_streams_per_address: options.events_caps.per_address,
+            http_concurrency_limit: options.http_concurrency_limit,
             ..GatewayConfig::for_tests()
         };
         // As `snug-hub serve` composes them: one sealer for the store and the gateway. Each hub

@@ -286,3 +286,84 @@ async fn a_gateway_shutting_down_ends_its_event_streams_with_a_retry_and_stops()
         .expect("joined")
         .expect("served");
 }
+
+/// `GET` (or `HEAD`) `/userdb` as a long poll: If-None-Match `etag`, `Prefer: wait=N`.
+async fn long_poll(
+    http: &Http,
+    token: &str,
+    method: &str,
+    etag: &str,
+    wait: u64,
+) -> snug_e2e::Answer {
+    let auth = bearer(token);
+    let prefer = format!("wait={wait}");
+    http.send(
+        method,
+        "/userdb",
+        &[
+            ("authorization", &auth),
+            ("if-none-match", etag),
+            ("prefer", &prefer),
+        ],
+        Payload::Empty,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_as_soon_as_the_revision_changes_or_304_when_its_wait_ends() {
+    let hub = Hub::start(Options {
+        // Long polls hold no place among the requests in flight: two, with a third request.
+        http_concurrency_limit: 1,
+        ..Options::default()
+    })
+    .await;
+    let alice = hub.add_user("alice");
+    let http = Http::new(hub.http);
+    let r1 = put_userdb(&http, &alice, ("if-none-match", "*"), push(1)).await;
+    let e1 = r1.header("etag").to_owned();
+
+    // Nothing changes: 304 once the wait is over, saying the wait it applied.
+    let started = std::time::Instant::now();
+    let unchanged = long_poll(&http, &alice, "GET", &e1, 1).await;
+    assert_eq!(unchanged.status, 304);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(unchanged.header("preference-applied"), "wait=1");
+
+    // Two devices wait; a third pushes: both answer at once with the new revision.
+    let waiting: Vec<_> = ["GET", "HEAD"]
+        .into_iter()
+        .map(|method| {
+            let (http, alice, e1) = (http.clone(), alice.clone(), e1.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                (
+                    long_poll(&http, &alice, method, &e1, 30).await,
+                    started.elapsed(),
+                )
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r2 = put_userdb(&http, &alice, ("if-match", &e1), push(2)).await;
+    assert_eq!(r2.status, 204, "served while two long polls wait");
+    for answer in waiting {
+        let (answer, took) = answer.await.expect("joined");
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.header("etag"), r2.header("etag"));
+        assert!(
+            took < Duration::from_secs(15),
+            "answered at the change: {took:?}"
+        );
+    }
+    // A condition that is not the current revision is answered at once, without waiting.
+    let started = std::time::Instant::now();
+    let stale = long_poll(&http, &alice, "HEAD", &e1, 30).await;
+    assert_eq!(stale.status, 200);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!stale.headers.contains_key("preference-applied"));
+}

@@ -313,6 +313,27 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiEr
     }
 }
 
+/// The longest wait a long poll is granted (`Prefer: wait=N`, RFC 7240), in seconds.
+pub const MAX_WAIT_SECONDS: u64 = 60;
+
+/// The wait a request prefers (`Prefer: wait=N`), at most [`MAX_WAIT_SECONDS`]; `None`
+/// without one (or with one that is no number of seconds).
+pub fn preferred_wait(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split([',', ';']))
+        .find_map(|preference| {
+            let (name, value) = preference.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("wait") {
+                return None;
+            }
+            let seconds: u64 = value.trim().trim_matches('"').parse().ok()?;
+            Some(Duration::from_secs(seconds.min(MAX_WAIT_SECONDS)))
+        })
+}
+
 /// The headers of an event stream.
 pub(crate) fn stream_headers(headers: &mut HeaderMap) {
     headers.insert(

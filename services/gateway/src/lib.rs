@@ -193,7 +193,6 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    error_handling::HandleErrorLayer,
     extract::{Request, State},
     middleware::{self, Next},
     response::{IntoResponse, Response},
@@ -381,7 +380,9 @@ pub fn app(state: Arc<AppState>) -> Router {
     let origins = cors::Origins(Arc::new(state.settings.cors_origins.clone()));
     let guard_host = state.settings.auth == AuthMode::Off;
     let rate_limits = state.settings.rate_limits.clone();
-    let limit = state.settings.http_concurrency_limit;
+    let in_flight = InFlight(Arc::new(tokio::sync::Semaphore::new(
+        state.settings.http_concurrency_limit,
+    )));
     // One `Router::layer` for the whole stack (outermost first): each one boxes every route's
     // service again, and clones that box on every request.
     routes::router(state).layer(
@@ -394,10 +395,30 @@ pub fn app(state: Arc<AppState>) -> Router {
                 },
                 edge,
             ))
-            .layer(HandleErrorLayer::new(shed))
-            .load_shed()
-            .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limit)),
+            .layer(middleware::from_fn_with_state(in_flight, limit_in_flight)),
     )
+}
+
+/// The requests in flight at once (`SNUG_HTTP_CONCURRENCY_LIMIT`): one more is shed at once
+/// with 503, never queued. A long poll (`Prefer: wait`, `routes::waits`) holds no place: it is a
+/// subscription, counted against the event streams' caps while it waits, so a thousand waiting
+/// devices cannot shut everyone else out.
+#[derive(Debug, Clone)]
+struct InFlight(Arc<tokio::sync::Semaphore>);
+
+async fn limit_in_flight(State(limit): State<InFlight>, request: Request, next: Next) -> Response {
+    if routes::waits(&request) {
+        return next.run(request).await;
+    }
+    match limit.0.try_acquire() {
+        // Held until the response's head is ready, as the requests it counts are.
+        Ok(_permit) => next.run(request).await,
+        Err(_) => ApiError::from_reason(
+            &snug_reasons::gateway::GATEWAY_OVERLOADED,
+            "the hub is busy; retry shortly",
+        )
+        .into_response(),
+    }
 }
 
 /// What the edge of the gateway needs to judge a request before any route sees it.
@@ -461,14 +482,6 @@ impl Edge {
             None => Ok(()),
         }
     }
-}
-
-/// The answer to a request shed by the concurrency limit.
-async fn shed(_: tower::BoxError) -> ApiError {
-    ApiError::from_reason(
-        &snug_reasons::gateway::GATEWAY_OVERLOADED,
-        "the hub is busy; retry shortly",
-    )
 }
 
 /// With auth off, only requests addressed to a loopback name are served. A browser page from any

@@ -239,18 +239,86 @@ fn with_origin(answer: Result<Response, ApiError>, origin: &str) -> Response {
     response
 }
 
-/// `GET /userdb` (and `HEAD`): the current image with its revision and digest.
+/// `GET /userdb` (and `HEAD`): the current image with its revision and digest. A long poll
+/// (`If-None-Match` naming the current revision, and `Prefer: wait=N`) first waits, at most N
+/// seconds (60 at most), for the revision to change (`long_poll`).
 async fn get_userdb(
     State(state): State<Arc<AppState>>,
     Authed(caller): Authed,
     method: Method,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let origin = state.backends.origin_id(&caller).await?;
+    let waited = match events::preferred_wait(&headers) {
+        Some(wait) if headers.contains_key(header::IF_NONE_MATCH) => {
+            long_poll(&state, &caller, &extensions, &headers, wait).await?
+        }
+        _ => None,
+    };
     let answer = serve_image(&state, &caller, None, &method, &headers)
         .await
         .and_then(|image| image.ok_or_else(not_pushed));
-    Ok(with_origin(answer, &origin))
+    let mut response = with_origin(answer, &origin);
+    if let Some(value) =
+        waited.and_then(|wait| HeaderValue::from_str(&format!("wait={}", wait.as_secs())).ok())
+    {
+        response.headers_mut().insert("preference-applied", value);
+    }
+    Ok(response)
+}
+
+/// Whether `request` is a long poll of `GET`/`HEAD /userdb`: it waits for a revision, as an
+/// event stream does, so it is counted among those and not among the requests in flight.
+pub(crate) fn waits(request: &axum::extract::Request) -> bool {
+    matches!(*request.method(), Method::GET | Method::HEAD)
+        && request.uri().path() == "/userdb"
+        && request.headers().contains_key(header::IF_NONE_MATCH)
+        && events::preferred_wait(request.headers()).is_some()
+}
+
+/// Waits, at most `wait`, for the caller's revision to stop being the one `If-None-Match`
+/// names: returns the wait granted, or `None` when there was nothing to wait for (the
+/// condition does not name the current revision, or there is no image).
+async fn long_poll(
+    state: &AppState,
+    caller: &Caller,
+    extensions: &axum::http::Extensions,
+    headers: &HeaderMap,
+    wait: std::time::Duration,
+) -> Result<Option<std::time::Duration>, ApiError> {
+    use sync_pb::watch_image_response::Event;
+    let Some(condition) = etag::parse(headers, header::IF_NONE_MATCH) else {
+        return Ok(None);
+    };
+    let Some(current) = state.backends.head(caller, None).await? else {
+        return Ok(None);
+    };
+    if !condition.matches_weak(&current.revision) {
+        return Ok(None);
+    }
+    // A subscription while it waits: within the event streams' caps.
+    let peer = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), |p| p.0);
+    let address = crate::rate::client_address(peer, headers, &state.settings.connections.trusted);
+    let _admitted = state.streams.admit(&caller.user_id, address)?;
+    let mut watching = state
+        .backends
+        .watch(caller, Some(current.revision.clone()))
+        .await?;
+    let changed = async {
+        use futures::StreamExt as _;
+        while let Some(event) = watching.next().await {
+            match event.map(|e| e.event) {
+                Ok(Some(Event::Heartbeat(_)) | None) => {}
+                // A revision, no image, a gap, or the stream failing: the answer is read anew.
+                _ => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(wait, changed).await;
+    Ok(Some(wait))
 }
 
 /// `GET /userdb/events`: the caller's revisions as Server-Sent Events (`events.rs`), from the

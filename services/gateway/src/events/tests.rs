@@ -170,3 +170,22 @@ async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway
     assert_eq!(text.len(), 2);
     assert!(started.elapsed() >= Duration::from_millis(200));
 }
+
+#[test]
+fn a_wait_is_read_from_prefer_and_capped() {
+    let wait = |values: &[&str]| {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append("prefer", HeaderValue::from_str(value).expect("value"));
+        }
+        preferred_wait(&headers).map(|d| d.as_secs())
+    };
+    assert_eq!(wait(&[]), None);
+    assert_eq!(wait(&["wait=10"]), Some(10));
+    assert_eq!(wait(&["respond-async, wait=5"]), Some(5));
+    assert_eq!(wait(&["return=minimal", "Wait = 7"]), Some(7));
+    assert_eq!(wait(&["wait=3600"]), Some(MAX_WAIT_SECONDS), "capped");
+    for no in [&["wait=soon"][..], &["wait"], &["waiting=5"], &["wait=-1"]] {
+        assert_eq!(wait(no), None, "{no:?}");
+    }
+}
