@@ -360,6 +360,42 @@ async fn a_long_poll_answers_as_soon_as_the_revision_changes_or_304_when_its_wai
             "answered at the change: {took:?}"
         );
     }
+    // The limit still holds for everything else: an upload in flight (its body stalled) holds
+    // the one place, and a plain GET is shed at once with 503, while a long poll still waits.
+    let mut stalled = tokio::net::TcpStream::connect(hub.http)
+        .await
+        .expect("connect");
+    let body = push(3);
+    let head = format!(
+        "PUT /userdb HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {alice}\r\n\
+         content-type: application/octet-stream\r\nif-match: {}\r\ncontent-length: {}\r\n\r\n",
+        hub.http,
+        r2.header("etag"),
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stalled, head.as_bytes())
+        .await
+        .expect("head");
+    tokio::io::AsyncWriteExt::write_all(&mut stalled, &body[..1024])
+        .await
+        .expect("start");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let auth = bearer(&alice);
+    let shed = http
+        .send(
+            "GET",
+            "/userdb",
+            &[("authorization", &auth)],
+            Payload::Empty,
+        )
+        .await;
+    assert_error(&shed, 503, "OVERLOADED");
+    assert!(shed.headers.contains_key("retry-after"));
+    let e2 = r2.header("etag").to_owned();
+    let polled = long_poll(&http, &alice, "HEAD", &e2, 1).await;
+    assert_eq!(polled.status, 304, "a long poll holds no place");
+    drop(stalled);
+
     // A condition that is not the current revision is answered at once, without waiting.
     let started = std::time::Instant::now();
     let stale = long_poll(&http, &alice, "HEAD", &e1, 30).await;
