@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 use snug_e2e::{Hub, Options, userdb_vector};
-use snug_test_support::Snug;
+use snug_test_support::{Snug, set_theme};
 
 const CHESS_APP: &str = "starter--chess";
 const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
@@ -55,15 +55,6 @@ fn snapshot(dir: &Path) -> Vec<(String, String)> {
     files
 }
 
-fn edit(file: &Path, value: &str) {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.execute(
-        "INSERT OR REPLACE INTO snug_settings (key, value) VALUES ('theme', ?1)",
-        [serde_json::json!(value).to_string()],
-    )
-    .expect("edit");
-}
-
 /// A device directory holding `user.snug` (the sample) synced to `origin`, and beside it the
 /// backup `user.sqlite` that differs from it. Returns (device dir, user.snug, user.sqlite, r1).
 async fn adopted_device(
@@ -77,7 +68,7 @@ async fn adopted_device(
     let legacy = device.join("user.sqlite");
     std::fs::write(&canonical, userdb_vector("sample-v6.user.snug")).expect("write");
     std::fs::write(&legacy, userdb_vector("sample-v6.user.snug")).expect("write");
-    edit(&legacy, "the-old-backup");
+    set_theme(&legacy, "the-old-backup");
     let (code, json) = snug(
         args(&["sync", "push", p(&canonical), "--origin", origin]),
         env.to_vec(),
@@ -165,7 +156,7 @@ async fn a_legacy_backup_diverges_from_a_directory_origin_and_overwrites_nothing
         std::fs::read(device.join("user.snug.sync.json")).expect("sidecar"),
         lineage
     );
-    edit(&canonical, "newer");
+    set_theme(&canonical, "newer");
     let (code, json) = snug(
         args(&["sync", "push", p(&canonical), "--origin", &origin]),
         vec![],

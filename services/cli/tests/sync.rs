@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use snug_e2e::{Hub, Options, userdb_vector};
-use snug_test_support::Snug;
+use snug_test_support::{Snug, set_theme};
 
 const SNUG: Snug = Snug::new(env!("CARGO_BIN_EXE_snug"));
 
@@ -23,16 +23,6 @@ async fn sync(command: &str, file: &Path, origin: &str) -> (i32, serde_json::Val
 
 fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// Changes the user's content (a setting), as an app would.
-fn edit(file: &Path, value: &str) {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.execute(
-        "INSERT OR REPLACE INTO snug_settings (key, value) VALUES ('theme', ?1)",
-        [serde_json::json!(value).to_string()],
-    )
-    .expect("edit");
 }
 
 fn setting(file: &Path) -> Option<String> {
@@ -109,7 +99,7 @@ async fn two_devices(
         (0, false.into()),
         "a fresh pull is not a change: {json}"
     );
-    edit(&b, "dark");
+    set_theme(&b, "dark");
     let (code, json) = push(&b_s, &[]).await;
     assert_eq!(code, 0, "{json}");
     let r2 = json["revision"].as_str().expect("revision").to_owned();
@@ -130,8 +120,8 @@ async fn two_devices(
     );
 
     // Both edit; B pushes first; A's push and pull are refused as divergence (exit 6).
-    edit(&a, "light");
-    edit(&b, "solarized");
+    set_theme(&a, "light");
+    set_theme(&b, "solarized");
     let (code, _) = push(&b_s, &[]).await;
     assert_eq!(code, 0);
     let before = revisions();
@@ -160,9 +150,9 @@ async fn two_devices(
     assert_eq!(code, 0, "B had nothing unpushed: {json}");
     assert_eq!(setting(&b).as_deref(), Some("\"light\""));
     // And the other way: B edits, A edits, A takes the origin's copy with pull --force.
-    edit(&b, "b-wins");
+    set_theme(&b, "b-wins");
     assert_eq!(push(&b_s, &[]).await.0, 0);
-    edit(&a, "a-loses");
+    set_theme(&a, "a-loses");
     assert_eq!(pull(&a_s, &[]).await.0, 6);
     let (code, json) = pull(&a_s, &["--force"]).await;
     assert_eq!(code, 0, "{json}");
@@ -384,7 +374,7 @@ async fn a_second_sync_on_the_same_file_is_refused_while_the_first_runs() {
     assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
     // A lock file left by a holder that died (the lock itself died with it) is taken over.
     std::fs::write(dir.path().join("a.snug.sync.lock"), b"").expect("stale lock file");
-    edit(&file, "\"dark\"");
+    set_theme(&file, "\"dark\"");
     let (code, json) = sync("push", &file, &origin).await;
     assert_eq!((code, json["pushed"].clone()), (0, true.into()), "{json}");
     assert!(!dir.path().join("a.snug.sync.lock").exists());

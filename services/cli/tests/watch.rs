@@ -12,7 +12,7 @@ use std::{
 };
 
 use snug_e2e::{Hub, Options, userdb_vector};
-use snug_test_support::Snug;
+use snug_test_support::{Snug, set_theme};
 
 const BIN: &str = env!("CARGO_BIN_EXE_snug");
 const SNUG: Snug = Snug::new(BIN);
@@ -24,16 +24,6 @@ async fn snug(args: &[&str], env: &[(&'static str, String)]) -> (i32, serde_json
     tokio::task::spawn_blocking(move || SNUG.exit_and_json(&args, env))
         .await
         .expect("join")
-}
-
-/// Changes the user's content (a setting), as an app would.
-fn edit(file: &Path, value: &str) {
-    let conn = rusqlite::Connection::open(file).expect("open");
-    conn.execute(
-        "INSERT OR REPLACE INTO snug_settings (key, value) VALUES ('theme', ?1)",
-        [serde_json::json!(value).to_string()],
-    )
-    .expect("edit");
 }
 
 /// A running `snug --json sync watch`, its lines read on a thread of their own.
@@ -131,7 +121,7 @@ async fn a_watching_device_pulls_each_push_as_it_lands_and_pushes_its_own_with_p
     let watcher = Watcher::start(&b, &origin, &[], &env);
     let first = watcher.until_revision(pushed["revision"].as_str().expect("revision"));
     assert_eq!(first["ok"], true, "{first}");
-    edit(&a, "heard");
+    set_theme(&a, "heard");
     let (code, second) = snug(&["sync", "push", &a_str], &env).await;
     assert_eq!(code, 0, "{second}");
     watcher.until_revision(second["revision"].as_str().expect("revision"));
@@ -151,7 +141,7 @@ async fn a_watching_device_pulls_each_push_as_it_lands_and_pushes_its_own_with_p
         watcher.next(Duration::from_secs(20)).is_some(),
         "the first step"
     );
-    edit(&b, "from b");
+    set_theme(&b, "from b");
     let line = loop {
         let line = watcher.next(Duration::from_secs(20)).expect("the push");
         if line["pushed"] == true {
@@ -197,9 +187,9 @@ async fn a_watch_over_unpushed_changes_stops_at_divergence_and_overwrites_nothin
         watcher.next(Duration::from_secs(20)).is_some(),
         "the first step"
     );
-    edit(&b, "unpushed");
+    set_theme(&b, "unpushed");
     let local = std::fs::read(&b).expect("read");
-    edit(&a, "elsewhere");
+    set_theme(&a, "elsewhere");
     let (code, _) = snug(&["sync", "push", &a_str], &[]).await;
     assert_eq!(code, 0);
     let (code, lines) = watcher.exit_code(Duration::from_secs(20));

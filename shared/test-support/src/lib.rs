@@ -131,8 +131,19 @@ pub fn query_pairs(path: &Path, sql: &str) -> Vec<(String, String)> {
         .expect("rows")
 }
 
-/// Returns the `theme` row of `snug_settings` in the user database at `path`, or `None` when
-/// there is none or the file cannot be read as one.
+/// Changes the user's content as an app would: the `theme` setting of the user database at
+/// `path` becomes `value` (stored as JSON).
+pub fn set_theme(path: &Path, value: &str) {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.execute(
+        "INSERT OR REPLACE INTO snug_settings (key, value) VALUES ('theme', ?1)",
+        [serde_json::json!(value).to_string()],
+    )
+    .expect("set the theme");
+}
+
+/// Returns the `theme` row of `snug_settings` in the user database at `path` (its JSON text),
+/// or `None` when there is none or the file cannot be read as one.
 pub fn theme(path: &Path) -> Option<String> {
     let conn = rusqlite::Connection::open(path).expect("open");
     conn.query_row(
