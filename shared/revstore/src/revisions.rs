@@ -1,5 +1,5 @@
-//! Live revision events (issue 40): a commit tells this process's subscribers that a user's
-//! revisions changed.
+//! Live revision events (issue 40): a commit (or an erasure) tells this process's subscribers
+//! that a user's revisions changed.
 //!
 //! The commit announces it once, from the protocol's commit step (`protocol.rs`): the embedded
 //! and memory stores in process, right after the commit; PostgreSQL with `pg_notify` inside the

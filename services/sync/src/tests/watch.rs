@@ -138,7 +138,7 @@ async fn a_watch_is_told_of_what_it_cannot_be_shown_and_beats_when_idle(backend:
             Some(Event::Heartbeat(_))
         ));
     }
-    // Erased (no commit announces it): no image, within a heartbeat.
+    // Erased: no image, announced as a commit is (a heartbeat reads nothing).
     erase_user(&mut hub, "alice").await.expect("erase");
     let mut event = next(&mut stream, Duration::from_secs(5)).await;
     while matches!(event, Some(Event::Heartbeat(_))) {

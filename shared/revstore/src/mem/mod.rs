@@ -410,7 +410,12 @@ impl RevStore for MemStore {
 
     async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
         // Like a pass, it holds the state's lock throughout and waits on nothing else.
-        futures::executor::block_on(erase::erase(self, user, self.now()))
+        let erased = futures::executor::block_on(erase::erase(self, user, self.now()));
+        if erased.is_ok() {
+            // The user's subscribers learn they have no image now, as from a commit.
+            self.inner.revisions.announce(user);
+        }
+        erased
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

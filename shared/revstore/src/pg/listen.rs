@@ -38,6 +38,11 @@ pub(super) fn payload(user: &UserId, revision: &Revision) -> String {
     format!("{revision} {user}")
 }
 
+/// What an erasure notifies: a revision-shaped word no revision is (`-`), then the user id.
+pub(super) fn payload_erased(user: &UserId) -> String {
+    format!("- {user}")
+}
+
 /// The user a notification names, if it is one this store sends.
 fn user_of(payload: &str) -> Option<UserId> {
     let (revision, user) = payload.split_once(' ')?;
@@ -104,7 +109,8 @@ mod tests {
         let revision = Revision::new("r7-00000000000000ab").expect("revision");
         for id in ["alice", "bob smith", "ünïcode user", "a b c"] {
             let user = UserId::new(id).expect("user");
-            assert_eq!(user_of(&payload(&user, &revision)), Some(user));
+            assert_eq!(user_of(&payload(&user, &revision)), Some(user.clone()));
+            assert_eq!(user_of(&payload_erased(&user)), Some(user));
         }
         for foreign in ["", "alice", "not\"a-token alice", " alice"] {
             assert_eq!(user_of(foreign), None, "{foreign:?}");

@@ -842,7 +842,24 @@ impl RevStore for PgStore {
     }
 
     async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
-        crate::erase::erase(self, user, self.now()).await
+        let erased = crate::erase::erase(self, user, self.now()).await?;
+        // Every replica's subscribers of the user learn they have no image now. The erasure
+        // stands whatever happens to the notification; a lost one is made good when a listener
+        // resyncs.
+        let notified = async {
+            self.client()
+                .await?
+                .execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[&self.inner.channel, &listen::payload_erased(user)],
+                )
+                .await?;
+            Ok::<_, StorageError>(())
+        };
+        if let Err(err) = notified.await {
+            tracing::warn!(error = %err, "could not tell the replicas' subscribers of an erasure");
+        }
+        Ok(erased)
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

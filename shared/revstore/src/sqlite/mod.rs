@@ -710,28 +710,35 @@ impl RevStore for SqliteStore {
     }
 
     async fn erase(&self, user: &UserId) -> Result<ErasureReport, ReclaimError> {
-        let user = user.clone();
-        self.blocking(move |inner| {
-            // The served ledger's spool files hold principals too: folded into `served` first,
-            // so the pass scrubs them there.
-            inner.fold_served()?;
-            let mut report =
-                futures::executor::block_on(crate::erase::erase(inner, &user, inner.now()))?;
-            // A download that began before the pass wrote its entry to the spool meanwhile.
-            if inner.fold_served()? > 0 {
-                let conn = inner.writer();
-                report.ledger_rows_scrubbed += conn.execute(
-                    "UPDATE served SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2",
-                    [user.as_str(), crate::erase::ERASED],
-                )? as u64;
-            }
-            // Neither the database file nor a WAL frame may keep a page as it was before the
-            // erasure. Blocked by a reader, the erasure stays committed and a retry (reporting
-            // zeros) completes the checkpoint.
-            inner.checkpoints.truncate()?;
-            Ok(report)
-        })
-        .await
+        let erasing = user.clone();
+        let erased = self
+            .blocking(move |inner| {
+                let user = erasing;
+                // The served ledger's spool files hold principals too: folded into `served`
+                // first, so the pass scrubs them there.
+                inner.fold_served()?;
+                let mut report =
+                    futures::executor::block_on(crate::erase::erase(inner, &user, inner.now()))?;
+                // A download that began before the pass wrote its entry to the spool meanwhile.
+                if inner.fold_served()? > 0 {
+                    let conn = inner.writer();
+                    report.ledger_rows_scrubbed += conn.execute(
+                        "UPDATE served SET principal = ?2 WHERE user_id = ?1 AND principal <> ?2",
+                        [user.as_str(), crate::erase::ERASED],
+                    )? as u64;
+                }
+                // Neither the database file nor a WAL frame may keep a page as it was before
+                // the erasure. Blocked by a reader, the erasure stays committed and a retry
+                // (reporting zeros) completes the checkpoint.
+                inner.checkpoints.truncate()?;
+                Ok(report)
+            })
+            .await;
+        if erased.is_ok() {
+            // The user's subscribers learn they have no image now, as from a commit.
+            self.inner.revisions.announce(user);
+        }
+        erased
     }
 
     async fn journal(&self, limit: usize) -> Result<Vec<JournalEntry>, StorageError> {

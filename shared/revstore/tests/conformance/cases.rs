@@ -2286,10 +2286,10 @@ async fn woken(subscription: &mut snug_revstore::Subscription, within: Duration)
         .is_ok()
 }
 
-/// Issue 40: every commit of a user's revisions (a put, a delta push's put, a restore) wakes
-/// that user's subscribers, once the commit has landed; nothing else does (another user's
-/// commit, a refused write, a replay), and a subscriber that was not waiting learns of commits
-/// in between when it next waits.
+/// Issue 40: every commit of a user's revisions (a put, a delta push's put, a restore) and
+/// their erasure wakes that user's subscribers, once it has landed; nothing else does (another
+/// user's commit, a refused write, a replay), and a subscriber that was not waiting learns of
+/// commits in between when it next waits.
 pub(crate) async fn a_commit_wakes_its_users_subscribers<
     S: RevStore,
     Fut: Future<Output = Option<Fixture<S>>>,
@@ -2387,6 +2387,10 @@ pub(crate) async fn a_commit_wakes_its_users_subscribers<
     .expect("replayed");
     assert!(again.replayed && again.info == first.info);
     assert!(!woken(&mut watching, quiet).await, "a replay");
+    // An erasure is announced too: the user has no image now.
+    fx.store.erase(&alice).await.expect("erase");
+    assert!(woken(&mut watching, landed).await, "an erasure");
+    assert!(!woken(&mut bobs, quiet).await, "not bob's");
     drop(bobs);
     drop(watching);
     assert_eq!(fx.store.revisions().subscribers(), 0);
