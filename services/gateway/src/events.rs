@@ -33,7 +33,7 @@ use serde_json::json;
 use snug_proto::sync::v1 as sync_pb;
 use tokio::sync::watch;
 
-use crate::{error::ApiError, etag};
+use crate::{backend::Caller, error::ApiError, etag};
 
 /// Seconds between heartbeats the gateway asks of the sync service.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -79,7 +79,7 @@ fn lock(open: &Mutex<Open>) -> MutexGuard<'_, Open> {
 pub(crate) struct Admitted {
     open: Arc<Mutex<Open>>,
     user: String,
-    address: IpAddr,
+    address: Option<IpAddr>,
 }
 
 impl Drop for Admitted {
@@ -87,7 +87,9 @@ impl Drop for Admitted {
         let mut open = lock(&self.open);
         open.all -= 1;
         release(&mut open.users, &self.user);
-        release(&mut open.addresses, &self.address);
+        if let Some(address) = &self.address {
+            release(&mut open.addresses, address);
+        }
         set_gauge(open.all);
     }
 }
@@ -117,9 +119,15 @@ impl Streams {
         }
     }
 
-    /// Counts a new stream of `user` from `address`, or refuses it: over the user's or the
-    /// address's cap with 429 `RATE_LIMITED`, over the gateway's with 503 `OVERLOADED`.
-    pub(crate) fn admit(&self, user: &str, address: IpAddr) -> Result<Admitted, ApiError> {
+    /// Counts a new stream of `caller`, or refuses it: over the user's or the client address's
+    /// cap with 429 `RATE_LIMITED`, over the gateway's with 503 `OVERLOADED`. A caller with no
+    /// client address (a trusted proxy's own request, a router driven in-process) counts
+    /// against the user's cap and the gateway's only.
+    pub(crate) fn admit(&self, caller: &Caller) -> Result<Admitted, ApiError> {
+        self.admit_from(&caller.user_id, caller.client_address)
+    }
+
+    fn admit_from(&self, user: &str, address: Option<IpAddr>) -> Result<Admitted, ApiError> {
         let mut open = lock(&self.open);
         if open.users.get(user).copied().unwrap_or(0) >= self.caps.per_user {
             return Err(ApiError::from_reason(
@@ -130,7 +138,9 @@ impl Streams {
                 ),
             ));
         }
-        if open.addresses.get(&address).copied().unwrap_or(0) >= self.caps.per_address {
+        if address
+            .is_some_and(|a| open.addresses.get(&a).copied().unwrap_or(0) >= self.caps.per_address)
+        {
             return Err(ApiError::from_reason(
                 &snug_reasons::gateway::RATE_LIMITED,
                 format!(
@@ -147,7 +157,9 @@ impl Streams {
         }
         open.all += 1;
         *open.users.entry(user.to_owned()).or_default() += 1;
-        *open.addresses.entry(address).or_default() += 1;
+        if let Some(address) = address {
+            *open.addresses.entry(address).or_default() += 1;
+        }
         set_gauge(open.all);
         Ok(Admitted {
             open: Arc::clone(&self.open),

@@ -246,13 +246,12 @@ async fn get_userdb(
     State(state): State<Arc<AppState>>,
     Authed(caller): Authed,
     method: Method,
-    extensions: axum::http::Extensions,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let origin = state.backends.origin_id(&caller).await?;
     let waited = match events::preferred_wait(&headers) {
         Some(wait) if headers.contains_key(header::IF_NONE_MATCH) => {
-            long_poll(&state, &caller, &extensions, &headers, wait).await?
+            long_poll(&state, &caller, &headers, wait).await?
         }
         _ => None,
     };
@@ -283,7 +282,6 @@ pub(crate) fn waits(request: &axum::extract::Request) -> bool {
 async fn long_poll(
     state: &AppState,
     caller: &Caller,
-    extensions: &axum::http::Extensions,
     headers: &HeaderMap,
     wait: std::time::Duration,
 ) -> Result<Option<std::time::Duration>, ApiError> {
@@ -298,11 +296,7 @@ async fn long_poll(
         return Ok(None);
     }
     // A subscription while it waits: within the event streams' caps.
-    let peer = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), |p| p.0);
-    let address = crate::rate::client_address(peer, headers, &state.settings.connections.trusted);
-    let _admitted = state.streams.admit(&caller.user_id, address)?;
+    let _admitted = state.streams.admit(caller)?;
     let mut watching = state
         .backends
         .watch(caller, Some(current.revision.clone()))
@@ -326,16 +320,10 @@ async fn long_poll(
 async fn userdb_events(
     State(state): State<Arc<AppState>>,
     Authed(caller): Authed,
-    extensions: axum::http::Extensions,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after = events::last_event_id(&headers)?;
-    // A router driven in-process (tests) has no peer: one address for all its streams.
-    let peer = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), |p| p.0);
-    let address = crate::rate::client_address(peer, &headers, &state.settings.connections.trusted);
-    let admitted = state.streams.admit(&caller.user_id, address)?;
+    let admitted = state.streams.admit(&caller)?;
     let origin = state.backends.origin_id(&caller).await?;
     let answer = match state.backends.watch(&caller, after).await {
         Ok(watching) => {
