@@ -33,7 +33,7 @@ use serde_json::json;
 use snug_proto::sync::v1 as sync_pb;
 use tokio::sync::watch;
 
-use crate::{backend::Caller, error::ApiError, etag};
+use crate::{error::ApiError, etag};
 
 /// Seconds between heartbeats the gateway asks of the sync service.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -119,15 +119,12 @@ impl Streams {
         }
     }
 
-    /// Counts a new stream of `caller`, or refuses it: over the user's or the client address's
-    /// cap with 429 `RATE_LIMITED`, over the gateway's with 503 `OVERLOADED`. A caller with no
-    /// client address (a trusted proxy's own request, a router driven in-process) counts
-    /// against the user's cap and the gateway's only.
-    pub(crate) fn admit(&self, caller: &Caller) -> Result<Admitted, ApiError> {
-        self.admit_from(&caller.user_id, caller.client_address)
-    }
-
-    fn admit_from(&self, user: &str, address: Option<IpAddr>) -> Result<Admitted, ApiError> {
+    /// Counts a new stream of `user` from the client `address` (the caller's, as the
+    /// authentication prologue found it), or refuses it: over the user's or the address's cap
+    /// with 429 `RATE_LIMITED`, over the gateway's with 503 `OVERLOADED`. Without an address (a
+    /// trusted proxy's own request, a router driven in-process) only the user's cap and the
+    /// gateway's count.
+    pub(crate) fn admit(&self, user: &str, address: Option<IpAddr>) -> Result<Admitted, ApiError> {
         let mut open = lock(&self.open);
         if open.users.get(user).copied().unwrap_or(0) >= self.caps.per_user {
             return Err(ApiError::from_reason(

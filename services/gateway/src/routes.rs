@@ -296,7 +296,9 @@ async fn long_poll(
         return Ok(None);
     }
     // A subscription while it waits: within the event streams' caps.
-    let _admitted = state.streams.admit(caller)?;
+    let _admitted = state
+        .streams
+        .admit(&caller.user_id, caller.client_address)?;
     let mut watching = state
         .backends
         .watch(caller, Some(current.revision.clone()))
@@ -323,7 +325,9 @@ async fn userdb_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after = events::last_event_id(&headers)?;
-    let admitted = state.streams.admit(&caller)?;
+    let admitted = state
+        .streams
+        .admit(&caller.user_id, caller.client_address)?;
     let origin = state.backends.origin_id(&caller).await?;
     let answer = match state.backends.watch(&caller, after).await {
         Ok(watching) => {

@@ -12,7 +12,7 @@ const CAPS: Caps = Caps {
 
 fn admit(streams: &Streams) -> Admitted {
     streams
-        .admit_from("alice", Some(IpAddr::from([127, 0, 0, 1])))
+        .admit("alice", Some(IpAddr::from([127, 0, 0, 1])))
         .expect("admitted")
 }
 
@@ -24,32 +24,29 @@ fn streams_are_capped_per_user_per_address_and_in_all_until_they_end() {
         let err = result.expect_err("refused");
         (err.status.as_u16(), err.code)
     };
-    let alice_1 = streams.admit_from("alice", Some(a)).expect("1");
-    let alice_2 = streams.admit_from("alice", Some(b)).expect("2");
+    let alice_1 = streams.admit("alice", Some(a)).expect("1");
+    let alice_2 = streams.admit("alice", Some(b)).expect("2");
     assert_eq!(
-        refused(streams.admit_from("alice", Some(b))),
+        refused(streams.admit("alice", Some(b))),
         (429, "RATE_LIMITED"),
         "per user"
     );
-    let bob_1 = streams.admit_from("bob", Some(a)).expect("bob 1");
-    let _carol = streams.admit_from("carol", Some(a)).expect("carol");
+    let bob_1 = streams.admit("bob", Some(a)).expect("bob 1");
+    let _carol = streams.admit("carol", Some(a)).expect("carol");
     assert_eq!(
-        refused(streams.admit_from("dave", Some(a))),
+        refused(streams.admit("dave", Some(a))),
         (429, "RATE_LIMITED"),
         "per address"
     );
     assert_eq!(
-        refused(streams.admit_from("dave", Some(b))),
+        refused(streams.admit("dave", Some(b))),
         (503, "OVERLOADED"),
         "in all"
     );
     // A stream that ends gives its place back, to anyone.
     drop(alice_1);
-    let dave = streams.admit_from("dave", Some(b)).expect("dave");
-    assert_eq!(
-        refused(streams.admit_from("erin", Some(b))),
-        (503, "OVERLOADED")
-    );
+    let dave = streams.admit("dave", Some(b)).expect("dave");
+    assert_eq!(refused(streams.admit("erin", Some(b))), (503, "OVERLOADED"));
     drop((alice_2, bob_1, dave));
     let open = lock(&streams.open);
     assert_eq!(
