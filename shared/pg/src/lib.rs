@@ -10,7 +10,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 mod listen;
 mod tls;
 
-pub use listen::{ListenError, Listening, listen};
+pub use listen::{Heard, ListenError, Listening, follow, listen};
 pub use tls::PgTlsError;
 
 /// How to reach the database.

@@ -6,6 +6,10 @@
 //! listens. It connects with the pool's rules (the same URL, TLS and schema). Its driver runs as
 //! a task of its own; the notifications reach the [`Listening`] through a channel, which ends
 //! when the connection does.
+//!
+//! [`follow`] keeps a channel listened to for good: it finds out a lost connection (an error, or
+//! a ping unanswered, which is how a silent network shows), says so, listens again backing off,
+//! and says when it listens again, so its caller can make good the notifications that were lost.
 
 use std::time::Duration;
 
@@ -13,6 +17,70 @@ use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Client};
 
 use crate::{PgConfig, PgError};
+
+/// How often a followed connection is asked whether it is still there.
+const PING_EVERY: Duration = Duration::from_secs(15);
+/// How long an answer may take before the connection counts as lost.
+const PING_WITHIN: Duration = Duration::from_secs(5);
+/// The first wait before listening again, doubled up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What following a channel hears ([`follow`]).
+#[derive(Debug)]
+pub enum Heard<'a> {
+    /// A notification's payload.
+    Notification(&'a str),
+    /// The connection is lost: notifications are lost until [`Heard::Listening`].
+    Lost(&'a ListenError),
+    /// Listening again: notifications sent while lost are gone.
+    Listening,
+}
+
+/// Serves `listening` (on `channel`, connected as `pg` says), then listens again whenever it is
+/// lost, for as long as the future runs, telling `hear` what happens.
+pub async fn follow(
+    pg: PgConfig,
+    channel: String,
+    mut listening: Listening,
+    mut hear: impl FnMut(Heard<'_>) + Send,
+) {
+    loop {
+        let err = serve(&mut listening, &mut hear).await;
+        hear(Heard::Lost(&err));
+        let mut backoff = MIN_BACKOFF;
+        listening = loop {
+            tokio::time::sleep(backoff).await;
+            match listen(&pg, &channel).await {
+                Ok(listening) => break listening,
+                Err(err) => {
+                    tracing::warn!(error = %err, channel, retry_in = ?backoff, "cannot listen on a PostgreSQL channel");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        };
+        hear(Heard::Listening);
+    }
+}
+
+/// Hears each notification until the connection is lost.
+async fn serve(listening: &mut Listening, hear: &mut impl FnMut(Heard<'_>)) -> ListenError {
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            next = listening.next() => match next {
+                Ok(payload) => hear(Heard::Notification(&payload)),
+                Err(err) => return err,
+            },
+            _ = ping.tick() => {
+                if let Err(err) = listening.ping(PING_WITHIN).await {
+                    return err;
+                }
+            }
+        }
+    }
+}
 
 /// A connection listening on one channel.
 pub struct Listening {

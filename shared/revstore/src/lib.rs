@@ -232,7 +232,7 @@ pub use mem::MemStore;
 pub use objects::{Bucket, Created, Listed, ObjectError, ObjectStorage, PACK_BYTES};
 #[cfg(feature = "postgres")]
 pub use pg::{PgConfig, PgStore, PgTlsError, listen::channel as revisions_channel};
-pub use revisions::{Revisions, Subscription};
+pub use revisions::{AllChanges, Change, Revisions, Subscription};
 pub use sqlite::SqliteStore;
 pub use store::{BaseImage, Held, ImageBody, ImageDownload, RevStore};
 pub use types::{

@@ -13,15 +13,25 @@
 //! What an idle subscriber holds: one [`Subscription`] (a user id and two channel receivers,
 //! about 100 bytes) and, per user with subscribers, one channel in the map. The map entry goes
 //! with the user's last subscription.
+//!
+//! A cache of many users' heads (a gateway's) subscribes to every user at once instead
+//! ([`Revisions::watch_all`]): it hears each announced user's id, and a [`Change::Reset`] when
+//! what it learned may be out of date — notifications lost (a listener that failed, a feed that
+//! fell behind) — saying whether every commit is heard from then on (`live`). While not live a
+//! cache must not answer from what it holds: a commit on another replica may go unheard.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::UserId;
+
+/// How many announcements a subscriber of every user may fall behind before it is told to
+/// forget what it knows ([`Change::Reset`]) instead.
+const ALL_BACKLOG: usize = 4096;
 
 /// The subscriptions of one process, by user.
 #[derive(Debug)]
@@ -29,6 +39,10 @@ pub struct Revisions {
     users: Mutex<HashMap<UserId, watch::Sender<u64>>>,
     /// Bumped when notifications may have been lost: every subscriber reads again.
     resync: watch::Sender<u64>,
+    /// Every announced user, for subscribers of all ([`Revisions::watch_all`]).
+    all: broadcast::Sender<Change>,
+    /// Whether every commit is announced now (false while a listener is lost).
+    live: watch::Sender<bool>,
 }
 
 impl Default for Revisions {
@@ -36,8 +50,23 @@ impl Default for Revisions {
         Self {
             users: Mutex::new(HashMap::new()),
             resync: watch::Sender::new(0),
+            all: broadcast::Sender::new(ALL_BACKLOG),
+            live: watch::Sender::new(true),
         }
     }
+}
+
+/// What a subscriber of every user hears ([`AllChanges::next`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The user's revisions changed: a commit, or an erasure.
+    User(UserId),
+    /// Forget what was learned before: changes may have gone unheard. `live`: every change is
+    /// heard from now on; `false`: not until the next reset.
+    Reset {
+        /// Whether every change is announced from now on.
+        live: bool,
+    },
 }
 
 impl Revisions {
@@ -66,16 +95,36 @@ impl Revisions {
         }
     }
 
+    /// Subscribes to every user's commits from now on; the first thing heard is a
+    /// [`Change::Reset`] saying whether they are all heard.
+    pub fn watch_all(&self) -> AllChanges {
+        AllChanges {
+            changes: self.all.subscribe(),
+            live: self.live.subscribe(),
+            reset: true,
+        }
+    }
+
     /// Wakes the user's subscribers: a commit moved their revisions (or erased them).
     pub(crate) fn announce(&self, user: &UserId) {
         if let Some(sender) = self.users().get(user) {
             sender.send_modify(|n| *n = n.wrapping_add(1));
         }
+        // No subscriber of all is no error.
+        let _ = self.all.send(Change::User(user.clone()));
     }
 
-    /// Wakes every subscriber to read again: notifications may have been lost.
+    /// Notifications may have been lost, and are until [`Revisions::resync`]: subscribers of all
+    /// stop trusting what they learn.
+    pub(crate) fn lost(&self) {
+        self.live.send_replace(false);
+    }
+
+    /// Every commit is announced again, but notifications may have been lost: every subscriber
+    /// reads again.
     pub(crate) fn resync(&self) {
         self.resync.send_modify(|n| *n = n.wrapping_add(1));
+        self.live.send_replace(true);
     }
 
     /// How many subscriptions are open.
@@ -114,6 +163,46 @@ impl Subscription {
         }
         self.changes.mark_unchanged();
         self.resync.mark_unchanged();
+    }
+}
+
+/// A subscriber's view of every user's commits.
+#[derive(Debug)]
+pub struct AllChanges {
+    changes: broadcast::Receiver<Change>,
+    live: watch::Receiver<bool>,
+    /// A reset is owed: at the start, after a change of liveness, after falling behind.
+    reset: bool,
+}
+
+impl AllChanges {
+    /// The next change, waiting for it.
+    pub async fn next(&mut self) -> Change {
+        loop {
+            if std::mem::take(&mut self.reset) {
+                self.live.mark_unchanged();
+                // Announcements queued before now were made under what this reset forgets.
+                self.changes = self.changes.resubscribe();
+                return Change::Reset {
+                    live: *self.live.borrow(),
+                };
+            }
+            tokio::select! {
+                biased;
+                changed = self.live.changed() => {
+                    // The sender lives as long as the `Revisions` this came from.
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    self.reset = true;
+                }
+                change = self.changes.recv() => match change {
+                    Ok(change) => return change,
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.reset = true,
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                },
+            }
+        }
     }
 }
 

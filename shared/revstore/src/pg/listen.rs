@@ -9,20 +9,12 @@
 //! ([`Revisions::resync`]), since notifications sent meanwhile are lost. So a subscriber misses
 //! no commit it could tell about, only learns of it later.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
-use snug_pg::{ListenError, Listening, PgConfig};
+use snug_pg::{Heard, Listening, PgConfig};
 
 use crate::{Revision, Revisions, UserId};
-
-/// How often the listening connection is asked whether it is still there.
-const PING_EVERY: Duration = Duration::from_secs(15);
-/// How long an answer may take before the connection counts as lost.
-const PING_WITHIN: Duration = Duration::from_secs(5);
-/// The first wait before listening again, doubled up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The store's channel: one per schema. Its listening session is named for it
 /// (`application_name` in `pg_stat_activity`).
@@ -57,47 +49,22 @@ pub(super) async fn run(
     pg: PgConfig,
     channel: String,
     revisions: Arc<Revisions>,
-    mut listening: Listening,
+    listening: Listening,
 ) {
-    loop {
-        let err = serve(&mut listening, &revisions).await;
-        tracing::warn!(error = %err, "lost the PostgreSQL connection that hears the replicas' commits; listening again");
-        let mut backoff = MIN_BACKOFF;
-        listening = loop {
-            tokio::time::sleep(backoff).await;
-            match snug_pg::listen(&pg, &channel).await {
-                Ok(listening) => break listening,
-                Err(err) => {
-                    tracing::warn!(error = %err, retry_in = ?backoff, "cannot listen for the replicas' commits");
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
-        };
-        // Commits made while no connection listened: every subscriber reads again.
-        revisions.resync();
-    }
-}
-
-/// Wakes the subscribers of each notification's user until the connection is lost.
-async fn serve(listening: &mut Listening, revisions: &Revisions) -> ListenError {
-    let mut ping = tokio::time::interval(PING_EVERY);
-    ping.tick().await;
-    loop {
-        tokio::select! {
-            next = listening.next() => match next {
-                Ok(payload) => match user_of(&payload) {
-                    Some(user) => revisions.announce(&user),
-                    None => tracing::warn!(payload, "ignored a notification this store does not send"),
-                },
-                Err(err) => return err,
-            },
-            _ = ping.tick() => {
-                if let Err(err) = listening.ping(PING_WITHIN).await {
-                    return err;
-                }
-            }
+    snug_pg::follow(pg, channel, listening, |heard| match heard {
+        Heard::Notification(payload) => match user_of(payload) {
+            Some(user) => revisions.announce(&user),
+            None => tracing::warn!(payload, "ignored a notification this store does not send"),
+        },
+        Heard::Lost(err) => {
+            // Until listening again, other replicas' commits go unheard: caches stop trusting.
+            revisions.lost();
+            tracing::warn!(error = %err, "lost the PostgreSQL connection that hears the replicas' commits; listening again");
         }
-    }
+        // Commits made while no connection listened: every subscriber reads again.
+        Heard::Listening => revisions.resync(),
+    })
+    .await;
 }
 
 #[cfg(test)]

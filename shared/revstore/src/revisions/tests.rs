@@ -71,3 +71,56 @@ async fn a_users_entry_goes_with_their_last_subscription() {
     revisions.announce(&alice);
     assert!(revisions.users().is_empty());
 }
+
+/// The next change heard by `all`, within a short wait.
+async fn heard(all: &mut AllChanges) -> Option<Change> {
+    tokio::time::timeout(Duration::from_millis(50), all.next())
+        .await
+        .ok()
+}
+
+#[tokio::test]
+async fn a_subscriber_of_all_hears_every_user_after_a_first_reset() {
+    let revisions = Revisions::new();
+    let mut all = revisions.watch_all();
+    assert_eq!(heard(&mut all).await, Some(Change::Reset { live: true }));
+    assert_eq!(heard(&mut all).await, None, "nothing committed yet");
+    revisions.announce(&user("alice"));
+    revisions.announce(&user("bob"));
+    assert_eq!(heard(&mut all).await, Some(Change::User(user("alice"))));
+    assert_eq!(heard(&mut all).await, Some(Change::User(user("bob"))));
+    assert_eq!(heard(&mut all).await, None);
+}
+
+#[tokio::test]
+async fn a_lost_listener_resets_subscribers_of_all_until_it_listens_again() {
+    let revisions = Revisions::new();
+    let mut all = revisions.watch_all();
+    assert_eq!(heard(&mut all).await, Some(Change::Reset { live: true }));
+    revisions.lost();
+    assert_eq!(heard(&mut all).await, Some(Change::Reset { live: false }));
+    revisions.resync();
+    assert_eq!(heard(&mut all).await, Some(Change::Reset { live: true }));
+    // A subscriber that begins while lost hears so first.
+    revisions.lost();
+    let mut late = revisions.watch_all();
+    assert_eq!(heard(&mut late).await, Some(Change::Reset { live: false }));
+}
+
+#[tokio::test]
+async fn a_subscriber_of_all_that_falls_behind_is_reset_not_misled() {
+    let revisions = Revisions::new();
+    let mut all = revisions.watch_all();
+    assert_eq!(heard(&mut all).await, Some(Change::Reset { live: true }));
+    for n in 0..(ALL_BACKLOG + 10) {
+        revisions.announce(&user(&format!("user{n}")));
+    }
+    assert_eq!(heard(&mut all).await, Some(Change::Reset { live: true }));
+    assert_eq!(
+        heard(&mut all).await,
+        None,
+        "what it missed is forgotten, not replayed"
+    );
+    revisions.announce(&user("alice"));
+    assert_eq!(heard(&mut all).await, Some(Change::User(user("alice"))));
+}
