@@ -720,6 +720,17 @@ impl SyncService for SyncServer {
         ))
     }
 
+    type WatchCommitsStream = ResponseStream<pb::WatchCommitsResponse>;
+
+    async fn watch_commits(
+        &self,
+        request: Request<pb::WatchCommitsRequest>,
+    ) -> Result<Response<Self::WatchCommitsStream>, Status> {
+        Ok(Response::new(
+            SyncServer::watch_commits(self, request.into_inner()).await?,
+        ))
+    }
+
     type GetImageDeltaStream = ResponseStream<pb::GetImageDeltaResponse>;
 
     async fn get_image_delta(

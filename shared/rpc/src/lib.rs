@@ -32,6 +32,8 @@
 //! - [`metrics`] and [`admin`]: the process's Prometheus metrics and the admin port serving them.
 //! - [`bearer`]: the token of an `Authorization: Bearer` header, read one way for the gateway's
 //!   callers and the admin API's.
+//! - [`watch`]: what brings a watcher of one user's revisions up to date (`WatchImage`'s rule),
+//!   for the sync service that serves it and the gateway that fans it out.
 //!
 //! What it deliberately does not do: choose a status code for a domain error (each service's
 //! `status.rs` does, exhaustively) or know anything about Snug files.
@@ -80,3 +82,4 @@ pub mod service_token;
 pub mod status;
 pub mod telemetry;
 pub mod trace_context;
+pub mod watch;

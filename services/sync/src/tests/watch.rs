@@ -1,6 +1,7 @@
 //! WatchImage (issue 40 point 2) through the service: a caller hears its own commits as they
 //! land, resumes after the last it saw, is told of a gap it cannot be shown, hears heartbeats,
-//! and never another user's events.
+//! and never another user's events; WatchCommits hears every user's commits and erasures after
+//! a first reset.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use super::*;
 on_every_backend!(
     a_watch_hears_each_commit_and_resumes_after_the_last_it_saw,
     a_watch_is_told_of_what_it_cannot_be_shown_and_beats_when_idle,
+    a_watch_of_every_user_hears_each_commit_and_erasure_by_user_id,
 );
 
 async fn watch(
@@ -158,4 +160,67 @@ async fn a_watch_is_told_of_what_it_cannot_be_shown_and_beats_when_idle(backend:
         assert_eq!(reason(&err), "INVALID_ARGUMENT", "{field}");
         assert_eq!(meta(&err, "field").as_deref(), Some(field));
     }
+}
+
+async fn a_watch_of_every_user_hears_each_commit_and_erasure_by_user_id(backend: Backend) {
+    use pb::watch_commits_response::Event as C;
+    let Some(mut hub) = start(backend, |_| {}).await else {
+        return;
+    };
+    let mut all = hub
+        .client
+        .watch_commits(pb::WatchCommitsRequest {
+            heartbeat_seconds: 1,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut next = async || -> C {
+        // Heartbeats say only that the stream lives.
+        loop {
+            let message = tokio::time::timeout(SOON, all.message())
+                .await
+                .expect("in time")
+                .expect("the stream")
+                .expect("an event");
+            match message.event.expect("an event set") {
+                C::Heartbeat(_) => continue,
+                event => return event,
+            }
+        }
+    };
+    assert_eq!(
+        next().await,
+        C::Reset(pb::watch_commits_response::Reset { live: true })
+    );
+    provision(&mut hub, "alice").await;
+    provision(&mut hub, "bob").await;
+    let r1 = put(&mut hub, "alice", must_not_exist(), &image(1, 0))
+        .await
+        .expect("r1");
+    put(&mut hub, "bob", must_not_exist(), &image(2, 0))
+        .await
+        .expect("bob's");
+    put(&mut hub, "alice", must_match(&r1.revision), &image(3, 0))
+        .await
+        .expect("r2");
+    erase_user(&mut hub, "bob").await.expect("erase");
+    let mut heard = Vec::new();
+    while heard.len() < 4 {
+        match next().await {
+            C::Committed(user) => heard.push(user),
+            other => panic!("expected a commit, got {other:?}"),
+        }
+    }
+    assert_eq!(heard, ["alice", "bob", "alice", "bob"]);
+
+    let err = hub
+        .client
+        .watch_commits(pb::WatchCommitsRequest {
+            heartbeat_seconds: 301,
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(meta(&err, "field").as_deref(), Some("heartbeat_seconds"));
 }
