@@ -423,6 +423,7 @@ impl Hub {
         self.with_users(async move |users| {
             users.remove_user(&name).await.expect("remove user");
         });
+        heard();
     }
 
     /// Every user of the directory with their tokens and identities (auth on).
@@ -436,6 +437,7 @@ impl Hub {
         self.with_users(async move |users| {
             users.disable(&name).await.expect("disable user");
         });
+        heard();
     }
 
     /// Enables the user named `name` again (auth on).
@@ -461,6 +463,7 @@ impl Hub {
         self.with_users(async move |users| {
             users.revoke_token(&id).await.expect("revoke token");
         });
+        heard();
     }
 
     /// The id of the user named `name` (auth on).
@@ -481,6 +484,9 @@ impl Hub {
 
     /// Runs `f` on the gateway's users directory from synchronous test code, on a runtime of its
     /// own (so it works whatever runtime, if any, the caller is on), as `snug-hub users` would.
+    /// Runs `f` on the users directory as another process does (`snug-hub users …`): the
+    /// running hub hears a change that takes access away within `snug_users::SQLITE_EVERY`, so
+    /// the helpers that make one return after twice that.
     fn with_users<T: Send>(&self, f: impl AsyncFnOnce(&Directory) -> T + Send) -> T {
         let dir = self.users.clone().expect("auth on");
         std::thread::scope(|scope| {
@@ -982,4 +988,10 @@ pub async fn push_unvalidated(hub: &Hub, user: &str, bytes: Vec<u8>) -> String {
     let body = futures::stream::iter([Ok(bytes::Bytes::from(bytes))]);
     let outcome = hub.store().put(request, body).await.expect("put");
     outcome.info.revision.to_string()
+}
+
+/// Waits until a running hub has heard a change of its users directory made by another process
+/// (the bound the directory states, `snug_users::SQLITE_EVERY`, twice over).
+fn heard() {
+    std::thread::sleep(2 * snug_users::SQLITE_EVERY);
 }

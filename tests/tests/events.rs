@@ -2,7 +2,9 @@
 //! the current state first, each push of the caller's own image as it lands (with the ETag its
 //! PUT answered and what HEAD shows), nothing of another user's, a resume by `Last-Event-ID`
 //! that misses nothing, refusals as JSON like every other route's, and a stream that ends (a
-//! retryable `event: error`) at the end of its lifetime, after which the client reconnects.
+//! retryable `event: error`) at the end of its lifetime, after which the client reconnects; a
+//! stream whose credential is revoked, or whose user is disabled or removed, ends at once with the
+//! 401's refusal, and the user's other streams go on.
 
 use std::time::Duration;
 
@@ -181,6 +183,62 @@ async fn a_stream_is_refused_as_every_route_refuses_and_ends_at_its_lifetime() {
         )
         .await;
     assert_error(&refused, 401, "UNAUTHENTICATED");
+}
+
+/// The refusal that ended `events`: its code and whether it is retryable.
+async fn ended_with(events: &mut Events) -> (String, bool) {
+    let ended = next(events, SOON).await.expect("the end");
+    assert_eq!(ended.event, "error", "{ended:?}");
+    let data: serde_json::Value = serde_json::from_str(&ended.data).expect("JSON");
+    assert!(events.ended(SOON).await, "nothing after the refusal");
+    (
+        data["code"].as_str().unwrap_or_default().to_owned(),
+        data["retryable"].as_bool().unwrap_or(true),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_or_a_disabled_or_removed_user_loses_its_streams_at_once() {
+    let hub = Hub::start(Options::default()).await;
+    let http = Http::new(hub.http);
+    let alice = hub.add_user("alice");
+    let (spare, spare_id) = hub.issue_token("alice");
+    let bob = hub.add_user("bob");
+    let mut by_spare = open(&http, &spare, None).await;
+    let mut by_alice = open(&http, &alice, None).await;
+    let mut by_bob = open(&http, &bob, None).await;
+    for events in [&mut by_spare, &mut by_alice, &mut by_bob] {
+        assert_eq!(next(events, SOON).await.expect("state").event, "no-image");
+    }
+    // The token is revoked: its stream ends with the 401's refusal; the user's other token's
+    // stream, and another user's, go on.
+    let started = std::time::Instant::now();
+    hub.revoke_token(&spare_id);
+    assert_eq!(
+        ended_with(&mut by_spare).await,
+        ("UNAUTHENTICATED".to_owned(), false)
+    );
+    eprintln!(
+        "a revoked token's stream ended {:?} after the revocation began",
+        started.elapsed()
+    );
+    assert!(
+        next(&mut by_alice, QUIET).await.is_none(),
+        "alice's other stream goes on"
+    );
+    // Disabled: every stream of the user ends.
+    hub.disable_user("alice");
+    assert_eq!(
+        ended_with(&mut by_alice).await,
+        ("UNAUTHENTICATED".to_owned(), false)
+    );
+    assert!(next(&mut by_bob, QUIET).await.is_none(), "bob's goes on");
+    // Removed (as an erasure removes them): so does bob's.
+    hub.remove_user("bob");
+    assert_eq!(
+        ended_with(&mut by_bob).await,
+        ("UNAUTHENTICATED".to_owned(), false)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

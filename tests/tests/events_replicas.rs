@@ -2,7 +2,8 @@
 //! store, each behind a gateway of its own. A push answered 204 by replica A reaches a
 //! subscriber of replica B (the commit's `pg_notify`), and when B's listening connection is cut
 //! a push made meanwhile is still told to B's subscriber (the listener resyncs once it listens
-//! again): no event a client can tell about is lost.
+//! again): no event a client can tell about is lost. A poll of B answered from B's kept head
+//! follows A's pushes as they are heard, and never trusts what it kept across a lost listener.
 //!
 //! Needs `SNUG_TEST_POSTGRES_URL` (skipped without it).
 
@@ -114,4 +115,80 @@ async fn a_push_on_one_replica_reaches_a_subscriber_of_the_other_even_across_a_l
     assert_eq!(heard.id.as_deref(), Some(r2.header("etag")), "{heard:?}");
     let head = b.send("HEAD", "/userdb", &[], Payload::Empty).await;
     assert_eq!(head.header("etag"), r2.header("etag"));
+}
+
+/// `GET /userdb` with `If-None-Match: etag` on `http`, until the answer names another revision
+/// (or [`SOON`] has passed): the answer, and how long it took.
+async fn changed_from(http: &Http, etag: &str) -> (Answer, Duration) {
+    let started = Instant::now();
+    loop {
+        let answer = http
+            .send("GET", "/userdb", &[("if-none-match", etag)], Payload::Empty)
+            .await;
+        if answer.status != 304 || started.elapsed() > SOON {
+            return (answer, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicas_kept_head_follows_the_others_pushes_and_is_not_trusted_across_a_lost_listener()
+{
+    let Some(url) = snug_test_support::postgres_url() else {
+        eprintln!("skipped: SNUG_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = format!("heads_replicas_{}", std::process::id());
+    let dirs = tempfile::tempdir().expect("dirs");
+    let (a, _a) = replica(&url, &schema, &dirs.path().join("a")).await;
+    let (b, _b) = replica(&url, &schema, &dirs.path().join("b")).await;
+
+    let r1 = put(&a, ("if-none-match", "*"), image(1)).await;
+    assert_eq!(r1.status, 204);
+    // B keeps r1 as the head once a poll read it; the polls after answer from it.
+    for _ in 0..4 {
+        let again = b
+            .send(
+                "GET",
+                "/userdb",
+                &[("if-none-match", r1.header("etag"))],
+                Payload::Empty,
+            )
+            .await;
+        assert_eq!(again.status, 304);
+        assert_eq!(again.header("etag"), r1.header("etag"));
+    }
+    for n in 2..5 {
+        let before = b.send("HEAD", "/userdb", &[], Payload::Empty).await;
+        let pushed = put(&a, ("if-match", before.header("etag")), image(n)).await;
+        assert_eq!(pushed.status, 204);
+        let (seen, took) = changed_from(&b, before.header("etag")).await;
+        eprintln!("B's poll answered A's push after {took:?}");
+        assert_eq!(seen.status, 200, "{:?}", seen.body);
+        assert_eq!(seen.header("etag"), pushed.header("etag"));
+        assert!(took < Duration::from_secs(2), "heard in {took:?}");
+    }
+
+    // The listeners are cut and A takes a push at once: the notification is lost, yet B's poll
+    // shows it soon (B stops trusting what it kept when its store loses its listener, and
+    // forgets it all when the store listens again).
+    let head = b.send("HEAD", "/userdb", &[], Payload::Empty).await;
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&snug_revstore::revisions_channel(Some(&schema))],
+        )
+        .await
+        .expect("terminate");
+    let pushed = put(&a, ("if-match", head.header("etag")), image(9)).await;
+    assert_eq!(pushed.status, 204);
+    let (seen, took) = changed_from(&b, head.header("etag")).await;
+    eprintln!("across a lost listener, B's poll answered A's push after {took:?}");
+    assert_eq!(seen.status, 200);
+    assert_eq!(seen.header("etag"), pushed.header("etag"));
 }

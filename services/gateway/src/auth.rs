@@ -8,13 +8,18 @@
 //! A session is never worth more than the credential it came from. [`Auth::start_session`]
 //! records it in the users directory bound to that credential (the hub token, or the OpenID
 //! Connect identity with when its issuer's token was presented), and a session cookie admits its
-//! caller only while that record lives: one directory read per request, the same read that finds
-//! the user, so logout ([`Auth::end_session`]), revoking the token, disabling or removing the user
-//! refuse the cookie from the next request on, on every replica. An OpenID Connect session is
+//! caller only while that record lives: one directory read, the same read that finds the user,
+//! so logout ([`Auth::end_session`]), revoking the token, disabling or removing the user refuse
+//! the cookie from the next request on, on every replica. An OpenID Connect session is
 //! further refused once its issuer's token was presented longer ago than
 //! `SNUG_OIDC_SESSION_MAX_AGE` (default [`crate::oidc::DEFAULT_SESSION_MAX_AGE`]), or when its
 //! issuer is no longer configured: the browser logs in again, so the issuer, and the required
 //! claim, are asked again. Every such refusal is the uniform 401.
+//!
+//! What the directory said of a hub token or a session is kept (`credentials.rs`) until the
+//! directory hears a change that may take access away, made anywhere: so "from the next request
+//! on" means from the moment the change is heard — as it commits with PostgreSQL, on every
+//! replica; within `snug_users::SQLITE_EVERY` of a `snug-hub users` command with SQLite.
 
 use std::{sync::Arc, time::Duration};
 
@@ -23,6 +28,7 @@ use axum::http::{HeaderMap, header};
 use crate::{
     backend::Caller,
     config::AuthMode,
+    credentials::{self, Kept},
     error::ApiError,
     oidc::Oidc,
     rate::RateLimits,
@@ -91,17 +97,22 @@ impl Identity {
 }
 
 /// The authenticator: the mode, the users directory and the session key.
-///
-/// Nothing about a credential is cached: every request reads the directory, so a token revoked,
-/// a user disabled or removed (on any replica, or by `snug-hub users`) is refused by every
-/// gateway on its next request after the change commits.
 #[derive(Debug, Clone)]
 pub struct Auth {
     mode: AuthMode,
     users: Option<Arc<Directory>>,
+    /// What the directory said of credentials, kept until a revocation is heard.
+    kept: Option<Arc<KeptCredentials>>,
     key: Option<SessionKey>,
     rate_limits: Option<Arc<RateLimits>>,
     oidc: Option<Arc<Oidc>>,
+}
+
+/// The hub tokens and sessions the directory admitted.
+#[derive(Debug)]
+struct KeptCredentials {
+    tokens: Kept<snug_users::Authenticated>,
+    sessions: Kept<snug_users::Session>,
 }
 
 /// A gateway time (Unix milliseconds, unsigned) as the directory records times.
@@ -119,6 +130,7 @@ impl Auth {
         Self {
             mode: AuthMode::Off,
             users: None,
+            kept: None,
             key: None,
             rate_limits: None,
             oidc: None,
@@ -132,8 +144,13 @@ impl Auth {
         key: SessionKey,
         rate_limits: Option<Arc<RateLimits>>,
     ) -> Self {
+        let kept = KeptCredentials {
+            tokens: Kept::new(users.revocations()),
+            sessions: Kept::new(users.revocations()),
+        };
         Self {
             mode: AuthMode::On,
+            kept: Some(Arc::new(kept)),
             users: Some(users),
             key: Some(key),
             rate_limits,
@@ -176,6 +193,27 @@ impl Auth {
         Ok(identity)
     }
 
+    /// Resolves, with the refusal, once the credential of `headers` no longer admits anyone
+    /// (revoked, its user disabled or removed, its session ended): checked again whenever the
+    /// directory hears such a change. Never, with auth off.
+    pub async fn revoked(&self, headers: HeaderMap) -> ApiError {
+        let Some(mut revocations) = self.users.as_ref().map(|users| users.revocations()) else {
+            return std::future::pending().await;
+        };
+        loop {
+            if revocations.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            match self.authenticate(&headers).await {
+                Err(refused) if refused.status == axum::http::StatusCode::UNAUTHORIZED => {
+                    return refused;
+                }
+                // Admitted still, or the directory could not say: the stream goes on.
+                _ => {}
+            }
+        }
+    }
+
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let (Some(users), Some(key)) = (&self.users, &self.key) else {
             return Ok(Identity {
@@ -208,8 +246,8 @@ impl Auth {
                 });
             }
             // Unknown, revoked and disabled are one answer.
-            let found = users
-                .authenticate_token(token)
+            let found = self
+                .token(users, token)
                 .await
                 .map_err(store_failed)?
                 .ok_or_else(|| unauthenticated("the bearer token is not valid"))?;
@@ -225,8 +263,8 @@ impl Auth {
             let now = session::now_ms();
             let cookie = key.verify(value, now).ok_or_else(refused)?;
             // The one read: the record, its user and its credential together.
-            let found = users
-                .session(&cookie.session_id, directory_time(now))
+            let found = self
+                .session(users, &cookie.session_id, directory_time(now))
                 .await
                 .map_err(store_failed)?
                 .filter(|found| found.user.id == cookie.user_id)
@@ -252,6 +290,49 @@ impl Auth {
             });
         }
         Err(unauthenticated("no valid session or bearer token"))
+    }
+
+    /// What the directory says of a hub token, kept or read.
+    async fn token(
+        &self,
+        users: &Directory,
+        token: &str,
+    ) -> Result<Option<snug_users::Authenticated>, UsersError> {
+        let Some(kept) = &self.kept else {
+            return users.authenticate_token(token).await;
+        };
+        let key = credentials::key("bearer", token);
+        let fill = match kept.tokens.get(&key) {
+            Ok(found) => return Ok(Some(found)),
+            Err(fill) => fill,
+        };
+        let found = users.authenticate_token(token).await?;
+        if let Some(found) = &found {
+            kept.tokens.keep(key, fill, found.clone());
+        }
+        Ok(found)
+    }
+
+    /// The session `id` names at `now`, kept or read; a kept one is refused once it expires.
+    async fn session(
+        &self,
+        users: &Directory,
+        id: &snug_users::SessionId,
+        now: i64,
+    ) -> Result<Option<snug_users::Session>, UsersError> {
+        let Some(kept) = &self.kept else {
+            return users.session(id, now).await;
+        };
+        let key = credentials::key("session", id.as_str());
+        let fill = match kept.sessions.get(&key) {
+            Ok(found) => return Ok(Some(found).filter(|found| found.expires_at > now)),
+            Err(fill) => fill,
+        };
+        let found = users.session(id, now).await?;
+        if let Some(found) = &found {
+            kept.sessions.keep(key, fill, found.clone());
+        }
+        Ok(found)
     }
 
     /// Starts a session bound to `source`, recorded in the users directory: the sealed cookie

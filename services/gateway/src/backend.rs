@@ -29,6 +29,11 @@ use snug_rpc::{
 };
 use tonic::Code;
 
+mod heads;
+
+pub use heads::HEARTBEAT;
+pub(crate) use heads::{Heard, Watching};
+
 use crate::{
     config::ConfigError,
     error::ApiError,
@@ -102,6 +107,8 @@ pub struct Backends {
     quota: Mutex<Option<(Instant, u64)>>,
     /// The sync store's identity: fixed for the store's life, so read once.
     store_id: tokio::sync::OnceCell<String>,
+    /// The users' heads, and one watch per user (`heads.rs`).
+    heads: heads::Heads,
 }
 
 /// Who a call is for, as the sync service's `Caller`.
@@ -171,10 +178,12 @@ pub type ImageBody = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::
 impl Backends {
     /// Clients over the given channels.
     pub fn new(sync: Channel, materialize: Option<Channel>, deadline: Duration) -> Self {
+        let client = SyncServiceClient::new(sync.clone())
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
         Self {
-            sync: SyncServiceClient::new(sync.clone())
-                .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            heads: heads::Heads::new(client.clone(), deadline),
+            sync: client,
             materialize: materialize.map(|channel| {
                 MaterializeServiceClient::new(channel)
                     .max_decoding_message_size(MATERIALIZE_MAX_MESSAGE)
@@ -279,42 +288,31 @@ impl Backends {
         }
     }
 
-    /// The user's current revision, or the retained `revision` named, or `None` when there is no
-    /// such image (or no such user, or it is another user's: the same answer, by the sync
-    /// service's uniform denial).
+    /// The caller's current revision, or the retained `revision` named (HeadImage); `None` when
+    /// there is no such image. The current one comes from the heads this gateway keeps
+    /// (`heads.rs`) when they can be trusted.
     pub async fn head(
         &self,
         caller: &Caller,
         revision: Option<&str>,
     ) -> Result<Option<sync_pb::RevisionInfo>, ApiError> {
-        let mut sync = self.sync.clone();
-        let request = self.request(sync_pb::HeadImageRequest {
-            caller: Some(caller.pb()),
-            revision: revision.map(str::to_owned),
-        });
-        match within(self.deadline, sync.head_image(request)).await {
-            Ok(response) => Ok(response.into_inner().revision),
-            Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
-            Err(err) => Err(err),
-        }
+        let Some(revision) = revision else {
+            return Ok(self.heads.head(caller).await?.map(|head| (*head).clone()));
+        };
+        head_image(&self.sync, self.deadline, caller, Some(revision)).await
     }
 
-    /// Subscribes to the caller's revisions from the current one, or from the one after
-    /// `after` (WatchImage). The deadline covers the call's start; the stream itself lasts as
-    /// long as the caller holds it, the service sending a heartbeat every
-    /// [`crate::events::HEARTBEAT`].
-    pub async fn watch(
-        &self,
-        caller: &Caller,
-        after: Option<String>,
-    ) -> Result<tonic::Streaming<sync_pb::WatchImageResponse>, ApiError> {
-        let mut sync = self.sync.clone();
-        let request = tonic::Request::new(sync_pb::WatchImageRequest {
-            caller: Some(caller.pb()),
-            after_revision: after,
-            heartbeat_seconds: crate::events::HEARTBEAT.as_secs() as u32,
-        });
-        Ok(self.within(sync.watch_image(request)).await?.into_inner())
+    /// Subscribes to the caller's history (`heads.rs`): one reader per user, whatever the number
+    /// of their streams, and a heartbeat every [`HEARTBEAT`].
+    pub(crate) fn watch(&self, caller: &Caller) -> Watching {
+        self.heads.watch(caller)
+    }
+
+    /// Forgets the caller's kept head after a write of theirs returned (whatever it answered:
+    /// a write that timed out may still have committed), so they read their own write here.
+    fn wrote<T>(&self, caller: &Caller, result: Result<T, ApiError>) -> Result<T, ApiError> {
+        self.heads.forget(&caller.user_id);
+        result
     }
 
     /// Starts a download of the user's current image, or of the retained `revision` named: its
@@ -360,8 +358,8 @@ impl Backends {
         let request = tonic::Request::new(uploading(header, body));
         let response = self
             .upload(watch, async move { sync.put_image(request).await })
-            .await?;
-        written(response.into_inner())
+            .await;
+        self.wrote(caller, response.and_then(|r| written(r.into_inner())))
     }
 
     /// Delta push, step 2 (issue 21): PutImageDelta assembles the image from the caller's
@@ -385,8 +383,8 @@ impl Backends {
         let request = tonic::Request::new(uploading(header, body));
         let response = self
             .upload(watch, async move { sync.put_image_delta(request).await })
-            .await?;
-        written(response.into_inner())
+            .await;
+        self.wrote(caller, response.and_then(|r| written(r.into_inner())))
     }
 
     /// Delta push, step 1 (issue 21): the layout that builds the image the manifest `upload`
@@ -552,16 +550,7 @@ impl Backends {
         caller: &Caller,
         limit: u32,
     ) -> Result<Vec<sync_pb::RevisionInfo>, ApiError> {
-        let mut sync = self.sync.clone();
-        let request = self.request(sync_pb::ListRevisionsRequest {
-            caller: Some(caller.pb()),
-            limit,
-        });
-        Ok(self
-            .within(sync.list_revisions(request))
-            .await?
-            .into_inner()
-            .revisions)
+        list_revisions(&self.sync, self.deadline, caller, limit).await
     }
 
     /// Copies a retained revision forward as a new current revision.
@@ -578,16 +567,15 @@ impl Backends {
             precondition: Some(precondition.pb()),
             idempotency_key: None,
         });
-        self.within(sync.restore_revision(request))
-            .await?
-            .into_inner()
-            .revision
-            .ok_or_else(|| {
+        let restored = self.within(sync.restore_revision(request)).await;
+        self.wrote(caller, restored).and_then(|response| {
+            response.into_inner().revision.ok_or_else(|| {
                 ApiError::from_reason(
                     &snug_reasons::gateway::BAD_GATEWAY,
                     "the sync service restored without a revision",
                 )
             })
+        })
     }
 
     /// Whether each service answers its health check and the sync store answers its probe.
@@ -647,6 +635,47 @@ async fn within<T>(
             "a service the hub needs did not answer in time; retry shortly",
         )),
     }
+}
+
+/// HeadImage: the caller's current revision or the one named, `None` when there is no such image
+/// (or no such user, or it is another user's: the same answer, by the sync service's uniform
+/// denial).
+async fn head_image(
+    sync: &SyncServiceClient<Channel>,
+    deadline: Duration,
+    caller: &Caller,
+    revision: Option<&str>,
+) -> Result<Option<sync_pb::RevisionInfo>, ApiError> {
+    let mut sync = sync.clone();
+    let mut request = tonic::Request::new(sync_pb::HeadImageRequest {
+        caller: Some(caller.pb()),
+        revision: revision.map(str::to_owned),
+    });
+    request.set_timeout(deadline);
+    match within(deadline, sync.head_image(request)).await {
+        Ok(response) => Ok(response.into_inner().revision),
+        Err(err) if err.status == axum::http::StatusCode::NOT_FOUND => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// ListRevisions: the caller's revisions, newest first, at most `limit`.
+async fn list_revisions(
+    sync: &SyncServiceClient<Channel>,
+    deadline: Duration,
+    caller: &Caller,
+    limit: u32,
+) -> Result<Vec<sync_pb::RevisionInfo>, ApiError> {
+    let mut sync = sync.clone();
+    let mut request = tonic::Request::new(sync_pb::ListRevisionsRequest {
+        caller: Some(caller.pb()),
+        limit,
+    });
+    request.set_timeout(deadline);
+    Ok(within(deadline, sync.list_revisions(request))
+        .await?
+        .into_inner()
+        .revisions)
 }
 
 /// A service's refusal in HTTP words (the error table), noting a service that is unreachable.

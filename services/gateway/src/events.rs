@@ -1,6 +1,6 @@
-//! `GET /userdb/events` (issue 40 point 1): the caller's revisions as Server-Sent Events, over
-//! the sync service's WatchImage, so a device learns of another's push within milliseconds
-//! instead of polling.
+//! `GET /userdb/events` (issue 40 point 1): the caller's revisions as Server-Sent Events, from
+//! the user's reader in this gateway (`backend/heads.rs`, which follows the sync service's
+//! commits), so a device learns of another's push within milliseconds instead of polling.
 //!
 //! What a stream says, in order ([`frame`]): a `retry:` hint; then `event: revision` for the
 //! current revision and for each one committed after it (oldest first), its `id:` the
@@ -13,10 +13,13 @@
 //! A client that reconnects sends `Last-Event-ID` (the id it last received) and hears every
 //! revision committed after it.
 //!
-//! A stream holds one call to the sync service and nothing else, and lasts at most
+//! A stream holds a place among its user's subscribers (one reader per user and gateway,
+//! `backend/heads.rs`) and what it sent last, and lasts at most
 //! `SNUG_EVENTS_STREAM_LIFETIME`: then the hub ends it with a retryable `event: error` and the
-//! client reconnects, authenticating again, so a revoked credential keeps no stream past that
-//! bound. The gateway's shutdown ends every stream the same way ([`Streams::close`]), so the
+//! client reconnects, authenticating again. A credential that stops admitting its caller (a
+//! token revoked, a user disabled, removed or erased, a session ended) ends its streams sooner:
+//! each stream checks its credential again whenever the users directory hears such a change
+//! (`Auth::revoked`), and ends with the 401's `event: error` (`UNAUTHENTICATED`, not retryable). The gateway's shutdown ends every stream the same way ([`Streams::close`]), so the
 //! process need not wait on streams that never end.
 
 use std::{
@@ -33,10 +36,9 @@ use serde_json::json;
 use snug_proto::sync::v1 as sync_pb;
 use tokio::sync::watch;
 
-use crate::{error::ApiError, etag};
+use snug_rpc::watch::{Sent, catch_up};
 
-/// Seconds between heartbeats the gateway asks of the sync service.
-pub const HEARTBEAT: Duration = Duration::from_secs(15);
+use crate::{backend::Heard, error::ApiError, etag};
 
 /// How long a client waits before reconnecting, as the stream tells it (`retry:`).
 const RETRY_MILLIS: u32 = 2000;
@@ -170,44 +172,71 @@ impl Streams {
         self.closing.send_replace(true);
     }
 
-    /// `events` as the body of an event stream: framed, ended with an `event: error` when the
-    /// service fails or the gateway closes.
+    /// The body of an event stream for a subscriber who was sent `sent` (from `Last-Event-ID`)
+    /// and hears `heard` (its user's reader, `backend::Watching`): each history read framed as
+    /// the events that bring the client up to it, heartbeats as comments; ended with an
+    /// `event: error` when a read fails, at the stream's lifetime, or when the gateway closes.
     pub(crate) fn body(
         &self,
-        events: impl Stream<Item = Result<sync_pb::WatchImageResponse, tonic::Status>> + Send + 'static,
+        heard: impl Stream<Item = Heard> + Send + 'static,
+        sent: Sent,
         lifetime: Duration,
+        revoked: impl Future<Output = ApiError> + Send + 'static,
         admitted: Admitted,
     ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
         let mut closing = self.closing.subscribe();
+        let ended = Arc::new(Mutex::new(None::<ApiError>));
+        let why = ended.clone();
         let closed = async move {
             // A dropped sender is a gateway gone: closed as well.
             let closed = closing.wait_for(|closing| *closing);
-            let _ = tokio::time::timeout(lifetime, closed).await;
+            tokio::select! {
+                _ = tokio::time::timeout(lifetime, closed) => {}
+                refused = revoked => *why.lock().unwrap_or_else(|e| e.into_inner()) = Some(refused),
+            }
         };
         let opening =
             futures::stream::once(async { Ok(Bytes::from(format!("retry: {RETRY_MILLIS}\n\n"))) });
-        // The first revision is the current one; those after it were committed while the stream
-        // was open, and their delivery lag is measured from their acceptance.
+        // The first read brings the client to the current revision; revisions after it were
+        // committed while the stream was open, and their delivery lag is measured from their
+        // acceptance.
+        let mut sent = sent;
         let mut live = false;
-        let framed = events
-            .map(move |event| match event {
-                Ok(event) => {
-                    observe(&event, live);
-                    live |= matches!(
-                        event.event,
-                        Some(sync_pb::watch_image_response::Event::Revision(_))
-                            | Some(sync_pb::watch_image_response::Event::NoImage(_))
-                    );
-                    Ok(frame(&event))
-                }
-                Err(status) => Err(ApiError::from_status(&status)),
+        let framed = heard
+            .flat_map(move |heard| {
+                let frames: Vec<Result<Bytes, ApiError>> = match heard {
+                    Heard::Heartbeat => {
+                        let beat = heartbeat();
+                        observe(&beat, live);
+                        vec![Ok(frame(&beat))]
+                    }
+                    Heard::History(Ok(history)) => {
+                        let (events, now) = catch_up(&sent, &history);
+                        sent = now;
+                        let frames = events
+                            .into_iter()
+                            .map(|event| {
+                                let message = event.message();
+                                observe(&message, live);
+                                Ok(frame(&message))
+                            })
+                            .collect();
+                        live = true;
+                        frames
+                    }
+                    Heard::History(Err(err)) => vec![Err(err)],
+                };
+                futures::stream::iter(frames)
             })
             .take_until(closed)
-            .chain(futures::stream::once(async {
-                Err(ApiError::from_reason(
-                    &snug_reasons::gateway::SERVICE_UNAVAILABLE,
-                    "the hub ended the stream; reconnect",
-                ))
+            .chain(futures::stream::once(async move {
+                let revoked = ended.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Err(revoked.unwrap_or_else(|| {
+                    ApiError::from_reason(
+                        &snug_reasons::gateway::SERVICE_UNAVAILABLE,
+                        "the hub ended the stream; reconnect",
+                    )
+                }))
             }));
         // Once an error is sent the stream ends: nothing follows it.
         let mut ended = false;
@@ -227,6 +256,14 @@ impl Streams {
             let _held = &admitted;
             Ok(bytes)
         }))
+    }
+}
+
+fn heartbeat() -> sync_pb::WatchImageResponse {
+    sync_pb::WatchImageResponse {
+        event: Some(sync_pb::watch_image_response::Event::Heartbeat(
+            sync_pb::watch_image_response::Heartbeat {},
+        )),
     }
 }
 

@@ -175,6 +175,7 @@ pub mod backend;
 pub mod config;
 pub mod connections;
 pub mod cors;
+pub mod credentials;
 pub mod encoding;
 pub mod error;
 pub mod etag;

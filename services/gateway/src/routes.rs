@@ -21,11 +21,12 @@ use axum::{
 use serde_json::json;
 use snug_files::format::{CONTAINER_MAGIC, SQLITE_MAGIC};
 use snug_proto::sync::v1 as sync_pb;
+use snug_rpc::watch::Sent;
 
 use crate::{
     AppState,
     auth::Via,
-    backend::{Caller, Patches, Precondition},
+    backend::{Caller, Heard, Patches, Precondition},
     config::AuthMode,
     encoding,
     error::ApiError,
@@ -285,7 +286,6 @@ async fn long_poll(
     headers: &HeaderMap,
     wait: std::time::Duration,
 ) -> Result<Option<std::time::Duration>, ApiError> {
-    use sync_pb::watch_image_response::Event;
     let Some(condition) = etag::parse(headers, header::IF_NONE_MATCH) else {
         return Ok(None);
     };
@@ -299,17 +299,16 @@ async fn long_poll(
     let _admitted = state
         .streams
         .admit(&caller.user_id, caller.client_address)?;
-    let mut watching = state
-        .backends
-        .watch(caller, Some(current.revision.clone()))
-        .await?;
+    let mut watching = state.backends.watch(caller);
     let changed = async {
-        use futures::StreamExt as _;
-        while let Some(event) = watching.next().await {
-            match event.map(|e| e.event) {
-                Ok(Some(Event::Heartbeat(_)) | None) => {}
-                // A revision, no image, a gap, or the stream failing: the answer is read anew.
-                _ => return,
+        loop {
+            match watching.next().await {
+                Heard::Heartbeat => {}
+                // Another revision, no image, or a failed read: the answer is read anew.
+                Heard::History(Ok(history))
+                    if history.first().map(|head| head.revision.as_str())
+                        == Some(current.revision.as_str()) => {}
+                Heard::History(_) => return,
             }
         }
     };
@@ -329,17 +328,17 @@ async fn userdb_events(
         .streams
         .admit(&caller.user_id, caller.client_address)?;
     let origin = state.backends.origin_id(&caller).await?;
-    let answer = match state.backends.watch(&caller, after).await {
-        Ok(watching) => {
-            let lifetime = state.settings.events_stream_lifetime;
-            let body = state.streams.body(watching, lifetime, admitted);
-            let mut response = Response::new(Body::from_stream(body));
-            events::stream_headers(response.headers_mut());
-            Ok(response)
-        }
-        Err(err) => Err(err),
+    let sent = after.map_or(Sent::Nothing, Sent::Revision);
+    let heard = state.backends.watch(&caller).into_stream();
+    let lifetime = state.settings.events_stream_lifetime;
+    let revoked = {
+        let auth = state.auth.clone();
+        async move { auth.revoked(headers).await }
     };
-    Ok(with_origin(answer, &origin))
+    let body = state.streams.body(heard, sent, lifetime, revoked, admitted);
+    let mut response = Response::new(Body::from_stream(body));
+    events::stream_headers(response.headers_mut());
+    Ok(with_origin(Ok(response), &origin))
 }
 
 /// `GET /userdb/revisions/{rev}` (and `HEAD`): one retained revision's bytes, with the same

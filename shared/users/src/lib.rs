@@ -32,9 +32,12 @@
 //!   an `@`, so the two never collide: whatever name a user picks at their identity provider,
 //!   `snug-hub users token carol` can only mean the operator's `carol`.
 //!
-//! Revocation is not cached anywhere: every authentication reads the directory, so a revoked
-//! token, a removed or a disabled user is refused by every replica on its next request after the
-//! change commits (the bound is one request; nothing is remembered between requests).
+//! Revocation is heard (`revocations.rs`): [`Directory::revocations`] is what a cache of
+//! credentials watches, a generation that grows with every change that may take access away,
+//! made by any replica or process, and whether every such change is heard now. A cache that keeps
+//! an entry only at the generation it read it at, and only while live, refuses a revoked token, a
+//! removed or a disabled user as soon as the change is heard (PostgreSQL: as it commits, on every
+//! replica; SQLite: within [`SQLITE_EVERY`] of another process's change, at once of this one's).
 //!
 //! Browser sessions live here too, so that a session is never worth more than the credential it
 //! came from:
@@ -61,6 +64,7 @@
 
 pub(crate) mod backend;
 mod pg;
+mod revocations;
 mod sqlite;
 
 use std::{
@@ -72,6 +76,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
 pub use pg::PgDirectory;
+pub use revocations::{Revocations, SQLITE_EVERY};
 pub use snug_pg::{PgConfig, valid_schema};
 pub use sqlite::{SqliteDirectory, USERS_FILE};
 
@@ -542,6 +547,17 @@ impl Directory {
         }
     }
 
+    /// What a cache of credentials watches: see `revocations.rs`.
+    pub fn revocations(&self) -> tokio::sync::watch::Receiver<Revocations> {
+        each!(self, b => b.hearing.watch())
+    }
+
+    /// A revoking change of this process committed (whatever it answered: it may have).
+    fn revoked<T>(&self, result: Result<T, UsersError>) -> Result<T, UsersError> {
+        each!(self, b => b.hearing.revoked());
+        result
+    }
+
     /// Whether the backend answers.
     pub async fn health(&self) -> Result<(), UsersError> {
         each!(self, b => b.health().await)
@@ -595,7 +611,7 @@ impl Directory {
     /// Revokes one token by its short id; returns the name of the user it belonged to.
     pub async fn revoke_token(&self, token_id: &str) -> Result<String, UsersError> {
         let id = token_id.trim().to_ascii_lowercase();
-        each!(self, b => b.delete_token(&id).await)?
+        self.revoked(each!(self, b => b.delete_token(&id).await))?
             .ok_or_else(|| UsersError::NoSuchToken(token_id.to_owned()))
     }
 
@@ -615,7 +631,7 @@ impl Directory {
     /// as if they did not exist, and their sessions are ended (deleted: enabling the user again
     /// brings none back); their tokens and identities are kept.
     pub async fn disable(&self, name: &str) -> Result<User, UsersError> {
-        each!(self, b => b.set_disabled(name, true).await)?
+        self.revoked(each!(self, b => b.set_disabled(name, true).await))?
             .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
     }
 
@@ -628,14 +644,14 @@ impl Directory {
     /// Sets (`Some`) or clears (`None`) a user's quota override.
     pub async fn set_quota(&self, name: &str, bytes: Option<u64>) -> Result<User, UsersError> {
         let bytes = quota(bytes)?;
-        each!(self, b => b.set_quota(name, bytes).await)?
+        self.revoked(each!(self, b => b.set_quota(name, bytes).await))?
             .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
     }
 
     /// Removes a user with their tokens, identities and sessions. Their image stays in the sync
     /// store, under an id no new user can get.
     pub async fn remove_user(&self, name: &str) -> Result<User, UsersError> {
-        each!(self, b => b.delete_user(name).await)?
+        self.revoked(each!(self, b => b.delete_user(name).await))?
             .ok_or_else(|| UsersError::NoSuchUser(name.to_owned()))
     }
 
@@ -779,7 +795,7 @@ impl Directory {
     /// Ends the session `id` names (logout): from the next request on, on every replica, its
     /// cookie is refused. Whether there was such a session.
     pub async fn end_session(&self, id: &SessionId) -> Result<bool, UsersError> {
-        each!(self, b => b.delete_session(&id.hash()).await)
+        self.revoked(each!(self, b => b.delete_session(&id.hash()).await))
     }
 }
 

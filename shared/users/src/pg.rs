@@ -18,6 +18,8 @@
 //! to commit and then deletes the session (the cascade, or the disable's own delete, a statement
 //! of its own so that its snapshot sees the new row).
 
+use std::sync::Arc;
+
 use deadpool_postgres::{GenericClient, Pool};
 use sha2::{Digest as _, Sha256};
 use tokio_postgres::{Row, error::SqlState};
@@ -94,6 +96,7 @@ const USER_COLUMNS: &str = "u.id, u.name, u.created_at, u.disabled, u.quota_byte
 pub struct PgDirectory {
     pool: Pool,
     schema: Option<String>,
+    pub(crate) hearing: Arc<crate::revocations::Hearing>,
 }
 
 impl std::fmt::Debug for PgDirectory {
@@ -187,11 +190,19 @@ impl PgDirectory {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key])
             .await?;
         tx.batch_execute(SCHEMA).await?;
+        let channel = crate::revocations::channel(pg.schema.as_deref());
+        tx.batch_execute(&crate::revocations::pg_triggers(&channel))
+            .await?;
         tx.commit().await?;
         drop(client);
+        // Listening before the directory answers anything: no change is made unheard by a cache.
+        let listening = snug_pg::listen(pg, &channel)
+            .await
+            .map_err(|e| UsersError::Unavailable(Box::new(e)))?;
         Ok(Self {
             pool,
             schema: pg.schema.clone(),
+            hearing: crate::revocations::Hearing::postgres(pg.clone(), channel, listening),
         })
     }
 

@@ -115,6 +115,7 @@ const USER_COLUMNS: &str = "u.id, u.name, u.created_at, u.disabled, u.quota_byte
 pub struct SqliteDirectory {
     reader: Arc<Mutex<Connection>>,
     writer: Arc<Mutex<Connection>>,
+    pub(crate) hearing: Arc<crate::revocations::Hearing>,
 }
 
 fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
@@ -202,6 +203,7 @@ impl SqliteDirectory {
         Ok(Self {
             reader: Arc::new(Mutex::new(reader)),
             writer: Arc::new(Mutex::new(writer)),
+            hearing: crate::revocations::Hearing::sqlite(path),
         })
     }
 

@@ -119,23 +119,83 @@ fn last_event_id_is_a_revision_quoted_or_not() {
     }
 }
 
-#[tokio::test]
-async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway_closes() {
-    let streams = Streams::new(CAPS);
-    let events = futures::stream::iter([
-        Ok(event(Event::NoImage(NoImage {}))),
-        Err(tonic::Status::unavailable("gone")),
-        Ok(event(Event::Gap(Gap {}))),
-    ]);
-    let frames: Vec<Bytes> = streams
-        .body(events, Duration::from_secs(60), admit(&streams))
-        .map(|frame| frame.expect("infallible"))
+fn revision(seq: u64) -> sync_pb::RevisionInfo {
+    sync_pb::RevisionInfo {
+        revision: format!("r{seq}-{seq:016x}"),
+        size: seq,
+        ..Default::default()
+    }
+}
+
+/// A read of a history holding revisions `seqs`, newest first as the store lists it.
+fn read(seqs: &[u64]) -> Heard {
+    Heard::History(Ok(std::sync::Arc::new(
+        seqs.iter().rev().copied().map(revision).collect(),
+    )))
+}
+
+async fn frames(body: impl Stream<Item = Result<Bytes, std::convert::Infallible>>) -> Vec<String> {
+    body.map(|f| String::from_utf8(f.expect("infallible").to_vec()).expect("utf-8"))
         .collect()
-        .await;
-    let text: Vec<String> = frames
+        .await
+}
+
+#[tokio::test]
+async fn each_read_is_sent_as_what_brings_the_client_up_to_it() {
+    let streams = Streams::new(CAPS);
+    let heard = futures::stream::iter([
+        read(&[1, 2]),
+        Heard::Heartbeat,
+        read(&[1, 2]),
+        read(&[1, 2, 3, 4]),
+        read(&[]),
+    ]);
+    let text = frames(streams.body(
+        heard,
+        Sent::Revision(revision(1).revision),
+        Duration::from_secs(60),
+        std::future::pending(),
+        admit(&streams),
+    ))
+    .await;
+    let kinds: Vec<&str> = text
         .iter()
-        .map(|f| String::from_utf8(f.to_vec()).expect("utf-8"))
+        .map(|t| t.split(['\n', ':']).nth(1).unwrap_or("").trim())
         .collect();
+    assert_eq!(
+        kinds,
+        [
+            "2000",
+            "revision",
+            "heartbeat",
+            "revision",
+            "revision",
+            "no-image",
+            "error"
+        ],
+        "{text:?}"
+    );
+    assert!(text[1].contains(&revision(2).revision), "{text:?}");
+    assert!(text[3].contains(&revision(3).revision), "{text:?}");
+    assert!(text[4].contains(&revision(4).revision), "{text:?}");
+}
+
+#[tokio::test]
+async fn a_stream_ends_with_an_error_frame_when_a_read_fails_or_the_gateway_closes() {
+    let streams = Streams::new(CAPS);
+    let heard = futures::stream::iter([
+        read(&[]),
+        Heard::History(Err(ApiError::unavailable("gone"))),
+        read(&[1]),
+    ]);
+    let text = frames(streams.body(
+        heard,
+        Sent::Nothing,
+        Duration::from_secs(60),
+        std::future::pending(),
+        admit(&streams),
+    ))
+    .await;
     assert_eq!(text.len(), 3, "{text:?}");
     assert_eq!(text[0], "retry: 2000\n\n");
     assert_eq!(text[1], "event: no-image\ndata: {}\n\n");
@@ -145,30 +205,50 @@ async fn a_stream_ends_with_an_error_frame_when_the_service_fails_or_the_gateway
     );
 
     // A stream that would go on for ever ends at close.
-    let pending = futures::stream::pending();
-    let body = streams.body(pending, Duration::from_secs(60), admit(&streams));
+    let body = streams.body(
+        futures::stream::pending(),
+        Sent::Nothing,
+        Duration::from_secs(60),
+        std::future::pending(),
+        admit(&streams),
+    );
     streams.close();
-    let text: Vec<String> = body
-        .map(|f| String::from_utf8(f.expect("infallible").to_vec()).expect("utf-8"))
-        .collect()
-        .await;
+    let text = frames(body).await;
     assert_eq!(text.len(), 2, "{text:?}");
     assert!(text[1].contains("SERVICE_UNAVAILABLE"), "{text:?}");
 
     // And at the end of its lifetime.
     let streams = Streams::new(CAPS);
     let started = std::time::Instant::now();
-    let text: Vec<Bytes> = streams
-        .body(
-            futures::stream::pending(),
-            Duration::from_millis(200),
-            admit(&streams),
-        )
-        .map(|f| f.expect("infallible"))
-        .collect()
-        .await;
+    let text = frames(streams.body(
+        futures::stream::pending(),
+        Sent::Nothing,
+        Duration::from_millis(200),
+        std::future::pending(),
+        admit(&streams),
+    ))
+    .await;
     assert_eq!(text.len(), 2);
     assert!(started.elapsed() >= Duration::from_millis(200));
+
+    // And when its credential is revoked, with the refusal.
+    let streams = Streams::new(CAPS);
+    let text = frames(streams.body(
+        futures::stream::pending(),
+        Sent::Nothing,
+        Duration::from_secs(60),
+        async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            ApiError::from_reason(&snug_reasons::gateway::UNAUTHENTICATED, "revoked")
+        },
+        admit(&streams),
+    ))
+    .await;
+    assert_eq!(text.len(), 2, "{text:?}");
+    assert!(
+        text[1].contains("UNAUTHENTICATED") && text[1].contains("\"retryable\":false"),
+        "{text:?}"
+    );
 }
 
 #[test]
