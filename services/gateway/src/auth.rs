@@ -195,21 +195,46 @@ impl Auth {
 
     /// Resolves, with the refusal, once the credential of `headers` no longer admits anyone
     /// (revoked, its user disabled or removed, its session ended): checked again whenever the
-    /// directory hears such a change. Never, with auth off.
-    pub async fn revoked(&self, headers: HeaderMap) -> ApiError {
-        let Some(mut revocations) = self.users.as_ref().map(|users| users.revocations()) else {
-            return std::future::pending().await;
+    /// directory hears such a change. Never, with auth off. What it holds while it waits is the
+    /// credential's headers and a channel receiver: it is held by every idle event stream.
+    pub fn revoked(
+        &self,
+        headers: &HeaderMap,
+    ) -> impl Future<Output = ApiError> + Send + 'static + use<> {
+        // Copied, not cloned: a clone shares the connection's read buffer, which hyper then
+        // cannot reuse, so it allocates another (8 KiB per idle stream).
+        let copy = |name: header::HeaderName| {
+            headers
+                .get_all(&name)
+                .iter()
+                .filter_map(|value| axum::http::HeaderValue::from_bytes(value.as_bytes()).ok())
+                .map(|value| (name.clone(), value))
+                .collect::<Vec<_>>()
         };
-        loop {
-            if revocations.changed().await.is_err() {
+        let credential: Box<[(header::HeaderName, axum::http::HeaderValue)]> =
+            copy(header::AUTHORIZATION)
+                .into_iter()
+                .chain(copy(header::COOKIE))
+                .collect();
+        let revocations = self.users.as_ref().map(|users| users.revocations());
+        let auth = self.clone();
+        async move {
+            let Some(mut revocations) = revocations else {
                 return std::future::pending().await;
-            }
-            match self.authenticate(&headers).await {
-                Err(refused) if refused.status == axum::http::StatusCode::UNAUTHORIZED => {
-                    return refused;
+            };
+            loop {
+                if revocations.changed().await.is_err() {
+                    return std::future::pending().await;
                 }
-                // Admitted still, or the directory could not say: the stream goes on.
-                _ => {}
+                let headers: HeaderMap = credential.iter().cloned().collect();
+                // Boxed: the check's state exists only while it runs.
+                match Box::pin(auth.authenticate(&headers)).await {
+                    Err(refused) if refused.status == axum::http::StatusCode::UNAUTHORIZED => {
+                        return refused;
+                    }
+                    // Admitted still, or the directory could not say: the stream goes on.
+                    _ => {}
+                }
             }
         }
     }

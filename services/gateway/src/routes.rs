@@ -331,10 +331,7 @@ async fn userdb_events(
     let sent = after.map_or(Sent::Nothing, Sent::Revision);
     let heard = state.backends.watch(&caller).into_stream();
     let lifetime = state.settings.events_stream_lifetime;
-    let revoked = {
-        let auth = state.auth.clone();
-        async move { auth.revoked(headers).await }
-    };
+    let revoked = state.auth.revoked(&headers);
     let body = state.streams.body(heard, sent, lifetime, revoked, admitted);
     let mut response = Response::new(Body::from_stream(body));
     events::stream_headers(response.headers_mut());

@@ -123,11 +123,13 @@ pub(crate) enum Heard {
 }
 
 impl Watching {
-    /// Everything heard, as a stream.
+    /// Everything heard, as a stream that ends after a failed read.
     pub(crate) fn into_stream(self) -> impl futures::Stream<Item = Heard> + Send + 'static {
-        futures::stream::unfold(self, |mut watching| async move {
+        futures::stream::unfold(Some(self), |watching| async move {
+            let mut watching = watching?;
             let heard = watching.next().await;
-            Some((heard, watching))
+            let failed = matches!(heard, Heard::History(Err(_)));
+            Some((heard, (!failed).then_some(watching)))
         })
     }
 
@@ -396,7 +398,9 @@ async fn follow(
 }
 
 /// Reads `caller`'s history whenever asked, publishing each read, until the user has no
-/// subscriber left.
+/// subscriber left. A read refused for a passing reason (a service shedding load, a deadline
+/// missed) is tried again, backing off, and not published: the subscribers keep what they have
+/// and hear the next read that succeeds. Any other failure is published, and ends them.
 async fn read(
     shared: Arc<Shared>,
     sync: SyncServiceClient<Channel>,
@@ -405,6 +409,7 @@ async fn read(
     history: watch::Sender<Snapshot>,
     wake: Arc<Notify>,
 ) {
+    let mut backoff = MIN_BACKOFF;
     loop {
         let read = match lock(&shared.state).watched.get(&caller.user_id) {
             Some(watched) => watched.requested,
@@ -413,12 +418,29 @@ async fn read(
         let listed = list_revisions(&sync, deadline, &caller, snug_rpc::watch::PAGE as u32)
             .await
             .map(Arc::new);
-        history.send_replace(Snapshot {
-            read,
-            history: listed,
-        });
+        let retry = match &listed {
+            Err(err) if err.retryable => Some(backoff),
+            _ => None,
+        };
+        match retry {
+            Some(_) => backoff = (backoff * 2).min(MAX_BACKOFF),
+            None => {
+                backoff = MIN_BACKOFF;
+                history.send_replace(Snapshot {
+                    read,
+                    history: listed,
+                });
+            }
+        }
+        let pause = async {
+            match retry {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = wake.notified() => {}
+            () = pause => {}
+            () = wake.notified(), if retry.is_none() => {}
             () = history.closed() => {
                 let mut state = lock(&shared.state);
                 // A subscriber may have joined since: it is served, so this reader goes on.
