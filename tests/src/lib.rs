@@ -32,6 +32,7 @@
 //! | `SNUG_BENCH_DIR` | revstore bench: where its stores are made (default: the temp dir) |
 //! | `SNUG_BENCH_BIG_GET_ROUNDS` | gateway bench: rounds of the 64 MiB GET row |
 //! | `SNUG_BENCH_LINK` | delta bench: `1` times the pushes over an emulated 100 Mbit/s, 20 ms RTT link |
+//! | `SNUG_BENCH_EVENTS_ROWS` | events bench: only the rows named (`poll`, `idle`, `polling`, `delivery`, comma-separated) |
 //! | `SNUG_BENCH_DELTA_HUB`, `SNUG_BENCH_DELTA_LINK` | internal: the delta bench's hub and link-relay child processes |
 //!
 //! # Design notes
@@ -173,7 +174,7 @@ pub struct Options {
     /// How long one event stream lasts (`SNUG_EVENTS_STREAM_LIFETIME`).
     pub events_stream_lifetime: Duration,
     /// The caps on open event streams (`SNUG_EVENTS_MAX_STREAMS…`).
-    pub events_caps: snug_gateway::events::Caps,
+    pub events_caps: snug_gateway::config::Caps,
     /// HTTP requests in flight at once (`SNUG_HTTP_CONCURRENCY_LIMIT`).
     pub http_concurrency_limit: usize,
 }
@@ -198,7 +199,7 @@ impl Default for Options {
             oidc: None,
             service_token: None,
             events_stream_lifetime: Duration::from_secs(300),
-            events_caps: snug_gateway::events::Caps {
+            events_caps: snug_gateway::config::Caps {
                 max: 10_000,
                 per_user: 32,
                 per_address: 128,

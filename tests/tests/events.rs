@@ -244,7 +244,7 @@ async fn a_revoked_token_or_a_disabled_or_removed_user_loses_its_streams_at_once
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_streams_are_capped_per_user_and_in_all_and_a_closed_one_frees_its_place() {
     let hub = Hub::start(Options {
-        events_caps: snug_gateway::events::Caps {
+        events_caps: snug_gateway::config::Caps {
             max: 3,
             per_user: 2,
             per_address: 100,

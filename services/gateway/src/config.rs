@@ -400,7 +400,7 @@ pub struct Settings {
     /// How long one event stream lasts.
     pub events_stream_lifetime: Duration,
     /// The caps on open event streams.
-    pub events: crate::events::Caps,
+    pub events: Caps,
     /// Request body idle timeout.
     pub upload_idle_timeout: Duration,
     /// Rate limits per client address and per principal; `None` when off.
@@ -468,7 +468,7 @@ impl Settings {
             rpc_connect_timeout: config.rpc_connect_timeout,
             http_concurrency_limit: config.http_concurrency_limit.max(1),
             events_stream_lifetime: config.events_stream_lifetime.max(Duration::from_secs(1)),
-            events: crate::events::Caps {
+            events: Caps {
                 max: config.events_max_streams.max(1),
                 per_user: config.events_max_streams_per_user.max(1),
                 per_address: config.events_max_streams_per_address.max(1),
@@ -499,6 +499,17 @@ fn rate_limits(
         return Err(ConfigError::BadRate(per_second));
     }
     Ok(RateLimits::new(burst, per_second, trusted).map(Arc::new))
+}
+
+/// The most event streams open at once: in all, per user, per client address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// In all (503 `OVERLOADED` beyond).
+    pub max: usize,
+    /// Per user (429 `RATE_LIMITED` beyond).
+    pub per_user: usize,
+    /// Per client address (429 `RATE_LIMITED` beyond).
+    pub per_address: usize,
 }
 
 #[cfg(test)]

@@ -38,21 +38,10 @@ use tokio::sync::watch;
 
 use snug_rpc::watch::{Sent, catch_up};
 
-use crate::{backend::Heard, error::ApiError, etag};
+use crate::{backend::Heard, config::Caps, error::ApiError, etag};
 
 /// How long a client waits before reconnecting, as the stream tells it (`retry:`).
 const RETRY_MILLIS: u32 = 2000;
-
-/// The most event streams open at once: in all, per user, per client address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caps {
-    /// In all (503 `OVERLOADED` beyond).
-    pub max: usize,
-    /// Per user (429 `RATE_LIMITED` beyond).
-    pub per_user: usize,
-    /// Per client address (429 `RATE_LIMITED` beyond).
-    pub per_address: usize,
-}
 
 /// The streams of one gateway: counted against their caps while open, ended together at
 /// shutdown.
