@@ -103,6 +103,8 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 pub use snug_test_support::vectors_dir;
 
+pub mod nginx;
+
 /// Reads a user-database vector by file name.
 pub fn userdb_vector(name: &str) -> Vec<u8> {
     std::fs::read(vectors_dir().join("userdb").join(name)).expect("vector file")

@@ -34,7 +34,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use snug_e2e::{Http, OCTET, Payload};
+use snug_e2e::{
+    Http, OCTET, Payload,
+    nginx::{Nginx, which},
+};
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncWriteExt as _},
     net::TcpStream,
@@ -98,18 +101,7 @@ async fn run() {
     if wanted("delivery") {
         // 3. Delivery, embedded.
         let delays = deliver(&hub, &hub, &tokens, &mut heads).await;
-        let (p50, p99) = (percentile(&delays, 50.0), percentile(&delays, 99.0));
-        println!(
-            "embedded: {} deliveries, p50 {p50:.1} ms, p99 {p99:.1} ms",
-            delays.len()
-        );
-        row(
-            "embedded delivery p50, ms",
-            p50,
-            10.0,
-            false,
-            "1,000 subscribers",
-        );
+        report_delivery("embedded", &delays, 10.0, None);
     }
     drop(hub);
     if wanted("delivery") {
@@ -119,8 +111,9 @@ async fn run() {
 
 /// Row 1: the conditional GET of a plain client, against nginx's of a static file.
 fn poll_row(hub: &Hub, tokens: &[String], heads: &[String], dir: &Path) {
-    let nginx = Nginx::start(&dir.join("nginx"), &image(0));
-    let nginx_etag = nginx.etag();
+    let binary = which("nginx").expect("nginx");
+    let nginx = Nginx::start(&binary, &dir.join("nginx"), &[("image", &image(0))]);
+    let nginx_etag = nginx_etag(nginx.addr);
     let mut hub_rounds = Vec::new();
     let mut nginx_rounds = Vec::new();
     for round in 0..POLL_ROUNDS {
@@ -303,25 +296,7 @@ async fn replicas_row(dir: &Path) {
         heads.push(put(&on_a, token, "*", n as u64).await);
     }
     let delays = deliver(&a, &b, &tokens, &mut heads).await;
-    let (p50, p99) = (percentile(&delays, 50.0), percentile(&delays, 99.0));
-    println!(
-        "replicas: {} deliveries, p50 {p50:.1} ms, p99 {p99:.1} ms",
-        delays.len()
-    );
-    row(
-        "A→B delivery p50, ms",
-        p50,
-        50.0,
-        false,
-        "1,000 subscribers on B",
-    );
-    row(
-        "A→B delivery p99, ms",
-        p99,
-        250.0,
-        false,
-        "1,000 subscribers on B",
-    );
+    report_delivery("A→B", &delays, 50.0, Some(250.0));
 }
 
 /// Subscribes `DELIVERY_PER_USER` streams of each user to `on`, then PUTs one revision per user
@@ -418,6 +393,33 @@ async fn deliver(to: &Hub, on: &Hub, tokens: &[String], heads: &mut [String]) ->
         percentile(&from_sent, 99.0)
     );
     delays
+}
+
+/// Prints the delivery rows of `delays` (ms): p50 and p99 against their targets (p99 when it has
+/// one).
+fn report_delivery(name: &str, delays: &[f64], p50_target: f64, p99_target: Option<f64>) {
+    let (p50, p99) = (percentile(delays, 50.0), percentile(delays, 99.0));
+    println!(
+        "{name}: {} deliveries, p50 {p50:.1} ms, p99 {p99:.1} ms",
+        delays.len()
+    );
+    let detail = format!("{} subscribers", delays.len());
+    row(
+        &format!("{name} delivery p50, ms"),
+        p50,
+        p50_target,
+        false,
+        &detail,
+    );
+    if let Some(target) = p99_target {
+        row(
+            &format!("{name} delivery p99, ms"),
+            p99,
+            target,
+            false,
+            &detail,
+        );
+    }
 }
 
 /// What the event streams of a row have heard.
@@ -717,72 +719,24 @@ fn clock_ticks() -> f64 {
     rustix::param::clock_ticks_per_second() as f64
 }
 
-/// nginx serving one file on a loopback port, from a configuration in `dir`.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Nginx {
-    fn start(dir: &Path, body: &[u8]) -> Self {
-        std::fs::create_dir_all(dir.join("root")).expect("nginx dir");
-        std::fs::write(dir.join("root/image"), body).expect("file");
-        let addr = free_port();
-        let conf = format!(
-            "worker_processes 2;\ndaemon off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-             events {{ worker_connections 4096; }}\n\
-             http {{ access_log off; client_body_temp_path {dir}; proxy_temp_path {dir}; \
-             fastcgi_temp_path {dir}; uwsgi_temp_path {dir}; scgi_temp_path {dir}; \
-             server {{ listen {addr}; root {dir}/root; etag on; }} }}\n",
-            dir = dir.display()
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).expect("conf");
-        let child = Command::new(which("nginx").expect("nginx"))
-            .args(["-c", &dir.join("nginx.conf").display().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx");
-        let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < until, "nginx did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            addr,
-            dir: dir.to_owned(),
-        }
-    }
-
-    /// The ETag nginx gives the file.
-    fn etag(&self) -> String {
-        use std::io::{Read as _, Write as _};
-        let mut stream = std::net::TcpStream::connect(self.addr).expect("connect");
-        stream
-            .write_all(b"HEAD /image HTTP/1.0\r\n\r\n")
-            .expect("request");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("answer");
-        answer
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("ETag: ")
-                    .or_else(|| l.strip_prefix("etag: "))
-            })
-            .expect("an ETag")
-            .trim()
-            .to_owned()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = &self.dir;
-    }
+/// The ETag nginx at `addr` gives `/image`.
+fn nginx_etag(addr: SocketAddr) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .write_all(b"HEAD /image HTTP/1.0\r\n\r\n")
+        .expect("request");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    answer
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("ETag: ")
+                .or_else(|| l.strip_prefix("etag: "))
+        })
+        .expect("an ETag")
+        .trim()
+        .to_owned()
 }
 
 /// What one `wrk` run measured.
@@ -874,12 +828,4 @@ fn row(name: &str, value: f64, target: f64, at_least: bool, detail: &str) {
         "{name:<44} {value:>9.3}  (target {sign} {target}) {}  {detail}",
         if met { "met" } else { "MISSED" }
     );
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(tool))
-            .find(|path| path.is_file())
-    })
 }
